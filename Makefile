@@ -1,0 +1,51 @@
+# loom: the two commands of the quickstart and a few helpers.
+#   make demo   install missing Debian packages, build, prepare the embedded data, train
+#   make test   build and run every test (CTest)
+BUILD ?= build
+JOBS ?= $(shell nproc)
+LOOM := $(BUILD)/loom
+DEMO_DATA := data/demo
+
+# Debian packages needed to build and test (python3-torch: the PyTorch reference checks;
+# nodejs/npm: the JavaScript tokenizer cross-checks).
+DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjansson-dev \
+  libopenblas-dev python3-torch python3-numpy nodejs npm
+
+.PHONY: all build deps demo demo-data test test-asan clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo-data: build
+	@mkdir -p $(DEMO_DATA)
+	@test -f $(DEMO_DATA)/corpus.txt || $(LOOM) data synth-text --out $(DEMO_DATA)/corpus.txt --bytes 2000000 --seed 1
+	@test -f $(DEMO_DATA)/tokenizer.json || $(LOOM) data train-tokenizer --vocab-size 512 --out $(DEMO_DATA)/tokenizer.json $(DEMO_DATA)/corpus.txt
+	@test -f $(DEMO_DATA)/train.bin || $(LOOM) data tokenize --tokenizer $(DEMO_DATA)/tokenizer.json --out $(DEMO_DATA)/train.bin $(DEMO_DATA)/corpus.txt
+
+demo: demo-data
+	$(LOOM) train configs/demo.yaml
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j 2
+
+# The sanitizer build (ASan + UBSan) runs the same suite.
+test-asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@cd build-asan && ctest --output-on-failure -j 2
+
+clean:
+	rm -rf $(BUILD) build-asan

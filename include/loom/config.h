@@ -1,0 +1,98 @@
+/* loom run configuration: one typed struct with a default for every key, loaded from YAML
+ * (libyaml, with line numbers for errors), command-line overrides in Hydra's grammar
+ * (a.b=c, +a.b=c, ~a.b), validation, and a fully resolved YAML dump for the run directory.
+ *
+ * The schema table (src/exp/config_schema.c) is the single list of keys: name, type,
+ * default, allowed values, meaning, and where the value lives in loom_config. Everything
+ * else (parsing, errors with nearest-key suggestions, `loom config schema`, the dump) is
+ * driven by it. */
+#ifndef LOOM_CONFIG_H
+#define LOOM_CONFIG_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#define LOOM_STR_MAX 512
+
+typedef struct {
+  char name[LOOM_STR_MAX];       /* run.name: human name; run id is derived from it */
+  char output_dir[LOOM_STR_MAX]; /* run.output_dir: parent of runs/<run_id>/ */
+  long seed;                     /* run.seed: seeds init, data order, everything */
+} loom_config_run;
+
+typedef struct {
+  char preset[64];          /* model.preset: gpt2-124m, qwen2.5-0.5b, tiny-gpt2, ... or "" */
+  char arch[16];            /* model.arch: gpt2 | llama ("" = from preset) */
+  long vocab_size;          /* real vocabulary size (0 = from preset / tokenizer) */
+  long vocab_pad_multiple;  /* padded vocab = round up to this multiple */
+  long hidden;              /* 0 = from preset */
+  long layers;
+  long heads;
+  long kv_heads;            /* 0 = heads (no GQA) */
+  long head_dim;            /* 0 = hidden / heads */
+  long intermediate;        /* 0 = 4*hidden (gpt2) or preset */
+  long max_seq;             /* learned positions (gpt2) / rope limit */
+  double norm_eps;          /* 0 = family default (1e-5 gpt2, 1e-6 llama) */
+  double rope_theta;        /* llama family */
+  char qkv_bias[8];         /* "true" | "false" | "" (= family/preset default) */
+  char tied_embeddings[8];  /* "true" | "false" | "" */
+  double init_std;          /* normal init std for weights (0.02) */
+} loom_config_model;
+
+typedef struct {
+  long steps;                  /* optimizer steps */
+  long micro_batch_size;       /* B */
+  long seq_len;                /* T */
+  long grad_accum;             /* micro-batches per optimizer step */
+  double lr;                   /* peak learning rate */
+  double min_lr_ratio;         /* floor of linear/cosine decay, as a fraction of lr */
+  char lr_schedule[16];        /* constant | linear | cosine */
+  long warmup_steps;           /* linear warmup; overrides warmup_ratio when > 0 */
+  double warmup_ratio;         /* warmup as a fraction of steps */
+  double weight_decay;
+  double beta1, beta2, eps;    /* AdamW */
+  double grad_clip;            /* global-norm clip; 0 disables */
+  char dtype[8];               /* fp32 | bf16 (bf16 matmul inputs, fp32 master weights) */
+  bool activation_checkpointing; /* recompute each block in backward */
+  bool decay_norms_and_biases; /* false: no weight decay on norms, biases */
+  long log_every;              /* train.log / progress cadence in steps (metrics: every step) */
+} loom_config_training;
+
+typedef struct {
+  char train_shards[LOOM_STR_MAX]; /* token shard file, directory or glob */
+  char tokenizer[LOOM_STR_MAX];    /* tokenizer.json (for decoding samples; optional) */
+} loom_config_data;
+
+typedef struct {
+  long every;         /* save checkpoint_<step>/ every N steps; 0 = never */
+  bool save_final;    /* write final_checkpoint/ */
+  long keep_last;     /* keep only the newest N periodic checkpoints; 0 = keep all */
+} loom_config_checkpoint;
+
+typedef struct {
+  loom_config_run run;
+  loom_config_model model;
+  loom_config_training training;
+  loom_config_data data;
+  loom_config_checkpoint checkpoint;
+} loom_config;
+
+/* Fill every key with its default. */
+void loom_config_defaults(loom_config *c);
+/* Load YAML over the defaults. Unknown keys, wrong types and bad enum values are errors that
+ * name the file, line, key and (for unknown keys) the nearest valid key. */
+int loom_config_load(loom_config *c, const char *yaml_path);
+/* Apply one override: "a.b=c" (key must exist), "+a.b=c" (add; for loom's fixed schema the
+ * key must be a valid key too), "~a.b" (reset to default). */
+int loom_config_override(loom_config *c, const char *expr);
+/* Cross-key checks that need the whole config (e.g. enum values, positive sizes). */
+int loom_config_validate(const loom_config *c);
+/* Resolved config as YAML text (malloc'd), every key present. */
+char *loom_config_to_yaml(const loom_config *c);
+/* Write the YAML atomically. */
+int loom_config_save(const loom_config *c, const char *path);
+/* Stable hash of the resolved YAML (stored in checkpoints to detect mismatched resumes). */
+uint64_t loom_config_hash(const loom_config *c);
+/* Print every key with type, default and meaning (for `loom config schema`). */
+void loom_config_print_schema(void);
+
+#endif

@@ -1,0 +1,80 @@
+/* loom decoder models: the spec (dims of a GPT-2 or Llama/Qwen2-family decoder), presets,
+ * the parameter layout inside one flat buffer, and the single-process forward/backward.
+ *
+ * Parameter names (loom's own layout, also used in model.safetensors):
+ *   embed.weight (Vp,C)                  token embedding; tied LM head when tied_embeddings
+ *   pos_embed.weight (max_seq,C)         gpt2 only
+ *   layers.{i}.attn_norm.weight (C)      [.bias (C) for gpt2 LayerNorm]
+ *   layers.{i}.attn.q.weight (Hq*D,C)    [.bias (Hq*D) when qkv_bias]
+ *   layers.{i}.attn.k.weight (Hkv*D,C)   [.bias]
+ *   layers.{i}.attn.v.weight (Hkv*D,C)   [.bias]
+ *   layers.{i}.attn.o.weight (C,Hq*D)    [.bias (C) for gpt2]
+ *   layers.{i}.mlp_norm.weight (C)       [.bias for gpt2]
+ *   gpt2:  layers.{i}.mlp.up.weight (I,C), .bias (I); layers.{i}.mlp.down.weight (C,I), .bias
+ *   llama: layers.{i}.mlp.gate.weight (I,C), mlp.up.weight (I,C), mlp.down.weight (C,I)
+ *   final_norm.weight (C)                [.bias for gpt2]
+ *   lm_head.weight (Vp,C)                only when not tied
+ * Rows V..Vp-1 of embed/lm_head are vocabulary padding: initialised to zero, excluded from
+ * the softmax, so they stay zero. */
+#ifndef LOOM_MODEL_H
+#define LOOM_MODEL_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom/config.h"
+
+typedef enum { LOOM_ARCH_GPT2 = 0, LOOM_ARCH_LLAMA = 1 } loom_arch;
+
+typedef struct {
+  loom_arch arch;
+  int vocab_size;     /* V: real tokens */
+  int padded_vocab;   /* Vp >= V, a multiple of vocab_pad_multiple */
+  int hidden;         /* C */
+  int layers;         /* L */
+  int heads;          /* Hq */
+  int kv_heads;       /* Hkv, divides Hq */
+  int head_dim;       /* D */
+  int intermediate;   /* I */
+  int max_seq;        /* positions available */
+  double norm_eps;
+  double rope_theta;
+  bool qkv_bias;
+  bool tied_embeddings;
+  double init_std;
+} loom_model_spec;
+
+/* Fill spec from a preset name ("gpt2-124m", "qwen2.5-0.5b", "tiny-gpt2", "tiny-llama", ...).
+ * Returns -1 with a message listing the presets when the name is unknown. */
+int loom_model_preset(loom_model_spec *spec, const char *name);
+/* Print the preset names and dims, one per line. */
+void loom_model_list_presets(void);
+/* Resolve config.model (preset + explicit dims) into a spec and check it: heads dividing
+ * hidden, kv_heads dividing heads, even head_dim for rope, positive sizes. Errors name the
+ * config key and both numbers. */
+int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *mc);
+int loom_model_spec_check(const loom_model_spec *spec);
+
+typedef struct {
+  char name[64];
+  int ndim;
+  int shape[2];
+  size_t offset;   /* in floats, into the flat buffers */
+  size_t numel;
+  bool decay;      /* weight decay applies (matrices); false for norms and biases */
+} loom_param;
+
+/* Parameter layout over one flat buffer (tensors carved out of it, in order). */
+typedef struct {
+  int count;
+  loom_param *params;
+  size_t total;    /* floats */
+} loom_param_layout;
+
+int loom_param_layout_build(loom_param_layout *lay, const loom_model_spec *spec);
+void loom_param_layout_free(loom_param_layout *lay);
+const loom_param *loom_param_find(const loom_param_layout *lay, const char *name);
+/* Parameter count excluding vocabulary padding rows (the number papers quote). */
+size_t loom_model_count_params(const loom_model_spec *spec, bool include_padding);
+
+#endif

@@ -1,0 +1,11 @@
+/* loom config: placeholder until its module lands (replaced in this change). */
+#include <stdio.h>
+
+#include "cli/commands.h"
+
+int loom_cmd_config(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  fprintf(stderr, "loom config: not built yet\n");
+  return 1;
+}

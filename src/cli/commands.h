@@ -1,0 +1,12 @@
+/* Subcommands of the `loom` executable. Each takes argv after the subcommand name
+ * (argv[0] is the subcommand itself), prints its own --help, and returns the exit code. */
+#ifndef LOOM_CLI_COMMANDS_H
+#define LOOM_CLI_COMMANDS_H
+int loom_cmd_train(int argc, char **argv);   /* src/cli/cmd_train.c */
+int loom_cmd_data(int argc, char **argv);    /* src/cli/cmd_data.c */
+int loom_cmd_ckpt(int argc, char **argv);    /* src/cli/cmd_ckpt.c */
+int loom_cmd_config(int argc, char **argv);  /* src/cli/cmd_config.c */
+int loom_cmd_model(int argc, char **argv);   /* src/cli/cmd_model.c */
+/* true when argv holds -h or --help */
+int loom_cli_wants_help(int argc, char **argv);
+#endif

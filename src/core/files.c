@@ -1,0 +1,147 @@
+/* File-system helpers: mkdir -p, whole-file read, atomic write (temp file + rename),
+ * recursive removal, atomic directory replacement, monotonic clock. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loom/core.h"
+
+double loom_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bool loom_path_exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+bool loom_is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int loom_mkdir_p(const char *path) {
+  char *p = loom_strdup(path);
+  for (char *c = p + 1; *c; c++) {
+    if (*c != '/') continue;
+    *c = 0;
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+      int e = errno;
+      free(p);
+      return loom_err("cannot create directory '%s': %s", path, strerror(e));
+    }
+    *c = '/';
+  }
+  int rc = 0;
+  if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    rc = loom_err("cannot create directory '%s': %s", path, strerror(errno));
+  else if (!loom_is_dir(p))
+    rc = loom_err("'%s' exists and is not a directory", path);
+  free(p);
+  return rc;
+}
+
+int loom_read_file(const char *path, char **data, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return loom_err("cannot open '%s': %s", path, strerror(errno));
+  if (fseek(f, 0, SEEK_END) != 0) {
+    fclose(f);
+    return loom_err("cannot seek in '%s' (is it a regular file?)", path);
+  }
+  long n = ftell(f);
+  if (n < 0) {
+    fclose(f);
+    return loom_err("cannot read '%s' (is it a regular file?)", path);
+  }
+  rewind(f);
+  char *buf = malloc((size_t)n + 1);
+  if (!buf) abort();
+  if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    fclose(f);
+    free(buf);
+    return loom_err("short read from '%s'", path);
+  }
+  fclose(f);
+  buf[n] = 0;
+  *data = buf;
+  if (len) *len = (size_t)n;
+  return 0;
+}
+
+char *loom_tmp_path(const char *final_path) {
+  return loom_sprintf("%s.tmp.%ld", final_path, (long)getpid());
+}
+
+int loom_write_file_atomic(const char *path, const void *data, size_t len) {
+  char *tmp = loom_tmp_path(path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    int e = errno;
+    free(tmp);
+    return loom_err("cannot write '%s': %s", path, strerror(e));
+  }
+  bool ok = fwrite(data, 1, len, f) == len;
+  ok = (fflush(f) == 0) && ok;
+  ok = (fclose(f) == 0) && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    free(tmp);
+    return loom_err("cannot write '%s': %s (disk full?)", path, strerror(e));
+  }
+  free(tmp);
+  return 0;
+}
+
+int loom_rm_rf(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return 0;
+  if (S_ISDIR(st.st_mode)) {
+    DIR *d = opendir(path);
+    if (!d) return loom_err("cannot open directory '%s': %s", path, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char *child = loom_sprintf("%s/%s", path, e->d_name);
+      int rc = loom_rm_rf(child);
+      free(child);
+      if (rc) {
+        closedir(d);
+        return rc;
+      }
+    }
+    closedir(d);
+    if (rmdir(path) != 0) return loom_err("cannot remove '%s': %s", path, strerror(errno));
+  } else if (unlink(path) != 0) {
+    return loom_err("cannot remove '%s': %s", path, strerror(errno));
+  }
+  return 0;
+}
+
+int loom_rename_dir_atomic(const char *tmp_dir, const char *final_dir) {
+  /* rename() cannot replace a non-empty directory: move the old one aside first. */
+  char *old = NULL;
+  if (loom_path_exists(final_dir)) {
+    old = loom_sprintf("%s.old.%ld", final_dir, (long)getpid());
+    if (rename(final_dir, old) != 0) {
+      free(old);
+      return loom_err("cannot replace '%s': %s", final_dir, strerror(errno));
+    }
+  }
+  if (rename(tmp_dir, final_dir) != 0) {
+    int e = errno;
+    if (old) rename(old, final_dir);
+    free(old);
+    return loom_err("cannot rename '%s' to '%s': %s", tmp_dir, final_dir, strerror(e));
+  }
+  int rc = 0;
+  if (old) rc = loom_rm_rf(old);
+  free(old);
+  return rc;
+}

@@ -1,0 +1,22 @@
+# CTest registration. Every tests/<area>/test_*.c becomes one executable and one test,
+# run from the build directory with LOOM_BIN pointing at the `loom` executable.
+# Areas may add script tests (Python against PyTorch, Node against JS tokenizers) in
+# tests/<area>/tests.cmake.
+file(GLOB LOOM_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/*/test_*.c)
+foreach(src ${LOOM_TEST_SOURCES})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_link_libraries(${name} PRIVATE loomlib)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES
+    ENVIRONMENT "LOOM_BIN=$<TARGET_FILE:loom>;LOOM_SOURCE_DIR=${CMAKE_SOURCE_DIR};OMP_NUM_THREADS=2"
+    TIMEOUT 600)
+endforeach()
+
+# Python interpreter with Debian's python3-torch (not a pyenv shim that lacks it).
+set(LOOM_PYTHON /usr/bin/python3 CACHE FILEPATH "python3 that has torch and numpy")
+file(GLOB LOOM_TEST_AREA_FILES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/*/tests.cmake)
+foreach(f ${LOOM_TEST_AREA_FILES})
+  include(${f})
+endforeach()
