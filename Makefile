@@ -9,7 +9,7 @@ DEMO_DATA := data/demo
 # Debian packages needed to build and test (python3-torch: the PyTorch reference checks;
 # nodejs/npm: the JavaScript tokenizer cross-checks).
 DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjansson-dev \
-  libopenblas-dev python3-torch python3-numpy nodejs npm
+  libopenblas-dev python3-torch python3-numpy
 
 .PHONY: all build deps demo demo-data test test-asan clean
 
@@ -19,6 +19,7 @@ deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
+	command -v node >/dev/null && command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -10,7 +10,7 @@ foreach(src ${LOOM_TEST_SOURCES})
   target_link_libraries(${name} PRIVATE loomlib)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES
-    ENVIRONMENT "LOOM_BIN=$<TARGET_FILE:loom>;LOOM_SOURCE_DIR=${CMAKE_SOURCE_DIR};OMP_NUM_THREADS=2"
+    ENVIRONMENT "LOOM_BIN=$<TARGET_FILE:loom>;LOOM_SOURCE_DIR=${CMAKE_SOURCE_DIR};OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive"
     TIMEOUT 600)
 endforeach()
 

@@ -1,11 +1,98 @@
-/* loom train: placeholder until its module lands (replaced in this change). */
+/* `loom train`: load the config (file + overrides), validate it, and run training. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
+#include "loom/config.h"
+#include "loom/train.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: loom train [CONFIG.yaml] [KEY=VALUE ...] [options]\n\n"
+          "Train a model. The run goes to <run.output_dir>/<run id>/ with config.yaml,\n"
+          "metrics.jsonl, train.log, checkpoint_<step>/ and final_checkpoint/.\n\n"
+          "  CONFIG.yaml         run config (every key has a default: 'loom config schema')\n"
+          "  KEY=VALUE           override a key (training.lr=1e-3, +key=v, ~key to reset)\n"
+          "  --resume DIR        continue from a checkpoint directory; without CONFIG, the\n"
+          "                      checkpoint's config.yaml is used. Losses continue bitwise\n"
+          "                      identically to an uninterrupted run.\n"
+          "  --stop-after N      stop after step N (as if interrupted; for testing resume)\n"
+          "  --quiet             no progress output\n"
+          "  -h, --help          this text\n\n"
+          "example: loom train configs/demo.yaml training.steps=50 training.dtype=bf16\n");
+}
+
+static char *join_args(int argc, char **argv) {
+  size_t n = 16;
+  for (int i = 0; i < argc; i++) n += strlen(argv[i]) + 1;
+  char *s = calloc(1, n);
+  strcpy(s, "loom");
+  for (int i = 0; i < argc; i++) {
+    strcat(s, " ");
+    strcat(s, argv[i]);
+  }
+  return s;
+}
 
 int loom_cmd_train(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "loom train: not built yet\n");
-  return 1;
+  if (loom_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return 0;
+  }
+  loom_train_opts opts = {0};
+  const char *config_path = NULL;
+  loom_config cfg;
+  loom_config_defaults(&cfg);
+  /* first pass: options and the config file */
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "loom train: %s needs a value\n", argv[i]);
+        return 2;
+      }
+      if (argv[i][2] == 'r') opts.resume = argv[++i];
+      else opts.stop_after = atol(argv[++i]);
+    } else if (!strcmp(argv[i], "--quiet")) {
+      opts.quiet = true;
+    } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+      fprintf(stderr, "loom train: unknown option '%s' (see loom train --help)\n", argv[i]);
+      return 2;
+    } else if (!strchr(argv[i], '=') && argv[i][0] != '~') {
+      if (config_path) {
+        fprintf(stderr, "loom train: two config files given ('%s' and '%s')\n", config_path,
+                argv[i]);
+        return 2;
+      }
+      config_path = argv[i];
+    }
+  }
+  char *resume_cfg = NULL;
+  if (!config_path && opts.resume) {
+    resume_cfg = loom_sprintf("%s/config.yaml", opts.resume);
+    config_path = resume_cfg;
+  }
+  int rc = config_path ? loom_config_load(&cfg, config_path) : 0;
+  /* second pass: overrides, in order */
+  for (int i = 1; i < argc && !rc; i++) {
+    if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after")) {
+      i++;
+      continue;
+    }
+    if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(&cfg, argv[i]);
+  }
+  if (!rc) rc = loom_config_validate(&cfg);
+  free(resume_cfg);
+  if (rc) {
+    fprintf(stderr, "loom train: %s\n", loom_errmsg());
+    return 1;
+  }
+  opts.command_line = join_args(argc - 1, argv + 1);
+  rc = loom_train_run(&cfg, &opts);
+  free((char *)opts.command_line);
+  if (rc) {
+    fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
+    return 1;
+  }
+  return 0;
 }

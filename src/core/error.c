@@ -16,13 +16,19 @@ int loom_err(const char *fmt, ...) {
 }
 
 int loom_err_prefix(const char *fmt, ...) {
-  char prefix[1024], old[sizeof err_buf];
+  char old[sizeof err_buf];
+  memcpy(old, err_buf, sizeof old);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  int n = vsnprintf(err_buf, sizeof err_buf, fmt, ap);
   va_end(ap);
-  snprintf(old, sizeof old, "%s", err_buf);
-  snprintf(err_buf, sizeof err_buf, "%s%s", prefix, old);
+  if (n < 0) n = 0;
+  if ((size_t)n < sizeof err_buf) {
+    size_t room = sizeof err_buf - (size_t)n;
+    size_t len = strnlen(old, room - 1);
+    memcpy(err_buf + n, old, len);
+    err_buf[(size_t)n + len] = 0;
+  }
   return LOOM_ERR;
 }
 

@@ -1,0 +1,61 @@
+/* Training: learning-rate schedules, AdamW over the flat parameter buffer, one optimizer step
+ * over grad_accum micro-batches (loss = global token mean), and the run driver that owns the
+ * run directory (config.yaml, metrics.jsonl, train.log, checkpoints) and resume. */
+#ifndef LOOM_TRAIN_H
+#define LOOM_TRAIN_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "loom/config.h"
+#include "loom/decoder.h"
+
+/* Warmup length: warmup_steps when > 0, else round(warmup_ratio * steps). */
+long loom_lr_warmup_steps(const loom_config_training *t);
+/* Learning rate of optimizer step s (0-based):
+ *   s < W: lr * (s+1) / W;   else p = (s-W) / max(1, steps-W) and
+ *   constant: lr;  linear: lr * (m + (1-m)(1-p));  cosine: lr * (m + (1-m) * (1+cos(pi p))/2)
+ * with m = min_lr_ratio. */
+double loom_lr_at(const loom_config_training *t, long s);
+
+/* AdamW moments over the same flat layout as the parameters. */
+typedef struct {
+  float *m, *v;  /* (layout.total) */
+  long step;     /* optimizer steps taken */
+} loom_adamw_state;
+
+void loom_adamw_state_init(loom_adamw_state *st, size_t total);
+void loom_adamw_state_free(loom_adamw_state *st);
+/* One AdamW update of every tensor with weight decay on tensors marked decay (or on all when
+ * decay_norms_and_biases), using d->grads; then refreshes the bf16 weights. */
+void loom_adamw_apply(loom_adamw_state *st, loom_decoder *d, const loom_config_training *t,
+                      double lr);
+
+/* Global L2 norm of the gradients (double accumulation); clip to max_norm with PyTorch's
+ * clip_grad_norm_ rule (coef = max/(norm+1e-6), applied when < 1). Returns the norm. */
+double loom_grad_clip(loom_decoder *d, double max_norm);
+
+typedef struct {
+  double loss;       /* global token mean over the step's micro-batches */
+  double grad_norm;  /* before clipping */
+  double lr;
+  long tokens;       /* tokens processed (B*T*A) */
+  int counted;       /* targets counted in the loss */
+} loom_step_result;
+
+/* One optimizer step: zero grads, forward+backward every micro-batch a of tokens/targets
+ * (A, B, T) with loss scale 1/(targets counted in the whole step), clip, AdamW. */
+void loom_train_step(loom_decoder *d, loom_adamw_state *opt, const loom_config_training *t,
+                     const int32_t *tokens, const int32_t *targets, int A,
+                     loom_step_result *r);
+
+typedef struct {
+  const char *resume;        /* checkpoint directory to continue from, or NULL */
+  const char *command_line;  /* recorded in train.log */
+  bool quiet;                /* no progress output */
+  long stop_after;           /* stop (as if killed) after this step, 0 = run to the end */
+} loom_train_opts;
+
+/* Run a whole training job. Returns 0 or -1 with loom_errmsg() set. */
+int loom_train_run(const loom_config *cfg, const loom_train_opts *opts);
+
+#endif

@@ -1,0 +1,146 @@
+/* Model specs: presets of the GPT-2 and Llama/Qwen2 families, resolution of config.model
+ * (preset + explicit dims) into a checked spec, and closed-form parameter counts. */
+#include <stdio.h>
+#include <string.h>
+
+#include "loom/core.h"
+#include "loom/model.h"
+
+typedef struct {
+  const char *name;
+  const char *about;
+  loom_model_spec spec;
+} preset;
+
+/* arch, V, Vp(0: derived), C, L, Hq, Hkv, D(0: C/Hq), I, max_seq, eps, theta, qkv_bias, tied, std */
+static const preset presets[] = {
+    {"gpt2-124m", "GPT-2 small", {LOOM_ARCH_GPT2, 50257, 0, 768, 12, 12, 12, 0, 3072, 1024, 1e-5, 0, true, true, 0.02}},
+    {"gpt2-350m", "GPT-2 medium", {LOOM_ARCH_GPT2, 50257, 0, 1024, 24, 16, 16, 0, 4096, 1024, 1e-5, 0, true, true, 0.02}},
+    {"gpt2-774m", "GPT-2 large", {LOOM_ARCH_GPT2, 50257, 0, 1280, 36, 20, 20, 0, 5120, 1024, 1e-5, 0, true, true, 0.02}},
+    {"gpt2-1558m", "GPT-2 XL", {LOOM_ARCH_GPT2, 50257, 0, 1600, 48, 25, 25, 0, 6400, 1024, 1e-5, 0, true, true, 0.02}},
+    {"qwen2.5-0.5b", "Qwen2.5-0.5B", {LOOM_ARCH_LLAMA, 151936, 0, 896, 24, 14, 2, 0, 4864, 32768, 1e-6, 1000000.0, true, true, 0.02}},
+    {"qwen2.5-1.5b", "Qwen2.5-1.5B", {LOOM_ARCH_LLAMA, 151936, 0, 1536, 28, 12, 2, 0, 8960, 32768, 1e-6, 1000000.0, true, true, 0.02}},
+    {"qwen2.5-7b", "Qwen2.5-7B", {LOOM_ARCH_LLAMA, 152064, 0, 3584, 28, 28, 4, 0, 18944, 32768, 1e-6, 1000000.0, true, false, 0.02}},
+    {"llama3-8b", "Llama 3 8B", {LOOM_ARCH_LLAMA, 128256, 0, 4096, 32, 32, 8, 0, 14336, 8192, 1e-5, 500000.0, false, false, 0.02}},
+    {"tiny-gpt2", "tiny GPT-2 for the demo and tests", {LOOM_ARCH_GPT2, 512, 0, 128, 4, 4, 4, 0, 512, 256, 1e-5, 0, true, true, 0.02}},
+    {"tiny-llama", "tiny Llama (GQA, untied, no bias)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, false, false, 0.02}},
+    {"tiny-qwen2", "tiny Qwen2 (GQA, QKV bias, tied)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, true, true, 0.02}},
+};
+#define N_PRESETS (int)(sizeof presets / sizeof presets[0])
+
+static void finish_spec(loom_model_spec *s, int pad_multiple) {
+  if (s->head_dim == 0 && s->heads > 0) s->head_dim = s->hidden / s->heads;
+  if (pad_multiple < 1) pad_multiple = 1;
+  s->padded_vocab = (s->vocab_size + pad_multiple - 1) / pad_multiple * pad_multiple;
+}
+
+int loom_model_preset(loom_model_spec *spec, const char *name) {
+  for (int i = 0; i < N_PRESETS; i++)
+    if (!strcmp(presets[i].name, name)) {
+      *spec = presets[i].spec;
+      finish_spec(spec, 64);
+      return 0;
+    }
+  char list[1024] = "";
+  for (int i = 0; i < N_PRESETS; i++) {
+    strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+    strncat(list, presets[i].name, sizeof list - strlen(list) - 1);
+  }
+  return loom_err("unknown model preset '%s'; known presets: %s (or set model.preset: \"\" and "
+                  "give every dimension)", name, list);
+}
+
+void loom_model_list_presets(void) {
+  printf("%-14s %-6s %7s %6s %4s %6s %7s %6s %14s  %s\n", "preset", "arch", "vocab", "hidden",
+         "layers", "heads", "kv_heads", "inter", "params", "about");
+  for (int i = 0; i < N_PRESETS; i++) {
+    loom_model_spec s = presets[i].spec;
+    finish_spec(&s, 64);
+    printf("%-14s %-6s %7d %6d %4d %6d %7d %6d %14zu  %s\n", presets[i].name,
+           s.arch == LOOM_ARCH_GPT2 ? "gpt2" : "llama", s.vocab_size, s.hidden, s.layers,
+           s.heads, s.kv_heads, s.intermediate, loom_model_count_params(&s, false),
+           presets[i].about);
+  }
+}
+
+static int tri_bool(const char *v, bool *out, const char *key) {
+  if (!v[0]) return 0;
+  if (!strcmp(v, "true")) *out = true;
+  else if (!strcmp(v, "false")) *out = false;
+  else return loom_err("%s must be true or false, found '%s'", key, v);
+  return 0;
+}
+
+int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *mc) {
+  memset(spec, 0, sizeof *spec);
+  if (mc->preset[0]) {
+    if (loom_model_preset(spec, mc->preset)) return loom_err_prefix("model.preset: ");
+  } else {
+    if (!mc->arch[0])
+      return loom_err("model.arch is required when model.preset is empty (gpt2 or llama)");
+    spec->rope_theta = 10000.0;
+    spec->init_std = 0.02;
+    spec->qkv_bias = !strcmp(mc->arch, "gpt2");
+    spec->tied_embeddings = true;
+  }
+  if (mc->arch[0]) {
+    if (!strcmp(mc->arch, "gpt2")) spec->arch = LOOM_ARCH_GPT2;
+    else if (!strcmp(mc->arch, "llama")) spec->arch = LOOM_ARCH_LLAMA;
+    else return loom_err("model.arch must be gpt2 or llama, found '%s'", mc->arch);
+  }
+  bool preset_kv_equal = spec->kv_heads == spec->heads;
+  if (mc->vocab_size) spec->vocab_size = (int)mc->vocab_size;
+  if (mc->hidden) spec->hidden = (int)mc->hidden;
+  if (mc->layers) spec->layers = (int)mc->layers;
+  if (mc->heads) {
+    spec->heads = (int)mc->heads;
+    if (preset_kv_equal) spec->kv_heads = spec->heads;
+  }
+  if (mc->kv_heads) spec->kv_heads = (int)mc->kv_heads;
+  if (spec->kv_heads == 0) spec->kv_heads = spec->heads;
+  spec->head_dim = mc->head_dim ? (int)mc->head_dim : 0;
+  if (mc->intermediate) spec->intermediate = (int)mc->intermediate;
+  if (spec->intermediate == 0 && spec->arch == LOOM_ARCH_GPT2) spec->intermediate = 4 * spec->hidden;
+  if (mc->max_seq) spec->max_seq = (int)mc->max_seq;
+  if (mc->norm_eps > 0) spec->norm_eps = mc->norm_eps;
+  if (spec->norm_eps <= 0) spec->norm_eps = spec->arch == LOOM_ARCH_GPT2 ? 1e-5 : 1e-6;
+  if (mc->rope_theta > 0) spec->rope_theta = mc->rope_theta;
+  if (mc->init_std > 0) spec->init_std = mc->init_std;
+  if (tri_bool(mc->qkv_bias, &spec->qkv_bias, "model.qkv_bias")) return LOOM_ERR;
+  if (tri_bool(mc->tied_embeddings, &spec->tied_embeddings, "model.tied_embeddings"))
+    return LOOM_ERR;
+  if (spec->hidden > 0 && spec->heads > 0 && spec->head_dim == 0) {
+    if (spec->hidden % spec->heads)
+      return loom_err("model.heads (%d) does not divide model.hidden (%d); choose heads that "
+                      "divide hidden or set model.head_dim explicitly",
+                      spec->heads, spec->hidden);
+  }
+  finish_spec(spec, (int)mc->vocab_pad_multiple);
+  return loom_model_spec_check(spec);
+}
+
+int loom_model_spec_check(const loom_model_spec *s) {
+  const struct {
+    const char *key;
+    long v;
+  } pos[] = {{"model.vocab_size", s->vocab_size}, {"model.hidden", s->hidden},
+             {"model.layers", s->layers},         {"model.heads", s->heads},
+             {"model.kv_heads", s->kv_heads},     {"model.head_dim", s->head_dim},
+             {"model.intermediate", s->intermediate}, {"model.max_seq", s->max_seq}};
+  for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+    if (pos[i].v <= 0)
+      return loom_err("%s must be positive, found %ld (set it, or pick a model.preset)",
+                      pos[i].key, pos[i].v);
+  if (s->heads % s->kv_heads)
+    return loom_err("model.kv_heads (%d) must divide model.heads (%d) for grouped-query "
+                    "attention", s->kv_heads, s->heads);
+  if (s->arch == LOOM_ARCH_LLAMA && s->head_dim % 2)
+    return loom_err("model.head_dim (%d) must be even for rotary embeddings", s->head_dim);
+  if (s->arch == LOOM_ARCH_GPT2 && s->head_dim * s->heads != s->hidden)
+    return loom_err("gpt2 needs heads * head_dim == hidden, found %d * %d != %d", s->heads,
+                    s->head_dim, s->hidden);
+  if (s->padded_vocab < s->vocab_size)
+    return loom_err("padded vocabulary %d smaller than vocab_size %d", s->padded_vocab,
+                    s->vocab_size);
+  return 0;
+}

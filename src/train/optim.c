@@ -1,0 +1,81 @@
+/* Learning-rate schedules, gradient clipping and AdamW applied tensor by tensor over the flat
+ * buffers (weight decay only on tensors marked decay unless configured otherwise). */
+#include <math.h>
+#include <string.h>
+
+#include "loom/kernels.h"
+#include "loom/train.h"
+
+long loom_lr_warmup_steps(const loom_config_training *t) {
+  if (t->warmup_steps > 0) return t->warmup_steps;
+  return lround(t->warmup_ratio * (double)t->steps);
+}
+
+double loom_lr_at(const loom_config_training *t, long s) {
+  long W = loom_lr_warmup_steps(t);
+  if (s < W) return t->lr * (double)(s + 1) / (double)W;
+  long span = t->steps - W > 1 ? t->steps - W : 1;
+  double p = (double)(s - W) / (double)span;
+  if (p > 1) p = 1;
+  double m = t->min_lr_ratio;
+  if (!strcmp(t->lr_schedule, "linear")) return t->lr * (m + (1 - m) * (1 - p));
+  if (!strcmp(t->lr_schedule, "cosine")) return t->lr * (m + (1 - m) * 0.5 * (1 + cos(M_PI * p)));
+  return t->lr;
+}
+
+void loom_adamw_state_init(loom_adamw_state *st, size_t total) {
+  st->m = loom_alloc(2 * total * sizeof(float));
+  st->v = st->m + total;
+  st->step = 0;
+}
+
+void loom_adamw_state_free(loom_adamw_state *st) {
+  loom_free(st->m);
+  memset(st, 0, sizeof *st);
+}
+
+void loom_adamw_apply(loom_adamw_state *st, loom_decoder *d, const loom_config_training *t,
+                      double lr) {
+  st->step++;
+  for (int i = 0; i < d->layout.count; i++) {
+    const loom_param *p = &d->layout.params[i];
+    double wd = (p->decay || t->decay_norms_and_biases) ? t->weight_decay : 0.0;
+    size_t o = p->offset;
+    loom_adamw_f32(d->params + o, d->grads + o, st->m + o, st->v + o, p->numel, (float)lr,
+                   (float)t->beta1, (float)t->beta2, (float)t->eps, (float)wd, st->step);
+  }
+  loom_decoder_params_updated(d);
+}
+
+double loom_grad_clip(loom_decoder *d, double max_norm) {
+  double norm = sqrt(loom_sumsq_f32(d->grads, d->layout.total));
+  if (max_norm > 0) {
+    float coef = (float)(max_norm / (norm + 1e-6));
+    if (coef < 1.0f)
+      for (size_t i = 0; i < d->layout.total; i++) d->grads[i] *= coef;
+  }
+  return norm;
+}
+
+void loom_train_step(loom_decoder *d, loom_adamw_state *opt, const loom_config_training *t,
+                     const int32_t *tokens, const int32_t *targets, int A,
+                     loom_step_result *r) {
+  size_t BT = (size_t)d->B * d->T;
+  int counted = 0;
+  for (size_t i = 0; i < (size_t)A * BT; i++) counted += targets[i] != LOOM_IGNORE_INDEX;
+  float scale = counted ? 1.0f / (float)counted : 0.0f;
+  loom_decoder_zero_grads(d);
+  double loss_sum = 0;
+  for (int a = 0; a < A; a++) {
+    double part = 0;
+    loom_decoder_forward(d, tokens + a * BT, targets + a * BT, &part, NULL);
+    loss_sum += part;
+    loom_decoder_backward(d, scale);
+  }
+  r->loss = counted ? loss_sum / counted : 0.0;
+  r->counted = counted;
+  r->tokens = (long)A * (long)BT;
+  r->grad_norm = loom_grad_clip(d, t->grad_clip);
+  r->lr = loom_lr_at(t, opt->step);
+  loom_adamw_apply(opt, d, t, r->lr);
+}

@@ -1,0 +1,89 @@
+/* Progress line and train.log writer. */
+#include <cblas.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loom/core.h"
+#include "train/progress.h"
+
+double loom_progress_measure_peak(void) {
+  const int n = 512;
+  float *a = loom_alloc((size_t)3 * n * n * sizeof(float));
+  float *b = a + (size_t)n * n, *c = b + (size_t)n * n;
+  for (size_t i = 0; i < (size_t)2 * n * n; i++) a[i] = (float)(i % 7) * 0.1f;
+  double best = 0;
+  for (int rep = 0; rep < 4; rep++) {
+    double t0 = loom_now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    double dt = loom_now() - t0;
+    double f = 2.0 * n * n * n / dt;
+    if (f > best) best = f;
+  }
+  loom_free(a);
+  return best;
+}
+
+static void fmt_eta(char *buf, size_t n, double s) {
+  if (s < 0 || s > 1e7) {
+    snprintf(buf, n, "--:--");
+    return;
+  }
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, n, "%02ld:%02ld", t / 60, t % 60);
+}
+
+static void timestamp(char *buf, size_t n) {
+  time_t now = time(NULL);
+  struct tm tm;
+  localtime_r(&now, &tm);
+  strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
+                        double step_seconds, double elapsed, double remaining_seconds) {
+  double tps = step_seconds > 0 ? (double)r->tokens / step_seconds : 0;
+  double mfu = p->peak_flops > 0 ? tps * p->flops_per_token / p->peak_flops : 0;
+  char eta[32];
+  fmt_eta(eta, sizeof eta, remaining_seconds);
+  char line[256];
+  snprintf(line, sizeof line,
+           "step %*ld/%ld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
+           "ETA %s", (int)snprintf(NULL, 0, "%ld", p->total_steps), step, p->total_steps,
+           r->loss, r->lr, r->grad_norm, tps, 100 * mfu, eta);
+  bool due = step % p->log_every == 0 || step == p->total_steps || step == 1;
+  if (due && p->log) {
+    char ts[32];
+    timestamp(ts, sizeof ts);
+    fprintf(p->log, "[%s] %s (%.1f s)\n", ts, line, elapsed);
+    fflush(p->log);
+  }
+  if (p->quiet) return;
+  if (p->tty) {
+    fprintf(stderr, "\r\033[K%s", line);
+    fflush(stderr);
+  } else if (due) {
+    fprintf(stderr, "%s\n", line);
+  }
+}
+
+void loom_progress_finish(loom_progress *p) {
+  if (p->tty && !p->quiet) fputc('\n', stderr);
+}
+
+void loom_progress_note(loom_progress *p, const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (p->log) {
+    char ts[32];
+    timestamp(ts, sizeof ts);
+    fprintf(p->log, "[%s] %s\n", ts, msg);
+    fflush(p->log);
+  }
+  if (!p->quiet) fprintf(stderr, "%s\n", msg);
+}

@@ -1,0 +1,285 @@
+/* The training run driver: run directory, data, model, the step loop, metrics, progress,
+ * periodic/final checkpoints, and resume from a checkpoint with bitwise-identical results. */
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loom/checkpoint.h"
+#include "loom/loader.h"
+#include "loom/train.h"
+#include "train/progress.h"
+
+typedef struct {
+  const loom_config *cfg;
+  loom_model_spec spec;
+  char *run_dir;
+  loom_loader *loader;
+  loom_decoder *model;
+  loom_adamw_state opt;
+  loom_train_state state;
+  FILE *metrics;
+  loom_progress progress;
+  int32_t *tokens, *targets; /* (A, B, T) */
+} run_ctx;
+
+static char *new_run_dir(const loom_config *cfg) {
+  const char *name = cfg->run.name[0] ? cfg->run.name
+                     : cfg->model.preset[0] ? cfg->model.preset : cfg->model.arch;
+  char stamp[32];
+  time_t now = time(NULL);
+  struct tm tm;
+  localtime_r(&now, &tm);
+  strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  unsigned tag = (unsigned)(loom_hash64(&now, sizeof now, (uint64_t)getpid()) & 0xffff);
+  for (int k = 0;; k++) {
+    char *dir = loom_sprintf("%s/%s_%s_%04x%s%.0d", cfg->run.output_dir, name, stamp, tag,
+                             k ? "_" : "", k);
+    if (!loom_path_exists(dir)) return dir;
+    free(dir);
+  }
+}
+
+/* Keep the metrics lines of steps <= step (a resumed run rewrites what follows). */
+static int truncate_metrics(const char *path, long step) {
+  char *data;
+  size_t len;
+  if (!loom_path_exists(path)) return 0;
+  if (loom_read_file(path, &data, &len)) return LOOM_ERR;
+  size_t keep = 0;
+  for (char *line = data; line < data + len;) {
+    char *nl = memchr(line, '\n', (size_t)(data + len - line));
+    size_t n = nl ? (size_t)(nl - line + 1) : (size_t)(data + len - line);
+    long s = -1;
+    if (sscanf(line, "{\"step\": %ld", &s) != 1 || s > step) break;
+    keep += n;
+    line += n;
+  }
+  int rc = loom_write_file_atomic(path, data, keep);
+  free(data);
+  return rc;
+}
+
+static int open_run_dir(run_ctx *c, const loom_train_opts *o) {
+  if (o->resume) {
+    char *copy = loom_strdup(o->resume);
+    size_t n = strlen(copy);
+    while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
+    c->run_dir = loom_strdup(dirname(copy));
+    free(copy);
+  } else {
+    c->run_dir = new_run_dir(c->cfg);
+  }
+  if (loom_mkdir_p(c->run_dir)) return LOOM_ERR;
+  char *cfg_path = loom_sprintf("%s/config.yaml", c->run_dir);
+  int rc = loom_config_save(c->cfg, cfg_path);
+  free(cfg_path);
+  return rc;
+}
+
+static int open_data(run_ctx *c) {
+  const loom_config_training *t = &c->cfg->training;
+  if (loom_loader_open(&c->loader, c->cfg->data.train_shards, (int)t->micro_batch_size,
+                       (int)t->seq_len, 0, 1, (uint64_t)c->cfg->run.seed))
+    return loom_err_prefix("data.train_shards: ");
+  int32_t max_tok = loom_loader_max_token(c->loader);
+  if (max_tok >= c->spec.vocab_size)
+    return loom_err("data.train_shards '%s' holds token id %d but the model's vocabulary has "
+                    "%d tokens; set model.vocab_size >= %d (or use the matching tokenizer)",
+                    c->cfg->data.train_shards, max_tok, c->spec.vocab_size, max_tok + 1);
+  size_t n = (size_t)t->grad_accum * t->micro_batch_size * t->seq_len;
+  c->tokens = malloc(n * sizeof(int32_t));
+  c->targets = malloc(n * sizeof(int32_t));
+  LOOM_ASSERT(c->tokens && c->targets);
+  return 0;
+}
+
+static int next_batches(run_ctx *c) {
+  const loom_config_training *t = &c->cfg->training;
+  size_t BT = (size_t)t->micro_batch_size * t->seq_len;
+  for (long a = 0; a < t->grad_accum; a++)
+    if (loom_loader_next(c->loader, c->tokens + a * BT, c->targets + a * BT)) return LOOM_ERR;
+  return 0;
+}
+
+static int save_checkpoint(run_ctx *c, const char *name) {
+  loom_loader_get_state(c->loader, &c->state.loader);
+  char *dir = loom_sprintf("%s/%s", c->run_dir, name);
+  int rc = loom_ckpt_save(dir, c->model, &c->opt, &c->state, c->cfg);
+  if (!rc) loom_progress_note(&c->progress, "saved %s", dir);
+  free(dir);
+  return rc;
+}
+
+static void prune_checkpoints(run_ctx *c, long step) {
+  long keep = c->cfg->checkpoint.keep_last, every = c->cfg->checkpoint.every;
+  if (keep <= 0 || every <= 0) return;
+  long old = step - keep * every;
+  if (old <= 0) return;
+  char *dir = loom_sprintf("%s/checkpoint_%ld", c->run_dir, old);
+  loom_rm_rf(dir);
+  free(dir);
+}
+
+static void write_metrics(run_ctx *c, const loom_step_result *r, double dt, double elapsed) {
+  fprintf(c->metrics,
+          "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
+          "\"tokens_per_s\": %.1f, \"step_time\": %.6f, \"time\": %.3f, \"tokens\": %ld}\n",
+          c->state.step, r->loss, r->lr, r->grad_norm, dt > 0 ? (double)r->tokens / dt : 0.0, dt,
+          elapsed, c->state.tokens_seen);
+  fflush(c->metrics);
+}
+
+static int write_summary(run_ctx *c, double final_loss, double min_loss, double avg_step,
+                         long timed_steps) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const loom_config_training *t = &c->cfg->training;
+  double tokens_per_step = (double)t->grad_accum * t->micro_batch_size * t->seq_len;
+  char *text = loom_sprintf(
+      "{\n  \"steps\": %ld,\n  \"final_loss\": %.17g,\n  \"min_loss\": %.17g,\n"
+      "  \"avg_step_time\": %.6f,\n  \"timed_steps\": %ld,\n  \"tokens_per_s\": %.1f,\n"
+      "  \"peak_rss_mb\": %.1f\n}\n",
+      c->state.step, final_loss, min_loss, avg_step, timed_steps,
+      avg_step > 0 ? tokens_per_step / avg_step : 0.0, (double)ru.ru_maxrss / 1024.0);
+  char *path = loom_sprintf("%s/summary.json", c->run_dir);
+  int rc = loom_write_file_atomic(path, text, strlen(text));
+  loom_progress_note(&c->progress, "peak resident memory %.1f MB", (double)ru.ru_maxrss / 1024.0);
+  free(path);
+  free(text);
+  return rc;
+}
+
+static int setup(run_ctx *c, const loom_train_opts *o) {
+  const loom_config *cfg = c->cfg;
+  const loom_config_training *t = &cfg->training;
+  if (loom_model_spec_from_config(&c->spec, &cfg->model)) return LOOM_ERR;
+  if (open_data(c)) return LOOM_ERR;
+  if (loom_decoder_create(&c->model, &c->spec, (int)t->micro_batch_size, (int)t->seq_len,
+                          !strcmp(t->dtype, "bf16"), t->activation_checkpointing))
+    return LOOM_ERR;
+  if (o->resume && !loom_is_dir(o->resume))
+    return loom_err("--resume: checkpoint '%s' is not a directory (expected "
+                    "runs/<id>/checkpoint_<step> or final_checkpoint)", o->resume);
+  /* every check that can fail on bad input is done: only now create the run directory */
+  if (open_run_dir(c, o)) return LOOM_ERR;
+  loom_adamw_state_init(&c->opt, c->model->layout.total);
+  memset(&c->state, 0, sizeof c->state);
+  c->state.config_hash = loom_config_hash(cfg);
+  loom_rng_seed(&c->state.rng, (uint64_t)cfg->run.seed);
+  char *log_path = loom_sprintf("%s/train.log", c->run_dir);
+  c->progress.log = fopen(log_path, o->resume ? "a" : "w");
+  free(log_path);
+  c->progress.tty = isatty(STDERR_FILENO);
+  c->progress.quiet = o->quiet;
+  c->progress.total_steps = t->steps;
+  c->progress.log_every = t->log_every;
+  c->progress.flops_per_token = loom_decoder_flops_per_token(&c->spec, (int)t->seq_len);
+  c->progress.peak_flops = loom_progress_measure_peak();
+  if (o->command_line) loom_progress_note(&c->progress, "command: %s", o->command_line);
+  loom_progress_note(&c->progress, "run directory: %s", c->run_dir);
+  loom_progress_note(&c->progress,
+                     "model: %s, %zu parameters (%zu with vocab padding), vocab %d padded to "
+                     "%d; %s%s; B=%ld T=%ld grad_accum=%ld",
+                     c->spec.arch == LOOM_ARCH_GPT2 ? "gpt2" : "llama",
+                     loom_model_count_params(&c->spec, false),
+                     loom_model_count_params(&c->spec, true), c->spec.vocab_size,
+                     c->spec.padded_vocab, t->dtype,
+                     t->activation_checkpointing ? ", activation checkpointing" : "",
+                     t->micro_batch_size, t->seq_len, t->grad_accum);
+  loom_progress_note(&c->progress, "data: %s, %" PRIu64 " tokens", cfg->data.train_shards,
+                     loom_loader_total_tokens(c->loader));
+  if (o->resume) {
+    if (loom_ckpt_load(o->resume, c->model, &c->opt, &c->state))
+      return loom_err_prefix("--resume: ");
+    if (loom_loader_set_state(c->loader, &c->state.loader)) return LOOM_ERR;
+    if (c->state.config_hash != loom_config_hash(cfg))
+      loom_progress_note(&c->progress, "warning: the config differs from the one the "
+                                       "checkpoint was written with");
+    c->state.config_hash = loom_config_hash(cfg);
+    loom_progress_note(&c->progress, "resumed from %s at step %ld", o->resume, c->state.step);
+  } else {
+    loom_decoder_init_params(c->model, (uint64_t)cfg->run.seed);
+  }
+  char *mpath = loom_sprintf("%s/metrics.jsonl", c->run_dir);
+  int rc = o->resume ? truncate_metrics(mpath, c->state.step) : 0;
+  c->metrics = rc ? NULL : fopen(mpath, o->resume ? "a" : "w");
+  if (!rc && !c->metrics) rc = loom_err("cannot open '%s': %s", mpath, strerror(errno));
+  free(mpath);
+  return rc;
+}
+
+static int loop(run_ctx *c, const loom_train_opts *o) {
+  const loom_config *cfg = c->cfg;
+  const loom_config_training *t = &cfg->training;
+  double run_start = loom_now() - c->state.elapsed, timed = 0, min_loss = 1e300, last = 0;
+  long timed_steps = 0;
+  long first = c->state.step;
+  while (c->state.step < t->steps) {
+    double t0 = loom_now();
+    if (next_batches(c)) return LOOM_ERR;
+    loom_step_result r;
+    loom_train_step(c->model, &c->opt, t, c->tokens, c->targets, (int)t->grad_accum, &r);
+    double dt = loom_now() - t0;
+    c->state.step++;
+    c->state.tokens_seen += r.tokens;
+    c->state.elapsed = loom_now() - run_start;
+    if (c->state.step > first + 1) { /* the first step of a process warms caches: not timed */
+      timed += dt;
+      timed_steps++;
+    }
+    if (r.loss < min_loss) min_loss = r.loss;
+    last = r.loss;
+    write_metrics(c, &r, dt, c->state.elapsed);
+    double avg = timed_steps ? timed / timed_steps : dt;
+    loom_progress_step(&c->progress, c->state.step, &r, dt, c->state.elapsed,
+                       avg * (double)(t->steps - c->state.step));
+    if (r.loss != r.loss) {
+      loom_progress_finish(&c->progress);
+      return loom_err("loss became NaN at step %ld; lower training.lr or enable "
+                      "training.grad_clip", c->state.step);
+    }
+    bool stop = o->stop_after > 0 && c->state.step >= o->stop_after;
+    if (cfg->checkpoint.every > 0 && c->state.step % cfg->checkpoint.every == 0 &&
+        c->state.step < t->steps) {
+      char name[64];
+      snprintf(name, sizeof name, "checkpoint_%ld", c->state.step);
+      if (save_checkpoint(c, name)) return LOOM_ERR;
+      prune_checkpoints(c, c->state.step);
+    }
+    if (stop) {
+      loom_progress_finish(&c->progress);
+      loom_progress_note(&c->progress, "stopping after step %ld as asked", c->state.step);
+      return 0;
+    }
+  }
+  loom_progress_finish(&c->progress);
+  if (cfg->checkpoint.save_final && save_checkpoint(c, "final_checkpoint")) return LOOM_ERR;
+  return write_summary(c, last, min_loss, timed_steps ? timed / timed_steps : 0, timed_steps);
+}
+
+int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
+  run_ctx c;
+  memset(&c, 0, sizeof c);
+  c.cfg = cfg;
+  int rc = setup(&c, o);
+  if (!rc) rc = loop(&c, o);
+  if (!rc) {
+    loom_progress_note(&c.progress, "done: %ld steps; the run is in %s", c.state.step, c.run_dir);
+    printf("%s\n", c.run_dir);
+  }
+  if (rc && c.progress.log) fprintf(c.progress.log, "error: %s\n", loom_errmsg());
+  if (c.metrics) fclose(c.metrics);
+  if (c.progress.log) fclose(c.progress.log);
+  if (c.loader) loom_loader_close(c.loader);
+  if (c.model) loom_decoder_free(c.model);
+  if (c.opt.m) loom_adamw_state_free(&c.opt);
+  free(c.tokens);
+  free(c.targets);
+  free(c.run_dir);
+  return rc;
+}

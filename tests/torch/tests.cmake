@@ -1,0 +1,28 @@
+# PyTorch cross-checks: loom_refdump runs loom's model on random weights and data, and
+# check_refdump.py recomputes everything with an independent PyTorch implementation
+# (Debian's python3-torch) and compares within the tolerances written in that script.
+add_executable(loom_refdump ${CMAKE_SOURCE_DIR}/tests/torch/refdump.c)
+target_link_libraries(loom_refdump PRIVATE loomlib)
+
+set(LOOM_TORCH_DIR ${CMAKE_SOURCE_DIR}/tests/torch)
+# name | overrides
+set(LOOM_TORCH_CASES
+  "torch_gpt2_fp32|model.preset= model.arch=gpt2 model.vocab_size=1000 model.hidden=96 model.heads=3 model.layers=2 model.max_seq=64 training.seq_len=33 training.micro_batch_size=2"
+  "torch_gpt2_accum_recompute_fp32|model.preset= model.arch=gpt2 model.vocab_size=1000 model.hidden=64 model.heads=4 model.layers=2 model.max_seq=40 training.seq_len=17 training.micro_batch_size=3 training.grad_accum=2 training.activation_checkpointing=true training.lr_schedule=linear training.grad_clip=0.5"
+  "torch_llama_gqa_untied_fp32|model.preset= model.arch=llama model.vocab_size=1000 model.hidden=96 model.heads=6 model.kv_heads=2 model.intermediate=200 model.layers=2 model.max_seq=64 model.qkv_bias=false model.tied_embeddings=false training.seq_len=33 training.micro_batch_size=2"
+  "torch_qwen2_bias_tied_fp32|model.preset= model.arch=llama model.vocab_size=1000 model.hidden=96 model.heads=3 model.kv_heads=1 model.intermediate=160 model.layers=2 model.max_seq=64 model.qkv_bias=true model.tied_embeddings=true model.rope_theta=1000000 training.seq_len=33 training.micro_batch_size=2 training.grad_accum=2 training.activation_checkpointing=true"
+  "torch_gpt2_bf16|model.preset= model.arch=gpt2 model.vocab_size=1000 model.hidden=96 model.heads=3 model.layers=2 model.max_seq=64 training.seq_len=33 training.micro_batch_size=2 training.dtype=bf16"
+  "torch_llama_gqa_bf16|model.preset= model.arch=llama model.vocab_size=1000 model.hidden=96 model.heads=6 model.kv_heads=2 model.intermediate=200 model.layers=2 model.max_seq=64 model.qkv_bias=true model.tied_embeddings=false training.seq_len=33 training.micro_batch_size=2 training.dtype=bf16"
+)
+foreach(case ${LOOM_TORCH_CASES})
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 name)
+  list(GET parts 1 overrides)
+  add_test(NAME ${name}
+    COMMAND sh -c "$<TARGET_FILE:loom_refdump> ${name}.safetensors ${overrides} && ${LOOM_PYTHON} ${LOOM_TORCH_DIR}/check_refdump.py ${name}.safetensors"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
+endforeach()
+add_test(NAME torch_checker_selftest COMMAND ${LOOM_PYTHON} ${LOOM_TORCH_DIR}/selftest.py
+  WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(torch_checker_selftest PROPERTIES TIMEOUT 300)
