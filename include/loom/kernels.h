@@ -10,6 +10,9 @@
  *  - Backward functions ACCUMULATE (+=) into every gradient they produce (input and parameter
  *    gradients), so residual branches and gradient accumulation need no extra adds.
  *    Callers zero gradient buffers when they start a new accumulation.
+ *  - Exception: loom_rope_backward rotates the gradient in place (it is a pure rotation).
+ *  - Optional arguments that may be NULL: LayerNorm b, db, dw; attention dq/dk/dv; SwiGLU
+ *    dgate/dup; embedding wpe/dwpe/dwte; linear dx/dw/db and b.
  *  - Cross-entropy targets equal to LOOM_IGNORE_INDEX contribute no loss and no gradient.
  */
 #ifndef LOOM_KERNELS_H
@@ -78,8 +81,10 @@ LOOM_KERNEL_DECLS(double, f64)
 /* AdamW on n contiguous values (PyTorch's torch.optim.AdamW semantics, decoupled decay):
  *   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
  *   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)        (t = step, from 1) */
-void loom_adamw_f32(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, long step);
+void loom_adamw_f32(float *p, const float *g, float *m, float *v, size_t n, double lr,
+                    double beta1, double beta2, double eps, double weight_decay, long step);
+/* The hyper-parameters are doubles as Python floats are in PyTorch: scalars such as 1-beta1
+ * are formed in double and rounded to float once, exactly as torch does. */
 
 /* Round n floats to the nearest bf16 value (stored as float), for mixed-precision matmuls. */
 void loom_round_bf16_f32(float *dst, const float *src, size_t n);

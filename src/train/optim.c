@@ -41,8 +41,8 @@ void loom_adamw_apply(loom_adamw_state *st, loom_decoder *d, const loom_config_t
     const loom_param *p = &d->layout.params[i];
     double wd = (p->decay || t->decay_norms_and_biases) ? t->weight_decay : 0.0;
     size_t o = p->offset;
-    loom_adamw_f32(d->params + o, d->grads + o, st->m + o, st->v + o, p->numel, (float)lr,
-                   (float)t->beta1, (float)t->beta2, (float)t->eps, (float)wd, st->step);
+    loom_adamw_f32(d->params + o, d->grads + o, st->m + o, st->v + o, p->numel, lr, t->beta1,
+                   t->beta2, t->eps, wd, st->step);
   }
   loom_decoder_params_updated(d);
 }
