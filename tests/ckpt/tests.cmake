@@ -1,0 +1,9 @@
+# Checkpoint (safetensors) script tests: tests/ckpt/st_check.py checks loom's reader and
+# writer against an independent numpy/torch implementation of the format, driving the
+# `loom` binary and the st_helper executable below (st_helper is a tool, not a test).
+add_executable(ckpt_st_helper ${CMAKE_CURRENT_LIST_DIR}/st_helper.c)
+target_link_libraries(ckpt_st_helper PRIVATE loomlib)
+add_test(NAME ckpt_st_python
+  COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/st_check.py $<TARGET_FILE:loom>
+          $<TARGET_FILE:ckpt_st_helper>)
+set_tests_properties(ckpt_st_python PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 120)
