@@ -1,11 +1,87 @@
-/* loom config: placeholder until its module lands (replaced in this change). */
+/* loom config: `show` prints the resolved config (defaults, then an optional YAML file, then
+ * command-line overrides, validated) as YAML; `schema` prints every key with its type,
+ * default and meaning. Errors go to stderr with exit status 1. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
+#include "loom/config.h"
+#include "loom/core.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: loom config show [CONFIG.yaml] [OVERRIDE ...]\n"
+          "       loom config schema\n\n"
+          "show    print the resolved config as YAML: the defaults, then CONFIG.yaml (if\n"
+          "        given), then each override in order; the result is validated\n"
+          "schema  print every key with its type, default and meaning\n\n"
+          "Overrides (Hydra grammar):\n"
+          "  key=value     set a key, e.g. training.lr=1e-3 run.name='my run'\n"
+          "  +key=value    add a key; loom's keys always exist, so this is the same as =\n"
+          "  ++key=value   force add-or-override (same as = for loom)\n"
+          "  ~key          reset a key to its default\n"
+          "  ~key=value    reset it only if its current value is value\n"
+          "Values are typed like YAML: 3e-4, 64, true/false/yes/no/on/off, quoted strings.\n");
+}
+
+static int fail(void) {
+  fprintf(stderr, "loom config: %s\n", loom_errmsg());
+  return 1;
+}
+
+static bool is_override(const char *a) {
+  return a[0] == '+' || a[0] == '~' || strchr(a, '=') != NULL;
+}
+
+static int cmd_show(int argc, char **argv) {
+  loom_config c;
+  loom_config_defaults(&c);
+  int i = 1;
+  if (i < argc && argv[i][0] != '-' && !is_override(argv[i])) {
+    if (loom_config_load(&c, argv[i])) return fail();
+    i++;
+  }
+  for (; i < argc; i++) {
+    if (argv[i][0] == '-') {
+      fprintf(stderr, "loom config show: unknown option '%s' (see loom config --help)\n",
+              argv[i]);
+      return 1;
+    }
+    if (!is_override(argv[i])) {
+      fprintf(stderr, "loom config show: '%s' is not an override (key=value, +key=value, "
+              "~key); only the first argument may be a config file\n", argv[i]);
+      return 1;
+    }
+    if (loom_config_override(&c, argv[i])) return fail();
+  }
+  if (loom_config_validate(&c)) return fail();
+  char *yaml = loom_config_to_yaml(&c);
+  fputs(yaml, stdout);
+  free(yaml);
+  return 0;
+}
 
 int loom_cmd_config(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "loom config: not built yet\n");
+  if (loom_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return 0;
+  }
+  if (argc < 2) {
+    usage(stderr);
+    return 1;
+  }
+  if (!strcmp(argv[1], "show")) return cmd_show(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "schema")) {
+    if (argc > 2) {
+      fprintf(stderr, "loom config schema: takes no arguments\n");
+      return 1;
+    }
+    loom_config_print_schema();
+    return 0;
+  }
+  fprintf(stderr, "loom config: unknown subcommand '%s' (expected show or schema)\n\n",
+          argv[1]);
+  usage(stderr);
   return 1;
 }
