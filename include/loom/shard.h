@@ -1,0 +1,69 @@
+/* loom token shards: a flat binary file of token ids with a 64-byte header
+ * (docs/FORMATS-data.md). All integers little-endian:
+ *   offset  size  field
+ *        0     8  magic "LOOMTOK1"
+ *        8     4  u32 version = 1
+ *       12     4  u32 dtype: 1 = uint16 tokens, 2 = uint32 tokens
+ *       16     8  u64 token count N
+ *       24     4  u32 vocab_size (every token id is < vocab_size)
+ *       28    36  reserved, zero
+ *       64  N*w  the tokens (w = 2 or 4 bytes)
+ * Writers pick uint16 when vocab_size <= 65536 and write atomically (PATH.tmp.<pid>, then
+ * rename), so a shard either exists complete or not at all. Readers validate the header and
+ * that the file holds exactly N tokens; every error names the file and says what to do. */
+#ifndef LOOM_SHARD_H
+#define LOOM_SHARD_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define LOOM_SHARD_MAGIC "LOOMTOK1"
+#define LOOM_SHARD_HEADER_BYTES 64
+#define LOOM_SHARD_VERSION 1
+#define LOOM_SHARD_U16 1
+#define LOOM_SHARD_U32 2
+
+typedef struct {
+  uint32_t version;
+  uint32_t dtype;      /* LOOM_SHARD_U16 or LOOM_SHARD_U32 */
+  uint64_t count;      /* tokens */
+  uint32_t vocab_size;
+} loom_shard_header;
+
+/* dtype a writer uses for this vocabulary size. */
+uint32_t loom_shard_dtype_for_vocab(uint32_t vocab_size);
+/* Bytes per token of a dtype (2 or 4; 0 for an unknown dtype). */
+size_t loom_shard_dtype_bytes(uint32_t dtype);
+
+/* Write n tokens (each in [0, vocab_size)) as one shard, atomically. */
+int loom_shard_write(const char *path, const int32_t *tokens, uint64_t n, uint32_t vocab_size);
+
+/* Streaming writer: tokens go to PATH.tmp.<pid>; close() fixes the header and renames it
+ * into place; abort() (or any failed call) removes the temporary file. */
+typedef struct loom_shard_writer loom_shard_writer;
+int loom_shard_writer_open(loom_shard_writer **w, const char *path, uint32_t vocab_size);
+int loom_shard_writer_append(loom_shard_writer *w, const int32_t *tokens, size_t n);
+uint64_t loom_shard_writer_count(const loom_shard_writer *w);
+int loom_shard_writer_close(loom_shard_writer *w); /* frees w, also on error */
+void loom_shard_writer_abort(loom_shard_writer *w); /* frees w */
+
+/* A validated, memory-mapped shard. */
+typedef struct {
+  loom_shard_header h;
+  const uint8_t *tokens; /* h.count tokens of h.dtype, little-endian */
+  void *map;
+  size_t map_len;
+  char *path;
+} loom_shard;
+
+/* Open and validate: missing file, too short, bad magic, unknown version or dtype, dtype
+ * too narrow for vocab_size, and a size that does not match the token count. */
+int loom_shard_open(loom_shard *s, const char *path);
+void loom_shard_close(loom_shard *s);
+/* Copy tokens [start, start + n) (must lie inside the shard) into out as int32. */
+void loom_shard_copy(const loom_shard *s, uint64_t start, uint64_t n, int32_t *out);
+/* Validate and read only the header. */
+int loom_shard_read_header(const char *path, loom_shard_header *h);
+/* Read the whole shard into a malloc'd int32 array (*tokens, h->count entries). */
+int loom_shard_read(const char *path, loom_shard_header *h, int32_t **tokens);
+
+#endif
