@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "loom/config.h"
+#include "loom/core.h"
 #include "loom/train.h"
 
 static void usage(FILE *out) {
@@ -68,6 +69,11 @@ int loom_cmd_train(int argc, char **argv) {
     }
   }
   char *resume_cfg = NULL;
+  if (opts.resume && !loom_is_dir(opts.resume)) {
+    fprintf(stderr, "loom train: --resume: checkpoint '%s' is not a directory (expected "
+            "runs/<id>/checkpoint_<step> or runs/<id>/final_checkpoint)\n", opts.resume);
+    return 1;
+  }
   if (!config_path && opts.resume) {
     resume_cfg = loom_sprintf("%s/config.yaml", opts.resume);
     config_path = resume_cfg;

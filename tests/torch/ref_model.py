@@ -1,0 +1,421 @@
+"""Independent PyTorch reference for loom's decoder models (GPT-2 and Llama/Qwen2 family).
+
+Written plainly from the contract (include/loom/model.h names and shapes, include/loom/kernels.h
+conventions), not from loom's C code:
+  - parameters are a dict name -> tensor in loom's layout (linear weights (out, in));
+  - forward gives logits (B, T, Vp) including the vocabulary padding columns;
+  - the loss is cross-entropy over the first V columns, ignore_index -100;
+  - bf16 mode rounds the inputs of every linear layer (q,k,v,o,up,gate,down, LM head) to bf16
+    and accumulates in the working dtype (BF16Linear); everything else stays in that dtype;
+  - train() runs S optimizer steps: A micro-batches, global-token-mean loss, clip_grad_norm_
+    semantics, torch.optim.AdamW with two param groups (decay / no decay), lr schedule.
+
+Works in float64 and float32 (dtype argument). torch 1.13: no scaled_dot_product_attention.
+"""
+import math
+from collections import OrderedDict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100
+
+REQUIRED_META = [
+    "arch", "vocab_size", "padded_vocab", "hidden", "layers", "heads", "kv_heads", "head_dim",
+    "intermediate", "max_seq", "norm_eps", "rope_theta", "qkv_bias", "tied_embeddings", "B", "T",
+    "grad_accum", "steps", "dtype", "lr", "min_lr_ratio", "lr_schedule", "warmup_steps",
+    "weight_decay", "beta1", "beta2", "eps", "grad_clip", "decay_norms_and_biases",
+    "activation_checkpointing",
+]
+
+
+def _bool(key, s):
+    v = s.strip().lower()
+    if v in ("true", "1"):
+        return True
+    if v in ("false", "0"):
+        return False
+    raise ValueError("metadata %s=%r is not a boolean (true/false)" % (key, s))
+
+
+def _int(key, s):
+    try:
+        return int(s.strip())
+    except ValueError:
+        raise ValueError("metadata %s=%r is not an integer" % (key, s))
+
+
+def _float(key, s):
+    try:
+        return float(s.strip())
+    except ValueError:
+        raise ValueError("metadata %s=%r is not a number" % (key, s))
+
+
+class Spec:
+    """Model dims and training hyper-parameters, parsed from the dump's string metadata."""
+
+    @classmethod
+    def from_metadata(cls, meta):
+        missing = [k for k in REQUIRED_META if k not in meta]
+        if missing:
+            raise ValueError("metadata lacks: %s" % ", ".join(missing))
+        s = cls()
+        s.arch = meta["arch"].strip()
+        if s.arch not in ("gpt2", "llama"):
+            raise ValueError("metadata arch=%r, expected gpt2 or llama" % s.arch)
+        for k, attr in [("vocab_size", "V"), ("padded_vocab", "Vp"), ("hidden", "C"),
+                        ("layers", "L"), ("heads", "Hq"), ("kv_heads", "Hkv"), ("head_dim", "D"),
+                        ("intermediate", "I"), ("max_seq", "max_seq"), ("B", "B"), ("T", "T"),
+                        ("grad_accum", "A"), ("steps", "S"), ("warmup_steps", "warmup")]:
+            setattr(s, attr, _int(k, meta[k]))
+        for k in ["norm_eps", "rope_theta", "lr", "min_lr_ratio", "weight_decay", "beta1",
+                  "beta2", "eps", "grad_clip"]:
+            setattr(s, k, _float(k, meta[k]))
+        for k in ["qkv_bias", "tied_embeddings", "decay_norms_and_biases",
+                  "activation_checkpointing"]:
+            setattr(s, k, _bool(k, meta[k]))
+        s.dtype = meta["dtype"].strip()
+        if s.dtype not in ("fp32", "bf16"):
+            raise ValueError("metadata dtype=%r, expected fp32 or bf16" % s.dtype)
+        s.lr_schedule = meta["lr_schedule"].strip()
+        if s.lr_schedule not in ("constant", "linear", "cosine"):
+            raise ValueError("metadata lr_schedule=%r, expected constant|linear|cosine"
+                             % s.lr_schedule)
+        s.check()
+        return s
+
+    def check(self):
+        errs = []
+        if not (self.Vp >= self.V > 0):
+            errs.append("need padded_vocab %d >= vocab_size %d > 0" % (self.Vp, self.V))
+        if self.Hkv <= 0 or self.Hq % self.Hkv:
+            errs.append("kv_heads %d must divide heads %d" % (self.Hkv, self.Hq))
+        if self.arch == "llama" and self.D % 2:
+            errs.append("head_dim %d must be even for rope" % self.D)
+        if self.T > self.max_seq:
+            errs.append("T %d > max_seq %d" % (self.T, self.max_seq))
+        for k in ("C", "L", "Hq", "D", "I", "B", "T", "A", "S"):
+            if getattr(self, k) <= 0:
+                errs.append("%s must be positive" % k)
+        if self.warmup < 0:
+            errs.append("warmup_steps %d < 0" % self.warmup)
+        if errs:
+            raise ValueError("; ".join(errs))
+
+    @property
+    def bf16(self):
+        return self.dtype == "bf16"
+
+
+def param_shapes(spec):
+    """OrderedDict name -> shape, exactly the names of include/loom/model.h."""
+    s = spec
+    gpt2 = s.arch == "gpt2"
+    p = OrderedDict()
+    p["embed.weight"] = (s.Vp, s.C)
+    if gpt2:
+        p["pos_embed.weight"] = (s.max_seq, s.C)
+    qd, kvd = s.Hq * s.D, s.Hkv * s.D
+    for i in range(s.L):
+        pre = "layers.%d." % i
+        p[pre + "attn_norm.weight"] = (s.C,)
+        if gpt2:
+            p[pre + "attn_norm.bias"] = (s.C,)
+        for nm, od in (("q", qd), ("k", kvd), ("v", kvd)):
+            p[pre + "attn.%s.weight" % nm] = (od, s.C)
+            if s.qkv_bias:
+                p[pre + "attn.%s.bias" % nm] = (od,)
+        p[pre + "attn.o.weight"] = (s.C, qd)
+        if gpt2:
+            p[pre + "attn.o.bias"] = (s.C,)
+        p[pre + "mlp_norm.weight"] = (s.C,)
+        if gpt2:
+            p[pre + "mlp_norm.bias"] = (s.C,)
+            p[pre + "mlp.up.weight"] = (s.I, s.C)
+            p[pre + "mlp.up.bias"] = (s.I,)
+            p[pre + "mlp.down.weight"] = (s.C, s.I)
+            p[pre + "mlp.down.bias"] = (s.C,)
+        else:
+            p[pre + "mlp.gate.weight"] = (s.I, s.C)
+            p[pre + "mlp.up.weight"] = (s.I, s.C)
+            p[pre + "mlp.down.weight"] = (s.C, s.I)
+    p["final_norm.weight"] = (s.C,)
+    if gpt2:
+        p["final_norm.bias"] = (s.C,)
+    if not s.tied_embeddings:
+        p["lm_head.weight"] = (s.Vp, s.C)
+    return p
+
+
+def decays(spec, name, shape):
+    """Weight decay applies to 2-D weights (embed, pos_embed, lm_head, linear weights);
+    norms and biases only when decay_norms_and_biases."""
+    return len(shape) == 2 or spec.decay_norms_and_biases
+
+
+def lr_at(spec, step):
+    """Learning rate of step `step` (from 0), in double precision."""
+    lr, W, S, m = spec.lr, spec.warmup, spec.S, spec.min_lr_ratio
+    if step < W:
+        return lr * (step + 1) / W
+    p = (step - W) / max(1, S - W)
+    if spec.lr_schedule == "constant":
+        return lr
+    if spec.lr_schedule == "linear":
+        return lr * (m + (1 - m) * (1 - p))
+    return lr * (m + (1 - m) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def adam_max_step_factor(beta1, beta2, t):
+    """Upper bound of |m_hat| / sqrt(v_hat) at AdamW step t (from 1), any gradient sequence
+    (Cauchy-Schwarz on m_t = (1-b1) sum b1^(t-i) g_i against v_t = (1-b2) sum b2^(t-i) g_i^2).
+    Used to bound how far a parameter whose gradient is pure rounding noise can drift."""
+    r = beta1 * beta1 / beta2
+    geo = sum(r ** j for j in range(t))
+    return ((1 - beta1) / math.sqrt(1 - beta2) * math.sqrt(geo)
+            * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t))
+
+
+# ----------------------------------------------------------------------------------------------
+# ops
+
+
+def bf16_round(t):
+    """Round to the nearest bf16 value (ties to even), returned in t's dtype."""
+    return t.to(torch.bfloat16).to(t.dtype)
+
+
+class BF16Linear(torch.autograd.Function):
+    """y = round(x) @ round(W)^T + b with accumulation in x's dtype.
+    Backward: dx = round(dy) @ round(W), dW = round(dy)^T @ round(x), db = dy.sum(0)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xr, wr = bf16_round(x), bf16_round(w)
+        ctx.save_for_backward(xr, wr)
+        ctx.has_bias = b is not None
+        y = xr @ wr.t()
+        if b is not None:
+            y = y + b
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        xr, wr = ctx.saved_tensors
+        dyr = bf16_round(dy)
+        dx = dyr @ wr
+        dw = dyr.t() @ xr
+        db = dy.sum(0) if ctx.has_bias else None
+        return dx, dw, db
+
+
+def linear(x, w, b, bf16):
+    if not bf16:
+        return F.linear(x, w, b)
+    shp = x.shape
+    y = BF16Linear.apply(x.reshape(-1, shp[-1]), w, b)
+    return y.reshape(*shp[:-1], w.shape[0])
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_tables(T, D, theta, dtype):
+    """cos, sin (T, D) of the Hugging Face rotate_half convention; angles in float64."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+def apply_rope(x, cos, sin, variant=()):
+    """x (B, T, H, D)."""
+    if "rope_interleaved" in variant:  # deliberately wrong convention (selftest mutation)
+        x2 = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
+        h = x.shape[-1] // 2
+        c = cos[:, :h].repeat_interleave(2, -1)
+        s = sin[:, :h].repeat_interleave(2, -1)
+        return x * c[None, :, None, :] + x2 * s[None, :, None, :]
+    return x * cos[None, :, None, :] + rotate_half(x) * sin[None, :, None, :]
+
+
+def causal_attention(q, k, v, Hq, Hkv):
+    """q (B,T,Hq,D), k/v (B,T,Hkv,D) -> (B,T,Hq*D). Query head h uses kv head h // (Hq/Hkv)."""
+    B, T, _, D = q.shape
+    rep = Hq // Hkv
+    q = q.transpose(1, 2)
+    k = k.transpose(1, 2).repeat_interleave(rep, dim=1)
+    v = v.transpose(1, 2).repeat_interleave(rep, dim=1)
+    scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D))
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = probs @ v
+    return out.transpose(1, 2).reshape(B, T, Hq * D)
+
+
+# ----------------------------------------------------------------------------------------------
+# model
+
+
+def forward(spec, P, tokens, bf16=False, variant=()):
+    """P: name -> tensor; tokens (B,T) long. Returns logits (B, T, Vp)."""
+    s = spec
+    B, T = tokens.shape
+    gpt2 = s.arch == "gpt2"
+    dt = P["embed.weight"].dtype
+    x = P["embed.weight"][tokens]
+    if gpt2:
+        x = x + P["pos_embed.weight"][:T][None]
+    else:
+        cos, sin = rope_tables(T, s.D, s.rope_theta, dt)
+
+    def norm(h, pre):
+        if gpt2:
+            return F.layer_norm(h, (s.C,), P[pre + ".weight"], P[pre + ".bias"], s.norm_eps)
+        return rms_norm(h, P[pre + ".weight"], s.norm_eps)
+
+    def lin(h, pre):
+        return linear(h, P[pre + ".weight"], P.get(pre + ".bias"), bf16)
+
+    for i in range(s.L):
+        pre = "layers.%d." % i
+        h = norm(x, pre + "attn_norm")
+        q = lin(h, pre + "attn.q").view(B, T, s.Hq, s.D)
+        k = lin(h, pre + "attn.k").view(B, T, s.Hkv, s.D)
+        v = lin(h, pre + "attn.v").view(B, T, s.Hkv, s.D)
+        if not gpt2:
+            q = apply_rope(q, cos, sin, variant)
+            k = apply_rope(k, cos, sin, variant)
+        a = causal_attention(q, k, v, s.Hq, s.Hkv)
+        x = x + lin(a, pre + "attn.o")
+        h = norm(x, pre + "mlp_norm")
+        if gpt2:
+            u = lin(h, pre + "mlp.up")
+            u = F.gelu(u) if "gelu_erf" in variant else F.gelu(u, approximate="tanh")
+        else:
+            u = F.silu(lin(h, pre + "mlp.gate")) * lin(h, pre + "mlp.up")
+        x = x + lin(u, pre + "mlp.down")
+    h = norm(x, "final_norm")
+    head = P["embed.weight"] if s.tied_embeddings else P["lm_head.weight"]
+    return linear(h, head, None, bf16)
+
+
+def loss_sum(spec, logits, targets):
+    """(sum of token cross-entropies over the first V columns, number of non-ignored targets)."""
+    V = spec.V
+    lg = logits[..., :V].reshape(-1, V)
+    tg = targets.reshape(-1)
+    total = F.cross_entropy(lg, tg, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total, int((tg != IGNORE_INDEX).sum())
+
+
+def make_params(spec, params_np, dtype):
+    """Leaf tensors (requires_grad) in `dtype` from numpy arrays keyed by model name."""
+    return OrderedDict((n, torch.tensor(np.asarray(params_np[n]), dtype=dtype).requires_grad_(True))
+                       for n in param_shapes(spec))
+
+
+def _t(a):
+    return torch.as_tensor(np.asarray(a, dtype=np.int64))
+
+
+def forward_backward0(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
+    """Step 0, micro-batch 0, initial params: logits, loss0 (token mean) and its gradients."""
+    P = make_params(spec, params_np, dtype)
+    logits = forward(spec, P, _t(tokens[0, 0]), bf16, variant)
+    tot, n = loss_sum(spec, logits, _t(targets[0, 0]))
+    loss = tot / max(n, 1)
+    loss.backward()
+    grads = OrderedDict((k, p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+                        for k, p in P.items())
+    return logits.detach(), loss.detach(), grads
+
+
+def train(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
+    """S optimizer steps. Returns dict: losses (S,), lrs (S,), grad_norms (S,), final params."""
+    s = spec
+    P = make_params(spec, params_np, dtype)
+    shapes = param_shapes(spec)
+    decay = [p for n, p in P.items() if decays(s, n, shapes[n])]
+    nodecay = [p for n, p in P.items() if not decays(s, n, shapes[n])]
+    groups = [{"params": decay, "weight_decay": s.weight_decay}]
+    if nodecay:
+        groups.append({"params": nodecay, "weight_decay": 0.0})
+    opt = torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2), eps=s.eps,
+                            weight_decay=s.weight_decay)
+    losses, lrs, norms = [], [], []
+    # cond[n][i] = min over steps of |g_i| / rms(g) over non-zero g_i (inf where always zero):
+    # how small an element's gradient gets next to its tensor's; elements with tiny
+    # gradients have updates set by rounding noise (Adam normalises each element).
+    cond = OrderedDict((n, torch.full(p.shape, math.inf, dtype=torch.float64))
+                       for n, p in P.items())
+    for step in range(s.S):
+        lr = lr_at(s, step)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=False)
+        for p in P.values():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        counts = [int((targets[step, a] != IGNORE_INDEX).sum()) for a in range(s.A)]
+        total_n = sum(counts)
+        step_loss = 0.0
+        for a in range(s.A):
+            logits = forward(s, P, _t(tokens[step, a]), bf16, variant)
+            tot, n = loss_sum(s, logits, _t(targets[step, a]))
+            if "micro_mean" in variant:  # deliberately wrong: mean of micro-batch means
+                l = tot / max(n, 1) / s.A
+            else:
+                l = tot / max(total_n, 1)
+            l.backward()
+            step_loss += float(l.detach())
+        losses.append(step_loss)
+        with torch.no_grad():
+            sq = sum(float((p.grad.double() ** 2).sum()) for p in P.values())
+            norm = math.sqrt(sq)
+            norms.append(norm)
+            for n, p in P.items():
+                g = p.grad.double().abs()
+                rms = float(g.pow(2).mean().sqrt())
+                if rms > 0:
+                    r = torch.where(g > 0, g / rms, torch.full_like(g, math.inf))
+                    cond[n] = torch.minimum(cond[n], r)
+            if s.grad_clip > 0:
+                coef = s.grad_clip / (norm + 1e-6)
+                if coef < 1:
+                    for p in P.values():
+                        p.grad.mul_(coef)
+        lrs.append(lr)
+        opt.step()
+    final = OrderedDict((n, p.detach().clone()) for n, p in P.items())
+    return {"losses": np.array(losses), "lrs": np.array(lrs), "grad_norms": np.array(norms),
+            "final": final, "cond": cond}
+
+
+def run_all(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
+    """Every quantity of a dump, as numpy arrays in the dump's naming (float64 arrays)."""
+    logits, loss0, grads = forward_backward0(spec, params_np, tokens, targets, dtype, bf16,
+                                             variant)
+    tr = train(spec, params_np, tokens, targets, dtype, bf16, variant)
+    out = OrderedDict()
+    out["logits"] = logits.double().numpy()
+    out["loss0"] = np.array([float(loss0)])
+    for n, g in grads.items():
+        out["grad." + n] = g.double().numpy()
+    out["losses"] = tr["losses"]
+    out["lrs"] = tr["lrs"]
+    out["grad_norms"] = tr["grad_norms"]
+    for n, p in tr["final"].items():
+        out["final." + n] = p.double().numpy()
+    for n, c in tr["cond"].items():
+        out["cond." + n] = c.numpy()
+    return out

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Bad input gives a clear error (what, where, what to do), a non-zero exit, and no partial
+# files: unknown config key, inconsistent dims, missing and truncated token shards, a corrupt
+# safetensors header on resume, a tokenizer.json of the wrong type.
+. "$(dirname "$0")/common.sh"
+make_data || { echo "could not make test data"; exit 1; }
+RUNS="$WORK/runs"
+base=(run.output_dir="$RUNS" model.vocab_size=300 training.steps=2 training.seq_len=16
+  training.micro_batch_size=2 data.train_shards="$WORK/train.bin")
+
+expect_fail() { # what, expected-substring, command...
+  local what=$1 want=$2; shift 2
+  local err rc
+  err=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 0 ]; then fail "$what: exit code 0"; return; fi
+  if [[ "$err" != *"$want"* ]]; then fail "$what: message lacks '$want': $err"; return; fi
+  pass
+}
+no_runs() { check "$1: no run directory left behind" test ! -e "$RUNS" -o -z "$(ls -A "$RUNS" 2>/dev/null)"; }
+
+printf 'training:\n  steps: 2\n  lrr: 0.1\n' > "$WORK/bad_key.yaml"
+expect_fail "unknown key" "did you mean 'training.lr'" "$LOOM" train "$WORK/bad_key.yaml" "${base[@]}"
+expect_fail "unknown key names file and line" "bad_key.yaml:3" "$LOOM" train "$WORK/bad_key.yaml" "${base[@]}"
+no_runs "unknown key"
+expect_fail "unknown override" "training.lrr" "$LOOM" train "${base[@]}" training.lrr=1
+expect_fail "heads not dividing hidden" "model.heads (3) does not divide model.hidden (128)" \
+  "$LOOM" train "${base[@]}" model.heads=3
+no_runs "inconsistent dims"
+expect_fail "missing shard" "$WORK/nope.bin" "$LOOM" train "${base[@]}" data.train_shards="$WORK/nope.bin"
+head -c 1000 "$WORK/train.bin" > "$WORK/short.bin"
+expect_fail "truncated shard" "truncated" "$LOOM" train "${base[@]}" data.train_shards="$WORK/short.bin"
+no_runs "bad shards"
+expect_fail "vocab too small for the data" "model.vocab_size" "$LOOM" train "${base[@]}" model.vocab_size=100
+no_runs "vocab mismatch"
+
+# a corrupt safetensors header in the checkpoint to resume from
+"$LOOM" train "${base[@]}" checkpoint.every=1 --quiet >/dev/null || fail "setup run failed"
+ck=$(ls -d "$RUNS"/*/checkpoint_1)
+printf '\xff\xff\xff\xff\xff\xff\x00\x00' | dd of="$ck/model.safetensors" conv=notrunc 2>/dev/null
+expect_fail "corrupt safetensors header" "model.safetensors" "$LOOM" train --resume "$ck"
+expect_fail "inspect corrupt safetensors" "model.safetensors" "$LOOM" ckpt inspect "$ck/model.safetensors"
+expect_fail "resume from a missing directory" "not a directory" "$LOOM" train "${base[@]}" --resume "$WORK/none"
+
+# a tokenizer.json of the wrong type
+printf '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' > "$WORK/wp.json"
+expect_fail "wrong tokenizer type" "WordPiece" "$LOOM" data tokenize --tokenizer "$WORK/wp.json" \
+  --out "$WORK/out.bin" "$WORK/corpus.txt"
+check "wrong tokenizer: no output file" test ! -e "$WORK/out.bin"
+check "no temporary files anywhere" test -z "$(find "$WORK" -name '*.tmp.*')"
+finish
