@@ -32,7 +32,7 @@ typedef struct {
   long intermediate;        /* 0 = 4*hidden (gpt2) or preset */
   long max_seq;             /* learned positions (gpt2) / rope limit */
   double norm_eps;          /* 0 = family default (1e-5 gpt2, 1e-6 llama) */
-  double rope_theta;        /* llama family */
+  double rope_theta;        /* llama family (0 = preset, else 10000) */
   char qkv_bias[8];         /* "true" | "false" | "" (= family/preset default) */
   char tied_embeddings[8];  /* "true" | "false" | "" */
   double init_std;          /* normal init std for weights (0.02) */
@@ -42,7 +42,9 @@ typedef struct {
   long steps;                  /* optimizer steps */
   long micro_batch_size;       /* B */
   long seq_len;                /* T */
-  long grad_accum;             /* micro-batches per optimizer step */
+  long grad_accum;             /* micro-batches per optimizer step (per data-parallel rank) */
+  long global_batch_size;      /* sequences per step; 0 = micro_batch_size*grad_accum*dp,
+                                  else grad_accum is derived from it */
   double lr;                   /* peak learning rate */
   double min_lr_ratio;         /* floor of linear/cosine decay, as a fraction of lr */
   char lr_schedule[16];        /* constant | linear | cosine */
@@ -62,6 +64,20 @@ typedef struct {
   char tokenizer[LOOM_STR_MAX];    /* tokenizer.json (for decoding samples; optional) */
 } loom_config_data;
 
+/* Hybrid parallelism: a mesh (pp, dp, sp, tp; tp innermost) whose product is the number of
+ * MPI ranks; ZeRO stage; pipeline schedule. */
+typedef struct {
+  long dp, tp, pp, sp;                /* mesh axes */
+  char sp_mode[16];                   /* ulysses | megatron (megatron: sequence-parallel tp) */
+  long zero;                          /* 0 | 1 | 2 | 3 */
+  long vpp;                           /* virtual pipeline chunks per pp rank (interleaved) */
+  char schedule[16];                  /* gpipe | 1f1b | interleaved */
+  char stage_layers[LOOM_STR_MAX];    /* explicit layers per stage "3,3,2" ("" = even split) */
+  char schedule_file[LOOM_STR_MAX];   /* user-written schedule (text form) instead of schedule */
+  double bucket_mb;                   /* data-parallel gradient bucket size in MiB */
+  double timeout_s;                   /* collective timeout before aborting all ranks */
+} loom_config_parallel;
+
 typedef struct {
   long every;         /* save checkpoint_<step>/ every N steps; 0 = never */
   bool save_final;    /* write final_checkpoint/ */
@@ -74,6 +90,7 @@ typedef struct {
   loom_config_training training;
   loom_config_data data;
   loom_config_checkpoint checkpoint;
+  loom_config_parallel parallel;
 } loom_config;
 
 /* Fill every key with its default. */

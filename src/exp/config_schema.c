@@ -15,6 +15,8 @@ static const char *const arch_values[] = {"", "gpt2", "llama", NULL};
 static const char *const tristate_values[] = {"", "true", "false", NULL};
 static const char *const schedule_values[] = {"constant", "linear", "cosine", NULL};
 static const char *const dtype_values[] = {"fp32", "bf16", NULL};
+static const char *const sp_mode_values[] = {"ulysses", "megatron", NULL};
+static const char *const pp_schedule_values[] = {"1f1b", "gpipe", "interleaved", NULL};
 
 #define S LOOM_KEY_STRING
 #define I LOOM_KEY_INT
@@ -53,7 +55,8 @@ const loom_config_key loom_config_keys[] = {
      "learned positions (gpt2) / rope limit (0 = from preset)", FIELD(model, max_seq)},
     {"model.norm_eps", F, "0", NULL, "norm epsilon (0 = family default: 1e-5 gpt2, 1e-6 llama)",
      FIELD(model, norm_eps)},
-    {"model.rope_theta", F, "10000", NULL, "rotary embedding base (llama family)",
+    {"model.rope_theta", F, "0", NULL,
+     "rotary embedding base, llama family (0 = from preset, else 10000)",
      FIELD(model, rope_theta)},
     {"model.qkv_bias", E, "", tristate_values, "bias on q/k/v projections (\"\" = family default)",
      FIELD(model, qkv_bias)},
@@ -69,6 +72,9 @@ const loom_config_key loom_config_keys[] = {
     {"training.seq_len", I, "64", NULL, "tokens per sequence (T)", FIELD(training, seq_len)},
     {"training.grad_accum", I, "1", NULL, "micro-batches accumulated per optimizer step",
      FIELD(training, grad_accum)},
+    {"training.global_batch_size", I, "0", NULL,
+     "sequences per optimizer step (0 = micro_batch_size * grad_accum * dp; else sets "
+     "grad_accum)", FIELD(training, global_batch_size)},
     {"training.lr", F, "3e-4", NULL, "peak learning rate", FIELD(training, lr)},
     {"training.min_lr_ratio", F, "0.1", NULL,
      "floor of the linear/cosine decay, as a fraction of lr", FIELD(training, min_lr_ratio)},
@@ -105,6 +111,31 @@ const loom_config_key loom_config_keys[] = {
      FIELD(checkpoint, save_final)},
     {"checkpoint.keep_last", I, "0", NULL,
      "keep only the newest N periodic checkpoints (0 = keep all)", FIELD(checkpoint, keep_last)},
+
+    {"parallel.dp", I, "1", NULL, "data-parallel ranks", FIELD(parallel, dp)},
+    {"parallel.tp", I, "1", NULL, "tensor-parallel ranks (innermost mesh axis)",
+     FIELD(parallel, tp)},
+    {"parallel.pp", I, "1", NULL, "pipeline stages", FIELD(parallel, pp)},
+    {"parallel.sp", I, "1", NULL, "Ulysses sequence-parallel ranks", FIELD(parallel, sp)},
+    {"parallel.sp_mode", E, "ulysses", sp_mode_values,
+     "ulysses: all-to-all over parallel.sp; megatron: sequence-parallel norms/residuals over tp",
+     FIELD(parallel, sp_mode)},
+    {"parallel.zero", I, "0", NULL,
+     "ZeRO stage: 1 optimizer state, 2 + gradients, 3 + parameters partitioned over dp",
+     FIELD(parallel, zero)},
+    {"parallel.vpp", I, "1", NULL, "virtual pipeline chunks per stage (interleaved schedule)",
+     FIELD(parallel, vpp)},
+    {"parallel.schedule", E, "1f1b", pp_schedule_values, "pipeline schedule",
+     FIELD(parallel, schedule)},
+    {"parallel.stage_layers", S, "", NULL,
+     "layers per pipeline stage, e.g. \"3,3,2\" (\"\" = even split)", FIELD(parallel, stage_layers)},
+    {"parallel.schedule_file", S, "", NULL,
+     "user-written schedule in the text form (overrides parallel.schedule)",
+     FIELD(parallel, schedule_file)},
+    {"parallel.bucket_mb", F, "25", NULL, "data-parallel gradient bucket size in MiB",
+     FIELD(parallel, bucket_mb)},
+    {"parallel.timeout_s", F, "300", NULL,
+     "seconds a rank waits in a collective before aborting the job", FIELD(parallel, timeout_s)},
 };
 const size_t loom_config_nkeys = sizeof loom_config_keys / sizeof loom_config_keys[0];
 

@@ -30,7 +30,7 @@ static const range_rule rules[] = {
     AT_LEAST("model.intermediate", 0),
     AT_LEAST("model.max_seq", 0),
     AT_LEAST("model.norm_eps", 0),
-    ABOVE("model.rope_theta", 0),
+    AT_LEAST("model.rope_theta", 0),
     AT_LEAST("model.init_std", 0),
     AT_LEAST("training.steps", 1),
     AT_LEAST("training.micro_batch_size", 1),
@@ -48,6 +48,15 @@ static const range_rule rules[] = {
     AT_LEAST("training.log_every", 1),
     AT_LEAST("checkpoint.every", 0),
     AT_LEAST("checkpoint.keep_last", 0),
+    AT_LEAST("training.global_batch_size", 0),
+    AT_LEAST("parallel.dp", 1),
+    AT_LEAST("parallel.tp", 1),
+    AT_LEAST("parallel.pp", 1),
+    AT_LEAST("parallel.sp", 1),
+    {"parallel.zero", 0, 3, false, false},
+    AT_LEAST("parallel.vpp", 1),
+    ABOVE("parallel.bucket_mb", 0),
+    ABOVE("parallel.timeout_s", 0),
 };
 
 static double numeric_value(const loom_config *c, const loom_config_key *k) {

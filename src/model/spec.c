@@ -78,7 +78,6 @@ int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *
   } else {
     if (!mc->arch[0])
       return loom_err("model.arch is required when model.preset is empty (gpt2 or llama)");
-    spec->rope_theta = 10000.0;
     spec->init_std = 0.02;
     spec->qkv_bias = !strcmp(mc->arch, "gpt2");
     spec->tied_embeddings = true;
@@ -105,6 +104,7 @@ int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *
   if (mc->norm_eps > 0) spec->norm_eps = mc->norm_eps;
   if (spec->norm_eps <= 0) spec->norm_eps = spec->arch == LOOM_ARCH_GPT2 ? 1e-5 : 1e-6;
   if (mc->rope_theta > 0) spec->rope_theta = mc->rope_theta;
+  if (spec->rope_theta <= 0) spec->rope_theta = 10000.0;
   if (mc->init_std > 0) spec->init_std = mc->init_std;
   if (tri_bool(mc->qkv_bias, &spec->qkv_bias, "model.qkv_bias")) return LOOM_ERR;
   if (tri_bool(mc->tied_embeddings, &spec->tied_embeddings, "model.tied_embeddings"))

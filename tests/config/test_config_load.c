@@ -14,7 +14,7 @@ static void test_defaults(void) {
             c.model.layers == 0 && c.model.heads == 0 && c.model.kv_heads == 0 &&
             c.model.head_dim == 0 && c.model.intermediate == 0 && c.model.max_seq == 0,
         "model sizes");
-  CHECK(c.model.norm_eps == 0 && c.model.rope_theta == 10000 && c.model.init_std == 0.02,
+  CHECK(c.model.norm_eps == 0 && c.model.rope_theta == 0 && c.model.init_std == 0.02,
         "model floats");
   CHECK(!strcmp(c.model.qkv_bias, "") && !strcmp(c.model.tied_embeddings, ""), "tri-states");
   CHECK(c.training.steps == 200 && c.training.micro_batch_size == 8 &&

@@ -75,6 +75,13 @@ static void test_config_errors(void) {
   c.model.layers = 6;
   CHECK(loom_model_spec_from_config(&s, &c.model) == 0 && s.layers == 6 && s.hidden == 128,
         "preset override");
+  /* a preset's rope theta survives the config defaults; an explicit one wins */
+  loom_config_defaults(&c);
+  strcpy(c.model.preset, "qwen2.5-0.5b");
+  CHECK(loom_model_spec_from_config(&s, &c.model) == 0 && s.rope_theta == 1e6, "qwen theta %g",
+        s.rope_theta);
+  c.model.rope_theta = 5e5;
+  CHECK(loom_model_spec_from_config(&s, &c.model) == 0 && s.rope_theta == 5e5, "explicit theta");
 }
 
 int main(void) {
