@@ -7,9 +7,9 @@ LOOM := $(BUILD)/loom
 DEMO_DATA := data/demo
 
 # Debian packages needed to build and test (python3-torch: the PyTorch reference checks;
-# nodejs/npm: the JavaScript tokenizer cross-checks).
+# nodejs/npm: the JavaScript tokenizer cross-checks; Open MPI: ranks).
 DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjansson-dev \
-  libopenblas-dev python3-torch python3-numpy
+  libopenblas-dev libsqlite3-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy
 
 .PHONY: all build deps demo demo-data test test-asan clean
 

@@ -1,29 +1,44 @@
-/* Training checkpoints: a directory written under a temporary name and renamed into place,
- * holding model.safetensors (fp32 parameters, loom names), optimizer.safetensors (AdamW
- * moments exp_avg.<name> / exp_avg_sq.<name>), trainer_state.json (step, RNG, data position,
- * config hash, tokens seen) and config.yaml (the resolved config of the run). */
+/* Training checkpoints, sharded by rank and loadable into any parallel layout.
+ *
+ * A checkpoint is a directory written under a temporary name and renamed into place:
+ *   model.safetensors | model-r<rank>.safetensors        fp32 parameters (loom names)
+ *   optimizer.safetensors | optimizer-r<rank>.safetensors AdamW moments exp_avg.* / exp_avg_sq.*
+ *   gradients.safetensors | gradients-r<rank>.safetensors with checkpoint.save_gradients
+ *   trainer_state.json   step, RNG, data position, config hash, tokens seen, layout
+ *   config.yaml          the resolved config of the run
+ *   index.json           (multi-rank) the mesh and the list of files
+ * One process writes the un-suffixed names. Each tensor entry is a piece of a global tensor:
+ * the safetensors metadata key "loom.pieces" maps entry names to {tensor, gshape, lshape,
+ * split_dim, split_start, begin}: the entry holds elements [begin, begin+numel) (row-major)
+ * of this rank's tensor-parallel slice (lshape, starting at split_start along split_dim) of
+ * the global tensor. Entries without a description are whole, unsplit tensors. Loading maps
+ * every piece onto whatever slice and owned range the loading rank holds, so a checkpoint
+ * written by one layout (dp/tp/pp/zero, or one process) loads into any other. */
 #ifndef LOOM_CHECKPOINT_H
 #define LOOM_CHECKPOINT_H
 #include <stdint.h>
 
 #include "loom/config.h"
 #include "loom/decoder.h"
+#include "loom/exec.h"
 #include "loom/loader.h"
+#include "loom/mesh.h"
 #include "loom/train.h"
 
 typedef struct {
   long step;                 /* optimizer steps completed */
   loom_rng rng;              /* trainer RNG */
-  loom_loader_state loader;  /* position of the data loader */
+  loom_loader_state loader;  /* position of the data loader (of data-parallel rank 0) */
+  long loader_batch_windows; /* windows per loader call over all data-parallel ranks (B*dp) */
   uint64_t config_hash;      /* loom_config_hash of the run's config */
   long tokens_seen;
   double elapsed;            /* training seconds before this checkpoint */
 } loom_train_state;
 
-int loom_ckpt_save(const char *dir, const loom_decoder *d, const loom_adamw_state *opt,
+/* Every rank calls these together. */
+int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m,
                    const loom_train_state *ts, const loom_config *cfg);
-/* Load parameters (shapes must match the model's layout exactly), optimizer moments and
- * trainer state. Errors name the file and tensor. */
-int loom_ckpt_load(const char *dir, loom_decoder *d, loom_adamw_state *opt,
-                   loom_train_state *ts);
+int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_train_state *ts);
+/* Parameters only, into any decoder (any shard, or the whole model). */
+int loom_ckpt_load_params(const char *dir, loom_decoder *d);
 #endif

@@ -82,6 +82,7 @@ typedef struct {
   long every;         /* save checkpoint_<step>/ every N steps; 0 = never */
   bool save_final;    /* write final_checkpoint/ */
   long keep_last;     /* keep only the newest N periodic checkpoints; 0 = keep all */
+  bool save_gradients; /* also write gradients.safetensors (last step's gradients) */
 } loom_config_checkpoint;
 
 typedef struct {

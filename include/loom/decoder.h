@@ -1,70 +1,122 @@
-/* The single-process decoder: parameters, gradients and activations of a GPT-2 or
- * Llama/Qwen2 model for a planned micro-batch shape (B, T), with forward, backward,
- * activation checkpointing and bf16 mixed-precision matmuls.
+/* The decoder on one rank: parameters, gradients and activations of a GPT-2 or Llama/Qwen2
+ * model (or of the shard this rank holds: tensor-parallel slices, Megatron or Ulysses sequence
+ * parallelism, pipeline chunks), with forward, backward, activation checkpointing and bf16
+ * mixed-precision matmuls.
  *
  * Memory is planned once in loom_decoder_create: the flat parameter and gradient buffers
- * (layout in model.h) and one activation arena; forward/backward allocate nothing.
+ * (layout in model.h), `slots` activation sets (one per micro-batch chunk in flight, as the
+ * pipeline schedule needs) and shared backward scratch; forward/backward allocate nothing.
  *
  * Mixed precision (bf16): every linear layer and the LM head multiply bf16-rounded inputs
  * (activations and a bf16-rounded copy of the weights) with fp32 accumulation, in forward and
  * backward (dx = bf16(dy) @ bf16(W), dW = bf16(dy)^T @ bf16(x)); norms, attention, softmax,
- * the loss, master weights, gradients and optimizer state stay fp32. */
+ * the loss, master weights, gradients and optimizer state stay fp32.
+ *
+ * Rows: a micro-batch has B sequences of T tokens. N = B*T rows enter attention and the
+ * column-parallel linears; with Ulysses each rank holds B x T/sp tokens, and with Megatron
+ * sequence parallelism the residual stream holds N/tp rows per rank. */
 #ifndef LOOM_DECODER_H
 #define LOOM_DECODER_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loom/comm.h"
 #include "loom/core.h"
 #include "loom/model.h"
 
 typedef struct loom_layer_acts loom_layer_acts;
 
+/* Activations of one chunk for one micro-batch. */
+typedef struct {
+  int chunk;                /* local chunk index, -1 when free */
+  int mb;
+  float *resid;             /* (nl+1, Nr, C): input of each block of the chunk, then its output */
+  loom_layer_acts *layer;   /* nl sets, or NULL with recompute (decoder scratch is used) */
+  float *lnf, *lnf_mean, *lnf_rstd; /* (Nr,C), (Nr), (Nr) head chunk only */
+  float *lnf_full;          /* (N,C) all-gathered final norm output (== lnf without seq-par) */
+  float *logits;            /* (N, Vloc) this rank's vocabulary slice */
+  float *row_max, *row_sumexp; /* (N) softmax statistics over the whole vocabulary */
+  float *losses;            /* (N) per-token loss, 0 where ignored */
+  const int32_t *tokens;    /* (B, T) whole sequences of the micro-batch (not owned) */
+  const int32_t *targets;   /* (B, T) */
+} loom_acts;
+
 typedef struct {
   loom_model_spec spec;
+  loom_shard shard;
   loom_param_layout layout;
-  int B, T;                 /* planned micro-batch shape */
-  bool bf16;                /* mixed-precision matmuls */
-  bool recompute;           /* activation checkpointing: keep only block inputs */
+  int B, T;                 /* micro-batch shape (whole sequences) */
+  int N;                    /* rows through attention: B*T (Ulysses: B*T/sp local tokens) */
+  int Nr;                   /* rows of the residual stream (N/tp with Megatron SP) */
+  int lh, lkv, li, vloc;    /* local heads, kv heads, intermediate, vocabulary rows */
+  int v0;                   /* first global vocabulary row of this rank */
+  int pos0;                 /* position of this rank's first token (Ulysses) */
+  bool bf16, recompute;
+  const loom_comm *tp_comm, *sp_comm; /* NULL when not parallel */
 
   float *params;            /* (layout.total) fp32 master weights */
   float *grads;             /* (layout.total) accumulated gradients */
   float *params_lp;         /* (layout.total) bf16-rounded weights (bf16 mode) else == params */
 
-  /* activations, all (N = B*T rows) */
-  float *resid;             /* (L+1, N, C): input of each block, last = input of final norm */
-  loom_layer_acts *layer;   /* L entries (1 reused entry when recompute) */
-  float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
-  float *logits;            /* (N, Vp) */
-  float *losses;            /* (N) per-token loss, 0 where ignored */
-  const int32_t *tokens, *targets; /* (B,T) of the last forward (not owned) */
+  int n_slots;
+  loom_acts *slots;         /* activation sets */
+  loom_acts *last;          /* slot of the last forward that computed the loss */
+  float *logits;            /* == last->logits (single-process convenience) */
 
-  /* backward scratch */
-  float *dlogits;           /* (N, Vp) */
-  float *dres;              /* (N, C) gradient of the residual stream */
-  float *d_norm, *d_q, *d_k, *d_v, *d_att, *d_act, *d_a, *d_b; /* per-block scratch */
-  float *tmp;               /* (N, C) */
-  float *round_x, *round_dy; /* bf16 rounding scratch */
-
-  void *arena;              /* one allocation holding every activation buffer */
+  void *scratch;            /* backward scratch, rounding, gathers, all-to-all buffers */
+  struct loom_decoder_scratch *s;
+  void *arena;
   size_t arena_bytes;
+  /* called after each block's backward (layer index global) for overlapping gradient
+   * reduction; may be NULL */
+  void (*on_layer_grads)(void *ctx, int layer);
+  void *on_layer_grads_ctx;
 } loom_decoder;
 
+/* Whole model on one process, one activation slot. */
 int loom_decoder_create(loom_decoder **out, const loom_model_spec *spec, int B, int T,
                         bool bf16, bool recompute);
+/* A shard of the model with `slots` activation sets. tp_comm/sp_comm may be NULL when
+ * shard->tp == 1 / shard->sp == 1. */
+int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
+                              const loom_shard *shard, int B, int T, bool bf16, bool recompute,
+                              int slots, const loom_comm *tp_comm, const loom_comm *sp_comm);
 void loom_decoder_free(loom_decoder *d);
-/* Initialise parameters from seed: N(0, init_std) for matrices (GPT-2: output projections
- * scaled by 1/sqrt(2L)), ones for norm weights, zeros for biases and vocab padding rows. */
+/* Initialise parameters from seed, identically for every layout: each global tensor is drawn
+ * from its own stream (seed, tensor name) — N(0, init_std) for matrices (GPT-2: output
+ * projections scaled by 1/sqrt(2L)), ones for norm weights, zeros for biases and vocabulary
+ * padding rows — and this rank keeps its slice. */
 void loom_decoder_init_params(loom_decoder *d, uint64_t seed);
 /* After params change (optimizer step, load): refresh the bf16 copy. */
 void loom_decoder_params_updated(loom_decoder *d);
-/* Forward over tokens (B,T). With targets (B,T) fills losses and returns their sum in
- * *loss_sum and the number of counted targets in *count (either may be NULL). */
+void loom_decoder_zero_grads(loom_decoder *d);
+
+/* Activation slots for pipelined execution. */
+loom_acts *loom_decoder_slot_get(loom_decoder *d, int chunk, int mb); /* existing or new */
+loom_acts *loom_decoder_slot_find(loom_decoder *d, int chunk, int mb); /* NULL if absent */
+void loom_decoder_slot_release(loom_decoder *d, loom_acts *a);
+/* Input rows of a chunk (Nr, C): where recv-act writes for a non-first chunk. */
+float *loom_acts_input(loom_acts *a);
+/* Output rows of a chunk (Nr, C): what send-act sends for a non-last chunk. */
+float *loom_acts_output(loom_decoder *d, loom_acts *a);
+
+/* Forward of local chunk c over micro-batch (tokens, targets) whole sequences (B,T): the
+ * first chunk embeds tokens, others start from loom_acts_input(a). The head chunk computes
+ * the loss when targets != NULL: *loss_sum (sum over this rank's tokens) and *count. */
+void loom_decoder_forward_chunk(loom_decoder *d, loom_acts *a, const int32_t *tokens,
+                                const int32_t *targets, double *loss_sum, int *count);
+/* Backward of the chunk held in a. dout (Nr,C): gradient of the chunk's output (NULL for the
+ * head chunk, which starts from loss_scale * sum(losses)); dinput (Nr,C): receives the
+ * gradient of the chunk's input (ignored for the first chunk; may be NULL there). */
+void loom_decoder_backward_chunk(loom_decoder *d, loom_acts *a, const float *dout,
+                                 float *dinput, float loss_scale);
+
+/* Single-process convenience over the whole model (slot 0). */
 void loom_decoder_forward(loom_decoder *d, const int32_t *tokens, const int32_t *targets,
                           double *loss_sum, int *count);
-/* Backward of loss_scale * sum(losses) of the last forward, accumulated into d->grads. */
 void loom_decoder_backward(loom_decoder *d, float loss_scale);
-void loom_decoder_zero_grads(loom_decoder *d);
+
 /* Model FLOPs per token for a training step (forward+backward, no recompute), as in
  * Megatron: 6 * matmul params + the causal attention term 6 * L * T * Hq * D. */
 double loom_decoder_flops_per_token(const loom_model_spec *spec, int T);

@@ -58,11 +58,32 @@ int loom_model_spec_check(const loom_model_spec *spec);
 typedef struct {
   char name[64];
   int ndim;
-  int shape[2];
+  int shape[2];    /* local shape (this rank's slice) */
+  int gshape[2];   /* global shape of the whole tensor */
+  int split_dim;   /* dimension split across tensor-parallel ranks, -1 when replicated */
+  int split_start; /* first index of this rank's slice along split_dim */
   size_t offset;   /* in floats, into the flat buffers */
   size_t numel;
   bool decay;      /* weight decay applies (matrices); false for norms and biases */
+  bool tp_replicated; /* same values on every tp rank (norms, row-parallel biases, positions) */
 } loom_param;
+
+/* What one rank holds of the model: tensor-parallel slice, sequence parallelism, and the
+ * pipeline chunks (ranges of global layer indices). A NULL shard means the whole model. */
+#define LOOM_MAX_CHUNKS 16
+typedef struct {
+  int tp, tp_rank;
+  bool seq_parallel;           /* Megatron sequence parallelism over the tp ranks */
+  int sp, sp_rank;             /* Ulysses sequence parallelism */
+  int n_chunks;
+  int chunk_first[LOOM_MAX_CHUNKS], chunk_last[LOOM_MAX_CHUNKS]; /* layers [first, last) */
+  bool chunk_embed[LOOM_MAX_CHUNKS], chunk_head[LOOM_MAX_CHUNKS];
+} loom_shard;
+
+/* The whole model on one rank. */
+void loom_shard_full(loom_shard *sh, const loom_model_spec *spec);
+/* Vocabulary rows per tensor-parallel rank: ceil(padded_vocab / tp). */
+int loom_shard_vocab_local(const loom_shard *sh, const loom_model_spec *spec);
 
 /* Parameter layout over one flat buffer (tensors carved out of it, in order). */
 typedef struct {
@@ -72,6 +93,9 @@ typedef struct {
 } loom_param_layout;
 
 int loom_param_layout_build(loom_param_layout *lay, const loom_model_spec *spec);
+/* Layout of what `shard` holds (global names, local shapes, slice of the global tensor). */
+int loom_param_layout_build_shard(loom_param_layout *lay, const loom_model_spec *spec,
+                                  const loom_shard *shard);
 void loom_param_layout_free(loom_param_layout *lay);
 const loom_param *loom_param_find(const loom_param_layout *lay, const char *name);
 /* Parameter count excluding vocabulary padding rows (the number papers quote). */

@@ -78,4 +78,40 @@ void loom_instr_format(const loom_instr *in, char *buf, size_t n);
 static inline int loom_sched_vstage(const loom_schedule *s, int rank, int chunk) {
   return chunk * s->pp + rank;
 }
+static inline int loom_sched_vstage_rank(const loom_schedule *s, int v) { return v % s->pp; }
+static inline int loom_sched_vstage_chunk(const loom_schedule *s, int v) { return v / s->pp; }
+
+/* Limits on the shape of a schedule (generators and the parser reject larger ones). */
+#define LOOM_SCHED_MAX_PP 4096
+#define LOOM_SCHED_MAX_VPP 256
+#define LOOM_SCHED_MAX_MICROBATCHES 65536
+#define LOOM_SCHED_MAX_UNITS (1L << 22) /* pp * vpp * microbatches */
+
+/* Keyword of an instruction kind in the text form ("forward", "send-act", ...); NULL when out
+ * of range. */
+const char *loom_instr_kind_name(loom_instr_kind kind);
+
+/* Per-rank timeline grid (malloc'd): the lists replayed with forward 1, backward 2,
+ * backward-input/-weight 1, everything else 0, one cell per unit of time, e.g.
+ *   rank 0 | F0 F1 F2 F3 .  .  .  .  .  .  B0 B0 F4 ...
+ * (F forward, B backward, I backward-input, W backward-weight, followed by the micro-batch and,
+ * when vpp > 1, ".chunk"; a backward fills 2 cells; "." idle). Validates first; NULL with
+ * loom_err set for an invalid schedule. */
+char *loom_sched_to_grid(const loom_schedule *s);
+
+/* Ownership: generate, parse and load overwrite *s (without freeing what it held); on failure
+ * *s is left empty (zeroed), so loom_sched_free is always safe to call. */
+
+/* Bubble fraction of the schedule replayed with forward = t_fwd, backward = t_bwd
+ * (backward-input and backward-weight t_bwd/2 each), everything else 0, sends asynchronous:
+ * sum over ranks of idle time / sum over ranks of busy time, idle being the step's makespan
+ * minus the rank's busy time. This is Megatron's definition (bubble time over ideal time), so
+ * with t_bwd = 2 t_fwd: GPipe and 1F1B give (pp-1)/m, interleaved (pp-1)/(vpp*m) when
+ * m % pp == 0. Idle over the whole step is bubble / (1 + bubble). Validates first; returns
+ * -1 (with loom_err set) for an invalid schedule or non-positive costs. */
+double loom_sched_bubble_fraction(const loom_schedule *s, double t_fwd, double t_bwd);
+/* Peak number of (chunk, mb) pairs on `rank` whose forward has run and whose backward (or
+ * backward-weight) has not, walking the list in order: 1F1B gives min(pp - rank, m), GPipe m.
+ * -1 (with loom_err set) for a rank out of range. */
+int loom_sched_peak_inflight(const loom_schedule *s, int rank);
 #endif

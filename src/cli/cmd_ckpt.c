@@ -1,7 +1,8 @@
 /* loom ckpt: checkpoint tools. Subcommands live in the `subcommands` table below; each takes
  * argv after "ckpt" (argv[0] is the subcommand name) and returns the exit code.
  *   inspect PATH [--json]   tensors, dtypes, shapes, norms, totals and metadata of a
- *                           .safetensors file or of every *.safetensors in a checkpoint dir. */
+ *                           .safetensors file or of every *.safetensors in a checkpoint dir.
+ *   export, import          Hugging Face checkpoints (src/ckpt/hf_cli.c, include/loom/hf.h). */
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -11,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "loom/core.h"
+#include "loom/hf.h"
 #include "loom/safetensors.h"
 
 /* ---- inspect: collecting files ---------------------------------------------------------- */
@@ -308,6 +310,8 @@ static const struct {
   const char *summary;
 } subcommands[] = {
     {"inspect", ckpt_inspect, "tensors, dtypes, shapes, norms and metadata of a checkpoint"},
+    {"export", loom_hf_cmd_export, "checkpoint -> Hugging Face directory (GPT-2/Llama/Qwen2)"},
+    {"import", loom_hf_cmd_import, "Hugging Face directory -> weights-only checkpoint"},
 };
 #define N_SUB (sizeof subcommands / sizeof subcommands[0])
 

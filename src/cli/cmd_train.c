@@ -1,11 +1,15 @@
 /* `loom train`: load the config (file + overrides), validate it, and run training. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include <unistd.h>
+
 #include "loom/config.h"
 #include "loom/core.h"
+#include "loom/mesh.h"
 #include "loom/train.h"
 
 static void usage(FILE *out) {
@@ -18,10 +22,47 @@ static void usage(FILE *out) {
           "  --resume DIR        continue from a checkpoint directory; without CONFIG, the\n"
           "                      checkpoint's config.yaml is used. Losses continue bitwise\n"
           "                      identically to an uninterrupted run.\n"
+          "  --nproc N           start N ranks with mpirun (same as 'mpirun -np N loom train ...')\n"
           "  --stop-after N      stop after step N (as if interrupted; for testing resume)\n"
           "  --quiet             no progress output\n"
           "  -h, --help          this text\n\n"
-          "example: loom train configs/demo.yaml training.steps=50 training.dtype=bf16\n");
+          "examples:\n"
+          "  loom train configs/demo.yaml training.steps=50 training.dtype=bf16\n"
+          "  mpirun -np 4 loom train configs/demo.yaml parallel.dp=2 parallel.tp=2\n");
+}
+
+/* --nproc N: re-run this command under mpirun with N ranks. */
+static int exec_mpirun(int argc, char **argv, const char *nproc) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    fprintf(stderr, "loom train: --nproc: cannot find the loom executable\n");
+    return 1;
+  }
+  self[n] = 0;
+  char **args = calloc((size_t)argc + 8, sizeof(char *));
+  int k = 0;
+  args[k++] = "mpirun";
+  if (atol(nproc) > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
+  args[k++] = "-np";
+  args[k++] = (char *)nproc;
+  args[k++] = self;
+  args[k++] = "train";
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--nproc")) {
+      i++;
+      continue;
+    }
+    args[k++] = argv[i];
+  }
+  if (geteuid() == 0) { /* Open MPI refuses root unless told it is deliberate */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  execvp("mpirun", args);
+  fprintf(stderr, "loom train: --nproc: cannot run mpirun (%s); install openmpi-bin\n",
+          strerror(errno));
+  return 1;
 }
 
 static char *join_args(int argc, char **argv) {
@@ -42,17 +83,19 @@ int loom_cmd_train(int argc, char **argv) {
     return 0;
   }
   loom_train_opts opts = {0};
-  const char *config_path = NULL;
+  const char *config_path = NULL, *nproc = NULL;
   loom_config cfg;
   loom_config_defaults(&cfg);
   /* first pass: options and the config file */
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after")) {
+    if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after") ||
+        !strcmp(argv[i], "--nproc")) {
       if (i + 1 >= argc) {
         fprintf(stderr, "loom train: %s needs a value\n", argv[i]);
         return 2;
       }
       if (argv[i][2] == 'r') opts.resume = argv[++i];
+      else if (argv[i][2] == 'n') nproc = argv[++i];
       else opts.stop_after = atol(argv[++i]);
     } else if (!strcmp(argv[i], "--quiet")) {
       opts.quiet = true;
@@ -68,6 +111,12 @@ int loom_cmd_train(int argc, char **argv) {
       config_path = argv[i];
     }
   }
+  if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return exec_mpirun(argc, argv, nproc);
+  if (loom_dist_init(&argc, &argv)) {
+    fprintf(stderr, "loom train: %s\n", loom_errmsg());
+    return 1;
+  }
+  bool quiet_rank = loom_dist_rank() != 0;
   char *resume_cfg = NULL;
   if (opts.resume && !loom_is_dir(opts.resume)) {
     fprintf(stderr, "loom train: --resume: checkpoint '%s' is not a directory (expected "
@@ -81,7 +130,8 @@ int loom_cmd_train(int argc, char **argv) {
   int rc = config_path ? loom_config_load(&cfg, config_path) : 0;
   /* second pass: overrides, in order */
   for (int i = 1; i < argc && !rc; i++) {
-    if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after")) {
+    if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after") ||
+        !strcmp(argv[i], "--nproc")) {
       i++;
       continue;
     }
@@ -89,16 +139,20 @@ int loom_cmd_train(int argc, char **argv) {
   }
   if (!rc) rc = loom_config_validate(&cfg);
   free(resume_cfg);
-  if (rc) {
-    fprintf(stderr, "loom train: %s\n", loom_errmsg());
+  if (rc) { /* the same on every rank: rank 0 tells */
+    if (!quiet_rank) fprintf(stderr, "loom train: %s\n", loom_errmsg());
+    loom_dist_finalize();
     return 1;
   }
   opts.command_line = join_args(argc - 1, argv + 1);
   rc = loom_train_run(&cfg, &opts);
   free((char *)opts.command_line);
   if (rc) {
+    if (loom_dist_world() > 1) /* other ranks may wait in a collective: take them down */
+      loom_dist_abort("train: rank %d: error: %s", loom_dist_rank(), loom_errmsg());
     fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
     return 1;
   }
+  loom_dist_finalize();
   return 0;
 }

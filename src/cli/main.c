@@ -15,6 +15,7 @@ static const struct {
     {"ckpt", loom_cmd_ckpt, "inspect checkpoints (tensors, dtypes, shapes, norms)"},
     {"config", loom_cmd_config, "show a resolved config or the schema of every key"},
     {"model", loom_cmd_model, "list model presets and parameter counts"},
+    {"sched", loom_cmd_sched, "show and validate pipeline schedules (gpipe, 1f1b, interleaved, files)"},
 };
 
 static void usage(FILE *out) {

@@ -111,6 +111,9 @@ const loom_config_key loom_config_keys[] = {
      FIELD(checkpoint, save_final)},
     {"checkpoint.keep_last", I, "0", NULL,
      "keep only the newest N periodic checkpoints (0 = keep all)", FIELD(checkpoint, keep_last)},
+    {"checkpoint.save_gradients", B, "false", NULL,
+     "also write gradients.safetensors (the last step's gradients) in each checkpoint",
+     FIELD(checkpoint, save_gradients)},
 
     {"parallel.dp", I, "1", NULL, "data-parallel ranks", FIELD(parallel, dp)},
     {"parallel.tp", I, "1", NULL, "tensor-parallel ranks (innermost mesh axis)",

@@ -1,12 +1,77 @@
-/* Private to the decoder: the activations one transformer block saves for its backward. */
+/* Private to the decoder: the activations a transformer block saves for its backward, the
+ * shared backward scratch, and helpers shared by the decoder's source files. */
 #ifndef LOOM_DECODER_INTERNAL_H
 #define LOOM_DECODER_INTERNAL_H
+#include "loom/decoder.h"
+
+#define NONE ((size_t)-1)
+
 struct loom_layer_acts {
-  float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
-  float *q, *k, *v;                 /* (N,QD), (N,KD), (N,KD); q,k after rope */
-  float *att, *lse;                 /* (N,QD), (B,Hq,T) */
-  float *mid;                       /* (N,C) residual after attention */
-  float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
-  float *gate, *up, *act;           /* (N,I): llama gate/up/silu(gate)*up; gpt2 up/gelu(up) */
+  float *ln1, *ln1_mean, *ln1_rstd; /* (Nr,C), (Nr), (Nr) */
+  float *ln1_full;                  /* (N,C) all-gathered rows (== ln1 without seq-par) */
+  float *q, *k, *v;                 /* (N,lh*D), (N,lkv*D), (N,lkv*D); q,k after rope */
+  float *qh, *kh, *vh;              /* Ulysses: (B*T, lh/sp*D) ... full sequences, local heads;
+                                       == q,k,v otherwise */
+  float *atth;                      /* attention output in the attention layout */
+  float *att;                       /* (N,lh*D) input of the output projection */
+  float *lse;                       /* (B, heads in attention, T) */
+  float *mid;                       /* (Nr,C) residual after attention */
+  float *ln2, *ln2_mean, *ln2_rstd; /* (Nr,C), (Nr), (Nr) */
+  float *ln2_full;                  /* (N,C) */
+  float *gate, *up, *act;           /* (N,li): llama gate/up/silu(gate)*up; gpt2 up/gelu(up) */
 };
+
+struct loom_decoder_scratch {
+  float *dres;        /* (Nr,C) gradient of the residual stream */
+  float *d_norm;      /* (N,C) gradient of a norm output before the tp reduction */
+  float *d_norm_r;    /* (Nr,C) after it */
+  float *full;        /* (N,C) gathered rows / partial sums of row-parallel outputs */
+  float *d_q, *d_k, *d_v, *d_att;     /* (N, lh*D | lkv*D) */
+  float *d_qh, *d_kh, *d_vh, *d_atth; /* Ulysses attention layout */
+  float *d_act, *d_a, *d_b;           /* (N, li) */
+  float *dlogits;     /* (N, vloc) */
+  float *round_x, *round_dy;          /* bf16 rounding scratch */
+  float *a2a;         /* all-to-all staging */
+  loom_layer_acts rec;                /* the one set used with activation checkpointing */
+};
+
+/* Offsets of one block's tensors in the flat buffers (NONE when absent). */
+typedef struct {
+  size_t n1w, n1b, qw, qb, kw, kb, vw, vb, ow, ob, n2w, n2b, gw, uw, ub, dw, db;
+} block_offsets;
+block_offsets loom_block_offsets(const loom_decoder *d, int layer);
+size_t loom_param_offset(const loom_decoder *d, const char *name); /* NONE when absent */
+
+/* decoder_ops.c */
+void dec_linear_fwd(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
+                    int M, int K, int N);
+void dec_linear_bwd(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,
+                    const float *x, int M, int K, int N);
+void dec_norm_fwd(loom_decoder *d, float *y, float *mean, float *rstd, const float *x,
+                  size_t w_off, size_t b_off, int rows);
+void dec_norm_bwd(loom_decoder *d, float *dx, const float *dy, const float *x,
+                  const float *mean, const float *rstd, size_t w_off, size_t b_off, int rows);
+void dec_add_bias_rows(float *y, const float *b, int rows, int C);
+void dec_bias_grad_rows(float *db, const float *dy, int rows, int C);
+/* rows (Nr,C) -> (N,C): all-gather over tp with sequence parallelism, else a copy/alias */
+const float *dec_gather_rows(loom_decoder *d, const float *x, float *full);
+/* partial sums (N,C) -> reduced (Nr,C): reduce-scatter with sequence parallelism, else an
+ * all-reduce over tp (in place, out == in allowed) */
+void dec_reduce_rows(loom_decoder *d, float *partial, float *out);
+/* Ulysses: (B, T/sp, H, D) local tokens, all heads <-> (B, T, H/sp, D) all tokens, local heads */
+void dec_ulysses_to_heads(loom_decoder *d, const float *x, float *y, int H, int D);
+void dec_ulysses_to_tokens(loom_decoder *d, const float *x, float *y, int H, int D);
+
+/* decoder_block.c */
+void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx);
+void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx);
+
+/* decoder_ends.c */
+void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out);
+void dec_embed_backward(loom_decoder *d, loom_acts *a, const float *dres);
+void dec_head_forward(loom_decoder *d, loom_acts *a, const float *x, double *loss_sum, int *count);
+void dec_head_backward(loom_decoder *d, loom_acts *a, const float *x, float *dres, float scale);
+/* global token position and index into (B,T) arrays of local attention row r */
+int dec_row_token_index(const loom_decoder *d, int r);
+int dec_resid_row_token_index(const loom_decoder *d, int r);
 #endif

@@ -1,11 +1,12 @@
 /* Decoder memory plan and parameter initialisation: one allocation for parameters and
- * gradients, one arena for every activation and scratch buffer, sized from (spec, B, T). */
+ * gradients, one arena for the activation slots and the backward scratch, sized from
+ * (spec, shard, B, T, slots). Parameters are drawn per global tensor row from their own
+ * random stream, so every parallel layout starts from the same weights. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
-#include "loom/decoder.h"
 #include "loom/kernels.h"
-
 #include "model/decoder_internal.h"
 
 typedef struct {
@@ -20,76 +21,138 @@ static float *carve(carver *c, size_t floats) {
   return p;
 }
 
-static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
 
-static void plan(loom_decoder *d, carver *c) {
-  const loom_model_spec *s = &d->spec;
-  size_t N = (size_t)d->B * d->T, C = s->hidden, D = s->head_dim;
-  size_t QD = s->heads * D, KD = s->kv_heads * D, I = s->intermediate, Vp = s->padded_vocab;
-  bool llama = s->arch == LOOM_ARCH_LLAMA;
-  d->resid = carve(c, (size_t)(s->layers + 1) * N * C);
-  int n_sets = d->recompute ? 1 : s->layers;
-  for (int l = 0; l < n_sets; l++) {
-    loom_layer_acts *a = &d->layer[l];
-    a->ln1 = carve(c, N * C);
-    a->ln1_mean = carve(c, N);
-    a->ln1_rstd = carve(c, N);
-    a->q = carve(c, N * QD);
-    a->k = carve(c, N * KD);
-    a->v = carve(c, N * KD);
-    a->att = carve(c, N * QD);
-    a->lse = carve(c, N * s->heads);
-    a->mid = carve(c, N * C);
-    a->ln2 = carve(c, N * C);
-    a->ln2_mean = carve(c, N);
-    a->ln2_rstd = carve(c, N);
-    a->gate = llama ? carve(c, N * I) : NULL;
-    a->up = carve(c, N * I);
-    a->act = carve(c, N * I);
-  }
-  d->lnf = carve(c, N * C);
-  d->lnf_mean = carve(c, N);
-  d->lnf_rstd = carve(c, N);
-  d->logits = carve(c, N * Vp);
-  d->losses = carve(c, N);
-  d->dlogits = carve(c, N * Vp);
-  d->dres = carve(c, N * C);
-  d->d_norm = carve(c, N * C);
-  d->d_q = carve(c, N * QD);
-  d->d_k = carve(c, N * KD);
-  d->d_v = carve(c, N * KD);
-  d->d_att = carve(c, N * QD);
-  d->d_act = carve(c, N * I);
-  d->d_a = carve(c, N * I);
-  d->d_b = carve(c, N * I);
-  d->tmp = carve(c, N * C);
-  size_t widest_in = max3(C, I, QD);
-  size_t widest_out = max3(max3(C, I, QD), KD, Vp);
-  d->round_x = d->bf16 ? carve(c, N * widest_in) : NULL;
-  d->round_dy = d->bf16 ? carve(c, N * widest_out) : NULL;
+static bool has_head(const loom_decoder *d) {
+  for (int c = 0; c < d->shard.n_chunks; c++)
+    if (d->shard.chunk_head[c]) return true;
+  return false;
 }
 
-int loom_decoder_create(loom_decoder **out, const loom_model_spec *spec, int B, int T,
-                        bool bf16, bool recompute) {
+static int max_chunk_layers(const loom_decoder *d) {
+  int m = 0;
+  for (int c = 0; c < d->shard.n_chunks; c++) {
+    int n = d->shard.chunk_last[c] - d->shard.chunk_first[c];
+    m = n > m ? n : m;
+  }
+  return m;
+}
+
+static void plan_layer(const loom_decoder *d, carver *c, loom_layer_acts *L) {
+  size_t N = (size_t)d->N, Nr = (size_t)d->Nr, C = (size_t)d->spec.hidden;
+  size_t QD = (size_t)d->lh * d->spec.head_dim, KD = (size_t)d->lkv * d->spec.head_dim;
+  size_t I = (size_t)d->li;
+  bool seqpar = d->shard.seq_parallel, uly = d->shard.sp > 1;
+  int heads_att = uly ? d->lh / d->shard.sp : d->lh;
+  L->ln1 = carve(c, Nr * C);
+  L->ln1_mean = carve(c, Nr);
+  L->ln1_rstd = carve(c, Nr);
+  L->ln1_full = seqpar ? carve(c, N * C) : NULL;
+  L->q = carve(c, N * QD);
+  L->k = carve(c, N * KD);
+  L->v = carve(c, N * KD);
+  L->att = carve(c, N * QD);
+  L->qh = uly ? carve(c, N * QD) : L->q;
+  L->kh = uly ? carve(c, N * KD) : L->k;
+  L->vh = uly ? carve(c, N * KD) : L->v;
+  L->atth = uly ? carve(c, N * QD) : L->att;
+  L->lse = carve(c, (size_t)d->B * heads_att * d->T);
+  L->mid = carve(c, Nr * C);
+  L->ln2 = carve(c, Nr * C);
+  L->ln2_mean = carve(c, Nr);
+  L->ln2_rstd = carve(c, Nr);
+  L->ln2_full = seqpar ? carve(c, N * C) : NULL;
+  L->gate = d->spec.arch == LOOM_ARCH_LLAMA ? carve(c, N * I) : NULL;
+  L->up = carve(c, N * I);
+  L->act = carve(c, N * I);
+}
+
+static void plan(loom_decoder *d, carver *c) {
+  size_t N = (size_t)d->N, Nr = (size_t)d->Nr, C = (size_t)d->spec.hidden;
+  size_t QD = (size_t)d->lh * d->spec.head_dim, KD = (size_t)d->lkv * d->spec.head_dim;
+  size_t I = (size_t)d->li, V = (size_t)d->vloc;
+  bool head = has_head(d), uly = d->shard.sp > 1;
+  int nl = max_chunk_layers(d);
+  for (int i = 0; i < d->n_slots; i++) {
+    loom_acts *a = &d->slots[i];
+    a->resid = carve(c, (size_t)(nl + 1) * Nr * C);
+    if (!d->recompute)
+      for (int l = 0; l < nl; l++) plan_layer(d, c, &a->layer[l]);
+    if (head) {
+      a->lnf = carve(c, Nr * C);
+      a->lnf_mean = carve(c, Nr);
+      a->lnf_rstd = carve(c, Nr);
+      a->lnf_full = d->shard.seq_parallel ? carve(c, N * C) : NULL;
+      a->logits = carve(c, N * V);
+      a->row_max = carve(c, N);
+      a->row_sumexp = carve(c, N);
+      a->losses = carve(c, N);
+    }
+  }
+  struct loom_decoder_scratch *S = d->s;
+  if (d->recompute) plan_layer(d, c, &S->rec);
+  S->dres = carve(c, Nr * C);
+  S->d_norm = carve(c, maxz(N * C, 2 * N));
+  S->d_norm_r = carve(c, Nr * C);
+  S->full = carve(c, N * C);
+  S->d_q = carve(c, N * QD);
+  S->d_k = carve(c, N * KD);
+  S->d_v = carve(c, N * KD);
+  S->d_att = carve(c, N * QD);
+  S->d_qh = uly ? carve(c, N * QD) : NULL;
+  S->d_kh = uly ? carve(c, N * KD) : NULL;
+  S->d_vh = uly ? carve(c, N * KD) : NULL;
+  S->d_atth = uly ? carve(c, N * QD) : NULL;
+  S->d_act = carve(c, N * I);
+  S->d_a = carve(c, N * I);
+  S->d_b = carve(c, N * I);
+  S->dlogits = head ? carve(c, N * V) : NULL;
+  size_t in = maxz(maxz(C, I), QD), out = maxz(maxz(in, KD), head ? V : 0);
+  S->round_x = d->bf16 ? carve(c, N * in) : NULL;
+  S->round_dy = d->bf16 ? carve(c, N * out) : NULL;
+  S->a2a = uly ? carve(c, 2 * N * QD) : NULL;
+}
+
+int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
+                              const loom_shard *shard, int B, int T, bool bf16, bool recompute,
+                              int slots, const loom_comm *tp_comm, const loom_comm *sp_comm) {
   if (loom_model_spec_check(spec)) return LOOM_ERR;
   if (B < 1 || T < 1) return loom_err("micro-batch shape must be positive, got B=%d T=%d", B, T);
   if (T > spec->max_seq)
     return loom_err("training.seq_len (%d) exceeds model.max_seq (%d); lower seq_len or raise "
                     "max_seq", T, spec->max_seq);
   loom_decoder *d = calloc(1, sizeof *d);
-  LOOM_ASSERT(d);
+  LOOM_ASSERT(d && slots >= 1);
   d->spec = *spec;
+  d->shard = *shard;
   d->B = B;
   d->T = T;
   d->bf16 = bf16;
   d->recompute = recompute;
-  loom_param_layout_build(&d->layout, spec);
+  d->tp_comm = tp_comm;
+  d->sp_comm = sp_comm;
+  int tp = shard->tp, sp = shard->sp;
+  d->N = B * T / sp;
+  d->Nr = shard->seq_parallel ? d->N / tp : d->N;
+  d->lh = spec->heads / tp;
+  d->lkv = spec->kv_heads / tp;
+  d->li = spec->intermediate / tp;
+  d->vloc = loom_shard_vocab_local(shard, spec);
+  d->v0 = shard->tp_rank * d->vloc;
+  d->pos0 = shard->sp_rank * (T / sp);
+  loom_param_layout_build_shard(&d->layout, spec, shard);
   size_t P = d->layout.total;
   d->params = loom_alloc((bf16 ? 3 : 2) * P * sizeof(float));
   d->grads = d->params + P;
   d->params_lp = bf16 ? d->params + 2 * P : d->params;
-  d->layer = calloc((size_t)(recompute ? 1 : spec->layers), sizeof *d->layer);
-  LOOM_ASSERT(d->layer);
+  d->n_slots = slots;
+  d->slots = calloc((size_t)slots, sizeof *d->slots);
+  int nl = max_chunk_layers(d);
+  for (int i = 0; i < slots; i++) {
+    d->slots[i].chunk = -1;
+    d->slots[i].layer = recompute ? NULL : calloc((size_t)(nl > 0 ? nl : 1), sizeof(loom_layer_acts));
+  }
+  d->s = calloc(1, sizeof *d->s);
   carver c = {NULL, 0};
   plan(d, &c);
   d->arena_bytes = c.used;
@@ -101,13 +164,54 @@ int loom_decoder_create(loom_decoder **out, const loom_model_spec *spec, int B, 
   return 0;
 }
 
+int loom_decoder_create(loom_decoder **out, const loom_model_spec *spec, int B, int T,
+                        bool bf16, bool recompute) {
+  loom_shard sh;
+  loom_shard_full(&sh, spec);
+  return loom_decoder_create_shard(out, spec, &sh, B, T, bf16, recompute, 1, NULL, NULL);
+}
+
 void loom_decoder_free(loom_decoder *d) {
   if (!d) return;
   loom_free(d->params);
   loom_free(d->arena);
-  free(d->layer);
+  for (int i = 0; i < d->n_slots; i++) free(d->slots[i].layer);
+  free(d->slots);
+  free(d->s);
   loom_param_layout_free(&d->layout);
   free(d);
+}
+
+loom_acts *loom_decoder_slot_find(loom_decoder *d, int chunk, int mb) {
+  for (int i = 0; i < d->n_slots; i++)
+    if (d->slots[i].chunk == chunk && d->slots[i].mb == mb) return &d->slots[i];
+  return NULL;
+}
+
+loom_acts *loom_decoder_slot_get(loom_decoder *d, int chunk, int mb) {
+  loom_acts *a = loom_decoder_slot_find(d, chunk, mb);
+  if (a) return a;
+  for (int i = 0; i < d->n_slots; i++)
+    if (d->slots[i].chunk < 0) {
+      d->slots[i].chunk = chunk;
+      d->slots[i].mb = mb;
+      return &d->slots[i];
+    }
+  loom_panic(__FILE__, __LINE__, "more micro-batches in flight than activation slots planned");
+}
+
+void loom_decoder_slot_release(loom_decoder *d, loom_acts *a) {
+  (void)d;
+  a->chunk = -1;
+  a->mb = -1;
+}
+
+void loom_decoder_zero_grads(loom_decoder *d) {
+  memset(d->grads, 0, d->layout.total * sizeof(float));
+}
+
+void loom_decoder_params_updated(loom_decoder *d) {
+  if (d->bf16) loom_round_bf16_f32(d->params_lp, d->params, d->layout.total);
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -115,27 +219,44 @@ static bool ends_with(const char *s, const char *suffix) {
   return n >= m && !strcmp(s + n - m, suffix);
 }
 
+/* Fill this rank's slice of one global matrix: row r of the global tensor comes from the
+ * stream (seed, name, r), so the values do not depend on the layout. */
+static void init_matrix(float *w, const loom_param *p, uint64_t seed, double std, int real_rows) {
+  int rows = p->shape[0], cols = p->shape[1], gcols = p->gshape[1];
+  int r0 = p->split_dim == 0 ? p->split_start : 0;
+  int c0 = p->split_dim == 1 ? p->split_start : 0;
+  uint64_t name_hash = loom_hash64(p->name, strlen(p->name), seed);
+  for (int r = 0; r < rows; r++) {
+    int gr = r0 + r;
+    float *row = w + (size_t)r * cols;
+    if (gr >= real_rows) {
+      memset(row, 0, (size_t)cols * sizeof(float));
+      continue;
+    }
+    loom_rng rng;
+    loom_rng_seed(&rng, name_hash ^ ((uint64_t)gr * 0x9e3779b97f4a7c15ull));
+    for (int g = 0; g < gcols; g++) {
+      double x = std * loom_rng_normal(&rng);
+      if (g >= c0 && g < c0 + cols) row[g - c0] = (float)x;
+    }
+  }
+}
+
 void loom_decoder_init_params(loom_decoder *d, uint64_t seed) {
   const loom_model_spec *s = &d->spec;
-  loom_rng rng;
-  loom_rng_seed(&rng, seed);
   double scaled = s->init_std / sqrt(2.0 * s->layers);
-  memset(d->params, 0, d->layout.total * sizeof(float));
   for (int i = 0; i < d->layout.count; i++) {
     const loom_param *p = &d->layout.params[i];
     float *w = d->params + p->offset;
     if (p->ndim == 1) {
-      bool is_norm = ends_with(p->name, "norm.weight");
-      for (size_t j = 0; j < p->numel; j++) w[j] = is_norm ? 1.0f : 0.0f;
+      float v = ends_with(p->name, "norm.weight") ? 1.0f : 0.0f;
+      for (size_t j = 0; j < p->numel; j++) w[j] = v;
       continue;
     }
     bool residual_out = ends_with(p->name, "attn.o.weight") || ends_with(p->name, "mlp.down.weight");
     double std = residual_out && s->arch == LOOM_ARCH_GPT2 ? scaled : s->init_std;
-    size_t rows = (size_t)p->shape[0], cols = (size_t)p->shape[1];
     bool vocab = !strcmp(p->name, "embed.weight") || !strcmp(p->name, "lm_head.weight");
-    size_t real_rows = vocab ? (size_t)s->vocab_size : rows;
-    for (size_t r = 0; r < real_rows; r++)
-      for (size_t j = 0; j < cols; j++) w[r * cols + j] = (float)(std * loom_rng_normal(&rng));
+    init_matrix(w, p, seed, std, vocab ? s->vocab_size : p->gshape[0]);
   }
   loom_decoder_params_updated(d);
 }

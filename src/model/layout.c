@@ -1,6 +1,11 @@
 /* Parameter layout: the ordered list of named tensors carved out of one flat float buffer,
- * and closed-form parameter counts. The order here is the order of the flat buffer, of
- * model.safetensors, and of every optimizer-state buffer. */
+ * for the whole model or for the shard one rank holds (tensor-parallel slices, pipeline
+ * chunks), and closed-form parameter counts. The order here is the order of the flat buffer,
+ * of model.safetensors, and of every optimizer-state buffer.
+ *
+ * Tensor parallelism (Megatron): q/k/v, mlp.gate/up and the vocabulary (embed, lm_head) are
+ * split by rows (output features); attn.o and mlp.down by columns (input features); norms,
+ * the row-parallel biases and positions are replicated. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -10,9 +15,12 @@
 typedef struct {
   loom_param_layout *lay;
   int cap;
+  const loom_shard *sh;
 } builder;
 
-static void add(builder *b, const char *name, int rows, int cols, bool decay) {
+/* grows: global rows x cols; split_dim: -1 (replicated), 0 (rows), 1 (cols) */
+static void add(builder *b, const char *name, int rows, int cols, bool decay, int split_dim,
+                int local_vocab) {
   loom_param_layout *lay = b->lay;
   if (lay->count == b->cap) {
     b->cap = b->cap ? 2 * b->cap : 64;
@@ -22,53 +30,96 @@ static void add(builder *b, const char *name, int rows, int cols, bool decay) {
   loom_param *p = &lay->params[lay->count++];
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "%s", name);
+  int tp = b->sh->tp, r = b->sh->tp_rank;
   p->ndim = cols > 0 ? 2 : 1;
+  p->gshape[0] = rows;
+  p->gshape[1] = cols > 0 ? cols : 0;
   p->shape[0] = rows;
-  p->shape[1] = cols > 0 ? cols : 0;
-  p->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+  p->shape[1] = p->gshape[1];
+  p->split_dim = tp > 1 ? split_dim : -1;
+  if (p->split_dim >= 0) {
+    int n = local_vocab ? local_vocab : p->gshape[split_dim] / tp;
+    p->shape[split_dim] = n;
+    p->split_start = r * n;
+    if (local_vocab) p->gshape[0] = local_vocab * tp;
+  }
+  p->tp_replicated = split_dim < 0;
+  p->numel = (size_t)p->shape[0] * (size_t)(cols > 0 ? p->shape[1] : 1);
   p->offset = lay->total;
   p->decay = decay;
   /* keep every tensor 16-float (64-byte) aligned inside the flat buffer */
   lay->total += (p->numel + 15) & ~(size_t)15;
 }
 
-static void addf(builder *b, int layer, const char *suffix, int rows, int cols, bool decay) {
-  char name[64];
-  snprintf(name, sizeof name, "layers.%d.%s", layer, suffix);
-  add(b, name, rows, cols, decay);
-}
-
-int loom_param_layout_build(loom_param_layout *lay, const loom_model_spec *s) {
-  memset(lay, 0, sizeof *lay);
-  builder b = {lay, 0};
+static void add_layer(builder *b, const loom_model_spec *s, int l) {
   bool gpt2 = s->arch == LOOM_ARCH_GPT2;
   int C = s->hidden, QD = s->heads * s->head_dim, KD = s->kv_heads * s->head_dim;
   int I = s->intermediate;
-  add(&b, "embed.weight", s->padded_vocab, C, true);
-  if (gpt2) add(&b, "pos_embed.weight", s->max_seq, C, true);
-  for (int l = 0; l < s->layers; l++) {
-    addf(&b, l, "attn_norm.weight", C, 0, false);
-    if (gpt2) addf(&b, l, "attn_norm.bias", C, 0, false);
-    addf(&b, l, "attn.q.weight", QD, C, true);
-    if (s->qkv_bias) addf(&b, l, "attn.q.bias", QD, 0, false);
-    addf(&b, l, "attn.k.weight", KD, C, true);
-    if (s->qkv_bias) addf(&b, l, "attn.k.bias", KD, 0, false);
-    addf(&b, l, "attn.v.weight", KD, C, true);
-    if (s->qkv_bias) addf(&b, l, "attn.v.bias", KD, 0, false);
-    addf(&b, l, "attn.o.weight", C, QD, true);
-    if (gpt2) addf(&b, l, "attn.o.bias", C, 0, false);
-    addf(&b, l, "mlp_norm.weight", C, 0, false);
-    if (gpt2) addf(&b, l, "mlp_norm.bias", C, 0, false);
-    if (!gpt2) addf(&b, l, "mlp.gate.weight", I, C, true);
-    addf(&b, l, "mlp.up.weight", I, C, true);
-    if (gpt2) addf(&b, l, "mlp.up.bias", I, 0, false);
-    addf(&b, l, "mlp.down.weight", C, I, true);
-    if (gpt2) addf(&b, l, "mlp.down.bias", C, 0, false);
+  char n[64];
+#define L(suffix, rows, cols, decay, split)                  \
+  do {                                                       \
+    snprintf(n, sizeof n, "layers.%d.%s", l, suffix);        \
+    add(b, n, rows, cols, decay, split, 0);                  \
+  } while (0)
+  L("attn_norm.weight", C, 0, false, -1);
+  if (gpt2) L("attn_norm.bias", C, 0, false, -1);
+  L("attn.q.weight", QD, C, true, 0);
+  if (s->qkv_bias) L("attn.q.bias", QD, 0, false, 0);
+  L("attn.k.weight", KD, C, true, 0);
+  if (s->qkv_bias) L("attn.k.bias", KD, 0, false, 0);
+  L("attn.v.weight", KD, C, true, 0);
+  if (s->qkv_bias) L("attn.v.bias", KD, 0, false, 0);
+  L("attn.o.weight", C, QD, true, 1);
+  if (gpt2) L("attn.o.bias", C, 0, false, -1);
+  L("mlp_norm.weight", C, 0, false, -1);
+  if (gpt2) L("mlp_norm.bias", C, 0, false, -1);
+  if (!gpt2) L("mlp.gate.weight", I, C, true, 0);
+  L("mlp.up.weight", I, C, true, 0);
+  if (gpt2) L("mlp.up.bias", I, 0, false, 0);
+  L("mlp.down.weight", C, I, true, 1);
+  if (gpt2) L("mlp.down.bias", C, 0, false, -1);
+#undef L
+}
+
+void loom_shard_full(loom_shard *sh, const loom_model_spec *spec) {
+  memset(sh, 0, sizeof *sh);
+  sh->tp = sh->sp = 1;
+  sh->n_chunks = 1;
+  sh->chunk_first[0] = 0;
+  sh->chunk_last[0] = spec->layers;
+  sh->chunk_embed[0] = sh->chunk_head[0] = true;
+}
+
+int loom_shard_vocab_local(const loom_shard *sh, const loom_model_spec *spec) {
+  return (spec->padded_vocab + sh->tp - 1) / sh->tp;
+}
+
+int loom_param_layout_build_shard(loom_param_layout *lay, const loom_model_spec *s,
+                                  const loom_shard *sh) {
+  memset(lay, 0, sizeof *lay);
+  builder b = {lay, 0, sh};
+  bool gpt2 = s->arch == LOOM_ARCH_GPT2;
+  bool embed = false, head = false;
+  for (int c = 0; c < sh->n_chunks; c++) embed |= sh->chunk_embed[c], head |= sh->chunk_head[c];
+  int C = s->hidden, vloc = loom_shard_vocab_local(sh, s);
+  if (embed || (head && s->tied_embeddings))
+    add(&b, "embed.weight", s->padded_vocab, C, true, 0, sh->tp > 1 ? vloc : 0);
+  if (embed && gpt2) add(&b, "pos_embed.weight", s->max_seq, C, true, -1, 0);
+  for (int c = 0; c < sh->n_chunks; c++)
+    for (int l = sh->chunk_first[c]; l < sh->chunk_last[c]; l++) add_layer(&b, s, l);
+  if (head) {
+    add(&b, "final_norm.weight", C, 0, false, -1, 0);
+    if (gpt2) add(&b, "final_norm.bias", C, 0, false, -1, 0);
+    if (!s->tied_embeddings)
+      add(&b, "lm_head.weight", s->padded_vocab, C, true, 0, sh->tp > 1 ? vloc : 0);
   }
-  add(&b, "final_norm.weight", C, 0, false);
-  if (gpt2) add(&b, "final_norm.bias", C, 0, false);
-  if (!s->tied_embeddings) add(&b, "lm_head.weight", s->padded_vocab, C, true);
   return 0;
+}
+
+int loom_param_layout_build(loom_param_layout *lay, const loom_model_spec *spec) {
+  loom_shard sh;
+  loom_shard_full(&sh, spec);
+  return loom_param_layout_build_shard(lay, spec, &sh);
 }
 
 void loom_param_layout_free(loom_param_layout *lay) {

@@ -1,4 +1,5 @@
-/* Checkpoint directories: save (to <dir>.tmp.<pid>, then rename) and load. */
+/* Sharded training checkpoints: every rank writes the pieces it holds, rank 0 the trainer
+ * state, config and index; loading maps pieces onto any layout (see checkpoint.h). */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -7,33 +8,60 @@
 #include "loom/checkpoint.h"
 #include "loom/safetensors.h"
 
-static int write_tensors(const char *path, const loom_param_layout *lay, const float *a,
-                         const char *pa, const float *b, const char *pb, long step) {
+/* ---- writing -------------------------------------------------------------------------------- */
+
+/* One section of a file: values for flat indices [begin, end) of the layout, stored at
+ * base[i - begin], written under names "<prefix><tensor>". */
+typedef struct {
+  const char *prefix;
+  const float *base;
+  size_t begin, end;
+} section;
+
+static int add_piece(loom_st_writer *w, json_t *pieces, const loom_param *p, const section *s) {
+  size_t b = p->offset > s->begin ? p->offset : s->begin;
+  size_t e = p->offset + p->numel < s->end ? p->offset + p->numel : s->end;
+  if (b >= e) return 0;
+  bool whole = b == p->offset && e == p->offset + p->numel;
+  char key[160];
+  if (whole) snprintf(key, sizeof key, "%s%s", s->prefix, p->name);
+  else snprintf(key, sizeof key, "%s%s@%zu", s->prefix, p->name, b - p->offset);
+  int64_t shape[2] = {p->shape[0], p->shape[1]}, flat = (int64_t)(e - b);
+  const float *data = s->base + (b - s->begin);
+  int rc = whole ? loom_st_writer_add(w, key, LOOM_DT_F32, p->ndim, shape, data)
+                 : loom_st_writer_add(w, key, LOOM_DT_F32, 1, &flat, data);
+  if (!rc && (p->split_dim >= 0 || !whole))
+    json_object_set_new(pieces, key,
+                        json_pack("{s:s, s:[i,i], s:[i,i], s:i, s:i, s:I}", "tensor", p->name,
+                                  "gshape", p->gshape[0], p->gshape[1], "lshape", p->shape[0],
+                                  p->shape[1], "split_dim", p->split_dim, "split_start",
+                                  p->split_start, "begin", (json_int_t)(b - p->offset)));
+  return rc;
+}
+
+static int write_sections(const char *path, const loom_param_layout *lay, const section *secs,
+                          int nsec, long step) {
   loom_st_writer *w = loom_st_writer_create();
+  json_t *pieces = json_object();
   char buf[64];
   snprintf(buf, sizeof buf, "%ld", step);
   loom_st_writer_set_metadata(w, "format", "loom");
   loom_st_writer_set_metadata(w, "step", buf);
-  char names[2][LOOM_STR_MAX];
-  for (int i = 0; i < lay->count; i++) {
-    const loom_param *p = &lay->params[i];
-    int64_t shape[2] = {p->shape[0], p->shape[1]};
-    for (int k = 0; k < (b ? 2 : 1); k++) {
-      const char *prefix = k ? pb : pa;
-      if (prefix[0]) snprintf(names[k], sizeof names[k], "%s.%s", prefix, p->name);
-      else snprintf(names[k], sizeof names[k], "%s", p->name);
-      if (loom_st_writer_add(w, names[k], LOOM_DT_F32, p->ndim, shape, (k ? b : a) + p->offset)) {
-        loom_st_writer_free(w);
-        return LOOM_ERR;
-      }
-    }
+  int rc = 0;
+  for (int k = 0; k < nsec && !rc; k++)
+    for (int i = 0; i < lay->count && !rc; i++) rc = add_piece(w, pieces, &lay->params[i], &secs[k]);
+  if (!rc && json_object_size(pieces)) {
+    char *text = json_dumps(pieces, JSON_COMPACT | JSON_SORT_KEYS);
+    rc = loom_st_writer_set_metadata(w, "loom.pieces", text);
+    free(text);
   }
-  int rc = loom_st_writer_write(w, path);
+  if (!rc) rc = loom_st_writer_write(w, path);
+  json_decref(pieces);
   loom_st_writer_free(w);
   return rc;
 }
 
-static char *state_json(const loom_train_state *ts) {
+static char *state_json(const loom_train_state *ts, const loom_mesh *m, int zero) {
   json_t *rng = json_array();
   for (int i = 0; i < 4; i++) {
     char hex[32];
@@ -42,84 +70,291 @@ static char *state_json(const loom_train_state *ts) {
   }
   char hash[32];
   snprintf(hash, sizeof hash, "%016" PRIx64, ts->config_hash);
-  json_t *o = json_pack("{s:I, s:o, s:{s:I, s:I}, s:s, s:I, s:f}", "step", (json_int_t)ts->step,
-                        "rng", rng, "loader", "epoch", (json_int_t)ts->loader.epoch, "index",
-                        (json_int_t)ts->loader.index, "config_hash", hash, "tokens_seen",
-                        (json_int_t)ts->tokens_seen, "elapsed", ts->elapsed);
+  json_t *o = json_pack("{s:I, s:o, s:{s:I, s:I, s:I}, s:s, s:I, s:f, s:{s:i, s:i, s:i, s:i, s:i}}",
+                        "step", (json_int_t)ts->step, "rng", rng, "loader", "epoch",
+                        (json_int_t)ts->loader.epoch, "index", (json_int_t)ts->loader.index,
+                        "batch_windows", (json_int_t)ts->loader_batch_windows, "config_hash",
+                        hash, "tokens_seen", (json_int_t)ts->tokens_seen, "elapsed", ts->elapsed,
+                        "layout", "pp", m->pp, "dp", m->dp, "sp", m->sp, "tp", m->tp, "zero", zero);
   char *text = json_dumps(o, JSON_INDENT(2));
   json_decref(o);
   return text;
 }
 
-int loom_ckpt_save(const char *dir, const loom_decoder *d, const loom_adamw_state *opt,
-                   const loom_train_state *ts, const loom_config *cfg) {
-  char *tmp = loom_tmp_path(dir);
-  loom_rm_rf(tmp);
-  int rc = loom_mkdir_p(tmp);
-  char *p1 = loom_sprintf("%s/model.safetensors", tmp);
-  char *p2 = loom_sprintf("%s/optimizer.safetensors", tmp);
-  char *p3 = loom_sprintf("%s/trainer_state.json", tmp);
-  char *p4 = loom_sprintf("%s/config.yaml", tmp);
-  if (!rc) rc = write_tensors(p1, &d->layout, d->params, "", NULL, NULL, ts->step);
-  if (!rc) rc = write_tensors(p2, &d->layout, opt->m, "exp_avg", opt->v, "exp_avg_sq", ts->step);
-  if (!rc) {
-    char *text = state_json(ts);
-    rc = loom_write_file_atomic(p3, text, strlen(text));
-    free(text);
+static char *file_name(const char *dir, const char *kind, int world, int rank) {
+  if (world == 1) return loom_sprintf("%s/%s.safetensors", dir, kind);
+  return loom_sprintf("%s/%s-r%05d.safetensors", dir, kind, rank);
+}
+
+/* Ranks that write parameters: one replica of each (pp, tp) position. */
+static bool writes_params(const loom_mesh *m) { return m->dp_rank == 0 && m->sp_rank == 0; }
+
+static int write_index(const char *dir, const loom_mesh *m, int zero, bool grads) {
+  json_t *model = json_array(), *opt = json_array(), *gr = json_array();
+  for (int r = 0; r < m->world; r++) {
+    int dp = r / (m->tp * m->sp) % m->dp, sp = r / m->tp % m->sp;
+    char name[64];
+    if (dp == 0 && sp == 0) {
+      snprintf(name, sizeof name, "model-r%05d.safetensors", r);
+      json_array_append_new(model, json_string(name));
+    }
+    if (zero > 0 || (dp == 0 && sp == 0)) {
+      snprintf(name, sizeof name, "optimizer-r%05d.safetensors", r);
+      json_array_append_new(opt, json_string(name));
+      snprintf(name, sizeof name, "gradients-r%05d.safetensors", r);
+      if (grads) json_array_append_new(gr, json_string(name));
+    }
   }
-  if (!rc) rc = loom_config_save(cfg, p4);
-  if (!rc) rc = loom_rename_dir_atomic(tmp, dir);
-  if (rc) {
-    loom_err_prefix("saving checkpoint '%s': ", dir);
-    loom_rm_rf(tmp);
-  }
-  free(p1), free(p2), free(p3), free(p4), free(tmp);
+  json_t *o = json_pack("{s:s, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i}, s:o, s:o, s:o}", "format",
+                        "loom-sharded", "version", 1, "world", m->world, "mesh", "pp", m->pp,
+                        "dp", m->dp, "sp", m->sp, "tp", m->tp, "zero", zero, "model_files",
+                        model, "optimizer_files", opt, "gradient_files", gr);
+  char *text = json_dumps(o, JSON_INDENT(2));
+  char *path = loom_sprintf("%s/index.json", dir);
+  int rc = loom_write_file_atomic(path, text, strlen(text));
+  free(path);
+  free(text);
+  json_decref(o);
   return rc;
 }
 
-static int read_tensors(const char *path, const loom_param_layout *lay, float *dst,
-                        const char *prefix) {
-  loom_st_file *f;
-  if (loom_st_open(&f, path)) return LOOM_ERR;
+static int save_rank_files(const char *tmp, loom_executor *ex, const loom_mesh *m,
+                           const loom_train_state *ts, const loom_config *cfg) {
+  loom_decoder *d = loom_exec_decoder(ex);
+  loom_adamw_state *opt = loom_exec_optimizer(ex);
+  loom_grad_sync *gs = loom_exec_grad_sync(ex);
+  size_t b, e;
+  loom_grad_sync_owned(gs, &b, &e);
+  bool zero = cfg->parallel.zero > 0;
   int rc = 0;
-  for (int i = 0; i < lay->count && !rc; i++) {
-    const loom_param *p = &lay->params[i];
-    char name[LOOM_STR_MAX];
-    if (prefix[0]) snprintf(name, sizeof name, "%s.%s", prefix, p->name);
-    else snprintf(name, sizeof name, "%s", p->name);
-    int idx = loom_st_find(f, name);
-    if (idx < 0) {
-      rc = loom_err("%s: tensor '%s' is missing; the checkpoint was written for a different "
-                    "model (check model.* in the config)", path, name);
-      break;
-    }
-    const int64_t *shape = loom_st_shape(f, idx);
-    int nd = loom_st_ndim(f, idx);
-    bool same = nd == p->ndim && shape[0] == p->shape[0] && (nd < 2 || shape[1] == p->shape[1]);
-    if (!same) {
-      rc = loom_err("%s: tensor '%s' has shape [%lld%s%lld] but the model expects [%d%s%d]; "
-                    "the checkpoint was written for a different model", path, name,
-                    (long long)shape[0], nd > 1 ? ", " : "", nd > 1 ? (long long)shape[1] : 0LL,
-                    p->shape[0], p->ndim > 1 ? ", " : "", p->ndim > 1 ? p->shape[1] : 0);
-      break;
-    }
-    rc = loom_st_read_f32(f, name, dst + p->offset, p->numel);
+  if (writes_params(m)) {
+    section all = {"", d->params, 0, d->layout.total};
+    char *p = file_name(tmp, "model", m->world, m->rank);
+    rc = write_sections(p, &d->layout, &all, 1, ts->step);
+    free(p);
   }
-  loom_st_close(f);
+  if (!rc && (zero || writes_params(m))) {
+    section mv[2] = {{"exp_avg.", opt->m, b, e}, {"exp_avg_sq.", opt->v, b, e}};
+    char *p = file_name(tmp, "optimizer", m->world, m->rank);
+    rc = write_sections(p, &d->layout, mv, 2, ts->step);
+    free(p);
+  }
+  if (!rc && cfg->checkpoint.save_gradients && (zero || writes_params(m))) {
+    /* the last step's reduced (and clipped) gradients of the owned range */
+    section g = {"", loom_grad_sync_owned_grads(gs), b, e};
+    char *p = file_name(tmp, "gradients", m->world, m->rank);
+    rc = write_sections(p, &d->layout, &g, 1, ts->step);
+    free(p);
+  }
   return rc;
+}
+
+int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m,
+                   const loom_train_state *ts, const loom_config *cfg) {
+  char tmp[LOOM_STR_MAX + 64];
+  snprintf(tmp, sizeof tmp, "%s.tmp", dir); /* same name on every rank */
+  int rc = 0;
+  if (m->rank == 0) {
+    loom_rm_rf(tmp);
+    rc = loom_mkdir_p(tmp);
+  }
+  if (loom_comm_any_failed(&m->world_comm, rc)) return loom_err_prefix("saving checkpoint '%s': ", dir);
+  rc = save_rank_files(tmp, ex, m, ts, cfg);
+  if (!rc && m->rank == 0) {
+    char *p = loom_sprintf("%s/trainer_state.json", tmp);
+    char *text = state_json(ts, m, (int)cfg->parallel.zero);
+    rc = loom_write_file_atomic(p, text, strlen(text));
+    free(text);
+    free(p);
+    p = loom_sprintf("%s/config.yaml", tmp);
+    if (!rc) rc = loom_config_save(cfg, p);
+    free(p);
+    if (!rc && m->world > 1) rc = write_index(tmp, m, (int)cfg->parallel.zero, cfg->checkpoint.save_gradients);
+  }
+  if (loom_comm_any_failed(&m->world_comm, rc)) {
+    if (m->rank == 0) loom_rm_rf(tmp);
+    return rc ? loom_err_prefix("saving checkpoint '%s': ", dir)
+              : loom_err("saving checkpoint '%s': another rank failed to write its files", dir);
+  }
+  if (m->rank == 0) rc = loom_rename_dir_atomic(tmp, dir);
+  if (loom_comm_any_failed(&m->world_comm, rc)) return loom_err_prefix("saving checkpoint '%s': ", dir);
+  return 0;
+}
+
+/* ---- reading -------------------------------------------------------------------------------- */
+
+typedef struct {
+  int n;
+  loom_st_file **f;
+  json_t **pieces; /* per file: the loom.pieces object or NULL */
+} file_set;
+
+static void close_set(file_set *fs) {
+  for (int i = 0; i < fs->n; i++) {
+    loom_st_close(fs->f[i]);
+    if (fs->pieces[i]) json_decref(fs->pieces[i]);
+  }
+  free(fs->f);
+  free(fs->pieces);
+  memset(fs, 0, sizeof *fs);
+}
+
+static int add_file(file_set *fs, const char *path) {
+  fs->f = realloc(fs->f, (size_t)(fs->n + 1) * sizeof *fs->f);
+  fs->pieces = realloc(fs->pieces, (size_t)(fs->n + 1) * sizeof *fs->pieces);
+  if (loom_st_open(&fs->f[fs->n], path)) return LOOM_ERR;
+  const char *meta = loom_st_metadata(fs->f[fs->n], "loom.pieces");
+  fs->pieces[fs->n] = meta ? json_loads(meta, 0, NULL) : NULL;
+  if (meta && !fs->pieces[fs->n]) {
+    loom_st_close(fs->f[fs->n]);
+    return loom_err("%s: metadata 'loom.pieces' is not valid JSON; the checkpoint is damaged",
+                    path);
+  }
+  fs->n++;
+  return 0;
+}
+
+/* kind: "model", "optimizer" or "gradients" */
+static int open_set(const char *dir, const char *kind, file_set *fs) {
+  memset(fs, 0, sizeof *fs);
+  char *index = loom_sprintf("%s/index.json", dir);
+  int rc = 0;
+  if (loom_path_exists(index)) {
+    json_error_t e;
+    json_t *o = json_load_file(index, 0, &e);
+    char key[64];
+    snprintf(key, sizeof key, "%s_files", kind);
+    json_t *list = o ? json_object_get(o, key) : NULL;
+    if (!json_is_array(list)) {
+      rc = loom_err("%s: %s; the checkpoint index is damaged", index,
+                    o ? "missing file list" : e.text);
+    } else {
+      for (size_t i = 0; i < json_array_size(list) && !rc; i++) {
+        char *p = loom_sprintf("%s/%s", dir, json_string_value(json_array_get(list, i)));
+        rc = add_file(fs, p);
+        free(p);
+      }
+    }
+    json_decref(o);
+  } else {
+    char *p = loom_sprintf("%s/%s.safetensors", dir, kind);
+    rc = add_file(fs, p);
+    free(p);
+  }
+  free(index);
+  if (rc) close_set(fs);
+  return rc;
+}
+
+typedef struct {
+  const char *tensor;     /* global name */
+  int lshape[2], split_dim, split_start;
+  size_t begin;
+} piece;
+
+/* Describe entry i of file k under prefix; false when it belongs to another prefix. */
+static bool describe(const file_set *fs, int k, int i, const char *prefix, piece *pc) {
+  const char *key = loom_st_name(fs->f[k], i);
+  size_t pl = strlen(prefix);
+  if (strncmp(key, prefix, pl)) return false;
+  json_t *d = fs->pieces[k] ? json_object_get(fs->pieces[k], key) : NULL;
+  if (d) {
+    json_t *ls = json_object_get(d, "lshape");
+    pc->tensor = json_string_value(json_object_get(d, "tensor"));
+    pc->lshape[0] = (int)json_integer_value(json_array_get(ls, 0));
+    pc->lshape[1] = (int)json_integer_value(json_array_get(ls, 1));
+    pc->split_dim = (int)json_integer_value(json_object_get(d, "split_dim"));
+    pc->split_start = (int)json_integer_value(json_object_get(d, "split_start"));
+    pc->begin = (size_t)json_integer_value(json_object_get(d, "begin"));
+    return pc->tensor != NULL;
+  }
+  const int64_t *sh = loom_st_shape(fs->f[k], i);
+  pc->tensor = key + pl;
+  pc->lshape[0] = (int)sh[0];
+  pc->lshape[1] = loom_st_ndim(fs->f[k], i) > 1 ? (int)sh[1] : 0;
+  pc->split_dim = -1;
+  pc->split_start = 0;
+  pc->begin = 0;
+  return true;
+}
+
+/* Copy the part of piece (values src) that falls into target tensor p's elements [tb, te)
+ * into dst (indexed from tb); mark them in `seen`. */
+static void map_piece(const piece *pc, const float *src, size_t n, const loom_param *p,
+                      size_t tb, size_t te, float *dst, unsigned char *seen) {
+  long sc_cols = pc->lshape[1] > 0 ? pc->lshape[1] : 1;
+  long t_rows = p->shape[0], t_cols = p->ndim > 1 ? p->shape[1] : 1;
+  long srow0 = pc->split_dim == 0 ? pc->split_start : 0, scol0 = pc->split_dim == 1 ? pc->split_start : 0;
+  long trow0 = p->split_dim == 0 ? p->split_start : 0, tcol0 = p->split_dim == 1 ? p->split_start : 0;
+  for (size_t k = 0; k < n; k++) {
+    size_t i = pc->begin + k;
+    long tr = (long)(i / (size_t)sc_cols) + srow0 - trow0;
+    long tc = (long)(i % (size_t)sc_cols) + scol0 - tcol0;
+    if (tr < 0 || tr >= t_rows || tc < 0 || tc >= t_cols) continue;
+    size_t j = (size_t)(tr * t_cols + tc);
+    if (j < tb || j >= te) continue;
+    dst[j - tb] = src[k];
+    seen[(j - tb) >> 3] |= (unsigned char)(1u << ((j - tb) & 7));
+  }
+}
+
+static bool is_vocab(const char *name) {
+  return !strcmp(name, "embed.weight") || !strcmp(name, "lm_head.weight");
+}
+
+/* Fill dst (flat indices [rb, re) of d's layout, dst[i - rb]) from the pieces under prefix. */
+static int assemble(const file_set *fs, const char *prefix, const loom_decoder *d, float *dst,
+                    size_t rb, size_t re, const char *dir) {
+  for (int t = 0; t < d->layout.count; t++) {
+    const loom_param *p = &d->layout.params[t];
+    size_t b = p->offset > rb ? p->offset : rb, e = p->offset + p->numel < re ? p->offset + p->numel : re;
+    if (b >= e) continue;
+    size_t tb = b - p->offset, te = e - p->offset, n = te - tb;
+    float *out = dst + (b - rb);
+    memset(out, 0, n * sizeof(float));
+    unsigned char *seen = calloc(n / 8 + 1, 1);
+    for (int k = 0; k < fs->n; k++)
+      for (int i = 0; i < loom_st_count(fs->f[k]); i++) {
+        piece pc;
+        if (!describe(fs, k, i, prefix, &pc) || strcmp(pc.tensor, p->name)) continue;
+        size_t cnt = (size_t)loom_st_numel(fs->f[k], i);
+        float *src = malloc((cnt + 1) * sizeof(float));
+        int rc = loom_st_read_f32(fs->f[k], loom_st_name(fs->f[k], i), src, cnt);
+        if (!rc) map_piece(&pc, src, cnt, p, tb, te, out, seen);
+        free(src);
+        if (rc) {
+          free(seen);
+          return LOOM_ERR;
+        }
+      }
+    /* every element must have come from the checkpoint, except vocabulary padding rows */
+    long cols = p->ndim > 1 ? p->shape[1] : 1;
+    for (size_t j = 0; j < n; j++) {
+      if (seen[j >> 3] & (1u << (j & 7))) continue;
+      long grow = (long)((tb + j) / (size_t)cols) + (p->split_dim == 0 ? p->split_start : 0);
+      if (is_vocab(p->name) && grow >= d->spec.vocab_size) continue;
+      free(seen);
+      return loom_err("checkpoint '%s' has no value for element %zu of %s%s (shape [%d, %d] on "
+                      "this rank); it was written for a different model (check model.* in the "
+                      "config)", dir, tb + j, prefix, p->name, p->shape[0], p->shape[1]);
+    }
+    free(seen);
+  }
+  return 0;
 }
 
 static int parse_state(const char *path, loom_train_state *ts) {
   json_error_t e;
   json_t *o = json_load_file(path, 0, &e);
   if (!o) return loom_err("%s:%d: %s", path, e.line, e.text);
-  json_int_t step = 0, epoch = 0, index = 0, tokens = 0;
+  json_int_t step = 0, epoch = 0, index = 0, tokens = 0, windows = 0;
   json_t *rng = NULL;
   const char *hash = NULL;
   double elapsed = 0;
-  int bad = json_unpack_ex(o, &e, 0, "{s:I, s:o, s:{s:I, s:I}, s:s, s:I, s:F}", "step", &step,
-                           "rng", &rng, "loader", "epoch", &epoch, "index", &index,
-                           "config_hash", &hash, "tokens_seen", &tokens, "elapsed", &elapsed);
+  int bad = json_unpack_ex(o, &e, 0, "{s:I, s:o, s:{s:I, s:I, s?I}, s:s, s:I, s:F}", "step",
+                           &step, "rng", &rng, "loader", "epoch", &epoch, "index", &index,
+                           "batch_windows", &windows, "config_hash", &hash, "tokens_seen",
+                           &tokens, "elapsed", &elapsed);
   if (bad || !json_is_array(rng) || json_array_size(rng) != 4) {
     json_decref(o);
     return loom_err("%s: malformed trainer state (%s); the checkpoint is damaged", path,
@@ -128,6 +363,7 @@ static int parse_state(const char *path, loom_train_state *ts) {
   ts->step = (long)step;
   ts->loader.epoch = (uint64_t)epoch;
   ts->loader.index = (uint64_t)index;
+  ts->loader_batch_windows = (long)windows;
   ts->tokens_seen = (long)tokens;
   ts->elapsed = elapsed;
   ts->config_hash = strtoull(hash, NULL, 16);
@@ -137,22 +373,36 @@ static int parse_state(const char *path, loom_train_state *ts) {
   return 0;
 }
 
-int loom_ckpt_load(const char *dir, loom_decoder *d, loom_adamw_state *opt,
-                   loom_train_state *ts) {
+int loom_ckpt_load_params(const char *dir, loom_decoder *d) {
   if (!loom_is_dir(dir))
     return loom_err("checkpoint '%s' is not a directory (expected runs/<id>/checkpoint_<step>)",
                     dir);
-  char *p1 = loom_sprintf("%s/model.safetensors", dir);
-  char *p2 = loom_sprintf("%s/optimizer.safetensors", dir);
-  char *p3 = loom_sprintf("%s/trainer_state.json", dir);
-  int rc = read_tensors(p1, &d->layout, d->params, "");
-  if (!rc) rc = read_tensors(p2, &d->layout, opt->m, "exp_avg");
-  if (!rc) rc = read_tensors(p2, &d->layout, opt->v, "exp_avg_sq");
-  if (!rc) rc = parse_state(p3, ts);
-  if (!rc) {
-    opt->step = ts->step;
-    loom_decoder_params_updated(d);
+  file_set fs;
+  if (open_set(dir, "model", &fs)) return LOOM_ERR;
+  int rc = assemble(&fs, "", d, d->params, 0, d->layout.total, dir);
+  close_set(&fs);
+  if (!rc) loom_decoder_params_updated(d);
+  return rc;
+}
+
+int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_train_state *ts) {
+  loom_decoder *d = loom_exec_decoder(ex);
+  loom_adamw_state *opt = loom_exec_optimizer(ex);
+  size_t b, e;
+  loom_grad_sync_owned(loom_exec_grad_sync(ex), &b, &e);
+  int rc = loom_ckpt_load_params(dir, d);
+  file_set fs;
+  if (!rc && !(rc = open_set(dir, "optimizer", &fs))) {
+    rc = assemble(&fs, "exp_avg.", d, opt->m, b, e, dir);
+    if (!rc) rc = assemble(&fs, "exp_avg_sq.", d, opt->v, b, e, dir);
+    close_set(&fs);
   }
-  free(p1), free(p2), free(p3);
+  if (!rc) {
+    char *p = loom_sprintf("%s/trainer_state.json", dir);
+    rc = parse_state(p, ts);
+    free(p);
+  }
+  if (!rc) opt->step = ts->step;
+  (void)m;
   return rc;
 }

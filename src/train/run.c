@@ -1,5 +1,7 @@
-/* The training run driver: run directory, data, model, the step loop, metrics, progress,
- * periodic/final checkpoints, and resume from a checkpoint with bitwise-identical results. */
+/* The training run driver: mesh, run directory (rank 0), data (sharded by data-parallel
+ * rank), the executor, the step loop, metrics, progress, periodic/final sharded checkpoints,
+ * and resume from a checkpoint — in the same layout with bitwise-identical results, or in
+ * another layout. Every rank runs this; only rank 0 writes the run's files and prints. */
 #include <errno.h>
 #include <inttypes.h>
 #include <libgen.h>
@@ -10,17 +12,20 @@
 #include <unistd.h>
 
 #include "loom/checkpoint.h"
+#include "loom/exec.h"
 #include "loom/loader.h"
+#include "loom/mesh.h"
 #include "loom/train.h"
 #include "train/progress.h"
 
 typedef struct {
   const loom_config *cfg;
   loom_model_spec spec;
+  loom_mesh mesh;
+  bool lead;           /* world rank 0: writes files, prints */
   char *run_dir;
   loom_loader *loader;
-  loom_decoder *model;
-  loom_adamw_state opt;
+  loom_executor *exec;
   loom_train_state state;
   FILE *metrics;
   loom_progress progress;
@@ -44,6 +49,8 @@ static char *new_run_dir(const loom_config *cfg) {
   }
 }
 
+static int open_run_dir_lead(run_ctx *c, const loom_train_opts *o);
+
 /* Keep the metrics lines of steps <= step (a resumed run rewrites what follows). */
 static int truncate_metrics(const char *path, long step) {
   char *data;
@@ -65,6 +72,18 @@ static int truncate_metrics(const char *path, long step) {
 }
 
 static int open_run_dir(run_ctx *c, const loom_train_opts *o) {
+  int rc = 0;
+  if (c->lead) rc = open_run_dir_lead(c, o);
+  if (loom_comm_any_failed(&c->mesh.world_comm, rc)) return rc ? rc : loom_err("rank 0 failed to create the run directory");
+  char path[LOOM_STR_MAX * 2];
+  memset(path, 0, sizeof path);
+  if (c->lead) snprintf(path, sizeof path, "%s", c->run_dir);
+  loom_comm_bcast_bytes(&c->mesh.world_comm, path, sizeof path, 0);
+  if (!c->lead) c->run_dir = loom_strdup(path);
+  return 0;
+}
+
+static int open_run_dir_lead(run_ctx *c, const loom_train_opts *o) {
   if (o->resume) {
     char *copy = loom_strdup(o->resume);
     size_t n = strlen(copy);
@@ -84,7 +103,7 @@ static int open_run_dir(run_ctx *c, const loom_train_opts *o) {
 static int open_data(run_ctx *c) {
   const loom_config_training *t = &c->cfg->training;
   if (loom_loader_open(&c->loader, c->cfg->data.train_shards, (int)t->micro_batch_size,
-                       (int)t->seq_len, 0, 1, (uint64_t)c->cfg->run.seed))
+                       (int)t->seq_len, c->mesh.dp_rank, c->mesh.dp, (uint64_t)c->cfg->run.seed))
     return loom_err_prefix("data.train_shards: ");
   int32_t max_tok = loom_loader_max_token(c->loader);
   if (max_tok >= c->spec.vocab_size)
@@ -108,14 +127,16 @@ static int next_batches(run_ctx *c) {
 
 static int save_checkpoint(run_ctx *c, const char *name) {
   loom_loader_get_state(c->loader, &c->state.loader);
+  c->state.loader_batch_windows = c->cfg->training.micro_batch_size * c->mesh.dp;
   char *dir = loom_sprintf("%s/%s", c->run_dir, name);
-  int rc = loom_ckpt_save(dir, c->model, &c->opt, &c->state, c->cfg);
+  int rc = loom_ckpt_save(dir, c->exec, &c->mesh, &c->state, c->cfg);
   if (!rc) loom_progress_note(&c->progress, "saved %s", dir);
   free(dir);
   return rc;
 }
 
 static void prune_checkpoints(run_ctx *c, long step) {
+  if (!c->lead) return;
   long keep = c->cfg->checkpoint.keep_last, every = c->cfg->checkpoint.every;
   if (keep <= 0 || every <= 0) return;
   long old = step - keep * every;
@@ -126,6 +147,7 @@ static void prune_checkpoints(run_ctx *c, long step) {
 }
 
 static void write_metrics(run_ctx *c, const loom_step_result *r, double dt, double elapsed) {
+  if (!c->metrics) return;
   fprintf(c->metrics,
           "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
           "\"tokens_per_s\": %.1f, \"step_time\": %.6f, \"time\": %.3f, \"tokens\": %ld}\n",
@@ -138,8 +160,12 @@ static int write_summary(run_ctx *c, double final_loss, double min_loss, double 
                          long timed_steps) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
+  double rss[1] = {(double)ru.ru_maxrss};
+  loom_comm_allreduce_f64(&c->mesh.world_comm, rss, 1, LOOM_OP_MAX); /* the largest rank */
+  ru.ru_maxrss = (long)rss[0];
+  if (!c->lead) return 0;
   const loom_config_training *t = &c->cfg->training;
-  double tokens_per_step = (double)t->grad_accum * t->micro_batch_size * t->seq_len;
+  double tokens_per_step = (double)t->grad_accum * t->micro_batch_size * t->seq_len * c->mesh.dp;
   char *text = loom_sprintf(
       "{\n  \"steps\": %ld,\n  \"final_loss\": %.17g,\n  \"min_loss\": %.17g,\n"
       "  \"avg_step_time\": %.6f,\n  \"timed_steps\": %ld,\n  \"tokens_per_s\": %.1f,\n"
@@ -154,32 +180,62 @@ static int write_summary(run_ctx *c, double final_loss, double min_loss, double 
   return rc;
 }
 
+/* Per-rank memory of the step: parameters (+ bf16 copy), gradients, optimizer moments,
+ * activations and scratch, in MiB; rank 0 prints one line per rank. */
+static void report_memory(run_ctx *c) {
+  loom_decoder *d = loom_exec_decoder(c->exec);
+  size_t b, e;
+  loom_grad_sync_owned(loom_exec_grad_sync(c->exec), &b, &e);
+  const double MiB = 1048576.0;
+  float mine[4] = {(float)(d->layout.total * sizeof(float) * (d->bf16 ? 2 : 1) / MiB),
+                   (float)(d->layout.total * sizeof(float) / MiB),
+                   (float)(2.0 * (double)(e - b) * sizeof(float) / MiB),
+                   (float)(d->arena_bytes / MiB)};
+  int W = c->mesh.world;
+  float *all = calloc((size_t)W * 4, sizeof(float));
+  loom_comm_allgather_f32(&c->mesh.world_comm, mine, all, 4);
+  loom_comm_stats_reset(); /* start-up traffic is not part of any step */
+  if (c->lead) {
+    loom_progress_note(&c->progress, "memory per rank (MiB): rank  params  grads  optimizer  "
+                                     "activations+scratch");
+    for (int r = 0; r < W; r++)
+      loom_progress_note(&c->progress, "  %4d %8.1f %6.1f %10.1f %12.1f", r, all[4 * r],
+                         all[4 * r + 1], all[4 * r + 2], all[4 * r + 3]);
+  }
+  free(all);
+}
+
 static int setup(run_ctx *c, const loom_train_opts *o) {
   const loom_config *cfg = c->cfg;
   const loom_config_training *t = &cfg->training;
   if (loom_model_spec_from_config(&c->spec, &cfg->model)) return LOOM_ERR;
-  if (open_data(c)) return LOOM_ERR;
-  if (loom_decoder_create(&c->model, &c->spec, (int)t->micro_batch_size, (int)t->seq_len,
-                          !strcmp(t->dtype, "bf16"), t->activation_checkpointing))
+  if (loom_mesh_create(&c->mesh, &cfg->parallel, cfg->parallel.timeout_s)) return LOOM_ERR;
+  c->lead = c->mesh.rank == 0;
+  if (loom_mesh_check_model(&cfg->parallel, &c->spec, (int)t->micro_batch_size, (int)t->seq_len,
+                            c->mesh.world))
     return LOOM_ERR;
+  if (open_data(c)) return LOOM_ERR;
+  if (loom_exec_create(&c->exec, cfg, &c->spec, &c->mesh)) return LOOM_ERR;
   if (o->resume && !loom_is_dir(o->resume))
     return loom_err("--resume: checkpoint '%s' is not a directory (expected "
                     "runs/<id>/checkpoint_<step> or final_checkpoint)", o->resume);
   /* every check that can fail on bad input is done: only now create the run directory */
   if (open_run_dir(c, o)) return LOOM_ERR;
-  loom_adamw_state_init(&c->opt, c->model->layout.total);
   memset(&c->state, 0, sizeof c->state);
   c->state.config_hash = loom_config_hash(cfg);
   loom_rng_seed(&c->state.rng, (uint64_t)cfg->run.seed);
-  char *log_path = loom_sprintf("%s/train.log", c->run_dir);
-  c->progress.log = fopen(log_path, o->resume ? "a" : "w");
-  free(log_path);
+  if (c->lead) {
+    char *log_path = loom_sprintf("%s/train.log", c->run_dir);
+    c->progress.log = fopen(log_path, o->resume ? "a" : "w");
+    free(log_path);
+  }
   c->progress.tty = isatty(STDERR_FILENO);
-  c->progress.quiet = o->quiet;
+  c->progress.quiet = o->quiet || !c->lead;
   c->progress.total_steps = t->steps;
   c->progress.log_every = t->log_every;
-  c->progress.flops_per_token = loom_decoder_flops_per_token(&c->spec, (int)t->seq_len);
-  c->progress.peak_flops = loom_progress_measure_peak();
+  c->progress.flops_per_token =
+      loom_decoder_flops_per_token(&c->spec, (int)t->seq_len) / c->mesh.world;
+  c->progress.peak_flops = c->lead ? loom_progress_measure_peak() : 0;
   if (o->command_line) loom_progress_note(&c->progress, "command: %s", o->command_line);
   loom_progress_note(&c->progress, "run directory: %s", c->run_dir);
   loom_progress_note(&c->progress,
@@ -191,22 +247,42 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                      c->spec.padded_vocab, t->dtype,
                      t->activation_checkpointing ? ", activation checkpointing" : "",
                      t->micro_batch_size, t->seq_len, t->grad_accum);
+  if (c->mesh.world > 1)
+    loom_progress_note(&c->progress, "mesh: %d ranks = pp %d x dp %d x sp %d x tp %d%s, zero %ld, "
+                       "schedule %s", c->mesh.world, c->mesh.pp, c->mesh.dp, c->mesh.sp, c->mesh.tp,
+                       c->mesh.tp > 1 && !strcmp(cfg->parallel.sp_mode, "megatron")
+                           ? " (megatron sequence parallel)" : "",
+                       cfg->parallel.zero, loom_exec_schedule(c->exec)->name);
   loom_progress_note(&c->progress, "data: %s, %" PRIu64 " tokens", cfg->data.train_shards,
                      loom_loader_total_tokens(c->loader));
+  report_memory(c);
+  loom_decoder *d = loom_exec_decoder(c->exec);
+  int rc = 0;
   if (o->resume) {
-    if (loom_ckpt_load(o->resume, c->model, &c->opt, &c->state))
-      return loom_err_prefix("--resume: ");
+    rc = loom_ckpt_load(o->resume, c->exec, &c->mesh, &c->state);
+    if (loom_comm_any_failed(&c->mesh.world_comm, rc))
+      return rc ? loom_err_prefix("--resume: ") : loom_err("--resume: another rank failed to load");
+    long now = t->micro_batch_size * c->mesh.dp, then = c->state.loader_batch_windows;
+    if (then > 0 && then != now) { /* another data-parallel layout: same position in windows */
+      uint64_t windows = c->state.loader.index * (uint64_t)then;
+      if (windows % (uint64_t)now)
+        return loom_err("--resume: the checkpoint consumed %" PRIu64 " windows of this epoch, "
+                        "not a multiple of micro_batch_size*dp = %ld; pick a layout that "
+                        "divides it", windows, now);
+      c->state.loader.index = windows / (uint64_t)now;
+    }
     if (loom_loader_set_state(c->loader, &c->state.loader)) return LOOM_ERR;
     if (c->state.config_hash != loom_config_hash(cfg))
-      loom_progress_note(&c->progress, "warning: the config differs from the one the "
-                                       "checkpoint was written with");
+      loom_progress_note(&c->progress, "note: the config differs from the one the checkpoint "
+                                       "was written with");
     c->state.config_hash = loom_config_hash(cfg);
     loom_progress_note(&c->progress, "resumed from %s at step %ld", o->resume, c->state.step);
   } else {
-    loom_decoder_init_params(c->model, (uint64_t)cfg->run.seed);
+    loom_decoder_init_params(d, (uint64_t)cfg->run.seed);
   }
+  if (!c->lead) return 0;
   char *mpath = loom_sprintf("%s/metrics.jsonl", c->run_dir);
-  int rc = o->resume ? truncate_metrics(mpath, c->state.step) : 0;
+  rc = o->resume ? truncate_metrics(mpath, c->state.step) : 0;
   c->metrics = rc ? NULL : fopen(mpath, o->resume ? "a" : "w");
   if (!rc && !c->metrics) rc = loom_err("cannot open '%s': %s", mpath, strerror(errno));
   free(mpath);
@@ -223,7 +299,7 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
     double t0 = loom_now();
     if (next_batches(c)) return LOOM_ERR;
     loom_step_result r;
-    loom_train_step(c->model, &c->opt, t, c->tokens, c->targets, (int)t->grad_accum, &r);
+    loom_exec_step(c->exec, c->tokens, c->targets, &r);
     double dt = loom_now() - t0;
     c->state.step++;
     c->state.tokens_seen += r.tokens;
@@ -270,14 +346,14 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   if (!rc) rc = loop(&c, o);
   if (!rc) {
     loom_progress_note(&c.progress, "done: %ld steps; the run is in %s", c.state.step, c.run_dir);
-    printf("%s\n", c.run_dir);
+    if (c.lead) printf("%s\n", c.run_dir);
   }
   if (rc && c.progress.log) fprintf(c.progress.log, "error: %s\n", loom_errmsg());
   if (c.metrics) fclose(c.metrics);
   if (c.progress.log) fclose(c.progress.log);
   if (c.loader) loom_loader_close(c.loader);
-  if (c.model) loom_decoder_free(c.model);
-  if (c.opt.m) loom_adamw_state_free(&c.opt);
+  loom_exec_free(c.exec);
+  loom_mesh_free(&c.mesh);
   free(c.tokens);
   free(c.targets);
   free(c.run_dir);

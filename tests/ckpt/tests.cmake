@@ -7,3 +7,13 @@ add_test(NAME ckpt_st_python
   COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/st_check.py $<TARGET_FILE:loom>
           $<TARGET_FILE:ckpt_st_helper>)
 set_tests_properties(ckpt_st_python PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 120)
+
+# Hugging Face export/import: tests/ckpt/hf_check.py compares HF-style PyTorch forwards on
+# exported files (and on files it writes for import) with loom's logits from ckpt_hf_helper.
+add_executable(ckpt_hf_helper ${CMAKE_CURRENT_LIST_DIR}/hf_helper.c)
+target_link_libraries(ckpt_hf_helper PRIVATE loomlib)
+add_test(NAME ckpt_hf_python
+  COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/hf_check.py $<TARGET_FILE:loom>
+          $<TARGET_FILE:ckpt_hf_helper>)
+set_tests_properties(ckpt_hf_python PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1" TIMEOUT 120)

@@ -1,0 +1,83 @@
+/* Collectives over one communicator, with the bytes each rank sends counted per kind of
+ * collective (for checking communication volume against the analytic count) and a timeout:
+ * a rank that waits longer than the timeout in a collective aborts the whole job with the
+ * collective, the communicator and the rank in the message, instead of hanging.
+ *
+ * A communicator of size 1 (and every communicator when MPI is not running) makes every
+ * collective a local no-op (or copy), so single-process code runs through the same calls.
+ *
+ * Counted bytes are the payload each rank sends under a ring algorithm (what NCCL and Open
+ * MPI's ring/bandwidth-optimal algorithms move), for n payload bytes per rank and p ranks:
+ *   all-reduce 2(p-1)/p n,  reduce-scatter (p-1)/p n (n = full input),
+ *   all-gather (p-1)/p n (n = full output),  all-to-all (p-1)/p n,  send n.
+ * Double-precision all-reduces carry scalars (loss sums, token counts, norms) and broadcasts
+ * carry control data; neither is counted. */
+#ifndef LOOM_COMM_H
+#define LOOM_COMM_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+  LOOM_COLL_ALLREDUCE = 0,
+  LOOM_COLL_REDUCE_SCATTER,
+  LOOM_COLL_ALLGATHER,
+  LOOM_COLL_ALLTOALL,
+  LOOM_COLL_SENDRECV,
+  LOOM_COLL_COUNT
+} loom_coll_kind;
+
+typedef struct {
+  void *handle;   /* MPI_Comm (opaque here) or NULL when size == 1 without MPI */
+  int size, rank;
+  const char *name; /* "tp", "dp", ... for messages */
+  double timeout_s;
+} loom_comm;
+
+/* Per-process traffic counters (bytes this rank sent, ring-algorithm accounting). */
+typedef struct {
+  double bytes[LOOM_COLL_COUNT];
+  long calls[LOOM_COLL_COUNT];
+} loom_comm_stats;
+extern loom_comm_stats loom_comm_counters;
+void loom_comm_stats_reset(void);
+const char *loom_coll_name(loom_coll_kind k);
+
+typedef enum { LOOM_OP_SUM = 0, LOOM_OP_MAX } loom_reduce_op;
+
+/* In-place float all-reduce of n values. */
+void loom_comm_allreduce_f32(const loom_comm *c, float *x, size_t n, loom_reduce_op op);
+void loom_comm_allreduce_f64(const loom_comm *c, double *x, size_t n, loom_reduce_op op);
+/* in (size*n) -> out (n): rank r gets the sum of block r. */
+void loom_comm_reduce_scatter_f32(const loom_comm *c, const float *in, float *out, size_t n);
+/* in (n) -> out (size*n), block r from rank r. in may alias out + rank*n. */
+void loom_comm_allgather_f32(const loom_comm *c, const float *in, float *out, size_t n);
+/* in (size*n) -> out (size*n): block j of rank i lands in block i of rank j. */
+void loom_comm_alltoall_f32(const loom_comm *c, const float *in, float *out, size_t n);
+
+/* Uneven blocks: rank r gets/contributes counts[r] floats; blocks are laid out in rank order
+ * (displacements are prefix sums of counts). */
+void loom_comm_reduce_scatter_v_f32(const loom_comm *c, const float *in, float *out,
+                                    const int *counts);
+void loom_comm_allgather_v_f32(const loom_comm *c, float *inout, const int *counts);
+
+/* Non-blocking all-reduce (for overlapping gradient reduction with backward). */
+typedef struct {
+  void *req; /* MPI_Request */
+  const loom_comm *comm;
+  const char *what;
+} loom_comm_request;
+void loom_comm_iallreduce_f32(const loom_comm *c, float *x, size_t n, loom_comm_request *r);
+void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *out, size_t n,
+                                   loom_comm_request *r);
+void loom_comm_wait(loom_comm_request *r);
+
+/* Point to point on a communicator (pipeline): non-blocking send, blocking receive. */
+void loom_comm_isend_f32(const loom_comm *c, const float *x, size_t n, int peer, int tag,
+                         loom_comm_request *r);
+void loom_comm_recv_f32(const loom_comm *c, float *x, size_t n, int peer, int tag);
+void loom_comm_barrier(const loom_comm *c);
+/* Broadcast n bytes from rank `root`. */
+void loom_comm_bcast_bytes(const loom_comm *c, void *data, size_t n, int root);
+/* Returns non-zero on every rank when rc is non-zero on any rank (agree on failure). */
+int loom_comm_any_failed(const loom_comm *c, int rc);
+#endif

@@ -1,0 +1,35 @@
+/* The executor: runs one optimizer step of the schedule IR on this rank — forward/backward of
+ * its pipeline chunks on real tensors, activations and their gradients by non-blocking
+ * point-to-point messages, gradient reduction and the optimizer step — for any mesh. */
+#ifndef LOOM_EXEC_H
+#define LOOM_EXEC_H
+#include "loom/config.h"
+#include "loom/decoder.h"
+#include "loom/grad_sync.h"
+#include "loom/mesh.h"
+#include "loom/sched.h"
+#include "loom/train.h"
+
+typedef struct loom_executor loom_executor;
+
+/* Build this rank's shard (tp slice, sequence parallelism, pipeline chunks from
+ * parallel.stage_layers or an even split), the schedule (generated, or parallel.schedule_file
+ * validated), the decoder with as many activation slots as the schedule keeps in flight, the
+ * gradient synchroniser and the optimizer state. Micro-batches per step = training.grad_accum. */
+int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_model_spec *spec,
+                     loom_mesh *mesh);
+void loom_exec_free(loom_executor *ex);
+loom_decoder *loom_exec_decoder(loom_executor *ex);
+loom_adamw_state *loom_exec_optimizer(loom_executor *ex);
+loom_grad_sync *loom_exec_grad_sync(loom_executor *ex);
+const loom_schedule *loom_exec_schedule(const loom_executor *ex);
+/* Split of the layers into pp*vpp chunks: first[v] for virtual stage v, first[K] = layers. */
+int loom_exec_stage_split(const loom_config_parallel *p, int layers, int *first);
+/* One optimizer step over tokens/targets (A, B, T) of this data-parallel rank (identical on
+ * its tp/sp/pp peers). Fills loss (global token mean over every rank), grad norm, lr. */
+void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *targets,
+                    loom_step_result *r);
+/* Instruction trace hook: called before/after each instruction (for --trace). */
+typedef void (*loom_exec_trace_fn)(void *ctx, const loom_instr *in, double t0, double t1);
+void loom_exec_set_trace(loom_executor *ex, loom_exec_trace_fn fn, void *ctx);
+#endif

@@ -1,0 +1,45 @@
+/* Gradient synchronisation and the optimizer step across the mesh:
+ *  - Megatron sequence parallelism: gradients of tp-replicated tensors (norms, row-parallel
+ *    biases, positions) are partial per tp rank and are all-reduced over tp;
+ *  - tied embeddings with pipeline parallelism: the first and last stage both hold
+ *    embed.weight; their gradients are summed over the embed communicator;
+ *  - data parallelism (dp x sp replicas): ZeRO-0 all-reduces gradient buckets (groups of
+ *    consecutive layers, about parallel.bucket_mb each) as soon as the last backward of their
+ *    layers finishes, overlapping with the rest of the backward; ZeRO-1/2 reduce-scatter the
+ *    flat gradient buffer so that each replica owns 1/n of it (ZeRO-2 after every micro-batch,
+ *    so only the owned shard accumulates), keep AdamW moments for the owned range only, and
+ *    all-gather the updated parameters;
+ *  - global gradient-norm clipping with every element counted once (tp-replicated tensors on
+ *    tp rank 0 only, the tied embedding on the first stage only). */
+#ifndef LOOM_GRAD_SYNC_H
+#define LOOM_GRAD_SYNC_H
+#include "loom/comm.h"
+#include "loom/config.h"
+#include "loom/decoder.h"
+#include "loom/mesh.h"
+#include "loom/train.h"
+
+typedef struct loom_grad_sync loom_grad_sync;
+
+int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh *m,
+                          const loom_config_parallel *p);
+void loom_grad_sync_free(loom_grad_sync *g);
+/* Flat range [begin, end) of the buffer this rank's optimizer owns (everything without ZeRO). */
+void loom_grad_sync_owned(const loom_grad_sync *g, size_t *begin, size_t *end);
+/* Reduced gradients of the owned range: element of flat index i at [i - begin]. */
+float *loom_grad_sync_owned_grads(loom_grad_sync *g);
+/* Start of a step: nothing reduced yet. */
+void loom_grad_sync_begin_step(loom_grad_sync *g);
+/* The decoder's per-layer callback target while the last backward of a chunk runs. */
+void loom_grad_sync_layer_done(void *g, int layer);
+/* After each micro-batch's backward on this rank (ZeRO-2 reduces here when pp == 1). */
+void loom_grad_sync_microbatch_done(loom_grad_sync *g);
+/* REDUCE_GRADS: finish every reduction. */
+void loom_grad_sync_reduce(loom_grad_sync *g);
+/* OPTIMIZER_STEP: global norm (before clipping) returned; clip; AdamW on the owned range;
+ * all-gather parameters under ZeRO; refresh bf16 weights. */
+double loom_grad_sync_step(loom_grad_sync *g, loom_adamw_state *opt,
+                           const loom_config_training *t, double lr);
+/* Sum of squares of the reduced gradients counted once across the whole mesh. */
+double loom_grad_sync_global_sumsq(loom_grad_sync *g);
+#endif

@@ -1,0 +1,111 @@
+/* Hugging Face checkpoints: export a loom checkpoint directory to HF safetensors naming
+ * (GPT2LMHeadModel without the "transformer." prefix, or LlamaForCausalLM/Qwen2ForCausalLM)
+ * plus config.json, import such a directory back into a loom weights-only checkpoint, and
+ * load only the weights of a checkpoint into a decoder (for fine-tuning from them).
+ *
+ * Name mapping (loom name -> HF name; see docs/FORMATS-checkpoint.md):
+ *   gpt2:  embed -> wte (V rows: vocabulary padding dropped), pos_embed -> wpe,
+ *          layers.i.attn_norm -> h.i.ln_1, attn.{q,k,v} -> h.i.attn.c_attn (Conv1D: weight
+ *          (C, 3C) = transpose of q,k,v concatenated along out; bias (3C)), attn.o ->
+ *          h.i.attn.c_proj (transposed), mlp_norm -> h.i.ln_2, mlp.up -> h.i.mlp.c_fc and
+ *          mlp.down -> h.i.mlp.c_proj (transposed), final_norm -> ln_f, lm_head -> lm_head.
+ *   llama: embed -> model.embed_tokens, layers.i.attn_norm -> model.layers.i.input_layernorm,
+ *          attn.{q,k,v,o} -> model.layers.i.self_attn.{q,k,v,o}_proj, mlp_norm ->
+ *          post_attention_layernorm, mlp.{gate,up,down} -> mlp.{gate,up,down}_proj,
+ *          final_norm -> model.norm, lm_head -> lm_head (V rows). No transposes. */
+#ifndef LOOM_HF_H
+#define LOOM_HF_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "loom/config.h"
+#include "loom/decoder.h"
+#include "loom/model.h"
+#include "loom/safetensors.h"
+
+/* ---- name mapping (src/ckpt/hf_names.c) ----------------------------------------------------
+ * One HF tensor = the loom tensors parts[0..nparts) stacked along dim 0 (each contributing
+ * rows[k] leading rows: fewer than its own rows only for vocabulary padding), transposed when
+ * `transpose` (GPT-2 Conv1D stores (in, out)). */
+typedef struct {
+  char name[96];             /* HF name */
+  int ndim;                  /* 1 or 2 */
+  int64_t shape[2];          /* HF shape */
+  int nparts;                /* 1..3 */
+  const loom_param *parts[3];
+  int rows[3];
+  bool transpose;
+} loom_hf_tensor;
+
+/* The HF tensors of a model, in loom's parameter order; *out is malloc'd. Errors for models
+ * that HF naming cannot express (gpt2 with kv_heads != heads). */
+int loom_hf_plan(const loom_model_spec *spec, const loom_param_layout *lay,
+                 loom_hf_tensor **out, int *count);
+/* Elements of an HF tensor (product of its shape). */
+size_t loom_hf_numel(const loom_hf_tensor *t);
+/* params (flat loom buffer) -> dst (HF layout, numel floats). */
+void loom_hf_gather(const loom_hf_tensor *t, const float *params, float *dst);
+/* src (HF layout) -> params (rows beyond t->rows[k] are left untouched). */
+void loom_hf_scatter(const loom_hf_tensor *t, const float *src, float *params);
+/* HF names that may appear in a checkpoint but are not parameters (GPT-2 attention mask
+ * buffers h.i.attn.bias / h.i.attn.masked_bias, rotary inv_freq buffers). */
+bool loom_hf_is_ignorable(const char *hf_name);
+
+/* ---- config.json (src/ckpt/hf_config.c) -------------------------------------------------- */
+/* config.json text (malloc'd) with the HF architecture fields of spec; torch_dtype from dt. */
+char *loom_hf_config_json(const loom_model_spec *spec, loom_dtype dt);
+/* Parse an HF config.json into cfg (defaults elsewhere; model.* from the file, preset "").
+ * want_arch: the family detected from the tensor names (checked against model_type). Errors
+ * name the file, the key and what to do. */
+int loom_hf_config_load(loom_config *cfg, const char *path, loom_arch want_arch);
+/* "5GB" (10^9), "500MiB" (2^20), "20KB", "123" (bytes) -> bytes. */
+int loom_hf_parse_size(const char *text, int64_t *bytes);
+
+/* ---- export / import (src/ckpt/hf_export.c, hf_import.c) --------------------------------- */
+typedef struct {
+  loom_dtype dtype;          /* LOOM_DT_F32 or LOOM_DT_BF16 */
+  int64_t max_shard_bytes;   /* shard when the tensors exceed this (HF default 5GB) */
+  bool force;                /* replace an existing output directory */
+} loom_hf_export_opts;
+
+/* CKPT_DIR (config.yaml + model.safetensors) -> OUT_DIR (model.safetensors or shards +
+ * model.safetensors.index.json, config.json), written as OUT_DIR.tmp.<pid> and renamed. */
+int loom_hf_export(const char *ckpt_dir, const char *out_dir, const loom_hf_export_opts *o);
+
+typedef struct {
+  const char *config_path;   /* run YAML giving the model, or NULL: from HF_DIR/config.json */
+  bool force;                /* replace an existing output directory */
+} loom_hf_import_opts;
+
+/* HF_DIR -> CKPT_DIR holding model.safetensors (fp32, loom names, padded vocabulary) and
+ * config.yaml; no optimizer state or trainer_state.json (not resumable, only init_from). */
+int loom_hf_import(const char *hf_dir, const char *out_dir, const loom_hf_import_opts *o);
+
+/* ---- weights only (src/ckpt/hf_weights.c) ------------------------------------------------- */
+/* Load DIR/model.safetensors (loom names, whole tensors: a loom or imported checkpoint) into
+ * d->params and refresh the bf16 copy; a sharded decoder (tensor / pipeline parallel) takes
+ * the slices its layout holds. Every parameter must be present with its global shape, except
+ * that the vocabulary rows of embed/lm_head may be padded differently (rows >= vocab_size are
+ * set to zero). Tensors the model does not have are an error. d->params is undefined after
+ * an error. */
+int loom_ckpt_load_weights(const char *dir, loom_decoder *d);
+/* A checkpoint written by several ranks (index.json + model-r<rank>.safetensors pieces, see
+ * loom/checkpoint.h) rather than one model.safetensors; loom_ckpt_load_weights passes those
+ * to loom_ckpt_load_params. */
+bool loom_ckpt_is_multi_rank(const char *dir);
+/* Whole-tensor DIR/model.safetensors into a bare flat buffer of layout lay (lay->total
+ * floats), with the checks of loom_ckpt_load_weights. */
+int loom_weights_read(const char *dir, const loom_model_spec *spec,
+                      const loom_param_layout *lay, float *params);
+
+/* ---- output directories (src/ckpt/hf_outdir.c), shared by export and import ------------- */
+/* Copy of path without trailing slashes (so that PATH.tmp.<pid> is a sibling). */
+char *loom_hf_clean_dir(const char *path);
+/* out must not exist (unless force) and must be neither src nor a directory holding src. */
+int loom_hf_check_out(const char *src, const char *out, bool force);
+
+/* ---- CLI (src/ckpt/hf_cli.c): `loom ckpt export` / `loom ckpt import` ---------------------- */
+int loom_hf_cmd_export(int argc, char **argv);
+int loom_hf_cmd_import(int argc, char **argv);
+
+#endif

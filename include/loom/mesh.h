@@ -1,0 +1,47 @@
+/* Ranks and the device mesh: MPI start-up (only when launched by mpirun/srun), the mesh with
+ * named axes (pp, dp, sp, tp; tp innermost so tensor-parallel peers are neighbours) built with
+ * MPI_Comm_split, and layout checks against the model that run before any work starts.
+ *
+ * rank = ((pp_rank * dp + dp_rank) * sp + sp_rank) * tp + tp_rank */
+#ifndef LOOM_MESH_H
+#define LOOM_MESH_H
+#include <stdbool.h>
+
+#include "loom/comm.h"
+#include "loom/config.h"
+#include "loom/model.h"
+
+typedef struct {
+  int world, rank;
+  int pp, dp, sp, tp;                 /* axis sizes */
+  int pp_rank, dp_rank, sp_rank, tp_rank;
+  loom_comm world_comm;
+  loom_comm tp_comm;    /* same (pp, dp, sp): tensor-parallel peers */
+  loom_comm sp_comm;    /* same (pp, dp, tp): Ulysses peers */
+  loom_comm dp_comm;    /* same (pp, sp, tp) */
+  loom_comm pp_comm;    /* same (dp, sp, tp): the pipeline of this rank */
+  loom_comm grad_comm;  /* same (pp, tp): dp x sp ranks holding replicas of the same params */
+  loom_comm mp_comm;    /* same (dp, sp): pp x tp ranks holding different params */
+  loom_comm embed_comm; /* first and last pipeline stage of this (dp, sp, tp): tied embedding */
+} loom_mesh;
+
+/* Start MPI when this process was launched by mpirun/srun (environment says so); otherwise
+ * run as one rank without MPI. Idempotent. */
+int loom_dist_init(int *argc, char ***argv);
+bool loom_dist_active(void);
+int loom_dist_rank(void);  /* world rank (0 without MPI) */
+int loom_dist_world(void); /* world size (1 without MPI) */
+void loom_dist_finalize(void);
+/* Abort every rank with a message (stderr of this rank first). */
+void loom_dist_abort(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* Build the mesh for config.parallel on the current world; checks the product of the axes
+ * against the world size. */
+int loom_mesh_create(loom_mesh *m, const loom_config_parallel *p, double timeout_s);
+void loom_mesh_free(loom_mesh *m);
+/* Every model/layout mismatch that makes the layout impossible, with the numbers: tp not
+ * dividing heads / kv heads / intermediate, sp not dividing heads / kv heads / seq_len,
+ * pp larger than layers, Megatron SP without tp, ... */
+int loom_mesh_check_model(const loom_config_parallel *p, const loom_model_spec *spec, int B,
+                          int T, int world);
+#endif

@@ -1,0 +1,98 @@
+/* The run registry: one SQLite database (<run.output_dir>/registry.db by default) that every
+ * training run — single or part of a sweep — registers itself in. WAL mode, a busy timeout
+ * and IMMEDIATE transactions make it safe under many concurrent writers.
+ *
+ * Table `runs`: one row per run with fixed columns (run_id, name, sweep, status, times, host,
+ * pid, command, git commit, run_dir, ranks, error), summary metrics (steps, final_loss,
+ * min_loss, avg_step_time, tokens_per_s, peak_rss_mb) and one column per config key, named
+ * by its dotted key ("training.lr"). Table `custom_metrics` holds (run_id, key, value) rows
+ * added with loom_registry_set_metric. Status is running, finished, failed or crashed; a
+ * running row whose heartbeat is older than the timeout, or whose process is gone (same
+ * host), is marked crashed when the registry is read.
+ *
+ * The trainer's hooks (loom_registry_run_*) never fail the run: when the database cannot be
+ * used they log a warning and do nothing. */
+#ifndef LOOM_REGISTRY_H
+#define LOOM_REGISTRY_H
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "loom/config.h"
+
+typedef struct loom_registry loom_registry;
+
+/* Seconds between trainer heartbeats (LOOM_HEARTBEAT_INTERVAL overrides; default 15) and
+ * after which a silent running run counts as crashed (LOOM_HEARTBEAT_TIMEOUT; default 600). */
+double loom_registry_heartbeat_interval(void);
+double loom_registry_heartbeat_timeout(void);
+
+/* Database path for runs under output_dir: $LOOM_REGISTRY when set, else
+ * <output_dir>/registry.db (malloc'd). */
+char *loom_registry_path(const char *output_dir);
+
+/* Open (creating the file, tables and any missing config-key columns). */
+int loom_registry_open(loom_registry **r, const char *db_path);
+void loom_registry_close(loom_registry *r);
+const char *loom_registry_db_path(const loom_registry *r);
+
+/* ---- writing ------------------------------------------------------------------------------ */
+typedef struct {
+  const char *run_id;        /* unique id (the run directory's basename) */
+  const char *run_dir;
+  const char *command;       /* command line, or NULL */
+  const char *sweep;         /* sweep name or NULL ($LOOM_SWEEP when NULL) */
+  const char *sweep_id;      /* sweep instance (logs/sweep_<ts>) or NULL ($LOOM_SWEEP_ID) */
+  const char *host;          /* NULL = this host */
+  long pid;                  /* 0 = this process */
+  int ranks;                 /* MPI ranks (0 = dp*tp*pp*sp of the config) */
+} loom_registry_start_info;
+
+/* Insert (or, for a resumed run, reset to running) the row of a run with every config key. */
+int loom_registry_insert(loom_registry *r, const loom_config *cfg,
+                         const loom_registry_start_info *info);
+/* Heartbeat: now, latest step and loss; a row wrongly marked crashed returns to running. */
+int loom_registry_touch(loom_registry *r, const char *run_id, long step, double loss);
+
+typedef struct {
+  long steps;
+  double final_loss, min_loss, avg_step_time, tokens_per_s, peak_rss_mb; /* NAN = unknown */
+} loom_registry_metrics;
+
+/* Read summary.json of a run directory (missing keys stay NAN / -1). 0, or -1 if unreadable. */
+int loom_registry_read_summary(const char *run_dir, loom_registry_metrics *m);
+/* Final status ("finished" or "failed"), end time, summary metrics and error text. */
+int loom_registry_finish(loom_registry *r, const char *run_id, const char *status,
+                         const loom_registry_metrics *m, const char *error);
+/* Add or replace a custom metric; value text that parses as a number is stored as one. Key:
+ * letters, digits, '_' and '.', not the name of a built-in or config column. */
+int loom_registry_set_metric(loom_registry *r, const char *run_id, const char *key,
+                             const char *value);
+/* Mark running rows crashed when their heartbeat is older than timeout_s or (same host) their
+ * process is gone. Returns how many were marked, or -1. */
+int loom_registry_detect_crashed(loom_registry *r, double timeout_s);
+/* Resolve an id given by a user: exact run_id, unique prefix of one, or unique run name.
+ * Writes the full id (malloc'd) to *out. */
+int loom_registry_resolve(loom_registry *r, const char *given, char **out);
+/* run_dir and status of the newest run named `name` registered by sweep execution sweep_id
+ * (malloc'd; NULL when there is none). */
+int loom_registry_find_sweep_run(loom_registry *r, const char *sweep_id, const char *name,
+                                 char **run_dir, char **status);
+/* Column names of the fixed, metric and config columns, and of custom metrics. */
+bool loom_registry_is_builtin_column(const char *name);
+
+/* ---- the trainer's hooks (best effort: warnings, never errors) ------------------------------ */
+typedef struct loom_registry_run loom_registry_run;
+/* Register a run that has just created run_dir. NULL when the registry is unavailable or
+ * disabled (LOOM_REGISTRY=off). */
+loom_registry_run *loom_registry_run_start(const loom_config *cfg, const char *run_dir,
+                                           const char *command_line);
+/* Cheap to call every step: writes only when the heartbeat interval has passed. */
+void loom_registry_run_heartbeat(loom_registry_run *h, long step, double loss);
+/* ok: finished with metrics from run_dir/summary.json; else failed with error text. Frees h. */
+void loom_registry_run_finish(loom_registry_run *h, bool ok, const char *error);
+
+/* Commit of the git checkout holding dir (or an ancestor), read from .git without running git:
+ * 40 hex chars in out (size >= 41), or "" when there is none. */
+void loom_git_head(const char *dir, char *out, size_t n);
+
+#endif

@@ -1,0 +1,86 @@
+/* The runs table behind `loom runs`: every row of the registry loaded into memory with its
+ * columns (run fields, summary metrics, derived columns, every config key, custom metrics),
+ * then filtered (loom/filter.h), sorted, narrowed to the wanted columns and printed as a
+ * table, CSV or JSON. Also the per-run views: show, compare, and metric curves for plots. */
+#ifndef LOOM_RUNS_H
+#define LOOM_RUNS_H
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "loom/filter.h"
+#include "loom/registry.h"
+
+typedef enum {
+  LOOM_COL_RUN,     /* run_id, name, status, times, host, ... */
+  LOOM_COL_METRIC,  /* summary metrics and derived ones (duration_s, iters_per_s) */
+  LOOM_COL_CONFIG,  /* a config key, e.g. training.lr */
+  LOOM_COL_CUSTOM,  /* added with `loom runs set-metric` */
+} loom_col_kind;
+
+typedef struct {
+  char *name;
+  loom_col_kind kind;
+} loom_runs_column;
+
+typedef struct {
+  int ncols, nrows;
+  loom_runs_column *cols;
+  loom_value *cells;   /* (nrows, ncols); text is owned by the table */
+} loom_runs_table;
+
+/* Load every run (call loom_registry_detect_crashed first to refresh statuses). */
+int loom_runs_load(loom_registry *r, loom_runs_table *t);
+void loom_runs_free(loom_runs_table *t);
+/* Index of a column: exact name, else a unique dotted suffix ("lr" -> training.lr); -1 and
+ * an error naming the nearest column otherwise. */
+int loom_runs_find_column(const loom_runs_table *t, const char *name);
+/* Nearest column name to a misspelt one, or NULL. */
+const char *loom_runs_nearest_column(const loom_runs_table *t, const char *name);
+const loom_value *loom_runs_cell(const loom_runs_table *t, int row, int col);
+
+typedef struct {
+  const char *filter;      /* filter expression or NULL */
+  const char *sweep;       /* only runs of this sweep, or NULL */
+  const char *sort_by;     /* column, or NULL for start time */
+  bool descending;
+  long limit;              /* 0 = all */
+  char **show;             /* exactly these columns (NULL = the default set) */
+  int nshow;
+  char **hide;             /* minus these */
+  int nhide;
+  bool all_columns;        /* every column instead of the default set */
+} loom_runs_query;
+
+/* Rows and columns selected by a query, in order. */
+typedef struct {
+  int *rows, nrows;
+  int *cols, ncols;
+} loom_runs_view;
+
+/* The default column set is: run fields and metrics that are not empty in every selected row,
+ * every custom metric, and the config keys whose values differ between the selected rows. */
+int loom_runs_select(const loom_runs_table *t, const loom_runs_query *q, loom_runs_view *v);
+void loom_runs_view_free(loom_runs_view *v);
+
+typedef enum { LOOM_FMT_TABLE, LOOM_FMT_CSV, LOOM_FMT_JSON } loom_runs_format;
+int loom_runs_format_parse(const char *s, loom_runs_format *f);
+void loom_runs_print(FILE *out, const loom_runs_table *t, const loom_runs_view *v,
+                     loom_runs_format f);
+/* Every column with its kind, for --list-columns. */
+void loom_runs_list_columns(FILE *out, const loom_runs_table *t);
+
+/* `loom runs show`: run fields, metrics, custom metrics, config, checkpoints, files. */
+void loom_runs_show(FILE *out, const loom_runs_table *t, int row);
+/* `loom runs compare`: config keys that differ, then a metrics table. */
+void loom_runs_compare(FILE *out, const loom_runs_table *t, const int *rows, int n);
+
+/* One metric of metrics.jsonl as (x, y) points; x is step, time or tokens. */
+typedef struct {
+  double *x, *y;
+  int n;
+} loom_series;
+int loom_series_read(const char *metrics_path, const char *metric, const char *x_key,
+                     loom_series *s);
+void loom_series_free(loom_series *s);
+
+#endif

@@ -1,0 +1,117 @@
+/* `loom ckpt export` and `loom ckpt import`: argument parsing and messages around
+ * loom_hf_export / loom_hf_import (rows of the subcommand table in src/cli/cmd_ckpt.c). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/commands.h"
+#include "loom/core.h"
+#include "loom/hf.h"
+
+static void export_usage(FILE *out) {
+  fprintf(out,
+          "usage: loom ckpt export CKPT_DIR --out OUT_DIR [--dtype f32|bf16]\n"
+          "                        [--max-shard-size 5GB] [--force]\n\n"
+          "Write a loom checkpoint directory (config.yaml + model.safetensors) as a Hugging Face\n"
+          "checkpoint: GPT2LMHeadModel naming for gpt2 models, LlamaForCausalLM (or\n"
+          "Qwen2ForCausalLM when model.qkv_bias) naming for llama models; vocabulary padding\n"
+          "rows dropped; config.json with the HF architecture fields. Output larger than the\n"
+          "shard size is split into model-0000K-of-0000N.safetensors with\n"
+          "model.safetensors.index.json.\n\n"
+          "options:\n"
+          "  --out DIR              output directory (must not exist unless --force)\n"
+          "  --dtype f32|bf16       tensor dtype (default f32)\n"
+          "  --max-shard-size SIZE  e.g. 5GB (10^9 bytes, the default), 500MB, 2GiB\n"
+          "  --force                replace an existing output directory\n"
+          "  -h, --help             this text\n");
+}
+
+static void import_usage(FILE *out) {
+  fprintf(out,
+          "usage: loom ckpt import HF_DIR --out CKPT_DIR [--config run.yaml] [--force]\n\n"
+          "Convert a Hugging Face checkpoint directory (model.safetensors, or shards listed in\n"
+          "model.safetensors.index.json) with GPT-2 or Llama/Qwen2 tensor names into a loom\n"
+          "weights-only checkpoint: model.safetensors (fp32, loom names, padded vocabulary)\n"
+          "and config.yaml. The model comes from HF_DIR/config.json unless --config is given.\n"
+          "The result has no optimizer state: start a new run from it (checkpoint.init_from),\n"
+          "it cannot be resumed.\n\n"
+          "options:\n"
+          "  --out DIR        output checkpoint directory (must not exist unless --force)\n"
+          "  --config FILE    run YAML whose model.* section describes the weights\n"
+          "  --force          replace an existing output directory\n"
+          "  -h, --help       this text\n");
+}
+
+/* "--opt VALUE" or "--opt=VALUE" at argv[*i]; advances *i. NULL when argv[*i] is not opt. */
+static const char *opt_value(int argc, char **argv, int *i, const char *opt, int *missing) {
+  size_t n = strlen(opt);
+  if (strncmp(argv[*i], opt, n)) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n]) return NULL;
+  if (*i + 1 >= argc) {
+    *missing = 1;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+int loom_hf_cmd_export(int argc, char **argv) {
+  if (loom_cli_wants_help(argc, argv)) return export_usage(stdout), 0;
+  const char *in = NULL, *out = NULL, *dtype = "f32", *shard = "5GB", *v;
+  loom_hf_export_opts o = {LOOM_DT_F32, 0, false};
+  for (int i = 1; i < argc; i++) {
+    int missing = 0;
+    if ((v = opt_value(argc, argv, &i, "--out", &missing))) out = v;
+    else if ((v = opt_value(argc, argv, &i, "--dtype", &missing))) dtype = v;
+    else if ((v = opt_value(argc, argv, &i, "--max-shard-size", &missing))) shard = v;
+    else if (!strcmp(argv[i], "--force")) o.force = true;
+    else if (argv[i][0] != '-' && !in && !missing) in = argv[i];
+    else {
+      fprintf(stderr, "loom ckpt export: %s '%s'\n\n", missing ? "missing value for" :
+              "unexpected argument", argv[i]);
+      return export_usage(stderr), 1;
+    }
+  }
+  if (!in || !out) {
+    fprintf(stderr, "loom ckpt export: %s\n\n", !in ? "missing CKPT_DIR" : "missing --out DIR");
+    return export_usage(stderr), 1;
+  }
+  if (!strcmp(dtype, "bf16")) o.dtype = LOOM_DT_BF16;
+  else if (strcmp(dtype, "f32")) {
+    fprintf(stderr, "loom ckpt export: --dtype must be f32 or bf16, not '%s'\n", dtype);
+    return 1;
+  }
+  if (loom_hf_parse_size(shard, &o.max_shard_bytes) || loom_hf_export(in, out, &o)) {
+    fprintf(stderr, "loom ckpt export: %s\n", loom_errmsg());
+    return 1;
+  }
+  printf("exported %s -> %s (%s)\n", in, out, dtype);
+  return 0;
+}
+
+int loom_hf_cmd_import(int argc, char **argv) {
+  if (loom_cli_wants_help(argc, argv)) return import_usage(stdout), 0;
+  const char *in = NULL, *out = NULL, *v;
+  loom_hf_import_opts o = {NULL, false};
+  for (int i = 1; i < argc; i++) {
+    int missing = 0;
+    if ((v = opt_value(argc, argv, &i, "--out", &missing))) out = v;
+    else if ((v = opt_value(argc, argv, &i, "--config", &missing))) o.config_path = v;
+    else if (!strcmp(argv[i], "--force")) o.force = true;
+    else if (argv[i][0] != '-' && !in && !missing) in = argv[i];
+    else {
+      fprintf(stderr, "loom ckpt import: %s '%s'\n\n", missing ? "missing value for" :
+              "unexpected argument", argv[i]);
+      return import_usage(stderr), 1;
+    }
+  }
+  if (!in || !out) {
+    fprintf(stderr, "loom ckpt import: %s\n\n", !in ? "missing HF_DIR" : "missing --out DIR");
+    return import_usage(stderr), 1;
+  }
+  if (loom_hf_import(in, out, &o)) {
+    fprintf(stderr, "loom ckpt import: %s\n", loom_errmsg());
+    return 1;
+  }
+  printf("imported %s -> %s (weights only: start a run from it, it cannot be resumed)\n", in, out);
+  return 0;
+}

@@ -1,0 +1,252 @@
+/* Hugging Face config.json: written from a loom model spec on export, mapped onto a loom
+ * config (model.*) on import, plus parsing of shard sizes such as "5GB". */
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include "loom/core.h"
+#include "loom/hf.h"
+
+/* ---- export --------------------------------------------------------------------------- */
+
+/* 15 significant digits when every real reads back exactly that way (values typed by people:
+ * 1e-06 instead of 9.9999999999999995e-07), else jansson's round-tripping 17. */
+static int real_precision(const double *v, int n) {
+  for (int i = 0; i < n; i++) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.15g", v[i]);
+    if (strtod(buf, NULL) != v[i]) return 17;
+  }
+  return 15;
+}
+
+char *loom_hf_config_json(const loom_model_spec *s, loom_dtype dt) {
+  json_t *o = json_object();
+  bool gpt2 = s->arch == LOOM_ARCH_GPT2;
+  const char *type = gpt2 ? "gpt2" : s->qkv_bias ? "qwen2" : "llama";
+  const char *cls = gpt2 ? "GPT2LMHeadModel" : s->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  json_object_set_new(o, "architectures", json_pack("[s]", cls));
+  json_object_set_new(o, "model_type", json_string(type));
+  json_object_set_new(o, "vocab_size", json_integer(s->vocab_size));
+  if (gpt2) {
+    json_object_set_new(o, "n_embd", json_integer(s->hidden));
+    json_object_set_new(o, "n_layer", json_integer(s->layers));
+    json_object_set_new(o, "n_head", json_integer(s->heads));
+    json_object_set_new(o, "n_positions", json_integer(s->max_seq));
+    json_object_set_new(o, "n_ctx", json_integer(s->max_seq));
+    json_object_set_new(o, "n_inner", s->intermediate == 4 * s->hidden
+                                          ? json_null() : json_integer(s->intermediate));
+    json_object_set_new(o, "layer_norm_epsilon", json_real(s->norm_eps));
+    json_object_set_new(o, "activation_function", json_string("gelu_new"));
+  } else {
+    json_object_set_new(o, "hidden_size", json_integer(s->hidden));
+    json_object_set_new(o, "intermediate_size", json_integer(s->intermediate));
+    json_object_set_new(o, "num_hidden_layers", json_integer(s->layers));
+    json_object_set_new(o, "num_attention_heads", json_integer(s->heads));
+    json_object_set_new(o, "num_key_value_heads", json_integer(s->kv_heads));
+    json_object_set_new(o, "head_dim", json_integer(s->head_dim));
+    json_object_set_new(o, "rms_norm_eps", json_real(s->norm_eps));
+    json_object_set_new(o, "rope_theta", json_real(s->rope_theta));
+    json_object_set_new(o, "rope_scaling", json_null());
+    json_object_set_new(o, "max_position_embeddings", json_integer(s->max_seq));
+    json_object_set_new(o, "hidden_act", json_string("silu"));
+    if (s->qkv_bias) {
+      json_object_set_new(o, "use_sliding_window", json_false());
+    } else {
+      json_object_set_new(o, "attention_bias", json_false());
+      json_object_set_new(o, "mlp_bias", json_false());
+    }
+  }
+  json_object_set_new(o, "tie_word_embeddings", json_boolean(s->tied_embeddings));
+  json_object_set_new(o, "initializer_range", json_real(s->init_std));
+  json_object_set_new(o, "torch_dtype", json_string(dt == LOOM_DT_BF16 ? "bfloat16" : "float32"));
+  double reals[] = {s->norm_eps, s->rope_theta, s->init_std};
+  int prec = real_precision(reals, 3);
+  char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(prec));
+  json_decref(o);
+  LOOM_ASSERT(text);
+  return text;
+}
+
+/* ---- import: typed getters that name the file and key --------------------------------- */
+
+typedef struct {
+  const char *path;
+  json_t *o;
+} jcfg;
+
+/* Integer key; absent or null gives def (or an error when required). */
+static int get_int(const jcfg *j, const char *key, bool required, long def, long *out) {
+  json_t *v = json_object_get(j->o, key);
+  if (!v || json_is_null(v)) {
+    if (required)
+      return loom_err("%s: required key \"%s\" is missing; it is not a complete Hugging Face "
+                      "config.json (or pass --config run.yaml to give the model)", j->path, key);
+    *out = def;
+    return 0;
+  }
+  if (!json_is_integer(v) || json_integer_value(v) <= 0)
+    return loom_err("%s: \"%s\" must be a positive integer", j->path, key);
+  *out = (long)json_integer_value(v);
+  return 0;
+}
+
+static int get_num(const jcfg *j, const char *key, double def, double *out) {
+  json_t *v = json_object_get(j->o, key);
+  if (!v || json_is_null(v)) {
+    *out = def;
+    return 0;
+  }
+  if (!json_is_number(v) || json_number_value(v) < 0)
+    return loom_err("%s: \"%s\" must be a non-negative number", j->path, key);
+  *out = json_number_value(v);
+  return 0;
+}
+
+static int get_bool(const jcfg *j, const char *key, bool def, bool *out) {
+  json_t *v = json_object_get(j->o, key);
+  if (!v || json_is_null(v)) {
+    *out = def;
+    return 0;
+  }
+  if (!json_is_boolean(v)) return loom_err("%s: \"%s\" must be true or false", j->path, key);
+  *out = json_is_true(v);
+  return 0;
+}
+
+/* A string key that must be one of allowed (NULL-terminated) when present. */
+static int check_str(const jcfg *j, const char *key, const char *const *allowed, const char *why) {
+  json_t *v = json_object_get(j->o, key);
+  if (!v || json_is_null(v)) return 0;
+  const char *s = json_string_value(v);
+  for (const char *const *a = allowed; s && *a; a++)
+    if (!strcmp(s, *a)) return 0;
+  return loom_err("%s: \"%s\" is %s; loom supports only %s%s", j->path, key,
+                  s ? s : "not a string", allowed[0], why);
+}
+
+/* A boolean feature loom does not implement must be absent, null or false. */
+static int check_off(const jcfg *j, const char *key, const char *what) {
+  bool on = false;
+  if (get_bool(j, key, false, &on)) return LOOM_ERR;
+  if (on) return loom_err("%s: \"%s\" is true (%s), which loom does not implement", j->path, key, what);
+  return 0;
+}
+
+static int load_gpt2(const jcfg *j, loom_config_model *m) {
+  static const char *const acts[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
+  long hidden, inner;
+  bool tied, scale = true;
+  int rc = get_int(j, "vocab_size", true, 0, &m->vocab_size) ||
+           get_int(j, "n_embd", true, 0, &hidden) ||
+           get_int(j, "n_layer", true, 0, &m->layers) ||
+           get_int(j, "n_head", true, 0, &m->heads) ||
+           get_int(j, "n_positions", false, 1024, &m->max_seq) ||
+           get_num(j, "layer_norm_epsilon", 1e-5, &m->norm_eps) ||
+           get_bool(j, "tie_word_embeddings", true, &tied) ||
+           get_bool(j, "scale_attn_weights", true, &scale) ||
+           check_off(j, "scale_attn_by_inverse_layer_idx", "extra attention scaling") ||
+           check_str(j, "activation_function", acts, " (the tanh approximation of GELU)");
+  if (rc) return LOOM_ERR;
+  if (!scale)
+    return loom_err("%s: \"scale_attn_weights\" is false; loom always scales attention by "
+                    "1/sqrt(head_dim)", j->path);
+  if (get_int(j, "n_inner", false, 4 * hidden, &inner)) return LOOM_ERR;
+  m->hidden = hidden;
+  m->intermediate = inner;
+  m->kv_heads = m->heads;
+  snprintf(m->arch, sizeof m->arch, "gpt2");
+  snprintf(m->qkv_bias, sizeof m->qkv_bias, "true");
+  snprintf(m->tied_embeddings, sizeof m->tied_embeddings, "%s", tied ? "true" : "false");
+  return 0;
+}
+
+static int load_llama(const jcfg *j, loom_config_model *m, bool qwen2) {
+  static const char *const acts[] = {"silu", NULL};
+  bool tied;
+  json_t *rs = json_object_get(j->o, "rope_scaling");
+  if (rs && !json_is_null(rs))
+    return loom_err("%s: \"rope_scaling\" is set; loom implements only plain RoPE (remove it "
+                    "only if the model was trained without scaling)", j->path);
+  int rc = get_int(j, "vocab_size", true, 0, &m->vocab_size) ||
+           get_int(j, "hidden_size", true, 0, &m->hidden) ||
+           get_int(j, "num_hidden_layers", true, 0, &m->layers) ||
+           get_int(j, "num_attention_heads", true, 0, &m->heads) ||
+           get_int(j, "intermediate_size", true, 0, &m->intermediate) ||
+           get_int(j, "num_key_value_heads", false, m->heads, &m->kv_heads) ||
+           get_int(j, "head_dim", false, 0, &m->head_dim) ||
+           get_int(j, "max_position_embeddings", false, qwen2 ? 32768 : 2048, &m->max_seq) ||
+           get_num(j, "rms_norm_eps", 1e-6, &m->norm_eps) ||
+           get_num(j, "rope_theta", 10000.0, &m->rope_theta) ||
+           get_bool(j, "tie_word_embeddings", false, &tied) ||
+           check_str(j, "hidden_act", acts, " (SwiGLU MLP)") ||
+           check_off(j, "attention_bias", "bias on o_proj too") ||
+           check_off(j, "mlp_bias", "biases in the MLP") ||
+           check_off(j, "use_sliding_window", "sliding-window attention");
+  if (rc) return LOOM_ERR;
+  snprintf(m->arch, sizeof m->arch, "llama");
+  snprintf(m->qkv_bias, sizeof m->qkv_bias, "%s", qwen2 ? "true" : "false");
+  snprintf(m->tied_embeddings, sizeof m->tied_embeddings, "%s", tied ? "true" : "false");
+  return 0;
+}
+
+int loom_hf_config_load(loom_config *cfg, const char *path, loom_arch want_arch) {
+  json_error_t e;
+  jcfg j = {path, json_load_file(path, 0, &e)};
+  if (!j.o)
+    return loom_err("%s:%d:%d: not valid JSON (%s); repair or regenerate config.json, or pass "
+                    "--config run.yaml to give the model", path, e.line, e.column, e.text);
+  if (!json_is_object(j.o)) {
+    json_decref(j.o);
+    return loom_err("%s: expected a JSON object at the top level", path);
+  }
+  const char *type = json_string_value(json_object_get(j.o, "model_type"));
+  const char *names = want_arch == LOOM_ARCH_GPT2 ? "GPT-2" : "Llama/Qwen2";
+  int rc;
+  if (!type) {
+    rc = loom_err("%s: \"model_type\" is missing or not a string (expected gpt2, llama or qwen2)",
+                  path);
+  } else if (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen2")) {
+    rc = loom_err("%s: model_type \"%s\" is not supported; loom converts gpt2, llama and qwen2",
+                  path, type);
+  } else if ((want_arch == LOOM_ARCH_GPT2) != !strcmp(type, "gpt2")) {
+    rc = loom_err("%s: model_type \"%s\" does not match the tensor names, which are %s naming",
+                  path, type, names);
+  } else {
+    loom_config_model *m = &cfg->model;
+    m->preset[0] = 0;
+    double init_std;
+    rc = get_num(&j, "initializer_range", 0.02, &init_std);
+    if (!rc && init_std > 0) m->init_std = init_std;
+    if (!rc) rc = want_arch == LOOM_ARCH_GPT2 ? load_gpt2(&j, m) : load_llama(&j, m, !strcmp(type, "qwen2"));
+  }
+  json_decref(j.o);
+  return rc;
+}
+
+/* ---- sizes ------------------------------------------------------------------------------ */
+
+int loom_hf_parse_size(const char *text, int64_t *bytes) {
+  static const struct {
+    const char *unit;
+    double mult;
+  } units[] = {{"", 1},       {"B", 1},        {"KB", 1e3},           {"MB", 1e6},
+               {"GB", 1e9},   {"TB", 1e12},    {"KIB", 1024.0},       {"MIB", 1048576.0},
+               {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+  errno = 0;
+  char *end;
+  double v = strtod(text, &end);
+  while (*end == ' ') end++;
+  if (end != text && errno == 0 && isfinite(v) && v > 0)
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+      if (!strcasecmp(end, units[i].unit) && v * units[i].mult >= 1 && v * units[i].mult < 9e18) {
+        *bytes = (int64_t)(v * units[i].mult);
+        return 0;
+      }
+  return loom_err("invalid size '%s': give a positive number with an optional unit, e.g. 5GB "
+                  "(10^9 bytes), 500MB, 2GiB (2^30 bytes) or 65536", text);
+}

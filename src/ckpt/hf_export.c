@@ -1,0 +1,171 @@
+/* `loom ckpt export`: a loom checkpoint directory -> a Hugging Face directory (HF tensor names
+ * and layouts, F32 or BF16, sharded with model.safetensors.index.json when larger than the
+ * shard size, config.json), written under OUT.tmp.<pid> and renamed into place. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "loom/core.h"
+#include "loom/hf.h"
+
+/* The model of a loom checkpoint directory: config.yaml -> spec -> layout, then weights. */
+static int load_checkpoint(const char *dir, loom_model_spec *spec, loom_param_layout *lay,
+                           float **params) {
+  *params = NULL;
+  if (!loom_is_dir(dir))
+    return loom_err("checkpoint '%s' is not a directory (expected e.g. "
+                    "runs/<id>/final_checkpoint)", dir);
+  char *cfg_path = loom_sprintf("%s/config.yaml", dir);
+  loom_config cfg;
+  loom_config_defaults(&cfg);
+  int rc = 0;
+  if (!loom_path_exists(cfg_path))
+    rc = loom_err("%s does not exist: '%s' is not a loom checkpoint directory (it needs "
+                  "config.yaml and model.safetensors)", cfg_path, dir);
+  else if (loom_config_load(&cfg, cfg_path) || loom_model_spec_from_config(spec, &cfg.model))
+    rc = loom_err_prefix("%s: ", cfg_path);
+  free(cfg_path);
+  if (rc) return rc;
+  loom_param_layout_build(lay, spec);
+  *params = loom_alloc(lay->total * sizeof(float));
+  if (!loom_ckpt_is_multi_rank(dir)) return loom_weights_read(dir, spec, lay, *params);
+  /* pieces written by several ranks: assemble whole tensors through a one-process decoder
+   * (its layout is lay's; it also holds gradients, so this path needs ~3x the weights) */
+  loom_decoder *d;
+  if (loom_decoder_create(&d, spec, 1, 1, false, false)) return LOOM_ERR;
+  rc = loom_ckpt_load_weights(dir, d);
+  for (int i = 0; i < lay->count && !rc; i++) {
+    const loom_param *p = &lay->params[i], *q = loom_param_find(&d->layout, p->name);
+    LOOM_ASSERT(q && q->numel == p->numel);
+    memcpy(*params + p->offset, d->params + q->offset, p->numel * sizeof(float));
+  }
+  loom_decoder_free(d);
+  return rc;
+}
+
+/* Shard index of each tensor (greedy in order, HF's rule: a new shard when the next tensor
+ * would overflow a non-empty one); returns the number of shards. */
+static int assign_shards(const loom_hf_tensor *t, int n, size_t esize, int64_t max_bytes,
+                         int *shard, int64_t *total) {
+  int s = 0;
+  int64_t cur = 0;
+  *total = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t b = (int64_t)(loom_hf_numel(&t[i]) * esize);
+    if (cur > 0 && cur + b > max_bytes) {
+      s++;
+      cur = 0;
+    }
+    shard[i] = s;
+    cur += b;
+    *total += b;
+  }
+  return s + 1;
+}
+
+static char *shard_name(int s, int nshards) {
+  if (nshards == 1) return loom_strdup("model.safetensors");
+  return loom_sprintf("model-%05d-of-%05d.safetensors", s + 1, nshards);
+}
+
+/* Write shard s: gather its tensors into HF layout, convert, write. */
+static int write_shard(const char *dir, const loom_hf_tensor *t, int n, const int *shard, int s,
+                       int nshards, const float *params, loom_dtype dt) {
+  loom_st_writer *w = loom_st_writer_create();
+  loom_st_writer_set_metadata(w, "format", "pt");
+  float **bufs = calloc((size_t)n, sizeof *bufs);
+  LOOM_ASSERT(bufs);
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    if (shard[i] != s) continue;
+    float *buf = malloc(loom_hf_numel(&t[i]) * sizeof(float) + 1);
+    LOOM_ASSERT(buf);
+    loom_hf_gather(&t[i], params, buf);
+    if (dt == LOOM_DT_BF16) {
+      rc = loom_st_writer_add_bf16_from_f32(w, t[i].name, t[i].ndim, t[i].shape, buf);
+      free(buf); /* the writer keeps its own bf16 copy */
+    } else {
+      bufs[i] = buf;
+      rc = loom_st_writer_add(w, t[i].name, LOOM_DT_F32, t[i].ndim, t[i].shape, buf);
+    }
+  }
+  char *name = shard_name(s, nshards);
+  char *path = loom_sprintf("%s/%s", dir, name);
+  if (!rc) rc = loom_st_writer_write(w, path);
+  loom_st_writer_free(w);
+  for (int i = 0; i < n; i++) free(bufs[i]);
+  free(bufs), free(name), free(path);
+  return rc;
+}
+
+static int write_index(const char *dir, const loom_hf_tensor *t, int n, const int *shard,
+                       int nshards, int64_t total) {
+  json_t *map = json_object();
+  for (int i = 0; i < n; i++) {
+    char *name = shard_name(shard[i], nshards);
+    json_object_set_new(map, t[i].name, json_string(name));
+    free(name);
+  }
+  json_t *o = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total,
+                        "weight_map", map);
+  char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  char *path = loom_sprintf("%s/model.safetensors.index.json", dir);
+  int rc = loom_write_file_atomic(path, text, strlen(text));
+  free(text), free(path);
+  json_decref(o);
+  return rc;
+}
+
+static int write_config(const char *dir, const loom_model_spec *spec, loom_dtype dt) {
+  char *json = loom_hf_config_json(spec, dt);
+  char *text = loom_sprintf("%s\n", json);
+  char *path = loom_sprintf("%s/config.json", dir);
+  int rc = loom_write_file_atomic(path, text, strlen(text));
+  free(json);
+  free(text), free(path);
+  return rc;
+}
+
+static int export_to(const char *tmp, const loom_model_spec *spec, const loom_param_layout *lay,
+                     const float *params, const loom_hf_export_opts *o) {
+  loom_hf_tensor *t;
+  int n;
+  if (loom_hf_plan(spec, lay, &t, &n)) return LOOM_ERR;
+  int *shard = malloc((size_t)n * sizeof *shard);
+  LOOM_ASSERT(shard);
+  int64_t total;
+  int nshards = assign_shards(t, n, loom_dtype_size(o->dtype), o->max_shard_bytes, shard, &total);
+  int rc = loom_mkdir_p(tmp);
+  for (int s = 0; s < nshards && !rc; s++)
+    rc = write_shard(tmp, t, n, shard, s, nshards, params, o->dtype);
+  if (!rc && nshards > 1) rc = write_index(tmp, t, n, shard, nshards, total);
+  if (!rc) rc = write_config(tmp, spec, o->dtype);
+  free(shard);
+  free(t);
+  return rc;
+}
+
+int loom_hf_export(const char *ckpt_dir, const char *out_dir, const loom_hf_export_opts *o) {
+  if (o->dtype != LOOM_DT_F32 && o->dtype != LOOM_DT_BF16)
+    return loom_err("export dtype must be F32 or BF16, not %s", loom_dtype_name(o->dtype));
+  if (o->max_shard_bytes <= 0) return loom_err("the maximum shard size must be positive");
+  char *out = loom_hf_clean_dir(out_dir);
+  int rc = loom_hf_check_out(ckpt_dir, out, o->force);
+  loom_model_spec spec;
+  loom_param_layout lay = {0};
+  float *params = NULL;
+  if (!rc) rc = load_checkpoint(ckpt_dir, &spec, &lay, &params);
+  if (!rc) {
+    char *tmp = loom_tmp_path(out);
+    loom_rm_rf(tmp);
+    rc = export_to(tmp, &spec, &lay, params, o);
+    if (!rc) rc = loom_rename_dir_atomic(tmp, out);
+    if (rc) loom_rm_rf(tmp);
+    free(tmp);
+  }
+  if (rc) loom_err_prefix("exporting '%s' to '%s': ", ckpt_dir, out);
+  loom_free(params);
+  loom_param_layout_free(&lay);
+  free(out);
+  return rc;
+}

@@ -1,0 +1,297 @@
+/* `loom ckpt import`: a Hugging Face directory (model.safetensors, or shards listed in
+ * model.safetensors.index.json; GPT-2 or Llama/Qwen2 naming; F32/BF16/F16) -> a loom
+ * weights-only checkpoint (model.safetensors in fp32 with loom names and padded vocabulary,
+ * config.yaml), written under OUT.tmp.<pid> and renamed into place. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "loom/core.h"
+#include "loom/hf.h"
+
+/* Every tensor of the HF directory: its HF name (without GPT-2's "transformer." prefix), the
+ * file holding it and its index there. `where` names the file to blame for a missing tensor. */
+typedef struct {
+  int nfiles, n;
+  loom_st_file **files;
+  char **names;
+  loom_st_file **file_of;
+  int *index;
+  char *where;
+} hf_source;
+
+static void source_free(hf_source *s) {
+  for (int i = 0; i < s->nfiles; i++) loom_st_close(s->files[i]);
+  for (int i = 0; i < s->n; i++) free(s->names[i]);
+  free(s->files), free(s->names), free(s->file_of), free(s->index), free(s->where);
+  memset(s, 0, sizeof *s);
+}
+
+static void source_add(hf_source *s, const char *name, loom_st_file *f, int idx) {
+  s->names = realloc(s->names, (size_t)(s->n + 1) * sizeof *s->names);
+  s->file_of = realloc(s->file_of, (size_t)(s->n + 1) * sizeof *s->file_of);
+  s->index = realloc(s->index, (size_t)(s->n + 1) * sizeof *s->index);
+  LOOM_ASSERT(s->names && s->file_of && s->index);
+  if (!strncmp(name, "transformer.", 12)) name += 12;
+  s->names[s->n] = loom_strdup(name);
+  s->file_of[s->n] = f;
+  s->index[s->n++] = idx;
+}
+
+static int source_find(const hf_source *s, const char *name) {
+  for (int i = 0; i < s->n; i++)
+    if (!strcmp(s->names[i], name)) return i;
+  return -1;
+}
+
+static loom_st_file *open_file(hf_source *s, const char *path) {
+  loom_st_file *f;
+  if (loom_st_open(&f, path)) return NULL;
+  s->files = realloc(s->files, (size_t)(s->nfiles + 1) * sizeof *s->files);
+  LOOM_ASSERT(s->files);
+  s->files[s->nfiles++] = f;
+  return f;
+}
+
+/* Shards listed by index.json's weight_map (each opened once). */
+static int open_sharded(hf_source *s, const char *dir, const char *ipath) {
+  json_error_t e;
+  json_t *o = json_load_file(ipath, 0, &e);
+  if (!o)
+    return loom_err("%s:%d:%d: not valid JSON (%s); re-download or regenerate the index",
+                    ipath, e.line, e.column, e.text);
+  json_t *map = json_object_get(o, "weight_map");
+  int rc = 0;
+  if (!json_is_object(map))
+    rc = loom_err("%s: no \"weight_map\" object; a sharded checkpoint's index maps every "
+                  "tensor name to its shard file", ipath);
+  const char *name;
+  json_t *v;
+  json_object_foreach(map, name, v) {
+    if (rc) break;
+    const char *file = json_string_value(v);
+    if (!file || !file[0] || strchr(file, '/')) {
+      rc = loom_err("%s: weight_map[\"%s\"] must be a shard file name in the same directory",
+                    ipath, name);
+      break;
+    }
+    char *path = loom_sprintf("%s/%s", dir, file);
+    loom_st_file *f = NULL;
+    for (int i = 0; i < s->nfiles && !f; i++)
+      if (!strcmp(loom_st_path(s->files[i]), path)) f = s->files[i];
+    if (!f && !loom_path_exists(path))
+      rc = loom_err("%s lists shard '%s' (for tensor '%s') but %s does not exist; copy every "
+                    "shard of the checkpoint into '%s'", ipath, file, name, path, dir);
+    else if (!f && !(f = open_file(s, path)))
+      rc = LOOM_ERR;
+    int idx = f ? loom_st_find(f, name) : -1;
+    if (!rc && idx < 0)
+      rc = loom_err("%s says tensor '%s' is in '%s', but that file has no such tensor; the "
+                    "index and the shards do not belong together", ipath, name, path);
+    if (!rc) source_add(s, name, f, idx);
+    free(path);
+  }
+  json_decref(o);
+  return rc;
+}
+
+static int source_open(hf_source *s, const char *dir) {
+  memset(s, 0, sizeof *s);
+  if (!loom_is_dir(dir))
+    return loom_err("'%s' is not a directory; give a Hugging Face model directory holding "
+                    "model.safetensors (or model.safetensors.index.json and its shards)", dir);
+  char *single = loom_sprintf("%s/model.safetensors", dir);
+  char *ipath = loom_sprintf("%s/model.safetensors.index.json", dir);
+  int rc = 0;
+  if (loom_path_exists(ipath)) {
+    s->where = loom_strdup(ipath);
+    rc = open_sharded(s, dir, ipath);
+  } else if (loom_path_exists(single)) {
+    s->where = loom_strdup(single);
+    loom_st_file *f = open_file(s, single);
+    if (!f) rc = LOOM_ERR;
+    for (int i = 0; f && i < loom_st_count(f); i++) source_add(s, loom_st_name(f, i), f, i);
+  } else {
+    char *bin = loom_sprintf("%s/pytorch_model.bin", dir);
+    rc = loom_err("'%s' holds neither model.safetensors nor model.safetensors.index.json%s", dir,
+                  loom_path_exists(bin) ? "; it has pytorch_model.bin: re-save the model with "
+                                          "save_pretrained(..., safe_serialization=True)" : "");
+    free(bin);
+  }
+  free(single), free(ipath);
+  return rc;
+}
+
+/* GPT-2 or Llama/Qwen2 from the names. */
+static int detect_arch(const hf_source *s, loom_arch *arch) {
+  bool gpt2 = false, llama = false;
+  for (int i = 0; i < s->n; i++) {
+    const char *n = s->names[i];
+    gpt2 |= !strcmp(n, "wte.weight") || !strncmp(n, "h.0.", 4);
+    llama |= !strcmp(n, "model.embed_tokens.weight") || !strncmp(n, "model.layers.0.", 15);
+  }
+  if (gpt2 != llama) {
+    *arch = gpt2 ? LOOM_ARCH_GPT2 : LOOM_ARCH_LLAMA;
+    return 0;
+  }
+  if (gpt2)
+    return loom_err("%s: the tensor names mix GPT-2 (wte/h.*) and Llama (model.*) naming; give "
+                    "a directory holding one model", s->where);
+  char first[256] = "";
+  for (int i = 0; i < s->n && i < 3; i++)
+    snprintf(first + strlen(first), sizeof first - strlen(first), "%s'%s'", i ? ", " : "",
+             s->names[i]);
+  return loom_err("%s: unknown tensor naming (%s%s): expected Hugging Face GPT-2 names "
+                  "(wte.weight, h.0.attn.c_attn.weight, ...) or Llama/Qwen2 names "
+                  "(model.embed_tokens.weight, model.layers.0.self_attn.q_proj.weight, ...)",
+                  s->where, s->n ? "first names: " : "no tensors", first);
+}
+
+/* The run config: --config, or config.json mapped onto the defaults. */
+static int resolve_config(const char *dir, const loom_hf_import_opts *o, loom_arch arch,
+                          loom_config *cfg, loom_model_spec *spec) {
+  loom_config_defaults(cfg);
+  char *json = loom_sprintf("%s/config.json", dir);
+  const char *src = o->config_path ? o->config_path : json;
+  int rc = 0;
+  if (o->config_path) {
+    rc = loom_config_load(cfg, o->config_path);
+  } else if (!loom_path_exists(json)) {
+    rc = loom_err("%s does not exist; it gives the model's dimensions: copy it from the "
+                  "model's repository, or pass --config run.yaml", json);
+  } else {
+    rc = loom_hf_config_load(cfg, json, arch);
+  }
+  if (!rc && (loom_config_validate(cfg) || loom_model_spec_from_config(spec, &cfg->model)))
+    rc = loom_err_prefix("%s gives an invalid model: ", src);
+  if (!rc && spec->arch != arch)
+    rc = loom_err("%s describes a %s model but the tensors have %s naming; give a config of "
+                  "the same family", src, spec->arch == LOOM_ARCH_GPT2 ? "gpt2" : "llama",
+                  arch == LOOM_ARCH_GPT2 ? "GPT-2" : "Llama/Qwen2");
+  free(json);
+  return rc;
+}
+
+/* Every HF tensor is a planned one or an ignorable buffer; note the ignored ones. */
+static int check_names(const hf_source *s, const loom_hf_tensor *t, int n, bool tied) {
+  int ignored = 0;
+  const char *example = NULL;
+  for (int i = 0; i < s->n; i++) {
+    bool planned = false;
+    for (int k = 0; k < n && !planned; k++) planned = !strcmp(t[k].name, s->names[i]);
+    if (planned) continue;
+    if (loom_hf_is_ignorable(s->names[i]) || (tied && !strcmp(s->names[i], "lm_head.weight"))) {
+      if (!example) example = s->names[i];
+      ignored++;
+      continue;
+    }
+    return loom_err("%s: tensor '%s' is not part of the model described by the config (unknown "
+                    "name, or a feature loom lacks); check that config.json matches the "
+                    "weights", loom_st_path(s->file_of[i]), s->names[i]);
+  }
+  if (ignored)
+    loom_log("note: ignored %d tensor%s that %s not model parameters (e.g. %s: attention-mask "
+             "buffers, rotary tables, or the tied lm_head copy)", ignored, ignored > 1 ? "s" : "",
+             ignored > 1 ? "are" : "is", example);
+  return 0;
+}
+
+static void fmt_shape(char *buf, size_t cap, int nd, const int64_t *sh) {
+  size_t k = (size_t)snprintf(buf, cap, "[");
+  for (int d = 0; d < nd && k < cap; d++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)sh[d]);
+  if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+/* Read every planned tensor (checked shape, converted to fp32) into params. */
+static int read_tensors(const hf_source *s, const loom_hf_tensor *t, int n, float *params) {
+  size_t max = 1;
+  for (int k = 0; k < n; k++)
+    if (loom_hf_numel(&t[k]) > max) max = loom_hf_numel(&t[k]);
+  float *buf = malloc(max * sizeof(float));
+  LOOM_ASSERT(buf);
+  int rc = 0;
+  for (int k = 0; k < n && !rc; k++) {
+    int i = source_find(s, t[k].name);
+    if (i < 0) {
+      rc = loom_err("%s: tensor '%s' is missing; the weights do not match the config (or the "
+                    "checkpoint is incomplete)", s->where, t[k].name);
+      break;
+    }
+    const loom_st_file *f = s->file_of[i];
+    int idx = s->index[i], nd = loom_st_ndim(f, idx);
+    const int64_t *sh = loom_st_shape(f, idx);
+    if (nd != t[k].ndim || sh[0] != t[k].shape[0] || (nd == 2 && sh[1] != t[k].shape[1])) {
+      char got[96], want[96];
+      fmt_shape(got, sizeof got, nd, sh);
+      fmt_shape(want, sizeof want, t[k].ndim, t[k].shape);
+      rc = loom_err("%s: tensor '%s' has shape %s but the config needs %s; the config does not "
+                    "match the weights", loom_st_path(f), t[k].name, got, want);
+      break;
+    }
+    rc = loom_st_read_f32(f, loom_st_name(f, idx), buf, loom_hf_numel(&t[k]));
+    if (!rc) loom_hf_scatter(&t[k], buf, params);
+  }
+  free(buf);
+  return rc;
+}
+
+static int write_checkpoint(const char *tmp, const char *hf_dir, const loom_param_layout *lay,
+                            const float *params, const loom_config *cfg) {
+  int rc = loom_mkdir_p(tmp);
+  loom_st_writer *w = loom_st_writer_create();
+  loom_st_writer_set_metadata(w, "format", "loom");
+  loom_st_writer_set_metadata(w, "loom.source", hf_dir);
+  for (int i = 0; i < lay->count && !rc; i++) {
+    const loom_param *p = &lay->params[i];
+    int64_t shape[2] = {p->shape[0], p->shape[1]};
+    rc = loom_st_writer_add(w, p->name, LOOM_DT_F32, p->ndim, shape, params + p->offset);
+  }
+  char *mpath = loom_sprintf("%s/model.safetensors", tmp);
+  char *cpath = loom_sprintf("%s/config.yaml", tmp);
+  if (!rc) rc = loom_st_writer_write(w, mpath);
+  if (!rc) rc = loom_config_save(cfg, cpath);
+  loom_st_writer_free(w);
+  free(mpath), free(cpath);
+  return rc;
+}
+
+static int import_from(const hf_source *s, const char *hf_dir, const char *out,
+                       const loom_hf_import_opts *o) {
+  loom_arch arch = LOOM_ARCH_GPT2;
+  loom_config cfg;
+  loom_model_spec spec;
+  if (detect_arch(s, &arch) || resolve_config(hf_dir, o, arch, &cfg, &spec)) return LOOM_ERR;
+  loom_param_layout lay;
+  loom_param_layout_build(&lay, &spec);
+  loom_hf_tensor *t = NULL;
+  int n = 0;
+  int rc = loom_hf_plan(&spec, &lay, &t, &n);
+  if (!rc) rc = check_names(s, t, n, spec.tied_embeddings);
+  float *params = loom_alloc(lay.total * sizeof(float)); /* zeroed: padding rows stay 0 */
+  if (!rc) rc = read_tensors(s, t, n, params);
+  if (!rc) {
+    char *tmp = loom_tmp_path(out);
+    loom_rm_rf(tmp);
+    rc = write_checkpoint(tmp, hf_dir, &lay, params, &cfg);
+    if (!rc) rc = loom_rename_dir_atomic(tmp, out);
+    if (rc) loom_rm_rf(tmp);
+    free(tmp);
+  }
+  loom_free(params);
+  free(t);
+  loom_param_layout_free(&lay);
+  return rc;
+}
+
+int loom_hf_import(const char *hf_dir, const char *out_dir, const loom_hf_import_opts *o) {
+  char *out = loom_hf_clean_dir(out_dir);
+  hf_source s = {0};
+  int rc = loom_hf_check_out(hf_dir, out, o->force);
+  if (!rc) rc = source_open(&s, hf_dir);
+  if (!rc) rc = import_from(&s, hf_dir, out, o);
+  if (rc) loom_err_prefix("importing '%s' to '%s': ", hf_dir, out);
+  source_free(&s);
+  free(out);
+  return rc;
+}

@@ -1,0 +1,196 @@
+/* Collectives on one communicator: MPI non-blocking operations completed by a polling wait
+ * with a deadline (abort on timeout instead of hanging), ring-algorithm byte accounting, and
+ * local fallbacks when the communicator has one rank. */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "loom/comm.h"
+#include "loom/core.h"
+#include "loom/mesh.h"
+
+loom_comm_stats loom_comm_counters;
+
+void loom_comm_stats_reset(void) { memset(&loom_comm_counters, 0, sizeof loom_comm_counters); }
+
+const char *loom_coll_name(loom_coll_kind k) {
+  static const char *names[] = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
+                                "send/recv"};
+  return k < LOOM_COLL_COUNT ? names[k] : "?";
+}
+
+static void count(loom_coll_kind k, double bytes) {
+  loom_comm_counters.bytes[k] += bytes;
+  loom_comm_counters.calls[k]++;
+}
+
+static MPI_Comm mpi(const loom_comm *c) { return (MPI_Comm)c->handle; }
+
+/* Wait for a request, polling; abort every rank after the communicator's timeout. */
+static void wait_request(MPI_Request *req, const loom_comm *c, const char *what) {
+  double start = loom_now();
+  struct timespec nap = {0, 20000}; /* 20 us between polls once the first spins are over */
+  for (long spins = 0;; spins++) {
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (spins > 200) nanosleep(&nap, NULL);
+    if ((spins & 255) == 0 && c->timeout_s > 0 && loom_now() - start > c->timeout_s)
+      loom_dist_abort("rank %d: no progress for %.0f s in %s on the '%s' communicator "
+                      "(%d ranks); another rank has probably failed or is stuck. Aborting all "
+                      "ranks (raise parallel.timeout_s if steps are legitimately this slow).",
+                      c->rank, c->timeout_s, what, c->name, c->size);
+  }
+}
+
+void loom_comm_allreduce_f32(const loom_comm *c, float *x, size_t n, loom_reduce_op op) {
+  if (c->size <= 1 || n == 0) return;
+  MPI_Request req;
+  MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, op == LOOM_OP_MAX ? MPI_MAX : MPI_SUM,
+                 mpi(c), &req);
+  wait_request(&req, c, "all-reduce");
+  count(LOOM_COLL_ALLREDUCE, 2.0 * (c->size - 1) / c->size * (double)n * sizeof(float));
+}
+
+void loom_comm_allreduce_f64(const loom_comm *c, double *x, size_t n, loom_reduce_op op) {
+  if (c->size <= 1 || n == 0) return;
+  MPI_Request req;
+  MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, op == LOOM_OP_MAX ? MPI_MAX : MPI_SUM,
+                 mpi(c), &req);
+  wait_request(&req, c, "all-reduce"); /* scalars (loss, counts, norms): not counted */
+}
+
+void loom_comm_reduce_scatter_f32(const loom_comm *c, const float *in, float *out, size_t n) {
+  if (c->size <= 1) {
+    if (out != in) memmove(out, in, n * sizeof(float));
+    return;
+  }
+  MPI_Request req;
+  MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, mpi(c), &req);
+  wait_request(&req, c, "reduce-scatter");
+  count(LOOM_COLL_REDUCE_SCATTER, (double)(c->size - 1) * (double)n * sizeof(float));
+}
+
+void loom_comm_allgather_f32(const loom_comm *c, const float *in, float *out, size_t n) {
+  if (c->size <= 1) {
+    if (out != in) memmove(out, in, n * sizeof(float));
+    return;
+  }
+  MPI_Request req;
+  const void *src = in == out + (size_t)c->rank * n ? MPI_IN_PLACE : (const void *)in;
+  MPI_Iallgather(src, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mpi(c), &req);
+  wait_request(&req, c, "all-gather");
+  count(LOOM_COLL_ALLGATHER, (double)(c->size - 1) * (double)n * sizeof(float));
+}
+
+void loom_comm_reduce_scatter_v_f32(const loom_comm *c, const float *in, float *out,
+                                    const int *counts) {
+  if (c->size <= 1) {
+    if (out != in) memmove(out, in, (size_t)counts[0] * sizeof(float));
+    return;
+  }
+  MPI_Request req;
+  MPI_Ireduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, mpi(c), &req);
+  wait_request(&req, c, "reduce-scatter");
+  double total = 0;
+  for (int i = 0; i < c->size; i++) total += counts[i];
+  count(LOOM_COLL_REDUCE_SCATTER, (double)(c->size - 1) / c->size * total * sizeof(float));
+}
+
+void loom_comm_allgather_v_f32(const loom_comm *c, float *inout, const int *counts) {
+  if (c->size <= 1) return;
+  int displs[1024];
+  LOOM_ASSERT(c->size <= 1024);
+  double total = 0;
+  for (int i = 0; i < c->size; i++) {
+    displs[i] = (int)total;
+    total += counts[i];
+  }
+  MPI_Request req;
+  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, inout, counts, displs, MPI_FLOAT, mpi(c),
+                  &req);
+  wait_request(&req, c, "all-gather");
+  count(LOOM_COLL_ALLGATHER, (double)(c->size - 1) / c->size * total * sizeof(float));
+}
+
+void loom_comm_alltoall_f32(const loom_comm *c, const float *in, float *out, size_t n) {
+  if (c->size <= 1) {
+    if (out != in) memmove(out, in, n * sizeof(float));
+    return;
+  }
+  MPI_Request req;
+  MPI_Ialltoall(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mpi(c), &req);
+  wait_request(&req, c, "all-to-all");
+  count(LOOM_COLL_ALLTOALL, (double)(c->size - 1) * (double)n * sizeof(float));
+}
+
+void loom_comm_iallreduce_f32(const loom_comm *c, float *x, size_t n, loom_comm_request *r) {
+  r->comm = c;
+  r->what = "all-reduce (gradient bucket)";
+  r->req = NULL;
+  if (c->size <= 1 || n == 0) return;
+  MPI_Request *req = loom_alloc(sizeof *req);
+  MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, mpi(c), req);
+  r->req = req;
+  count(LOOM_COLL_ALLREDUCE, 2.0 * (c->size - 1) / c->size * (double)n * sizeof(float));
+}
+
+void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *out, size_t n,
+                                   loom_comm_request *r) {
+  r->comm = c;
+  r->what = "reduce-scatter (gradient bucket)";
+  r->req = NULL;
+  if (c->size <= 1) {
+    if (out != in) memmove(out, in, n * sizeof(float));
+    return;
+  }
+  MPI_Request *req = loom_alloc(sizeof *req);
+  MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, mpi(c), req);
+  r->req = req;
+  count(LOOM_COLL_REDUCE_SCATTER, (double)(c->size - 1) * (double)n * sizeof(float));
+}
+
+void loom_comm_wait(loom_comm_request *r) {
+  if (!r->req) return;
+  wait_request((MPI_Request *)r->req, r->comm, r->what);
+  loom_free(r->req);
+  r->req = NULL;
+}
+
+void loom_comm_isend_f32(const loom_comm *c, const float *x, size_t n, int peer, int tag,
+                         loom_comm_request *r) {
+  r->comm = c;
+  r->what = "send";
+  MPI_Request *req = loom_alloc(sizeof *req);
+  MPI_Isend(x, (int)n, MPI_FLOAT, peer, tag, mpi(c), req);
+  r->req = req;
+  count(LOOM_COLL_SENDRECV, (double)n * sizeof(float));
+}
+
+void loom_comm_recv_f32(const loom_comm *c, float *x, size_t n, int peer, int tag) {
+  MPI_Request req;
+  MPI_Irecv(x, (int)n, MPI_FLOAT, peer, tag, mpi(c), &req);
+  wait_request(&req, c, "receive");
+}
+
+void loom_comm_barrier(const loom_comm *c) {
+  if (c->size <= 1) return;
+  MPI_Request req;
+  MPI_Ibarrier(mpi(c), &req);
+  wait_request(&req, c, "barrier");
+}
+
+void loom_comm_bcast_bytes(const loom_comm *c, void *data, size_t n, int root) {
+  if (c->size <= 1) return;
+  MPI_Request req;
+  MPI_Ibcast(data, (int)n, MPI_BYTE, root, mpi(c), &req);
+  wait_request(&req, c, "broadcast");
+}
+
+int loom_comm_any_failed(const loom_comm *c, int rc) {
+  if (c->size <= 1) return rc != 0;
+  double f[1] = {rc != 0 ? 1.0 : 0.0};
+  loom_comm_allreduce_f64(c, f, 1, LOOM_OP_MAX);
+  return f[0] != 0;
+}

@@ -1,0 +1,258 @@
+/* Gradient reduction across the mesh (tensor-parallel replicas under sequence parallelism,
+ * tied embeddings across the pipeline, data-parallel replicas with bucketed overlap or ZeRO
+ * partitioning), global-norm clipping and AdamW on the owned range. See grad_sync.h. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "loom/grad_sync.h"
+#include "loom/kernels.h"
+
+typedef struct {
+  size_t begin, end;      /* flat range */
+  int remaining;          /* layers whose last backward has not finished */
+  bool started;
+  loom_comm_request req;
+} bucket;
+
+struct loom_grad_sync {
+  loom_decoder *d;
+  const loom_mesh *m;
+  int zero;
+  bool seqpar, tied_pp;
+  int nb;
+  bucket *b;
+  int *layer_bucket;      /* (spec.layers) bucket of each global layer held, -1 otherwise */
+  int *param_layer;       /* (layout.count) global layer of each tensor, -1 for the ends */
+  /* ZeRO */
+  int *counts;            /* (grad_comm.size) owned floats per replica */
+  size_t own_begin, own_end;
+  float *gshard;          /* (own_end - own_begin) reduced gradient of the owned range */
+};
+
+static int layer_of(const char *name) {
+  int l;
+  return sscanf(name, "layers.%d.", &l) == 1 ? l : -1;
+}
+
+static void build_buckets(loom_grad_sync *g, double bucket_mb) {
+  loom_decoder *d = g->d;
+  const loom_param_layout *lay = &d->layout;
+  size_t limit = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
+  g->b = calloc((size_t)d->spec.layers + 1, sizeof *g->b);
+  int prev = -2;
+  for (int i = 0; i < lay->count; i++) {
+    int l = g->param_layer[i];
+    if (l < 0) continue;
+    size_t end = i + 1 < lay->count ? lay->params[i + 1].offset : lay->total;
+    bool new_layer = l != prev;
+    bucket *cur = g->nb ? &g->b[g->nb - 1] : NULL;
+    bool contiguous = cur && prev >= 0 && l == prev + 1;
+    if (new_layer && (!cur || !contiguous || cur->end - cur->begin >= limit)) {
+      cur = &g->b[g->nb++];
+      cur->begin = lay->params[i].offset;
+    }
+    if (new_layer) {
+      cur->remaining++;
+      g->layer_bucket[l] = g->nb - 1;
+    }
+    cur->end = end;
+    prev = l;
+  }
+}
+
+int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh *m,
+                          const loom_config_parallel *p) {
+  loom_grad_sync *g = calloc(1, sizeof *g);
+  g->d = d;
+  g->m = m;
+  g->zero = (int)p->zero;
+  g->seqpar = d->shard.seq_parallel && d->shard.tp > 1;
+  g->tied_pp = m->pp > 1 && d->spec.tied_embeddings &&
+               loom_param_find(&d->layout, "embed.weight") != NULL;
+  g->layer_bucket = malloc((size_t)d->spec.layers * sizeof(int));
+  for (int l = 0; l < d->spec.layers; l++) g->layer_bucket[l] = -1;
+  g->param_layer = malloc((size_t)d->layout.count * sizeof(int));
+  for (int i = 0; i < d->layout.count; i++) g->param_layer[i] = layer_of(d->layout.params[i].name);
+  build_buckets(g, p->bucket_mb);
+  int n = m->grad_comm.size, r = m->grad_comm.rank;
+  size_t P = d->layout.total;
+  g->counts = calloc((size_t)n, sizeof(int));
+  if (g->zero > 0) {
+    size_t S = ((P + (size_t)n - 1) / (size_t)n + 15) & ~(size_t)15;
+    for (int i = 0; i < n; i++) {
+      size_t b = (size_t)i * S < P ? (size_t)i * S : P, e = b + S < P ? b + S : P;
+      g->counts[i] = (int)(e - b);
+      if (i == r) g->own_begin = b, g->own_end = e;
+    }
+    g->gshard = loom_alloc((g->own_end - g->own_begin + 1) * sizeof(float));
+  } else {
+    g->own_begin = 0;
+    g->own_end = P;
+  }
+  *out = g;
+  return 0;
+}
+
+void loom_grad_sync_free(loom_grad_sync *g) {
+  if (!g) return;
+  free(g->b);
+  free(g->layer_bucket);
+  free(g->param_layer);
+  free(g->counts);
+  loom_free(g->gshard);
+  free(g);
+}
+
+void loom_grad_sync_owned(const loom_grad_sync *g, size_t *begin, size_t *end) {
+  *begin = g->own_begin;
+  *end = g->own_end;
+}
+
+float *loom_grad_sync_owned_grads(loom_grad_sync *g) {
+  return g->zero > 0 ? g->gshard : g->d->grads;
+}
+
+void loom_grad_sync_begin_step(loom_grad_sync *g) {
+  for (int i = 0; i < g->nb; i++) g->b[i].started = false;
+  for (int l = 0; l < g->d->spec.layers; l++)
+    if (g->layer_bucket[l] >= 0) g->b[g->layer_bucket[l]].remaining = 0;
+  for (int l = 0; l < g->d->spec.layers; l++)
+    if (g->layer_bucket[l] >= 0) g->b[g->layer_bucket[l]].remaining++;
+  if (g->gshard) memset(g->gshard, 0, (g->own_end - g->own_begin) * sizeof(float));
+}
+
+/* Sum over tp the gradients of tp-replicated tensors of one layer (-1: the non-layer ones),
+ * which are partial per rank under sequence parallelism. */
+static void seqpar_reduce(loom_grad_sync *g, int layer) {
+  if (!g->seqpar) return;
+  loom_decoder *d = g->d;
+  for (int i = 0; i < d->layout.count; i++) {
+    const loom_param *p = &d->layout.params[i];
+    if (p->tp_replicated && g->param_layer[i] == layer)
+      loom_comm_allreduce_f32(&g->m->tp_comm, d->grads + p->offset, p->numel, LOOM_OP_SUM);
+  }
+}
+
+static void tied_reduce(loom_grad_sync *g) {
+  if (!g->tied_pp) return;
+  const loom_param *p = loom_param_find(&g->d->layout, "embed.weight");
+  loom_comm_allreduce_f32(&g->m->embed_comm, g->d->grads + p->offset, p->numel, LOOM_OP_SUM);
+}
+
+void loom_grad_sync_layer_done(void *ctx, int layer) {
+  loom_grad_sync *g = ctx;
+  seqpar_reduce(g, layer);
+  if (g->zero > 0) return;
+  int bi = g->layer_bucket[layer];
+  if (bi < 0) return;
+  bucket *b = &g->b[bi];
+  if (--b->remaining > 0 || b->started) return;
+  b->started = true;
+  loom_comm_iallreduce_f32(&g->m->grad_comm, g->d->grads + b->begin, b->end - b->begin, &b->req);
+}
+
+static void reduce_scatter_into_shard(loom_grad_sync *g) {
+  const loom_comm *c = &g->m->grad_comm;
+  size_t n = g->own_end - g->own_begin;
+  float *tmp = g->d->grads + g->own_begin; /* own block of the input is free after the call */
+  if (c->size <= 1) {
+    for (size_t i = 0; i < n; i++) g->gshard[i] += tmp[i];
+    return;
+  }
+  float *recv = loom_alloc((n + 1) * sizeof(float));
+  loom_comm_reduce_scatter_v_f32(c, g->d->grads, recv, g->counts);
+  for (size_t i = 0; i < n; i++) g->gshard[i] += recv[i];
+  loom_free(recv);
+}
+
+void loom_grad_sync_microbatch_done(loom_grad_sync *g) {
+  if (g->zero != 2 || g->m->pp > 1) return;
+  for (int l = 0; l < g->d->spec.layers; l++)
+    if (g->layer_bucket[l] >= 0) seqpar_reduce(g, l);
+  seqpar_reduce(g, -1);
+  reduce_scatter_into_shard(g);
+  loom_decoder_zero_grads(g->d);
+}
+
+void loom_grad_sync_reduce(loom_grad_sync *g) {
+  loom_decoder *d = g->d;
+  if (g->zero == 2 && g->m->pp == 1) return; /* done after every micro-batch */
+  for (int i = 0; i < g->nb; i++) /* layers whose callback did not run (not expected) */
+    if (!g->b[i].started && g->zero == 0 && g->b[i].remaining > 0) {
+      for (int l = 0; l < d->spec.layers; l++)
+        if (g->layer_bucket[l] == i) seqpar_reduce(g, l);
+      g->b[i].started = true;
+      loom_comm_iallreduce_f32(&g->m->grad_comm, d->grads + g->b[i].begin,
+                               g->b[i].end - g->b[i].begin, &g->b[i].req);
+    }
+  seqpar_reduce(g, -1);
+  tied_reduce(g);
+  if (g->zero > 0) {
+    reduce_scatter_into_shard(g);
+    return;
+  }
+  /* the non-layer tensors: everything outside the buckets */
+  const loom_comm *c = &g->m->grad_comm;
+  size_t lo = g->nb ? g->b[0].begin : d->layout.total, hi = g->nb ? g->b[g->nb - 1].end : 0;
+  if (g->nb == 0) lo = d->layout.total, hi = d->layout.total;
+  loom_comm_allreduce_f32(c, d->grads, lo, LOOM_OP_SUM);
+  if (hi < d->layout.total) loom_comm_allreduce_f32(c, d->grads + hi, d->layout.total - hi, LOOM_OP_SUM);
+  for (int i = 0; i < g->nb; i++) loom_comm_wait(&g->b[i].req);
+}
+
+/* Whether tensor i's gradient is counted in the global norm on this rank. */
+static bool counted(const loom_grad_sync *g, int i) {
+  const loom_param *p = &g->d->layout.params[i];
+  if (p->tp_replicated && g->m->tp > 1 && g->m->tp_rank != 0) return false;
+  if (g->tied_pp && g->m->pp_rank != 0 && !strcmp(p->name, "embed.weight")) return false;
+  return true;
+}
+
+/* Visit the part of each tensor inside the owned range: fn(tensor, flat begin, flat end). */
+#define FOR_OWNED(g, i, b, e)                                                               \
+  for (int i = 0; i < (g)->d->layout.count; i++)                                            \
+    for (size_t b = (g)->d->layout.params[i].offset > (g)->own_begin                        \
+                        ? (g)->d->layout.params[i].offset : (g)->own_begin,                 \
+                e = (g)->d->layout.params[i].offset + (g)->d->layout.params[i].numel <      \
+                            (g)->own_end                                                    \
+                        ? (g)->d->layout.params[i].offset + (g)->d->layout.params[i].numel \
+                        : (g)->own_end,                                                     \
+                once = 1;                                                                   \
+         once && b < e; once = 0)
+
+static float *owned_grad(loom_grad_sync *g, size_t flat) {
+  return g->zero > 0 ? g->gshard + (flat - g->own_begin) : g->d->grads + flat;
+}
+
+double loom_grad_sync_global_sumsq(loom_grad_sync *g) {
+  double local = 0;
+  FOR_OWNED(g, i, b, e) {
+    if (counted(g, i)) local += loom_sumsq_f32(owned_grad(g, b), e - b);
+  }
+  const loom_comm *c = g->zero > 0 ? &g->m->world_comm : &g->m->mp_comm;
+  loom_comm_allreduce_f64(c, &local, 1, LOOM_OP_SUM);
+  return local;
+}
+
+double loom_grad_sync_step(loom_grad_sync *g, loom_adamw_state *opt,
+                           const loom_config_training *t, double lr) {
+  loom_decoder *d = g->d;
+  double norm = sqrt(loom_grad_sync_global_sumsq(g));
+  float coef = 1.0f;
+  if (t->grad_clip > 0) coef = (float)(t->grad_clip / (norm + 1e-6));
+  opt->step++;
+  FOR_OWNED(g, i, b, e) {
+    const loom_param *p = &d->layout.params[i];
+    float *gr = owned_grad(g, b);
+    if (coef < 1.0f)
+      for (size_t k = 0; k < e - b; k++) gr[k] *= coef;
+    double wd = (p->decay || t->decay_norms_and_biases) ? t->weight_decay : 0.0;
+    size_t o = b - g->own_begin;
+    loom_adamw_f32(d->params + b, gr, opt->m + o, opt->v + o, e - b, lr, t->beta1, t->beta2,
+                   t->eps, wd, opt->step);
+  }
+  if (g->zero > 0) loom_comm_allgather_v_f32(&g->m->grad_comm, d->params, g->counts);
+  loom_decoder_params_updated(d);
+  return norm;
+}

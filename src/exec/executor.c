@@ -1,0 +1,302 @@
+/* The executor: one optimizer step of the schedule IR on this rank (see exec.h). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "loom/exec.h"
+#include "loom/kernels.h"
+
+struct loom_executor {
+  const loom_config *cfg;
+  loom_mesh *mesh;
+  loom_schedule sched;
+  loom_decoder *d;
+  loom_grad_sync *gs;
+  loom_adamw_state opt;
+  int A, K, vpp;               /* micro-batches, virtual stages, chunks per rank */
+  size_t rows;                 /* Nr * C floats of one activation */
+  float *act_send, *grad_in, *dx; /* (vpp, A, Nr, C) each */
+  loom_comm_request *reqs;
+  int n_reqs, cap_reqs;
+  int *last_backward;          /* (vpp) index of the last backward of each chunk */
+  loom_exec_trace_fn trace;
+  void *trace_ctx;
+};
+
+int loom_exec_stage_split(const loom_config_parallel *p, int layers, int *first) {
+  int K = (int)(p->pp * p->vpp);
+  if (p->stage_layers[0]) {
+    int n = 0, total = 0;
+    const char *s = p->stage_layers;
+    while (*s) {
+      char *end;
+      long v = strtol(s, &end, 10);
+      if (end == s || v < 1)
+        return loom_err("parallel.stage_layers '%s': expected a comma-separated list of "
+                        "positive layer counts", p->stage_layers);
+      if (n == K) break;
+      first[n++] = total;
+      total += (int)v;
+      s = *end == ',' ? end + 1 : end;
+      if (*end && *end != ',')
+        return loom_err("parallel.stage_layers '%s': unexpected '%c'", p->stage_layers, *end);
+    }
+    if (n != K || *s)
+      return loom_err("parallel.stage_layers '%s' must list %d counts (pp*vpp chunks)",
+                      p->stage_layers, K);
+    if (total != layers)
+      return loom_err("parallel.stage_layers '%s' adds up to %d layers but the model has %d",
+                      p->stage_layers, total, layers);
+  } else {
+    int base = layers / K, extra = layers % K;
+    for (int v = 0, at = 0; v < K; v++) {
+      first[v] = at;
+      at += base + (v < extra ? 1 : 0);
+    }
+  }
+  first[K] = layers;
+  return 0;
+}
+
+static int build_schedule(loom_executor *ex) {
+  const loom_config_parallel *p = &ex->cfg->parallel;
+  int pp = (int)p->pp, vpp = (int)p->vpp, A = ex->A;
+  loom_schedule *s = &ex->sched;
+  if (p->schedule_file[0]) {
+    if (loom_sched_load(s, p->schedule_file)) return LOOM_ERR;
+    if (s->pp != pp || s->vpp != vpp || s->microbatches != A)
+      return loom_err("%s: the schedule is for pp=%d vpp=%d microbatches=%d, but the config has "
+                      "parallel.pp=%d parallel.vpp=%d training.grad_accum=%d",
+                      p->schedule_file, s->pp, s->vpp, s->microbatches, pp, vpp, A);
+  } else {
+    const char *name = pp == 1 && vpp == 1 ? "none" : p->schedule;
+    if (loom_sched_generate(s, name, pp, vpp, A)) return LOOM_ERR;
+  }
+  if (loom_sched_validate(s))
+    return p->schedule_file[0] ? loom_err_prefix("%s: ", p->schedule_file) : LOOM_ERR;
+  return 0;
+}
+
+static void plan_last_backward(loom_executor *ex) {
+  int r = ex->mesh->pp_rank;
+  ex->last_backward = malloc((size_t)ex->vpp * sizeof(int));
+  for (int c = 0; c < ex->vpp; c++) ex->last_backward[c] = -1;
+  for (int i = 0; i < ex->sched.count[r]; i++) {
+    const loom_instr *in = &ex->sched.instr[r][i];
+    if (in->kind == LOOM_INSTR_BACKWARD || in->kind == LOOM_INSTR_BACKWARD_INPUT)
+      ex->last_backward[in->chunk] = i;
+  }
+}
+
+int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_model_spec *spec,
+                     loom_mesh *m) {
+  const loom_config_parallel *p = &cfg->parallel;
+  const loom_config_training *t = &cfg->training;
+  loom_executor *ex = calloc(1, sizeof *ex);
+  ex->cfg = cfg;
+  ex->mesh = m;
+  ex->A = (int)t->grad_accum;
+  ex->vpp = (int)p->vpp;
+  ex->K = m->pp * ex->vpp;
+  int first[LOOM_MAX_CHUNKS * 64 + 1];
+  if (ex->K > LOOM_MAX_CHUNKS * 64 || ex->vpp > LOOM_MAX_CHUNKS) {
+    int vpp = ex->vpp;
+    free(ex);
+    return loom_err("parallel.vpp (%d) is larger than loom supports (%d)", vpp, LOOM_MAX_CHUNKS);
+  }
+  if (loom_exec_stage_split(p, spec->layers, first) || build_schedule(ex)) {
+    loom_exec_free(ex);
+    return LOOM_ERR;
+  }
+  loom_shard sh;
+  memset(&sh, 0, sizeof sh);
+  sh.tp = m->tp, sh.tp_rank = m->tp_rank, sh.sp = m->sp, sh.sp_rank = m->sp_rank;
+  sh.seq_parallel = m->tp > 1 && !strcmp(p->sp_mode, "megatron");
+  sh.n_chunks = ex->vpp;
+  for (int c = 0; c < ex->vpp; c++) {
+    int v = c * m->pp + m->pp_rank;
+    sh.chunk_first[c] = first[v];
+    sh.chunk_last[c] = first[v + 1];
+    sh.chunk_embed[c] = v == 0;
+    sh.chunk_head[c] = v == ex->K - 1;
+  }
+  int slots = loom_sched_peak_inflight(&ex->sched, m->pp_rank);
+  if (slots < 1) slots = 1;
+  if (loom_decoder_create_shard(&ex->d, spec, &sh, (int)t->micro_batch_size, (int)t->seq_len,
+                                !strcmp(t->dtype, "bf16"), t->activation_checkpointing, slots,
+                                &m->tp_comm, &m->sp_comm)) {
+    loom_exec_free(ex);
+    return LOOM_ERR;
+  }
+  loom_grad_sync_create(&ex->gs, ex->d, m, p);
+  size_t b, e;
+  loom_grad_sync_owned(ex->gs, &b, &e);
+  loom_adamw_state_init(&ex->opt, e - b + 1);
+  ex->rows = (size_t)ex->d->Nr * spec->hidden;
+  size_t per = (size_t)ex->vpp * ex->A * ex->rows;
+  if (m->pp > 1 || ex->vpp > 1) {
+    ex->act_send = loom_alloc(3 * per * sizeof(float));
+    ex->grad_in = ex->act_send + per;
+    ex->dx = ex->grad_in + per;
+  }
+  plan_last_backward(ex);
+  *out = ex;
+  return 0;
+}
+
+void loom_exec_free(loom_executor *ex) {
+  if (!ex) return;
+  loom_sched_free(&ex->sched);
+  loom_decoder_free(ex->d);
+  loom_grad_sync_free(ex->gs);
+  if (ex->opt.m) loom_adamw_state_free(&ex->opt);
+  loom_free(ex->act_send);
+  free(ex->reqs);
+  free(ex->last_backward);
+  free(ex);
+}
+
+loom_decoder *loom_exec_decoder(loom_executor *ex) { return ex->d; }
+loom_adamw_state *loom_exec_optimizer(loom_executor *ex) { return &ex->opt; }
+loom_grad_sync *loom_exec_grad_sync(loom_executor *ex) { return ex->gs; }
+const loom_schedule *loom_exec_schedule(const loom_executor *ex) { return &ex->sched; }
+
+void loom_exec_set_trace(loom_executor *ex, loom_exec_trace_fn fn, void *ctx) {
+  ex->trace = fn;
+  ex->trace_ctx = ctx;
+}
+
+static float *buf(loom_executor *ex, float *base, int chunk, int mb) {
+  return base + ((size_t)chunk * ex->A + mb) * ex->rows;
+}
+
+/* message tag of the boundary after virtual stage v for micro-batch mb (dir 0: act, 1: grad) */
+static int tag_of(const loom_executor *ex, int v, int mb, int dir) {
+  return ((mb * ex->K) + v) * 2 + dir;
+}
+
+static loom_comm_request *new_request(loom_executor *ex) {
+  if (ex->n_reqs == ex->cap_reqs) {
+    ex->cap_reqs = ex->cap_reqs ? 2 * ex->cap_reqs : 64;
+    ex->reqs = realloc(ex->reqs, (size_t)ex->cap_reqs * sizeof *ex->reqs);
+  }
+  return &ex->reqs[ex->n_reqs++];
+}
+
+typedef struct {
+  const int32_t *tokens, *targets;
+  size_t mb_size;  /* B*T */
+  float scale;
+  double loss_sum;
+  double norm, lr;
+} step_ctx;
+
+static void run_forward(loom_executor *ex, const loom_instr *in, step_ctx *sc) {
+  loom_decoder *d = ex->d;
+  int pp = ex->mesh->pp, v = in->chunk * pp + ex->mesh->pp_rank;
+  loom_acts *a = loom_decoder_slot_get(d, in->chunk, in->mb);
+  if (v > 0 && pp == 1) { /* previous chunk on this rank: hand over locally */
+    loom_acts *prev = loom_decoder_slot_find(d, in->chunk - 1, in->mb);
+    LOOM_ASSERT(prev);
+    memcpy(loom_acts_input(a), loom_acts_output(d, prev), ex->rows * sizeof(float));
+  }
+  double part = 0;
+  size_t off = (size_t)in->mb * sc->mb_size;
+  loom_decoder_forward_chunk(d, a, sc->tokens + off, sc->targets + off, &part, NULL);
+  if (d->shard.chunk_head[in->chunk]) sc->loss_sum += part;
+  if (pp > 1 && v < ex->K - 1) /* keep a copy for the non-blocking send */
+    memcpy(buf(ex, ex->act_send, in->chunk, in->mb), loom_acts_output(d, a),
+           ex->rows * sizeof(float));
+}
+
+static void run_backward(loom_executor *ex, const loom_instr *in, int index, step_ctx *sc) {
+  loom_decoder *d = ex->d;
+  int pp = ex->mesh->pp, v = in->chunk * pp + ex->mesh->pp_rank;
+  loom_acts *a = loom_decoder_slot_find(d, in->chunk, in->mb);
+  LOOM_ASSERT(a);
+  const float *dout = NULL;
+  if (v < ex->K - 1) dout = pp == 1 ? buf(ex, ex->dx, in->chunk + 1, in->mb)
+                                    : buf(ex, ex->grad_in, in->chunk, in->mb);
+  bool last = index == ex->last_backward[in->chunk];
+  d->on_layer_grads = last ? loom_grad_sync_layer_done : NULL;
+  d->on_layer_grads_ctx = ex->gs;
+  loom_decoder_backward_chunk(d, a, dout, v > 0 ? buf(ex, ex->dx, in->chunk, in->mb) : NULL,
+                              sc->scale);
+  d->on_layer_grads = NULL;
+  loom_decoder_slot_release(d, a);
+  if (pp == 1 && in->chunk == 0) loom_grad_sync_microbatch_done(ex->gs);
+}
+
+static void run_instr(loom_executor *ex, const loom_instr *in, int index, step_ctx *sc) {
+  const loom_comm *pc = &ex->mesh->pp_comm;
+  int v = in->chunk * ex->mesh->pp + ex->mesh->pp_rank;
+  switch (in->kind) {
+  case LOOM_INSTR_FORWARD:
+    run_forward(ex, in, sc);
+    break;
+  case LOOM_INSTR_BACKWARD:
+  case LOOM_INSTR_BACKWARD_INPUT: /* the CPU executor computes both halves here */
+    run_backward(ex, in, index, sc);
+    break;
+  case LOOM_INSTR_BACKWARD_WEIGHT:
+  case LOOM_INSTR_LOAD_MB:
+  case LOOM_INSTR_GATHER_PARAMS: /* parameters are gathered inside the optimizer step */
+    break;
+  case LOOM_INSTR_SEND_ACT:
+    loom_comm_isend_f32(pc, buf(ex, ex->act_send, in->chunk, in->mb), ex->rows, in->peer,
+                        tag_of(ex, v, in->mb, 0), new_request(ex));
+    break;
+  case LOOM_INSTR_RECV_ACT:
+    loom_comm_recv_f32(pc, loom_acts_input(loom_decoder_slot_get(ex->d, in->chunk, in->mb)),
+                       ex->rows, in->peer, tag_of(ex, v - 1, in->mb, 0));
+    break;
+  case LOOM_INSTR_SEND_GRAD:
+    loom_comm_isend_f32(pc, buf(ex, ex->dx, in->chunk, in->mb), ex->rows, in->peer,
+                        tag_of(ex, v - 1, in->mb, 1), new_request(ex));
+    break;
+  case LOOM_INSTR_RECV_GRAD:
+    loom_comm_recv_f32(pc, buf(ex, ex->grad_in, in->chunk, in->mb), ex->rows, in->peer,
+                       tag_of(ex, v, in->mb, 1));
+    break;
+  case LOOM_INSTR_REDUCE_GRADS:
+    loom_grad_sync_reduce(ex->gs);
+    break;
+  case LOOM_INSTR_OPTIMIZER_STEP:
+    sc->lr = loom_lr_at(&ex->cfg->training, ex->opt.step);
+    sc->norm = loom_grad_sync_step(ex->gs, &ex->opt, &ex->cfg->training, sc->lr);
+    break;
+  default:
+    LOOM_ASSERT(!"unknown instruction");
+  }
+}
+
+void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *targets,
+                    loom_step_result *r) {
+  loom_decoder *d = ex->d;
+  const loom_mesh *m = ex->mesh;
+  step_ctx sc = {tokens, targets, (size_t)d->B * d->T, 0, 0, 0, 0};
+  size_t n = (size_t)ex->A * sc.mb_size;
+  double counts[1] = {0};
+  for (size_t i = 0; i < n; i++) counts[0] += targets[i] != LOOM_IGNORE_INDEX;
+  loom_comm_allreduce_f64(&m->dp_comm, counts, 1, LOOM_OP_SUM);
+  sc.scale = counts[0] > 0 ? (float)(1.0 / counts[0]) : 0.0f;
+  loom_decoder_zero_grads(d);
+  loom_grad_sync_begin_step(ex->gs);
+  int rank = m->pp_rank;
+  for (int i = 0; i < ex->sched.count[rank]; i++) {
+    const loom_instr *in = &ex->sched.instr[rank][i];
+    double t0 = ex->trace ? loom_now() : 0;
+    run_instr(ex, in, i, &sc);
+    if (ex->trace) ex->trace(ex->trace_ctx, in, t0, loom_now());
+  }
+  for (int i = 0; i < ex->n_reqs; i++) loom_comm_wait(&ex->reqs[i]);
+  ex->n_reqs = 0;
+  /* the loss: summed over the dp x sp replicas on the last stage, then shared along the pipe */
+  double loss[1] = {sc.loss_sum};
+  loom_comm_allreduce_f64(&m->grad_comm, loss, 1, LOOM_OP_SUM);
+  loom_comm_allreduce_f64(&m->pp_comm, loss, 1, LOOM_OP_SUM); /* only the head stage has it */
+  r->loss = counts[0] > 0 ? loss[0] / counts[0] : 0;
+  r->counted = (int)counts[0];
+  r->tokens = (long)n * m->dp;
+  r->grad_norm = sc.norm;
+  r->lr = sc.lr;
+}

@@ -1,0 +1,93 @@
+/* The trainer's side of the run registry: register at start, heartbeat from the step loop
+ * (rate-limited), record the outcome at the end. Best effort: a registry that cannot be
+ * opened or written costs a warning, never the run. Only MPI rank 0 registers. */
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/core.h"
+#include "loom/registry.h"
+
+struct loom_registry_run {
+  loom_registry *reg;
+  char *run_id, *run_dir;
+  double last_beat;  /* loom_now() of the last heartbeat written */
+  double interval;
+};
+
+/* Rank of this process under mpirun/srun (0 when not launched by one). */
+static long launcher_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                     "SLURM_PROCID", NULL};
+  for (int i = 0; vars[i]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return atol(v);
+  }
+  return 0;
+}
+
+static void warn(const char *what) {
+  loom_log("warning: run registry: %s: %s (training continues)", what, loom_errmsg());
+  loom_err_clear();
+}
+
+loom_registry_run *loom_registry_run_start(const loom_config *cfg, const char *run_dir,
+                                           const char *command_line) {
+  const char *env = getenv("LOOM_REGISTRY");
+  if ((env && !strcmp(env, "off")) || launcher_rank() != 0 || !run_dir) return NULL;
+  char *path = loom_registry_path(cfg->run.output_dir);
+  loom_registry *reg = NULL;
+  int rc = loom_registry_open(&reg, path);
+  free(path);
+  if (rc) {
+    warn("cannot open the database");
+    return NULL;
+  }
+  char *copy = loom_strdup(run_dir);
+  size_t n = strlen(copy);
+  while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
+  loom_registry_start_info info = {.run_id = basename(copy), .run_dir = run_dir,
+                                   .command = command_line};
+  loom_registry_run *h = NULL;
+  if (loom_registry_insert(reg, cfg, &info)) {
+    warn("cannot register the run");
+    loom_registry_close(reg);
+  } else {
+    h = calloc(1, sizeof *h);
+    if (!h) abort();
+    h->reg = reg;
+    h->run_id = loom_strdup(info.run_id);
+    h->run_dir = loom_strdup(run_dir);
+    h->last_beat = loom_now();
+    h->interval = loom_registry_heartbeat_interval();
+  }
+  free(copy);
+  return h;
+}
+
+void loom_registry_run_heartbeat(loom_registry_run *h, long step, double loss) {
+  if (!h) return;
+  double now = loom_now();
+  if (now - h->last_beat < h->interval) return;
+  h->last_beat = now;
+  if (loom_registry_touch(h->reg, h->run_id, step, loss)) warn("heartbeat");
+}
+
+void loom_registry_run_finish(loom_registry_run *h, bool ok, const char *error) {
+  if (!h) return;
+  char *err = error ? loom_strdup(error) : NULL; /* error may be loom_errmsg()'s buffer */
+  loom_registry_metrics m;
+  /* a run that ended without summary.json was stopped early on request (--stop-after) */
+  bool summary = loom_registry_read_summary(h->run_dir, &m) == 0;
+  if (!summary) loom_err_clear();
+  const char *status = !ok ? "failed" : summary ? "finished" : "stopped";
+  if (loom_registry_finish(h->reg, h->run_id, status, &m, ok ? NULL : err))
+    warn("recording the end of the run");
+  free(err);
+  loom_registry_close(h->reg);
+  free(h->run_id);
+  free(h->run_dir);
+  free(h);
+}

@@ -1,0 +1,38 @@
+/* Private to src/exp/sweep_*.c: what the runner knows about each point once it is done with
+ * it, the state file that keeps it (state.tsv in the sweep's log directory, so summaries can
+ * be rebuilt later, e.g. after Slurm jobs end), and the summary writer. */
+#ifndef LOOM_EXP_SWEEP_INTERNAL_H
+#define LOOM_EXP_SWEEP_INTERNAL_H
+#include "loom/sweep.h"
+
+typedef struct {
+  loom_point_status status;
+  int exit_code;        /* process exit status; 128 + signal; -1 when not run */
+  double wall_s;        /* seconds from start to end (0 when not run) */
+  char job_id[64];      /* batch job id */
+  char note[512];       /* why it failed / was skipped, the dry-run command, ... */
+  char *log_path;       /* absolute */
+} loom_point_result;
+
+typedef struct {
+  char *sweep_name, *sweep_id, *launcher, *log_dir;
+  int parallel;
+  double peak_flops;    /* measured per-rank GEMM throughput for the MFU estimate (0 = none) */
+  double wall_s;        /* whole sweep */
+} loom_sweep_info;
+
+const char *loom_point_status_label(loom_point_status s);
+int loom_point_status_parse(const char *label, loom_point_status *s);
+
+/* state.tsv: write after every change (atomic), read back for loom_sweep_summarize_dir. */
+int loom_sweep_state_write(const loom_sweep_info *info, const loom_sweep_plan *plan,
+                           const loom_point_result *res);
+int loom_sweep_state_read(const char *log_dir, loom_sweep_info *info, loom_sweep_plan *plan,
+                          loom_point_result **res);
+void loom_sweep_info_free(loom_sweep_info *info);
+void loom_point_results_free(loom_point_result *res, int n);
+
+/* summary.txt and summary.csv from each run's summary.json / metrics.jsonl. */
+int loom_sweep_write_summary(const loom_sweep_info *info, const loom_sweep_plan *plan,
+                             const loom_point_result *res);
+#endif

@@ -1,0 +1,41 @@
+/* Private to src/exp/sweep_*.c: the launcher interface of the sweep runner. A launcher starts
+ * one point: either as a child process the runner waits for (local mpirun), or synchronously
+ * with a final status (Slurm submission). A simulator launcher (`--launcher sim`) is meant to
+ * slot in as a third entry of the table in sweep_launch.c. */
+#ifndef LOOM_EXP_SWEEP_LAUNCH_H
+#define LOOM_EXP_SWEEP_LAUNCH_H
+#include <sys/types.h>
+
+#include "loom/sweep.h"
+
+typedef struct {
+  const loom_sweep_run_opts *opts;
+  const char *log_dir;      /* absolute logs/sweep_<ts> */
+  const char *sweep_name;
+  const char *sweep_id;     /* basename of log_dir */
+  const char *cwd;          /* directory the sweep was started from */
+} loom_launch_ctx;
+
+typedef struct {
+  pid_t pid;                /* > 0: a child process to wait for */
+  loom_point_status status; /* pid == 0: the final status */
+  char job_id[64];          /* batch job id */
+  char note[512];           /* shown next to the status, kept in the summary */
+} loom_launch_result;
+
+struct loom_sweep_launcher {
+  const char *name;
+  const char *summary;
+  bool concurrent;          /* honours --parallel (children run at once) */
+  /* 0 with *r filled, or -1 (error message set) when the point could not be started */
+  int (*start)(const loom_launch_ctx *c, const loom_sweep_point *p, const char *log_path,
+               loom_launch_result *r);
+};
+
+extern const loom_sweep_launcher loom_launcher_local;
+extern const loom_sweep_launcher loom_launcher_slurm;
+/* By name; an error listing the known launchers otherwise. */
+const loom_sweep_launcher *loom_sweep_launcher_find(const char *name);
+/* 'text' quoted for a POSIX shell (malloc'd). */
+char *loom_shell_quote(const char *text);
+#endif

@@ -1,0 +1,149 @@
+/* One transformer block, forward and backward, on this rank's shard (Megatron tensor
+ * parallelism: column-parallel q/k/v and MLP-in, row-parallel attention-out and MLP-out;
+ * optional Megatron sequence parallelism and Ulysses all-to-all around attention).
+ * Shapes: Nr residual rows, N rows into the linears, C hidden, D head dim, lh/lkv local heads,
+ * li local intermediate. */
+#include <stdlib.h>
+
+#include "loom/kernels.h"
+#include "model/decoder_internal.h"
+
+static loom_layer_acts *acts_for(loom_decoder *d, loom_acts *a, int idx) {
+  return d->recompute ? &d->s->rec : &a->layer[idx];
+}
+
+static bool ulysses(const loom_decoder *d) { return d->shard.sp > 1; }
+
+/* resid[idx] (Nr,C) -> resid[idx+1] (Nr,C) */
+void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
+  const loom_model_spec *s = &d->spec;
+  int B = d->B, T = d->T, N = d->N, Nr = d->Nr, C = s->hidden, D = s->head_dim;
+  int QD = d->lh * D, KD = d->lkv * D, I = d->li;
+  size_t NrC = (size_t)Nr * C;
+  const float *x = a->resid + (size_t)idx * NrC;
+  float *out = a->resid + (size_t)(idx + 1) * NrC;
+  loom_layer_acts *L = acts_for(d, a, idx);
+  block_offsets o = loom_block_offsets(d, layer);
+  float *full = d->s->full;
+
+  /* attention */
+  dec_norm_fwd(d, L->ln1, L->ln1_mean, L->ln1_rstd, x, o.n1w, o.n1b, Nr);
+  const float *h = dec_gather_rows(d, L->ln1, L->ln1_full);
+  dec_linear_fwd(d, L->q, h, o.qw, o.qb, N, C, QD);
+  dec_linear_fwd(d, L->k, h, o.kw, o.kb, N, C, KD);
+  dec_linear_fwd(d, L->v, h, o.vw, o.vb, N, C, KD);
+  int Tseq = ulysses(d) ? T / d->shard.sp : T;
+  if (s->arch == LOOM_ARCH_LLAMA) {
+    loom_rope_forward_f32(L->q, B, Tseq, d->lh, D, s->rope_theta, d->pos0);
+    loom_rope_forward_f32(L->k, B, Tseq, d->lkv, D, s->rope_theta, d->pos0);
+  }
+  if (ulysses(d)) {
+    int sp = d->shard.sp;
+    dec_ulysses_to_heads(d, L->q, L->qh, d->lh, D);
+    dec_ulysses_to_heads(d, L->k, L->kh, d->lkv, D);
+    dec_ulysses_to_heads(d, L->v, L->vh, d->lkv, D);
+    loom_attention_forward_f32(L->atth, L->lse, L->qh, L->kh, L->vh, B, T, d->lh / sp,
+                               d->lkv / sp, D);
+    dec_ulysses_to_tokens(d, L->atth, L->att, d->lh, D);
+  } else {
+    loom_attention_forward_f32(L->att, L->lse, L->q, L->k, L->v, B, T, d->lh, d->lkv, D);
+  }
+  dec_linear_fwd(d, full, L->att, o.ow, NONE, N, QD, C); /* partial sums over tp */
+  dec_reduce_rows(d, full, L->mid);                       /* (Nr,C) */
+  if (o.ob != NONE) dec_add_bias_rows(L->mid, d->params + o.ob, Nr, C);
+  for (size_t i = 0; i < NrC; i++) L->mid[i] += x[i];
+
+  /* MLP */
+  dec_norm_fwd(d, L->ln2, L->ln2_mean, L->ln2_rstd, L->mid, o.n2w, o.n2b, Nr);
+  h = dec_gather_rows(d, L->ln2, L->ln2_full);
+  size_t NI = (size_t)N * I;
+  if (s->arch == LOOM_ARCH_GPT2) {
+    dec_linear_fwd(d, L->up, h, o.uw, o.ub, N, C, I);
+    loom_gelu_forward_f32(L->act, L->up, NI);
+  } else {
+    dec_linear_fwd(d, L->gate, h, o.gw, NONE, N, C, I);
+    dec_linear_fwd(d, L->up, h, o.uw, NONE, N, C, I);
+    loom_swiglu_forward_f32(L->act, L->gate, L->up, NI);
+  }
+  dec_linear_fwd(d, full, L->act, o.dw, NONE, N, I, C);
+  dec_reduce_rows(d, full, out);
+  if (o.db != NONE) dec_add_bias_rows(out, d->params + o.db, Nr, C);
+  for (size_t i = 0; i < NrC; i++) out[i] += L->mid[i];
+}
+
+/* The gradient of a norm output that fed column-parallel linears: partial sums over tp of
+ * s->d_norm (N,C), reduced into s->d_norm_r (Nr,C). */
+static const float *reduced_norm_grad(loom_decoder *d) {
+  if (d->shard.tp == 1) return d->s->d_norm;
+  dec_reduce_rows(d, d->s->d_norm, d->s->d_norm_r);
+  return d->s->d_norm_r;
+}
+
+/* s->dres holds dL/d resid[idx+1] (Nr,C) on entry and dL/d resid[idx] on return. */
+void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
+  const loom_model_spec *s = &d->spec;
+  struct loom_decoder_scratch *S = d->s;
+  int B = d->B, T = d->T, N = d->N, Nr = d->Nr, C = s->hidden, D = s->head_dim;
+  int QD = d->lh * D, KD = d->lkv * D, I = d->li;
+  size_t NC = (size_t)N * C, NI = (size_t)N * I;
+  const float *x = a->resid + (size_t)idx * Nr * C;
+  if (d->recompute) dec_block_forward(d, a, layer, idx);
+  loom_layer_acts *L = acts_for(d, a, idx);
+  block_offsets o = loom_block_offsets(d, layer);
+  const float *ln2_full = d->shard.seq_parallel ? L->ln2_full : L->ln2;
+  const float *ln1_full = d->shard.seq_parallel ? L->ln1_full : L->ln1;
+
+  /* MLP: out = mid + reduce(act @ Wd^T) + bd */
+  if (o.db != NONE) dec_bias_grad_rows(d->grads + o.db, S->dres, Nr, C);
+  const float *dy = dec_gather_rows(d, S->dres, S->full);
+  memset(S->d_act, 0, NI * sizeof(float));
+  dec_linear_bwd(d, S->d_act, o.dw, NONE, dy, L->act, N, I, C);
+  memset(S->d_norm, 0, NC * sizeof(float));
+  memset(S->d_a, 0, NI * sizeof(float));
+  if (s->arch == LOOM_ARCH_GPT2) {
+    loom_gelu_backward_f32(S->d_a, S->d_act, L->up, NI);
+    dec_linear_bwd(d, S->d_norm, o.uw, o.ub, S->d_a, ln2_full, N, C, I);
+  } else {
+    memset(S->d_b, 0, NI * sizeof(float));
+    loom_swiglu_backward_f32(S->d_a, S->d_b, S->d_act, L->gate, L->up, NI);
+    dec_linear_bwd(d, S->d_norm, o.gw, NONE, S->d_a, ln2_full, N, C, I);
+    dec_linear_bwd(d, S->d_norm, o.uw, NONE, S->d_b, ln2_full, N, C, I);
+  }
+  dec_norm_bwd(d, S->dres, reduced_norm_grad(d), L->mid, L->ln2_mean, L->ln2_rstd, o.n2w, o.n2b,
+               Nr);
+
+  /* attention: mid = x + reduce(att @ Wo^T) + bo */
+  if (o.ob != NONE) dec_bias_grad_rows(d->grads + o.ob, S->dres, Nr, C);
+  dy = dec_gather_rows(d, S->dres, S->full);
+  memset(S->d_att, 0, (size_t)N * QD * sizeof(float));
+  dec_linear_bwd(d, S->d_att, o.ow, NONE, dy, L->att, N, QD, C);
+  memset(S->d_q, 0, (size_t)N * QD * sizeof(float));
+  memset(S->d_k, 0, (size_t)N * KD * sizeof(float));
+  memset(S->d_v, 0, (size_t)N * KD * sizeof(float));
+  if (ulysses(d)) {
+    int sp = d->shard.sp;
+    dec_ulysses_to_heads(d, S->d_att, S->d_atth, d->lh, D);
+    memset(S->d_qh, 0, (size_t)N * QD * sizeof(float));
+    memset(S->d_kh, 0, (size_t)N * KD * sizeof(float));
+    memset(S->d_vh, 0, (size_t)N * KD * sizeof(float));
+    loom_attention_backward_f32(S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse, L->qh,
+                                L->kh, L->vh, B, T, d->lh / sp, d->lkv / sp, D);
+    dec_ulysses_to_tokens(d, S->d_qh, S->d_q, d->lh, D);
+    dec_ulysses_to_tokens(d, S->d_kh, S->d_k, d->lkv, D);
+    dec_ulysses_to_tokens(d, S->d_vh, S->d_v, d->lkv, D);
+  } else {
+    loom_attention_backward_f32(S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q, L->k,
+                                L->v, B, T, d->lh, d->lkv, D);
+  }
+  int Tseq = ulysses(d) ? T / d->shard.sp : T;
+  if (s->arch == LOOM_ARCH_LLAMA) {
+    loom_rope_backward_f32(S->d_q, B, Tseq, d->lh, D, s->rope_theta, d->pos0);
+    loom_rope_backward_f32(S->d_k, B, Tseq, d->lkv, D, s->rope_theta, d->pos0);
+  }
+  memset(S->d_norm, 0, NC * sizeof(float));
+  dec_linear_bwd(d, S->d_norm, o.qw, o.qb, S->d_q, ln1_full, N, C, QD);
+  dec_linear_bwd(d, S->d_norm, o.kw, o.kb, S->d_k, ln1_full, N, C, KD);
+  dec_linear_bwd(d, S->d_norm, o.vw, o.vb, S->d_v, ln1_full, N, C, KD);
+  dec_norm_bwd(d, S->dres, reduced_norm_grad(d), x, L->ln1_mean, L->ln1_rstd, o.n1w, o.n1b, Nr);
+  if (d->on_layer_grads) d->on_layer_grads(d->on_layer_grads_ctx, layer);
+}
