@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "loom/core.h"
+#include "loom/grad_norms.h"
 #include "loom/hf.h"
 #include "loom/safetensors.h"
 
@@ -312,6 +313,8 @@ static const struct {
     {"inspect", ckpt_inspect, "tensors, dtypes, shapes, norms and metadata of a checkpoint"},
     {"export", loom_hf_cmd_export, "checkpoint -> Hugging Face directory (GPT-2/Llama/Qwen2)"},
     {"import", loom_hf_cmd_import, "Hugging Face directory -> weights-only checkpoint"},
+    {"compare", loom_cmd_ckpt_compare, "compare the weights of two checkpoints (any layouts)"},
+    {"grad-norms", loom_grad_norms_cmd, "per-tensor norms of a checkpoint's saved gradients"},
 };
 #define N_SUB (sizeof subcommands / sizeof subcommands[0])
 

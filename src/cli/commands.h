@@ -7,7 +7,10 @@ int loom_cmd_data(int argc, char **argv);    /* src/cli/cmd_data.c */
 int loom_cmd_ckpt(int argc, char **argv);    /* src/cli/cmd_ckpt.c */
 int loom_cmd_config(int argc, char **argv);  /* src/cli/cmd_config.c */
 int loom_cmd_model(int argc, char **argv);   /* src/cli/cmd_model.c */
+int loom_cmd_ckpt_compare(int argc, char **argv); /* src/cli/cmd_ckpt_compare.c */
 int loom_cmd_sched(int argc, char **argv);   /* src/cli/cmd_sched.c */
+int loom_cmd_sweep(int argc, char **argv);   /* src/cli/cmd_sweep.c */
+int loom_cmd_runs(int argc, char **argv);    /* src/cli/cmd_runs.c */
 /* true when argv holds -h or --help */
 int loom_cli_wants_help(int argc, char **argv);
 #endif

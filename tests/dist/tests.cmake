@@ -1,0 +1,8 @@
+# Multi-rank tests under mpirun --oversubscribe: every strategy against the single-process
+# run, resharding resume, communication volume, and failure paths.
+foreach(t equivalence_test reshard_test failure_test)
+  if(EXISTS ${CMAKE_SOURCE_DIR}/tests/dist/${t}.sh)
+    add_test(NAME dist_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/dist/${t}.sh $<TARGET_FILE:loom>)
+    set_tests_properties(dist_${t} PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+  endif()
+endforeach()
