@@ -106,9 +106,10 @@ char *loom_sched_to_grid(const loom_schedule *s);
  * (backward-input and backward-weight t_bwd/2 each), everything else 0, sends asynchronous:
  * sum over ranks of idle time / sum over ranks of busy time, idle being the step's makespan
  * minus the rank's busy time. This is Megatron's definition (bubble time over ideal time), so
- * with t_bwd = 2 t_fwd: GPipe and 1F1B give (pp-1)/m, interleaved (pp-1)/(vpp*m) when
- * m % pp == 0. Idle over the whole step is bubble / (1 + bubble). Validates first; returns
- * -1 (with loom_err set) for an invalid schedule or non-positive costs. */
+ * with t_bwd = 2 t_fwd: GPipe and 1F1B give (pp-1)/m, interleaved (pp-1)/(vpp*m) for
+ * m >= pp (docs/SCHEDULES.md has m < pp). Idle over the whole step is bubble / (1 + bubble).
+ * Validates first; returns -1 (with loom_err set) for an invalid schedule or non-positive
+ * costs. */
 double loom_sched_bubble_fraction(const loom_schedule *s, double t_fwd, double t_bwd);
 /* Peak number of (chunk, mb) pairs on `rank` whose forward has run and whose backward (or
  * backward-weight) has not, walking the list in order: 1F1B gives min(pp - rank, m), GPipe m.

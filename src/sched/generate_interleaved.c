@@ -44,7 +44,7 @@ static void build_table(const loom_schedule *s, int n, int *tchunk, int *tmb) {
   }
 }
 
-int sched_generate_interleaved(loom_schedule *s) {
+void sched_generate_interleaved(loom_schedule *s) {
   int pp = s->pp, vpp = s->vpp, m = s->microbatches, total = m * vpp;
   int *tchunk = malloc((size_t)total * sizeof *tchunk);
   int *tmb = malloc((size_t)total * sizeof *tmb);
@@ -69,5 +69,4 @@ int sched_generate_interleaved(loom_schedule *s) {
   free(tchunk);
   free(tmb);
   free(loaded);
-  return 0;
 }

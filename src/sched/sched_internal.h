@@ -10,7 +10,7 @@ enum { SCHED_F_CHUNK = 1, SCHED_F_MB = 2, SCHED_F_TO = 4, SCHED_F_FROM = 8 };
 typedef struct {
   const char *name;  /* keyword in the text form */
   unsigned required; /* SCHED_F_* that must be present */
-  unsigned optional; /* SCHED_F_* that may be present (-1 when absent) */
+  unsigned optional; /* SCHED_F_* that may be present (the field is -1 when absent) */
 } sched_kind_info;
 extern const sched_kind_info sched_kinds[LOOM_INSTR_COUNT];
 
@@ -41,7 +41,7 @@ void sched_emit_tail(loom_schedule *s, int rank);
 void sched_generate_none(loom_schedule *s);
 void sched_generate_gpipe(loom_schedule *s);
 void sched_generate_1f1b(loom_schedule *s);
-int sched_generate_interleaved(loom_schedule *s);
+void sched_generate_interleaved(loom_schedule *s);
 
 /* Index of (chunk, mb) in per-rank state arrays. */
 static inline int sched_unit(const loom_schedule *s, int chunk, int mb) {
@@ -85,19 +85,18 @@ static inline long sched_key_count(const loom_schedule *s) {
 }
 long sched_key(const loom_schedule *s, int rank, const loom_instr *in);
 
-
-/* Replay: every rank runs its list in order; an instruction takes cost(kind) time; a recv
- * waits until its matched send has run (its data is ready at the send's end). start/end
- * receive per-instruction times when non-NULL ((pp) x (count[r]) arrays the caller owns).
- * Returns 0 when every rank finished, 1 on deadlock with blocked[r] = the index rank r is
- * stuck at (count[r] when it finished). */
+/* Replay: every rank runs its list in order; an instruction takes cost[kind] time; a recv
+ * waits until its matched send has run (its data is ready at the send's end). The caller sets
+ * cost and provides busy and blocked; start/end receive per-instruction times when non-NULL
+ * ((pp) x (count[r]) arrays the caller owns). Returns 0 when every rank finished, 1 on
+ * deadlock with blocked[r] = the index rank r is stuck at (count[r] when it finished). */
 typedef struct {
-  double cost[LOOM_INSTR_COUNT];
-  double makespan;  /* latest end over all ranks */
-  double *busy;     /* (pp) sum of costs per rank */
-  double **start;   /* optional */
-  double **end;     /* optional */
-  int *blocked;     /* (pp) */
+  double cost[LOOM_INSTR_COUNT]; /* in */
+  double makespan;               /* out: latest end over all ranks */
+  double *busy;                  /* (pp) out: sum of compute costs per rank */
+  double **start;                /* optional out */
+  double **end;                  /* optional out */
+  int *blocked;                  /* (pp) out */
 } sched_replay_state;
 int sched_replay(const loom_schedule *s, const sched_links *links, sched_replay_state *st);
 #endif

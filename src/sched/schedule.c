@@ -73,14 +73,13 @@ void loom_instr_format(const loom_instr *in, char *buf, size_t n) {
     return;
   }
   const sched_kind_info *k = &sched_kinds[in->kind];
-  unsigned fields = k->required | ((k->optional & SCHED_F_CHUNK) && in->chunk >= 0 ? SCHED_F_CHUNK : 0);
+  unsigned fields = k->required;
+  if ((k->optional & SCHED_F_CHUNK) && in->chunk >= 0) fields |= SCHED_F_CHUNK;
+  static const char *const keys[4] = {"chunk", "mb", "to", "from"}; /* bit order of SCHED_F_* */
+  const int vals[4] = {in->chunk, in->mb, in->peer, in->peer};
   size_t len = (size_t)snprintf(buf, n, "%s", name);
-  if ((fields & SCHED_F_CHUNK) && len < n)
-    len += (size_t)snprintf(buf + len, n - len, " chunk=%d", in->chunk);
-  if ((fields & SCHED_F_MB) && len < n)
-    len += (size_t)snprintf(buf + len, n - len, " mb=%d", in->mb);
-  if ((fields & SCHED_F_TO) && len < n) len += (size_t)snprintf(buf + len, n - len, " to=%d", in->peer);
-  if ((fields & SCHED_F_FROM) && len < n) snprintf(buf + len, n - len, " from=%d", in->peer);
+  for (int f = 0; f < 4 && len < n; f++)
+    if (fields & (1u << f)) len += (size_t)snprintf(buf + len, n - len, " %s=%d", keys[f], vals[f]);
 }
 
 const char *sched_where(const loom_schedule *s, int rank, int index) {

@@ -70,7 +70,9 @@ static int split_kv(token t, token *key, token *val) {
   return 0;
 }
 
-static int key_is(token k, const char *name) { return k.n == strlen(name) && !memcmp(k.p, name, k.n); }
+static int key_is(token k, const char *name) {
+  return k.n == strlen(name) && !memcmp(k.p, name, k.n);
+}
 
 static int parse_header(parser *ps, const token *t, int nt) {
   char a[256], b[256];

@@ -25,8 +25,9 @@ char *loom_sched_to_text(const loom_schedule *s) {
   sched_text b = {0};
   char line[160];
   sched_text_put(&b, "# loom schedule (text form: docs/SCHEDULES.md)\n");
-  snprintf(line, sizeof line, "schedule name=%s pp=%d vpp=%d microbatches=%d\n",
-           sched_name_ok(s->name, strnlen(s->name, sizeof s->name)) ? s->name : "custom", s->pp, s->vpp, s->microbatches);
+  const char *name = sched_name_ok(s->name, strnlen(s->name, sizeof s->name)) ? s->name : "custom";
+  snprintf(line, sizeof line, "schedule name=%s pp=%d vpp=%d microbatches=%d\n", name, s->pp,
+           s->vpp, s->microbatches);
   sched_text_put(&b, line);
   for (int r = 0; r < s->pp; r++) {
     snprintf(line, sizeof line, "rank %d\n", r);

@@ -177,8 +177,11 @@ static int step(const loom_schedule *s, rank_state *st, int r, int i) {
 /* After the last instruction: every forward and backward ran, and the step ended. */
 static int check_complete(const loom_schedule *s, const rank_state *st, int r) {
   int n = s->count[r];
-  char end[160];
-  if (n) snprintf(end, sizeof end, "rank %d, end of list (after instruction %d)", r, n - 1);
+  char end[200];
+  char last[96];
+  if (n) loom_instr_format(&s->instr[r][n - 1], last, sizeof last);
+  if (n) snprintf(end, sizeof end, "rank %d, end of list (after instruction %d '%s')", r, n - 1,
+                  last);
   else snprintf(end, sizeof end, "rank %d, end of list (the list is empty)", r);
   for (int c = 0; c < s->vpp; c++)
     for (int mb = 0; mb < s->microbatches; mb++) {

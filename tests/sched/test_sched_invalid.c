@@ -164,7 +164,7 @@ static void test_order_rules(void) {
                            "  forward chunk=0 mb=0\n  backward chunk=0 mb=0\n"
                            "  reduce-grads\n") < 0,
         "no optimizer-step");
-  CHECK_MSG("rank 0, end of list (after instruction 3)", "no optimizer-step");
+  CHECK_MSG("rank 0, end of list (after instruction 3 'reduce-grads')", "no optimizer-step");
   /* duplicate send (found by matching) and duplicate load */
   CHECK(parse_and_validate(HEAD2
                            "rank 0\n  load mb=0\n  forward chunk=0 mb=0\n"
