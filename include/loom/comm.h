@@ -65,6 +65,7 @@ typedef struct {
   void *req; /* MPI_Request */
   const loom_comm *comm;
   const char *what;
+  double t0, bytes; /* issue time and counted bytes (for the trace) */
 } loom_comm_request;
 void loom_comm_iallreduce_f32(const loom_comm *c, float *x, size_t n, loom_comm_request *r);
 void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *out, size_t n,

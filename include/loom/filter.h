@@ -9,7 +9,8 @@
  * Columns are dotted names (training.lr, status); keywords are case-insensitive. Numbers
  * compare numerically (text that reads as a number too), text compares as text; LIKE uses
  * % and _ and ignores ASCII case. A comparison involving NULL (an empty cell) is false.
- * Every error names the 1-based column of the problem and repeats the text with a caret. */
+ * Every error names the 1-based column of the problem ("--filter: column 12: ...") and
+ * repeats the text with a caret under that column. */
 #ifndef LOOM_FILTER_H
 #define LOOM_FILTER_H
 #include <stdbool.h>

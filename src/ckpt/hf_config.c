@@ -28,7 +28,8 @@ char *loom_hf_config_json(const loom_model_spec *s, loom_dtype dt) {
   json_t *o = json_object();
   bool gpt2 = s->arch == LOOM_ARCH_GPT2;
   const char *type = gpt2 ? "gpt2" : s->qkv_bias ? "qwen2" : "llama";
-  const char *cls = gpt2 ? "GPT2LMHeadModel" : s->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  const char *cls = gpt2 ? "GPT2LMHeadModel"
+                    : s->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
   json_object_set_new(o, "architectures", json_pack("[s]", cls));
   json_object_set_new(o, "model_type", json_string(type));
   json_object_set_new(o, "vocab_size", json_integer(s->vocab_size));
@@ -133,7 +134,9 @@ static int check_str(const jcfg *j, const char *key, const char *const *allowed,
 static int check_off(const jcfg *j, const char *key, const char *what) {
   bool on = false;
   if (get_bool(j, key, false, &on)) return LOOM_ERR;
-  if (on) return loom_err("%s: \"%s\" is true (%s), which loom does not implement", j->path, key, what);
+  if (on)
+    return loom_err("%s: \"%s\" is true (%s), which loom does not implement", j->path, key,
+                    what);
   return 0;
 }
 
@@ -222,7 +225,8 @@ int loom_hf_config_load(loom_config *cfg, const char *path, loom_arch want_arch)
     double init_std;
     rc = get_num(&j, "initializer_range", 0.02, &init_std);
     if (!rc && init_std > 0) m->init_std = init_std;
-    if (!rc) rc = want_arch == LOOM_ARCH_GPT2 ? load_gpt2(&j, m) : load_llama(&j, m, !strcmp(type, "qwen2"));
+    bool qwen2 = !strcmp(type, "qwen2");
+    if (!rc) rc = want_arch == LOOM_ARCH_GPT2 ? load_gpt2(&j, m) : load_llama(&j, m, qwen2);
   }
   json_decref(j.o);
   return rc;

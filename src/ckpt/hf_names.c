@@ -48,7 +48,8 @@ static void add(planner *pl, const char *hf_name, int layer, int nparts, const c
   pl->n++;
 }
 
-#define ONE(pl, hf, layer, loom, tr, vocab) add(pl, hf, layer, 1, (const char *const[]){loom}, tr, vocab)
+#define ONE(pl, hf, layer, loom, tr, vocab) \
+  add(pl, hf, layer, 1, (const char *const[]){loom}, tr, vocab)
 
 static int plan_gpt2(planner *pl) {
   const loom_model_spec *s = pl->spec;

@@ -24,6 +24,8 @@ static void usage(FILE *out) {
           "                      identically to an uninterrupted run.\n"
           "  --nproc N           start N ranks with mpirun (same as 'mpirun -np N loom train ...')\n"
           "  --stop-after N      stop after step N (as if interrupted; for testing resume)\n"
+          "  --trace FILE        write a Chrome trace (one row per rank: instructions, and\n"
+          "                      collectives with their bytes); open in chrome://tracing\n"
           "  --quiet             no progress output\n"
           "  -h, --help          this text\n\n"
           "examples:\n"
@@ -89,13 +91,14 @@ int loom_cmd_train(int argc, char **argv) {
   /* first pass: options and the config file */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after") ||
-        !strcmp(argv[i], "--nproc")) {
+        !strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--trace")) {
       if (i + 1 >= argc) {
         fprintf(stderr, "loom train: %s needs a value\n", argv[i]);
         return 2;
       }
       if (argv[i][2] == 'r') opts.resume = argv[++i];
       else if (argv[i][2] == 'n') nproc = argv[++i];
+      else if (argv[i][2] == 't') opts.trace = argv[++i];
       else opts.stop_after = atol(argv[++i]);
     } else if (!strcmp(argv[i], "--quiet")) {
       opts.quiet = true;
@@ -131,7 +134,7 @@ int loom_cmd_train(int argc, char **argv) {
   /* second pass: overrides, in order */
   for (int i = 1; i < argc && !rc; i++) {
     if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after") ||
-        !strcmp(argv[i], "--nproc")) {
+        !strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--trace")) {
       i++;
       continue;
     }

@@ -15,6 +15,8 @@ static const struct {
     {"ckpt", loom_cmd_ckpt, "inspect checkpoints (tensors, dtypes, shapes, norms)"},
     {"config", loom_cmd_config, "show a resolved config or the schema of every key"},
     {"model", loom_cmd_model, "list model presets and parameter counts"},
+    {"sweep", loom_cmd_sweep, "generate and run sweeps (grid/random; local mpirun or Slurm), summaries"},
+    {"runs", loom_cmd_runs, "the run registry: list/filter/sort runs, show, compare, plot, export"},
     {"sched", loom_cmd_sched, "show and validate pipeline schedules (gpipe, 1f1b, interleaved, files)"},
 };
 

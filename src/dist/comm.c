@@ -9,6 +9,7 @@
 #include "loom/comm.h"
 #include "loom/core.h"
 #include "loom/mesh.h"
+#include "loom/trace.h"
 
 loom_comm_stats loom_comm_counters;
 
@@ -47,10 +48,12 @@ static void wait_request(MPI_Request *req, const loom_comm *c, const char *what)
 void loom_comm_allreduce_f32(const loom_comm *c, float *x, size_t n, loom_reduce_op op) {
   if (c->size <= 1 || n == 0) return;
   MPI_Request req;
+  double t0 = loom_now(), bytes = 2.0 * (c->size - 1) / c->size * (double)n * sizeof(float);
   MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, op == LOOM_OP_MAX ? MPI_MAX : MPI_SUM,
                  mpi(c), &req);
   wait_request(&req, c, "all-reduce");
-  count(LOOM_COLL_ALLREDUCE, 2.0 * (c->size - 1) / c->size * (double)n * sizeof(float));
+  count(LOOM_COLL_ALLREDUCE, bytes);
+  loom_trace_record(LOOM_TRACE_COMM, "all-reduce", c->name, t0, loom_now(), bytes);
 }
 
 void loom_comm_allreduce_f64(const loom_comm *c, double *x, size_t n, loom_reduce_op op) {
@@ -67,9 +70,11 @@ void loom_comm_reduce_scatter_f32(const loom_comm *c, const float *in, float *ou
     return;
   }
   MPI_Request req;
+  double t0 = loom_now(), bytes = (double)(c->size - 1) * (double)n * sizeof(float);
   MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, mpi(c), &req);
   wait_request(&req, c, "reduce-scatter");
-  count(LOOM_COLL_REDUCE_SCATTER, (double)(c->size - 1) * (double)n * sizeof(float));
+  count(LOOM_COLL_REDUCE_SCATTER, bytes);
+  loom_trace_record(LOOM_TRACE_COMM, "reduce-scatter", c->name, t0, loom_now(), bytes);
 }
 
 void loom_comm_allgather_f32(const loom_comm *c, const float *in, float *out, size_t n) {
@@ -78,10 +83,12 @@ void loom_comm_allgather_f32(const loom_comm *c, const float *in, float *out, si
     return;
   }
   MPI_Request req;
+  double t0 = loom_now(), bytes = (double)(c->size - 1) * (double)n * sizeof(float);
   const void *src = in == out + (size_t)c->rank * n ? MPI_IN_PLACE : (const void *)in;
   MPI_Iallgather(src, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mpi(c), &req);
   wait_request(&req, c, "all-gather");
-  count(LOOM_COLL_ALLGATHER, (double)(c->size - 1) * (double)n * sizeof(float));
+  count(LOOM_COLL_ALLGATHER, bytes);
+  loom_trace_record(LOOM_TRACE_COMM, "all-gather", c->name, t0, loom_now(), bytes);
 }
 
 void loom_comm_reduce_scatter_v_f32(const loom_comm *c, const float *in, float *out,
@@ -91,11 +98,13 @@ void loom_comm_reduce_scatter_v_f32(const loom_comm *c, const float *in, float *
     return;
   }
   MPI_Request req;
-  MPI_Ireduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, mpi(c), &req);
-  wait_request(&req, c, "reduce-scatter");
   double total = 0;
   for (int i = 0; i < c->size; i++) total += counts[i];
-  count(LOOM_COLL_REDUCE_SCATTER, (double)(c->size - 1) / c->size * total * sizeof(float));
+  double t0 = loom_now(), bytes = (double)(c->size - 1) / c->size * total * sizeof(float);
+  MPI_Ireduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, mpi(c), &req);
+  wait_request(&req, c, "reduce-scatter");
+  count(LOOM_COLL_REDUCE_SCATTER, bytes);
+  loom_trace_record(LOOM_TRACE_COMM, "reduce-scatter", c->name, t0, loom_now(), bytes);
 }
 
 void loom_comm_allgather_v_f32(const loom_comm *c, float *inout, const int *counts) {
@@ -108,10 +117,12 @@ void loom_comm_allgather_v_f32(const loom_comm *c, float *inout, const int *coun
     total += counts[i];
   }
   MPI_Request req;
+  double t0 = loom_now(), bytes = (double)(c->size - 1) / c->size * total * sizeof(float);
   MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, inout, counts, displs, MPI_FLOAT, mpi(c),
                   &req);
   wait_request(&req, c, "all-gather");
-  count(LOOM_COLL_ALLGATHER, (double)(c->size - 1) / c->size * total * sizeof(float));
+  count(LOOM_COLL_ALLGATHER, bytes);
+  loom_trace_record(LOOM_TRACE_COMM, "all-gather", c->name, t0, loom_now(), bytes);
 }
 
 void loom_comm_alltoall_f32(const loom_comm *c, const float *in, float *out, size_t n) {
@@ -120,9 +131,11 @@ void loom_comm_alltoall_f32(const loom_comm *c, const float *in, float *out, siz
     return;
   }
   MPI_Request req;
+  double t0 = loom_now(), bytes = (double)(c->size - 1) * (double)n * sizeof(float);
   MPI_Ialltoall(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mpi(c), &req);
   wait_request(&req, c, "all-to-all");
-  count(LOOM_COLL_ALLTOALL, (double)(c->size - 1) * (double)n * sizeof(float));
+  count(LOOM_COLL_ALLTOALL, bytes);
+  loom_trace_record(LOOM_TRACE_COMM, "all-to-all", c->name, t0, loom_now(), bytes);
 }
 
 void loom_comm_iallreduce_f32(const loom_comm *c, float *x, size_t n, loom_comm_request *r) {
@@ -131,9 +144,11 @@ void loom_comm_iallreduce_f32(const loom_comm *c, float *x, size_t n, loom_comm_
   r->req = NULL;
   if (c->size <= 1 || n == 0) return;
   MPI_Request *req = loom_alloc(sizeof *req);
+  r->t0 = loom_now();
+  r->bytes = 2.0 * (c->size - 1) / c->size * (double)n * sizeof(float);
   MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, mpi(c), req);
   r->req = req;
-  count(LOOM_COLL_ALLREDUCE, 2.0 * (c->size - 1) / c->size * (double)n * sizeof(float));
+  count(LOOM_COLL_ALLREDUCE, r->bytes);
 }
 
 void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *out, size_t n,
@@ -146,14 +161,17 @@ void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *o
     return;
   }
   MPI_Request *req = loom_alloc(sizeof *req);
+  r->t0 = loom_now();
+  r->bytes = (double)(c->size - 1) * (double)n * sizeof(float);
   MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, mpi(c), req);
   r->req = req;
-  count(LOOM_COLL_REDUCE_SCATTER, (double)(c->size - 1) * (double)n * sizeof(float));
+  count(LOOM_COLL_REDUCE_SCATTER, r->bytes);
 }
 
 void loom_comm_wait(loom_comm_request *r) {
   if (!r->req) return;
   wait_request((MPI_Request *)r->req, r->comm, r->what);
+  loom_trace_record(LOOM_TRACE_COMM, r->what, r->comm->name, r->t0, loom_now(), r->bytes);
   loom_free(r->req);
   r->req = NULL;
 }
@@ -163,15 +181,19 @@ void loom_comm_isend_f32(const loom_comm *c, const float *x, size_t n, int peer,
   r->comm = c;
   r->what = "send";
   MPI_Request *req = loom_alloc(sizeof *req);
+  r->t0 = loom_now();
+  r->bytes = (double)n * sizeof(float);
   MPI_Isend(x, (int)n, MPI_FLOAT, peer, tag, mpi(c), req);
   r->req = req;
-  count(LOOM_COLL_SENDRECV, (double)n * sizeof(float));
+  count(LOOM_COLL_SENDRECV, r->bytes);
 }
 
 void loom_comm_recv_f32(const loom_comm *c, float *x, size_t n, int peer, int tag) {
   MPI_Request req;
+  double t0 = loom_now();
   MPI_Irecv(x, (int)n, MPI_FLOAT, peer, tag, mpi(c), &req);
   wait_request(&req, c, "receive");
+  loom_trace_record(LOOM_TRACE_COMM, "receive", c->name, t0, loom_now(), (double)n * sizeof(float));
 }
 
 void loom_comm_barrier(const loom_comm *c) {

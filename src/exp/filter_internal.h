@@ -37,6 +37,6 @@ struct loom_expr {
   char *what;      /* "--filter", "constraint 1", ... */
 };
 
-/* "<what>: <msg> at column <pos>\n  <text>\n  <caret>" as the current error; returns -1. */
+/* "<what>: column <pos>: <msg>\n  <text>\n  <caret>" as the current error; returns -1. */
 int loom_expr_error_at(const char *what, const char *text, int pos, const char *msg);
 #endif

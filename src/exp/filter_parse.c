@@ -28,7 +28,7 @@ typedef struct {
 } parser;
 
 int loom_expr_error_at(const char *what, const char *text, int pos, const char *msg) {
-  return loom_err("%s: %s at column %d\n  %s\n  %*s^", what, msg, pos, text, pos - 1, "");
+  return loom_err("%s: column %d: %s\n  %s\n  %*s^", what, pos, msg, text, pos - 1, "");
 }
 
 static int perr(parser *p, int pos, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -101,7 +101,7 @@ static void draw_axes(buf *b, const frame *f, const loom_plot_opts *o) {
     put(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", x,
         f->top + f->h + 20, label);
   }
-  n = loom_plot_ticks(f->y0, f->y1, 6, ticks, &step);
+  n = loom_plot_ticks(f->y0, f->y1, 8, ticks, &step);
   if (f->log_y && step < 1) { /* at most one decade: keep linear-spaced labels of 10^t */
   } else if (f->log_y) {
     n = 0;

@@ -104,6 +104,7 @@ static void free_ids(char **ids, int n) {
 }
 
 int loom_registry_resolve(loom_registry *r, const char *given, char **out) {
+  if (!given || !*given) return loom_err("empty run id; 'loom runs' lists run ids");
   static const char *const queries[] = {
       "SELECT run_id FROM runs WHERE run_id=?",
       "SELECT run_id FROM runs WHERE substr(run_id, 1, length(?1))=?1 ORDER BY start_time",

@@ -83,7 +83,8 @@ int loom_registry_insert(loom_registry *r, const loom_config *cfg,
   double now = loom_registry_now();
   int i = 1;
   sqlite3_bind_text(st, i++, in->run_id, -1, SQLITE_TRANSIENT);
-  bind_text_or_null(st, i++, cfg->run.name);
+  bind_text_or_null(st, i++, cfg->run.name[0] ? cfg->run.name /* as the run directory names it */
+                              : cfg->model.preset[0] ? cfg->model.preset : cfg->model.arch);
   bind_text_or_null(st, i++, sweep);
   bind_text_or_null(st, i++, sweep_id);
   sqlite3_bind_text(st, i++, "running", -1, SQLITE_STATIC);

@@ -1,5 +1,6 @@
 /* Reading one metric of a run's metrics.jsonl (one JSON object per step) as (x, y) points
- * for plots; x is any numeric field, normally step, time or tokens. */
+ * for plots; x is any numeric field, normally step, time or tokens. Lines that are not JSON
+ * (the step whose loss became NaN is written with a bare nan) are skipped. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,15 +27,11 @@ int loom_series_read(const char *path, const char *metric, const char *x_key, lo
   if (!f) return loom_err("cannot read '%s' (the run wrote no metrics yet?)", path);
   char *line = NULL, keys[512] = "";
   size_t cap_line = 0;
-  int cap = 0, lineno = 0, rc = 0;
+  int cap = 0, lineno = 0;
   while (getline(&line, &cap_line, f) > 0) {
     lineno++;
-    json_error_t e;
-    json_t *o = json_loads(line, 0, &e);
-    if (!o) {
-      rc = loom_err("%s:%d: not a JSON line (%s)", path, lineno, e.text);
-      break;
-    }
+    json_t *o = json_loads(line, 0, NULL);
+    if (!o) continue;
     if (!keys[0]) { /* remember what the file has, for the error below */
       const char *k;
       json_t *v;
@@ -48,11 +45,12 @@ int loom_series_read(const char *path, const char *metric, const char *x_key, lo
   }
   free(line);
   fclose(f);
-  if (!rc && s->n == 0 && lineno > 0)
-    rc = loom_err("'%s' has no numeric '%s' against '%s' (its fields: %s)", path, metric, x_key,
-                  keys);
-  if (rc) loom_series_free(s);
-  return rc;
+  if (s->n == 0 && lineno > 0) {
+    loom_series_free(s);
+    return loom_err("'%s' has no numeric '%s' against '%s' (its fields: %s)", path, metric,
+                    x_key, keys);
+  }
+  return 0;
 }
 
 void loom_series_free(loom_series *s) {

@@ -125,7 +125,7 @@ static int expand_grid(const loom_sweep_spec *s, const loom_config *base, loom_e
   if (total > MAX_POINTS)
     return loom_err("%s: the grid has %.0f points (more than %d); use strategy: random with "
                     "num_runs, or fewer values", s->path, total, MAX_POINTS);
-  char **values = calloc((size_t)s->nparams, sizeof *values);
+  char **values = calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *values);
   int rc = 0;
   for (long idx = 0; idx < (long)total && !rc; idx++) {
     long rest = idx;
@@ -167,7 +167,7 @@ static int expand_random(const loom_sweep_spec *s, const loom_config *base, loom
   if (s->num_runs > MAX_POINTS) return loom_err("%s: num_runs above %d", s->path, MAX_POINTS);
   loom_rng rng;
   loom_rng_seed(&rng, (uint64_t)s->seed);
-  char **values = calloc((size_t)s->nparams, sizeof *values);
+  char **values = calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *values);
   long attempts = 0, max_attempts = 200 * s->num_runs + 1000;
   int rc = 0;
   while (plan->n < s->num_runs && attempts++ < max_attempts && !rc) {

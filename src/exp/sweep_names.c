@@ -56,7 +56,7 @@ static void compact_double(double v, char *buf, size_t n) {
 
 static void sanitize(char *s) {
   for (; *s; s++)
-    if (!(isalnum((unsigned char)*s) || *s == '.' || *s == '-')) *s = '-';
+    if (!(isalnum((unsigned char)*s) || *s == '.' || *s == '-' || *s == '_')) *s = '-';
 }
 
 /* One name part for key k of c, or "" (bool false keys with no short name never happen). */

@@ -134,9 +134,17 @@ static void fmt(char *buf, size_t n, const char *f, double v) {
   else snprintf(buf, n, "-");
 }
 
+/* Shortest text that reads back as the same double, or the given format. */
 static void csv_num(FILE *f, double v, const char *format) {
   fputc(',', f);
-  if (isfinite(v)) fprintf(f, format, v);
+  if (!isfinite(v)) return;
+  if (strcmp(format, "%.17g")) {
+    fprintf(f, format, v);
+    return;
+  }
+  char buf[64];
+  loom_value x = {.type = LOOM_VAL_REAL, .r = v};
+  fputs(loom_value_text(&x, buf, sizeof buf), f);
 }
 
 static void csv_text(FILE *f, const char *s, bool first) {

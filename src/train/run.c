@@ -15,6 +15,8 @@
 #include "loom/exec.h"
 #include "loom/loader.h"
 #include "loom/mesh.h"
+#include "loom/trace.h"
+#include "loom/registry.h"
 #include "loom/train.h"
 #include "train/progress.h"
 
@@ -29,6 +31,7 @@ typedef struct {
   loom_train_state state;
   FILE *metrics;
   loom_progress progress;
+  loom_registry_run *registry; /* this run's registry row (lead only; NULL if unavailable) */
   int32_t *tokens, *targets; /* (A, B, T) */
 } run_ctx;
 
@@ -289,13 +292,71 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   return rc;
 }
 
+/* Fault injection for the failure tests: LOOM_FAULT=exit:RANK:STEP makes that rank die (as a
+ * crash would) before that step, LOOM_FAULT=hang:RANK:STEP makes it stop answering. */
+static void inject_fault(const run_ctx *c) {
+  const char *f = getenv("LOOM_FAULT");
+  char kind[8];
+  int rank;
+  long step;
+  if (!f || sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3) return;
+  if (rank != c->mesh.rank || step != c->state.step + 1) return;
+  fprintf(stderr, "loom: LOOM_FAULT: rank %d %s before step %ld\n", rank, kind, step);
+  if (!strcmp(kind, "exit")) _exit(3);
+  if (!strcmp(kind, "hang"))
+    for (;;) pause();
+}
+
+static void trace_instr(void *ctx, const loom_instr *in, double t0, double t1) {
+  (void)ctx;
+  char text[96];
+  loom_instr_format(in, text, sizeof text);
+  loom_trace_record(LOOM_TRACE_COMPUTE, text, "", t0, t1, -1);
+}
+
+static void barrier_world(void *ctx) { loom_comm_barrier(&((run_ctx *)ctx)->mesh.world_comm); }
+
+/* comm.json: bytes each rank sent per step, by kind of collective (ring accounting). */
+static int write_comm_stats(run_ctx *c, long steps) {
+  int W = c->mesh.world, K = LOOM_COLL_COUNT;
+  double *all = calloc((size_t)W * K, sizeof(double));
+  for (int k = 0; k < K; k++)
+    all[c->mesh.rank * K + k] = steps > 0 ? loom_comm_counters.bytes[k] / (double)steps : 0;
+  loom_comm_allreduce_f64(&c->mesh.world_comm, all, (size_t)W * K, LOOM_OP_SUM);
+  int rc = 0;
+  if (c->lead) {
+    size_t cap = 256 + (size_t)W * K * 48, n = 0;
+    char *text = malloc(cap);
+    n += (size_t)snprintf(text + n, cap - n, "{\n  \"steps\": %ld,\n  \"bytes_per_step\": [\n", steps);
+    for (int r = 0; r < W; r++) {
+      n += (size_t)snprintf(text + n, cap - n, "    {\"rank\": %d", r);
+      for (int k = 0; k < K; k++)
+        n += (size_t)snprintf(text + n, cap - n, ", \"%s\": %.1f", loom_coll_name(k), all[r * K + k]);
+      n += (size_t)snprintf(text + n, cap - n, "}%s\n", r + 1 < W ? "," : "");
+    }
+    n += (size_t)snprintf(text + n, cap - n, "  ]\n}\n");
+    char *path = loom_sprintf("%s/comm.json", c->run_dir);
+    rc = loom_write_file_atomic(path, text, n);
+    free(path);
+    free(text);
+  }
+  free(all);
+  return rc;
+}
+
 static int loop(run_ctx *c, const loom_train_opts *o) {
   const loom_config *cfg = c->cfg;
   const loom_config_training *t = &cfg->training;
   double run_start = loom_now() - c->state.elapsed, timed = 0, min_loss = 1e300, last = 0;
   long timed_steps = 0;
   long first = c->state.step;
+  loom_comm_stats_reset();
+  if (o->trace) {
+    loom_trace_enable(true);
+    loom_exec_set_trace(c->exec, trace_instr, c);
+  }
   while (c->state.step < t->steps) {
+    inject_fault(c);
     double t0 = loom_now();
     if (next_batches(c)) return LOOM_ERR;
     loom_step_result r;
@@ -311,6 +372,7 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
     if (r.loss < min_loss) min_loss = r.loss;
     last = r.loss;
     write_metrics(c, &r, dt, c->state.elapsed);
+    loom_registry_run_heartbeat(c->registry, c->state.step, r.loss); /* rate-limited */
     double avg = timed_steps ? timed / timed_steps : dt;
     loom_progress_step(&c->progress, c->state.step, &r, dt, c->state.elapsed,
                        avg * (double)(t->steps - c->state.step));
@@ -327,13 +389,22 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
       if (save_checkpoint(c, name)) return LOOM_ERR;
       prune_checkpoints(c, c->state.step);
     }
-    if (stop) {
-      loom_progress_finish(&c->progress);
-      loom_progress_note(&c->progress, "stopping after step %ld as asked", c->state.step);
-      return 0;
-    }
+    if (stop) break;
   }
   loom_progress_finish(&c->progress);
+  long steps = c->state.step - first;
+  int rc = write_comm_stats(c, steps);
+  if (!rc && o->trace) {
+    loom_exec_set_trace(c->exec, NULL, NULL);
+    rc = loom_trace_write(o->trace, c->mesh.rank, c->mesh.world, barrier_world, c);
+    loom_trace_enable(false);
+    if (!rc) loom_progress_note(&c->progress, "trace written to %s", o->trace);
+  }
+  if (rc) return rc;
+  if (c->state.step < t->steps) {
+    loom_progress_note(&c->progress, "stopping after step %ld as asked", c->state.step);
+    return 0;
+  }
   if (cfg->checkpoint.save_final && save_checkpoint(c, "final_checkpoint")) return LOOM_ERR;
   return write_summary(c, last, min_loss, timed_steps ? timed / timed_steps : 0, timed_steps);
 }
@@ -343,12 +414,25 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   memset(&c, 0, sizeof c);
   c.cfg = cfg;
   int rc = setup(&c, o);
+  char *setup_error = rc ? loom_strdup(loom_errmsg()) : NULL; /* the registry may reset it */
+  if (c.lead && c.run_dir && loom_is_dir(c.run_dir)) /* run registry: runs/registry.db */
+    c.registry = loom_registry_run_start(cfg, c.run_dir, o->command_line);
+  if (setup_error) {
+    loom_err("%s", setup_error);
+    free(setup_error);
+  }
   if (!rc) rc = loop(&c, o);
   if (!rc) {
     loom_progress_note(&c.progress, "done: %ld steps; the run is in %s", c.state.step, c.run_dir);
     if (c.lead) printf("%s\n", c.run_dir);
   }
   if (rc && c.progress.log) fprintf(c.progress.log, "error: %s\n", loom_errmsg());
+  char *error = rc ? loom_strdup(loom_errmsg()) : NULL;
+  loom_registry_run_finish(c.registry, rc == 0, error);
+  if (error) { /* keep the run's error for the caller, whatever the registry did */
+    loom_err("%s", error);
+    free(error);
+  }
   if (c.metrics) fclose(c.metrics);
   if (c.progress.log) fclose(c.progress.log);
   if (c.loader) loom_loader_close(c.loader);

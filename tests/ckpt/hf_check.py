@@ -41,7 +41,8 @@ failures = []
 def run(*args):
     r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError("%s failed (%d): %s" % (" ".join(map(str, args)), r.returncode, r.stderr))
+        cmd = " ".join(map(str, args))
+        raise RuntimeError("%s failed (%d): %s" % (cmd, r.returncode, r.stderr))
     return r.stderr
 
 
@@ -77,7 +78,8 @@ EXPORT_CASES = [
      ["--max-shard-size", "4KB"], False),
     ("qwen2 gqa bias tied f32 sharded", LLAMA + ["model.hidden=32", "model.heads=4",
      "model.kv_heads=2", "model.intermediate=48", "model.layers=2", "model.qkv_bias=true",
-     "model.tied_embeddings=true", "model.rope_theta=1000000"], ["--max-shard-size", "10KB"], False),
+     "model.tied_embeddings=true", "model.rope_theta=1000000"],
+     ["--max-shard-size", "10KB"], False),
     ("llama head_dim untied bf16 sharded", LLAMA + ["model.hidden=32", "model.heads=4",
      "model.kv_heads=1", "model.head_dim=12", "model.intermediate=40", "model.layers=2",
      "model.qkv_bias=false", "model.tied_embeddings=false"],

@@ -54,7 +54,8 @@ int main(int argc, char **argv) {
   int rc = 2;
   if (argc >= 4 && !strcmp(argv[1], "make")) rc = make(argv[2], argv[3], argc - 4, argv + 4);
   else if (argc == 5 && !strcmp(argv[1], "logits")) rc = logits(argv[2], argv[3], argv[4]);
-  else fprintf(stderr, "usage: ckpt_hf_helper make DIR SEED [a.b=c ...] | logits DIR OUT T0,T1,...\n");
+  else
+    fprintf(stderr, "usage: ckpt_hf_helper make DIR SEED [a.b=c ...] | logits DIR OUT T0,...\n");
   if (rc == LOOM_ERR) fprintf(stderr, "ckpt_hf_helper: %s\n", loom_errmsg());
   return rc ? 1 : 0;
 }

@@ -26,8 +26,13 @@ def gpt2_logits(sd, cfg, tokens):
     D, eps = C // H, cfg.get("layer_norm_epsilon", 1e-5)
     T = len(tokens)
     tok = torch.tensor(tokens)
-    conv = lambda h, pre: h @ _t(sd, pre + ".weight") + _t(sd, pre + ".bias")  # noqa: E731
-    ln = lambda h, pre: F.layer_norm(h, (C,), _t(sd, pre + ".weight"), _t(sd, pre + ".bias"), eps)  # noqa: E731
+
+    def conv(h, pre):  # transformers.pytorch_utils.Conv1D
+        return h @ _t(sd, pre + ".weight") + _t(sd, pre + ".bias")
+
+    def ln(h, pre):
+        return F.layer_norm(h, (C,), _t(sd, pre + ".weight"), _t(sd, pre + ".bias"), eps)
+
     x = _t(sd, "wte.weight")[tok] + _t(sd, "wpe.weight")[:T]
     x = x[None]  # (1, T, C)
     for i in range(cfg["n_layer"]):
@@ -38,7 +43,8 @@ def gpt2_logits(sd, cfg, tokens):
         u = F.gelu(conv(ln(x, p + "ln_2"), p + "mlp.c_fc"), approximate="tanh")  # gelu_new
         x = x + conv(u, p + "mlp.c_proj")
     h = ln(x, "ln_f")
-    head = _t(sd, "wte.weight") if cfg.get("tie_word_embeddings", True) else _t(sd, "lm_head.weight")
+    tied = cfg.get("tie_word_embeddings", True)
+    head = _t(sd, "wte.weight" if tied else "lm_head.weight")
     return (h @ head.t())[0]
 
 
@@ -67,7 +73,8 @@ def llama_logits(sd, cfg, tokens):
         v = lin(h, p + "self_attn.v_proj").reshape(1, T, Hkv, D)
         x = x + lin(causal_attention(q, k, v, H, Hkv), p + "self_attn.o_proj")
         h = rms(x, p + "post_attention_layernorm")
-        x = x + lin(F.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        u = F.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj")
+        x = x + lin(u, p + "mlp.down_proj")
     h = rms(x, "model.norm")
     tied = cfg.get("tie_word_embeddings", False)
     head = _t(sd, "model.embed_tokens.weight" if tied else "lm_head.weight")
@@ -111,11 +118,12 @@ def random_qwen2(cfg, rng):
     sd = {"model.embed_tokens.weight": w(V, C)}
     for i in range(L):
         p = "model.layers.%d." % i
+        a = p + "self_attn."
         sd.update({p + "input_layernorm.weight": one(C),
-                   p + "self_attn.q_proj.weight": w(H * D, C), p + "self_attn.q_proj.bias": w(H * D),
-                   p + "self_attn.k_proj.weight": w(Hkv * D, C), p + "self_attn.k_proj.bias": w(Hkv * D),
-                   p + "self_attn.v_proj.weight": w(Hkv * D, C), p + "self_attn.v_proj.bias": w(Hkv * D),
-                   p + "self_attn.o_proj.weight": w(C, H * D),
+                   a + "q_proj.weight": w(H * D, C), a + "q_proj.bias": w(H * D),
+                   a + "k_proj.weight": w(Hkv * D, C), a + "k_proj.bias": w(Hkv * D),
+                   a + "v_proj.weight": w(Hkv * D, C), a + "v_proj.bias": w(Hkv * D),
+                   a + "o_proj.weight": w(C, H * D),
                    p + "post_attention_layernorm.weight": one(C),
                    p + "mlp.gate_proj.weight": w(I, C), p + "mlp.up_proj.weight": w(I, C),
                    p + "mlp.down_proj.weight": w(C, I)})

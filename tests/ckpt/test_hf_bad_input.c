@@ -29,7 +29,8 @@ static void make_variant(const char *src_dir, const char *name_, const char *dro
   for (int i = 0; i < loom_st_count(f); i++) {
     const char *name = loom_st_name(f, i);
     if (drop && !strcmp(name, drop)) continue;
-    int64_t shape[2] = {loom_st_shape(f, i)[0], loom_st_ndim(f, i) > 1 ? loom_st_shape(f, i)[1] : 0};
+    const int64_t *s = loom_st_shape(f, i);
+    int64_t shape[2] = {s[0], loom_st_ndim(f, i) > 1 ? s[1] : 0};
     if (shrink && !strcmp(name, shrink)) shape[0]--;
     if (from && !strcmp(name, from)) name = to;
     loom_st_writer_add(w, name, loom_st_dtype(f, i), loom_st_ndim(f, i), shape, loom_st_data(f, i));
@@ -146,7 +147,8 @@ int main(void) {
   snprintf(buf, sizeof buf, "%s/other.yaml", scratch);
   write_text(buf, "model:\n  preset: \"\"\n  arch: gpt2\n  vocab_size: 50\n  hidden: 32\n"
                   "  heads: 2\n  layers: 2\n  max_seq: 8\n");
-  expect_fail("--config of another model", "ckpt import '%1$s/hf' --out '%2$s' --config '%1$s/other.yaml'",
+  expect_fail("--config of another model",
+              "ckpt import '%1$s/hf' --out '%2$s' --config '%1$s/other.yaml'",
               "o11", "wte.weight", "[50, 16] but the config needs [50, 32]");
   expect_fail("not a directory", "ckpt import '%s/nowhere' --out '%s'", "o12", "nowhere",
               "not a directory");
@@ -176,7 +178,8 @@ int main(void) {
   /* ---- existing outputs are kept ---- */
   args = loom_sprintf("ckpt export '%s/ck' --out '%s/hf'", scratch, scratch);
   rc = st_run_loom(scratch, args, &out, &err);
-  CHECK(rc == 1 && strstr(err, "already exists") && strstr(err, "--force"), "existing out: %s", err);
+  CHECK(rc == 1 && strstr(err, "already exists") && strstr(err, "--force"), "existing out: %s",
+        err);
   free(args), free(out), free(err);
   args = loom_sprintf("ckpt import '%s/hf' --out '%s/hf' --force", scratch, scratch);
   rc = st_run_loom(scratch, args, &out, &err);

@@ -41,8 +41,8 @@ static int n_over(const model_case *c) {
 }
 
 /* Import hf into out and compare the weights with want (bf16: rounded first). */
-static void check_import(const char *what, const char *hf, const char *out, const loom_decoder *want,
-                         bool bf16) {
+static void check_import(const char *what, const char *hf, const char *out,
+                         const loom_decoder *want, bool bf16) {
   loom_hf_import_opts io = {NULL, false};
   int rc = loom_hf_import(hf, out, &io);
   CHECK(rc == 0, "%s: import: %s", what, loom_errmsg());
@@ -88,7 +88,8 @@ static void check_index(const char *what, const char *hf, int want_tensors, int 
   CHECK(o != NULL, "%s: index.json: %s", what, e.text);
   if (!o) return;
   json_t *map = json_object_get(o, "weight_map");
-  json_int_t total = json_integer_value(json_object_get(json_object_get(o, "metadata"), "total_size"));
+  json_t *meta = json_object_get(o, "metadata");
+  json_int_t total = json_integer_value(json_object_get(meta, "total_size"));
   CHECK((int)json_object_size(map) == want_tensors, "%s: weight_map has %zu entries, want %d", what,
         json_object_size(map), want_tensors);
   const char *name;
@@ -220,6 +221,53 @@ static void check_other_padding(const char *scratch) {
   free(ck);
 }
 
+/* A tensor-parallel rank (tp=2) and a pipeline stage holding only layer 1 read their slices
+ * of whole tensors from a one-process checkpoint. */
+static void check_shard_slices(const char *scratch) {
+  const model_case *c = &cases[0]; /* gpt2: vocab 100 -> 128 rows, 64 per tp rank */
+  loom_config cfg;
+  hf_test_config(&cfg, n_over(c), c->over);
+  loom_decoder *d = hf_test_model(&cfg, 1, 9);
+  char *ck = loom_sprintf("%s/slices_ckpt", scratch);
+  hf_test_save(ck, d, &cfg);
+  const loom_model_spec *spec = &d->spec;
+  for (int variant = 0; variant < 3; variant++) {
+    loom_shard sh;
+    loom_shard_full(&sh, spec);
+    if (variant < 2) {
+      sh.tp = 2, sh.tp_rank = variant;
+    } else {
+      sh.chunk_first[0] = 1, sh.chunk_embed[0] = sh.chunk_head[0] = false;
+    }
+    loom_param_layout lay;
+    loom_param_layout_build_shard(&lay, spec, &sh);
+    float *buf = loom_alloc(lay.total * sizeof(float));
+    int rc = loom_weights_read(ck, spec, &lay, buf);
+    CHECK(rc == 0, "slices %d: %s", variant, loom_errmsg());
+    size_t bad = 0, split = 0;
+    for (int i = 0; i < lay.count && !rc; i++) {
+      const loom_param *p = &lay.params[i], *q = loom_param_find(&d->layout, p->name);
+      bool vocab = !strcmp(p->name, "embed.weight") || !strcmp(p->name, "lm_head.weight");
+      int cols = p->ndim > 1 ? p->shape[1] : 1, gcols = q->ndim > 1 ? q->shape[1] : 1;
+      split += p->split_dim >= 0;
+      for (int r = 0; r < p->shape[0]; r++)
+        for (int k = 0; k < cols; k++) {
+          int gr = r + (p->split_dim == 0 ? p->split_start : 0);
+          int gk = k + (p->split_dim == 1 ? p->split_start : 0);
+          size_t g = q->offset + (size_t)gr * (size_t)gcols + (size_t)gk;
+          float want = vocab && gr >= spec->vocab_size ? 0.0f : d->params[g];
+          bad += buf[p->offset + (size_t)r * cols + k] != want;
+        }
+    }
+    CHECK(bad == 0 && (variant == 2 ? lay.count < d->layout.count : split > 0),
+          "slices %d: %zu wrong values, %zu split tensors", variant, bad, split);
+    loom_free(buf);
+    loom_param_layout_free(&lay);
+  }
+  loom_decoder_free(d);
+  free(ck);
+}
+
 /* The CLI: export with a shard size in KB and bf16, import, then `ckpt` usage lists both. */
 static void check_cli(const char *scratch) {
   char *out, *err;
@@ -256,6 +304,7 @@ int main(void) {
   char *scratch = st_scratch_dir("hf_roundtrip");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(scratch, &cases[i]);
   check_other_padding(scratch);
+  check_shard_slices(scratch);
   check_cli(scratch);
   check_sizes();
   int rc = harness_finish("test_hf_roundtrip");

@@ -17,3 +17,8 @@ add_test(NAME ckpt_hf_python
           $<TARGET_FILE:ckpt_hf_helper>)
 set_tests_properties(ckpt_hf_python PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1" TIMEOUT 120)
+# ... and on checkpoints written by `loom train` (one process; tensor-parallel under mpirun).
+add_test(NAME ckpt_hf_train
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hf_train_test.sh $<TARGET_FILE:loom>
+          $<TARGET_FILE:ckpt_hf_helper>)
+set_tests_properties(ckpt_hf_train PROPERTIES TIMEOUT 180)

@@ -1,0 +1,289 @@
+/* `loom runs`: the run registry from the command line. Lists runs with filter/sort/column
+ * selection (table, CSV or JSON), shows one run, compares runs, adds custom metrics,
+ * exports CSV and plots metric curves. The work is in src/exp/runs_*.c and registry_*.c;
+ * this file parses arguments. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "loom/core.h"
+#include "loom/plot.h"
+#include "loom/registry.h"
+#include "loom/runs.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: loom runs [list] [options]      list runs of the registry\n"
+          "       loom runs show ID               config, metrics, checkpoints, log path\n"
+          "       loom runs compare ID ID...      config differences and a metrics table\n"
+          "       loom runs set-metric ID KEY=VALUE...  add custom metrics to a run\n"
+          "       loom runs export --csv FILE [list options]   the table for pandas\n"
+          "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--output F.svg]\n"
+          "                        [--log-y] [--title TEXT]   curves of several runs (SVG)\n\n"
+          "ID: a run id, a unique prefix of one, or a unique run name.\n\n"
+          "registry (default runs/registry.db, or $LOOM_REGISTRY):\n"
+          "  --runs-dir DIR          use DIR/registry.db (the runs' run.output_dir)\n"
+          "  --db FILE               use this database file\n"
+          "  --heartbeat-timeout S   running runs silent for S seconds count as crashed\n"
+          "                          (default 600, or $LOOM_HEARTBEAT_TIMEOUT)\n"
+          "list options:\n"
+          "  --filter EXPR           e.g. \"training.lr > 1e-4 AND status = 'finished'\"\n"
+          "                          (=, !=, <, <=, >, >=, LIKE, AND, OR, NOT, IS NULL,\n"
+          "                          + - * /, 'text', dotted config keys)\n"
+          "  --sweep NAME            only runs of this sweep\n"
+          "  --sort-by COL           sort (numbers numerically, empty last); --descending\n"
+          "  --show COL...           exactly these columns (also comma-separated)\n"
+          "  --hide COL...           drop these columns\n"
+          "  --all-columns           every column (all config keys)\n"
+          "  --limit N               at most N rows (after sorting)\n"
+          "  --format table|csv|json output format (default table)\n"
+          "  --list-columns          every column name and its kind\n"
+          "Default columns: run fields and metrics that are set, custom metrics, and the\n"
+          "config keys whose values differ between the listed runs.\n");
+}
+
+typedef struct {
+  const char *db, *runs_dir;
+  double timeout;
+  loom_runs_query q;
+  loom_runs_format format;
+  bool list_columns;
+  const char *csv_out;
+  /* plot */
+  const char *metric, *x, *output, *title;
+  bool log_y;
+  char **ids;
+  int nids;
+} runs_args;
+
+static int bad(const char *fmt, const char *a) {
+  fprintf(stderr, "loom runs: ");
+  fprintf(stderr, fmt, a);
+  fprintf(stderr, " (see loom runs --help)\n");
+  return 2;
+}
+
+static void push(char ***list, int *n, char *s) {
+  *list = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
+  (*list)[(*n)++] = s;
+}
+
+/* Values of --show/--hide: every argument up to the next option. */
+static int collect(int argc, char **argv, int *i, char ***list, int *n) {
+  int start = *i;
+  while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2)) push(list, n, argv[++*i]);
+  return *i > start ? 0 : bad("%s needs column names", argv[start]);
+}
+
+static int parse(int argc, char **argv, int first, runs_args *a) {
+  a->format = LOOM_FMT_TABLE;
+  a->timeout = loom_registry_heartbeat_timeout();
+  a->metric = "loss";
+  a->x = "step";
+  for (int i = first; i < argc; i++) {
+    const char *o = argv[i];
+    static const char *const with_value[] = {"--db", "--runs-dir", "--filter", "--sweep",
+                                             "--sort-by", "--csv", "--metric", "--x", "--output",
+                                             "-o", "--title", "--limit", "--heartbeat-timeout",
+                                             "--format", NULL};
+    for (int k = 0; with_value[k]; k++)
+      if (!strcmp(o, with_value[k]) && i + 1 >= argc) return bad("%s needs a value", o);
+#define VAL(name) (!strcmp(o, name))
+    if (VAL("--db")) a->db = argv[++i];
+    else if (VAL("--runs-dir")) a->runs_dir = argv[++i];
+    else if (VAL("--filter")) a->q.filter = argv[++i];
+    else if (VAL("--sweep")) a->q.sweep = argv[++i];
+    else if (VAL("--sort-by")) a->q.sort_by = argv[++i];
+    else if (VAL("--csv")) a->csv_out = argv[++i];
+    else if (VAL("--metric")) a->metric = argv[++i];
+    else if (VAL("--x")) a->x = argv[++i];
+    else if (VAL("--output") || VAL("-o")) a->output = argv[++i];
+    else if (VAL("--title")) a->title = argv[++i];
+    else if (VAL("--limit")) {
+      char *end;
+      a->q.limit = strtol(argv[++i], &end, 10);
+      if (*end || a->q.limit < 1) return bad("--limit takes a whole number >= 1, not '%s'", argv[i]);
+    } else if (VAL("--heartbeat-timeout")) {
+      char *end;
+      a->timeout = strtod(argv[++i], &end);
+      if (*end || a->timeout <= 0) return bad("--heartbeat-timeout takes seconds > 0, not '%s'", argv[i]);
+    } else if (VAL("--format")) {
+      if (loom_runs_format_parse(argv[++i], &a->format)) return bad("%s", loom_errmsg());
+    } else if (!strcmp(o, "--show")) {
+      if (collect(argc, argv, &i, &a->q.show, &a->q.nshow)) return 2;
+    } else if (!strcmp(o, "--hide")) {
+      if (collect(argc, argv, &i, &a->q.hide, &a->q.nhide)) return 2;
+    } else if (!strcmp(o, "--descending")) a->q.descending = true;
+    else if (!strcmp(o, "--all-columns")) a->q.all_columns = true;
+    else if (!strcmp(o, "--list-columns")) a->list_columns = true;
+    else if (!strcmp(o, "--log-y")) a->log_y = true;
+    else if (o[0] == '-' && o[1]) return bad("unknown option '%s'", o);
+    else push(&a->ids, &a->nids, argv[i]);
+#undef VAL
+  }
+  return 0;
+}
+
+static int open_registry(const runs_args *a, loom_registry **r) {
+  char *path = a->db ? loom_strdup(a->db) : loom_registry_path(a->runs_dir ? a->runs_dir : "runs");
+  int rc = 0;
+  if (!loom_path_exists(path))
+    rc = loom_err("no run registry at '%s'; runs register there when 'loom train' starts (their "
+                  "run.output_dir). Use --runs-dir DIR or --db FILE for another one", path);
+  if (!rc) rc = loom_registry_open(r, path);
+  free(path);
+  return rc;
+}
+
+static int load(const runs_args *a, loom_registry **r, loom_runs_table *t) {
+  if (open_registry(a, r)) return -1;
+  if (loom_registry_detect_crashed(*r, a->timeout) < 0 || loom_runs_load(*r, t)) {
+    loom_registry_close(*r);
+    *r = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+/* Row of the run a user named. */
+static int find_row(loom_registry *r, const loom_runs_table *t, const char *given) {
+  char *id;
+  if (loom_registry_resolve(r, given, &id)) return -1;
+  int col = loom_runs_find_column(t, "run_id"), row = -1;
+  for (int i = 0; i < t->nrows && row < 0; i++) {
+    const loom_value *v = loom_runs_cell(t, i, col);
+    if (v->type == LOOM_VAL_TEXT && !strcmp(v->s, id)) row = i;
+  }
+  free(id);
+  return row >= 0 ? row : loom_err("run '%s' vanished from the registry", given);
+}
+
+static int do_list(runs_args *a, loom_registry *r, loom_runs_table *t) {
+  (void)r;
+  if (a->list_columns) {
+    loom_runs_list_columns(stdout, t);
+    return 0;
+  }
+  loom_runs_view v;
+  if (loom_runs_select(t, &a->q, &v)) return -1;
+  int rc = 0;
+  if (a->csv_out) {
+    FILE *f = fopen(a->csv_out, "w");
+    if (!f) rc = loom_err("cannot write '%s'", a->csv_out);
+    else {
+      loom_runs_print(f, t, &v, LOOM_FMT_CSV);
+      if (fclose(f)) rc = loom_err("cannot write '%s'", a->csv_out);
+      else printf("wrote %d runs x %d columns to %s\n", v.nrows, v.ncols, a->csv_out);
+    }
+  } else {
+    loom_runs_print(stdout, t, &v, a->format);
+  }
+  loom_runs_view_free(&v);
+  return rc;
+}
+
+static int do_show(runs_args *a, loom_registry *r, loom_runs_table *t) {
+  if (a->nids != 1) return loom_err("show takes one run id");
+  int row = find_row(r, t, a->ids[0]);
+  if (row < 0) return -1;
+  loom_runs_show(stdout, t, row);
+  return 0;
+}
+
+static int do_compare(runs_args *a, loom_registry *r, loom_runs_table *t) {
+  if (a->nids < 2) return loom_err("compare takes two or more run ids");
+  int *rows = malloc(sizeof(int) * (size_t)a->nids), rc = 0;
+  for (int i = 0; i < a->nids && !rc; i++)
+    if ((rows[i] = find_row(r, t, a->ids[i])) < 0) rc = -1;
+  if (!rc) loom_runs_compare(stdout, t, rows, a->nids);
+  free(rows);
+  return rc;
+}
+
+static int do_set_metric(runs_args *a, loom_registry *r, loom_runs_table *t) {
+  (void)t;
+  if (a->nids < 2) return loom_err("usage: loom runs set-metric ID KEY=VALUE...");
+  char *id;
+  if (loom_registry_resolve(r, a->ids[0], &id)) return -1;
+  int rc = 0;
+  for (int i = 1; i < a->nids && !rc; i++) {
+    char *kv = loom_strdup(a->ids[i]), *eq = strchr(kv, '=');
+    if (!eq) rc = loom_err("'%s' is not KEY=VALUE", a->ids[i]);
+    else {
+      *eq = 0;
+      rc = loom_registry_set_metric(r, id, kv, eq + 1);
+      if (!rc) printf("%s: %s = %s\n", id, kv, eq + 1);
+    }
+    free(kv);
+  }
+  free(id);
+  return rc;
+}
+
+static int do_plot(runs_args *a, loom_registry *r, loom_runs_table *t) {
+  if (a->nids < 1) return loom_err("plot takes one or more run ids");
+  loom_plot_curve *curves = calloc((size_t)a->nids, sizeof *curves);
+  loom_series *series = calloc((size_t)a->nids, sizeof *series);
+  char **names = calloc((size_t)a->nids, sizeof *names);
+  int rc = 0, dir_col = loom_runs_find_column(t, "run_dir"), name_col = loom_runs_find_column(t, "name");
+  int id_col = loom_runs_find_column(t, "run_id");
+  for (int i = 0; i < a->nids && !rc; i++) {
+    int row = find_row(r, t, a->ids[i]);
+    if (row < 0) {
+      rc = -1;
+      break;
+    }
+    const loom_value *dir = loom_runs_cell(t, row, dir_col), *name = loom_runs_cell(t, row, name_col);
+    char *path = loom_sprintf("%s/metrics.jsonl", dir->type == LOOM_VAL_TEXT ? dir->s : ".");
+    rc = loom_series_read(path, a->metric, a->x, &series[i]);
+    free(path);
+    bool name_unique = name->type == LOOM_VAL_TEXT;
+    for (int k = 0; k < a->nids && name_unique; k++)
+      if (k != i && !strcmp(a->ids[k], a->ids[i])) name_unique = false;
+    names[i] = loom_strdup(name_unique ? name->s : loom_runs_cell(t, row, id_col)->s);
+    curves[i] = (loom_plot_curve){names[i], series[i].x, series[i].y, series[i].n};
+  }
+  if (!rc) {
+    char *out = a->output ? loom_strdup(a->output) : loom_sprintf("%s.svg", a->metric);
+    char *title = a->title ? loom_strdup(a->title) : loom_sprintf("%s per %s", a->metric, a->x);
+    loom_plot_opts o = {.title = title, .x_label = a->x, .y_label = a->metric, .log_y = a->log_y};
+    rc = loom_plot_svg(out, curves, a->nids, &o);
+    if (!rc) printf("wrote %s (%d curve%s)\n", out, a->nids, a->nids == 1 ? "" : "s");
+    free(out);
+    free(title);
+  }
+  for (int i = 0; i < a->nids; i++) loom_series_free(&series[i]), free(names[i]);
+  free(series), free(names), free(curves);
+  return rc;
+}
+
+int loom_cmd_runs(int argc, char **argv) {
+  if (loom_cli_wants_help(argc, argv)) return usage(stdout), 0;
+  static const struct {
+    const char *name;
+    int (*fn)(runs_args *, loom_registry *, loom_runs_table *);
+  } subs[] = {{"list", do_list},         {"show", do_show},   {"compare", do_compare},
+              {"set-metric", do_set_metric}, {"export", do_list}, {"plot", do_plot}};
+  runs_args a = {0};
+  int rc = parse(argc, argv, 1, &a), sub = 0;
+  bool named = false; /* the first positional argument may name a subcommand */
+  for (size_t k = 0; !rc && a.nids && k < sizeof subs / sizeof subs[0]; k++)
+    if (!strcmp(a.ids[0], subs[k].name)) sub = (int)k, named = true;
+  if (named) memmove(a.ids, a.ids + 1, sizeof(char *) * (size_t)--a.nids);
+  if (!rc && sub == 0 && a.nids) rc = bad("unexpected argument '%s'", a.ids[0]);
+  if (!rc && !strcmp(subs[sub].name, "export") && !a.csv_out) rc = bad("%s", "export needs --csv FILE");
+  if (!rc) {
+    loom_registry *r = NULL;
+    loom_runs_table t = {0};
+    if (load(&a, &r, &t) || subs[sub].fn(&a, r, &t)) {
+      fprintf(stderr, "loom runs%s%s: %s\n", named ? " " : "", named ? subs[sub].name : "",
+              loom_errmsg());
+      rc = 1;
+    }
+    loom_runs_free(&t);
+    loom_registry_close(r);
+  }
+  free(a.q.show), free(a.q.hide), free(a.ids);
+  return rc;
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""Communication volume per step per rank equals the analytic count for each strategy.
+
+Runs `loom train` under mpirun for several layouts of a tiny GPT-2, reads the run's comm.json
+(bytes each rank sent per step, counted in loom's collectives layer with ring-algorithm
+accounting: all-reduce 2(p-1)/p n, reduce-scatter and all-gather (p-1)/p n of the full buffer,
+all-to-all (p-1)/p n, send n) and compares with the closed forms below, written from the model
+dimensions alone. Exact equality is expected: both sides count the same bytes.
+
+usage: comm_volume_test.py path/to/loom
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+LOOM = sys.argv[1]
+V, C, L, H, I, T, B, A, MAXSEQ = 300, 64, 2, 4, 128, 32, 4, 2, 64
+VP = 320  # padded to a multiple of 64
+D = C // H
+N = B * T
+F = 4  # bytes per float
+
+def layout_total(tp=1):
+    """floats in the flat buffer: every tensor rounded up to 16 floats (see layout.c)"""
+    r16 = lambda n: (n + 15) // 16 * 16
+    t = r16(VP // tp * C) + r16(MAXSEQ * C)
+    per_layer = [C, C, C * C // tp, C // tp, C * C // tp, C // tp, C * C // tp, C // tp,
+                 C * C // tp, C, C, C, I * C // tp, I // tp, C * I // tp, C]
+    t += L * sum(r16(x) for x in per_layer)
+    return t + r16(C) + r16(C)
+
+def ring_allreduce(n, p): return 2 * (p - 1) / p * n * F
+def ring_part(n, p): return (p - 1) / p * n * F  # reduce-scatter / all-gather / all-to-all
+
+def expected(case):
+    z = {"all-reduce": 0.0, "reduce-scatter": 0.0, "all-gather": 0.0, "all-to-all": 0.0,
+         "send/recv": 0.0}
+    ranks = []
+    kind = case["kind"]
+    if kind == "dp2":
+        z["all-reduce"] = ring_allreduce(layout_total(), 2)
+        ranks = [z, dict(z)]
+    elif kind in ("zero1", "zero2"):
+        P = layout_total()
+        rs = ring_part(P, 2) * (A if kind == "zero2" else 1)  # ZeRO-2: after every micro-batch
+        z["reduce-scatter"], z["all-gather"] = rs, ring_part(P, 2)
+        ranks = [z, dict(z)]
+    elif kind == "tp2":
+        # per micro-batch: embedding, 2 per block forward, 2 per block backward, head backward
+        # (N x C each), and the vocab-parallel softmax max (N) and sum/target (2N)
+        per_mb = ring_allreduce((2 + 4 * L) * N * C, 2) + ring_allreduce(N, 2) + ring_allreduce(2 * N, 2)
+        z["all-reduce"] = A * per_mb
+        ranks = [z, dict(z)]
+    elif kind == "tp2_sp":
+        # forward: embedding reduce-scatter, per block 2 all-gathers + 2 reduce-scatters, head
+        # all-gather; backward: per block 2 all-gathers + 2 reduce-scatters, head reduce-scatter,
+        # embedding all-gather; all on N x C. Softmax statistics stay all-reduces. Once per step:
+        # gradients of tp-replicated tensors (6C per block, positions, final norm) all-reduced.
+        z["reduce-scatter"] = A * ring_part((2 + 4 * L) * N * C, 2)
+        z["all-gather"] = A * ring_part((2 + 4 * L) * N * C, 2)
+        z["all-reduce"] = A * (ring_allreduce(N, 2) + ring_allreduce(2 * N, 2)) + \
+            ring_allreduce(6 * C * L + MAXSEQ * C + 2 * C, 2)
+        ranks = [z, dict(z)]
+    elif kind == "ulysses2":
+        # per block 8 all-to-alls (q, k, v, out forward; their gradients backward) of B*T*H*D/sp
+        # values per rank, plus the gradient all-reduce over the two sequence replicas
+        z["all-to-all"] = A * L * 8 * ring_part(N * H * D // 2, 2)
+        z["all-reduce"] = ring_allreduce(layout_total(), 2)
+        ranks = [z, dict(z)]
+    elif kind == "pp2":
+        first, last = dict(z), dict(z)
+        first["send/recv"] = A * N * C * F  # activations forward
+        last["send/recv"] = A * N * C * F   # their gradients back
+        tied = ring_allreduce(VP * C, 2)    # tied embedding gradients, first <-> last stage
+        first["all-reduce"] = last["all-reduce"] = tied
+        ranks = [first, last]
+    return ranks
+
+CASES = [
+    {"kind": "dp2", "np": 2, "args": ["parallel.dp=2", "training.micro_batch_size=2"]},
+    {"kind": "zero1", "np": 2, "args": ["parallel.dp=2", "parallel.zero=1", "training.micro_batch_size=2"]},
+    {"kind": "zero2", "np": 2, "args": ["parallel.dp=2", "parallel.zero=2", "training.micro_batch_size=2"]},
+    {"kind": "tp2", "np": 2, "args": ["parallel.tp=2"]},
+    {"kind": "tp2_sp", "np": 2, "args": ["parallel.tp=2", "parallel.sp_mode=megatron"]},
+    {"kind": "ulysses2", "np": 2, "args": ["parallel.sp=2"]},
+    {"kind": "pp2", "np": 2, "args": ["parallel.pp=2"]},
+]
+
+def main():
+    work = tempfile.mkdtemp(prefix="loom-comm-")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    run = lambda *a: subprocess.run(a, check=True, env=env, stdout=subprocess.DEVNULL)
+    run(LOOM, "data", "synth-text", "--out", f"{work}/c.txt", "--bytes", "60000", "--seed", "5")
+    run(LOOM, "data", "train-tokenizer", "--vocab-size", str(V), "--out", f"{work}/tok.json", f"{work}/c.txt")
+    run(LOOM, "data", "tokenize", "--tokenizer", f"{work}/tok.json", "--out", f"{work}/t.bin", f"{work}/c.txt")
+    base = ["model.preset=tiny-gpt2", f"model.vocab_size={V}", f"model.hidden={C}",
+            f"model.layers={L}", f"model.heads={H}", f"model.intermediate={I}",
+            f"model.max_seq={MAXSEQ}", f"training.seq_len={T}", f"training.micro_batch_size={B}",
+            f"training.grad_accum={A}", "training.steps=2", f"data.train_shards={work}/t.bin",
+            "checkpoint.save_final=false", "--quiet"]
+    passed = failed = 0
+    for case in CASES:
+        out = f"{work}/{case['kind']}"
+        cmd = ["mpirun", "--oversubscribe", "-np", str(case["np"]), LOOM, "train", *base,
+               f"run.output_dir={out}", *case["args"]]
+        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, timeout=300)
+        rundir = [os.path.join(out, d) for d in os.listdir(out) if os.path.isdir(os.path.join(out, d))][0]
+        got = json.load(open(os.path.join(rundir, "comm.json")))["bytes_per_step"]
+        want = expected(case)
+        for r, (g, w) in enumerate(zip(got, want)):
+            for k, v in w.items():
+                if abs(g[k] - v) <= 0.5:
+                    passed += 1
+                else:
+                    failed += 1
+                    print(f"FAIL {case['kind']} rank {r} {k}: counted {g[k]:.0f} bytes/step, "
+                          f"analytic {v:.0f}")
+        print(f"{case['kind']:9s} rank 0: " + ", ".join(f"{k} {int(v)}" for k, v in got[0].items() if v))
+    print(f"comm_volume_test: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+if __name__ == "__main__":
+    sys.exit(main())

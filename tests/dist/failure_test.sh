@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Bad layouts and failing ranks give a clear error and a non-zero exit, never a hang: layout
+# mismatches are reported on rank 0 before any work starts (with the numbers); an invalid
+# schedule file is rejected with the rank, instruction and reason; a rank that dies takes the
+# job down; a rank that stops answering makes the others abort after parallel.timeout_s.
+. "$(dirname "$0")/common.sh"
+make_data || { echo "could not make test data"; exit 1; }
+RUNS="$WORK/runs"
+M=(model.preset=tiny-gpt2 model.vocab_size=300 model.layers=2 model.hidden=64
+  training.seq_len=32 training.micro_batch_size=2 training.steps=4
+  data.train_shards="$WORK/train.bin" run.output_dir="$RUNS" --quiet)
+
+expect_fail() { # what, expected-substring, np, args...
+  local what=$1 want=$2 np=$3; shift 3
+  local out rc start=$SECONDS
+  if [ "$np" = 1 ]; then out=$(timeout 120 "$LOOM" train "$@" 2>&1); rc=$?
+  else out=$(timeout 120 "${MPIRUN[@]}" -np "$np" "$LOOM" train "$@" 2>&1); rc=$?; fi
+  if [ $rc -eq 0 ]; then fail "$what: exit code 0"; return; fi
+  if [ $rc -eq 124 ]; then fail "$what: hung (killed after 120 s)"; return; fi
+  if [[ "$out" != *"$want"* ]]; then fail "$what: output lacks '$want': $(echo "$out" | head -5)"; return; fi
+  pass
+  echo "  $what: exit $rc after $((SECONDS - start)) s: $(echo "$out" | grep -m1 -F "$want" | cut -c1-150)"
+}
+no_runs() { check "$1: no run directory" test -z "$(ls -d "$RUNS"/*/ 2>/dev/null)"; }
+
+expect_fail "ranks != product" "but mpirun started 3 ranks" 3 "${M[@]}" parallel.dp=2
+expect_fail "one process, dp=2" "mpirun -np 2" 1 "${M[@]}" parallel.dp=2
+expect_fail "tp does not divide heads" "parallel.tp (3) must divide model.heads (4)" 3 "${M[@]}" parallel.tp=3
+expect_fail "pp larger than layers" "but the model has only 2 layers" 4 "${M[@]}" parallel.pp=4
+expect_fail "megatron mode on the sp axis" "Megatron sequence parallelism runs over the tp ranks" 2 "${M[@]}" parallel.sp=2 parallel.sp_mode=megatron
+expect_fail "bad stage split" "adds up to 3 layers" 2 "${M[@]}" parallel.pp=2 'parallel.stage_layers="1,2"'
+expect_fail "deadlocking schedule file" "deadlock" 2 "${M[@]}" parallel.pp=2 training.grad_accum=1 \
+  parallel.schedule_file="$(cd "$(dirname "$0")/../sched/fixtures" && pwd)/bad_deadlock.txt"
+no_runs "layout errors"
+LOOM_FAULT=exit:1:2 expect_fail "a rank dies at step 2" "rank 1 exit before step 2" 2 "${M[@]}" parallel.dp=2 training.micro_batch_size=1
+LOOM_FAULT=hang:1:2 expect_fail "a rank hangs at step 2" "no progress for 3 s" 2 "${M[@]}" parallel.dp=2 training.micro_batch_size=1 parallel.timeout_s=3
+finish

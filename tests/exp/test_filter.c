@@ -1,0 +1,186 @@
+/* Filter expressions (loom/filter.h): valid expressions evaluated over a small table
+ * (comparisons, numbers vs text, LIKE, AND/OR/NOT, NULL logic, arithmetic, dotted and quoted
+ * column names), and invalid ones whose errors name the column of the problem. */
+#include <string.h>
+
+#include "harness.h"
+#include "loom/core.h"
+#include "loom/filter.h"
+
+static const char *const cols[] = {"training.lr", "status", "name", "steps", "final_loss",
+                                   "my-col", "ckpt", NULL};
+
+static int resolve(void *ctx, const char *name, const char **suggestion) {
+  (void)ctx;
+  for (int i = 0; cols[i]; i++)
+    if (!strcmp(cols[i], name)) return i;
+  if (!strcmp(name, "trainng.lr")) *suggestion = "training.lr";
+  return -1;
+}
+
+/* One row: lr, status, name, steps, final_loss (NULL in row 1), my-col, ckpt. */
+typedef struct {
+  double lr;
+  const char *status, *name;
+  long long steps;
+  bool has_loss;
+  double loss;
+  const char *ckpt;
+} row;
+
+static const row rows[] = {
+    {3e-4, "finished", "gpt2-124m_tp2", 100, true, 3.5, "true"},
+    {1e-3, "failed", "GPT2-small", 7, false, 0, "false"},
+    {1e-2, "finished", "llama_tp1", 100, true, 2.5, "false"},
+};
+
+static loom_value value(void *ctx, int col) {
+  const row *r = ctx;
+  switch (col) {
+    case 0: return (loom_value){.type = LOOM_VAL_REAL, .r = r->lr};
+    case 1: return (loom_value){.type = LOOM_VAL_TEXT, .s = r->status};
+    case 2: return (loom_value){.type = LOOM_VAL_TEXT, .s = r->name};
+    case 3: return (loom_value){.type = LOOM_VAL_INT, .i = r->steps};
+    case 4:
+      return r->has_loss ? (loom_value){.type = LOOM_VAL_REAL, .r = r->loss}
+                         : (loom_value){.type = LOOM_VAL_NULL};
+    case 5: return (loom_value){.type = LOOM_VAL_TEXT, .s = "12"};
+    default: return (loom_value){.type = LOOM_VAL_TEXT, .s = r->ckpt};
+  }
+}
+
+/* Bit i set when row i matches. */
+static int matches(const char *text) {
+  loom_expr *e;
+  if (loom_expr_parse(&e, text, "--filter", resolve, NULL, NULL)) {
+    fprintf(stderr, "unexpected parse error: %s\n", loom_errmsg());
+    return -1;
+  }
+  int mask = 0;
+  for (int i = 0; i < 3; i++) {
+    bool keep;
+    if (loom_expr_eval(e, value, (void *)&rows[i], &keep)) {
+      loom_expr_free(e);
+      return -2;
+    }
+    mask |= keep << i;
+  }
+  loom_expr_free(e);
+  return mask;
+}
+
+static void valid(void) {
+  struct {
+    const char *text;
+    int mask;
+  } cases[] = {
+      {"training.lr > 1e-4 AND status = 'finished'", 0x5},
+      {"training.lr >= 1e-3", 0x6},
+      {"training.lr < 1e-3", 0x1},
+      {"training.lr <= 0.001", 0x3},
+      {"training.lr = 3e-4", 0x1},
+      {"training.lr == 0.0003", 0x1},
+      {"training.lr != 3e-4", 0x6},
+      {"training.lr <> 3e-4", 0x6},
+      {"status != \"failed\"", 0x5},
+      {"name LIKE 'gpt2%'", 0x3},        /* case-insensitive */
+      {"name like '%_tp_'", 0x5},        /* _ is one character */
+      {"name NOT LIKE '%tp%'", 0x2},
+      {"status = 'finished' OR steps < 10", 0x7},
+      {"NOT status = 'finished'", 0x2},
+      {"NOT (training.lr > 1e-3 OR steps < 10)", 0x1},
+      {"final_loss < 3", 0x4},           /* NULL compares false */
+      {"NOT final_loss < 3", 0x1},       /* ... and NOT NULL is still not true */
+      {"final_loss IS NULL", 0x2},
+      {"final_loss IS NOT NULL", 0x5},
+      {"steps * 2 = 200 AND -steps < 0", 0x5},
+      {"steps / 3 > 2 + 0.5 * 2", 0x5},
+      {"`my-col` = 12", 0x7},            /* text that reads as a number compares numerically */
+      {"`my-col` > 9", 0x7},
+      {"ckpt = true", 0x1},
+      {"ckpt = FALSE AND status = 'finished'", 0x4},
+      {"(status = 'finished') AND (steps >= 100)", 0x5},
+      {"name = 'it''s'", 0x0},           /* doubled quote inside a string */
+      {"status > 'finished'", 0x0},      /* text order */
+      {"status < 'g'", 0x7},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int got = matches(cases[i].text);
+    CHECK(got == cases[i].mask, "'%s': rows 0x%x, want 0x%x", cases[i].text, got, cases[i].mask);
+  }
+}
+
+/* The error names `column` and contains `what`. */
+static void invalid(const char *text, int column, const char *what) {
+  loom_expr *e = NULL;
+  int rc = loom_expr_parse(&e, text, "--filter", resolve, NULL, "see --list-columns");
+  CHECK(rc != 0 && !e, "'%s' should not parse", text);
+  char want[64];
+  snprintf(want, sizeof want, "--filter: column %d: ", column);
+  CHECK(strstr(loom_errmsg(), want) != NULL, "'%s': want \"%s\" in: %s", text, want, loom_errmsg());
+  CHECK(strstr(loom_errmsg(), what) != NULL, "'%s': want \"%s\" in: %s", text, what, loom_errmsg());
+  /* the caret line points at the column: "\n" + 2 spaces + (column - 1) spaces + "^" */
+  const char *caret = strrchr(loom_errmsg(), '\n');
+  CHECK(caret && (int)strlen(caret) == 3 + column && caret[strlen(caret) - 1] == '^',
+        "'%s': caret under column %d in: %s", text, column, loom_errmsg());
+  loom_expr_free(e);
+}
+
+static void errors(void) {
+  invalid("trainng.lr > 1e-4", 1, "unknown column 'trainng.lr' (did you mean 'training.lr'?)");
+  invalid("status = finished", 10, "if it is a text value, quote it: 'finished'");
+  invalid("steps > 1 AND bogus = 2", 15, "unknown column 'bogus'");
+  invalid("steps >", 8, "expected a value or column, found the end");
+  invalid("status = 'finished", 10, "unterminated string");
+  invalid("steps = 1 status = 'x'", 11, "unexpected 'status' (join conditions with AND or OR)");
+  invalid("(steps = 1", 11, "expected ')' to close the '(' at column 1");
+  invalid("steps = 1 && steps = 2", 11, "write AND");
+  invalid("steps = 1e-4x", 9, "malformed number");
+  invalid("", 1, "empty expression");
+  invalid("   ", 4, "empty expression");
+  invalid("name NOT 'x'", 10, "expected LIKE after NOT");
+  invalid("final_loss IS 3", 15, "expected NULL after IS");
+  invalid("steps = AND", 9, "expected a value or column before 'AND'");
+  invalid("steps ! 3", 7, "write != or NOT");
+  invalid("steps = 1 AND", 14, "found the end");
+  invalid("`my col` = 1", 1, "unknown column 'my col'");
+  invalid("steps = `unterminated", 9, "unterminated quoted column name");
+  invalid("steps = 1 # 2", 11, "unexpected character '#'");
+  /* evaluation errors point at the operator */
+  loom_expr *e;
+  CHECK(loom_expr_parse(&e, "steps > 1 AND name * 2 > 1", "--filter", resolve, NULL, NULL) == 0,
+        "parses");
+  bool keep;
+  CHECK(loom_expr_eval(e, value, (void *)&rows[0], &keep) != 0, "text * 2 fails");
+  CHECK(strstr(loom_errmsg(), "column 20: '*' needs numbers, but got the text 'gpt2-124m_tp2'"),
+        "eval error: %s", loom_errmsg());
+  loom_expr_free(e);
+  CHECK(loom_expr_parse(&e, "steps / 0 > 1", "--filter", resolve, NULL, NULL) == 0, "parses");
+  CHECK(loom_expr_eval(e, value, (void *)&rows[0], &keep) != 0 &&
+            strstr(loom_errmsg(), "column 7: division by zero"),
+        "division by zero: %s", loom_errmsg());
+  loom_expr_free(e);
+}
+
+static void values(void) {
+  char buf[64];
+  loom_value r = {.type = LOOM_VAL_REAL, .r = 0.1};
+  CHECK(!strcmp(loom_value_text(&r, buf, sizeof buf), "0.1"), "0.1 -> %s", buf);
+  r.r = 1.0 / 3.0;
+  CHECK(strtod(loom_value_text(&r, buf, sizeof buf), NULL) == 1.0 / 3.0, "1/3 round-trips: %s", buf);
+  loom_value n = {.type = LOOM_VAL_NULL}, t = {.type = LOOM_VAL_TEXT, .s = "abc"};
+  loom_value i = {.type = LOOM_VAL_INT, .i = 5}, s5 = {.type = LOOM_VAL_TEXT, .s = "5"};
+  CHECK(loom_value_cmp(&n, &i) > 0 && loom_value_cmp(&i, &n) < 0, "NULL sorts last");
+  CHECK(loom_value_cmp(&i, &t) < 0, "numbers before text");
+  CHECK(loom_value_cmp(&i, &s5) == 0, "5 = '5'");
+  double d;
+  loom_value inf = {.type = LOOM_VAL_TEXT, .s = "info"};
+  CHECK(!loom_value_number(&inf, &d), "'info' is text");
+}
+
+int main(void) {
+  valid();
+  errors();
+  values();
+  return harness_finish("test_filter");
+}
