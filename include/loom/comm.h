@@ -66,11 +66,16 @@ typedef struct {
   const loom_comm *comm;
   const char *what;
   double t0, bytes; /* issue time and counted bytes (for the trace) */
+  void *extra;      /* buffers the operation needs until it completes */
 } loom_comm_request;
 void loom_comm_iallreduce_f32(const loom_comm *c, float *x, size_t n, loom_comm_request *r);
 void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *out, size_t n,
                                    loom_comm_request *r);
 void loom_comm_wait(loom_comm_request *r);
+/* Non-blocking in-place all-gather with uneven blocks (ZeRO-3 parameter prefetch); counts must
+ * stay valid until the wait. */
+void loom_comm_iallgather_v_f32(const loom_comm *c, float *inout, const int *counts,
+                                loom_comm_request *r);
 
 /* Point to point on a communicator (pipeline): non-blocking send, blocking receive. */
 void loom_comm_isend_f32(const loom_comm *c, const float *x, size_t n, int peer, int tag,

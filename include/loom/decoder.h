@@ -27,6 +27,10 @@
 
 typedef struct loom_layer_acts loom_layer_acts;
 
+#define LOOM_UNIT_ENDS (-1)
+enum { LOOM_PARAMS_ACQUIRE_FWD, LOOM_PARAMS_ACQUIRE_BWD, LOOM_PARAMS_RELEASE,
+       LOOM_PARAMS_GRADS_DONE };
+
 /* Activations of one chunk for one micro-batch. */
 typedef struct {
   int chunk;                /* local chunk index, -1 when free */
@@ -68,6 +72,12 @@ typedef struct {
   struct loom_decoder_scratch *s;
   void *arena;
   size_t arena_bytes;
+  /* ZeRO-3 parameter management, called around every use of a unit's parameters: unit is a
+   * global layer index or LOOM_UNIT_ENDS (embedding, positions, final norm, LM head); event
+   * LOOM_PARAMS_ACQUIRE_FWD/_BWD before, LOOM_PARAMS_RELEASE after, LOOM_PARAMS_GRADS_DONE
+   * when a block's backward has produced its gradients. NULL: parameters always resident. */
+  void (*param_hook)(void *ctx, int unit, int event);
+  void *param_hook_ctx;
   /* called after each block's backward (layer index global) for overlapping gradient
    * reduction; may be NULL */
   void (*on_layer_grads)(void *ctx, int layer);

@@ -9,6 +9,8 @@
  *    flat gradient buffer so that each replica owns 1/n of it (ZeRO-2 after every micro-batch,
  *    so only the owned shard accumulates), keep AdamW moments for the owned range only, and
  *    all-gather the updated parameters;
+ *  - ZeRO-3 (zero3.c): parameters partitioned too, gathered per layer just before use with
+ *    the next layer prefetched, released after; gradients reduce-scattered per layer;
  *  - global gradient-norm clipping with every element counted once (tp-replicated tensors on
  *    tp rank 0 only, the tied embedding on the first stage only). */
 #ifndef LOOM_GRAD_SYNC_H
@@ -26,6 +28,12 @@ int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh
 void loom_grad_sync_free(loom_grad_sync *g);
 /* Flat range [begin, end) of the buffer this rank's optimizer owns (everything without ZeRO). */
 void loom_grad_sync_owned(const loom_grad_sync *g, size_t *begin, size_t *end);
+/* Parameters as the optimizer owns them: under ZeRO-3 the owned shard (element of flat index
+ * i at [i - begin]), otherwise the whole flat buffer (index i at [i]). */
+float *loom_grad_sync_owned_params(loom_grad_sync *g);
+/* After the flat parameter buffer was filled (init or checkpoint load): ZeRO-3 keeps its owned
+ * range and releases the rest. No-op for other stages. */
+void loom_grad_sync_params_loaded(loom_grad_sync *g);
 /* Reduced gradients of the owned range: element of flat index i at [i - begin]. */
 float *loom_grad_sync_owned_grads(loom_grad_sync *g);
 /* Start of a step: nothing reduced yet. */

@@ -142,6 +142,7 @@ void loom_comm_iallreduce_f32(const loom_comm *c, float *x, size_t n, loom_comm_
   r->comm = c;
   r->what = "all-reduce (gradient bucket)";
   r->req = NULL;
+  r->extra = NULL;
   if (c->size <= 1 || n == 0) return;
   MPI_Request *req = loom_alloc(sizeof *req);
   r->t0 = loom_now();
@@ -156,6 +157,7 @@ void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *o
   r->comm = c;
   r->what = "reduce-scatter (gradient bucket)";
   r->req = NULL;
+  r->extra = NULL;
   if (c->size <= 1) {
     if (out != in) memmove(out, in, n * sizeof(float));
     return;
@@ -173,6 +175,8 @@ void loom_comm_wait(loom_comm_request *r) {
   wait_request((MPI_Request *)r->req, r->comm, r->what);
   loom_trace_record(LOOM_TRACE_COMM, r->what, r->comm->name, r->t0, loom_now(), r->bytes);
   loom_free(r->req);
+  loom_free(r->extra);
+  r->extra = NULL;
   r->req = NULL;
 }
 
@@ -180,6 +184,7 @@ void loom_comm_isend_f32(const loom_comm *c, const float *x, size_t n, int peer,
                          loom_comm_request *r) {
   r->comm = c;
   r->what = "send";
+  r->extra = NULL;
   MPI_Request *req = loom_alloc(sizeof *req);
   r->t0 = loom_now();
   r->bytes = (double)n * sizeof(float);
@@ -215,4 +220,26 @@ int loom_comm_any_failed(const loom_comm *c, int rc) {
   double f[1] = {rc != 0 ? 1.0 : 0.0};
   loom_comm_allreduce_f64(c, f, 1, LOOM_OP_MAX);
   return f[0] != 0;
+}
+
+void loom_comm_iallgather_v_f32(const loom_comm *c, float *inout, const int *counts,
+                                loom_comm_request *r) {
+  r->comm = c;
+  r->what = "all-gather (parameters)";
+  r->req = NULL;
+  if (c->size <= 1) return;
+  LOOM_ASSERT(c->size <= 1024);
+  int *displs = loom_alloc((size_t)c->size * sizeof(int)); /* freed with the request */
+  double total = 0;
+  for (int i = 0; i < c->size; i++) {
+    displs[i] = (int)total;
+    total += counts[i];
+  }
+  MPI_Request *req = loom_alloc(sizeof *req + 0);
+  r->t0 = loom_now();
+  r->bytes = (double)(c->size - 1) / c->size * total * sizeof(float);
+  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, inout, counts, displs, MPI_FLOAT, mpi(c), req);
+  r->req = req;
+  r->extra = displs;
+  count(LOOM_COLL_ALLGATHER, r->bytes);
 }

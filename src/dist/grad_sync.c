@@ -4,33 +4,15 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "loom/grad_sync.h"
 #include "loom/kernels.h"
 
-typedef struct {
-  size_t begin, end;      /* flat range */
-  int remaining;          /* layers whose last backward has not finished */
-  bool started;
-  loom_comm_request req;
-} bucket;
+#include "dist/grad_sync_internal.h"
 
-struct loom_grad_sync {
-  loom_decoder *d;
-  const loom_mesh *m;
-  int zero;
-  bool seqpar, tied_pp;
-  int nb;
-  bucket *b;
-  int *layer_bucket;      /* (spec.layers) bucket of each global layer held, -1 otherwise */
-  int *param_layer;       /* (layout.count) global layer of each tensor, -1 for the ends */
-  /* ZeRO */
-  int *counts;            /* (grad_comm.size) owned floats per replica */
-  size_t own_begin, own_end;
-  float *gshard;          /* (own_end - own_begin) reduced gradient of the owned range */
-};
-
-static int layer_of(const char *name) {
+int loom_gs_layer_of(const char *name) {
   int l;
   return sscanf(name, "layers.%d.", &l) == 1 ? l : -1;
 }
@@ -73,7 +55,7 @@ int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh
   g->layer_bucket = malloc((size_t)d->spec.layers * sizeof(int));
   for (int l = 0; l < d->spec.layers; l++) g->layer_bucket[l] = -1;
   g->param_layer = malloc((size_t)d->layout.count * sizeof(int));
-  for (int i = 0; i < d->layout.count; i++) g->param_layer[i] = layer_of(d->layout.params[i].name);
+  for (int i = 0; i < d->layout.count; i++) g->param_layer[i] = loom_gs_layer_of(d->layout.params[i].name);
   build_buckets(g, p->bucket_mb);
   int n = m->grad_comm.size, r = m->grad_comm.rank;
   size_t P = d->layout.total;
@@ -86,6 +68,7 @@ int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh
       if (i == r) g->own_begin = b, g->own_end = e;
     }
     g->gshard = loom_alloc((g->own_end - g->own_begin + 1) * sizeof(float));
+    if (g->zero == 3) loom_z3_setup(g);
   } else {
     g->own_begin = 0;
     g->own_end = P;
@@ -96,6 +79,7 @@ int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh
 
 void loom_grad_sync_free(loom_grad_sync *g) {
   if (!g) return;
+  if (g->zero == 3) loom_z3_free(g);
   free(g->b);
   free(g->layer_bucket);
   free(g->param_layer);
@@ -107,6 +91,30 @@ void loom_grad_sync_free(loom_grad_sync *g) {
 void loom_grad_sync_owned(const loom_grad_sync *g, size_t *begin, size_t *end) {
   *begin = g->own_begin;
   *end = g->own_end;
+}
+
+static void madvise_release(loom_decoder *d, size_t b, size_t e) {
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  float *bases[2] = {d->params, d->bf16 ? d->params_lp : NULL};
+  for (int i = 0; i < 2 && bases[i]; i++) {
+    uintptr_t lo = ((uintptr_t)(bases[i] + b) + page - 1) & ~(page - 1);
+    uintptr_t hi = (uintptr_t)(bases[i] + e) & ~(page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+  }
+}
+
+float *loom_grad_sync_owned_params(loom_grad_sync *g) {
+  return g->zero == 3 ? g->pshard : g->d->params;
+}
+
+void loom_grad_sync_params_loaded(loom_grad_sync *g) {
+  if (g->zero != 3) return;
+  loom_decoder *d = g->d;
+  memcpy(g->pshard, d->params + g->own_begin, (g->own_end - g->own_begin) * sizeof(float));
+  /* keep only the owned range: drop everything else until a layer is gathered */
+  for (int l = 0; l <= d->spec.layers; l++)
+    for (int k = 0; k < g->units[l].nranges; k++)
+      madvise_release(d, g->units[l].range[k][0], g->units[l].range[k][1]);
 }
 
 float *loom_grad_sync_owned_grads(loom_grad_sync *g) {
@@ -124,7 +132,7 @@ void loom_grad_sync_begin_step(loom_grad_sync *g) {
 
 /* Sum over tp the gradients of tp-replicated tensors of one layer (-1: the non-layer ones),
  * which are partial per rank under sequence parallelism. */
-static void seqpar_reduce(loom_grad_sync *g, int layer) {
+void loom_gs_seqpar_reduce(loom_grad_sync *g, int layer) {
   if (!g->seqpar) return;
   loom_decoder *d = g->d;
   for (int i = 0; i < d->layout.count; i++) {
@@ -142,7 +150,8 @@ static void tied_reduce(loom_grad_sync *g) {
 
 void loom_grad_sync_layer_done(void *ctx, int layer) {
   loom_grad_sync *g = ctx;
-  seqpar_reduce(g, layer);
+  if (g->zero == 3) return; /* reduced after every micro-batch by the ZeRO-3 hook */
+  loom_gs_seqpar_reduce(g, layer);
   if (g->zero > 0) return;
   int bi = g->layer_bucket[layer];
   if (bi < 0) return;
@@ -169,8 +178,8 @@ static void reduce_scatter_into_shard(loom_grad_sync *g) {
 void loom_grad_sync_microbatch_done(loom_grad_sync *g) {
   if (g->zero != 2 || g->m->pp > 1) return;
   for (int l = 0; l < g->d->spec.layers; l++)
-    if (g->layer_bucket[l] >= 0) seqpar_reduce(g, l);
-  seqpar_reduce(g, -1);
+    if (g->layer_bucket[l] >= 0) loom_gs_seqpar_reduce(g, l);
+  loom_gs_seqpar_reduce(g, -1);
   reduce_scatter_into_shard(g);
   loom_decoder_zero_grads(g->d);
 }
@@ -181,13 +190,17 @@ void loom_grad_sync_reduce(loom_grad_sync *g) {
   for (int i = 0; i < g->nb; i++) /* layers whose callback did not run (not expected) */
     if (!g->b[i].started && g->zero == 0 && g->b[i].remaining > 0) {
       for (int l = 0; l < d->spec.layers; l++)
-        if (g->layer_bucket[l] == i) seqpar_reduce(g, l);
+        if (g->layer_bucket[l] == i) loom_gs_seqpar_reduce(g, l);
       g->b[i].started = true;
       loom_comm_iallreduce_f32(&g->m->grad_comm, d->grads + g->b[i].begin,
                                g->b[i].end - g->b[i].begin, &g->b[i].req);
     }
-  seqpar_reduce(g, -1);
+  loom_gs_seqpar_reduce(g, -1);
   tied_reduce(g);
+  if (g->zero == 3) {
+    loom_z3_reduce_ends(g);
+    return;
+  }
   if (g->zero > 0) {
     reduce_scatter_into_shard(g);
     return;
@@ -249,9 +262,11 @@ double loom_grad_sync_step(loom_grad_sync *g, loom_adamw_state *opt,
       for (size_t k = 0; k < e - b; k++) gr[k] *= coef;
     double wd = (p->decay || t->decay_norms_and_biases) ? t->weight_decay : 0.0;
     size_t o = b - g->own_begin;
-    loom_adamw_f32(d->params + b, gr, opt->m + o, opt->v + o, e - b, lr, t->beta1, t->beta2,
-                   t->eps, wd, opt->step);
+    float *param = g->zero == 3 ? g->pshard + o : d->params + b;
+    loom_adamw_f32(param, gr, opt->m + o, opt->v + o, e - b, lr, t->beta1, t->beta2, t->eps, wd,
+                   opt->step);
   }
+  if (g->zero == 3) return norm; /* gathered layer by layer when next used */
   if (g->zero > 0) loom_comm_allgather_v_f32(&g->m->grad_comm, d->params, g->counts);
   loom_decoder_params_updated(d);
   return norm;

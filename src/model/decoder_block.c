@@ -25,6 +25,7 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   loom_layer_acts *L = acts_for(d, a, idx);
   block_offsets o = loom_block_offsets(d, layer);
   float *full = d->s->full;
+  dec_params(d, layer, LOOM_PARAMS_ACQUIRE_FWD);
 
   /* attention */
   dec_norm_fwd(d, L->ln1, L->ln1_mean, L->ln1_rstd, x, o.n1w, o.n1b, Nr);
@@ -69,6 +70,7 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   dec_reduce_rows(d, full, out);
   if (o.db != NONE) dec_add_bias_rows(out, d->params + o.db, Nr, C);
   for (size_t i = 0; i < NrC; i++) out[i] += L->mid[i];
+  dec_params(d, layer, LOOM_PARAMS_RELEASE);
 }
 
 /* The gradient of a norm output that fed column-parallel linears: partial sums over tp of
@@ -87,6 +89,7 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   int QD = d->lh * D, KD = d->lkv * D, I = d->li;
   size_t NC = (size_t)N * C, NI = (size_t)N * I;
   const float *x = a->resid + (size_t)idx * Nr * C;
+  dec_params(d, layer, LOOM_PARAMS_ACQUIRE_BWD);
   if (d->recompute) dec_block_forward(d, a, layer, idx);
   loom_layer_acts *L = acts_for(d, a, idx);
   block_offsets o = loom_block_offsets(d, layer);
@@ -145,5 +148,7 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   dec_linear_bwd(d, S->d_norm, o.kw, o.kb, S->d_k, ln1_full, N, C, KD);
   dec_linear_bwd(d, S->d_norm, o.vw, o.vb, S->d_v, ln1_full, N, C, KD);
   dec_norm_bwd(d, S->dres, reduced_norm_grad(d), x, L->ln1_mean, L->ln1_rstd, o.n1w, o.n1b, Nr);
+  dec_params(d, layer, LOOM_PARAMS_GRADS_DONE);
+  dec_params(d, layer, LOOM_PARAMS_RELEASE);
   if (d->on_layer_grads) d->on_layer_grads(d->on_layer_grads_ctx, layer);
 }

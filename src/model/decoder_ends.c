@@ -28,6 +28,7 @@ static size_t head_weight(const loom_decoder *d) {
 /* out (Nr,C) = embed[token] (+ pos_embed[t]) */
 void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out) {
   int C = d->spec.hidden, N = d->N, Nr = d->Nr, T = d->T;
+  dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_FWD);
   const float *wte = d->params + loom_param_offset(d, "embed.weight");
   size_t pe = loom_param_offset(d, "pos_embed.weight");
   if (d->shard.tp > 1) {
@@ -48,10 +49,12 @@ void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out) {
       const float *p = d->params + pe + (size_t)(dec_resid_row_token_index(d, r) % T) * C;
       for (int c = 0; c < C; c++) out[(size_t)r * C + c] += p[c];
     }
+  dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
 }
 
 void dec_embed_backward(loom_decoder *d, loom_acts *a, const float *dres) {
   int C = d->spec.hidden, N = d->N, Nr = d->Nr, T = d->T;
+  /* only gradients are written here: the parameters are not needed */
   float *dwte = d->grads + loom_param_offset(d, "embed.weight");
   size_t pe = loom_param_offset(d, "pos_embed.weight");
   if (pe != NONE)
@@ -121,16 +124,19 @@ static void xent_forward(loom_decoder *d, loom_acts *a, double *loss_sum, int *c
 
 void dec_head_forward(loom_decoder *d, loom_acts *a, const float *x, double *loss_sum,
                       int *count) {
+  dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_FWD);
   size_t fw = loom_param_offset(d, "final_norm.weight"), fb = loom_param_offset(d, "final_norm.bias");
   dec_norm_fwd(d, a->lnf, a->lnf_mean, a->lnf_rstd, x, fw, fb, d->Nr);
   const float *h = dec_gather_rows(d, a->lnf, a->lnf_full);
   dec_linear_fwd(d, a->logits, h, head_weight(d), NONE, d->N, d->spec.hidden, d->vloc);
   if (a->targets) xent_forward(d, a, loss_sum, count);
+  dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
 }
 
 /* dres (Nr,C) = gradient of the head's input for scale * sum(losses) */
 void dec_head_backward(loom_decoder *d, loom_acts *a, const float *x, float *dres, float scale) {
   int N = d->N, V = d->vloc, C = d->spec.hidden, real = real_columns(d);
+  dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_BWD);
   float *dl = d->s->dlogits;
   for (int r = 0; r < N; r++) {
     float *g = dl + (size_t)r * V;
@@ -157,4 +163,5 @@ void dec_head_backward(loom_decoder *d, loom_acts *a, const float *x, float *dre
   size_t fw = loom_param_offset(d, "final_norm.weight"), fb = loom_param_offset(d, "final_norm.bias");
   memset(dres, 0, (size_t)d->Nr * C * sizeof(float));
   dec_norm_bwd(d, dres, dn, x, a->lnf_mean, a->lnf_rstd, fw, fb, d->Nr);
+  dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
 }

@@ -42,6 +42,10 @@ typedef struct {
 block_offsets loom_block_offsets(const loom_decoder *d, int layer);
 size_t loom_param_offset(const loom_decoder *d, const char *name); /* NONE when absent */
 
+static inline void dec_params(loom_decoder *d, int unit, int event) {
+  if (d->param_hook) d->param_hook(d->param_hook_ctx, unit, event);
+}
+
 /* decoder_ops.c */
 void dec_linear_fwd(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
                     int M, int K, int N);

@@ -94,7 +94,7 @@ static int write_index(const char *dir, const loom_mesh *m, int zero, bool grads
   for (int r = 0; r < m->world; r++) {
     int dp = r / (m->tp * m->sp) % m->dp, sp = r / m->tp % m->sp;
     char name[64];
-    if (dp == 0 && sp == 0) {
+    if ((dp == 0 && sp == 0) || zero == 3) {
       snprintf(name, sizeof name, "model-r%05d.safetensors", r);
       json_array_append_new(model, json_string(name));
     }
@@ -125,9 +125,14 @@ static int save_rank_files(const char *tmp, loom_executor *ex, const loom_mesh *
   loom_grad_sync *gs = loom_exec_grad_sync(ex);
   size_t b, e;
   loom_grad_sync_owned(gs, &b, &e);
-  bool zero = cfg->parallel.zero > 0;
+  bool zero = cfg->parallel.zero > 0, zero3 = cfg->parallel.zero == 3;
   int rc = 0;
-  if (writes_params(m)) {
+  if (zero3) { /* every replica writes the parameter shard it owns */
+    section own = {"", loom_grad_sync_owned_params(gs), b, e};
+    char *p = file_name(tmp, "model", m->world, m->rank);
+    rc = write_sections(p, &d->layout, &own, 1, ts->step);
+    free(p);
+  } else if (writes_params(m)) {
     section all = {"", d->params, 0, d->layout.total};
     char *p = file_name(tmp, "model", m->world, m->rank);
     rc = write_sections(p, &d->layout, &all, 1, ts->step);

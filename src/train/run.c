@@ -190,7 +190,9 @@ static void report_memory(run_ctx *c) {
   size_t b, e;
   loom_grad_sync_owned(loom_exec_grad_sync(c->exec), &b, &e);
   const double MiB = 1048576.0;
-  float mine[4] = {(float)(d->layout.total * sizeof(float) * (d->bf16 ? 2 : 1) / MiB),
+  /* ZeRO-3 keeps the owned shard plus the layers gathered at a time (not counted here) */
+  size_t resident = c->cfg->parallel.zero == 3 ? e - b : d->layout.total;
+  float mine[4] = {(float)(resident * sizeof(float) * (d->bf16 ? 2 : 1) / MiB),
                    (float)(d->layout.total * sizeof(float) / MiB),
                    (float)(2.0 * (double)(e - b) * sizeof(float) / MiB),
                    (float)(d->arena_bytes / MiB)};
@@ -283,6 +285,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   } else {
     loom_decoder_init_params(d, (uint64_t)cfg->run.seed);
   }
+  loom_grad_sync_params_loaded(loom_exec_grad_sync(c->exec));
   if (!c->lead) return 0;
   char *mpath = loom_sprintf("%s/metrics.jsonl", c->run_dir);
   rc = o->resume ? truncate_metrics(mpath, c->state.step) : 0;

@@ -47,6 +47,17 @@ def expected(case):
         rs = ring_part(P, 2) * (A if kind == "zero2" else 1)  # ZeRO-2: after every micro-batch
         z["reduce-scatter"], z["all-gather"] = rs, ring_part(P, 2)
         ranks = [z, dict(z)]
+    elif kind == "zero3":
+        # parameters gathered per use: each block twice per micro-batch (forward, backward),
+        # the ends (embedding+positions, final norm) three times (embedding forward, head
+        # forward, head backward); block gradients reduce-scattered after every micro-batch,
+        # the ends' once per step
+        r16 = lambda n: (n + 15) // 16 * 16
+        ends = r16(VP * C) + r16(MAXSEQ * C) + 2 * r16(C)
+        blocks = layout_total() - ends
+        z["all-gather"] = ring_part(A * (2 * blocks + 3 * ends), 2)
+        z["reduce-scatter"] = ring_part(A * blocks + ends, 2)
+        ranks = [z, dict(z)]
     elif kind == "tp2":
         # per micro-batch: embedding, 2 per block forward, 2 per block backward, head backward
         # (N x C each), and the vocab-parallel softmax max (N) and sum/target (2N)
@@ -82,6 +93,7 @@ CASES = [
     {"kind": "dp2", "np": 2, "args": ["parallel.dp=2", "training.micro_batch_size=2"]},
     {"kind": "zero1", "np": 2, "args": ["parallel.dp=2", "parallel.zero=1", "training.micro_batch_size=2"]},
     {"kind": "zero2", "np": 2, "args": ["parallel.dp=2", "parallel.zero=2", "training.micro_batch_size=2"]},
+    {"kind": "zero3", "np": 2, "args": ["parallel.dp=2", "parallel.zero=3", "training.micro_batch_size=2"]},
     {"kind": "tp2", "np": 2, "args": ["parallel.tp=2"]},
     {"kind": "tp2_sp", "np": 2, "args": ["parallel.tp=2", "parallel.sp_mode=megatron"]},
     {"kind": "ulysses2", "np": 2, "args": ["parallel.sp=2"]},

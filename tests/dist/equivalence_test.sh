@@ -38,6 +38,9 @@ check_case g_dp2_zero1 2 "${GPT2[@]}" training.micro_batch_size=2 training.grad_
 check_case g_dp2_zero2 2 "${GPT2[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.zero=2
 check_case g_dp4_zero1 4 "${GPT2[@]}" training.micro_batch_size=1 training.grad_accum=2 parallel.dp=4 parallel.zero=1
 check_case g_dp4_zero2 4 "${GPT2[@]}" training.micro_batch_size=1 training.grad_accum=2 parallel.dp=4 parallel.zero=2
+check_case g_dp2_zero3 2 "${GPT2[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.zero=3
+check_case g_dp4_zero3 4 "${GPT2[@]}" training.micro_batch_size=1 training.grad_accum=2 parallel.dp=4 parallel.zero=3
+check_case g_dp2_pp2_zero3 4 "${GPT2[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.pp=2 parallel.zero=3
 check_case g_tp2 2 "${GPT2[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2
 check_case g_tp4 4 "${GPT2[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=4
 check_case g_tp2_megatron_sp 2 "${GPT2[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 parallel.sp_mode=megatron
@@ -60,10 +63,12 @@ check_case l_pp2_3layers_3mb 2 "${LLAMA[@]}" training.micro_batch_size=4 trainin
 check_case l_pp3_gpipe 3 "${LLAMA[@]}" training.micro_batch_size=4 training.grad_accum=3 parallel.pp=3 parallel.schedule=gpipe
 check_case l_ulysses2_dp2_zero1 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.sp=2 parallel.dp=2 parallel.zero=1
 check_case l_dp2_tp2_zero2 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.dp=2 parallel.tp=2 parallel.zero=2
+check_case l_dp2_tp2_megatron_zero3 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.dp=2 parallel.tp=2 parallel.sp_mode=megatron parallel.zero=3
 
 echo "bf16 with activation checkpointing"
 train lb_single 1 "${LLAMA[@]}" training.micro_batch_size=4 training.grad_accum=3 training.dtype=bf16 training.activation_checkpointing=true
 BASE=lb_single TOL=$BF16 WTOL=2e-2
 check_case lb_dp2 2 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 training.dtype=bf16 training.activation_checkpointing=true parallel.dp=2
+check_case lb_dp2_zero3 2 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 training.dtype=bf16 training.activation_checkpointing=true parallel.dp=2 parallel.zero=3
 check_case lb_tp2_pp2 4 "${LLAMA[@]}" training.micro_batch_size=4 training.grad_accum=3 training.dtype=bf16 training.activation_checkpointing=true parallel.tp=2 parallel.pp=2
 finish

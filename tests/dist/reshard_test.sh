@@ -30,6 +30,7 @@ resume_as pp2_1f1b 2 parallel.dp=1 parallel.tp=1 parallel.zero=0 parallel.pp=2 t
 resume_as tp2_megatron 2 parallel.dp=1 parallel.zero=0 parallel.sp_mode=megatron training.micro_batch_size=4
 resume_as dp2_zero2 2 parallel.tp=1 parallel.zero=2 training.micro_batch_size=2
 resume_as dp4_zero1 4 parallel.dp=4 parallel.tp=1 training.micro_batch_size=1
+resume_as dp2_zero3 2 parallel.tp=1 parallel.zero=3 training.micro_batch_size=2
 resume_as same_layout 4
 
 # same layout: bitwise (the uninterrupted run in that layout vs stop + resume)

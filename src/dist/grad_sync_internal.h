@@ -1,0 +1,51 @@
+/* Private to the gradient synchroniser (grad_sync.c) and its ZeRO-3 parameter manager
+ * (zero3.c). */
+#ifndef LOOM_GRAD_SYNC_INTERNAL_H
+#define LOOM_GRAD_SYNC_INTERNAL_H
+#include "loom/grad_sync.h"
+
+typedef struct {
+  size_t begin, end;      /* flat range */
+  int remaining;          /* layers whose last backward has not finished */
+  bool started;
+  loom_comm_request req;
+} bucket;
+
+/* ZeRO-3 gather unit: the tensors of one layer, or (index layers) the non-layer "ends". */
+typedef struct {
+  size_t range[2][2];     /* up to two flat ranges [begin, end) */
+  int nranges;
+  int refs;               /* users holding the gathered parameters */
+  bool resident;          /* gathered and not released */
+  bool inflight;          /* a prefetch is on its way */
+  void *req[2];           /* loom_comm_request of the prefetch, per range */
+  int *counts[2];         /* their per-replica counts (alive until the wait) */
+} z3_unit;
+
+struct loom_grad_sync {
+  loom_decoder *d;
+  const loom_mesh *m;
+  int zero;
+  bool seqpar, tied_pp;
+  int nb;
+  bucket *b;
+  int *layer_bucket;      /* (spec.layers) bucket of each global layer held, -1 otherwise */
+  int *param_layer;       /* (layout.count) global layer of each tensor, -1 for the ends */
+  /* ZeRO */
+  int *counts;            /* (grad_comm.size) owned floats per replica */
+  size_t own_begin, own_end;
+  float *gshard;          /* (own_end - own_begin) reduced gradient of the owned range */
+  /* ZeRO-3 */
+  float *pshard;          /* (own_end - own_begin) the owned parameters (fp32 master) */
+  z3_unit *units;         /* (spec.layers + 1): per global layer, then the ends */
+  size_t *rank_begin;     /* (grad_comm.size + 1) flat start of each replica's owned range */
+};
+
+int loom_gs_layer_of(const char *name);
+/* zero3.c */
+void loom_z3_setup(loom_grad_sync *g);
+void loom_z3_free(loom_grad_sync *g);
+void loom_z3_hook(void *ctx, int layer, int event);
+void loom_z3_reduce_ends(loom_grad_sync *g);
+void loom_gs_seqpar_reduce(loom_grad_sync *g, int layer);
+#endif
