@@ -49,6 +49,9 @@ for s in 1f1b gpipe; do
   check_case g_pp2_$s 2 "${GPT2[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.pp=2 parallel.schedule=$s
   check_case g_pp4_$s 4 "${GPT2[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.pp=4 parallel.schedule=$s
 done
+# a user-written schedule (zero-bubble style, backward split into input and weight halves)
+check_case g_pp2_custom_schedule 2 "${GPT2[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.pp=2 \
+  parallel.schedule_file="$(cd "$(dirname "$0")/../sched/fixtures" && pwd)/custom_zb.txt"
 check_case g_pp2_interleaved_vpp2 2 "${GPT2[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.pp=2 parallel.vpp=2 parallel.schedule=interleaved
 check_case g_dp2_tp2 4 "${GPT2[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.tp=2
 check_case g_pp2_tp2 4 "${GPT2[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.pp=2 parallel.tp=2
