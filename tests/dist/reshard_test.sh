@@ -56,4 +56,19 @@ for want in ("forward chunk=0 mb=0", "backward chunk=0 mb=1", "send-act chunk=0 
     assert want in names, (want, sorted(names)[:20])
 assert any(e["tid"] == 1 and e["args"].get("bytes", 0) > 0 for e in x), "no collective with bytes"
 PY
+# data parallelism overlaps gradient reduction with the backward: with one bucket per layer,
+# the first bucket's all-reduce starts before the last backward instruction ends
+train overlap 2 "${M[@]}" training.micro_batch_size=2 parallel.dp=2 parallel.bucket_mb=0.01 \
+  training.steps=1 checkpoint.every=0 --trace "$WORK/overlap.json"
+/usr/bin/python3 - "$WORK/overlap.json" <<'PY' && pass || fail "gradient buckets do not overlap the backward"
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X" and e["pid"] == 0]
+buckets = [e for e in ev if e["name"].startswith("all-reduce (gradient bucket)")]
+backward = [e for e in ev if e["tid"] == 0 and e["name"].startswith("backward")]
+assert len(buckets) >= 4, len(buckets)           # one per layer
+last_bwd_end = max(e["ts"] + e["dur"] for e in backward)
+first_bucket = min(e["ts"] for e in buckets)
+assert first_bucket < last_bwd_end, (first_bucket, last_bwd_end)
+print(f"  overlap: {len(buckets)} buckets, the first issued {last_bwd_end - first_bucket:.0f} us before the backward ended")
+PY
 finish
