@@ -26,6 +26,35 @@
 
 typedef enum { LOOM_ARCH_GPT2 = 0, LOOM_ARCH_LLAMA = 1 } loom_arch;
 
+/* Vision encoder of a vision-language model (none for text-only models).
+ *  qwen:  Qwen2.5-VL ViT — patch embedding of 3 x temporal x patch x patch values (no bias),
+ *         2D rotary positions, RMSNorm, SwiGLU MLP with biases, window attention (windows of
+ *         `window` pixels) except in `full_layers`, and the patch merger (RMSNorm, 2x2
+ *         neighbours concatenated, Linear-GELU-Linear to the text hidden size).
+ *  llava: ViT with learned positions for a fixed image size, LayerNorm, GELU MLP, full
+ *         attention, a final LayerNorm, and a Linear-GELU-Linear projector; one token per patch.
+ * Parameters are named vision.* and live in the same flat buffer as the text model's. */
+typedef enum { LOOM_VISION_NONE = 0, LOOM_VISION_QWEN = 1, LOOM_VISION_LLAVA = 2 } loom_vision_arch;
+
+typedef struct {
+  loom_vision_arch arch;
+  int hidden;          /* Cv */
+  int depth;
+  int heads;
+  int intermediate;
+  int patch;           /* 14 */
+  int temporal;        /* frames per patch: 2 (qwen, still images repeat the frame), 1 (llava) */
+  int merge;           /* patches merged per side: 2 (qwen), 1 (llava) */
+  int window;          /* window attention size in pixels (qwen) */
+  int image_size;      /* llava: fixed input size in pixels */
+  int n_full;
+  int full_layers[16]; /* qwen: blocks with full attention */
+  double rope_theta;
+  double norm_eps;
+  int mrope_section[3]; /* text multimodal rotary sections (t, h, w) in frequency pairs; all 0
+                           = plain 1D rotary */
+} loom_vision_spec;
+
 typedef struct {
   loom_arch arch;
   int vocab_size;     /* V: real tokens */
@@ -42,11 +71,14 @@ typedef struct {
   bool qkv_bias;
   bool tied_embeddings;
   double init_std;
+  loom_vision_spec vision;
 } loom_model_spec;
 
 /* Fill spec from a preset name ("gpt2-124m", "qwen2.5-0.5b", "tiny-gpt2", "tiny-llama", ...).
  * Returns -1 with a message listing the presets when the name is unknown. */
 int loom_model_preset(loom_model_spec *spec, const char *name);
+/* Values per patch fed to the vision encoder: 3 * temporal * patch * patch (1176 for Qwen). */
+int loom_vision_patch_values(const loom_vision_spec *v);
 /* Print the preset names and dims, one per line. */
 void loom_model_list_presets(void);
 /* Resolve config.model (preset + explicit dims) into a spec and check it: heads dividing
@@ -66,6 +98,8 @@ typedef struct {
   size_t numel;
   bool decay;      /* weight decay applies (matrices); false for norms and biases */
   bool tp_replicated; /* same values on every tp rank (norms, row-parallel biases, positions) */
+  bool seq_partial;   /* gradient partial per tp rank under Megatron sequence parallelism (the
+                         text model's tp-replicated tensors; not the vision encoder's) */
 } loom_param;
 
 /* What one rank holds of the model: tensor-parallel slice, sequence parallelism, and the

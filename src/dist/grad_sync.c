@@ -137,7 +137,7 @@ void loom_gs_seqpar_reduce(loom_grad_sync *g, int layer) {
   loom_decoder *d = g->d;
   for (int i = 0; i < d->layout.count; i++) {
     const loom_param *p = &d->layout.params[i];
-    if (p->tp_replicated && g->param_layer[i] == layer)
+    if (p->seq_partial && g->param_layer[i] == layer)
       loom_comm_allreduce_f32(&g->m->tp_comm, d->grads + p->offset, p->numel, LOOM_OP_SUM);
   }
 }

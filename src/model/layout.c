@@ -44,6 +44,7 @@ static void add(builder *b, const char *name, int rows, int cols, bool decay, in
     if (local_vocab) p->gshape[0] = local_vocab * tp;
   }
   p->tp_replicated = split_dim < 0;
+  p->seq_partial = split_dim < 0 && strncmp(name, "vision.", 7) != 0;
   p->numel = (size_t)p->shape[0] * (size_t)(cols > 0 ? p->shape[1] : 1);
   p->offset = lay->total;
   p->decay = decay;
@@ -81,6 +82,66 @@ static void add_layer(builder *b, const loom_model_spec *s, int l) {
 #undef L
 }
 
+/* The vision encoder's tensors (replicated on every tensor-parallel rank). */
+static void add_vision(builder *b, const loom_model_spec *s) {
+  const loom_vision_spec *v = &s->vision;
+  int Cv = v->hidden, I = v->intermediate, C = s->hidden;
+  bool qwen = v->arch == LOOM_VISION_QWEN;
+  char n[96];
+#define V(fmt, i, rows, cols, decay)                 \
+  do {                                               \
+    snprintf(n, sizeof n, fmt, i);                   \
+    add(b, n, rows, cols, decay, -1, 0);             \
+  } while (0)
+  V("vision.patch_embed.weight%.0d", 0, Cv, loom_vision_patch_values(v), true);
+  if (!qwen) {
+    V("vision.patch_embed.bias%.0d", 0, Cv, 0, false);
+    int side = v->image_size / v->patch;
+    V("vision.pos_embed.weight%.0d", 0, side * side, Cv, true);
+  }
+  for (int i = 0; i < v->depth; i++) {
+    V("vision.blocks.%d.attn_norm.weight", i, Cv, 0, false);
+    if (!qwen) V("vision.blocks.%d.attn_norm.bias", i, Cv, 0, false);
+    V("vision.blocks.%d.attn.q.weight", i, Cv, Cv, true);
+    V("vision.blocks.%d.attn.q.bias", i, Cv, 0, false);
+    V("vision.blocks.%d.attn.k.weight", i, Cv, Cv, true);
+    V("vision.blocks.%d.attn.k.bias", i, Cv, 0, false);
+    V("vision.blocks.%d.attn.v.weight", i, Cv, Cv, true);
+    V("vision.blocks.%d.attn.v.bias", i, Cv, 0, false);
+    V("vision.blocks.%d.attn.o.weight", i, Cv, Cv, true);
+    V("vision.blocks.%d.attn.o.bias", i, Cv, 0, false);
+    V("vision.blocks.%d.mlp_norm.weight", i, Cv, 0, false);
+    if (!qwen) V("vision.blocks.%d.mlp_norm.bias", i, Cv, 0, false);
+    if (qwen) {
+      V("vision.blocks.%d.mlp.gate.weight", i, I, Cv, true);
+      V("vision.blocks.%d.mlp.gate.bias", i, I, 0, false);
+    }
+    V("vision.blocks.%d.mlp.up.weight", i, I, Cv, true);
+    V("vision.blocks.%d.mlp.up.bias", i, I, 0, false);
+    V("vision.blocks.%d.mlp.down.weight", i, Cv, I, true);
+    V("vision.blocks.%d.mlp.down.bias", i, Cv, 0, false);
+  }
+  int in = Cv * v->merge * v->merge;
+  if (qwen) {
+    V("vision.merger.norm.weight%.0d", 0, Cv, 0, false);
+    V("vision.merger.fc1.weight%.0d", 0, in, in, true);
+    V("vision.merger.fc1.bias%.0d", 0, in, 0, false);
+    V("vision.merger.fc2.weight%.0d", 0, C, in, true);
+  } else {
+    V("vision.post_norm.weight%.0d", 0, Cv, 0, false);
+    V("vision.post_norm.bias%.0d", 0, Cv, 0, false);
+    V("vision.merger.fc1.weight%.0d", 0, C, in, true);
+    V("vision.merger.fc1.bias%.0d", 0, C, 0, false);
+    V("vision.merger.fc2.weight%.0d", 0, C, C, true);
+  }
+  V("vision.merger.fc2.bias%.0d", 0, C, 0, false);
+#undef V
+}
+
+int loom_vision_patch_values(const loom_vision_spec *v) {
+  return 3 * (v->temporal > 0 ? v->temporal : 1) * v->patch * v->patch;
+}
+
 void loom_shard_full(loom_shard *sh, const loom_model_spec *spec) {
   memset(sh, 0, sizeof *sh);
   sh->tp = sh->sp = 1;
@@ -105,6 +166,7 @@ int loom_param_layout_build_shard(loom_param_layout *lay, const loom_model_spec 
   if (embed || (head && s->tied_embeddings))
     add(&b, "embed.weight", s->padded_vocab, C, true, 0, sh->tp > 1 ? vloc : 0);
   if (embed && gpt2) add(&b, "pos_embed.weight", s->max_seq, C, true, -1, 0);
+  if (embed && s->vision.arch != LOOM_VISION_NONE) add_vision(&b, s);
   for (int c = 0; c < sh->n_chunks; c++)
     for (int l = sh->chunk_first[c]; l < sh->chunk_last[c]; l++) add_layer(&b, s, l);
   if (head) {

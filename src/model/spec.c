@@ -14,17 +14,27 @@ typedef struct {
 
 /* arch, V, Vp(0: derived), C, L, Hq, Hkv, D(0: C/Hq), I, max_seq, eps, theta, qkv_bias, tied, std */
 static const preset presets[] = {
-    {"gpt2-124m", "GPT-2 small", {LOOM_ARCH_GPT2, 50257, 0, 768, 12, 12, 12, 0, 3072, 1024, 1e-5, 0, true, true, 0.02}},
-    {"gpt2-350m", "GPT-2 medium", {LOOM_ARCH_GPT2, 50257, 0, 1024, 24, 16, 16, 0, 4096, 1024, 1e-5, 0, true, true, 0.02}},
-    {"gpt2-774m", "GPT-2 large", {LOOM_ARCH_GPT2, 50257, 0, 1280, 36, 20, 20, 0, 5120, 1024, 1e-5, 0, true, true, 0.02}},
-    {"gpt2-1558m", "GPT-2 XL", {LOOM_ARCH_GPT2, 50257, 0, 1600, 48, 25, 25, 0, 6400, 1024, 1e-5, 0, true, true, 0.02}},
-    {"qwen2.5-0.5b", "Qwen2.5-0.5B", {LOOM_ARCH_LLAMA, 151936, 0, 896, 24, 14, 2, 0, 4864, 32768, 1e-6, 1000000.0, true, true, 0.02}},
-    {"qwen2.5-1.5b", "Qwen2.5-1.5B", {LOOM_ARCH_LLAMA, 151936, 0, 1536, 28, 12, 2, 0, 8960, 32768, 1e-6, 1000000.0, true, true, 0.02}},
-    {"qwen2.5-7b", "Qwen2.5-7B", {LOOM_ARCH_LLAMA, 152064, 0, 3584, 28, 28, 4, 0, 18944, 32768, 1e-6, 1000000.0, true, false, 0.02}},
-    {"llama3-8b", "Llama 3 8B", {LOOM_ARCH_LLAMA, 128256, 0, 4096, 32, 32, 8, 0, 14336, 8192, 1e-5, 500000.0, false, false, 0.02}},
-    {"tiny-gpt2", "tiny GPT-2 for the demo and tests", {LOOM_ARCH_GPT2, 512, 0, 128, 4, 4, 4, 0, 512, 256, 1e-5, 0, true, true, 0.02}},
-    {"tiny-llama", "tiny Llama (GQA, untied, no bias)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, false, false, 0.02}},
-    {"tiny-qwen2", "tiny Qwen2 (GQA, QKV bias, tied)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, true, true, 0.02}},
+    {"gpt2-124m", "GPT-2 small", {LOOM_ARCH_GPT2, 50257, 0, 768, 12, 12, 12, 0, 3072, 1024, 1e-5, 0, true, true, 0.02, {0}}},
+    {"gpt2-350m", "GPT-2 medium", {LOOM_ARCH_GPT2, 50257, 0, 1024, 24, 16, 16, 0, 4096, 1024, 1e-5, 0, true, true, 0.02, {0}}},
+    {"gpt2-774m", "GPT-2 large", {LOOM_ARCH_GPT2, 50257, 0, 1280, 36, 20, 20, 0, 5120, 1024, 1e-5, 0, true, true, 0.02, {0}}},
+    {"gpt2-1558m", "GPT-2 XL", {LOOM_ARCH_GPT2, 50257, 0, 1600, 48, 25, 25, 0, 6400, 1024, 1e-5, 0, true, true, 0.02, {0}}},
+    {"qwen2.5-0.5b", "Qwen2.5-0.5B", {LOOM_ARCH_LLAMA, 151936, 0, 896, 24, 14, 2, 0, 4864, 32768, 1e-6, 1000000.0, true, true, 0.02, {0}}},
+    {"qwen2.5-1.5b", "Qwen2.5-1.5B", {LOOM_ARCH_LLAMA, 151936, 0, 1536, 28, 12, 2, 0, 8960, 32768, 1e-6, 1000000.0, true, true, 0.02, {0}}},
+    {"qwen2.5-7b", "Qwen2.5-7B", {LOOM_ARCH_LLAMA, 152064, 0, 3584, 28, 28, 4, 0, 18944, 32768, 1e-6, 1000000.0, true, false, 0.02, {0}}},
+    {"llama3-8b", "Llama 3 8B", {LOOM_ARCH_LLAMA, 128256, 0, 4096, 32, 32, 8, 0, 14336, 8192, 1e-5, 500000.0, false, false, 0.02, {0}}},
+    {"tiny-gpt2", "tiny GPT-2 for the demo and tests", {LOOM_ARCH_GPT2, 512, 0, 128, 4, 4, 4, 0, 512, 256, 1e-5, 0, true, true, 0.02, {0}}},
+    {"tiny-llama", "tiny Llama (GQA, untied, no bias)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, false, false, 0.02, {0}}},
+    {"tiny-qwen2", "tiny Qwen2 (GQA, QKV bias, tied)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, true, true, 0.02, {0}}},
+    /* vision-language: Qwen2.5-VL (text: Qwen2.5 with multimodal rotary sections 16/24/24;
+     * vision: 32 blocks, hidden 1280, 16 heads, full attention in blocks 7/15/23/31) */
+    {"qwen2.5-vl-7b", "Qwen2.5-VL-7B", {LOOM_ARCH_LLAMA, 152064, 0, 3584, 28, 28, 4, 0, 18944, 128000, 1e-6, 1000000.0, true, false, 0.02,
+      {LOOM_VISION_QWEN, 1280, 32, 16, 3420, 14, 2, 2, 112, 0, 4, {7, 15, 23, 31}, 10000.0, 1e-6, {16, 24, 24}}}},
+    {"qwen2.5-vl-32b", "Qwen2.5-VL-32B", {LOOM_ARCH_LLAMA, 152064, 0, 5120, 64, 40, 8, 0, 27648, 128000, 1e-6, 1000000.0, true, false, 0.02,
+      {LOOM_VISION_QWEN, 1280, 32, 16, 3456, 14, 2, 2, 112, 0, 4, {7, 15, 23, 31}, 10000.0, 1e-6, {16, 24, 24}}}},
+    {"tiny-qwen2.5-vl", "tiny Qwen2.5-VL (window attention, merger, M-RoPE)", {LOOM_ARCH_LLAMA, 512, 0, 64, 2, 4, 2, 0, 128, 1024, 1e-6, 10000.0, true, true, 0.02,
+      {LOOM_VISION_QWEN, 32, 2, 2, 64, 14, 2, 2, 56, 0, 1, {1}, 10000.0, 1e-6, {2, 3, 3}}}},
+    {"tiny-llava", "tiny LLaVA (ViT with learned positions + MLP projector)", {LOOM_ARCH_LLAMA, 512, 0, 64, 2, 4, 2, 0, 128, 1024, 1e-6, 10000.0, false, false, 0.02,
+      {LOOM_VISION_LLAVA, 32, 2, 2, 64, 14, 1, 1, 0, 112, 0, {0}, 10000.0, 1e-5, {0, 0, 0}}}},
 };
 #define N_PRESETS (int)(sizeof presets / sizeof presets[0])
 
@@ -119,7 +129,35 @@ int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *
   return loom_model_spec_check(spec);
 }
 
+static int vision_check(const loom_model_spec *s) {
+  const loom_vision_spec *v = &s->vision;
+  if (v->arch == LOOM_VISION_NONE) return 0;
+  if (v->hidden <= 0 || v->depth <= 0 || v->heads <= 0 || v->intermediate <= 0 || v->patch <= 0)
+    return loom_err("vision: hidden, depth, heads, intermediate and patch must be positive");
+  if (v->hidden % v->heads)
+    return loom_err("vision.heads (%d) must divide vision.hidden (%d)", v->heads, v->hidden);
+  int D = v->hidden / v->heads;
+  if (v->arch == LOOM_VISION_QWEN && D % 4)
+    return loom_err("vision head size %d must be a multiple of 4 for 2D rotary positions", D);
+  int sum = v->mrope_section[0] + v->mrope_section[1] + v->mrope_section[2];
+  if (sum && sum != s->head_dim / 2)
+    return loom_err("multimodal rotary sections %d+%d+%d must add up to head_dim/2 = %d",
+                    v->mrope_section[0], v->mrope_section[1], v->mrope_section[2], s->head_dim / 2);
+  if (v->arch == LOOM_VISION_QWEN && (v->window % (v->patch * v->merge)))
+    return loom_err("vision window %d px must be a multiple of patch*merge = %d", v->window,
+                    v->patch * v->merge);
+  if (v->arch == LOOM_VISION_LLAVA && (v->image_size <= 0 || v->image_size % v->patch))
+    return loom_err("llava vision image size %d must be a positive multiple of the patch %d",
+                    v->image_size, v->patch);
+  for (int i = 0; i < v->n_full; i++)
+    if (v->full_layers[i] < 0 || v->full_layers[i] >= v->depth)
+      return loom_err("vision full-attention block %d is outside 0..%d", v->full_layers[i],
+                      v->depth - 1);
+  return 0;
+}
+
 int loom_model_spec_check(const loom_model_spec *s) {
+  if (vision_check(s)) return LOOM_ERR;
   const struct {
     const char *key;
     long v;

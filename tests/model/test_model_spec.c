@@ -21,6 +21,13 @@ static void test_param_counts(void) {
         "qwen2.5-0.5b dims");
   CHECK(loom_model_count_params(&s, false) == 494032768ull, "qwen %zu",
         loom_model_count_params(&s, false));
+  /* Qwen2.5-VL: the released checkpoints hold 8.29B (7B) and 33.5B (32B) parameters */
+  CHECK(loom_model_preset(&s, "qwen2.5-vl-7b") == 0, "%s", loom_errmsg());
+  CHECK(fabs((double)loom_model_count_params(&s, false) - 8.29e9) < 0.005e9, "qwen2.5-vl-7b %zu",
+        loom_model_count_params(&s, false));
+  CHECK(loom_model_preset(&s, "qwen2.5-vl-32b") == 0, "%s", loom_errmsg());
+  CHECK(fabs((double)loom_model_count_params(&s, false) - 33.45e9) < 0.05e9, "qwen2.5-vl-32b %zu",
+        loom_model_count_params(&s, false));
   CHECK(loom_model_preset(&s, "nope") != 0 && strstr(loom_errmsg(), "gpt2-124m"),
         "unknown preset lists presets: %s", loom_errmsg());
 }

@@ -23,6 +23,16 @@ foreach(case ${LOOM_TORCH_CASES})
     WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
   set_tests_properties(${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
 endforeach()
+add_executable(loom_vision_dump ${CMAKE_SOURCE_DIR}/tests/torch/vision_dump.c)
+target_link_libraries(loom_vision_dump PRIVATE loomlib)
+foreach(preset tiny-qwen2.5-vl tiny-llava)
+  foreach(dt fp32 bf16)
+    add_test(NAME torch_vision_${preset}_${dt}
+      COMMAND sh -c "$<TARGET_FILE:loom_vision_dump> vision_${preset}_${dt}.safetensors ${preset} ${dt} && ${LOOM_PYTHON} ${LOOM_TORCH_DIR}/check_vision.py vision_${preset}_${dt}.safetensors"
+      WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+    set_tests_properties(torch_vision_${preset}_${dt} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+  endforeach()
+endforeach()
 add_test(NAME torch_checker_selftest COMMAND ${LOOM_PYTHON} ${LOOM_TORCH_DIR}/selftest.py
   WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(torch_checker_selftest PROPERTIES TIMEOUT 300)

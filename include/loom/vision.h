@@ -1,0 +1,31 @@
+/* The vision encoder of a vision-language model (Qwen2.5-VL ViT or LLaVA-style ViT, see
+ * loom_vision_spec in model.h): forward from image patches to tokens in the text model's
+ * hidden size, and backward into the vision.* gradients of the decoder's flat buffer.
+ *
+ * Input: the patches of a batch's images concatenated in image order, each image's patches in
+ * the order its preprocessing produced (for Qwen: grid_t, then 2x2 merge blocks row-major,
+ * patches inside a block row-major — so 4 consecutive patches form one merged token). */
+#ifndef LOOM_VISION_H
+#define LOOM_VISION_H
+#include "loom/decoder.h"
+
+typedef struct {
+  int n_images;
+  const int (*grid)[3];   /* (n_images) t, h, w in patches */
+  const float *pixels;    /* (n_patches, loom_vision_patch_values) normalised pixel values */
+  int n_patches;          /* sum of t*h*w */
+} loom_vision_input;
+
+typedef struct loom_vision loom_vision;
+
+/* Plan buffers for up to max_patches patches per forward. */
+int loom_vision_create(loom_vision **out, loom_decoder *d, int max_patches);
+void loom_vision_free(loom_vision *v);
+/* Tokens an image of (t, h, w) patches becomes: t*h*w / merge^2. */
+int loom_vision_tokens(const loom_vision_spec *s, int t, int h, int w);
+/* out (tokens, text hidden): the image tokens in image order. Errors for grids the encoder
+ * cannot take (not multiples of merge, llava size mismatch, more patches than planned). */
+int loom_vision_forward(loom_vision *v, const loom_vision_input *in, float *out);
+/* dout (tokens, text hidden): gradient of the forward's output; accumulates into d->grads. */
+void loom_vision_backward(loom_vision *v, const float *dout);
+#endif
