@@ -7,9 +7,11 @@ LOOM := $(BUILD)/loom
 DEMO_DATA := data/demo
 
 # Debian packages needed to build and test (python3-torch: the PyTorch reference checks;
-# nodejs/npm: the JavaScript tokenizer cross-checks; Open MPI: ranks).
+# nodejs/npm: the JavaScript tokenizer cross-checks; Open MPI: ranks; libjpeg-turbo: images;
+# python3-pil: the image-preprocessing reference check; libdnnl-dev: oneDNN GEMMs).
 DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjansson-dev \
-  libopenblas-dev libsqlite3-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy
+  libopenblas-dev libsqlite3-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy \
+  libjpeg62-turbo-dev python3-pil libdnnl-dev
 
 .PHONY: all build deps demo demo-data test test-asan clean
 

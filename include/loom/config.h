@@ -56,12 +56,22 @@ typedef struct {
   char dtype[8];               /* fp32 | bf16 (bf16 matmul inputs, fp32 master weights) */
   bool activation_checkpointing; /* recompute each block in backward */
   bool decay_norms_and_biases; /* false: no weight decay on norms, biases */
+  bool freeze_vision;          /* vision-language: keep the vision encoder fixed */
+  bool freeze_projector;       /* ... the merger / projector */
+  bool freeze_lm;              /* ... the language model (two-stage training, seed 004) */
   long log_every;              /* train.log / progress cadence in steps (metrics: every step) */
 } loom_config_training;
 
 typedef struct {
   char train_shards[LOOM_STR_MAX]; /* token shard file, directory or glob */
   char tokenizer[LOOM_STR_MAX];    /* tokenizer.json (for decoding samples; optional) */
+  /* vision-language data (include/loom/vqa.h), used when format is "vqa" */
+  char format[16];                 /* tokens | vqa */
+  char vqa_path[LOOM_STR_MAX];     /* prepared Energon-style dir or LLaVA .json/.jsonl */
+  char split[16];                  /* train | val | test (prepared dirs) */
+  long image_min_pixels;           /* smart_resize lower bound (56*56) */
+  long image_max_pixels;           /* smart_resize upper bound (28*28*1280) */
+  bool skip_bad_samples;           /* skip and count bad samples instead of stopping */
 } loom_config_data;
 
 /* Hybrid parallelism: a mesh (pp, dp, sp, tp; tp innermost) whose product is the number of

@@ -44,6 +44,13 @@ typedef struct {
   float *losses;            /* (N) per-token loss, 0 where ignored */
   const int32_t *tokens;    /* (B, T) whole sequences of the micro-batch (not owned) */
   const int32_t *targets;   /* (B, T) */
+  /* vision-language models (set by the caller before forward; not owned) */
+  const int32_t *mrope_pos; /* (3, B, T) multimodal rotary positions, NULL: plain 1D */
+  const int *inject_slot;   /* (B*T) row of inject_feats replacing that token's embedding, or -1 */
+  const float *inject_feats; /* (n, C) vision tokens */
+  float *inject_grads;      /* (n, C) receives their gradients in backward */
+  double *mcos, *msin;      /* (N, D/2) rotary table of mrope_pos (planned when the model has
+                               multimodal rotary sections) */
 } loom_acts;
 
 typedef struct {

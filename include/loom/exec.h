@@ -29,6 +29,15 @@ int loom_exec_stage_split(const loom_config_parallel *p, int layers, int *first)
  * its tp/sp/pp peers). Fills loss (global token mean over every rank), grad norm, lr. */
 void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *targets,
                     loom_step_result *r);
+/* Vision-language models: the micro-batches of the next step (A pointers; tokens and targets
+ * passed to loom_exec_step must be their input_ids/targets). The first chunk runs the vision
+ * encoder on each micro-batch's images and puts its tokens in place of the image pads; the
+ * text model uses the batch's multimodal rotary positions. */
+struct loom_vqa_batch_s;
+void loom_exec_set_vision_batches(loom_executor *ex, const void *const *vqa_batches);
+/* Forward only (evaluation; pipeline-free layouts): the logits of one micro-batch, (B*T, vloc)
+ * of this rank's vocabulary slice; vqa_batch for vision-language models, else NULL. */
+const float *loom_exec_forward_only(loom_executor *ex, const int32_t *tokens, const void *vqa_batch);
 /* Instruction trace hook: called before/after each instruction (for --trace). */
 typedef void (*loom_exec_trace_fn)(void *ctx, const loom_instr *in, double t0, double t1);
 void loom_exec_set_trace(loom_executor *ex, loom_exec_trace_fn fn, void *ctx);

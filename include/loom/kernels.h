@@ -92,4 +92,146 @@ void loom_round_bf16_f32(float *dst, const float *src, size_t n);
 /* sum of squares in double (for global gradient norms). */
 double loom_sumsq_f32(const float *x, size_t n);
 
+
+/* ======== Fast paths: what the decoder runs ==================================================
+ * Each is checked against the reference instantiation above (tests/kernels/test_fast_*.c).
+ * Vectorised with AVX-512 where the CPU has it (chosen at run time), portable C otherwise;
+ * OpenMP over independent outputs in a fixed order, so results do not depend on the number
+ * of threads (the GEMM libraries excepted). Unlike the reference backward functions, fast
+ * kernels documented as "writes" overwrite their outputs (no zeroing pass needed). */
+
+/* Code path of the fast kernels: "avx512" or "generic" (portable C; LOOM_SIMD=generic forces
+ * it). loom_kernels_force_generic(1) switches to the portable path, (0) back to detection. */
+const char *loom_kernels_simd(void);
+void loom_kernels_force_generic(int on);
+
+/* ---- GEMM backends (src/kernels/gemm.c, gemm_onednn.c) ----------------------------------- */
+typedef enum { LOOM_GEMM_ONEDNN = 0, LOOM_GEMM_OPENBLAS = 1 } loom_gemm_backend;
+/* The backend in use: set by loom_gemm_set_backend, else LOOM_GEMM=onednn|openblas from the
+ * environment, else oneDNN. Set it before the first GEMM of a process (bench switches it). */
+loom_gemm_backend loom_gemm_get_backend(void);
+void loom_gemm_set_backend(loom_gemm_backend b);
+const char *loom_gemm_backend_name(loom_gemm_backend b);
+/* Parse "onednn" | "openblas"; -1 when unknown. */
+int loom_gemm_backend_parse(const char *s);
+/* 1 when bf16 GEMMs run natively (oneDNN: AMX, AVX512-BF16 or its avx512_core emulation);
+ * 0 when the caller must widen bf16 values to fp32 and use loom_gemm_f32 (OpenBLAS). */
+int loom_gemm_bf16_native(void);
+/* The instruction set oneDNN dispatches to ("avx512_core_amx", "avx512_core_bf16", ...).
+ * AMX is enabled at first use unless ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA say otherwise. */
+const char *loom_gemm_isa(void);
+/* C(M,N) = op(A) @ op(B) (+ bias(N) on every row) + beta * C, row-major, fp32 accumulation.
+ * op(A) is (M,K): A stored (M,K) with row stride lda, or when ta (K,M) with row stride lda;
+ * op(B) is (K,N): B stored (K,N) with row stride ldb, or when tb (N,K) with row stride ldb.
+ * bias may be NULL (and must be NULL when beta != 0). A linear layer's forward is
+ * (ta=0, tb=1), its input gradient (0,0) and its weight gradient (1,0). */
+void loom_gemm_f32(int ta, int tb, int M, int N, int K, const float *A, int lda,
+                   const float *B, int ldb, const float *bias, float beta, float *C, int ldc);
+/* Same with bf16 operands (uint16 bit patterns) and fp32 C; only when loom_gemm_bf16_native. */
+void loom_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                    const uint16_t *B, int ldb, const float *bias, float beta, float *C,
+                    int ldc);
+/* Primitive cache of the oneDNN backend (one entry per shape and role), for bench output. */
+int loom_gemm_cache_entries(void);
+
+/* ---- bf16 conversion (src/kernels/fast_bf16.c) ------------------------------------------- */
+/* dst(n) = bf16(src(n)), round to nearest even, NaN kept quiet, subnormals kept (exactly
+ * loom_f32_to_bf16 of core.h). dst may overlay src when dst == (uint16_t *)src (in place,
+ * the bf16 values land in the first half of the float storage). */
+void loom_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+/* rows of a (rows, cols) matrix with row strides ld_src floats / ld_dst bf16 values */
+void loom_f32_to_bf16_rows(uint16_t *dst, size_t ld_dst, const float *src, size_t ld_src,
+                           int rows, int cols);
+
+/* ---- flash attention (src/kernels/flash_fwd.c, flash_bwd.c, flash_tile*.c) ---------------- */
+/* Which keys s a query t of the same sequence sees:
+ *   causal = 1: s <= t;  window > 0: additionally t - s < window (causal sliding window:
+ *   s in [t-window+1, t]) or |t - s| < window when not causal (bidirectional window, vision);
+ *   window = 0: no window (causal = 0, window = 0: full attention). */
+typedef struct {
+  int causal;
+  int window;
+} loom_attn_mask;
+/* q (B,T,Hq,D), k, v (B,T,Hkv,D) -> out (B,T,Hq,D), lse (B,Hq,T), scale 1/sqrt(D), GQA as
+ * loom_attention_forward_f32. Tiled with an online softmax: nothing of size T x T is stored,
+ * key tiles outside the mask are skipped. Writes out and lse. */
+void loom_flash_attention_forward_f32(float *out, float *lse, const float *q, const float *k,
+                                      const float *v, int B, int T, int Hq, int Hkv, int D,
+                                      loom_attn_mask mask);
+/* Writes dq (B,T,Hq,D), dk, dv (B,T,Hkv,D) (any may not be NULL). work: B*Hq*T floats of
+ * scratch (the per-row dout.out). Parallel over (batch, kv head); deterministic. */
+void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const float *dout,
+                                       const float *out, const float *lse, const float *q,
+                                       const float *k, const float *v, int B, int T, int Hq,
+                                       int Hkv, int D, loom_attn_mask mask, float *work);
+/* Reference of the same masks, for the tests (double: finite differences; float: checks):
+ * the explicit masked softmax row by row, accumulate (+=) in backward like every reference. */
+void loom_attention_masked_forward_f64(double *out, double *lse, const double *q,
+                                       const double *k, const double *v, int B, int T, int Hq,
+                                       int Hkv, int D, loom_attn_mask mask);
+void loom_attention_masked_backward_f64(double *dq, double *dk, double *dv, const double *dout,
+                                        const double *out, const double *lse, const double *q,
+                                        const double *k, const double *v, int B, int T, int Hq,
+                                        int Hkv, int D, loom_attn_mask mask);
+
+/* ---- fused memory-bound kernels (src/kernels/fast_norm.c, fast_act.c, fast_misc.c) -------- */
+/* Residual + norm forward over N rows of C: r = x + res (+ bias) (res and bias may be NULL;
+ * r may alias x or res; with res == NULL and bias == NULL r is not written and may be NULL),
+ * then y = LayerNorm(r; w, b) with mean, rstd saved (b may be NULL), or when mean == NULL
+ * y = RMSNorm(r; w) with rstd saved. */
+void loom_add_norm_forward_f32(float *r, float *y, float *mean, float *rstd, const float *x,
+                               const float *res, const float *bias, const float *w,
+                               const float *b, int N, int C, float eps);
+/* Norm backward, same contract as the reference (dx, dw, db accumulate; mean == NULL: RMSNorm,
+ * db ignored). */
+void loom_norm_backward_fast_f32(float *dx, float *dw, float *db, const float *dy, const float *x,
+                                 const float *w, const float *mean, const float *rstd, int N,
+                                 int C);
+/* Residual add: y = x + a (+ bias on every row) over (N,C) (y may alias x or a; bias may be
+ * NULL). */
+void loom_residual_add_f32(float *y, const float *x, const float *a, const float *bias, int N,
+                           int C);
+/* y = s * x over n values (y may alias x) */
+void loom_scale_f32(float *y, const float *x, float s, size_t n);
+/* db(C) += column sums of dy (N,C); deterministic for any thread count */
+void loom_bias_grad_f32(float *db, const float *dy, int N, int C);
+/* Bias + GELU (tanh form): u += bias (per row of C, bias may be NULL), then act = gelu(u). */
+void loom_bias_gelu_forward_f32(float *u, float *act, const float *bias, int N, int C);
+/* Writes du = dact * gelu'(u) (n values). */
+void loom_gelu_backward_fast_f32(float *du, const float *dact, const float *u, size_t n);
+/* SwiGLU: writes y = silu(gate) * up; backward writes dgate and dup. */
+void loom_swiglu_forward_fast_f32(float *y, const float *gate, const float *up, size_t n);
+void loom_swiglu_backward_fast_f32(float *dgate, float *dup, const float *dy, const float *gate,
+                                   const float *up, size_t n);
+
+/* ---- classifier + cross-entropy in row chunks (src/kernels/fast_xent.c) ------------------- */
+/* Over rows of logits l (R, V) whose first `real` columns are real tokens: row max and sum of
+ * exp(l - max) (only the real columns), and with targets t (R) the loss log(sum) + max - l[t]
+ * (0 when t < 0: LOOM_IGNORE_INDEX, or -1 for a target held by another vocabulary shard).
+ * Any output may be NULL (targets too when losses is). */
+void loom_xent_stats_f32(float *row_max, float *row_sumexp, float *losses, const float *l,
+                         const int32_t *targets, int R, int V, int real);
+/* The logit gradient, in place or not: g = scale * (exp(l - max) / sumexp - onehot(t)) on real
+ * columns with the given (possibly vocabulary-global) statistics, 0 on padding columns and on
+ * rows with t == LOOM_IGNORE_INDEX; t = -1: no target column in this shard (no onehot).
+ * l, g (R, V) may alias. */
+void loom_xent_grad_f32(float *g, const float *l, const float *row_max,
+                        const float *row_sumexp, const int32_t *targets, int R, int V, int real,
+                        float scale);
+
+/* ---- one-pass AdamW over the flat buffer (src/kernels/fast_adamw.c) ----------------------- */
+/* One tensor's range of the flat buffer and its weight decay. */
+typedef struct {
+  size_t begin, end;
+  double weight_decay;
+} loom_adamw_segment;
+/* loom_adamw_f32 on every segment, in one parallel pass over all of them, with the gradient
+ * multiplied by clip (1 = none; as the clip pass of loom_grad_clip would) and, when p_lp is not
+ * NULL, p_lp = bf16-rounded p refreshed in the same pass. Bitwise equal to the per-tensor loop
+ * (same float operations per element). p, g, m, v, p_lp are indexed by the segments' ranges
+ * shifted by -base (the owned range of a ZeRO shard starts at base). */
+void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_lp, size_t base,
+                         const loom_adamw_segment *seg, int n_seg, float clip, double lr,
+                         double beta1, double beta2, double eps, long step);
+
 #endif

@@ -98,6 +98,7 @@ typedef struct {
   size_t numel;
   bool decay;      /* weight decay applies (matrices); false for norms and biases */
   bool tp_replicated; /* same values on every tp rank (norms, row-parallel biases, positions) */
+  bool frozen;        /* not trained (training.freeze_*): no update, not in the gradient norm */
   bool seq_partial;   /* gradient partial per tp rank under Megatron sequence parallelism (the
                          text model's tp-replicated tensors; not the vision encoder's) */
 } loom_param;

@@ -6,7 +6,8 @@
  * pid, command, git commit, run_dir, ranks, error), summary metrics (steps, final_loss,
  * min_loss, avg_step_time, tokens_per_s, peak_rss_mb) and one column per config key, named
  * by its dotted key ("training.lr"). Table `custom_metrics` holds (run_id, key, value) rows
- * added with loom_registry_set_metric. Status is running, finished, failed or crashed; a
+ * added with loom_registry_set_metric. Status is running, finished, failed, stopped (ended
+ * early on request, resumable) or crashed; a
  * running row whose heartbeat is older than the timeout, or whose process is gone (same
  * host), is marked crashed when the registry is read.
  *
@@ -77,7 +78,7 @@ int loom_registry_resolve(loom_registry *r, const char *given, char **out);
  * (malloc'd; NULL when there is none). */
 int loom_registry_find_sweep_run(loom_registry *r, const char *sweep_id, const char *name,
                                  char **run_dir, char **status);
-/* Column names of the fixed, metric and config columns, and of custom metrics. */
+/* True for the names of the fixed, metric and config columns (not usable as custom metrics). */
 bool loom_registry_is_builtin_column(const char *name);
 
 /* ---- the trainer's hooks (best effort: warnings, never errors) ------------------------------ */

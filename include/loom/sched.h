@@ -115,4 +115,20 @@ double loom_sched_bubble_fraction(const loom_schedule *s, double t_fwd, double t
  * backward-weight) has not, walking the list in order: 1F1B gives min(pp - rank, m), GPipe m.
  * -1 (with loom_err set) for a rank out of range. */
 int loom_sched_peak_inflight(const loom_schedule *s, int rank);
+/* Replay with a timing model (the simulator's use of the lists): ranks advance under the
+ * executor's communication model (sends never wait, a recv waits until its matched send has
+ * run) and `fn` times each instruction. It gets `start` (when the rank reaches it) and, for a
+ * recv, `arrival` (the `ready` its matched send reported), and sets `end` (when the rank may
+ * run its next instruction, >= start) and, for a send, `ready` (when its data is available
+ * to the recv). A rank's instructions are timed in list order. Returns 0, or -1 with loom_err
+ * when sends and recvs do not match or the lists deadlock (validate first for the full
+ * diagnosis). makespan: the latest end over all ranks. */
+typedef struct {
+  double start, arrival; /* in */
+  double end, ready;     /* out */
+} loom_sched_timing;
+typedef void (*loom_sched_timing_fn)(void *ctx, int rank, int index, const loom_instr *in,
+                                     loom_sched_timing *t);
+int loom_sched_replay_timed(const loom_schedule *s, loom_sched_timing_fn fn, void *ctx,
+                            double *makespan);
 #endif

@@ -321,7 +321,7 @@ static const struct {
 static void ckpt_usage(FILE *out) {
   fprintf(out, "usage: loom ckpt <subcommand> [options]\n\nsubcommands:\n");
   for (size_t i = 0; i < N_SUB; i++)
-    fprintf(out, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
+    fprintf(out, "  %-11s %s\n", subcommands[i].name, subcommands[i].summary);
   fprintf(out, "\nRun 'loom ckpt <subcommand> --help' for its options.\n");
 }
 

@@ -1,6 +1,7 @@
 /* `loom data`: prepare training data. Subcommands: synth-text (demo corpus), train-tokenizer
  * (byte-level BPE -> tokenizer.json), tokenize (text files -> token shard), encode / decode
- * (inspect a tokenizer), inspect-shard (header and first tokens). Errors go to stderr with
+ * (inspect a tokenizer), inspect-shard (header and first tokens); vision-language data:
+ * synth-vqa, prepare, inspect (src/data/vqa_cli.c). Errors go to stderr with
  * exit code 1 and leave no partial output file. */
 #include <errno.h>
 #include <stdio.h>
@@ -433,6 +434,11 @@ static int cmd_inspect_shard(int argc, char **argv) {
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
+/* Vision-language data commands (src/data/vqa_cli.c). */
+int loom_cmd_data_prepare(int argc, char **argv);
+int loom_cmd_data_inspect(int argc, char **argv);
+int loom_cmd_data_synth_vqa(int argc, char **argv);
+
 static const struct {
   const char *name;
   int (*fn)(int, char **);
@@ -444,6 +450,9 @@ static const struct {
     {"encode", cmd_encode, "print the token ids of a text"},
     {"decode", cmd_decode, "print the text of token ids"},
     {"inspect-shard", cmd_inspect_shard, "show a shard's header and first tokens"},
+    {"synth-vqa", loom_cmd_data_synth_vqa, "write the synthetic shapes VQA set (tar shards)"},
+    {"prepare", loom_cmd_data_prepare, "index tar shards: write .nv-meta/ (Energon style)"},
+    {"inspect", loom_cmd_data_inspect, "show a VQA dataset's splits and samples"},
 };
 
 static void usage(FILE *out) {

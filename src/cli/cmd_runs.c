@@ -126,7 +126,9 @@ static int parse(int argc, char **argv, int first, runs_args *a) {
 }
 
 static int open_registry(const runs_args *a, loom_registry **r) {
-  char *path = a->db ? loom_strdup(a->db) : loom_registry_path(a->runs_dir ? a->runs_dir : "runs");
+  char *path = a->db         ? loom_strdup(a->db)
+               : a->runs_dir ? loom_sprintf("%s/registry.db", a->runs_dir) /* over $LOOM_REGISTRY */
+                             : loom_registry_path("runs");
   int rc = 0;
   if (!loom_path_exists(path))
     rc = loom_err("no run registry at '%s'; runs register there when 'loom train' starts (their "

@@ -11,6 +11,10 @@ int loom_cmd_ckpt_compare(int argc, char **argv); /* src/cli/cmd_ckpt_compare.c 
 int loom_cmd_sched(int argc, char **argv);   /* src/cli/cmd_sched.c */
 int loom_cmd_sweep(int argc, char **argv);   /* src/cli/cmd_sweep.c */
 int loom_cmd_runs(int argc, char **argv);    /* src/cli/cmd_runs.c */
+int loom_cmd_sim(int argc, char **argv);     /* src/cli/cmd_sim.c */
+int loom_cmd_bench(int argc, char **argv);   /* src/cli/cmd_bench.c */
+int loom_cmd_bench_model(int argc, char **argv); /* src/cli/cmd_bench_model.c: loom bench model */
+int loom_cmd_plan(int argc, char **argv);    /* src/cli/cmd_plan.c */
 /* true when argv holds -h or --help */
 int loom_cli_wants_help(int argc, char **argv);
 #endif

@@ -18,6 +18,9 @@ static const struct {
     {"sweep", loom_cmd_sweep, "generate and run sweeps (grid/random; local mpirun or Slurm), summaries"},
     {"runs", loom_cmd_runs, "the run registry: list/filter/sort runs, show, compare, plot, export"},
     {"sched", loom_cmd_sched, "show and validate pipeline schedules (gpipe, 1f1b, interleaved, files)"},
+    {"sim", loom_cmd_sim, "simulate a training step on a hardware profile (time, MFU, memory, trace)"},
+    {"plan", loom_cmd_plan, "search the fastest parallel strategy that fits (table, why, config)"},
+    {"bench", loom_cmd_bench, "calibrate this machine into a hardware profile for sim/plan"},
 };
 
 static void usage(FILE *out) {

@@ -241,7 +241,8 @@ static float *owned_grad(loom_grad_sync *g, size_t flat) {
 double loom_grad_sync_global_sumsq(loom_grad_sync *g) {
   double local = 0;
   FOR_OWNED(g, i, b, e) {
-    if (counted(g, i)) local += loom_sumsq_f32(owned_grad(g, b), e - b);
+    if (counted(g, i) && !g->d->layout.params[i].frozen)
+      local += loom_sumsq_f32(owned_grad(g, b), e - b);
   }
   const loom_comm *c = g->zero > 0 ? &g->m->world_comm : &g->m->mp_comm;
   loom_comm_allreduce_f64(c, &local, 1, LOOM_OP_SUM);
@@ -255,17 +256,18 @@ double loom_grad_sync_step(loom_grad_sync *g, loom_adamw_state *opt,
   float coef = 1.0f;
   if (t->grad_clip > 0) coef = (float)(t->grad_clip / (norm + 1e-6));
   opt->step++;
+  /* one pass of AdamW over the owned range (clipping folded in; bitwise the per-tensor update) */
+  loom_adamw_segment seg[d->layout.count > 0 ? d->layout.count : 1];
+  int nseg = 0;
   FOR_OWNED(g, i, b, e) {
     const loom_param *p = &d->layout.params[i];
-    float *gr = owned_grad(g, b);
-    if (coef < 1.0f)
-      for (size_t k = 0; k < e - b; k++) gr[k] *= coef;
+    if (p->frozen) continue;
     double wd = (p->decay || t->decay_norms_and_biases) ? t->weight_decay : 0.0;
-    size_t o = b - g->own_begin;
-    float *param = g->zero == 3 ? g->pshard + o : d->params + b;
-    loom_adamw_f32(param, gr, opt->m + o, opt->v + o, e - b, lr, t->beta1, t->beta2, t->eps, wd,
-                   opt->step);
+    seg[nseg++] = (loom_adamw_segment){b, e, wd};
   }
+  float *param = g->zero == 3 ? g->pshard : d->params + g->own_begin;
+  loom_adamw_flat_f32(param, owned_grad(g, g->own_begin), opt->m, opt->v, NULL, g->own_begin, seg,
+                      nseg, coef < 1.0f ? coef : 1.0f, lr, t->beta1, t->beta2, t->eps, opt->step);
   if (g->zero == 3) return norm; /* gathered layer by layer when next used */
   if (g->zero > 0) loom_comm_allgather_v_f32(&g->m->grad_comm, d->params, g->counts);
   loom_decoder_params_updated(d);

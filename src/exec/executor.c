@@ -4,6 +4,8 @@
 
 #include "loom/exec.h"
 #include "loom/kernels.h"
+#include "loom/vision.h"
+#include "loom/vqa.h"
 
 struct loom_executor {
   const loom_config *cfg;
@@ -20,7 +22,55 @@ struct loom_executor {
   int *last_backward;          /* (vpp) index of the last backward of each chunk */
   loom_exec_trace_fn trace;
   void *trace_ctx;
+  /* vision-language models */
+  loom_vision *vision;
+  const loom_vqa_batch *const *vqa; /* (A) this step's micro-batches */
+  int *inject_slot;            /* (B*T) */
+  float *vfeat, *vgrad;        /* (max tokens, C) vision tokens and their gradients */
 };
+
+void loom_exec_set_vision_batches(loom_executor *ex, const void *const *vqa_batches) {
+  ex->vqa = (const loom_vqa_batch *const *)vqa_batches;
+}
+
+static int create_vision(loom_executor *ex, const loom_config *cfg, const loom_model_spec *spec) {
+  const loom_config_parallel *p = &cfg->parallel;
+  if (p->pp > 1 || p->vpp > 1)
+    return loom_err("vision-language models run with parallel.pp=1 and vpp=1 for now (found "
+                    "pp=%ld vpp=%ld)", p->pp, p->vpp);
+  if (p->tp > 1 && !strcmp(p->sp_mode, "megatron"))
+    return loom_err("vision-language models do not support Megatron sequence parallelism yet; "
+                    "use parallel.sp_mode=ulysses");
+  long per_image = (cfg->data.image_max_pixels + 195) / 196 + 4;
+  int max_patches = (int)(cfg->training.micro_batch_size * per_image);
+  if (loom_vision_create(&ex->vision, ex->d, max_patches)) return LOOM_ERR;
+  int T = (int)cfg->training.seq_len, B = (int)cfg->training.micro_batch_size;
+  ex->inject_slot = malloc((size_t)B * T * sizeof(int));
+  ex->vfeat = loom_alloc((size_t)max_patches * spec->hidden * sizeof(float));
+  ex->vgrad = loom_alloc((size_t)max_patches * spec->hidden * sizeof(float));
+  return 0;
+}
+
+/* Run the vision encoder on micro-batch mb's images and point the slot at its tokens. */
+static void vision_forward(loom_executor *ex, loom_acts *a, int mb) {
+  const loom_vqa_batch *b = ex->vqa[mb];
+  loom_decoder *d = ex->d;
+  int BT = d->B * d->T, n = 0;
+  for (int i = 0; i < BT; i++) ex->inject_slot[i] = -1;
+  for (int i = 0; i < b->n_images; i++)
+    for (int k = 0; k < b->image_tokens[i]; k++)
+      ex->inject_slot[b->image_row[i] * d->T + b->image_token_offset[i] + k] = n++;
+  loom_vision_input in = {b->n_images, (const int(*)[3])b->grid_thw, b->pixel_values,
+                          (int)b->total_patches};
+  if (d->param_hook) d->param_hook(d->param_hook_ctx, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_FWD);
+  if (loom_vision_forward(ex->vision, &in, ex->vfeat))
+    loom_dist_abort("vision encoder: %s", loom_errmsg());
+  if (d->param_hook) d->param_hook(d->param_hook_ctx, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
+  memset(ex->vgrad, 0, (size_t)n * d->spec.hidden * sizeof(float));
+  a->inject_slot = ex->inject_slot;
+  a->inject_feats = ex->vfeat;
+  a->inject_grads = ex->vgrad;
+}
 
 int loom_exec_stage_split(const loom_config_parallel *p, int layers, int *first) {
   int K = (int)(p->pp * p->vpp);
@@ -127,6 +177,15 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
     loom_exec_free(ex);
     return LOOM_ERR;
   }
+  for (int i = 0; i < ex->d->layout.count; i++) { /* training.freeze_* */
+    loom_param *p = &ex->d->layout.params[i];
+    bool vision = !strncmp(p->name, "vision.", 7), proj = !strncmp(p->name, "vision.merger.", 14);
+    p->frozen = proj ? t->freeze_projector : vision ? t->freeze_vision : t->freeze_lm;
+  }
+  if (spec->vision.arch != LOOM_VISION_NONE && create_vision(ex, cfg, spec)) {
+    loom_exec_free(ex);
+    return LOOM_ERR;
+  }
   loom_grad_sync_create(&ex->gs, ex->d, m, p);
   size_t b, e;
   loom_grad_sync_owned(ex->gs, &b, &e);
@@ -150,6 +209,10 @@ void loom_exec_free(loom_executor *ex) {
   loom_grad_sync_free(ex->gs);
   if (ex->opt.m) loom_adamw_state_free(&ex->opt);
   loom_free(ex->act_send);
+  loom_vision_free(ex->vision);
+  free(ex->inject_slot);
+  loom_free(ex->vfeat);
+  loom_free(ex->vgrad);
   free(ex->reqs);
   free(ex->last_backward);
   free(ex);
@@ -201,6 +264,11 @@ static void run_forward(loom_executor *ex, const loom_instr *in, step_ctx *sc) {
   }
   double part = 0;
   size_t off = (size_t)in->mb * sc->mb_size;
+  if (ex->vision) {
+    LOOM_ASSERT(ex->vqa);
+    a->mrope_pos = ex->vqa[in->mb]->position_ids;
+    if (d->shard.chunk_embed[in->chunk]) vision_forward(ex, a, in->mb);
+  }
   loom_decoder_forward_chunk(d, a, sc->tokens + off, sc->targets + off, &part, NULL);
   if (d->shard.chunk_head[in->chunk]) sc->loss_sum += part;
   if (pp > 1 && v < ex->K - 1) /* keep a copy for the non-blocking send */
@@ -221,6 +289,12 @@ static void run_backward(loom_executor *ex, const loom_instr *in, int index, ste
   d->on_layer_grads_ctx = ex->gs;
   loom_decoder_backward_chunk(d, a, dout, v > 0 ? buf(ex, ex->dx, in->chunk, in->mb) : NULL,
                               sc->scale);
+  bool vision_trains = !ex->cfg->training.freeze_vision || !ex->cfg->training.freeze_projector;
+  if (ex->vision && vision_trains && d->shard.chunk_embed[in->chunk]) {
+    if (d->param_hook) d->param_hook(d->param_hook_ctx, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_BWD);
+    loom_vision_backward(ex->vision, ex->vgrad);
+    if (d->param_hook) d->param_hook(d->param_hook_ctx, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
+  }
   d->on_layer_grads = NULL;
   loom_decoder_slot_release(d, a);
   if (pp == 1 && in->chunk == 0) loom_grad_sync_microbatch_done(ex->gs);
@@ -299,4 +373,25 @@ void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *tar
   r->tokens = (long)n * m->dp;
   r->grad_norm = sc.norm;
   r->lr = sc.lr;
+}
+
+const float *loom_exec_forward_only(loom_executor *ex, const int32_t *tokens, const void *vqa_batch) {
+  loom_decoder *d = ex->d;
+  LOOM_ASSERT(ex->mesh->pp == 1);
+  const loom_vqa_batch *batch = vqa_batch;
+  const loom_vqa_batch *const *keep = ex->vqa;
+  ex->vqa = &batch;
+  for (int c = 0; c < ex->vpp; c++) {
+    loom_acts *a = loom_decoder_slot_get(d, c, 0);
+    if (c > 0) memcpy(loom_acts_input(a), loom_acts_output(d, loom_decoder_slot_find(d, c - 1, 0)),
+                      ex->rows * sizeof(float));
+    if (ex->vision) {
+      a->mrope_pos = batch->position_ids;
+      if (d->shard.chunk_embed[c]) vision_forward(ex, a, 0);
+    }
+    loom_decoder_forward_chunk(d, a, tokens, NULL, NULL, NULL);
+  }
+  for (int c = 0; c < ex->vpp; c++) loom_decoder_slot_release(d, loom_decoder_slot_find(d, c, 0));
+  ex->vqa = keep;
+  return d->logits;
 }

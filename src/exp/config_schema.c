@@ -17,6 +17,8 @@ static const char *const schedule_values[] = {"constant", "linear", "cosine", NU
 static const char *const dtype_values[] = {"fp32", "bf16", NULL};
 static const char *const sp_mode_values[] = {"ulysses", "megatron", NULL};
 static const char *const pp_schedule_values[] = {"1f1b", "gpipe", "interleaved", NULL};
+static const char *const data_format_values[] = {"tokens", "vqa", NULL};
+static const char *const data_split_values[] = {"train", "val", "test", NULL};
 
 #define S LOOM_KEY_STRING
 #define I LOOM_KEY_INT
@@ -97,6 +99,13 @@ const loom_config_key loom_config_keys[] = {
      "recompute each block's activations in backward", FIELD(training, activation_checkpointing)},
     {"training.decay_norms_and_biases", B, "false", NULL,
      "apply weight decay to norms and biases too", FIELD(training, decay_norms_and_biases)},
+    {"training.freeze_vision", B, "false", NULL,
+     "vision-language: do not train the vision encoder", FIELD(training, freeze_vision)},
+    {"training.freeze_projector", B, "false", NULL,
+     "vision-language: do not train the merger/projector", FIELD(training, freeze_projector)},
+    {"training.freeze_lm", B, "false", NULL,
+     "vision-language: do not train the language model (stage 1 of LLaVA-style training)",
+     FIELD(training, freeze_lm)},
     {"training.log_every", I, "10", NULL, "train.log / progress cadence in steps",
      FIELD(training, log_every)},
 
@@ -104,6 +113,23 @@ const loom_config_key loom_config_keys[] = {
      "token shard file, directory or glob", FIELD(data, train_shards)},
     {"data.tokenizer", S, "data/demo/tokenizer.json", NULL,
      "tokenizer.json used to decode samples (optional)", FIELD(data, tokenizer)},
+    {"data.format", E, "tokens", data_format_values,
+     "tokens: token shards (data.train_shards); vqa: image + question/answer samples "
+     "(data.vqa_path)", FIELD(data, format)},
+    {"data.vqa_path", S, "", NULL,
+     "vision-language data: a directory prepared by `loom data prepare` (tar shards + "
+     ".nv-meta/) or a LLaVA-style .json/.jsonl annotation file", FIELD(data, vqa_path)},
+    {"data.split", E, "train", data_split_values,
+     "split of a prepared vqa directory to read (.nv-meta/split.yaml)", FIELD(data, split)},
+    {"data.image_min_pixels", I, "3136", NULL,
+     "smart_resize: images smaller than this many pixels are upscaled (Qwen: 56*56)",
+     FIELD(data, image_min_pixels)},
+    {"data.image_max_pixels", I, "1003520", NULL,
+     "smart_resize: larger images are downscaled to at most this many pixels (28*28*1280)",
+     FIELD(data, image_max_pixels)},
+    {"data.skip_bad_samples", B, "false", NULL,
+     "skip (and count) corrupt, missing or too-small samples instead of stopping",
+     FIELD(data, skip_bad_samples)},
 
     {"checkpoint.every", I, "0", NULL, "save checkpoint_<step>/ every N steps (0 = never)",
      FIELD(checkpoint, every)},

@@ -181,6 +181,15 @@ static void free_node(loom_expr_node *n) {
   free(n);
 }
 
+/* Move past the token that completed *out; on a lexing error free *out (every parse
+ * function leaves *out NULL when it fails). */
+static int next_or_free(parser *p, loom_expr_node **out) {
+  if (!next(p)) return 0;
+  free_node(*out);
+  *out = NULL;
+  return -1;
+}
+
 static loom_expr_node *binary(loom_expr_kind kind, char op, int pos, loom_expr_node *a,
                               loom_expr_node *b) {
   loom_expr_node *n = node(kind, pos);
@@ -207,7 +216,7 @@ static int column_ref(parser *p, loom_expr_node **out) {
   n->str = loom_strdup(p->tok.text);
   n->col = col;
   *out = n;
-  return next(p);
+  return next_or_free(p, out);
 }
 
 static int number_node(parser *p, loom_expr_node **out) {
@@ -220,7 +229,7 @@ static int number_node(parser *p, loom_expr_node **out) {
     if (!errno) n->is_int = true, n->inum = v;
   }
   *out = n;
-  return next(p);
+  return next_or_free(p, out);
 }
 
 static int parse_atom(parser *p, loom_expr_node **out) {
@@ -232,7 +241,7 @@ static int parse_atom(parser *p, loom_expr_node **out) {
       loom_expr_node *n = node(LOOM_EN_STR, pos);
       n->str = loom_strdup(p->tok.text);
       *out = n;
-      return next(p);
+      return next_or_free(p, out);
     }
     case T_QIDENT: return column_ref(p, out);
     case T_IDENT:
@@ -240,11 +249,11 @@ static int parse_atom(parser *p, loom_expr_node **out) {
         loom_expr_node *n = node(LOOM_EN_STR, pos);
         n->str = loom_strdup(is_kw(p, "true") ? "true" : "false");
         *out = n;
-        return next(p);
+        return next_or_free(p, out);
       }
       if (is_kw(p, "null")) {
         *out = node(LOOM_EN_NULL, pos);
-        return next(p);
+        return next_or_free(p, out);
       }
       if (is_kw(p, "and") || is_kw(p, "or") || is_kw(p, "like") || is_kw(p, "is") ||
           is_kw(p, "not"))
@@ -258,7 +267,7 @@ static int parse_atom(parser *p, loom_expr_node **out) {
         return perr(p, p->tok.pos, "expected ')' to close the '(' at column %d, found %s", pos,
                     tok_desc(p, buf, sizeof buf));
       }
-      return next(p);
+      return next_or_free(p, out);
     }
     default:
       return perr(p, pos, "expected a value or column, found %s", tok_desc(p, buf, sizeof buf));

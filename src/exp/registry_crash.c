@@ -24,7 +24,7 @@ static int mark_crashed(loom_registry *r, const char *run_id, double heartbeat,
   sqlite3_bind_text(st, 1, why, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st, 2, run_id, -1, SQLITE_TRANSIENT);
   sqlite3_bind_double(st, 3, heartbeat);
-  int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : loom_registry_sql_err(r, "marking a crash");
+  int rc = loom_registry_step(r, st) == SQLITE_DONE ? 0 : loom_registry_sql_err(r, "marking a crash");
   sqlite3_finalize(st);
   return rc ? -1 : sqlite3_changes(r->db);
 }
@@ -50,7 +50,7 @@ int loom_registry_detect_crashed(loom_registry *r, double timeout_s) {
   } stale;
   stale *list = NULL;
   int n = 0, marked = 0, rc = 0;
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  for (int s_ = loom_registry_step(r, st); s_ == SQLITE_ROW; s_ = sqlite3_step(st)) {
     const char *id = (const char *)sqlite3_column_text(st, 0);
     const char *h = (const char *)sqlite3_column_text(st, 1);
     long pid = (long)sqlite3_column_int64(st, 2);
@@ -90,7 +90,7 @@ static int matches(loom_registry *r, const char *sql, const char *arg, char ***i
   *n = 0;
   if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL)) return loom_registry_sql_err(r, "lookup");
   sqlite3_bind_text(st, 1, arg, -1, SQLITE_TRANSIENT);
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  for (int s_ = loom_registry_step(r, st); s_ == SQLITE_ROW; s_ = sqlite3_step(st)) {
     *ids = realloc(*ids, (size_t)(*n + 1) * sizeof **ids);
     (*ids)[(*n)++] = loom_strdup((const char *)sqlite3_column_text(st, 0));
   }
@@ -142,7 +142,7 @@ int loom_registry_find_sweep_run(loom_registry *r, const char *sweep_id, const c
     return loom_registry_sql_err(r, "looking up a sweep run");
   sqlite3_bind_text(st, 1, sweep_id, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(st) == SQLITE_ROW) {
+  if (loom_registry_step(r, st) == SQLITE_ROW) {
     const char *d = (const char *)sqlite3_column_text(st, 0);
     const char *s = (const char *)sqlite3_column_text(st, 1);
     *run_dir = d ? loom_strdup(d) : NULL;

@@ -78,12 +78,42 @@ int loom_registry_sql_err(const loom_registry *r, const char *what) {
   return loom_err("run registry '%s': %s: %s", r->path, what, sqlite3_errmsg(r->db));
 }
 
+static bool busy(int rc) {
+  return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
+}
+
+/* Sleep a little (growing, jittered by pid) before trying again; false past the deadline. */
+static bool wait_again(double deadline, int attempt) {
+  if (loom_now() > deadline) return false;
+  int ms = 1 + (attempt < 20 ? attempt : 20) + (int)(getpid() % 5);
+  usleep((useconds_t)ms * 1000);
+  return true;
+}
+
 int loom_registry_exec(loom_registry *r, const char *sql) {
-  char *msg = NULL;
-  if (sqlite3_exec(r->db, sql, NULL, NULL, &msg) == SQLITE_OK) return 0;
-  int rc = loom_err("run registry '%s': %s (in: %.80s)", r->path, msg ? msg : "error", sql);
-  sqlite3_free(msg);
-  return rc;
+  double deadline = loom_now() + BUSY_TIMEOUT_MS / 1000.0;
+  for (int attempt = 0;; attempt++) {
+    char *msg = NULL;
+    int rc = sqlite3_exec(r->db, sql, NULL, NULL, &msg);
+    if (rc == SQLITE_OK) return 0;
+    if (busy(rc) && wait_again(deadline, attempt)) {
+      sqlite3_free(msg);
+      continue;
+    }
+    int e = loom_err("run registry '%s': %s (in: %.80s)", r->path, msg ? msg : "error", sql);
+    sqlite3_free(msg);
+    return e;
+  }
+}
+
+int loom_registry_step(loom_registry *r, sqlite3_stmt *st) {
+  (void)r;
+  double deadline = loom_now() + BUSY_TIMEOUT_MS / 1000.0;
+  for (int attempt = 0;; attempt++) {
+    int rc = sqlite3_step(st);
+    if (!busy(rc) || !wait_again(deadline, attempt)) return rc;
+    sqlite3_reset(st);
+  }
 }
 
 char *loom_registry_quote_ident(const char *name) {
@@ -111,7 +141,7 @@ static int missing_columns(loom_registry *r, char ***names, const char ***types)
     return loom_registry_sql_err(r, "reading the table layout");
   int total = loom_registry_ncolumns + (int)loom_config_nkeys;
   bool *have = calloc((size_t)total, 1);
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  for (int s_ = loom_registry_step(r, st); s_ == SQLITE_ROW; s_ = sqlite3_step(st)) {
     const char *n = (const char *)sqlite3_column_text(st, 0);
     for (int i = 0; i < total && n; i++) {
       const char *want = i < loom_registry_ncolumns

@@ -1,6 +1,7 @@
 /* The trainer's side of the run registry: register at start, heartbeat from the step loop
  * (rate-limited), record the outcome at the end. Best effort: a registry that cannot be
- * opened or written costs a warning, never the run. Only MPI rank 0 registers. */
+ * opened or written costs a warning, never the run, and the caller's current error message
+ * (loom_errmsg) is left as it was. Only MPI rank 0 registers. */
 #include <libgen.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +29,23 @@ static long launcher_rank(void) {
   return 0;
 }
 
+/* The caller's error message, kept across the registry calls. */
+typedef struct {
+  char msg[4096];
+  bool set;
+} saved_err;
+
+static void save_err(saved_err *s) {
+  const char *m = loom_errmsg();
+  s->set = strcmp(m, "unknown error") != 0; /* loom_errmsg's text when nothing is set */
+  snprintf(s->msg, sizeof s->msg, "%s", s->set ? m : "");
+}
+
+static void restore_err(const saved_err *s) {
+  if (s->set) loom_err("%s", s->msg);
+  else loom_err_clear();
+}
+
 static void warn(const char *what) {
   loom_log("warning: run registry: %s: %s (training continues)", what, loom_errmsg());
   loom_err_clear();
@@ -37,12 +55,15 @@ loom_registry_run *loom_registry_run_start(const loom_config *cfg, const char *r
                                            const char *command_line) {
   const char *env = getenv("LOOM_REGISTRY");
   if ((env && !strcmp(env, "off")) || launcher_rank() != 0 || !run_dir) return NULL;
+  saved_err saved;
+  save_err(&saved);
   char *path = loom_registry_path(cfg->run.output_dir);
   loom_registry *reg = NULL;
   int rc = loom_registry_open(&reg, path);
   free(path);
   if (rc) {
     warn("cannot open the database");
+    restore_err(&saved);
     return NULL;
   }
   char *copy = loom_strdup(run_dir);
@@ -64,6 +85,7 @@ loom_registry_run *loom_registry_run_start(const loom_config *cfg, const char *r
     h->interval = loom_registry_heartbeat_interval();
   }
   free(copy);
+  restore_err(&saved);
   return h;
 }
 
@@ -72,11 +94,16 @@ void loom_registry_run_heartbeat(loom_registry_run *h, long step, double loss) {
   double now = loom_now();
   if (now - h->last_beat < h->interval) return;
   h->last_beat = now;
+  saved_err saved;
+  save_err(&saved);
   if (loom_registry_touch(h->reg, h->run_id, step, loss)) warn("heartbeat");
+  restore_err(&saved);
 }
 
 void loom_registry_run_finish(loom_registry_run *h, bool ok, const char *error) {
   if (!h) return;
+  saved_err saved;
+  save_err(&saved);
   char *err = error ? loom_strdup(error) : NULL; /* error may be loom_errmsg()'s buffer */
   loom_registry_metrics m;
   /* a run that ended without summary.json was stopped early on request (--stop-after) */
@@ -90,4 +117,5 @@ void loom_registry_run_finish(loom_registry_run *h, bool ok, const char *error) 
   free(h->run_id);
   free(h->run_dir);
   free(h);
+  restore_err(&saved);
 }

@@ -26,8 +26,12 @@ extern const int loom_registry_ncolumns;
 
 /* Error from the last SQLite call on db, prefixed with what was being done. */
 int loom_registry_sql_err(const loom_registry *r, const char *what);
-/* Run one statement without results. */
+/* Run one statement without results. Like loom_registry_step, retries while the database is
+ * busy (SQLite does not call the busy handler in every case, e.g. while another process
+ * switches a new database to WAL or recovers one). */
 int loom_registry_exec(loom_registry *r, const char *sql);
+/* sqlite3_step for a statement that writes, retried (after a reset) while busy or locked. */
+int loom_registry_step(loom_registry *r, sqlite3_stmt *st);
 /* "\"training.lr\"": a quoted SQL identifier (malloc'd). */
 char *loom_registry_quote_ident(const char *name);
 /* Wall-clock seconds since the epoch (with fractions). */

@@ -36,7 +36,7 @@ static void bind_key(sqlite3_stmt *st, int i, const loom_config *c, const loom_c
 }
 
 static int step_done(loom_registry *r, sqlite3_stmt *st, const char *what) {
-  int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : loom_registry_sql_err(r, what);
+  int rc = loom_registry_step(r, st) == SQLITE_DONE ? 0 : loom_registry_sql_err(r, what);
   sqlite3_finalize(st);
   return rc;
 }

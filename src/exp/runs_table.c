@@ -102,7 +102,7 @@ static int load_custom(loom_registry *r, loom_runs_table *t, int first_custom) {
   if (sqlite3_prepare_v2(r->db, "SELECT run_id, key, value FROM custom_metrics", -1, &st, NULL))
     return loom_registry_sql_err(r, "reading custom metrics");
   int id_col = loom_runs_find_column(t, "run_id");
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  for (int s_ = loom_registry_step(r, st); s_ == SQLITE_ROW; s_ = sqlite3_step(st)) {
     const char *id = (const char *)sqlite3_column_text(st, 0);
     const char *key = (const char *)sqlite3_column_text(st, 1);
     int c = -1;
@@ -123,7 +123,7 @@ static int custom_names(loom_registry *r, col_list *cols) {
   if (sqlite3_prepare_v2(r->db, "SELECT DISTINCT key FROM custom_metrics ORDER BY key", -1, &st,
                          NULL))
     return loom_registry_sql_err(r, "reading custom metric names");
-  while (sqlite3_step(st) == SQLITE_ROW)
+  for (int s_ = loom_registry_step(r, st); s_ == SQLITE_ROW; s_ = sqlite3_step(st))
     add_col(cols, (const char *)sqlite3_column_text(st, 0), LOOM_COL_CUSTOM);
   sqlite3_finalize(st);
   return 0;
@@ -159,7 +159,7 @@ int loom_runs_load(loom_registry *r, loom_runs_table *t) {
   free(cols.names);
   free(cols.kinds);
   int cap = 0;
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  for (int s_ = loom_registry_step(r, st); s_ == SQLITE_ROW; s_ = sqlite3_step(st)) {
     if (t->nrows == cap) {
       cap = cap ? 2 * cap : 64;
       t->cells = realloc(t->cells, (size_t)cap * t->ncols * sizeof *t->cells);

@@ -47,6 +47,7 @@ static int clear_previous(const char *dir, bool force) {
 
 static int write_config(const loom_sweep_plan *plan, loom_sweep_point *p, const char *dir,
                         const char *source) {
+  free(p->config_path);
   p->config_path = loom_sprintf("%s/%s.yaml", dir, p->name);
   char *yaml = loom_config_to_yaml(&p->cfg);
   size_t cap = strlen(yaml) + 4096;

@@ -1,5 +1,6 @@
 /* Decoder forward and backward of one pipeline chunk (embedding for the first chunk, its
  * blocks, the head and loss for the last), and the single-process wrappers. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "model/decoder_internal.h"
@@ -14,11 +15,32 @@ float *loom_acts_output(loom_decoder *d, loom_acts *a) {
   return a->resid + (size_t)chunk_layers(d, a->chunk) * d->Nr * d->spec.hidden;
 }
 
+/* Rotary table of the multimodal positions: frequency pair i of D/2 takes the temporal,
+ * height or width position by section (Qwen2-VL's mrope_section), angle pos * theta^(-2i/D). */
+static void mrope_table(loom_decoder *d, loom_acts *a) {
+  const int *sec = d->spec.vision.mrope_section;
+  int half = d->spec.head_dim / 2, BT = d->B * d->T;
+  for (int r = 0; r < d->N; r++) {
+    int tok = dec_row_token_index(d, r);
+    for (int i = 0; i < half; i++) {
+      int s = i < sec[0] ? 0 : i < sec[0] + sec[1] ? 1 : 2;
+      double angle = (double)a->mrope_pos[(size_t)s * BT + tok] *
+                     pow(d->spec.rope_theta, -2.0 * i / d->spec.head_dim);
+      a->mcos[(size_t)r * half + i] = cos(angle);
+      a->msin[(size_t)r * half + i] = sin(angle);
+    }
+  }
+}
+
 void loom_decoder_forward_chunk(loom_decoder *d, loom_acts *a, const int32_t *tokens,
                                 const int32_t *targets, double *loss_sum, int *count) {
   int c = a->chunk, first = d->shard.chunk_first[c], nl = chunk_layers(d, c);
   a->tokens = tokens;
   a->targets = targets;
+  if (a->mrope_pos) {
+    LOOM_ASSERT(a->mcos);
+    mrope_table(d, a);
+  }
   if (d->shard.chunk_embed[c]) dec_embed_forward(d, a, a->resid);
   for (int i = 0; i < nl; i++) dec_block_forward(d, a, first + i, i);
   if (d->shard.chunk_head[c]) {

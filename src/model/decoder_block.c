@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "loom/kernels.h"
+#include "loom/kernels_vision.h"
 #include "model/decoder_internal.h"
 
 static loom_layer_acts *acts_for(loom_decoder *d, loom_acts *a, int idx) {
@@ -13,6 +14,8 @@ static loom_layer_acts *acts_for(loom_decoder *d, loom_acts *a, int idx) {
 }
 
 static bool ulysses(const loom_decoder *d) { return d->shard.sp > 1; }
+
+static const loom_attn_mask CAUSAL = {1, 0};
 
 /* resid[idx] (Nr,C) -> resid[idx+1] (Nr,C) */
 void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
@@ -31,10 +34,13 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   dec_norm_fwd(d, L->ln1, L->ln1_mean, L->ln1_rstd, x, o.n1w, o.n1b, Nr);
   const float *h = dec_gather_rows(d, L->ln1, L->ln1_full);
   dec_linear_fwd(d, L->q, h, o.qw, o.qb, N, C, QD);
-  dec_linear_fwd(d, L->k, h, o.kw, o.kb, N, C, KD);
-  dec_linear_fwd(d, L->v, h, o.vw, o.vb, N, C, KD);
+  dec_linear_fwd_ex(d, L->k, h, o.kw, o.kb, N, C, KD, LIN_SAME_X);
+  dec_linear_fwd_ex(d, L->v, h, o.vw, o.vb, N, C, KD, LIN_SAME_X);
   int Tseq = ulysses(d) ? T / d->shard.sp : T;
-  if (s->arch == LOOM_ARCH_LLAMA) {
+  if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) { /* multimodal positions */
+    loom_rope_table_forward_f32(L->q, a->mcos, a->msin, N, d->lh, D);
+    loom_rope_table_forward_f32(L->k, a->mcos, a->msin, N, d->lkv, D);
+  } else if (s->arch == LOOM_ARCH_LLAMA) {
     loom_rope_forward_f32(L->q, B, Tseq, d->lh, D, s->rope_theta, d->pos0);
     loom_rope_forward_f32(L->k, B, Tseq, d->lkv, D, s->rope_theta, d->pos0);
   }
@@ -43,33 +49,35 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     dec_ulysses_to_heads(d, L->q, L->qh, d->lh, D);
     dec_ulysses_to_heads(d, L->k, L->kh, d->lkv, D);
     dec_ulysses_to_heads(d, L->v, L->vh, d->lkv, D);
-    loom_attention_forward_f32(L->atth, L->lse, L->qh, L->kh, L->vh, B, T, d->lh / sp,
-                               d->lkv / sp, D);
+    loom_flash_attention_forward_f32(L->atth, L->lse, L->qh, L->kh, L->vh, B, T, d->lh / sp,
+                                     d->lkv / sp, D, CAUSAL);
     dec_ulysses_to_tokens(d, L->atth, L->att, d->lh, D);
   } else {
-    loom_attention_forward_f32(L->att, L->lse, L->q, L->k, L->v, B, T, d->lh, d->lkv, D);
+    loom_flash_attention_forward_f32(L->att, L->lse, L->q, L->k, L->v, B, T, d->lh, d->lkv, D,
+                                     CAUSAL);
   }
-  dec_linear_fwd(d, full, L->att, o.ow, NONE, N, QD, C); /* partial sums over tp */
-  dec_reduce_rows(d, full, L->mid);                       /* (Nr,C) */
-  if (o.ob != NONE) dec_add_bias_rows(L->mid, d->params + o.ob, Nr, C);
-  for (size_t i = 0; i < NrC; i++) L->mid[i] += x[i];
+  /* partial sums over tp (straight into mid without tensor parallelism) */
+  float *proj = d->shard.tp > 1 ? full : L->mid;
+  dec_linear_fwd(d, proj, L->att, o.ow, NONE, N, QD, C);
+  dec_reduce_rows(d, proj, L->mid); /* (Nr,C) */
 
-  /* MLP */
-  dec_norm_fwd(d, L->ln2, L->ln2_mean, L->ln2_rstd, L->mid, o.n2w, o.n2b, Nr);
+  /* MLP: mid = x + attention + bias and its norm, one pass */
+  dec_residual_norm_fwd(d, L->mid, L->ln2, L->ln2_mean, L->ln2_rstd, x, L->mid, o.ob, o.n2w,
+                        o.n2b, Nr);
   h = dec_gather_rows(d, L->ln2, L->ln2_full);
   size_t NI = (size_t)N * I;
   if (s->arch == LOOM_ARCH_GPT2) {
-    dec_linear_fwd(d, L->up, h, o.uw, o.ub, N, C, I);
-    loom_gelu_forward_f32(L->act, L->up, NI);
+    dec_linear_fwd(d, L->up, h, o.uw, NONE, N, C, I);
+    loom_bias_gelu_forward_f32(L->up, L->act, o.ub == NONE ? NULL : d->params + o.ub, N, I);
   } else {
     dec_linear_fwd(d, L->gate, h, o.gw, NONE, N, C, I);
-    dec_linear_fwd(d, L->up, h, o.uw, NONE, N, C, I);
-    loom_swiglu_forward_f32(L->act, L->gate, L->up, NI);
+    dec_linear_fwd_ex(d, L->up, h, o.uw, NONE, N, C, I, LIN_SAME_X);
+    loom_swiglu_forward_fast_f32(L->act, L->gate, L->up, NI);
   }
-  dec_linear_fwd(d, full, L->act, o.dw, NONE, N, I, C);
-  dec_reduce_rows(d, full, out);
-  if (o.db != NONE) dec_add_bias_rows(out, d->params + o.db, Nr, C);
-  for (size_t i = 0; i < NrC; i++) out[i] += L->mid[i];
+  proj = d->shard.tp > 1 ? full : out;
+  dec_linear_fwd(d, proj, L->act, o.dw, NONE, N, I, C);
+  dec_reduce_rows(d, proj, out);
+  loom_residual_add_f32(out, out, L->mid, o.db == NONE ? NULL : d->params + o.db, Nr, C);
   dec_params(d, layer, LOOM_PARAMS_RELEASE);
 }
 
@@ -87,7 +95,7 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   struct loom_decoder_scratch *S = d->s;
   int B = d->B, T = d->T, N = d->N, Nr = d->Nr, C = s->hidden, D = s->head_dim;
   int QD = d->lh * D, KD = d->lkv * D, I = d->li;
-  size_t NC = (size_t)N * C, NI = (size_t)N * I;
+  size_t NI = (size_t)N * I;
   const float *x = a->resid + (size_t)idx * Nr * C;
   dec_params(d, layer, LOOM_PARAMS_ACQUIRE_BWD);
   if (d->recompute) dec_block_forward(d, a, layer, idx);
@@ -99,18 +107,14 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   /* MLP: out = mid + reduce(act @ Wd^T) + bd */
   if (o.db != NONE) dec_bias_grad_rows(d->grads + o.db, S->dres, Nr, C);
   const float *dy = dec_gather_rows(d, S->dres, S->full);
-  memset(S->d_act, 0, NI * sizeof(float));
-  dec_linear_bwd(d, S->d_act, o.dw, NONE, dy, L->act, N, I, C);
-  memset(S->d_norm, 0, NC * sizeof(float));
-  memset(S->d_a, 0, NI * sizeof(float));
+  dec_linear_bwd_ex(d, S->d_act, o.dw, NONE, dy, L->act, N, I, C, LIN_DX_OVERWRITE);
   if (s->arch == LOOM_ARCH_GPT2) {
-    loom_gelu_backward_f32(S->d_a, S->d_act, L->up, NI);
-    dec_linear_bwd(d, S->d_norm, o.uw, o.ub, S->d_a, ln2_full, N, C, I);
+    loom_gelu_backward_fast_f32(S->d_a, S->d_act, L->up, NI);
+    dec_linear_bwd_ex(d, S->d_norm, o.uw, o.ub, S->d_a, ln2_full, N, C, I, LIN_DX_OVERWRITE);
   } else {
-    memset(S->d_b, 0, NI * sizeof(float));
-    loom_swiglu_backward_f32(S->d_a, S->d_b, S->d_act, L->gate, L->up, NI);
-    dec_linear_bwd(d, S->d_norm, o.gw, NONE, S->d_a, ln2_full, N, C, I);
-    dec_linear_bwd(d, S->d_norm, o.uw, NONE, S->d_b, ln2_full, N, C, I);
+    loom_swiglu_backward_fast_f32(S->d_a, S->d_b, S->d_act, L->gate, L->up, NI);
+    dec_linear_bwd_ex(d, S->d_norm, o.gw, NONE, S->d_a, ln2_full, N, C, I, LIN_DX_OVERWRITE);
+    dec_linear_bwd_ex(d, S->d_norm, o.uw, NONE, S->d_b, ln2_full, N, C, I, LIN_SAME_X);
   }
   dec_norm_bwd(d, S->dres, reduced_norm_grad(d), L->mid, L->ln2_mean, L->ln2_rstd, o.n2w, o.n2b,
                Nr);
@@ -118,35 +122,32 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   /* attention: mid = x + reduce(att @ Wo^T) + bo */
   if (o.ob != NONE) dec_bias_grad_rows(d->grads + o.ob, S->dres, Nr, C);
   dy = dec_gather_rows(d, S->dres, S->full);
-  memset(S->d_att, 0, (size_t)N * QD * sizeof(float));
-  dec_linear_bwd(d, S->d_att, o.ow, NONE, dy, L->att, N, QD, C);
-  memset(S->d_q, 0, (size_t)N * QD * sizeof(float));
-  memset(S->d_k, 0, (size_t)N * KD * sizeof(float));
-  memset(S->d_v, 0, (size_t)N * KD * sizeof(float));
+  dec_linear_bwd_ex(d, S->d_att, o.ow, NONE, dy, L->att, N, QD, C, LIN_DX_OVERWRITE);
+  /* flash attention writes d_q, d_k, d_v (no zeroing) */
   if (ulysses(d)) {
     int sp = d->shard.sp;
     dec_ulysses_to_heads(d, S->d_att, S->d_atth, d->lh, D);
-    memset(S->d_qh, 0, (size_t)N * QD * sizeof(float));
-    memset(S->d_kh, 0, (size_t)N * KD * sizeof(float));
-    memset(S->d_vh, 0, (size_t)N * KD * sizeof(float));
-    loom_attention_backward_f32(S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse, L->qh,
-                                L->kh, L->vh, B, T, d->lh / sp, d->lkv / sp, D);
+    loom_flash_attention_backward_f32(S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse,
+                                      L->qh, L->kh, L->vh, B, T, d->lh / sp, d->lkv / sp, D,
+                                      CAUSAL, S->attn_work);
     dec_ulysses_to_tokens(d, S->d_qh, S->d_q, d->lh, D);
     dec_ulysses_to_tokens(d, S->d_kh, S->d_k, d->lkv, D);
     dec_ulysses_to_tokens(d, S->d_vh, S->d_v, d->lkv, D);
   } else {
-    loom_attention_backward_f32(S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q, L->k,
-                                L->v, B, T, d->lh, d->lkv, D);
+    loom_flash_attention_backward_f32(S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q,
+                                      L->k, L->v, B, T, d->lh, d->lkv, D, CAUSAL, S->attn_work);
   }
   int Tseq = ulysses(d) ? T / d->shard.sp : T;
-  if (s->arch == LOOM_ARCH_LLAMA) {
+  if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) {
+    loom_rope_table_backward_f32(S->d_q, a->mcos, a->msin, N, d->lh, D);
+    loom_rope_table_backward_f32(S->d_k, a->mcos, a->msin, N, d->lkv, D);
+  } else if (s->arch == LOOM_ARCH_LLAMA) {
     loom_rope_backward_f32(S->d_q, B, Tseq, d->lh, D, s->rope_theta, d->pos0);
     loom_rope_backward_f32(S->d_k, B, Tseq, d->lkv, D, s->rope_theta, d->pos0);
   }
-  memset(S->d_norm, 0, NC * sizeof(float));
-  dec_linear_bwd(d, S->d_norm, o.qw, o.qb, S->d_q, ln1_full, N, C, QD);
-  dec_linear_bwd(d, S->d_norm, o.kw, o.kb, S->d_k, ln1_full, N, C, KD);
-  dec_linear_bwd(d, S->d_norm, o.vw, o.vb, S->d_v, ln1_full, N, C, KD);
+  dec_linear_bwd_ex(d, S->d_norm, o.qw, o.qb, S->d_q, ln1_full, N, C, QD, LIN_DX_OVERWRITE);
+  dec_linear_bwd_ex(d, S->d_norm, o.kw, o.kb, S->d_k, ln1_full, N, C, KD, LIN_SAME_X);
+  dec_linear_bwd_ex(d, S->d_norm, o.vw, o.vb, S->d_v, ln1_full, N, C, KD, LIN_SAME_X);
   dec_norm_bwd(d, S->dres, reduced_norm_grad(d), x, L->ln1_mean, L->ln1_rstd, o.n1w, o.n1b, Nr);
   dec_params(d, layer, LOOM_PARAMS_GRADS_DONE);
   dec_params(d, layer, LOOM_PARAMS_RELEASE);

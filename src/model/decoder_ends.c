@@ -49,6 +49,12 @@ void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out) {
       const float *p = d->params + pe + (size_t)(dec_resid_row_token_index(d, r) % T) * C;
       for (int c = 0; c < C; c++) out[(size_t)r * C + c] += p[c];
     }
+  if (a->inject_slot) /* vision tokens take the place of their placeholder tokens */
+    for (int r = 0; r < Nr; r++) {
+      int slot = a->inject_slot[dec_resid_row_token_index(d, r)];
+      if (slot >= 0)
+        memcpy(out + (size_t)r * C, a->inject_feats + (size_t)slot * C, C * sizeof(float));
+    }
   dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
 }
 
@@ -56,6 +62,12 @@ void dec_embed_backward(loom_decoder *d, loom_acts *a, const float *dres) {
   int C = d->spec.hidden, N = d->N, Nr = d->Nr, T = d->T;
   /* only gradients are written here: the parameters are not needed */
   float *dwte = d->grads + loom_param_offset(d, "embed.weight");
+  const int *slot_of = a->inject_slot;
+  if (slot_of) /* injected rows: their gradient goes to the vision tokens, not the table */
+    for (int r = 0; r < Nr; r++) {
+      int slot = slot_of[dec_resid_row_token_index(d, r)];
+      if (slot >= 0) memcpy(a->inject_grads + (size_t)slot * C, dres + (size_t)r * C, C * sizeof(float));
+    }
   size_t pe = loom_param_offset(d, "pos_embed.weight");
   if (pe != NONE)
     for (int r = 0; r < Nr; r++) {
@@ -65,13 +77,15 @@ void dec_embed_backward(loom_decoder *d, loom_acts *a, const float *dres) {
   if (d->shard.tp > 1) {
     const float *dy = dec_gather_rows(d, dres, d->s->full);
     for (int r = 0; r < N; r++) {
-      int v = a->tokens[dec_row_token_index(d, r)] - d->v0;
-      if (v < 0 || v >= d->vloc) continue;
+      int tok = dec_row_token_index(d, r), v = a->tokens[tok] - d->v0;
+      if (v < 0 || v >= d->vloc || (slot_of && slot_of[tok] >= 0)) continue;
       for (int c = 0; c < C; c++) dwte[(size_t)v * C + c] += dy[(size_t)r * C + c];
     }
   } else {
     for (int r = 0; r < Nr; r++) {
-      float *g = dwte + (size_t)a->tokens[dec_resid_row_token_index(d, r)] * C;
+      int tok = dec_resid_row_token_index(d, r);
+      if (slot_of && slot_of[tok] >= 0) continue;
+      float *g = dwte + (size_t)a->tokens[tok] * C;
       for (int c = 0; c < C; c++) g[c] += dres[(size_t)r * C + c];
     }
   }
@@ -83,43 +97,160 @@ static int real_columns(const loom_decoder *d) {
   return real < 0 ? 0 : real > d->vloc ? d->vloc : real;
 }
 
-/* Vocabulary-parallel cross-entropy: per row, max and sum of exp over all real columns
- * (reduced over tp) and the target logit (held by one rank). */
-static void xent_forward(loom_decoder *d, loom_acts *a, double *loss_sum, int *count) {
-  int N = d->N, V = d->vloc, real = real_columns(d);
-  float *stats = d->s->d_norm; /* scratch (2N) */
-  for (int r = 0; r < N; r++) {
-    const float *l = a->logits + (size_t)r * V;
-    float m = -INFINITY;
-    for (int j = 0; j < real; j++) m = l[j] > m ? l[j] : m;
-    a->row_max[r] = m;
+/* Target of each head row in this rank's vocabulary slice: its column, -1 when another
+ * rank's slice holds it, LOOM_IGNORE_INDEX for ignored rows (or no targets). */
+static void row_targets(loom_decoder *d, loom_acts *a) {
+  int real = real_columns(d);
+  for (int r = 0; r < d->N; r++) {
+    int t = a->targets ? a->targets[dec_row_token_index(d, r)] : LOOM_IGNORE_INDEX;
+    if (t != LOOM_IGNORE_INDEX) {
+      LOOM_ASSERT(t >= 0 && t < d->spec.vocab_size);
+      t -= d->v0;
+      if (t < 0 || t >= real) t = -1;
+    }
+    d->s->row_targets[r] = t;
   }
-  if (d->shard.tp > 1) loom_comm_allreduce_f32(d->tp_comm, a->row_max, N, LOOM_OP_MAX);
-  for (int r = 0; r < N; r++) {
-    const float *l = a->logits + (size_t)r * V;
-    double sum = 0;
-    for (int j = 0; j < real; j++) sum += exp((double)l[j] - a->row_max[r]);
-    int t = a->targets[dec_row_token_index(d, r)] - d->v0;
-    stats[r] = (float)sum;
-    stats[N + r] = (t >= 0 && t < real) ? l[t] : 0.0f;
-  }
-  if (d->shard.tp > 1) loom_comm_allreduce_f32(d->tp_comm, stats, 2 * (size_t)N, LOOM_OP_SUM);
+}
+
+static void loss_total(loom_decoder *d, loom_acts *a, double *loss_sum, int *count) {
   double total = 0;
   int n = 0;
-  for (int r = 0; r < N; r++) {
-    a->row_sumexp[r] = stats[r];
+  for (int r = 0; r < d->N; r++) {
     int t = a->targets[dec_row_token_index(d, r)];
-    if (t == LOOM_IGNORE_INDEX) {
-      a->losses[r] = 0;
-      continue;
-    }
-    LOOM_ASSERT(t >= 0 && t < d->spec.vocab_size);
-    a->losses[r] = (float)(log((double)stats[r]) + a->row_max[r] - stats[N + r]);
+    if (t == LOOM_IGNORE_INDEX) continue;
     total += a->losses[r];
     n++;
   }
   if (loss_sum) *loss_sum = total;
   if (count) *count = n;
+}
+
+/* Vocabulary-parallel cross-entropy over the kept logits (N, vloc): per row the max and sum of
+ * exp over this rank's real columns, rescaled to the max over all tp ranks and summed there,
+ * and the target logit (held by one rank). */
+static void xent_forward(loom_decoder *d, loom_acts *a, double *loss_sum, int *count) {
+  int N = d->N, V = d->vloc, real = real_columns(d);
+  float *stats = d->s->d_norm; /* scratch (3N): sum of exp, target logit, local max */
+  const int32_t *tg = d->s->row_targets;
+  loom_xent_stats_f32(a->row_max, a->row_sumexp, NULL, a->logits, NULL, N, V, real);
+  if (d->shard.tp > 1) {
+    memcpy(stats + 2 * (size_t)N, a->row_max, (size_t)N * sizeof(float));
+    loom_comm_allreduce_f32(d->tp_comm, a->row_max, N, LOOM_OP_MAX);
+  }
+  for (int r = 0; r < N; r++) {
+    float local_max = d->shard.tp > 1 ? stats[2 * (size_t)N + r] : a->row_max[r];
+    float sum = a->row_sumexp[r];
+    stats[r] = sum > 0 ? sum * expf(local_max - a->row_max[r]) : 0.0f;
+    stats[N + r] = tg[r] >= 0 ? a->logits[(size_t)r * V + tg[r]] : 0.0f;
+  }
+  if (d->shard.tp > 1) loom_comm_allreduce_f32(d->tp_comm, stats, 2 * (size_t)N, LOOM_OP_SUM);
+  for (int r = 0; r < N; r++) {
+    a->row_sumexp[r] = stats[r];
+    int t = a->targets[dec_row_token_index(d, r)];
+    a->losses[r] = t == LOOM_IGNORE_INDEX
+                       ? 0.0f
+                       : (float)(log((double)stats[r]) + a->row_max[r] - stats[N + r]);
+  }
+  loss_total(d, a, loss_sum, count);
+}
+
+/* Fused classifier + cross-entropy (tp == 1): rows in chunks of head_rows, the (N, V)
+ * probabilities never exist. Per chunk: logits (kept in a->logits when small, else in
+ * head_chunk), their statistics and losses; the gradient g = scale (softmax - onehot) in
+ * place, then dx = g W and dW += g^T h.
+ * fp32: the forward does all of it with scale 1 into head_dx / head_dw and the backward only
+ * scales them (the loss scale is not known in the forward; scaling after the GEMMs differs by
+ * fp32 rounding only). bf16: rounding must see the scaled gradient (bf16(scale g), as the
+ * PyTorch emulation and the unfused path do), so the backward recomputes each chunk's logits
+ * and forms g with the real scale; the bf16 GEMMs take g converted in place in its own rows. */
+typedef struct {
+  const uint16_t *w16, *h16; /* native bf16 operands, or NULL */
+  const float *w, *h;        /* fp32 (or bf16-rounded fp32) operands */
+} head_ops;
+
+static head_ops head_operands(loom_decoder *d, const float *h) {
+  struct loom_decoder_scratch *S = d->s;
+  int N = d->N, C = d->spec.hidden;
+  size_t wo = head_weight(d);
+  head_ops o = {dec_weights16(d), NULL, d->params_lp + wo, h};
+  if (o.w16) {
+    o.w16 += wo;
+    o.h16 = dec_input16(d, h, (size_t)N * C, 0);
+  } else if (d->bf16) {
+    loom_round_bf16_f32(S->round_x, h, (size_t)N * C);
+    S->x16_src = NULL;
+    o.h = S->round_x;
+  }
+  return o;
+}
+
+/* L (R, V) = h[r0:r0+R] W^T */
+static void head_logits(loom_decoder *d, const head_ops *o, int r0, int R, float *L) {
+  int V = d->vloc, C = d->spec.hidden;
+  if (o->w16) loom_gemm_bf16(0, 1, R, V, C, o->h16 + (size_t)r0 * C, C, o->w16, C, NULL, 0.0f, L, V);
+  else loom_gemm_f32(0, 1, R, V, C, o->h + (size_t)r0 * C, C, o->w, C, NULL, 0.0f, L, V);
+}
+
+/* G (R, V) = scale (softmax(L) - onehot) of rows r0.. (G may be L); dx (R, C) = G W;
+ * dw (V, C) = G^T h[r0:] + beta dw */
+static void head_chunk_grad(loom_decoder *d, loom_acts *a, const head_ops *o, int r0, int R,
+                            const float *L, float *G, float scale, float *dx, float *dw,
+                            float beta) {
+  int V = d->vloc, C = d->spec.hidden;
+  loom_xent_grad_f32(G, L, a->row_max + r0, a->row_sumexp + r0, d->s->row_targets + r0, R, V,
+                     real_columns(d), scale);
+  if (o->w16) {
+    uint16_t *G16 = (uint16_t *)G; /* row r's bf16 values in row r's own fp32 storage */
+    loom_f32_to_bf16_rows(G16, 2 * (size_t)V, G, V, R, V);
+    loom_gemm_bf16(0, 0, R, C, V, G16, 2 * V, o->w16, C, NULL, 0.0f, dx, C);
+    loom_gemm_bf16(1, 0, V, C, R, G16, 2 * V, o->h16 + (size_t)r0 * C, C, NULL, beta, dw, C);
+  } else {
+    if (d->bf16) loom_round_bf16_f32(G, G, (size_t)R * V);
+    loom_gemm_f32(0, 0, R, C, V, G, V, o->w, C, NULL, 0.0f, dx, C);
+    loom_gemm_f32(1, 0, V, C, R, G, V, o->h + (size_t)r0 * C, C, NULL, beta, dw, C);
+  }
+}
+
+static void head_fused_forward(loom_decoder *d, loom_acts *a, const float *h, double *loss_sum,
+                               int *count) {
+  struct loom_decoder_scratch *S = d->s;
+  int N = d->N, V = d->vloc, C = d->spec.hidden;
+  head_ops o = head_operands(d, h);
+  bool precompute = a->targets && !d->bf16;
+  for (int r0 = 0; r0 < N; r0 += S->head_rows) {
+    int R = N - r0 < S->head_rows ? N - r0 : S->head_rows;
+    float *L = a->logits ? a->logits + (size_t)r0 * V : S->head_chunk;
+    head_logits(d, &o, r0, R, L);
+    loom_xent_stats_f32(a->row_max + r0, a->row_sumexp + r0, a->losses + r0, L,
+                        S->row_targets + r0, R, V, real_columns(d));
+    if (precompute)
+      head_chunk_grad(d, a, &o, r0, R, L, S->head_chunk, 1.0f, S->head_dx + (size_t)r0 * C,
+                      S->head_dw, r0 ? 1.0f : 0.0f);
+  }
+  if (a->targets) loss_total(d, a, loss_sum, count);
+}
+
+/* d_norm (N, C) = gradient of the head's input; the weight gradient added to grads */
+static void head_fused_backward(loom_decoder *d, loom_acts *a, const float *h, float scale) {
+  struct loom_decoder_scratch *S = d->s;
+  int N = d->N, V = d->vloc, C = d->spec.hidden;
+  float *gw = d->grads + head_weight(d);
+  if (!d->bf16) { /* precomputed in the forward with scale 1 */
+    loom_scale_f32(S->d_norm, S->head_dx, scale, (size_t)N * C);
+    const float *hw = S->head_dw;
+    size_t n = (size_t)V * C;
+#pragma omp parallel for simd schedule(static) if (n >= 65536)
+    for (size_t i = 0; i < n; i++) gw[i] += scale * hw[i];
+    return;
+  }
+  head_ops o = head_operands(d, h);
+  for (int r0 = 0; r0 < N; r0 += S->head_rows) {
+    int R = N - r0 < S->head_rows ? N - r0 : S->head_rows;
+    const float *L = a->logits ? a->logits + (size_t)r0 * V : S->head_chunk;
+    if (!a->logits) head_logits(d, &o, r0, R, S->head_chunk);
+    head_chunk_grad(d, a, &o, r0, R, L, S->head_chunk, scale, S->d_norm + (size_t)r0 * C, gw,
+                    1.0f);
+  }
 }
 
 void dec_head_forward(loom_decoder *d, loom_acts *a, const float *x, double *loss_sum,
@@ -128,37 +259,35 @@ void dec_head_forward(loom_decoder *d, loom_acts *a, const float *x, double *los
   size_t fw = loom_param_offset(d, "final_norm.weight"), fb = loom_param_offset(d, "final_norm.bias");
   dec_norm_fwd(d, a->lnf, a->lnf_mean, a->lnf_rstd, x, fw, fb, d->Nr);
   const float *h = dec_gather_rows(d, a->lnf, a->lnf_full);
-  dec_linear_fwd(d, a->logits, h, head_weight(d), NONE, d->N, d->spec.hidden, d->vloc);
-  if (a->targets) xent_forward(d, a, loss_sum, count);
+  row_targets(d, a);
+  if (d->s->head_fused) {
+    head_fused_forward(d, a, h, loss_sum, count);
+  } else {
+    dec_linear_fwd(d, a->logits, h, head_weight(d), NONE, d->N, d->spec.hidden, d->vloc);
+    if (a->targets) xent_forward(d, a, loss_sum, count);
+  }
   dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
 }
 
 /* dres (Nr,C) = gradient of the head's input for scale * sum(losses) */
 void dec_head_backward(loom_decoder *d, loom_acts *a, const float *x, float *dres, float scale) {
+  struct loom_decoder_scratch *S = d->s;
   int N = d->N, V = d->vloc, C = d->spec.hidden, real = real_columns(d);
   dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_BWD);
-  float *dl = d->s->dlogits;
-  for (int r = 0; r < N; r++) {
-    float *g = dl + (size_t)r * V;
-    int t = a->targets[dec_row_token_index(d, r)];
-    if (t == LOOM_IGNORE_INDEX) {
-      memset(g, 0, (size_t)V * sizeof(float));
-      continue;
-    }
-    const float *l = a->logits + (size_t)r * V;
-    float m = a->row_max[r], inv = 1.0f / a->row_sumexp[r];
-    for (int j = 0; j < real; j++) g[j] = scale * (expf(l[j] - m) * inv);
-    for (int j = real; j < V; j++) g[j] = 0;
-    t -= d->v0;
-    if (t >= 0 && t < real) g[t] -= scale;
-  }
   const float *h = d->shard.seq_parallel ? a->lnf_full : a->lnf;
-  memset(d->s->d_norm, 0, (size_t)N * C * sizeof(float));
-  dec_linear_bwd(d, d->s->d_norm, head_weight(d), NONE, dl, h, N, C, V);
-  const float *dn = d->s->d_norm;
+  row_targets(d, a);
+  if (S->head_fused) {
+    head_fused_backward(d, a, h, scale);
+  } else {
+    loom_xent_grad_f32(S->dlogits, a->logits, a->row_max, a->row_sumexp, S->row_targets, N, V,
+                       real, scale);
+    dec_linear_bwd_ex(d, S->d_norm, head_weight(d), NONE, S->dlogits, h, N, C, V,
+                      LIN_DX_OVERWRITE);
+  }
+  const float *dn = S->d_norm;
   if (d->shard.tp > 1) {
-    dec_reduce_rows(d, d->s->d_norm, d->s->d_norm_r);
-    dn = d->s->d_norm_r;
+    dec_reduce_rows(d, S->d_norm, S->d_norm_r);
+    dn = S->d_norm_r;
   }
   size_t fw = loom_param_offset(d, "final_norm.weight"), fb = loom_param_offset(d, "final_norm.bias");
   memset(dres, 0, (size_t)d->Nr * C * sizeof(float));

@@ -33,6 +33,27 @@ struct loom_decoder_scratch {
   float *round_x, *round_dy;          /* bf16 rounding scratch */
   float *a2a;         /* all-to-all staging */
   loom_layer_acts rec;                /* the one set used with activation checkpointing */
+  /* fast paths (decoder_ops.c, decoder_ends.c) */
+  float *attn_work;   /* (B, heads in attention, T) flash attention backward scratch */
+  uint16_t *w16;      /* (layout.total) bf16 weights for native bf16 GEMMs, refreshed from
+                         params_lp once per parameter update (NULL: not native) */
+  unsigned long epoch, w16_epoch; /* params_updated count / epoch w16 was made at */
+  const float *x16_src;               /* input whose bf16 copy round_x holds (same-x reuse) */
+  size_t x16_n;
+  /* fused classifier + cross-entropy (tp == 1, one activation slot): the head's gradient is
+   * computed in the forward, unscaled, in row chunks of head_rows; the backward scales it */
+  bool head_fused, keep_logits; /* keep_logits: a->logits (N, vloc) exists (d->logits) */
+  int head_rows;      /* rows per chunk */
+  float *head_chunk;  /* (head_rows, vloc) logits of a chunk, then their gradient */
+  float *head_dx;     /* (N, C) unscaled gradient of the head's input */
+  float *head_dw;     /* (vloc, C) unscaled gradient of the head's weight */
+  int32_t *row_targets; /* (N) target of each head row in this rank's vocabulary slice */
+};
+
+/* dec_linear_*_ex flags */
+enum {
+  LIN_SAME_X = 1,       /* x is the previous call's x, unchanged: reuse its bf16 copy */
+  LIN_DX_OVERWRITE = 2, /* dx = ... instead of dx += ... (no zeroing pass needed) */
 };
 
 /* Offsets of one block's tensors in the flat buffers (NONE when absent). */
@@ -51,8 +72,22 @@ void dec_linear_fwd(loom_decoder *d, float *y, const float *x, size_t w_off, siz
                     int M, int K, int N);
 void dec_linear_bwd(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,
                     const float *x, int M, int K, int N);
+/* the same with LIN_* flags */
+void dec_linear_fwd_ex(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
+                       int M, int K, int N, int flags);
+void dec_linear_bwd_ex(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,
+                       const float *x, int M, int K, int N, int flags);
+/* bf16 weights of the native bf16 GEMMs (refreshed when parameters changed), or NULL when
+ * this decoder multiplies fp32 (or bf16-rounded fp32) weights */
+const uint16_t *dec_weights16(loom_decoder *d);
+/* bf16 copy of x (M,K) in round_x's storage (reused with LIN_SAME_X) */
+const uint16_t *dec_input16(loom_decoder *d, const float *x, size_t n, int flags);
 void dec_norm_fwd(loom_decoder *d, float *y, float *mean, float *rstd, const float *x,
                   size_t w_off, size_t b_off, int rows);
+/* r (rows,C) = x + res (+ bias), y = norm(r) in one pass (r may alias x or res) */
+void dec_residual_norm_fwd(loom_decoder *d, float *r, float *y, float *mean, float *rstd,
+                           const float *x, const float *res, size_t bias_off, size_t w_off,
+                           size_t b_off, int rows);
 void dec_norm_bwd(loom_decoder *d, float *dx, const float *dy, const float *x,
                   const float *mean, const float *rstd, size_t w_off, size_t b_off, int rows);
 void dec_add_bias_rows(float *y, const float *b, int rows, int C);

@@ -23,6 +23,12 @@ static float *carve(carver *c, size_t floats) {
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
 
+/* Fused classifier + cross-entropy: logits are kept (d->logits) up to this size, else only a
+ * chunk of HEAD_CHUNK_FLOATS exists at a time (LOOM_KEEP_LOGITS=0/1 and LOOM_HEAD_ROWS=n in
+ * the environment override both, for tests). */
+#define LOGITS_KEEP_BYTES ((size_t)1 << 30)
+#define HEAD_CHUNK_FLOATS ((size_t)64 << 20)
+
 static bool has_head(const loom_decoder *d) {
   for (int c = 0; c < d->shard.n_chunks; c++)
     if (d->shard.chunk_head[c]) return true;
@@ -73,9 +79,13 @@ static void plan(loom_decoder *d, carver *c) {
   size_t I = (size_t)d->li, V = (size_t)d->vloc;
   bool head = has_head(d), uly = d->shard.sp > 1;
   int nl = max_chunk_layers(d);
+  const int *ms = d->spec.vision.mrope_section;
+  bool mrope = ms[0] + ms[1] + ms[2] > 0;
   for (int i = 0; i < d->n_slots; i++) {
     loom_acts *a = &d->slots[i];
     a->resid = carve(c, (size_t)(nl + 1) * Nr * C);
+    a->mcos = mrope ? (double *)carve(c, N * (size_t)(d->spec.head_dim / 2) * 2) : NULL;
+    a->msin = mrope ? (double *)carve(c, N * (size_t)(d->spec.head_dim / 2) * 2) : NULL;
     if (!d->recompute)
       for (int l = 0; l < nl; l++) plan_layer(d, c, &a->layer[l]);
     if (head) {
@@ -83,7 +93,8 @@ static void plan(loom_decoder *d, carver *c) {
       a->lnf_mean = carve(c, Nr);
       a->lnf_rstd = carve(c, Nr);
       a->lnf_full = d->shard.seq_parallel ? carve(c, N * C) : NULL;
-      a->logits = carve(c, N * V);
+      /* the fused head keeps the logits only while they are small (inspection, tests) */
+      a->logits = !d->s->head_fused || d->s->keep_logits ? carve(c, N * V) : NULL;
       a->row_max = carve(c, N);
       a->row_sumexp = carve(c, N);
       a->losses = carve(c, N);
@@ -92,7 +103,7 @@ static void plan(loom_decoder *d, carver *c) {
   struct loom_decoder_scratch *S = d->s;
   if (d->recompute) plan_layer(d, c, &S->rec);
   S->dres = carve(c, Nr * C);
-  S->d_norm = carve(c, maxz(N * C, 2 * N));
+  S->d_norm = carve(c, maxz(N * C, 3 * N)); /* also the head's loss statistics (3N) */
   S->d_norm_r = carve(c, Nr * C);
   S->full = carve(c, N * C);
   S->d_q = carve(c, N * QD);
@@ -106,8 +117,16 @@ static void plan(loom_decoder *d, carver *c) {
   S->d_act = carve(c, N * I);
   S->d_a = carve(c, N * I);
   S->d_b = carve(c, N * I);
-  S->dlogits = head ? carve(c, N * V) : NULL;
-  size_t in = maxz(maxz(C, I), QD), out = maxz(maxz(in, KD), head ? V : 0);
+  bool fused = S->head_fused;
+  S->dlogits = head && !fused ? carve(c, N * V) : NULL;
+  S->head_chunk = head && fused ? carve(c, (size_t)S->head_rows * V) : NULL;
+  /* fp32 precomputes the head's gradients in the forward; bf16 recomputes chunks instead */
+  S->head_dx = head && fused && !d->bf16 ? carve(c, N * C) : NULL;
+  S->head_dw = head && fused && !d->bf16 ? carve(c, V * C) : NULL;
+  S->row_targets = head ? (int32_t *)carve(c, N) : NULL;
+  S->attn_work = carve(c, (size_t)d->B * (uly ? d->lh / d->shard.sp : d->lh) * d->T);
+  /* the fused head converts its logit gradient to bf16 in place: round_dy never holds it */
+  size_t in = maxz(maxz(C, I), QD), out = maxz(maxz(in, KD), head && !fused ? V : 0);
   S->round_x = d->bf16 ? carve(c, N * in) : NULL;
   S->round_dy = d->bf16 ? carve(c, N * out) : NULL;
   S->a2a = uly ? carve(c, 2 * N * QD) : NULL;
@@ -153,6 +172,27 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
     d->slots[i].layer = recompute ? NULL : calloc((size_t)(nl > 0 ? nl : 1), sizeof(loom_layer_acts));
   }
   d->s = calloc(1, sizeof *d->s);
+  /* fused head: its softmax statistics are complete on this rank (tp == 1) and one activation
+   * slot holds the only micro-batch whose gradient the head precomputes */
+  d->s->head_fused = has_head(d) && tp == 1 && slots == 1;
+  {
+    size_t rows = HEAD_CHUNK_FLOATS / (size_t)(d->vloc > 0 ? d->vloc : 1);
+    rows = rows < 64 ? 64 : rows / 64 * 64;
+    const char *env = getenv("LOOM_HEAD_ROWS"); /* tests and tuning */
+    if (env && atoi(env) > 0) rows = (size_t)atoi(env);
+    d->s->head_rows = (int)(rows < (size_t)d->N ? rows : (size_t)d->N);
+    env = getenv("LOOM_KEEP_LOGITS");
+    d->s->keep_logits = env ? atoi(env) != 0
+                            : (size_t)d->N * d->vloc * sizeof(float) <= LOGITS_KEEP_BYTES;
+  }
+  d->s->epoch = 1;
+  /* bf16 weights for native bf16 GEMMs: pages are touched only when first converted, so a
+   * ZeRO-3 run (which never uses them) does not hold them */
+  if (bf16 && loom_gemm_bf16_native()) {
+    size_t bytes = (P * sizeof(uint16_t) + 63) & ~(size_t)63;
+    d->s->w16 = aligned_alloc(64, bytes ? bytes : 64);
+    LOOM_ASSERT(d->s->w16);
+  }
   carver c = {NULL, 0};
   plan(d, &c);
   d->arena_bytes = c.used;
@@ -175,6 +215,7 @@ void loom_decoder_free(loom_decoder *d) {
   if (!d) return;
   loom_free(d->params);
   loom_free(d->arena);
+  if (d->s) free(d->s->w16);
   for (int i = 0; i < d->n_slots; i++) free(d->slots[i].layer);
   free(d->slots);
   free(d->s);
@@ -207,10 +248,15 @@ void loom_decoder_slot_release(loom_decoder *d, loom_acts *a) {
 }
 
 void loom_decoder_zero_grads(loom_decoder *d) {
-  memset(d->grads, 0, d->layout.total * sizeof(float));
+  /* in parallel chunks: one thread does not saturate the memory bandwidth */
+  size_t n = d->layout.total, ch = (size_t)1 << 20, nch = (n + ch - 1) / ch;
+#pragma omp parallel for schedule(static) if (nch > 1)
+  for (size_t c = 0; c < nch; c++)
+    memset(d->grads + c * ch, 0, ((c + 1) * ch < n ? ch : n - c * ch) * sizeof(float));
 }
 
 void loom_decoder_params_updated(loom_decoder *d) {
+  d->s->epoch++; /* the bf16 weight copy is refreshed at its next use */
   if (d->bf16) loom_round_bf16_f32(d->params_lp, d->params, d->layout.total);
 }
 

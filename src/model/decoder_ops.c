@@ -33,62 +33,130 @@ block_offsets loom_block_offsets(const loom_decoder *d, int l) {
   return o;
 }
 
-void dec_linear_fwd(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
-                    int M, int K, int N) {
-  const float *w = d->params_lp + w_off;
-  const float *b = b_off == NONE ? NULL : d->params + b_off;
-  if (d->bf16) {
-    loom_round_bf16_f32(d->s->round_x, x, (size_t)M * K);
-    x = d->s->round_x;
+/* ---- linear layers: the one place every matmul goes through ------------------------------
+ * fp32: loom_gemm_f32 on the fp32 weights. bf16 with a native bf16 GEMM (oneDNN) and
+ * resident parameters: activations and output gradients converted to bf16 (in round_x /
+ * round_dy's storage), weights from the bf16 copy refreshed once per parameter update,
+ * fp32 accumulation. Otherwise (OpenBLAS, or ZeRO-3 which pages weights in and out) bf16
+ * mode rounds inputs to bf16 values held in fp32 and multiplies them with loom_gemm_f32:
+ * the same products (exact in fp32) and fp32 accumulation. */
+
+const uint16_t *dec_weights16(loom_decoder *d) {
+  struct loom_decoder_scratch *s = d->s;
+  if (!s->w16 || d->param_hook) return NULL;
+  if (s->w16_epoch != s->epoch) { /* parameters changed since the last conversion */
+    loom_f32_to_bf16_n(s->w16, d->params_lp, d->layout.total);
+    s->w16_epoch = s->epoch;
   }
-  loom_linear_forward_f32(y, x, w, b, M, K, N);
+  return s->w16;
 }
 
-/* dx += dy @ W; dW += dy^T x; db += colsum(dy) — with bf16(dy), bf16(x), bf16(W) in bf16 mode */
-void dec_linear_bwd(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,
-                    const float *x, int M, int K, int N) {
-  const float *w = d->params_lp + w_off;
+const uint16_t *dec_input16(loom_decoder *d, const float *x, size_t n, int flags) {
+  struct loom_decoder_scratch *s = d->s;
+  uint16_t *x16 = (uint16_t *)s->round_x;
+  if (!(flags & LIN_SAME_X) || s->x16_src != x || s->x16_n != n) {
+    loom_f32_to_bf16_n(x16, x, n);
+    s->x16_src = x;
+    s->x16_n = n;
+  }
+  return x16;
+}
+
+/* bf16-rounded fp32 copy of x in round_x (the non-native bf16 path), reused like dec_input16 */
+static const float *rounded_input(loom_decoder *d, const float *x, size_t n, int flags) {
+  struct loom_decoder_scratch *s = d->s;
+  if (!(flags & LIN_SAME_X) || s->x16_src != x || s->x16_n != n) {
+    loom_round_bf16_f32(s->round_x, x, n);
+    s->x16_src = x;
+    s->x16_n = n;
+  }
+  return s->round_x;
+}
+
+/* y (M,N) = x (M,K) @ W^T (+ b) */
+void dec_linear_fwd_ex(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
+                       int M, int K, int N, int flags) {
+  const float *b = b_off == NONE ? NULL : d->params + b_off;
+  const uint16_t *w16 = dec_weights16(d);
+  if (w16) {
+    const uint16_t *x16 = dec_input16(d, x, (size_t)M * K, flags);
+    loom_gemm_bf16(0, 1, M, N, K, x16, K, w16 + w_off, K, b, 0.0f, y, N);
+    return;
+  }
+  if (d->bf16) x = rounded_input(d, x, (size_t)M * K, flags);
+  loom_gemm_f32(0, 1, M, N, K, x, K, d->params_lp + w_off, K, b, 0.0f, y, N);
+}
+
+void dec_linear_fwd(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
+                    int M, int K, int N) {
+  dec_linear_fwd_ex(d, y, x, w_off, b_off, M, K, N, 0);
+}
+
+/* dx (M,K) (+)= dy (M,N) @ W; dW += dy^T x; db += colsum(dy) — with bf16(dy), bf16(x),
+ * bf16(W) in bf16 mode; dx may be NULL */
+void dec_linear_bwd_ex(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,
+                       const float *x, int M, int K, int N, int flags) {
   float *dw = d->grads + w_off;
+  float beta = flags & LIN_DX_OVERWRITE ? 0.0f : 1.0f;
   if (b_off != NONE) /* bias gradient from the unrounded fp32 dy */
-    loom_linear_backward_f32(NULL, NULL, d->grads + b_off, dy, x, w, M, K, N);
+    loom_bias_grad_f32(d->grads + b_off, dy, M, N);
+  const uint16_t *w16 = dec_weights16(d);
+  if (w16) {
+    uint16_t *dy16 = (uint16_t *)d->s->round_dy;
+    loom_f32_to_bf16_n(dy16, dy, (size_t)M * N);
+    const uint16_t *x16 = dec_input16(d, x, (size_t)M * K, flags);
+    if (dx) loom_gemm_bf16(0, 0, M, K, N, dy16, N, w16 + w_off, K, NULL, beta, dx, K);
+    loom_gemm_bf16(1, 0, N, K, M, dy16, N, x16, K, NULL, 1.0f, dw, K);
+    return;
+  }
   if (d->bf16) {
     loom_round_bf16_f32(d->s->round_dy, dy, (size_t)M * N);
-    loom_round_bf16_f32(d->s->round_x, x, (size_t)M * K);
     dy = d->s->round_dy;
-    x = d->s->round_x;
+    x = rounded_input(d, x, (size_t)M * K, flags);
   }
-  loom_linear_backward_f32(dx, dw, NULL, dy, x, w, M, K, N);
+  const float *w = d->params_lp + w_off;
+  if (dx) loom_gemm_f32(0, 0, M, K, N, dy, N, w, K, NULL, beta, dx, K);
+  loom_gemm_f32(1, 0, N, K, M, dy, N, x, K, NULL, 1.0f, dw, K);
 }
+
+void dec_linear_bwd(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,
+                    const float *x, int M, int K, int N) {
+  dec_linear_bwd_ex(d, dx, w_off, b_off, dy, x, M, K, N, 0);
+}
+
+/* ---- norms (fused with the residual add where the block has one) -------------------------- */
 
 void dec_norm_fwd(loom_decoder *d, float *y, float *mean, float *rstd, const float *x,
                   size_t w_off, size_t b_off, int rows) {
-  int C = d->spec.hidden;
-  float eps = (float)d->spec.norm_eps;
-  if (d->spec.arch == LOOM_ARCH_GPT2)
-    loom_layernorm_forward_f32(y, mean, rstd, x, d->params + w_off, d->params + b_off, rows, C,
-                               eps);
-  else
-    loom_rmsnorm_forward_f32(y, rstd, x, d->params + w_off, rows, C, eps);
+  dec_residual_norm_fwd(d, NULL, y, mean, rstd, x, NULL, NONE, w_off, b_off, rows);
+}
+
+void dec_residual_norm_fwd(loom_decoder *d, float *r, float *y, float *mean, float *rstd,
+                           const float *x, const float *res, size_t bias_off, size_t w_off,
+                           size_t b_off, int rows) {
+  bool ln = d->spec.arch == LOOM_ARCH_GPT2;
+  loom_add_norm_forward_f32(r, y, ln ? mean : NULL, rstd, x, res,
+                            bias_off == NONE ? NULL : d->params + bias_off, d->params + w_off,
+                            ln && b_off != NONE ? d->params + b_off : NULL, rows,
+                            d->spec.hidden, (float)d->spec.norm_eps);
 }
 
 void dec_norm_bwd(loom_decoder *d, float *dx, const float *dy, const float *x,
                   const float *mean, const float *rstd, size_t w_off, size_t b_off, int rows) {
-  int C = d->spec.hidden;
-  if (d->spec.arch == LOOM_ARCH_GPT2)
-    loom_layernorm_backward_f32(dx, d->grads + w_off, d->grads + b_off, dy, x,
-                                d->params + w_off, mean, rstd, rows, C);
-  else
-    loom_rmsnorm_backward_f32(dx, d->grads + w_off, dy, x, d->params + w_off, rstd, rows, C);
+  bool ln = d->spec.arch == LOOM_ARCH_GPT2;
+  loom_norm_backward_fast_f32(dx, d->grads + w_off, ln && b_off != NONE ? d->grads + b_off : NULL,
+                              dy, x, d->params + w_off, ln ? mean : NULL, rstd, rows,
+                              d->spec.hidden);
 }
 
 void dec_add_bias_rows(float *y, const float *b, int rows, int C) {
+#pragma omp parallel for schedule(static) if ((size_t)rows * C >= 65536)
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < C; c++) y[(size_t)r * C + c] += b[c];
 }
 
 void dec_bias_grad_rows(float *db, const float *dy, int rows, int C) {
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < C; c++) db[c] += dy[(size_t)r * C + c];
+  loom_bias_grad_f32(db, dy, rows, C);
 }
 
 const float *dec_gather_rows(loom_decoder *d, const float *x, float *full) {

@@ -33,6 +33,8 @@ static const preset presets[] = {
       {LOOM_VISION_QWEN, 1280, 32, 16, 3456, 14, 2, 2, 112, 0, 4, {7, 15, 23, 31}, 10000.0, 1e-6, {16, 24, 24}}}},
     {"tiny-qwen2.5-vl", "tiny Qwen2.5-VL (window attention, merger, M-RoPE)", {LOOM_ARCH_LLAMA, 512, 0, 64, 2, 4, 2, 0, 128, 1024, 1e-6, 10000.0, true, true, 0.02,
       {LOOM_VISION_QWEN, 32, 2, 2, 64, 14, 2, 2, 56, 0, 1, {1}, 10000.0, 1e-6, {2, 3, 3}}}},
+    {"small-qwen2.5-vl", "small Qwen2.5-VL for the VQA demo", {LOOM_ARCH_LLAMA, 512, 0, 128, 3, 4, 2, 0, 256, 1024, 1e-6, 10000.0, true, true, 0.02,
+      {LOOM_VISION_QWEN, 64, 2, 4, 128, 14, 2, 2, 56, 0, 1, {1}, 10000.0, 1e-6, {4, 6, 6}}}},
     {"tiny-llava", "tiny LLaVA (ViT with learned positions + MLP projector)", {LOOM_ARCH_LLAMA, 512, 0, 64, 2, 4, 2, 0, 128, 1024, 1e-6, 10000.0, false, false, 0.02,
       {LOOM_VISION_LLAVA, 32, 2, 2, 64, 14, 1, 1, 0, 112, 0, {0}, 10000.0, 1e-5, {0, 0, 0}}}},
 };

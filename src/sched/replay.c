@@ -1,30 +1,28 @@
 /* Replay of a schedule under the executor's communication model: sends are asynchronous
- * (they never wait), a recv blocks until its matched send has run, and its data is ready at
- * the end of that send. Every instruction takes cost[kind] time on its rank. Ranks advance
- * whenever their next instruction can run, so the times do not depend on the visiting order;
- * when no rank can advance and some are unfinished, the schedule deadlocks. */
+ * (they never wait), a recv blocks until its matched send has run. Ranks advance whenever
+ * their next instruction can run, so the times do not depend on the visiting order; when no
+ * rank can advance and some are unfinished, the schedule deadlocks.
+ *
+ * One core drives both users: the per-kind costs of the validator, the grid and the bubble
+ * (a recv's data is ready at the end of its send; every instruction takes cost[kind]), and
+ * the simulator's timing callback (loom_sched_replay_timed), which decides each
+ * instruction's end and each send's arrival time. */
 #include <stdlib.h>
 
 #include "loom/core.h"
 #include "sched/sched_internal.h"
 
-int sched_replay(const loom_schedule *s, const sched_links *links, sched_replay_state *st) {
+/* Returns 1 on deadlock (blocked[r] = where rank r stopped). */
+static int replay_core(const loom_schedule *s, const sched_links *links, loom_sched_timing_fn fn,
+                       void *ctx, int *pos, double *makespan) {
   int pp = s->pp;
   double *clock = calloc((size_t)pp, sizeof *clock);
-  double **end = st->end;
-  if (!clock) abort();
-  if (!end) { /* recv times need the end of every send */
-    end = calloc((size_t)pp, sizeof *end);
-    if (!end) abort();
-    for (int r = 0; r < pp; r++) {
-      end[r] = malloc((size_t)(s->count[r] ? s->count[r] : 1) * sizeof **end);
-      if (!end[r]) abort();
-    }
-  }
-  int *pos = st->blocked;
+  double **ready = calloc((size_t)pp, sizeof *ready);
+  if (!clock || !ready) abort();
   for (int r = 0; r < pp; r++) {
+    ready[r] = malloc((size_t)(s->count[r] ? s->count[r] : 1) * sizeof **ready);
+    if (!ready[r]) abort();
     pos[r] = 0;
-    st->busy[r] = 0;
   }
   for (int progress = 1; progress;) {
     progress = 0;
@@ -32,31 +30,64 @@ int sched_replay(const loom_schedule *s, const sched_links *links, sched_replay_
       while (pos[r] < s->count[r]) {
         int i = pos[r];
         const loom_instr *in = &s->instr[r][i];
-        double t = clock[r];
+        loom_sched_timing t = {clock[r], clock[r], clock[r], clock[r]};
         if (sched_is_recv(in->kind)) {
           int j = links->peer_index[r][i];
           if (pos[in->peer] <= j) break; /* its send has not run yet */
-          if (end[in->peer][j] > t) t = end[in->peer][j];
+          t.arrival = ready[in->peer][j];
         }
-        double d = st->cost[in->kind];
-        if (st->start) st->start[r][i] = t;
-        end[r][i] = t + d;
-        clock[r] = t + d;
-        if (sched_is_compute(in->kind)) st->busy[r] += d;
+        fn(ctx, r, i, in, &t);
+        if (t.end < t.start) t.end = t.start;
+        ready[r][i] = sched_is_send(in->kind) ? t.ready : t.end;
+        clock[r] = t.end;
         pos[r]++;
         progress = 1;
       }
   }
   int deadlock = 0;
-  st->makespan = 0;
+  *makespan = 0;
   for (int r = 0; r < pp; r++) {
     if (pos[r] < s->count[r]) deadlock = 1;
-    if (clock[r] > st->makespan) st->makespan = clock[r];
+    if (clock[r] > *makespan) *makespan = clock[r];
+    free(ready[r]);
   }
-  if (!st->end) {
-    for (int r = 0; r < pp; r++) free(end[r]);
-    free(end);
-  }
+  free(ready);
   free(clock);
   return deadlock;
+}
+
+/* per-kind costs; a recv starts when its data is there (the end of its send) */
+static void kind_cost(void *ctx, int r, int i, const loom_instr *in, loom_sched_timing *t) {
+  sched_replay_state *st = ctx;
+  double start = t->start;
+  if (sched_is_recv(in->kind) && t->arrival > start) start = t->arrival;
+  double d = st->cost[in->kind];
+  t->end = t->ready = start + d;
+  if (st->start) st->start[r][i] = start;
+  if (st->end) st->end[r][i] = start + d;
+  if (sched_is_compute(in->kind)) st->busy[r] += d;
+}
+
+int sched_replay(const loom_schedule *s, const sched_links *links, sched_replay_state *st) {
+  for (int r = 0; r < s->pp; r++) st->busy[r] = 0;
+  return replay_core(s, links, kind_cost, st, st->blocked, &st->makespan);
+}
+
+int loom_sched_replay_timed(const loom_schedule *s, loom_sched_timing_fn fn, void *ctx,
+                            double *makespan) {
+  sched_links links;
+  if (sched_match(s, &links)) return LOOM_ERR;
+  int *pos = calloc((size_t)s->pp, sizeof *pos);
+  if (!pos) abort();
+  int deadlock = replay_core(s, &links, fn, ctx, pos, makespan);
+  int rc = 0;
+  if (deadlock) {
+    int r = 0;
+    while (r < s->pp && pos[r] >= s->count[r]) r++;
+    rc = loom_err("replay: the schedule deadlocks (%s waits forever); validate it first",
+                  sched_where(s, r, pos[r]));
+  }
+  free(pos);
+  sched_links_free(s, &links);
+  return rc;
 }

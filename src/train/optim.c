@@ -34,17 +34,28 @@ void loom_adamw_state_free(loom_adamw_state *st) {
   memset(st, 0, sizeof *st);
 }
 
-void loom_adamw_apply(loom_adamw_state *st, loom_decoder *d, const loom_config_training *t,
-                      double lr) {
+/* AdamW over every trained tensor in one pass over the flat buffer (loom_adamw_flat_f32: the
+ * per-tensor update, bitwise, with the clipping factor applied on the fly), then the bf16
+ * weights refreshed. Segments live on the stack: nothing is allocated per step. */
+static void adamw_all(loom_adamw_state *st, loom_decoder *d, const loom_config_training *t,
+                      double lr, float clip) {
   st->step++;
+  int n = 0;
+  loom_adamw_segment seg[d->layout.count > 0 ? d->layout.count : 1];
   for (int i = 0; i < d->layout.count; i++) {
     const loom_param *p = &d->layout.params[i];
+    if (p->frozen || p->numel == 0) continue;
     double wd = (p->decay || t->decay_norms_and_biases) ? t->weight_decay : 0.0;
-    size_t o = p->offset;
-    loom_adamw_f32(d->params + o, d->grads + o, st->m + o, st->v + o, p->numel, lr, t->beta1,
-                   t->beta2, t->eps, wd, st->step);
+    seg[n++] = (loom_adamw_segment){p->offset, p->offset + p->numel, wd};
   }
+  loom_adamw_flat_f32(d->params, d->grads, st->m, st->v, NULL, 0, seg, n, clip, lr, t->beta1,
+                      t->beta2, t->eps, st->step);
   loom_decoder_params_updated(d);
+}
+
+void loom_adamw_apply(loom_adamw_state *st, loom_decoder *d, const loom_config_training *t,
+                      double lr) {
+  adamw_all(st, d, t, lr, 1.0f);
 }
 
 double loom_grad_clip(loom_decoder *d, double max_norm) {
@@ -75,7 +86,10 @@ void loom_train_step(loom_decoder *d, loom_adamw_state *opt, const loom_config_t
   r->loss = counted ? loss_sum / counted : 0.0;
   r->counted = counted;
   r->tokens = (long)A * (long)BT;
-  r->grad_norm = loom_grad_clip(d, t->grad_clip);
+  /* clip (PyTorch's clip_grad_norm_ rule, as loom_grad_clip) folded into the AdamW pass */
+  double norm = sqrt(loom_sumsq_f32(d->grads, d->layout.total));
+  float coef = t->grad_clip > 0 ? (float)(t->grad_clip / (norm + 1e-6)) : 1.0f;
+  r->grad_norm = norm;
   r->lr = loom_lr_at(t, opt->step);
-  loom_adamw_apply(opt, d, t, r->lr);
+  adamw_all(opt, d, t, r->lr, coef < 1.0f ? coef : 1.0f);
 }

@@ -3,6 +3,7 @@
  * and resume from a checkpoint — in the same layout with bitwise-identical results, or in
  * another layout. Every rank runs this; only rank 0 writes the run's files and prints. */
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -12,7 +13,9 @@
 #include <unistd.h>
 
 #include "loom/checkpoint.h"
+#include "loom/eval.h"
 #include "loom/exec.h"
+#include "loom/data_source.h"
 #include "loom/loader.h"
 #include "loom/mesh.h"
 #include "loom/trace.h"
@@ -26,7 +29,10 @@ typedef struct {
   loom_mesh mesh;
   bool lead;           /* world rank 0: writes files, prints */
   char *run_dir;
-  loom_loader *loader;
+  loom_data_source *data;
+  const void **vqa;      /* (A) this step's vision-language batches (vqa data) */
+  double val_accuracy;   /* vision-language: answer accuracy on the val split */
+  long val_samples;
   loom_executor *exec;
   loom_train_state state;
   FILE *metrics;
@@ -105,31 +111,23 @@ static int open_run_dir_lead(run_ctx *c, const loom_train_opts *o) {
 
 static int open_data(run_ctx *c) {
   const loom_config_training *t = &c->cfg->training;
-  if (loom_loader_open(&c->loader, c->cfg->data.train_shards, (int)t->micro_batch_size,
-                       (int)t->seq_len, c->mesh.dp_rank, c->mesh.dp, (uint64_t)c->cfg->run.seed))
-    return loom_err_prefix("data.train_shards: ");
-  int32_t max_tok = loom_loader_max_token(c->loader);
-  if (max_tok >= c->spec.vocab_size)
-    return loom_err("data.train_shards '%s' holds token id %d but the model's vocabulary has "
-                    "%d tokens; set model.vocab_size >= %d (or use the matching tokenizer)",
-                    c->cfg->data.train_shards, max_tok, c->spec.vocab_size, max_tok + 1);
+  if (loom_data_open(&c->data, c->cfg, &c->spec, c->mesh.dp_rank, c->mesh.dp)) return LOOM_ERR;
   size_t n = (size_t)t->grad_accum * t->micro_batch_size * t->seq_len;
   c->tokens = malloc(n * sizeof(int32_t));
   c->targets = malloc(n * sizeof(int32_t));
-  LOOM_ASSERT(c->tokens && c->targets);
+  c->vqa = calloc((size_t)t->grad_accum, sizeof *c->vqa);
+  LOOM_ASSERT(c->tokens && c->targets && c->vqa);
   return 0;
 }
 
 static int next_batches(run_ctx *c) {
-  const loom_config_training *t = &c->cfg->training;
-  size_t BT = (size_t)t->micro_batch_size * t->seq_len;
-  for (long a = 0; a < t->grad_accum; a++)
-    if (loom_loader_next(c->loader, c->tokens + a * BT, c->targets + a * BT)) return LOOM_ERR;
+  if (loom_data_next(c->data, c->tokens, c->targets, c->vqa)) return LOOM_ERR;
+  if (loom_data_is_vqa(c->data)) loom_exec_set_vision_batches(c->exec, c->vqa);
   return 0;
 }
 
 static int save_checkpoint(run_ctx *c, const char *name) {
-  loom_loader_get_state(c->loader, &c->state.loader);
+  loom_data_get_state(c->data, &c->state.loader);
   c->state.loader_batch_windows = c->cfg->training.micro_batch_size * c->mesh.dp;
   char *dir = loom_sprintf("%s/%s", c->run_dir, name);
   int rc = loom_ckpt_save(dir, c->exec, &c->mesh, &c->state, c->cfg);
@@ -149,12 +147,21 @@ static void prune_checkpoints(run_ctx *c, long step) {
   free(dir);
 }
 
+/* a JSON number, or null for NaN/inf (JSON has no NaN) */
+static const char *json_num(char *buf, size_t n, double x) {
+  if (isfinite(x)) snprintf(buf, n, "%.17g", x);
+  else snprintf(buf, n, "null");
+  return buf;
+}
+
 static void write_metrics(run_ctx *c, const loom_step_result *r, double dt, double elapsed) {
   if (!c->metrics) return;
+  char loss[32], norm[32];
   fprintf(c->metrics,
-          "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
+          "{\"step\": %ld, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %s, "
           "\"tokens_per_s\": %.1f, \"step_time\": %.6f, \"time\": %.3f, \"tokens\": %ld}\n",
-          c->state.step, r->loss, r->lr, r->grad_norm, dt > 0 ? (double)r->tokens / dt : 0.0, dt,
+          c->state.step, json_num(loss, sizeof loss, r->loss), r->lr,
+          json_num(norm, sizeof norm, r->grad_norm), dt > 0 ? (double)r->tokens / dt : 0.0, dt,
           elapsed, c->state.tokens_seen);
   fflush(c->metrics);
 }
@@ -169,12 +176,16 @@ static int write_summary(run_ctx *c, double final_loss, double min_loss, double 
   if (!c->lead) return 0;
   const loom_config_training *t = &c->cfg->training;
   double tokens_per_step = (double)t->grad_accum * t->micro_batch_size * t->seq_len * c->mesh.dp;
+  char accuracy[96] = "";
+  if (c->val_samples > 0)
+    snprintf(accuracy, sizeof accuracy, ",\n  \"val_accuracy\": %.6f,\n  \"val_samples\": %ld",
+             c->val_accuracy, c->val_samples);
   char *text = loom_sprintf(
       "{\n  \"steps\": %ld,\n  \"final_loss\": %.17g,\n  \"min_loss\": %.17g,\n"
       "  \"avg_step_time\": %.6f,\n  \"timed_steps\": %ld,\n  \"tokens_per_s\": %.1f,\n"
-      "  \"peak_rss_mb\": %.1f\n}\n",
+      "  \"peak_rss_mb\": %.1f%s\n}\n",
       c->state.step, final_loss, min_loss, avg_step, timed_steps,
-      avg_step > 0 ? tokens_per_step / avg_step : 0.0, (double)ru.ru_maxrss / 1024.0);
+      avg_step > 0 ? tokens_per_step / avg_step : 0.0, (double)ru.ru_maxrss / 1024.0, accuracy);
   char *path = loom_sprintf("%s/summary.json", c->run_dir);
   int rc = loom_write_file_atomic(path, text, strlen(text));
   loom_progress_note(&c->progress, "peak resident memory %.1f MB", (double)ru.ru_maxrss / 1024.0);
@@ -258,8 +269,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                        c->mesh.tp > 1 && !strcmp(cfg->parallel.sp_mode, "megatron")
                            ? " (megatron sequence parallel)" : "",
                        cfg->parallel.zero, loom_exec_schedule(c->exec)->name);
-  loom_progress_note(&c->progress, "data: %s, %" PRIu64 " tokens", cfg->data.train_shards,
-                     loom_loader_total_tokens(c->loader));
+  loom_progress_note(&c->progress, "data: %s", loom_data_describe(c->data));
   report_memory(c);
   loom_decoder *d = loom_exec_decoder(c->exec);
   int rc = 0;
@@ -276,7 +286,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                         "divides it", windows, now);
       c->state.loader.index = windows / (uint64_t)now;
     }
-    if (loom_loader_set_state(c->loader, &c->state.loader)) return LOOM_ERR;
+    if (loom_data_set_state(c->data, &c->state.loader)) return LOOM_ERR;
     if (c->state.config_hash != loom_config_hash(cfg))
       loom_progress_note(&c->progress, "note: the config differs from the one the checkpoint "
                                        "was written with");
@@ -409,6 +419,13 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
     return 0;
   }
   if (cfg->checkpoint.save_final && save_checkpoint(c, "final_checkpoint")) return LOOM_ERR;
+  if (loom_data_is_vqa(c->data) && c->mesh.world == c->mesh.dp) {
+    if (loom_eval_vqa(c->exec, cfg, &c->mesh, "val", 0, &c->val_accuracy, &c->val_samples))
+      loom_progress_note(&c->progress, "no answer accuracy: %s", loom_errmsg());
+    else
+      loom_progress_note(&c->progress, "answer accuracy on the val split: %.1f%% of %ld samples",
+                         100 * c->val_accuracy, c->val_samples);
+  }
   return write_summary(c, last, min_loss, timed_steps ? timed / timed_steps : 0, timed_steps);
 }
 
@@ -438,7 +455,8 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   }
   if (c.metrics) fclose(c.metrics);
   if (c.progress.log) fclose(c.progress.log);
-  if (c.loader) loom_loader_close(c.loader);
+  loom_data_close(c.data);
+  free(c.vqa);
   loom_exec_free(c.exec);
   loom_mesh_free(&c.mesh);
   free(c.tokens);

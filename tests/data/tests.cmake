@@ -12,3 +12,12 @@ foreach(mode gpt2 qwen2 trained)
     COMMAND bash ${LOOM_DATA_NODE_SCRIPT} ${mode} $<TARGET_FILE:loom> ${LOOM_DATA_NODE_WORK})
   set_tests_properties(data_node_${mode} PROPERTIES FIXTURES_REQUIRED data_node TIMEOUT 120)
 endforeach()
+
+# Vision-language preprocessing against Python reimplementations of Qwen2-VL's image
+# processor (PIL bicubic, normalise, patch order) and get_rope_index (numpy/torch/PIL).
+add_executable(vqa_dump ${CMAKE_SOURCE_DIR}/tests/data/vqa_dump.c)
+target_link_libraries(vqa_dump PRIVATE loomlib PkgConfig::JANSSON)
+add_test(NAME data_vqa_python
+  COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/vqa_check.py $<TARGET_FILE:loom>
+          $<TARGET_FILE:vqa_dump> ${CMAKE_BINARY_DIR}/data_vqa_python)
+set_tests_properties(data_vqa_python PROPERTIES TIMEOUT 120)

@@ -181,4 +181,14 @@ chmod +x "$WORK/fake_sbatch"
 check "sbatch called once per point" test "$(grep -c -- '--parsable' "$WORK/sbatch.calls")" = 4
 check "job id kept" test "$(csv_col "$(ls -d "$WORK"/logs_slurm2/sweep_*)/summary.csv" job_id | sort -u)" = 4242
 check "submitted jobs pending until they register" test "$(csv_col "$(ls -d "$WORK"/logs_slurm2/sweep_*)/summary.csv" status | sort -u)" = PENDING
+
+# ---- --stop-on-failure: the first point fails, the rest are not started -------------------------
+printf 'name: stop\nbase: base.yaml\nparameters: {training.lr: [1e30, 1e-3, 2e-3]}\n' > "$WORK/stop.yaml"
+"$LOOM" sweep run "$WORK/stop.yaml" --stop-on-failure --color always --log-dir "$WORK/logs_stop" > "$WORK/stop.out" 2>&1
+check "--stop-on-failure exits 1" test $? = 1
+check "--color always: red FAILED" grep -qP '\x1b\[31mFAILED' "$WORK/stop.out"
+check "--color always: yellow SKIPPED" grep -qP '\x1b\[33mSKIPPED' "$WORK/stop.out"
+statuses=$(csv_col "$(ls -d "$WORK"/logs_stop/sweep_*)/summary.csv" status | tr '\n' ' ')
+check "--stop-on-failure: a failure, then skipped points ($statuses)" test "$statuses" = "FAILED SKIPPED SKIPPED "
+check "skipped points never registered" test "$("$LOOM" runs "${R[@]}" --sweep stop --format csv --show name | tail -n +2 | wc -l)" = 1
 finish

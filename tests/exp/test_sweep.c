@@ -31,7 +31,7 @@ static int expand_text(const char *text, loom_sweep_plan *plan) {
 }
 
 static void grid(void) {
-  write_file("base.yaml", "model: {preset: gpt2-124m}\ntraining: {micro_batch_size: 4, dtype: bf16}\n");
+  free(write_file("base.yaml", "model: {preset: gpt2-124m}\ntraining: {micro_batch_size: 4, dtype: bf16}\n"));
   loom_sweep_plan p;
   int rc = expand_text("name: g\nbase: base.yaml\noverrides: [training.steps=7]\n"
                        "parameters:\n  parallel.tp: {values: [1, 2]}\n  parallel.pp: [1, 2]\n"

@@ -9,5 +9,3 @@ foreach(t sweep crash sweep_multirank)
   set_tests_properties(exp_${t} PROPERTIES TIMEOUT 120
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
 endforeach()
-# Multi-rank training is being committed separately; enable this test once it is in.
-set_tests_properties(exp_sweep_multirank PROPERTIES DISABLED TRUE)

@@ -33,6 +33,14 @@ foreach(preset tiny-qwen2.5-vl tiny-llava)
     set_tests_properties(torch_vision_${preset}_${dt} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
   endforeach()
 endforeach()
+add_executable(loom_vlm_dump ${CMAKE_SOURCE_DIR}/tests/torch/vlm_dump.c)
+target_link_libraries(loom_vlm_dump PRIVATE loomlib)
+foreach(preset tiny-qwen2.5-vl tiny-llava)
+  add_test(NAME torch_vlm_${preset}
+    COMMAND sh -c "$<TARGET_FILE:loom_vlm_dump> vlm_${preset}.safetensors ${preset} && ${LOOM_PYTHON} ${LOOM_TORCH_DIR}/check_vlm.py vlm_${preset}.safetensors"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(torch_vlm_${preset} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
 add_test(NAME torch_checker_selftest COMMAND ${LOOM_PYTHON} ${LOOM_TORCH_DIR}/selftest.py
   WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(torch_checker_selftest PROPERTIES TIMEOUT 300)

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The simulator against this machine: calibrate with `loom bench`, then for each strategy run
+# `mpirun -np N loom train` REPEAT times for STEPS steps, simulate the same config with
+# `loom sim --hardware <the profile>`, and print predicted vs measured with the error.
+# "measured" is the fastest step of all runs but each run's first (warm-up) step: on a machine
+# shared with other work, other load only ever adds time, so the fastest step is the best
+# estimate of the step alone (the median is printed next to it).
+# Not a CTest test: timings on a shared machine are noisy. Takes ~10 minutes on 2 cores.
+#
+# usage: bench/sim_vs_train.sh [path/to/loom] [--repeat R] [--steps S] [--only REGEX]
+# env:   PROFILE=FILE  use this profile instead of calibrating (loom bench --nproc 2)
+#        NICE=N        run bench and training at this niceness (e.g. -5 on a busy shared
+#                      machine, as root: other work then disturbs the timings less)
+set -u
+LOOM=${1:-build/loom}
+shift || true
+REPEAT=3 STEPS=5 ONLY=.
+while [ $# -gt 0 ]; do
+  case $1 in
+    --repeat) REPEAT=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+LOOM=$(cd "$(dirname "$LOOM")" && pwd)/$(basename "$LOOM")
+WORK=$(mktemp -d /tmp/loom-simbench.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+PRIO=()
+[ -n "${NICE:-}" ] && PRIO=(nice -n "$NICE")
+
+"$LOOM" data synth-text --out "$WORK/corpus.txt" --bytes 400000 --seed 3 >/dev/null &&
+"$LOOM" data train-tokenizer --vocab-size 512 --out "$WORK/tok.json" "$WORK/corpus.txt" >/dev/null &&
+"$LOOM" data tokenize --tokenizer "$WORK/tok.json" --out "$WORK/train.bin" "$WORK/corpus.txt" >/dev/null ||
+  { echo "could not make the data" >&2; exit 1; }
+
+PROFILE=${PROFILE:-}
+if [ -z "$PROFILE" ]; then
+  PROFILE=$WORK/this-machine.yaml
+  echo "calibrating: loom bench --nproc 2 --out $PROFILE"
+  "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$PROFILE" --quiet || exit 1
+fi
+
+# GPT-2 style, 4 layers of width 256 (4 heads of 64), 128 tokens, 4 micro-batches of 4
+GPT=(model.preset=tiny-gpt2 model.vocab_size=512 model.layers=4 model.hidden=256 model.heads=4
+  model.intermediate=1024 training.seq_len=128 training.micro_batch_size=4 training.grad_accum=4)
+# Llama style: GQA (4 heads, 2 kv heads), SwiGLU, rotary, untied head
+LLAMA=(model.preset=tiny-llama model.vocab_size=512 model.layers=4 model.hidden=256 model.heads=4
+  model.kv_heads=2 model.intermediate=704 training.seq_len=128 training.micro_batch_size=4
+  training.grad_accum=4)
+COMMON=(training.steps=$STEPS training.warmup_steps=1 data.train_shards=$WORK/train.bin
+  checkpoint.every=0 checkpoint.save_final=false run.output_dir=$WORK/runs)
+
+# name | ranks | model | overrides
+CASES=(
+  "dp2|2|GPT|parallel.dp=2"
+  "dp2 zero1|2|GPT|parallel.dp=2 parallel.zero=1"
+  "dp2 zero2|2|GPT|parallel.dp=2 parallel.zero=2"
+  "dp2 zero3|2|GPT|parallel.dp=2 parallel.zero=3"
+  "tp2|2|GPT|parallel.tp=2"
+  "tp2 megatron-sp|2|GPT|parallel.tp=2 parallel.sp_mode=megatron"
+  "ulysses sp2|2|GPT|parallel.sp=2"
+  "pp2 1f1b|2|GPT|parallel.pp=2 parallel.schedule=1f1b"
+  "pp2 gpipe|2|GPT|parallel.pp=2 parallel.schedule=gpipe"
+  "pp2 vpp2 interleaved|2|GPT|parallel.pp=2 parallel.vpp=2 parallel.schedule=interleaved"
+  "dp2 bf16|2|GPT|parallel.dp=2 training.dtype=bf16"
+  "dp2 recompute|2|GPT|parallel.dp=2 training.activation_checkpointing=true"
+  "llama tp2|2|LLAMA|parallel.tp=2"
+  "dp4|4|GPT|parallel.dp=4"
+  "dp2 tp2|4|GPT|parallel.dp=2 parallel.tp=2"
+  "pp4 1f1b|4|GPT|parallel.pp=4 parallel.schedule=1f1b"
+  "pp2 tp2|4|GPT|parallel.pp=2 parallel.tp=2"
+  "dp2 pp2 tp2 zero1|8|GPT|parallel.dp=2 parallel.pp=2 parallel.tp=2 parallel.zero=1"
+  "dp8|8|GPT|parallel.dp=8"
+)
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf "%-26s %5s %12s %12s %12s %8s %6s\n" "strategy" "ranks" "measured s" "(median)" "predicted s" "error" "load"
+n=0 within=0
+for c in "${CASES[@]}"; do
+  IFS='|' read -r name np model over <<<"$c"
+  echo "$name" | grep -Eq "$ONLY" || continue
+  if [ "$model" = GPT ]; then M=("${GPT[@]}"); else M=("${LLAMA[@]}"); fi
+  read -r -a O <<<"$over"
+  steps=""
+  for r in $(seq "$REPEAT"); do
+    rm -rf "$WORK/runs"
+    if ! timeout 900 "${PRIO[@]}" "${MPIRUN[@]}" -np "$np" "$LOOM" train "${M[@]}" "${COMMON[@]}" "${O[@]}" \
+        run.name=bench --quiet >"$WORK/train.log" 2>&1; then
+      echo "$name: training failed:" >&2; tail -3 "$WORK/train.log" >&2; continue 2
+    fi
+    steps="$steps $(sed -n '2,$s/.*"step_time": \([0-9.e+-]*\),.*/\1/p' "$WORK"/runs/bench_*/metrics.jsonl)"
+  done
+  read -r best median <<<"$(python3 -c "import sys, statistics as s; a=[float(x) for x in sys.argv[1:]]; print(min(a), s.median(a))" $steps)"
+  pred=$("$LOOM" sim "${M[@]}" "${COMMON[@]}" "${O[@]}" --hardware "$PROFILE" --gpus "$np" |
+         sed -n 's/^step time *\([0-9.]*\) s/\1/p')
+  err=$(python3 -c "print('%+.1f%%' % (100 * ($pred / $best - 1)))")
+  ok=$(python3 -c "print(int(abs($pred / $best - 1) <= 0.15))")
+  n=$((n + 1)) within=$((within + ok))
+  printf "%-26s %5s %12.4f %12.4f %12.4f %8s %6s\n" "$name" "$np" "$best" "$median" "$pred" "$err" \
+    "$(cut -d' ' -f1 /proc/loadavg)"
+done
+echo "$within of $n strategies within 15% (profile: $PROFILE; fastest of $REPEAT runs x $((STEPS - 1)) timed steps)"

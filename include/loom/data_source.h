@@ -1,0 +1,26 @@
+/* The trainer's data: token shards (data.format: tokens) or vision-language samples
+ * (data.format: vqa), sharded by data-parallel rank, giving each step's grad_accum
+ * micro-batches as (A, B, T) tokens and targets — plus, for vqa, the micro-batches themselves
+ * (images, grids, multimodal positions) for the vision encoder. */
+#ifndef LOOM_DATA_SOURCE_H
+#define LOOM_DATA_SOURCE_H
+#include <stdint.h>
+
+#include "loom/config.h"
+#include "loom/loader.h"
+#include "loom/model.h"
+
+typedef struct loom_data_source loom_data_source;
+
+int loom_data_open(loom_data_source **out, const loom_config *cfg, const loom_model_spec *spec,
+                   int dp_rank, int dp);
+/* tokens, targets (A, B, T); vqa receives A pointers to this step's vqa batches (valid until
+ * the next call), or is left alone for token data. */
+int loom_data_next(loom_data_source *s, int32_t *tokens, int32_t *targets, const void **vqa);
+void loom_data_get_state(const loom_data_source *s, loom_loader_state *st);
+int loom_data_set_state(loom_data_source *s, const loom_loader_state *st);
+/* "data/demo/train.bin, 744476 tokens" / "data/vqa (train), 900 samples" */
+const char *loom_data_describe(const loom_data_source *s);
+int loom_data_is_vqa(const loom_data_source *s);
+void loom_data_close(loom_data_source *s);
+#endif

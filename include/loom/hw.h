@@ -1,0 +1,157 @@
+/* Hardware profiles for the simulator and planner: what one device computes (matrix peak per
+ * dtype, GEMM efficiency by shape, memory size and bandwidth, vector-op throughput, the
+ * attention kernel), how many devices a node holds, the network tiers between devices
+ * (bandwidth, latency, domain size, collective algorithm) and what the software running on it
+ * does (memory layout of the training engine, which communication overlaps compute).
+ *
+ * Profiles are YAML files (configs/hardware/NAME.yaml; `loom bench` writes the one of this
+ * machine), loaded with libyaml. Every number in a shipped file carries its source. The time
+ * functions here are the cost model's primitives: one GEMM, one vector kernel, one collective
+ * on a group of ranks placed on the mesh. Units: seconds, bytes, FLOP. */
+#ifndef LOOM_HW_H
+#define LOOM_HW_H
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "loom/comm.h"
+
+typedef enum { LOOM_DT_FP32 = 0, LOOM_DT_BF16, LOOM_DT_FP16, LOOM_DT_COUNT } loom_hw_dtype;
+const char *loom_hw_dtype_name(loom_hw_dtype d);
+int loom_hw_dtype_parse(const char *s, loom_hw_dtype *out); /* "fp32" | "bf16" | "fp16" */
+
+/* Vector (non-matrix) kernels the trainer runs, by class. `elements` of each op are counted
+ * by the cost model; a profile gives either a measured rate (elements/s of loom's own kernel,
+ * written by `loom bench`) or nothing, in which case the time is the op's memory traffic over
+ * the memory bandwidth (or its FLOPs over the vector peak, whichever is longer). */
+typedef enum {
+  LOOM_VOP_LAYERNORM_FWD = 0,
+  LOOM_VOP_LAYERNORM_BWD,
+  LOOM_VOP_RMSNORM_FWD,
+  LOOM_VOP_RMSNORM_BWD,
+  LOOM_VOP_GELU_FWD,
+  LOOM_VOP_GELU_BWD,
+  LOOM_VOP_SWIGLU_FWD,
+  LOOM_VOP_SWIGLU_BWD,
+  LOOM_VOP_ROPE,          /* forward or backward (same rotation) */
+  LOOM_VOP_SOFTMAX_FWD,   /* unfused attention: scale-mask-softmax over the score matrix */
+  LOOM_VOP_SOFTMAX_BWD,
+  LOOM_VOP_DROPOUT,       /* dropout forward or backward (mask applied) */
+  LOOM_VOP_XENT_FWD,      /* cross-entropy over the logits (per logit) */
+  LOOM_VOP_XENT_BWD,
+  LOOM_VOP_ADAMW,         /* per parameter */
+  LOOM_VOP_ADD,           /* residual / bias add, bias gradient (per element) */
+  LOOM_VOP_COPY,          /* memcpy / memset / gather of rows (per element) */
+  LOOM_VOP_ROUND,         /* bf16 rounding of a matmul input (per element) */
+  LOOM_VOP_SUMSQ,         /* gradient norm (per element) */
+  LOOM_VOP_COUNT
+} loom_vop;
+const char *loom_vop_name(loom_vop v);
+
+typedef enum { LOOM_ATTN_FLASH = 0, LOOM_ATTN_UNFUSED, LOOM_ATTN_LOOM } loom_attn_kernel;
+const char *loom_attn_kernel_name(loom_attn_kernel k);
+typedef enum { LOOM_ALGO_RING = 0, LOOM_ALGO_TREE } loom_coll_algo;
+
+/* GEMM roles, as the linear layers call them: forward y = x W^T, input gradient dx = dy W,
+ * weight gradient dW = dy^T x. */
+typedef enum { LOOM_GEMM_FWD = 0, LOOM_GEMM_DGRAD, LOOM_GEMM_WGRAD, LOOM_GEMM_ROLES } loom_gemm_role;
+
+#define LOOM_HW_MAX_POINTS 24
+#define LOOM_HW_MAX_TIERS 4
+#define LOOM_HW_GRID 6
+
+typedef struct {
+  char name[32];
+  int domain;          /* ranks inside one domain of this tier; 0 = every rank (last tier) */
+  double bandwidth;    /* bytes/s per rank and direction (link or NIC) */
+  double latency;      /* seconds per message step */
+  double efficiency[LOOM_COLL_COUNT]; /* achieved bus bandwidth / bandwidth, per collective */
+  loom_coll_algo algo; /* all-reduce algorithm */
+} loom_hw_tier;
+
+typedef struct {
+  char name[64];
+  char description[256];
+  char path[512];      /* file it was loaded from */
+  /* device */
+  double peak_flops[LOOM_DT_COUNT];    /* matrix unit peak, FLOP/s (0 = dtype unsupported) */
+  double vector_flops[LOOM_DT_COUNT];  /* non-matrix peak, FLOP/s */
+  int n_gemm_eff;
+  double gemm_eff_dim[LOOM_HW_MAX_POINTS], gemm_eff[LOOM_HW_MAX_POINTS]; /* by smallest dim */
+  /* optional measured grid (loom bench): efficiency at (m, n, k) per role, interpolated in
+   * log2 space; overrides the curve inside its range when present */
+  int grid_n[3];                       /* points along m, n, k (0 = no grid) */
+  double grid_axis[3][LOOM_HW_GRID];
+  double grid_eff[LOOM_GEMM_ROLES][LOOM_HW_GRID * LOOM_HW_GRID * LOOM_HW_GRID];
+  int n_gemm_size;                     /* optional factor by GEMM size (FLOPs), 0 = none */
+  double gemm_size_flops[LOOM_HW_MAX_POINTS], gemm_size_eff[LOOM_HW_MAX_POINTS];
+  double gemm_overhead;                /* seconds per GEMM call */
+  double mem_bytes;                    /* device memory */
+  double mem_reserved;                 /* bytes the runtime keeps (context, allocator slack) */
+  double mem_bw;                       /* bytes/s */
+  double mem_eff;                      /* fraction of mem_bw memory-bound kernels reach */
+  double vop_rate[LOOM_VOP_COUNT];     /* measured elements/s (0 = from bandwidth) */
+  double kernel_overhead;              /* seconds per vector kernel */
+  loom_attn_kernel attention;
+  double attn_eff;                     /* flash: fraction of matrix peak */
+  double attn_rate_fwd, attn_rate_bwd; /* loom kernel: (query,key) pairs x head_dim per s */
+  /* node */
+  int devices_per_node;
+  bool timeshare;      /* more ranks than devices on a node share them in time (CPU cores) */
+  /* network */
+  int n_tiers;
+  loom_hw_tier tier[LOOM_HW_MAX_TIERS];
+  /* runtime: the training engine this profile models */
+  bool engine_loom_cpu;  /* loom's CPU executor: fp32 params/grads/activations; else mixed
+                            precision (16-bit params, grads and activations, fp32 optimizer) */
+  bool tp_overlap;       /* backward TP communication overlaps weight-gradient GEMMs */
+  bool dp_overlap;       /* data-parallel bucket reductions overlap the backward */
+  double optimizer_bytes_per_param; /* memory traffic of the optimizer step per parameter */
+  double overlap_slowdown; /* fraction of overlapped communication that still costs compute
+                              time (collective kernels take SMs and memory bandwidth) */
+  bool p2p_overlap;        /* pipeline sends overlap compute (else they block the sender) */
+} loom_hw_profile;
+
+/* Defaults (every field set; a generic GPU-like device), then a file or a name over them.
+ * NAME resolves to configs/hardware/NAME.yaml under the current directory, then under
+ * LOOM_SOURCE_DIR; "this-machine" also looks at $LOOM_HW_PROFILE and ~/.loom/hardware. */
+void loom_hw_defaults(loom_hw_profile *hw);
+int loom_hw_load(loom_hw_profile *hw, const char *name_or_path);
+int loom_hw_load_file(loom_hw_profile *hw, const char *path);
+/* Parse YAML text (errors name `filename`:line and the key). */
+int loom_hw_parse(loom_hw_profile *hw, const char *text, const char *filename);
+/* Cross-field checks: positive peaks and bandwidths, sorted efficiency curve, tiers whose
+ * domains grow, the last tier unbounded. */
+int loom_hw_check(const loom_hw_profile *hw);
+/* Profile as YAML text (malloc'd); `notes` (may be NULL) are written as comments on top. */
+char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes);
+/* Paths tried for a name, for error messages and `loom sim --help`. */
+void loom_hw_list(void);
+
+/* ---- time primitives -------------------------------------------------------------------- */
+/* Fraction of peak of an (m x k) @ (k x n) GEMM in a role. */
+double loom_hw_gemm_eff(const loom_hw_profile *hw, loom_gemm_role role, double m, double n,
+                        double k);
+/* One GEMM, `batch` times: 2*m*n*k*batch FLOPs. */
+double loom_hw_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_role role,
+                         double m, double n, double k, double batch);
+/* One vector kernel over `elements` elements moving `bytes` bytes and doing `flops`. */
+double loom_hw_vop_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_vop v, double elements,
+                        double bytes, double flops);
+
+/* A group of `size` ranks whose members are `stride` apart in the rank order (tp stride 1,
+ * sp stride tp, dp stride tp*sp, pp stride tp*sp*dp): the tier its traffic crosses (the
+ * first tier whose domain holds stride*size ranks). */
+int loom_hw_group_tier(const loom_hw_profile *hw, int stride, int size);
+/* Time of one collective of `bytes` payload per rank (all-reduce: the buffer; reduce-scatter:
+ * the full input; all-gather: the full output; all-to-all: the whole send buffer; send: the
+ * message) on a group; 0 for size 1: the bytes each rank moves (comm.h's ring accounting)
+ * over the tier's bandwidth times its efficiency for that collective, plus one latency per
+ * algorithm step (ring: p-1 per phase; tree all-reduce: 2*ceil(log2 p), same bandwidth term,
+ * as NCCL's double binary tree reaches the ring's bus bandwidth). */
+double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double bytes,
+                         int stride, int size);
+/* Bytes one rank sends for a collective of `bytes` on p ranks under the ring algorithm (the
+ * formulas of comm.h: all-reduce 2(p-1)/p n, reduce-scatter/all-gather/all-to-all (p-1)/p n,
+ * send n). */
+double loom_hw_ring_bytes(loom_coll_kind kind, double bytes, int p);
+#endif

@@ -1,0 +1,169 @@
+/* `loom bench`: calibrate this machine (GEMM by shape through the trainer's BLAS, memory
+ * bandwidth, every vector kernel, the attention kernel, and under mpirun the MPI collectives
+ * between ranks) and write the hardware profile `loom sim --hardware this-machine` loads. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "loom/core.h"
+#include "loom/mesh.h"
+#include "loom/sim_bench.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: loom bench [--out FILE] [--nproc N] [--quick] [--only SECTIONS] [--quiet]\n\n"
+          "Measure this machine through the code the trainer runs and write a hardware profile\n"
+          "(default configs/hardware/this-machine.yaml) for 'loom sim/plan --hardware\n"
+          "this-machine'. A rank is one thread (set OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 as\n"
+          "for multi-rank training); the cores are the profile's devices.\n\n"
+          "  --out FILE       where to write the profile\n"
+          "  --nproc N        run under mpirun with N ranks to measure the MPI collectives too\n"
+          "                   (same as 'mpirun -np N loom bench ...'; N = the cores is best)\n"
+          "  --quick          shorter timings (noisier)\n"
+          "  --only LIST      comma-separated sections to run, the others keep their defaults\n"
+          "  --quiet          no measurement tables\n\n"
+          "'loom bench model --help': a training step with every thread (tokens/s, MFU).\n\n"
+          "sections:\n");
+  int n;
+  const loom_bench_section *s = loom_bench_sections(&n);
+  for (int i = 0; i < n; i++) fprintf(out, "  %-10s %s\n", s[i].name, s[i].what);
+}
+
+static int exec_mpirun(int argc, char **argv, const char *nproc) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return fprintf(stderr, "loom bench: --nproc: cannot find the loom executable\n"), 1;
+  self[n] = 0;
+  char **args = calloc((size_t)argc + 8, sizeof(char *));
+  int k = 0;
+  args[k++] = "mpirun";
+  if (atol(nproc) > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
+  args[k++] = "-np";
+  args[k++] = (char *)nproc;
+  args[k++] = self;
+  args[k++] = "bench";
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--nproc")) {
+      i++;
+      continue;
+    }
+    args[k++] = argv[i];
+  }
+  if (geteuid() == 0) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  setenv("OMP_NUM_THREADS", "1", 0);
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  execvp("mpirun", args);
+  fprintf(stderr, "loom bench: --nproc: cannot run mpirun (%s)\n", strerror(errno));
+  return 1;
+}
+
+static void cpu_model(char *out, size_t n) {
+  snprintf(out, n, "unknown CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "model name", 10)) {
+      char *v = strchr(line, ':');
+      if (v) {
+        v += 2;
+        v[strcspn(v, "\n")] = 0;
+        snprintf(out, n, "%s", v);
+      }
+      break;
+    }
+  fclose(f);
+}
+
+static int write_profile(loom_hw_profile *hw, const char *out, int world, double seconds) {
+  char cpu[128], notes[1024], date[64];
+  cpu_model(cpu, sizeof cpu);
+  time_t now = time(NULL);
+  strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", localtime(&now));
+  snprintf(hw->description, sizeof hw->description, "this machine: %s, %d cores as devices (one "
+           "single-threaded rank each), measured by loom bench", cpu, hw->devices_per_node);
+  snprintf(notes, sizeof notes,
+           "Written by 'loom bench' on %s in %.1f s (%s; %d MPI rank%s).\n"
+           "Every number below is a measurement of this machine through loom's own kernels and\n"
+           "MPI calls: GEMM rates by shape (cblas_sgemm as the linear layers call it), memory\n"
+           "bandwidth, the rate of each vector kernel, the reference attention%s.\n"
+           "Re-run 'loom bench --nproc %d' after changing the machine or the BLAS.",
+           date, seconds, cpu, world, world > 1 ? "s" : "",
+           world > 1 ? " and the MPI collectives between ranks" : " (no MPI: run with --nproc to measure collectives)",
+           hw->devices_per_node);
+  char *yaml = loom_hw_to_yaml(hw, notes);
+  loom_hw_profile check;
+  int rc = loom_hw_parse(&check, yaml, out); /* what we write must load */
+  char *dir = loom_strdup(out), *slash = strrchr(dir, '/');
+  if (!rc && slash) {
+    *slash = 0;
+    rc = loom_mkdir_p(dir);
+  }
+  free(dir);
+  if (!rc) rc = loom_write_file_atomic(out, yaml, strlen(yaml));
+  free(yaml);
+  return rc;
+}
+
+int loom_cmd_bench_model(int argc, char **argv); /* src/cli/cmd_bench_model.c */
+
+int loom_cmd_bench(int argc, char **argv) {
+  /* `loom bench model ...`: the single-process training step (speed issue) */
+  if (argc > 1 && !strcmp(argv[1], "model")) return loom_cmd_bench_model(argc - 1, argv + 1);
+  if (loom_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return 0;
+  }
+  const char *out = "configs/hardware/this-machine.yaml", *nproc = NULL, *only = NULL;
+  bool quiet = false, quick = false;
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(o, "--quiet")) quiet = true;
+    else if (!strcmp(o, "--quick")) quick = true;
+    else if (!strcmp(o, "--out") || !strcmp(o, "--nproc") || !strcmp(o, "--only")) {
+      if (!v) return fprintf(stderr, "loom bench: %s needs a value\n", o), 2;
+      if (o[2] == 'o' && o[3] == 'u') out = v;
+      else if (o[2] == 'n') nproc = v;
+      else only = v;
+      i++;
+    } else {
+      fprintf(stderr, "loom bench: unknown argument '%s' (see loom bench --help)\n", o);
+      return 2;
+    }
+  }
+  if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return exec_mpirun(argc, argv, nproc);
+  if (loom_dist_init(&argc, &argv)) return fprintf(stderr, "loom bench: %s\n", loom_errmsg()), 1;
+  int rank = loom_dist_rank(), world = loom_dist_world();
+  loom_mesh mesh;
+  memset(&mesh, 0, sizeof mesh);
+  loom_config cfg;
+  loom_config_defaults(&cfg);
+  cfg.parallel.dp = world;
+  if (loom_mesh_create(&mesh, &cfg.parallel, 120)) {
+    fprintf(stderr, "loom bench: %s\n", loom_errmsg());
+    loom_dist_finalize();
+    return 1;
+  }
+  loom_hw_profile hw;
+  loom_bench_profile_defaults(&hw);
+  if (only && loom_path_exists(out) && loom_hw_load_file(&hw, out)) /* update a profile */
+    loom_bench_profile_defaults(&hw);
+  loom_bench_ctx b = {quick ? 0.3 : 1.0, quiet || rank ? NULL : stdout, rank, world, &mesh.world_comm};
+  double t0 = loom_now();
+  int rc = loom_bench_run(&hw, &b, only);
+  if (!rc && rank == 0) {
+    rc = write_profile(&hw, out, world, loom_now() - t0);
+    if (!rc) printf("wrote %s (load it with --hardware this-machine or --hardware %s)\n", out, out);
+  }
+  if (rc) fprintf(stderr, "loom bench: %s\n", loom_errmsg());
+  loom_mesh_free(&mesh);
+  loom_dist_finalize();
+  return rc ? 1 : 0;
+}

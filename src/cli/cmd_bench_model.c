@@ -1,0 +1,282 @@
+/* `loom bench model`: single-process speed of this machine with every thread — a training step
+ * of a model preset (tokens/s, achieved model FLOP/s, MFU against the measured GEMM peak of
+ * the step's dtype, peak resident memory), the GEMM peak per dtype and backend at a square
+ * shape and at the step's own linear-layer shapes, and the streaming memory bandwidth; then a
+ * hardware profile (per-core peaks, bandwidth, the figures as notes) and optionally JSON for
+ * bench/vs_pytorch.sh. The step is loom_train_step (forward, backward, clip, AdamW) on random
+ * tokens, so it is exactly what `loom train` runs per micro-batch on one process. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "cli/commands.h"
+#include "loom/config.h"
+#include "loom/core.h"
+#include "loom/decoder.h"
+#include "loom/hw.h"
+#include "loom/kernels.h"
+#include "loom/model.h"
+#include "loom/sim_bench.h"
+#include "loom/train.h"
+
+typedef struct {
+  const char *model, *dtype, *gemm, *json, *out;
+  int B, T, steps, warmup;
+  bool no_gemm, quiet;
+} opts;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: loom bench model [--model PRESET] [--batch B] [--seq T] [--dtype fp32|bf16]\n"
+          "                        [--steps N] [--warmup W] [--gemm onednn|openblas]\n"
+          "                        [--no-gemm] [--json FILE] [--out PROFILE] [--quiet]\n\n"
+          "Time training steps of a model preset on this process (OMP_NUM_THREADS threads):\n"
+          "tokens/s, model FLOP/s (6 x matmul params + causal attention per token), MFU against\n"
+          "the GEMM peak measured here for the step's dtype, peak resident memory. Then the GEMM\n"
+          "peak per dtype/backend and the memory bandwidth, written with the step as notes to a\n"
+          "hardware profile (default configs/hardware/this-machine-step.yaml).\n\n"
+          "  --model PRESET  default gpt2-124m (loom model list)\n"
+          "  --batch B       micro-batch, default 4;   --seq T  sequence length, default 64\n"
+          "  --dtype D       fp32 (default) or bf16 (bf16 matmul inputs, fp32 accumulation)\n"
+          "  --steps N       timed steps, default 5 (median reported); --warmup W default 1\n"
+          "  --gemm B        GEMM backend (default $LOOM_GEMM or onednn)\n"
+          "  --no-gemm       skip the GEMM peak and bandwidth measurements (MFU not given)\n"
+          "  --json FILE     the results as one JSON object\n");
+}
+
+static int parse(opts *o, int argc, char **argv) {
+  *o = (opts){"gpt2-124m", "fp32", NULL, NULL, "configs/hardware/this-machine-step.yaml", 4, 64,
+              5, 1, false, false};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--no-gemm")) o->no_gemm = true;
+    else if (!strcmp(a, "--quiet")) o->quiet = true;
+    else if (!v) return loom_err("%s needs a value", a);
+    else if (!strcmp(a, "--model")) o->model = v, i++;
+    else if (!strcmp(a, "--dtype")) o->dtype = v, i++;
+    else if (!strcmp(a, "--gemm")) o->gemm = v, i++;
+    else if (!strcmp(a, "--json")) o->json = v, i++;
+    else if (!strcmp(a, "--out")) o->out = v, i++;
+    else if (!strcmp(a, "--batch")) o->B = atoi(v), i++;
+    else if (!strcmp(a, "--seq")) o->T = atoi(v), i++;
+    else if (!strcmp(a, "--steps")) o->steps = atoi(v), i++;
+    else if (!strcmp(a, "--warmup")) o->warmup = atoi(v), i++;
+    else return loom_err("unknown option '%s' (loom bench model --help)", a);
+  }
+  if (strcmp(o->dtype, "fp32") && strcmp(o->dtype, "bf16"))
+    return loom_err("--dtype must be fp32 or bf16, found '%s'", o->dtype);
+  if (o->B < 1 || o->T < 1 || o->steps < 1 || o->warmup < 0)
+    return loom_err("--batch, --seq and --steps must be positive");
+  if (o->gemm) {
+    int b = loom_gemm_backend_parse(o->gemm);
+    if (b < 0) return loom_err("--gemm must be onednn or openblas, found '%s'", o->gemm);
+    loom_gemm_set_backend((loom_gemm_backend)b);
+  }
+  return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct {
+  double step_s, tokens_s, flops_s, rss_gib, loss_first, loss_last, min_s, max_s;
+  double fwd_s, bwd_s, opt_s; /* one more step timed by part */
+} step_result;
+
+/* The step: loom_train_step on random tokens, `warmup` untimed steps then `steps` timed. */
+static int run_steps(const opts *o, const loom_model_spec *spec, step_result *r, FILE *log) {
+  loom_decoder *d;
+  bool bf16 = !strcmp(o->dtype, "bf16");
+  if (loom_decoder_create(&d, spec, o->B, o->T, bf16, false)) return LOOM_ERR;
+  loom_decoder_init_params(d, 1234);
+  loom_config cfg;
+  loom_config_defaults(&cfg);
+  loom_config_training t = cfg.training;
+  t.steps = o->warmup + o->steps;
+  t.warmup_steps = 1;
+  loom_adamw_state opt;
+  loom_adamw_state_init(&opt, d->layout.total);
+  size_t BT = (size_t)o->B * o->T;
+  int32_t *tok = malloc((BT + 1) * sizeof(int32_t));
+  loom_rng rng;
+  loom_rng_seed(&rng, 7);
+  for (size_t i = 0; i <= BT; i++) tok[i] = (int32_t)loom_rng_below(&rng, (uint64_t)spec->vocab_size);
+  double *times = malloc((size_t)o->steps * sizeof(double));
+  for (int s = 0; s < o->warmup + o->steps; s++) {
+    loom_step_result sr;
+    double t0 = loom_now();
+    loom_train_step(d, &opt, &t, tok, tok + 1, 1, &sr);
+    double dt = loom_now() - t0;
+    if (s == 0) r->loss_first = sr.loss;
+    r->loss_last = sr.loss;
+    if (s >= o->warmup) times[s - o->warmup] = dt;
+    if (log) fprintf(log, "  step %d: %.3f s, loss %.4f%s\n", s, dt, sr.loss, s < o->warmup ? " (warm-up)" : "");
+  }
+  /* one more step by part: zero + forward, backward, clip + AdamW (what loom_train_step does) */
+  double t0 = loom_now(), ls;
+  int cnt;
+  loom_decoder_zero_grads(d);
+  loom_decoder_forward(d, tok, tok + 1, &ls, &cnt);
+  double t1 = loom_now();
+  loom_decoder_backward(d, cnt ? 1.0f / (float)cnt : 0.0f);
+  double t2 = loom_now();
+  (void)loom_grad_clip(d, t.grad_clip);
+  loom_adamw_apply(&opt, d, &t, t.lr);
+  double t3 = loom_now();
+  r->fwd_s = t1 - t0, r->bwd_s = t2 - t1, r->opt_s = t3 - t2;
+  qsort(times, (size_t)o->steps, sizeof(double), cmp_double);
+  r->step_s = times[o->steps / 2];
+  if (o->steps % 2 == 0) r->step_s = 0.5 * (times[o->steps / 2 - 1] + times[o->steps / 2]);
+  r->min_s = times[0];
+  r->max_s = times[o->steps - 1];
+  r->tokens_s = (double)BT / r->step_s;
+  r->flops_s = loom_decoder_flops_per_token(spec, o->T) * (double)BT / r->step_s;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  r->rss_gib = (double)ru.ru_maxrss / (1024.0 * 1024.0);
+  free(times), free(tok);
+  loom_adamw_state_free(&opt);
+  loom_decoder_free(d);
+  return 0;
+}
+
+/* ---- GEMM peak per dtype and backend, with all threads ------------------------------------ */
+
+typedef struct {
+  int bf16, M, N, K;
+  void *A, *B;
+  float *C;
+} gjob;
+
+static void gemm_call(void *p) {
+  gjob *g = p;
+  if (g->bf16)
+    loom_gemm_bf16(0, 1, g->M, g->N, g->K, g->A, g->K, g->B, g->K, NULL, 0.0f, g->C, g->N);
+  else loom_gemm_f32(0, 1, g->M, g->N, g->K, g->A, g->K, g->B, g->K, NULL, 0.0f, g->C, g->N);
+}
+
+/* GFLOP/s of y (M,N) = x (M,K) W^T */
+static double gemm_rate(int bf16, int M, int N, int K) {
+  size_t a = (size_t)M * K, b = (size_t)N * K;
+  float *A = loom_alloc(a * 4), *B = loom_alloc(b * 4), *C = loom_alloc((size_t)M * N * 4);
+  for (size_t i = 0; i < a; i++) A[i] = (float)(i % 13) * 0.01f;
+  for (size_t i = 0; i < b; i++) B[i] = (float)(i % 7) * 0.01f;
+  if (bf16) loom_f32_to_bf16_n((uint16_t *)A, A, a), loom_f32_to_bf16_n((uint16_t *)B, B, b);
+  gjob g = {bf16, M, N, K, A, B, C};
+  double t = loom_bench_time(gemm_call, &g, 1.0);
+  loom_free(A), loom_free(B), loom_free(C);
+  return 2.0 * M * N * K / t / 1e9;
+}
+
+typedef struct {
+  const char *label;
+  int M, N, K;
+} shape;
+
+int loom_cmd_bench_model(int argc, char **argv) {
+  if (loom_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return 0;
+  }
+  opts o;
+  loom_model_spec spec;
+  if (parse(&o, argc, argv) || loom_model_preset(&spec, o.model)) {
+    fprintf(stderr, "loom bench model: %s\n", loom_errmsg());
+    return 2;
+  }
+  FILE *log = o.quiet ? NULL : stdout;
+  int threads = omp_get_max_threads();
+  bool bf16 = !strcmp(o.dtype, "bf16");
+  if (log)
+    printf("loom bench model: %s B=%d T=%d %s, %d threads, GEMM %s (%s), kernels %s\n", o.model,
+           o.B, o.T, o.dtype, threads, loom_gemm_backend_name(loom_gemm_get_backend()),
+           loom_gemm_isa(), loom_kernels_simd());
+  step_result r = {0};
+  if (run_steps(&o, &spec, &r, log)) {
+    fprintf(stderr, "loom bench model: %s\n", loom_errmsg());
+    return 1;
+  }
+  /* GEMM peaks: a square shape and the step's linear layers (forward role) */
+  int N = o.B * o.T, C = spec.hidden;
+  shape shapes[] = {{"square 3072^3", 3072, 3072, 3072},
+                    {"qkv/o (N,C,C)", N, C, C},
+                    {"mlp up (N,I,C)", N, spec.intermediate, C},
+                    {"mlp down (N,C,I)", N, C, spec.intermediate},
+                    {"lm head (N,V,C)", N < 2048 ? N : 2048, spec.padded_vocab, C}};
+  enum { NS = sizeof shapes / sizeof shapes[0] };
+  double rate[3][NS] = {{0}}, peak[3] = {0}; /* fp32 onednn, fp32 openblas, bf16 native */
+  loom_hw_profile hw;
+  loom_bench_profile_defaults(&hw);
+  loom_bench_ctx bctx = {1.0, NULL, 0, 1, NULL};
+  int native = loom_gemm_bf16_native();
+  if (!o.no_gemm) {
+    loom_gemm_backend keep = loom_gemm_get_backend();
+    for (int v = 0; v < 3; v++) {
+      if (v == 2 && !native) continue;
+      loom_gemm_set_backend(v == 1 ? LOOM_GEMM_OPENBLAS : LOOM_GEMM_ONEDNN);
+      for (int s = 0; s < NS; s++) {
+        rate[v][s] = gemm_rate(v == 2, shapes[s].M, shapes[s].N, shapes[s].K);
+        if (rate[v][s] > peak[v]) peak[v] = rate[v][s];
+      }
+    }
+    loom_gemm_set_backend(keep);
+    loom_bench_memory(&hw, &bctx);
+  }
+  double dt_peak = bf16 ? (native ? peak[2] : peak[0] > peak[1] ? peak[0] : peak[1])
+                        : (peak[0] > peak[1] ? peak[0] : peak[1]);
+  double mfu = dt_peak > 0 ? r.flops_s / 1e9 / dt_peak : 0;
+  char notes[4096];
+  int n = snprintf(notes, sizeof notes,
+                   "loom bench model (%d threads): %s B=%d T=%d %s, GEMM %s (%s)\n"
+                   "step %.3f s median of %d (min %.3f, max %.3f), %.1f tokens/s, %.1f GFLOP/s "
+                   "model FLOPs, MFU %.1f%% of the measured %s GEMM peak %.1f GFLOP/s, peak RSS "
+                   "%.2f GiB\n"
+                   "one more step by part: zero + forward %.3f s, backward %.3f s, clip + AdamW "
+                   "%.3f s\n",
+                   threads, o.model, o.B, o.T, o.dtype,
+                   loom_gemm_backend_name(loom_gemm_get_backend()), loom_gemm_isa(), r.step_s,
+                   o.steps, r.min_s, r.max_s, r.tokens_s, r.flops_s / 1e9, 100 * mfu, o.dtype,
+                   dt_peak, r.rss_gib, r.fwd_s, r.bwd_s, r.opt_s);
+  if (!o.no_gemm) {
+    n += snprintf(notes + n, sizeof notes - (size_t)n,
+                  "GEMM GFLOP/s with %d threads (y = x W^T): shape | fp32 onednn | fp32 openblas "
+                  "| bf16 %s\n", threads, native ? "onednn" : "(not native)");
+    for (int s = 0; s < NS; s++)
+      n += snprintf(notes + n, sizeof notes - (size_t)n, "  %-18s %5d x %6d x %5d  %7.1f  %7.1f  %7.1f\n",
+                    shapes[s].label, shapes[s].M, shapes[s].N, shapes[s].K, rate[0][s], rate[1][s],
+                    rate[2][s]);
+    n += snprintf(notes + n, sizeof notes - (size_t)n, "memory bandwidth %.2f GB/s (streaming)\n",
+                  hw.mem_bw / 1e9);
+  }
+  if (log) printf("%s", notes);
+  if (!o.no_gemm && o.out) { /* per-core figures: the profile's devices are the cores */
+    hw.peak_flops[LOOM_DT_FP32] = dt_peak > 0 ? (peak[0] > peak[1] ? peak[0] : peak[1]) * 1e9 / threads : hw.peak_flops[LOOM_DT_FP32];
+    if (native) hw.peak_flops[LOOM_DT_BF16] = peak[2] * 1e9 / threads;
+    else hw.peak_flops[LOOM_DT_BF16] = hw.peak_flops[LOOM_DT_FP32];
+    hw.attention = LOOM_ATTN_LOOM;
+    char *yaml = loom_hw_to_yaml(&hw, notes);
+    int rc = yaml ? loom_write_file_atomic(o.out, yaml, strlen(yaml)) : LOOM_ERR;
+    free(yaml);
+    if (rc) fprintf(stderr, "loom bench model: %s\n", loom_errmsg());
+    else if (log) printf("profile written to %s\n", o.out);
+  }
+  if (o.json) {
+    FILE *f = fopen(o.json, "w");
+    if (!f) return fprintf(stderr, "loom bench model: cannot write %s\n", o.json), 1;
+    fprintf(f,
+            "{\"model\": \"%s\", \"B\": %d, \"T\": %d, \"dtype\": \"%s\", \"threads\": %d, "
+            "\"gemm\": \"%s\", \"isa\": \"%s\", \"step_s\": %.6f, \"step_min_s\": %.6f, "
+            "\"step_max_s\": %.6f, \"tokens_s\": %.3f, \"flops_s\": %.6g, \"mfu\": %.4f, "
+            "\"gemm_peak_gflops\": %.3f, \"peak_rss_gib\": %.4f, \"loss_first\": %.6f, "
+            "\"loss_last\": %.6f, \"fwd_s\": %.6f, \"bwd_s\": %.6f, \"opt_s\": %.6f}\n",
+            o.model, o.B, o.T, o.dtype, threads, loom_gemm_backend_name(loom_gemm_get_backend()),
+            loom_gemm_isa(), r.step_s, r.min_s, r.max_s, r.tokens_s, r.flops_s, mfu, dt_peak,
+            r.rss_gib, r.loss_first, r.loss_last, r.fwd_s, r.bwd_s, r.opt_s);
+    fclose(f);
+  }
+  return 0;
+}

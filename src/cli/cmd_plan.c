@@ -1,0 +1,152 @@
+/* `loom plan`: search the parallel strategies of a model on N ranks of a hardware profile
+ * (closed-form pruning, then simulation of the finalists), print the best as a table with why
+ * the winner wins, and optionally write it as a train config. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "loom/core.h"
+#include "loom/sim.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: loom plan --model PRESET|run.yaml --hardware PROFILE --gpus N\n"
+          "                 [--global-batch B] [--seq S] [KEY=VALUE ...] [options]\n\n"
+          "Search data/tensor/sequence/pipeline parallelism (dp, tp with or without Megatron\n"
+          "sequence parallelism, Ulysses sp, pp, vpp and the schedule), the ZeRO stage, the\n"
+          "micro-batch size and recomputation for the fastest step that fits in memory: every\n"
+          "valid layout is costed in closed form, the best are simulated on their schedules.\n\n"
+          "  --model M          a preset (gpt2-124m, qwen2.5-7b, llama3-8b, ...) or a train config\n"
+          "  --hardware H       a100-80gb, h100-sxm, h200, this-machine or a profile file\n"
+          "  --gpus N           ranks available (dp takes what tp*sp*pp leave; some may idle)\n"
+          "  --global-batch B   sequences per optimizer step (default: the config's)\n"
+          "  --seq S            tokens per sequence (default: training.seq_len)\n"
+          "  --dtype DT         fp32 | bf16 | fp16 (default: bf16 on GPU profiles, else the config's)\n"
+          "  --dropout          the recipe uses dropout\n"
+          "  --finalists K      configurations simulated after the closed form (default 24)\n"
+          "  --top N            rows printed (default 10)\n"
+          "  --trainable        only what 'loom train' runs (no selective recompute, no fp16);\n"
+          "                     implied by --write-config\n"
+          "  --write-config F   write the winner as a train config (the model's config + the\n"
+          "                     winner's parallel and training keys)\n"
+          "  KEY=VALUE          config overrides (model.hidden=20480, ...)\n\n"
+          "example:\n"
+          "  loom plan --model llama3-8b --hardware h100-sxm --gpus 64 --global-batch 512 --seq 8192\n");
+}
+
+typedef struct {
+  const char *model, *hardware, *dtype, *write;
+  int gpus, gbs, seq, finalists, top;
+  bool dropout, trainable;
+} plan_args;
+
+static int num(const char *opt, const char *v, int *out) {
+  char *end;
+  long x = v ? strtol(v, &end, 10) : 0;
+  if (!v || *end || x < 1 || x > 100000000)
+    return fprintf(stderr, "loom plan: %s needs a positive integer, got '%s'\n", opt, v ? v : ""), -1;
+  *out = (int)x;
+  return 0;
+}
+
+static int run(loom_config *cfg, const plan_args *a) {
+  loom_model_spec spec;
+  loom_hw_profile hw;
+  if (loom_model_spec_from_config(&spec, &cfg->model) || loom_hw_load(&hw, a->hardware)) return -1;
+  loom_plan_request q;
+  memset(&q, 0, sizeof q);
+  q.spec = &spec;
+  q.hw = &hw;
+  q.gpus = a->gpus;
+  q.seq = a->seq ? a->seq : (int)cfg->training.seq_len;
+  q.global_batch = a->gbs;
+  if (!q.global_batch)
+    q.global_batch = cfg->training.global_batch_size > 0
+                         ? (int)cfg->training.global_batch_size
+                         : (int)(cfg->training.micro_batch_size * cfg->training.grad_accum * cfg->parallel.dp);
+  const char *dt = a->dtype ? a->dtype : (hw.engine_loom_cpu ? cfg->training.dtype : "bf16");
+  if (loom_hw_dtype_parse(dt, &q.dtype)) return -1;
+  q.dropout = a->dropout;
+  q.trainable_only = a->trainable || a->write;
+  if (q.trainable_only && q.dtype == LOOM_DT_FP16)
+    return loom_err("fp16 is not a dtype loom train runs; use --dtype bf16 with --write-config");
+  q.finalists = a->finalists ? a->finalists : 24;
+  loom_sim_strategy probe; /* the images' patches per sample, as loom sim takes them */
+  if (loom_sim_strategy_from_config(&probe, cfg, 0) == 0) {
+    q.vision_patches = probe.vision_patches;
+    q.freeze_vision = probe.freeze_vision;
+  }
+  loom_err_clear();
+  q.top = a->top ? a->top : 10;
+  loom_plan_result r;
+  if (loom_plan_search(&q, &r)) return -1;
+  loom_plan_print(&q, &r);
+  int rc = 0;
+  if (a->write) {
+    rc = loom_sim_strategy_to_config(&r.best[0].st, cfg);
+    if (!rc) rc = loom_config_validate(cfg);
+    if (!rc) rc = loom_config_save(cfg, a->write);
+    if (!rc) printf("\nwrote the winner to %s (run: mpirun -np %d loom train %s)\n", a->write,
+                    r.best[0].gpus_used, a->write);
+  }
+  loom_plan_result_free(&r);
+  return rc;
+}
+
+int loom_cmd_plan(int argc, char **argv) {
+  if (loom_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return 0;
+  }
+  plan_args a;
+  memset(&a, 0, sizeof a);
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(o, "--dropout")) a.dropout = true;
+    else if (!strcmp(o, "--trainable")) a.trainable = true;
+    else if (!strncmp(o, "--", 2)) {
+      const char **s = !strcmp(o, "--model") ? &a.model : !strcmp(o, "--hardware") ? &a.hardware
+                       : !strcmp(o, "--dtype") ? &a.dtype : !strcmp(o, "--write-config") ? &a.write : NULL;
+      int *n = !strcmp(o, "--gpus") ? &a.gpus : !strcmp(o, "--global-batch") ? &a.gbs
+               : !strcmp(o, "--seq") ? &a.seq : !strcmp(o, "--finalists") ? &a.finalists
+               : !strcmp(o, "--top") ? &a.top : NULL;
+      if (!s && !n) return fprintf(stderr, "loom plan: unknown option '%s' (see loom plan --help)\n", o), 2;
+      if (!v) return fprintf(stderr, "loom plan: %s needs a value\n", o), 2;
+      if (s) *s = v;
+      else if (num(o, v, n)) return 2;
+      i++;
+    } else if (!strchr(o, '=') && o[0] != '~') {
+      return fprintf(stderr, "loom plan: unexpected argument '%s' (the model goes after --model)\n", o), 2;
+    }
+  }
+  if (!a.model || !a.hardware || !a.gpus) {
+    fprintf(stderr, "loom plan: --model, --hardware and --gpus are required (see loom plan --help)\n");
+    return 2;
+  }
+  loom_config cfg;
+  loom_config_defaults(&cfg);
+  int rc = 0;
+  if (strstr(a.model, ".yaml") || strstr(a.model, ".yml") || strchr(a.model, '/')) {
+    rc = loom_config_load(&cfg, a.model);
+  } else {
+    char expr[128];
+    snprintf(expr, sizeof expr, "model.preset=%s", a.model);
+    rc = loom_config_override(&cfg, expr);
+  }
+  for (int i = 1; i < argc && !rc; i++) {
+    if (!strcmp(argv[i], "--dropout") || !strcmp(argv[i], "--trainable")) continue;
+    if (!strncmp(argv[i], "--", 2)) {
+      i++;
+      continue;
+    }
+    rc = loom_config_override(&cfg, argv[i]);
+  }
+  if (!rc) rc = loom_config_validate(&cfg);
+  if (!rc) rc = run(&cfg, &a);
+  if (rc) {
+    fprintf(stderr, "loom plan: %s\n", loom_errmsg());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,243 @@
+/* `loom data synth-vqa`: write the synthetic shapes VQA set as tar shards (N.jpg, N.json
+ * {"question", "type", "answer", "id"}, N.txt answer), prepare it (.nv-meta), train its
+ * tokenizer (byte-level BPE + the chat/vision special tokens) and compute the
+ * majority-answer baselines per question type (DIR/synth_vqa.json). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "loom/core.h"
+#include "loom/tar.h"
+#include "loom/vqa.h"
+
+#define MAX_ANSWERS 8
+
+/* Answer counts per type within one shard. */
+typedef struct {
+  char answer[LOOM_SYNTH_VQA_TYPES][MAX_ANSWERS][16];
+  long count[LOOM_SYNTH_VQA_TYPES][MAX_ANSWERS];
+} tally;
+
+static void tally_add(tally *t, int type, const char *answer, long n) {
+  for (int k = 0; k < MAX_ANSWERS; k++) {
+    if (!t->answer[type][k][0]) snprintf(t->answer[type][k], 16, "%s", answer);
+    if (!strcmp(t->answer[type][k], answer)) {
+      t->count[type][k] += n;
+      return;
+    }
+  }
+}
+
+static void tally_merge(tally *into, const tally *t) {
+  for (int ty = 0; ty < LOOM_SYNTH_VQA_TYPES; ty++)
+    for (int k = 0; k < MAX_ANSWERS && t->answer[ty][k][0]; k++)
+      tally_add(into, ty, t->answer[ty][k], t->count[ty][k]);
+}
+
+typedef struct {
+  char *buf;
+  size_t n, cap;
+} text;
+
+static void text_add(text *t, const char *s) {
+  size_t k = strlen(s);
+  if (t->n + k + 1 > t->cap) {
+    t->cap = 2 * (t->n + k + 1);
+    t->buf = realloc(t->buf, t->cap);
+    if (!t->buf) abort();
+  }
+  memcpy(t->buf + t->n, s, k + 1);
+  t->n += k;
+}
+
+static int write_shard(const loom_synth_vqa_options *o, long first, long count, const char *path,
+                       tally *t, text *corpus) {
+  loom_tar_writer *w;
+  if (loom_tar_writer_open(&w, path)) return -1;
+  for (long i = first; i < first + count; i++) {
+    loom_synth_scene s;
+    loom_synth_vqa_scene(o->seed, (uint64_t)i, o->image_size, &s);
+    uint8_t *jpg;
+    size_t jlen;
+    int rc = loom_jpeg_encode(&s.image, 90, &jpg, &jlen);
+    loom_image_free(&s.image);
+    if (rc) {
+      loom_tar_writer_abort(w);
+      return -1;
+    }
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I}", "question", s.question, "type",
+                          loom_synth_vqa_type_name(s.type), "answer", s.answer, "id",
+                          (json_int_t)i);
+    char *js = json_dumps(j, JSON_PRESERVE_ORDER);
+    json_decref(j);
+    char name[64];
+    snprintf(name, sizeof name, "%08ld.jpg", i);
+    rc = loom_tar_writer_add(w, name, jpg, jlen);
+    snprintf(name, sizeof name, "%08ld.json", i);
+    if (rc == 0) rc = loom_tar_writer_add(w, name, js, strlen(js));
+    snprintf(name, sizeof name, "%08ld.txt", i);
+    if (rc == 0) rc = loom_tar_writer_add(w, name, s.answer, strlen(s.answer));
+    free(js);
+    free(jpg);
+    if (rc) {
+      loom_tar_writer_abort(w);
+      return -1;
+    }
+    tally_add(t, s.type, s.answer, 1);
+    text_add(corpus, "user\n");
+    text_add(corpus, s.question);
+    text_add(corpus, "\nassistant\n");
+    text_add(corpus, s.answer);
+    text_add(corpus, "<|endoftext|>");
+  }
+  return loom_tar_writer_close(w);
+}
+
+/* Append the chat and vision special tokens to a trained tokenizer.json. */
+static int add_special_tokens(const char *path, int *vocab_size) {
+  static const char *extra[] = {"<|im_start|>", "<|im_end|>", "<|vision_start|>",
+                                "<|image_pad|>", "<|vision_end|>"};
+  json_error_t je;
+  json_t *root = json_load_file(path, JSON_PRESERVE_ORDER, &je);
+  if (!root) return loom_err("%s: cannot re-read the trained tokenizer: %s", path, je.text);
+  json_t *added = json_object_get(root, "added_tokens");
+  json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+  json_int_t next = 0;
+  const char *k;
+  json_t *v;
+  json_object_foreach(vocab, k, v) if (json_integer_value(v) >= next) next = json_integer_value(v) + 1;
+  for (size_t i = 0; i < sizeof extra / sizeof *extra; i++, next++) {
+    json_array_append_new(added, json_pack("{s:I, s:s, s:b, s:b, s:b, s:b, s:b}", "id", next,
+                                           "content", extra[i], "single_word", 0, "lstrip", 0,
+                                           "rstrip", 0, "normalized", 0, "special", 1));
+    json_object_set_new(vocab, extra[i], json_integer(next));
+  }
+  *vocab_size = (int)next;
+  char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  size_t n = strlen(s);
+  s[n] = '\n';
+  int rc = loom_write_file_atomic(path, s, n + 1);
+  free(s);
+  return rc;
+}
+
+/* Split of each shard, read back from the split.yaml prepare wrote. */
+static int shard_splits(const char *dir, long n_shards, int *split_of) {
+  char *path = loom_sprintf("%s/.nv-meta/split.yaml", dir);
+  struct json_t *root = loom_energon_yaml_load(path);
+  free(path);
+  if (!root) return -1;
+  static const char *names[3] = {"train", "val", "test"};
+  for (long i = 0; i < n_shards; i++) split_of[i] = -1;
+  for (int s = 0; s < 3; s++) {
+    json_t *list = json_object_get(json_object_get(root, "split_parts"), names[s]);
+    for (size_t k = 0; k < json_array_size(list); k++) {
+      long idx = strtol(json_string_value(json_array_get(list, k)), NULL, 10);
+      if (idx >= 0 && idx < n_shards) split_of[idx] = s;
+    }
+  }
+  json_decref(root);
+  return 0;
+}
+
+/* Baseline: answer each type with train's most frequent answer. */
+static void baselines(const tally *train, const tally *val, loom_synth_vqa_report *r) {
+  long hit_tr = 0, hit_va = 0, n_tr = 0, n_va = 0;
+  for (int ty = 0; ty < LOOM_SYNTH_VQA_TYPES; ty++) {
+    int best = 0;
+    long tot_tr = 0, tot_va = 0, va_hits = 0;
+    for (int k = 0; k < MAX_ANSWERS; k++) {
+      tot_tr += train->count[ty][k];
+      if (train->count[ty][k] > train->count[ty][best]) best = k;
+    }
+    snprintf(r->majority[ty], sizeof r->majority[ty], "%s", train->answer[ty][best]);
+    for (int k = 0; k < MAX_ANSWERS; k++) {
+      tot_va += val->count[ty][k];
+      if (val->answer[ty][k][0] && !strcmp(val->answer[ty][k], r->majority[ty]))
+        va_hits = val->count[ty][k];
+    }
+    r->count_train[ty] = tot_tr;
+    r->count_val[ty] = tot_va;
+    r->baseline_train[ty] = tot_tr ? (double)train->count[ty][best] / (double)tot_tr : 0;
+    r->baseline_val[ty] = tot_va ? (double)va_hits / (double)tot_va : 0;
+    hit_tr += train->count[ty][best];
+    hit_va += va_hits;
+    n_tr += tot_tr;
+    n_va += tot_va;
+  }
+  r->count_train[LOOM_SYNTH_VQA_TYPES] = n_tr;
+  r->count_val[LOOM_SYNTH_VQA_TYPES] = n_va;
+  r->baseline_train[LOOM_SYNTH_VQA_TYPES] = n_tr ? (double)hit_tr / (double)n_tr : 0;
+  r->baseline_val[LOOM_SYNTH_VQA_TYPES] = n_va ? (double)hit_va / (double)n_va : 0;
+}
+
+static int write_summary(const loom_synth_vqa_options *o, const loom_synth_vqa_report *r) {
+  json_t *bt = json_object(), *bv = json_object(), *maj = json_object();
+  for (int ty = 0; ty <= LOOM_SYNTH_VQA_TYPES; ty++) {
+    const char *name = ty < LOOM_SYNTH_VQA_TYPES ? r->type_names[ty] : "overall";
+    json_object_set_new(bt, name, json_real(r->baseline_train[ty]));
+    json_object_set_new(bv, name, json_real(r->baseline_val[ty]));
+    if (ty < LOOM_SYNTH_VQA_TYPES) json_object_set_new(maj, name, json_string(r->majority[ty]));
+  }
+  json_t *root = json_pack("{s:s, s:I, s:I, s:I, s:i, s:i, s:o, s:o, s:o, s:s}", "format",
+                           "loom-synth-vqa", "samples", (json_int_t)o->samples, "shard_size",
+                           (json_int_t)o->shard_size, "seed", (json_int_t)o->seed, "image_size",
+                           o->image_size, "vocab_size", r->vocab_size, "majority_answer", maj,
+                           "baseline_train", bt, "baseline_val", bv, "baseline_meaning",
+                           "accuracy of answering every question of a type with the most "
+                           "frequent train answer of that type");
+  char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  char *path = loom_sprintf("%s/synth_vqa.json", o->out);
+  size_t n = strlen(s);
+  s[n] = '\n';
+  int rc = loom_write_file_atomic(path, s, n + 1);
+  free(path);
+  free(s);
+  return rc;
+}
+
+int loom_synth_vqa(const loom_synth_vqa_options *o, loom_synth_vqa_report *r) {
+  memset(r, 0, sizeof *r);
+  for (int ty = 0; ty < LOOM_SYNTH_VQA_TYPES; ty++) r->type_names[ty] = loom_synth_vqa_type_name(ty);
+  if (o->samples < 1 || o->shard_size < 1 || o->image_size < LOOM_IMG_MIN_SIDE ||
+      o->image_size > 4096)
+    return loom_err("synth-vqa: need --samples >= 1, --shard-size >= 1 and --image-size in "
+                    "[28, 4096] (got %ld, %ld, %d)", o->samples, o->shard_size, o->image_size);
+  if (loom_mkdir_p(o->out)) return -1;
+  long n_shards = (o->samples + o->shard_size - 1) / o->shard_size;
+  tally *tallies = calloc((size_t)n_shards, sizeof *tallies);
+  int *split_of = calloc((size_t)n_shards, sizeof *split_of);
+  text corpus = {0};
+  if (!tallies || !split_of) abort();
+  int rc = 0;
+  for (long s = 0; rc == 0 && s < n_shards; s++) {
+    char *path = loom_sprintf("%s/%06ld.tar", o->out, s);
+    long first = s * o->shard_size;
+    long count = first + o->shard_size > o->samples ? o->samples - first : o->shard_size;
+    rc = write_shard(o, first, count, path, &tallies[s], &corpus);
+    free(path);
+  }
+  loom_prepare_options po = {false, true};
+  if (rc == 0) rc = loom_energon_prepare(o->out, o->split, &po, &r->prepare);
+  if (rc == 0) rc = shard_splits(o->out, n_shards, split_of);
+  char *tok = loom_sprintf("%s/tokenizer.json", o->out);
+  if (rc == 0) rc = loom_tokenizer_train(corpus.buf, corpus.n, o->vocab_size, tok);
+  if (rc == 0) rc = add_special_tokens(tok, &r->vocab_size);
+  free(tok);
+  if (rc == 0) {
+    tally train, val;
+    memset(&train, 0, sizeof train);
+    memset(&val, 0, sizeof val);
+    for (long s = 0; s < n_shards; s++)
+      if (split_of[s] == 0) tally_merge(&train, &tallies[s]);
+      else if (split_of[s] == 1) tally_merge(&val, &tallies[s]);
+    baselines(&train, &val, r);
+    rc = write_summary(o, r);
+  }
+  free(corpus.buf);
+  free(tallies);
+  free(split_of);
+  return rc;
+}

@@ -1,0 +1,283 @@
+/* `loom data prepare`, `loom data inspect` and `loom data synth-vqa`: the command-line side
+ * of the vision-language data (dispatched from src/cli/cmd_data.c). Errors go to stderr with
+ * exit code 1. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/commands.h"
+#include "loom/core.h"
+#include "loom/vqa.h"
+
+int loom_cmd_data_prepare(int argc, char **argv);
+int loom_cmd_data_inspect(int argc, char **argv);
+int loom_cmd_data_synth_vqa(int argc, char **argv);
+
+typedef struct {
+  const char *name;
+  const char **slot; /* value option, or NULL for a flag */
+  int *flag;
+} opt;
+
+/* Parse options; positional arguments go to pos (at most max_pos). 0 or 1 (printed). */
+static int parse(const char *sub, int argc, char **argv, const opt *opts, const char **pos,
+                 int max_pos, int *npos) {
+  *npos = 0;
+  for (int i = 1; i < argc; i++) {
+    const opt *o = NULL;
+    for (const opt *p = opts; p->name; p++)
+      if (!strcmp(argv[i], p->name)) o = p;
+    if (o && o->slot) {
+      if (i + 1 >= argc) return fprintf(stderr, "loom data %s: %s needs a value\n", sub, argv[i]), 1;
+      *o->slot = argv[++i];
+    } else if (o) {
+      *o->flag = 1;
+    } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+      return fprintf(stderr, "loom data %s: unknown option '%s' (see --help)\n", sub, argv[i]), 1;
+    } else if (*npos < max_pos) {
+      pos[(*npos)++] = argv[i];
+    } else {
+      return fprintf(stderr, "loom data %s: unexpected argument '%s' (see --help)\n", sub,
+                     argv[i]), 1;
+    }
+  }
+  return 0;
+}
+
+static int num(const char *sub, const char *name, const char *v, long long min, long long *out) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || *end || end == v || x < min) {
+    fprintf(stderr, "loom data %s: %s '%s' is not an integer >= %lld\n", sub, name, v, min);
+    return 1;
+  }
+  *out = x;
+  return 0;
+}
+
+static int failerr(const char *sub) {
+  fprintf(stderr, "loom data %s: %s\n", sub, loom_errmsg());
+  return 1;
+}
+
+static void print_split_summary(const loom_prepare_report *r) {
+  static const char *names[3] = {"train", "val", "test"};
+  for (int s = 0; s < 3; s++)
+    printf("  %-5s %5zu shards %8zu samples\n", names[s], r->split_shards[s], r->split_samples[s]);
+}
+
+/* ---- prepare ------------------------------------------------------------------------------ */
+
+int loom_cmd_data_prepare(int argc, char **argv) {
+  const char *sub = "prepare";
+  if (loom_cli_wants_help(argc, argv)) {
+    printf("usage: loom data prepare DIR [--split 9,1,0] [--strict]\n\n"
+           "Non-interactive `energon prepare`: index the WebDataset tar shards under DIR\n"
+           "(N.jpg, N.json {\"question\": ...}, N.txt answer per sample), assign whole shards\n"
+           "to train/val/test by the ratio (default 9,1,0), and write DIR/.nv-meta/:\n"
+           "dataset.yaml (VQA field map; an existing one is kept), split.yaml, .info.yaml\n"
+           "(samples per shard) and index.json (part offsets per sample). Problems (a non-tar\n"
+           "file, truncation, a sample missing its image, json or txt) are printed with the\n"
+           "shard and sample key; training stops at them unless data.skip_bad_samples: true.\n"
+           "--strict makes any problem an error.\n");
+    return 0;
+  }
+  const char *split = "9,1,0", *pos[1];
+  int strict = 0, npos;
+  opt opts[] = {{"--split", &split, NULL}, {"--strict", NULL, &strict}, {NULL, NULL, NULL}};
+  if (parse(sub, argc, argv, opts, pos, 1, &npos)) return 1;
+  if (npos != 1) return fprintf(stderr, "loom data prepare: give the dataset directory\n"), 1;
+  double ratios[3];
+  if (loom_parse_split_ratio(split, ratios)) return failerr(sub);
+  loom_prepare_options po = {strict != 0, false};
+  loom_prepare_report r;
+  if (loom_energon_prepare(pos[0], ratios, &po, &r)) return failerr(sub);
+  printf("indexed %zu shards (%zu unreadable), %zu samples; split %s:\n", r.shards, r.bad_shards,
+         r.samples, split);
+  print_split_summary(&r);
+  if (r.problems)
+    printf("%zu problems (warnings above): training stops at them unless "
+           "data.skip_bad_samples: true\n", r.problems);
+  printf("wrote %s/.nv-meta/ (dataset.yaml, split.yaml, .info.yaml, index.json)\n", pos[0]);
+  return 0;
+}
+
+/* ---- synth-vqa ---------------------------------------------------------------------------- */
+
+int loom_cmd_data_synth_vqa(int argc, char **argv) {
+  const char *sub = "synth-vqa";
+  if (loom_cli_wants_help(argc, argv)) {
+    printf("usage: loom data synth-vqa --out DIR --samples N --shard-size K [--seed S]\n"
+           "                          [--image-size 112] [--split 9,1,0] [--vocab-size 384]\n\n"
+           "Generate the embedded shapes VQA dataset (no download): JPEG images of 1-4\n"
+           "coloured shapes with one question each about colour, shape, count or position,\n"
+           "in tar shards DIR/NNNNNN.tar of K samples, then prepare it (.nv-meta/), write\n"
+           "DIR/tokenizer.json (byte-level BPE + <|im_start|>, <|im_end|>, <|vision_start|>,\n"
+           "<|image_pad|>, <|vision_end|>) and DIR/synth_vqa.json with the majority-answer\n"
+           "baseline per question type. Same seed, same bytes. Default seed 1.\n");
+    return 0;
+  }
+  const char *out = NULL, *samples = NULL, *shard = NULL, *seed = "1", *size = "112",
+             *split = "9,1,0", *vocab = "384", *pos[1];
+  int npos;
+  opt opts[] = {{"--out", &out, NULL},          {"--samples", &samples, NULL},
+                {"--shard-size", &shard, NULL}, {"--seed", &seed, NULL},
+                {"--image-size", &size, NULL},  {"--split", &split, NULL},
+                {"--vocab-size", &vocab, NULL}, {NULL, NULL, NULL}};
+  if (parse(sub, argc, argv, opts, pos, 0, &npos)) return 1;
+  if (!out || !samples || !shard)
+    return fprintf(stderr, "loom data synth-vqa: --out, --samples and --shard-size are required "
+                           "(see --help)\n"), 1;
+  long long n, k, s, sz, vs;
+  if (num(sub, "--samples", samples, 1, &n) || num(sub, "--shard-size", shard, 1, &k) ||
+      num(sub, "--seed", seed, 0, &s) || num(sub, "--image-size", size, 28, &sz) ||
+      num(sub, "--vocab-size", vocab, 257, &vs))
+    return 1;
+  loom_synth_vqa_options o = {out, (long)n, (long)k, (uint64_t)s, (int)sz, {0, 0, 0}, (int)vs};
+  if (loom_parse_split_ratio(split, o.split)) return failerr(sub);
+  loom_synth_vqa_report r;
+  double t0 = loom_now();
+  if (loom_synth_vqa(&o, &r)) return failerr(sub);
+  loom_vision_grid g;
+  loom_vision_tokens_for(o.image_size, o.image_size, LOOM_IMG_MIN_PIXELS_DEFAULT,
+                         LOOM_IMG_MAX_PIXELS_DEFAULT, "", &g);
+  printf("wrote %lld samples (%dx%d px: %ld patches, %ld vision tokens each) in %zu shards to "
+         "%s in %.1f s\n", n, o.image_size, o.image_size, g.patches, g.tokens, r.prepare.shards,
+         out, loom_now() - t0);
+  print_split_summary(&r.prepare);
+  printf("tokenizer: %s/tokenizer.json (vocab %d with the special tokens)\n", out, r.vocab_size);
+  printf("majority-answer baseline (answer each type with its most frequent train answer):\n");
+  printf("  %-9s %-8s %10s %10s\n", "type", "answer", "train", "val");
+  for (int t = 0; t <= LOOM_SYNTH_VQA_TYPES; t++)
+    printf("  %-9s %-8s %9.1f%% %9.1f%%\n", t < LOOM_SYNTH_VQA_TYPES ? r.type_names[t] : "overall",
+           t < LOOM_SYNTH_VQA_TYPES ? r.majority[t] : "", 100 * r.baseline_train[t],
+           100 * r.baseline_val[t]);
+  return 0;
+}
+
+/* ---- inspect ------------------------------------------------------------------------------ */
+
+static void print_counts(const char *dir) {
+  json_t *ix = loom_energon_index_load(dir);
+  if (!ix) return;
+  static const char *names[3] = {"train", "val", "test"};
+  char *sp = loom_sprintf("%s/.nv-meta/split.yaml", dir);
+  json_t *split = loom_energon_yaml_load(sp);
+  free(sp);
+  json_t *shards = json_object_get(ix, "shards");
+  size_t total = 0, bad = 0, damaged = 0;
+  for (size_t i = 0; i < json_array_size(shards); i++) {
+    json_t *sh = json_array_get(shards, i), *ss = json_object_get(sh, "samples");
+    total += json_array_size(ss);
+    bad += json_object_get(sh, "error") != NULL;
+    for (size_t k = 0; k < json_array_size(ss); k++)
+      damaged += json_object_get(json_array_get(ss, k), "error") != NULL;
+  }
+  printf("dataset: %s: %zu shards (%zu unreadable), %zu samples (%zu damaged)\n", dir,
+         json_array_size(shards), bad, total, damaged);
+  for (int s = 0; s < 3 && split; s++) {
+    json_t *list = json_object_get(json_object_get(split, "split_parts"), names[s]);
+    size_t n = 0;
+    for (size_t k = 0; k < json_array_size(list); k++)
+      for (size_t i = 0; i < json_array_size(shards); i++) {
+        json_t *sh = json_array_get(shards, i);
+        if (!strcmp(json_string_value(json_object_get(sh, "path")),
+                    json_string_value(json_array_get(list, k))))
+          n += json_array_size(json_object_get(sh, "samples"));
+      }
+    printf("  %-5s %5zu shards %8zu samples\n", names[s], json_array_size(list), n);
+  }
+  loom_field_map fm;
+  if (loom_energon_read_field_map(dir, &fm) == 0) {
+    printf("field_map: image: %s, context: %s, answers: %s\n", fm.image, fm.context, fm.answers);
+    loom_field_map_free(&fm);
+  }
+  json_decref(split);
+  json_decref(ix);
+}
+
+static void show_text(const char *label, const char *s) {
+  printf("    %s: \"", label);
+  for (const char *p = s; *p; p++)
+    if (*p == '\n') printf("\\n");
+    else if (*p == '"') printf("\\\"");
+    else putchar(*p);
+  printf("\"\n");
+}
+
+static void show_sample(loom_vqa_dataset *d, size_t i, long minp, long maxp, long *tok_sum,
+                        long *shown) {
+  loom_vqa_sample s;
+  if (loom_vqa_dataset_get(d, i, &s)) {
+    printf("  #%zu: BAD: %s\n", i, loom_errmsg());
+    return;
+  }
+  printf("  %s\n", s.key);
+  for (int k = 0; k < s.n_images; k++) {
+    int w, h;
+    loom_vision_grid g;
+    if (loom_jpeg_size(s.images[k], s.image_len[k], s.where, &w, &h) ||
+        loom_vision_tokens_for(h, w, minp, maxp, s.where, &g)) {
+      printf("    image %d: BAD: %s\n", k, loom_errmsg());
+      continue;
+    }
+    printf("    image %d: %dx%d px -> %dx%d (%d x %d patches): %ld patches, %ld vision tokens\n",
+           k, w, h, g.grid_w * 14, g.grid_h * 14, g.grid_w, g.grid_h, g.patches, g.tokens);
+    *tok_sum += g.tokens;
+    (*shown)++;
+  }
+  for (int k = 0; k < s.n_turns; k++)
+    show_text(s.turns[k].role == LOOM_VQA_USER ? "question" : "answer", s.turns[k].text);
+  if (s.json) {
+    json_t *j = json_loads(s.json, 0, NULL);
+    const char *type = json_string_value(json_object_get(j, "type"));
+    if (type) printf("    type: %s\n", type);
+    json_decref(j);
+  }
+  loom_vqa_sample_free(&s);
+}
+
+int loom_cmd_data_inspect(int argc, char **argv) {
+  const char *sub = "inspect";
+  if (loom_cli_wants_help(argc, argv)) {
+    printf("usage: loom data inspect PATH [--samples N] [--split train|val|test]\n"
+           "                        [--min-pixels P] [--max-pixels P]\n\n"
+           "Show a vision-language dataset: a directory prepared by `loom data prepare`\n"
+           "(shards and samples per split, field map) or a LLaVA .json/.jsonl file, then the\n"
+           "first N samples (default 3) of the split: key, image size, its size after Qwen's\n"
+           "smart_resize within the pixel limits (default 3136 and 1003520), patches and\n"
+           "vision tokens per image, question and answer.\n");
+    return 0;
+  }
+  const char *samples = "3", *split = "train", *minp_s = "3136", *maxp_s = "1003520", *pos[1];
+  int npos;
+  opt opts[] = {{"--samples", &samples, NULL},   {"--split", &split, NULL},
+                {"--min-pixels", &minp_s, NULL}, {"--max-pixels", &maxp_s, NULL},
+                {NULL, NULL, NULL}};
+  if (parse(sub, argc, argv, opts, pos, 1, &npos)) return 1;
+  if (npos != 1) return fprintf(stderr, "loom data inspect: give a dataset directory or file\n"), 1;
+  long long n, minp, maxp;
+  if (num(sub, "--samples", samples, 0, &n) || num(sub, "--min-pixels", minp_s, 0, &minp) ||
+      num(sub, "--max-pixels", maxp_s, 1, &maxp))
+    return 1;
+  int sr, sw;
+  if (loom_smart_resize(28, 28, (long)minp, (long)maxp, "", &sr, &sw)) return failerr(sub);
+  if (loom_is_dir(pos[0])) print_counts(pos[0]);
+  loom_vqa_dataset *d;
+  uint64_t bad = 0;
+  if (loom_vqa_dataset_open(&d, pos[0], split, true, &bad)) return failerr(sub);
+  size_t count = loom_vqa_dataset_count(d);
+  if (!loom_is_dir(pos[0])) printf("annotations: %s: %zu entries\n", pos[0], count);
+  size_t show = (size_t)n < count ? (size_t)n : count;
+  printf("first %zu samples of %s%s (pixel limits %lld..%lld):\n", show,
+         loom_is_dir(pos[0]) ? "split " : "", loom_is_dir(pos[0]) ? split : pos[0], minp, maxp);
+  long tok_sum = 0, shown = 0;
+  for (size_t i = 0; i < show; i++) show_sample(d, i, (long)minp, (long)maxp, &tok_sum, &shown);
+  if (shown)
+    printf("vision tokens per image: %.1f on average over the %ld images shown\n",
+           (double)tok_sum / (double)shown, shown);
+  loom_vqa_dataset_close(d);
+  return 0;
+}

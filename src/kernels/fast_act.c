@@ -1,0 +1,188 @@
+/* Elementwise kernels of the MLP and the residual stream, vectorised with AVX-512: bias + GELU
+ * (tanh form, computed as x * sigmoid(2u), the same function), GELU backward, SwiGLU forward
+ * and backward, residual adds, scaling and bias gradients. Every output element is written by
+ * one thread; the bias gradient sums rows in order per block of columns. Portable path: plain
+ * loops with libm. Shapes: u, act (N,C) or n values; bias (C). */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/fast_internal.h"
+#include "loom/core.h"
+#include "loom/kernels.h"
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+#define CB 64
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma")
+#include "kernels/vmath_avx512.h"
+
+static inline __m512 gelu_s(__m512 x) { /* sigmoid(2u) = 0.5 (1 + tanh u) */
+  __m512 x2 = _mm512_mul_ps(x, x);
+  __m512 u = _mm512_mul_ps(_mm512_set1_ps(2.0f * GELU_K),
+                           _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_A), x2), x, x));
+  return v_sigmoid(u);
+}
+
+static void bias_gelu_avx512(float *u, float *act, const float *bias, int N, int C) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+  for (int n = 0; n < N; n++) {
+    float *ur = u + (size_t)n * C, *ar = act + (size_t)n * C;
+    for (int c = 0; c < C; c += 16) {
+      __mmask16 m = v_tail((size_t)(C - c));
+      __m512 x = _mm512_maskz_loadu_ps(m, ur + c);
+      if (bias) {
+        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias + c));
+        _mm512_mask_storeu_ps(ur + c, m, x);
+      }
+      _mm512_mask_storeu_ps(ar + c, m, _mm512_mul_ps(x, gelu_s(x)));
+    }
+  }
+}
+
+static void gelu_bwd_avx512(float *du, const float *dact, const float *u, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= FAST_PAR_MIN)
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 m = v_tail(n - i);
+    __m512 x = _mm512_maskz_loadu_ps(m, u + i);
+    __m512 s = gelu_s(x);
+    __m512 du_ = _mm512_mul_ps(_mm512_set1_ps(GELU_K),
+                               _mm512_fmadd_ps(_mm512_set1_ps(3.0f * GELU_A), _mm512_mul_ps(x, x),
+                                               _mm512_set1_ps(1.0f)));
+    /* gelu' = s + 2 x s (1 - s) du */
+    __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(x, x), s),
+                             _mm512_mul_ps(_mm512_sub_ps(_mm512_set1_ps(1.0f), s), du_));
+    __m512 g = _mm512_add_ps(s, t);
+    _mm512_mask_storeu_ps(du + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dact + i), g));
+  }
+}
+
+static void swiglu_fwd_avx512(float *y, const float *gate, const float *up, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= FAST_PAR_MIN)
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 m = v_tail(n - i);
+    __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    __m512 o = _mm512_mul_ps(_mm512_mul_ps(g, v_sigmoid(g)), _mm512_maskz_loadu_ps(m, up + i));
+    _mm512_mask_storeu_ps(y + i, m, o);
+  }
+}
+
+static void swiglu_bwd_avx512(float *dgate, float *dup, const float *dy, const float *gate,
+                              const float *up, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= FAST_PAR_MIN)
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 m = v_tail(n - i);
+    __m512 g = _mm512_maskz_loadu_ps(m, gate + i), d = _mm512_maskz_loadu_ps(m, dy + i);
+    __m512 s = v_sigmoid(g), one = _mm512_set1_ps(1.0f);
+    if (dgate) { /* dy up sig (1 + g (1 - sig)) */
+      __m512 ds = _mm512_mul_ps(s, _mm512_fmadd_ps(g, _mm512_sub_ps(one, s), one));
+      _mm512_mask_storeu_ps(dgate + i, m,
+                            _mm512_mul_ps(_mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, up + i)), ds));
+    }
+    if (dup) _mm512_mask_storeu_ps(dup + i, m, _mm512_mul_ps(d, _mm512_mul_ps(g, s)));
+  }
+}
+
+static void residual_avx512(float *y, const float *x, const float *a, const float *bias, int N,
+                            int C) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c += 16) {
+      __mmask16 m = v_tail((size_t)(C - c));
+      size_t i = (size_t)n * C + c;
+      __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, a + i));
+      if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c));
+      _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+
+static void bias_grad_avx512(float *db, const float *dy, int N, int C) {
+  int nblk = (C + CB - 1) / CB;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+  for (int blk = 0; blk < nblk; blk++) {
+    int c0 = blk * CB, w = C - c0 < CB ? C - c0 : CB;
+    __m512 acc[CB / 16];
+    __mmask16 mk[CB / 16];
+    for (int j = 0; j < CB / 16; j++) {
+      acc[j] = _mm512_setzero_ps();
+      mk[j] = w > j * 16 ? v_tail((size_t)(w - j * 16)) : 0;
+    }
+    for (int n = 0; n < N; n++)
+      for (int j = 0; j < CB / 16 && mk[j]; j++)
+        acc[j] = _mm512_add_ps(acc[j], _mm512_maskz_loadu_ps(mk[j], dy + (size_t)n * C + c0 + 16 * j));
+    for (int j = 0; j < CB / 16 && mk[j]; j++)
+      _mm512_mask_storeu_ps(db + c0 + 16 * j, mk[j],
+                            _mm512_add_ps(_mm512_maskz_loadu_ps(mk[j], db + c0 + 16 * j), acc[j]));
+  }
+}
+#pragma GCC pop_options
+
+void loom_bias_gelu_forward_f32(float *u, float *act, const float *bias, int N, int C) {
+  if (fast_avx512()) {
+    bias_gelu_avx512(u, act, bias, N, C);
+    return;
+  }
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      size_t i = (size_t)n * C + c;
+      float x = u[i] + (bias ? bias[c] : 0.0f);
+      u[i] = x;
+      float uu = GELU_K * (x + GELU_A * x * x * x);
+      act[i] = 0.5f * x * (1.0f + tanhf(uu));
+    }
+}
+
+void loom_gelu_backward_fast_f32(float *du, const float *dact, const float *u, size_t n) {
+  if (fast_avx512()) {
+    gelu_bwd_avx512(du, dact, u, n);
+    return;
+  }
+  memset(du, 0, n * sizeof(float));
+  loom_gelu_backward_f32(du, dact, u, n);
+}
+
+void loom_swiglu_forward_fast_f32(float *y, const float *gate, const float *up, size_t n) {
+  if (fast_avx512()) swiglu_fwd_avx512(y, gate, up, n);
+  else loom_swiglu_forward_f32(y, gate, up, n);
+}
+
+void loom_swiglu_backward_fast_f32(float *dgate, float *dup, const float *dy, const float *gate,
+                                   const float *up, size_t n) {
+  if (fast_avx512()) {
+    swiglu_bwd_avx512(dgate, dup, dy, gate, up, n);
+    return;
+  }
+  if (dgate) memset(dgate, 0, n * sizeof(float));
+  if (dup) memset(dup, 0, n * sizeof(float));
+  loom_swiglu_backward_f32(dgate, dup, dy, gate, up, n);
+}
+
+void loom_residual_add_f32(float *y, const float *x, const float *a, const float *bias, int N,
+                           int C) {
+  if (fast_avx512()) {
+    residual_avx512(y, x, a, bias, N, C);
+    return;
+  }
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      size_t i = (size_t)n * C + c;
+      y[i] = x[i] + a[i] + (bias ? bias[c] : 0.0f);
+    }
+}
+
+void loom_scale_f32(float *y, const float *x, float s, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= FAST_PAR_MIN)
+  for (size_t i = 0; i < n; i++) y[i] = s * x[i];
+}
+
+void loom_bias_grad_f32(float *db, const float *dy, int N, int C) {
+  if (fast_avx512()) {
+    bias_grad_avx512(db, dy, N, C);
+    return;
+  }
+  loom_linear_backward_f32(NULL, NULL, db, dy, NULL, NULL, N, 0, C);
+}

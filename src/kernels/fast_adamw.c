@@ -1,0 +1,113 @@
+/* One-pass AdamW over the flat parameter buffer: every tensor (segment with its own weight
+ * decay) in one parallel loop over fixed chunks of the flat range, the gradient-clipping
+ * factor applied on the fly (no separate pass over the gradients) and the bf16 copy of the
+ * weights refreshed in the same pass. Per element the float operations are exactly those of
+ * loom_adamw_f32 (no FMA contraction, IEEE sqrt and division), so results are bitwise equal
+ * to the per-tensor loop for any thread count. Shapes: p, g, m, v, p_lp indexed by flat
+ * offset - base over the segments' ranges. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/fast_internal.h"
+#include "loom/core.h"
+#include "loom/kernels.h"
+
+typedef struct {
+  float step_size, bc2_sqrt, b1, b2, eps, one_m_b1, one_m_b2, clip;
+} adam_k;
+
+static void range_generic(float *p, const float *g, float *m, float *v, float *p_lp, size_t n,
+                          const adam_k *k, int decay_on, float decay) {
+  for (size_t i = 0; i < n; i++) {
+    float pi = p[i], gi = g[i];
+    if (k->clip != 1.0f) gi *= k->clip;
+    if (decay_on) pi *= decay;
+    float mi = k->b1 * m[i] + k->one_m_b1 * gi;
+    float vi = k->b2 * v[i] + k->one_m_b2 * (gi * gi);
+    float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
+    pi = pi - k->step_size * (mi / denom);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+    if (p_lp) p_lp[i] = loom_bf16_round(pi);
+  }
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma")
+#include "kernels/vmath_avx512.h"
+
+static inline __m512 round_bf16_v(__m512 x) {
+  __m512i u = _mm512_castps_si512(x);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                          _mm512_set1_epi32(0x7f800000));
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+static void range_avx512(float *p, const float *g, float *m, float *v, float *p_lp, size_t n,
+                         const adam_k *k, int decay_on, float decay) {
+  const __m512 ss = _mm512_set1_ps(k->step_size), bc = _mm512_set1_ps(k->bc2_sqrt);
+  const __m512 b1 = _mm512_set1_ps(k->b1), b2 = _mm512_set1_ps(k->b2), eps = _mm512_set1_ps(k->eps);
+  const __m512 c1 = _mm512_set1_ps(k->one_m_b1), c2 = _mm512_set1_ps(k->one_m_b2);
+  const __m512 clip = _mm512_set1_ps(k->clip), dec = _mm512_set1_ps(decay);
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 mk = v_tail(n - i);
+    __m512 pi = _mm512_maskz_loadu_ps(mk, p + i), gi = _mm512_maskz_loadu_ps(mk, g + i);
+    if (k->clip != 1.0f) gi = _mm512_mul_ps(gi, clip);
+    if (decay_on) pi = _mm512_mul_ps(pi, dec);
+    __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(mk, m + i)), _mm512_mul_ps(c1, gi));
+    __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(mk, v + i)),
+                              _mm512_mul_ps(c2, _mm512_mul_ps(gi, gi)));
+    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc), eps);
+    pi = _mm512_sub_ps(pi, _mm512_mul_ps(ss, _mm512_div_ps(mi, denom)));
+    _mm512_mask_storeu_ps(p + i, mk, pi);
+    _mm512_mask_storeu_ps(m + i, mk, mi);
+    _mm512_mask_storeu_ps(v + i, mk, vi);
+    if (p_lp) _mm512_mask_storeu_ps(p_lp + i, mk, round_bf16_v(pi));
+  }
+}
+#pragma GCC pop_options
+
+/* first segment whose end is beyond flat offset a (segments sorted, disjoint) */
+static int first_seg(const loom_adamw_segment *seg, int n, size_t a) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (seg[mid].end <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_lp, size_t base,
+                         const loom_adamw_segment *seg, int n_seg, float clip, double lr,
+                         double beta1, double beta2, double eps, long step) {
+  LOOM_ASSERT(step >= 1);
+  if (n_seg <= 0) return;
+  /* scalars exactly as loom_adamw_f32 forms them */
+  const double bc1 = 1.0 - pow(beta1, (double)step);
+  const double bc2 = 1.0 - pow(beta2, (double)step);
+  adam_k k = {(float)(lr / bc1), (float)sqrt(bc2), (float)beta1, (float)beta2, (float)eps,
+              (float)(1.0 - beta1), (float)(1.0 - beta2), clip};
+  const size_t lo = seg[0].begin, hi = seg[n_seg - 1].end;
+  enum { CH = 1 << 14 };
+  const size_t nch = (hi - lo + CH - 1) / CH;
+  int simd = fast_avx512();
+#pragma omp parallel for schedule(static) if (hi - lo >= FAST_PAR_MIN)
+  for (size_t c = 0; c < nch; c++) {
+    size_t a = lo + c * CH, b = a + CH < hi ? a + CH : hi;
+    for (int s = first_seg(seg, n_seg, a); s < n_seg && seg[s].begin < b; s++) {
+      size_t x0 = seg[s].begin > a ? seg[s].begin : a, x1 = seg[s].end < b ? seg[s].end : b;
+      if (x1 <= x0) continue;
+      double wd = seg[s].weight_decay;
+      float decay = (float)(1.0 - lr * wd);
+      size_t o = x0 - base, n = x1 - x0;
+      float *plp = p_lp ? p_lp + o : NULL;
+      if (simd) range_avx512(p + o, g + o, m + o, v + o, plp, n, &k, wd != 0.0, decay);
+      else range_generic(p + o, g + o, m + o, v + o, plp, n, &k, wd != 0.0, decay);
+    }
+  }
+}

@@ -1,0 +1,59 @@
+/* fp32 -> bf16 conversion for the bf16 GEMMs: round to nearest even, quiet NaN, subnormals
+ * kept — bit for bit loom_f32_to_bf16 (the AVX512-BF16 instruction would flush subnormals, so
+ * the integer form is vectorised instead). In place is allowed (dst overlays src's storage:
+ * each block is read before the lower half it writes). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/fast_internal.h"
+#include "loom/core.h"
+#include "loom/kernels.h"
+
+static void cvt_generic(uint16_t *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = loom_f32_to_bf16(src[i]);
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma")
+static void cvt_avx512(uint16_t *dst, const float *src, size_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+  const __m512i qbit = _mm512_set1_epi32(0x40);
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    __m512i u = _mm512_maskz_loadu_epi32(m, src + i);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), qbit);
+    _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(r));
+  }
+}
+#pragma GCC pop_options
+
+/* Serial over the blocks of one range: in place stays correct because block i is read before
+ * the half-size write that overlaps earlier elements only. */
+static void cvt(uint16_t *dst, const float *src, size_t n) {
+  if (fast_avx512()) cvt_avx512(dst, src, n);
+  else cvt_generic(dst, src, n);
+}
+
+void loom_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n) {
+  if ((const void *)dst == (const void *)src || n < FAST_PAR_MIN) { /* in place: one pass */
+    cvt(dst, src, n);
+    return;
+  }
+  enum { CH = 1 << 14 };
+  size_t nch = (n + CH - 1) / CH;
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < nch; c++) {
+    size_t b = c * CH, e = b + CH < n ? b + CH : n;
+    cvt(dst + b, src + b, e - b);
+  }
+}
+
+void loom_f32_to_bf16_rows(uint16_t *dst, size_t ld_dst, const float *src, size_t ld_src,
+                           int rows, int cols) {
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= FAST_PAR_MIN)
+  for (int r = 0; r < rows; r++) cvt(dst + (size_t)r * ld_dst, src + (size_t)r * ld_src, (size_t)cols);
+}

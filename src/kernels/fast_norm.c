@@ -1,0 +1,190 @@
+/* Residual + norm forward and norm backward (LayerNorm and RMSNorm), vectorised with AVX-512.
+ * Forward, per row of C: r = x + res (+ bias), then the norm of r — one pass over memory (the
+ * row stays in L1 between the statistics and the output). Backward: dx row-parallel, dw/db
+ * parallel over blocks of 64 columns with rows summed in order, so no result depends on the
+ * thread count. Portable path: the reference kernels. Shapes: x, res, r, y (N,C); bias, w, b
+ * (C); mean, rstd (N). */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/fast_internal.h"
+#include "loom/core.h"
+#include "loom/kernels.h"
+
+#define CB 64 /* column block of the dw/db reduction */
+
+static void add_norm_generic(float *r, float *y, float *mean, float *rstd, const float *x,
+                             const float *res, const float *bias, const float *w, const float *b,
+                             int N, int C, float eps) {
+  const float *in = x;
+  if (res || bias) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+    for (int n = 0; n < N; n++)
+      for (int c = 0; c < C; c++) {
+        size_t i = (size_t)n * C + c;
+        r[i] = x[i] + (res ? res[i] : 0.0f) + (bias ? bias[c] : 0.0f);
+      }
+    in = r;
+  }
+  if (mean) loom_layernorm_forward_f32(y, mean, rstd, in, w, b, N, C, eps);
+  else loom_rmsnorm_forward_f32(y, rstd, in, w, N, C, eps);
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma")
+#include "kernels/vmath_avx512.h"
+
+static void add_norm_avx512(float *r, float *y, float *mean, float *rstd, const float *x,
+                            const float *res, const float *bias, const float *w, const float *b,
+                            int N, int C, float eps) {
+  int write_r = res || bias;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+  for (int n = 0; n < N; n++) {
+    const float *xr = x + (size_t)n * C;
+    const float *rr = res ? res + (size_t)n * C : NULL;
+    float *orow = write_r ? r + (size_t)n * C : NULL;
+    float *yr = y + (size_t)n * C;
+    __m512 s = _mm512_setzero_ps(), ss = _mm512_setzero_ps();
+    for (int c = 0; c < C; c += 16) { /* r, and its sum (LN) or sum of squares (RMS) */
+      __mmask16 m = v_tail((size_t)(C - c));
+      __m512 v = _mm512_maskz_loadu_ps(m, xr + c);
+      if (rr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rr + c));
+      if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c));
+      if (orow) _mm512_mask_storeu_ps(orow + c, m, v);
+      s = _mm512_add_ps(s, v);
+      ss = _mm512_fmadd_ps(v, v, ss);
+    }
+    const float *in = orow ? orow : xr;
+    if (mean) {
+      float mu = _mm512_reduce_add_ps(s) / (float)C;
+      __m512 vmu = _mm512_set1_ps(mu), var = _mm512_setzero_ps();
+      for (int c = 0; c < C; c += 16) {
+        __mmask16 m = v_tail((size_t)(C - c));
+        __m512 d = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, in + c), vmu);
+        var = _mm512_fmadd_ps(d, d, var);
+      }
+      float rs = 1.0f / sqrtf(_mm512_reduce_add_ps(var) / (float)C + eps);
+      __m512 vrs = _mm512_set1_ps(rs);
+      for (int c = 0; c < C; c += 16) {
+        __mmask16 m = v_tail((size_t)(C - c));
+        __m512 o = _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, in + c), vmu), vrs),
+                                 _mm512_maskz_loadu_ps(m, w + c));
+        if (b) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(m, b + c));
+        _mm512_mask_storeu_ps(yr + c, m, o);
+      }
+      mean[n] = mu;
+      rstd[n] = rs;
+    } else {
+      float rs = 1.0f / sqrtf(_mm512_reduce_add_ps(ss) / (float)C + eps);
+      __m512 vrs = _mm512_set1_ps(rs);
+      for (int c = 0; c < C; c += 16) {
+        __mmask16 m = v_tail((size_t)(C - c));
+        __m512 o = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, in + c), vrs),
+                                 _mm512_maskz_loadu_ps(m, w + c));
+        _mm512_mask_storeu_ps(yr + c, m, o);
+      }
+      rstd[n] = rs;
+    }
+  }
+}
+
+static void norm_dx_avx512(float *dx, const float *dy, const float *x, const float *w,
+                           const float *mean, const float *rstd, int N, int C) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+  for (int n = 0; n < N; n++) {
+    const float *xr = x + (size_t)n * C, *dyr = dy + (size_t)n * C;
+    float *dxr = dx + (size_t)n * C;
+    float rs = rstd[n];
+    __m512 vrs = _mm512_set1_ps(rs);
+    if (mean) { /* dx += rs (g - mean(g) - xhat mean(g xhat)), g = dy w */
+      __m512 vmu = _mm512_set1_ps(mean[n]), sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps();
+      for (int c = 0; c < C; c += 16) {
+        __mmask16 m = v_tail((size_t)(C - c));
+        __m512 xh = _mm512_mul_ps(_mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, xr + c), vmu), vrs);
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + c), _mm512_maskz_loadu_ps(m, w + c));
+        sg = _mm512_add_ps(sg, g);
+        sgx = _mm512_fmadd_ps(g, xh, sgx);
+      }
+      __m512 gm = _mm512_set1_ps(_mm512_reduce_add_ps(sg) / (float)C);
+      __m512 gxm = _mm512_set1_ps(_mm512_reduce_add_ps(sgx) / (float)C);
+      for (int c = 0; c < C; c += 16) {
+        __mmask16 m = v_tail((size_t)(C - c));
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xr + c), vmu), vrs);
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + c), _mm512_maskz_loadu_ps(m, w + c));
+        __m512 t = _mm512_sub_ps(_mm512_sub_ps(g, gm), _mm512_mul_ps(xh, gxm));
+        _mm512_mask_storeu_ps(dxr + c, m, _mm512_fmadd_ps(vrs, t, _mm512_maskz_loadu_ps(m, dxr + c)));
+      }
+    } else { /* dx += rs dy w - x rs^3 (sum dy w x) / C */
+      __m512 dot = _mm512_setzero_ps();
+      for (int c = 0; c < C; c += 16) {
+        __mmask16 m = v_tail((size_t)(C - c));
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + c), _mm512_maskz_loadu_ps(m, w + c));
+        dot = _mm512_fmadd_ps(g, _mm512_maskz_loadu_ps(m, xr + c), dot);
+      }
+      __m512 coef = _mm512_set1_ps(rs * rs * rs * _mm512_reduce_add_ps(dot) / (float)C);
+      for (int c = 0; c < C; c += 16) {
+        __mmask16 m = v_tail((size_t)(C - c));
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + c), _mm512_maskz_loadu_ps(m, w + c));
+        __m512 t = _mm512_fnmadd_ps(_mm512_maskz_loadu_ps(m, xr + c), coef, _mm512_mul_ps(vrs, g));
+        _mm512_mask_storeu_ps(dxr + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dxr + c), t));
+      }
+    }
+  }
+}
+
+/* dw[c] += sum_n dy xhat, db[c] += sum_n dy, per block of CB columns, rows in order */
+static void norm_dwdb_avx512(float *dw, float *db, const float *dy, const float *x,
+                             const float *mean, const float *rstd, int N, int C) {
+  int nblk = (C + CB - 1) / CB;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+  for (int blk = 0; blk < nblk; blk++) {
+    int c0 = blk * CB, w = C - c0 < CB ? C - c0 : CB;
+    __m512 aw[CB / 16], ab[CB / 16];
+    __mmask16 mk[CB / 16];
+    for (int j = 0; j < CB / 16; j++) {
+      aw[j] = ab[j] = _mm512_setzero_ps();
+      mk[j] = w > j * 16 ? v_tail((size_t)(w - j * 16)) : 0;
+    }
+    for (int n = 0; n < N; n++) {
+      const float *xr = x + (size_t)n * C + c0, *dyr = dy + (size_t)n * C + c0;
+      __m512 vrs = _mm512_set1_ps(rstd[n]), vmu = _mm512_set1_ps(mean ? mean[n] : 0.0f);
+      for (int j = 0; j < CB / 16; j++) {
+        if (!mk[j]) break;
+        __m512 g = _mm512_maskz_loadu_ps(mk[j], dyr + 16 * j);
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk[j], xr + 16 * j), vmu), vrs);
+        aw[j] = _mm512_fmadd_ps(g, xh, aw[j]);
+        ab[j] = _mm512_add_ps(ab[j], g);
+      }
+    }
+    for (int j = 0; j < CB / 16; j++) {
+      if (!mk[j]) break;
+      if (dw)
+        _mm512_mask_storeu_ps(dw + c0 + 16 * j, mk[j],
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(mk[j], dw + c0 + 16 * j), aw[j]));
+      if (db && mean)
+        _mm512_mask_storeu_ps(db + c0 + 16 * j, mk[j],
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(mk[j], db + c0 + 16 * j), ab[j]));
+    }
+  }
+}
+#pragma GCC pop_options
+
+void loom_add_norm_forward_f32(float *r, float *y, float *mean, float *rstd, const float *x,
+                               const float *res, const float *bias, const float *w,
+                               const float *b, int N, int C, float eps) {
+  if (fast_avx512()) add_norm_avx512(r, y, mean, rstd, x, res, bias, w, b, N, C, eps);
+  else add_norm_generic(r, y, mean, rstd, x, res, bias, w, b, N, C, eps);
+}
+
+void loom_norm_backward_fast_f32(float *dx, float *dw, float *db, const float *dy, const float *x,
+                                 const float *w, const float *mean, const float *rstd, int N,
+                                 int C) {
+  if (!fast_avx512()) {
+    if (mean) loom_layernorm_backward_f32(dx, dw, db, dy, x, w, mean, rstd, N, C);
+    else loom_rmsnorm_backward_f32(dx, dw, dy, x, w, rstd, N, C);
+    return;
+  }
+  if (dx) norm_dx_avx512(dx, dy, x, w, mean, rstd, N, C);
+  if (dw || (db && mean)) norm_dwdb_avx512(dw, db, dy, x, mean, rstd, N, C);
+}

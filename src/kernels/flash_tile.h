@@ -1,0 +1,35 @@
+/* Private to flash attention: the per-tile operations of the forward and backward passes, in
+ * an AVX-512 and a portable version (simd = 0/1). Tiles hold BQ query columns: a "transposed"
+ * tile Xt (rows, BQ) has one row per key (or per head-dim index) and one column per query, so
+ * that the softmax over keys is a vertical operation across rows, vectorised over queries. */
+#ifndef LOOM_FLASH_TILE_H
+#define LOOM_FLASH_TILE_H
+#include <stddef.h>
+
+#define BQ 64 /* queries per tile (columns of a transposed tile) */
+#define BK 64 /* keys per tile */
+
+/* C (m, n) (+)= A (m, k) B (k, n): A(i,p) = A[i*ai + p*ap] (broadcast scalars, any strides),
+ * B row p at B + p*ldb, C row i at C + i*ldc; n a multiple of 16 on the AVX-512 path.
+ * acc = 0 overwrites C. */
+void ftile_mm(int simd, float *C, int ldc, const float *A, long ai, long ap, const float *B,
+              long ldb, int m, int n, int k, int acc);
+/* Xt (D, BQ) = rows (nrows, D) of src with row stride ld, transposed; columns >= nrows zero. */
+void ftile_transpose_in(float *Xt, const float *src, long ld, int nrows, int D);
+/* Visible query columns of key row c: [rlo[c], rhi[c]] (empty when rlo > rhi). */
+typedef struct {
+  int rlo[BK], rhi[BK];
+  int full; /* every (c < nk, r < nq) visible */
+} ftile_vis;
+/* Forward online-softmax step on St (nk, BQ) raw scores: s = scale * St on visible entries;
+ * m_new = max(m, column max); alpha = exp(m - m_new); St becomes P = exp(s - m_new) (0 where
+ * masked); l = alpha l + column sums of P; m = m_new. Columns r >= nq are left alone. */
+void ftile_softmax_step(int simd, float *St, int nk, int nq, const ftile_vis *vis, float scale,
+                        float *m, float *l, float *alpha);
+/* Ot (D, BQ) columns scaled by alpha */
+void ftile_scale_cols(int simd, float *Ot, int D, const float *alpha);
+/* Backward: St (nk, BQ) raw scores -> P = exp(scale St - lse) (0 masked / r >= nq);
+ * dPt (nk, BQ) -> dS * scale = P (dP - delta) scale. */
+void ftile_bwd_p_ds(int simd, float *St, float *dPt, int nk, int nq, const ftile_vis *vis,
+                    float scale, const float *lse, const float *delta);
+#endif

@@ -1,0 +1,79 @@
+/* GEMM backend selection and the OpenBLAS backend. loom_gemm_f32/bf16 dispatch to oneDNN
+ * (gemm_onednn.c: cached matmul primitives, bf16 on AMX / AVX512-BF16) or to OpenBLAS's
+ * cblas_sgemm; the backend is chosen at run time (loom_gemm_set_backend, LOOM_GEMM).
+ * Shapes: op(A) (M,K), op(B) (K,N), C (M,N), row-major with leading dimensions. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm_internal.h"
+#include "loom/core.h"
+#include "loom/kernels.h"
+
+static int backend = -1; /* -1: not chosen yet */
+
+int loom_gemm_backend_parse(const char *s) {
+  if (!s) return -1;
+  if (!strcmp(s, "onednn") || !strcmp(s, "dnnl")) return LOOM_GEMM_ONEDNN;
+  if (!strcmp(s, "openblas") || !strcmp(s, "blas")) return LOOM_GEMM_OPENBLAS;
+  return -1;
+}
+
+loom_gemm_backend loom_gemm_get_backend(void) {
+  if (backend < 0) {
+    int b = loom_gemm_backend_parse(getenv("LOOM_GEMM"));
+    backend = b < 0 ? LOOM_GEMM_ONEDNN : b;
+  }
+  return (loom_gemm_backend)backend;
+}
+
+void loom_gemm_set_backend(loom_gemm_backend b) { backend = (int)b; }
+
+const char *loom_gemm_backend_name(loom_gemm_backend b) {
+  return b == LOOM_GEMM_OPENBLAS ? "openblas" : "onednn";
+}
+
+int loom_gemm_bf16_native(void) {
+  return loom_gemm_get_backend() == LOOM_GEMM_ONEDNN && gemm_onednn_bf16_ok();
+}
+
+/* C (M,N) rows = bias, for the BLAS path (beta must then be 1 in the call that follows) */
+static void fill_bias(float *C, int ldc, const float *bias, int M, int N) {
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= 65536)
+  for (int m = 0; m < M; m++) memcpy(C + (size_t)m * ldc, bias, (size_t)N * sizeof(float));
+}
+
+void loom_gemm_f32(int ta, int tb, int M, int N, int K, const float *A, int lda,
+                   const float *B, int ldb, const float *bias, float beta, float *C, int ldc) {
+  LOOM_ASSERT(!(bias && beta != 0.0f));
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) { /* empty sum: C = bias or beta * C */
+    for (int m = 0; m < M; m++)
+      for (int n = 0; n < N; n++)
+        C[(size_t)m * ldc + n] = (bias ? bias[n] : 0.0f) + (beta != 0.0f ? beta * C[(size_t)m * ldc + n] : 0.0f);
+    return;
+  }
+  if (loom_gemm_get_backend() == LOOM_GEMM_ONEDNN) {
+    gemm_onednn(0, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
+    return;
+  }
+  if (bias) {
+    fill_bias(C, ldc, bias, M, N);
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+
+void loom_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                    const uint16_t *B, int ldb, const float *bias, float beta, float *C,
+                    int ldc) {
+  LOOM_ASSERT(!(bias && beta != 0.0f));
+  LOOM_ASSERT(loom_gemm_bf16_native());
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    loom_gemm_f32(ta, tb, M, N, 0, NULL, 1, NULL, 1, bias, beta, C, ldc);
+    return;
+  }
+  gemm_onednn(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
+}

@@ -1,0 +1,122 @@
+/* GEMM throughput of this machine through the call every linear layer of the trainer makes
+ * (loom_gemm_f32 on the configured backend, oneDNN or OpenBLAS): each role (forward
+ * y = x W^T, input gradient dx = dy W, weight gradient dW = dy^T x) on a grid of shapes
+ * (m rows x n outputs x k inputs), giving the profile's fp32 peak (the best measured) and its
+ * efficiency grid; and the bf16 path the trainer takes: loom_gemm_bf16 where the backend runs
+ * bf16 natively, else inputs rounded to bf16 values and the fp32 GEMM (fp32's speed). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "loom/core.h"
+#include "loom/kernels.h"
+#include "loom/sim_bench.h"
+
+static const double axis_m[] = {32, 256, 2048}, axis_n[] = {32, 256, 1024},
+                    axis_k[] = {32, 256, 1024};
+enum { NM = 3, NN = 3, NK = 3 };
+
+typedef struct {
+  int role, m, n, k;
+  float *a, *b, *c;
+} job;
+
+static void run(void *p) {
+  job *j = p;
+  int m = j->m, n = j->n, k = j->k;
+  /* the linear layer's calls (src/model/decoder_ops.c): x (m,k), w (n,k), y (m,n) */
+  if (j->role == LOOM_GEMM_FWD) loom_gemm_f32(0, 1, m, n, k, j->a, k, j->b, k, NULL, 0.0f, j->c, n);
+  else if (j->role == LOOM_GEMM_DGRAD) /* dx (m,k) = dy (m,n) @ w (n,k) */
+    loom_gemm_f32(0, 0, m, k, n, j->c, n, j->b, k, NULL, 0.0f, j->a, k);
+  else /* dw (n,k) += dy^T (n,m) @ x (m,k) */
+    loom_gemm_f32(1, 0, n, k, m, j->c, n, j->a, k, NULL, 1.0f, j->b, k);
+}
+
+static void run_bf16(void *p) {
+  job *j = p;
+  const uint16_t *x = (const uint16_t *)j->a, *w = (const uint16_t *)j->b;
+  loom_gemm_bf16(0, 1, j->m, j->n, j->k, x, j->k, w, j->k, NULL, 0.0f, j->c, j->n);
+}
+
+static void fill(float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+}
+
+int loom_bench_gemm(loom_hw_profile *hw, const loom_bench_ctx *b) {
+  size_t big = 2048 * 2048;
+  float *A = loom_alloc(big * sizeof(float)), *B = loom_alloc(big * sizeof(float)),
+        *C = loom_alloc(big * sizeof(float));
+  fill(A, big), fill(B, big), fill(C, big);
+  double rate[LOOM_GEMM_ROLES][NM * NN * NK], best = 0;
+  double min_s = 0.004 * b->scale;
+  for (int r = 0; r < LOOM_GEMM_ROLES; r++)
+    for (int i = 0; i < NM; i++)
+      for (int jn = 0; jn < NN; jn++)
+        for (int k = 0; k < NK; k++) {
+          job j = {r, (int)axis_m[i], (int)axis_n[jn], (int)axis_k[k], A, B, C};
+          double t = loom_bench_time(run, &j, min_s);
+          double g = 2.0 * j.m * j.n * j.k / t;
+          rate[r][(i * NN + jn) * NK + k] = g;
+          if (g > best) best = g;
+        }
+  /* the bf16 path at the shape of the best fp32 rate's neighbourhood: native bf16 operands,
+   * or rounded inputs and the fp32 GEMM */
+  job j = {LOOM_GEMM_FWD, 2048, 1024, 1024, A, B, C};
+  double t_bf16, t_f32 = loom_bench_time(run, &j, min_s);
+  bool native = loom_gemm_bf16_native();
+  if (native) {
+    loom_f32_to_bf16_n((uint16_t *)A, A, (size_t)j.m * j.k);
+    loom_f32_to_bf16_n((uint16_t *)B, B, (size_t)j.n * j.k);
+    t_bf16 = loom_bench_time(run_bf16, &j, min_s);
+  } else {
+    loom_round_bf16_f32(A, A, (size_t)j.m * j.k);
+    loom_round_bf16_f32(B, B, (size_t)j.n * j.k);
+    t_bf16 = loom_bench_time(run, &j, min_s);
+  }
+  loom_free(A), loom_free(B), loom_free(C);
+  hw->peak_flops[LOOM_DT_FP32] = best;
+  /* the grid's shape factors apply to both; bf16 scales by the ratio at this shape */
+  hw->peak_flops[LOOM_DT_BF16] = best * t_f32 / t_bf16;
+  hw->peak_flops[LOOM_DT_FP16] = 0;    /* no fp16 path */
+  hw->vector_flops[LOOM_DT_FP32] = hw->vector_flops[LOOM_DT_BF16] = best / 4;
+  hw->vector_flops[LOOM_DT_FP16] = 0;
+  hw->grid_n[0] = NM, hw->grid_n[1] = NN, hw->grid_n[2] = NK;
+  for (int i = 0; i < NM; i++) hw->grid_axis[0][i] = axis_m[i];
+  for (int i = 0; i < NN; i++) hw->grid_axis[1][i] = axis_n[i];
+  for (int i = 0; i < NK; i++) hw->grid_axis[2][i] = axis_k[i];
+  for (int r = 0; r < LOOM_GEMM_ROLES; r++)
+    for (int i = 0; i < NM * NN * NK; i++) hw->grid_eff[r][i] = rate[r][i] / best;
+  /* the curve by smallest dimension: the mean efficiency of the forward shapes per min dim */
+  hw->n_gemm_eff = 0;
+  for (int d = 0; d < NK; d++) {
+    double sum = 0;
+    int cnt = 0;
+    for (int i = 0; i < NM * NN * NK; i++) {
+      int im = i / (NN * NK), in = i / NK % NN, ik = i % NK;
+      double mn = axis_m[im] < axis_n[in] ? axis_m[im] : axis_n[in];
+      mn = mn < axis_k[ik] ? mn : axis_k[ik];
+      if (mn == axis_k[d]) sum += rate[LOOM_GEMM_FWD][i] / best, cnt++;
+    }
+    hw->gemm_eff_dim[hw->n_gemm_eff] = axis_k[d];
+    hw->gemm_eff[hw->n_gemm_eff++] = cnt ? sum / cnt : 1;
+  }
+  if (b->log) {
+    fprintf(b->log, "gemm (%s backend): peak %.1f GFLOP/s fp32 (one thread per rank); bf16 %s "
+            "%.1f GFLOP/s vs fp32 %.1f at 2048x1024x1024\n",
+            loom_gemm_backend_name(loom_gemm_get_backend()), best / 1e9,
+            native ? "native" : "(rounded inputs, fp32 GEMM)", 2.0 * 2048 * 1024 * 1024 / t_bf16 / 1e9,
+            2.0 * 2048 * 1024 * 1024 / t_f32 / 1e9);
+    static const char *const roles[] = {"fwd", "dgrad", "wgrad"};
+    for (int r = 0; r < LOOM_GEMM_ROLES; r++) {
+      fprintf(b->log, "  %-5s GFLOP/s  m\\n,k:", roles[r]);
+      for (int jn = 0; jn < NN; jn++)
+        for (int k = 0; k < NK; k++) fprintf(b->log, " %4.0f,%-4.0f", axis_n[jn], axis_k[k]);
+      fprintf(b->log, "\n");
+      for (int i = 0; i < NM; i++) {
+        fprintf(b->log, "        %5.0f            ", axis_m[i]);
+        for (int q = 0; q < NN * NK; q++) fprintf(b->log, " %9.1f", rate[r][i * NN * NK + q] / 1e9);
+        fprintf(b->log, "\n");
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,127 @@
+/* MPI collectives between the ranks of this machine through the trainer's own calls
+ * (loom_comm_*): all-reduce, reduce-scatter, all-gather, all-to-all and a send/recv ping-pong,
+ * each at several sizes. A line t = latency_total + bytes_moved / bandwidth is fitted per
+ * collective (bytes moved per rank under comm.h's ring accounting); the profile's one network
+ * tier gets the send/recv bandwidth, an efficiency per collective (its bandwidth over that)
+ * and the median latency per algorithm step. Runs on every rank; rank 0 keeps the result. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "loom/comm.h"
+#include "loom/core.h"
+#include "loom/sim_bench.h"
+
+static const size_t sizes[] = {2048, 32768, 262144, 1048576}; /* floats per rank */
+enum { NS = 4 };
+
+typedef struct {
+  const loom_comm *c;
+  loom_coll_kind kind;
+  size_t n;
+  float *in, *out;
+} mjob;
+
+static void run(void *p) {
+  mjob *j = p;
+  const loom_comm *c = j->c;
+  switch (j->kind) {
+  case LOOM_COLL_ALLREDUCE: loom_comm_allreduce_f32(c, j->in, j->n, LOOM_OP_SUM); break;
+  case LOOM_COLL_REDUCE_SCATTER: loom_comm_reduce_scatter_f32(c, j->in, j->out, j->n / c->size); break;
+  case LOOM_COLL_ALLGATHER: loom_comm_allgather_f32(c, j->in, j->out, j->n / c->size); break;
+  case LOOM_COLL_ALLTOALL: loom_comm_alltoall_f32(c, j->in, j->out, j->n / c->size); break;
+  default: { /* ping-pong between ranks 0 and 1: two one-way messages */
+    if (c->rank > 1) break;
+    loom_comm_request r;
+    if (c->rank == 0) {
+      loom_comm_isend_f32(c, j->in, j->n, 1, 7, &r);
+      loom_comm_wait(&r);
+      loom_comm_recv_f32(c, j->out, j->n, 1, 8);
+    } else {
+      loom_comm_recv_f32(c, j->out, j->n, 0, 7);
+      loom_comm_isend_f32(c, j->in, j->n, 0, 8, &r);
+      loom_comm_wait(&r);
+    }
+  }
+  }
+}
+
+/* the same number of repetitions on every rank (decided by the slowest rank's first
+ * timing); the best of three trials, each the slowest rank's mean */
+static double timed(mjob *j, double min_s) {
+  const loom_comm *c = j->c;
+  run(j);
+  loom_comm_barrier(c);
+  double t0 = loom_now();
+  run(j);
+  double once[1] = {loom_now() - t0};
+  loom_comm_allreduce_f64(c, once, 1, LOOM_OP_MAX);
+  int reps = (int)ceil(min_s / 3 / fmax(once[0], 1e-7));
+  if (reps < 2) reps = 2;
+  if (reps > 1000) reps = 1000;
+  double best = 1e300;
+  for (int trial = 0; trial < 3; trial++) {
+    loom_comm_barrier(c);
+    t0 = loom_now();
+    for (int i = 0; i < reps; i++) run(j);
+    double t[1] = {(loom_now() - t0) / reps};
+    loom_comm_allreduce_f64(c, t, 1, LOOM_OP_MAX);
+    if (t[0] < best) best = t[0];
+  }
+  return j->kind == LOOM_COLL_SENDRECV ? best / 2 : best;
+}
+
+static double steps(loom_coll_kind k, int p) {
+  return k == LOOM_COLL_ALLREDUCE ? 2.0 * (p - 1) : k == LOOM_COLL_SENDRECV ? 1 : p - 1;
+}
+
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int loom_bench_mpi(loom_hw_profile *hw, const loom_bench_ctx *b) {
+  const loom_comm *c = b->comm;
+  int p = c->size;
+  size_t maxn = sizes[NS - 1];
+  mjob j = {c, 0, 0, loom_alloc(maxn * sizeof(float)), loom_alloc(maxn * sizeof(float))};
+  for (size_t i = 0; i < maxn; i++) j.in[i] = 1e-3f * (float)(i % 1000);
+  double bw[LOOM_COLL_COUNT], lat[LOOM_COLL_COUNT];
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) {
+    double x[NS], y[NS], sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int s = 0; s < NS; s++) {
+      j.kind = (loom_coll_kind)k;
+      j.n = sizes[s] / (size_t)p * (size_t)p;
+      double t = timed(&j, 0.03 * b->scale);
+      x[s] = loom_hw_ring_bytes((loom_coll_kind)k, (double)j.n * 4, p);
+      y[s] = t;
+      sx += x[s], sy += y[s], sxx += x[s] * x[s], sxy += x[s] * y[s];
+    }
+    double slope = (NS * sxy - sx * sy) / (NS * sxx - sx * sx);
+    double icpt = (sy - slope * sx) / NS;
+    if (!(slope > 0)) slope = y[NS - 1] / x[NS - 1];
+    if (icpt < 0) icpt = y[0] * 0.5;
+    bw[k] = 1 / slope;
+    lat[k] = icpt / steps((loom_coll_kind)k, p);
+    if (b->log && b->rank == 0) {
+      fprintf(b->log, "mpi %-15s (%d ranks):", loom_coll_name((loom_coll_kind)k), p);
+      for (int s = 0; s < NS; s++) fprintf(b->log, " %zu B %.1f us,", sizes[s] * 4, y[s] * 1e6);
+      fprintf(b->log, " -> %.2f GB/s, %.2f us per step\n", bw[k] / 1e9, lat[k] * 1e6);
+    }
+  }
+  loom_free(j.in), loom_free(j.out);
+  loom_hw_tier *t = &hw->tier[0];
+  hw->n_tiers = 1;
+  snprintf(t->name, sizeof t->name, "shared-memory-mpi");
+  t->domain = 0;
+  t->algo = LOOM_ALGO_RING;
+  t->bandwidth = bw[LOOM_COLL_SENDRECV];
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) {
+    double e = bw[k] / t->bandwidth;
+    t->efficiency[k] = e > 1.5 ? 1.5 : e;
+  }
+  double sorted[LOOM_COLL_COUNT];
+  memcpy(sorted, lat, sizeof lat);
+  qsort(sorted, LOOM_COLL_COUNT, sizeof(double), by_value);
+  t->latency = sorted[LOOM_COLL_COUNT / 2];
+  return 0;
+}

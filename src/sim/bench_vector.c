@@ -1,0 +1,170 @@
+/* Memory bandwidth, the rate of each vector kernel the trainer runs (elements per second of
+ * the fused kernels the decoder calls, at activation sizes, on activation-like values), and
+ * the causal flash attention (units of one (query, key) pair times head_dim per second). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/core.h"
+#include "loom/kernels.h"
+#include "loom/sim_bench.h"
+
+enum { ROWS = 1024, COLS = 512, N = ROWS * COLS };
+
+typedef struct {
+  int kind;
+  float *x, *y, *z, *w, *u, *v;
+  size_t n;
+} vjob;
+
+static const int32_t *targets_of(size_t rows) {
+  static int32_t t[ROWS];
+  for (size_t r = 0; r < rows && r < ROWS; r++) t[r] = (int32_t)((r * 7) % COLS);
+  return t;
+}
+
+static void run(void *p) {
+  vjob *j = p;
+  size_t n = j->n;
+  switch (j->kind) {
+  case LOOM_VOP_LAYERNORM_FWD:
+    loom_add_norm_forward_f32(NULL, j->y, j->u, j->v, j->x, NULL, NULL, j->w, j->w + COLS, ROWS, COLS, 1e-5f);
+    break;
+  case LOOM_VOP_RMSNORM_FWD:
+    loom_add_norm_forward_f32(NULL, j->y, NULL, j->v, j->x, NULL, NULL, j->w, NULL, ROWS, COLS, 1e-6f);
+    break;
+  case LOOM_VOP_LAYERNORM_BWD:
+    loom_norm_backward_fast_f32(j->z, j->w + 2 * COLS, j->w + 3 * COLS, j->y, j->x, j->w, j->u, j->v, ROWS, COLS);
+    break;
+  case LOOM_VOP_RMSNORM_BWD:
+    loom_norm_backward_fast_f32(j->z, j->w + 2 * COLS, NULL, j->y, j->x, j->w, NULL, j->v, ROWS, COLS);
+    break;
+  case LOOM_VOP_GELU_FWD: loom_bias_gelu_forward_f32(j->x, j->y, NULL, ROWS, COLS); break;
+  case LOOM_VOP_GELU_BWD: loom_gelu_backward_fast_f32(j->z, j->y, j->x, n); break;
+  case LOOM_VOP_SWIGLU_FWD: loom_swiglu_forward_fast_f32(j->z, j->x, j->y, n); break;
+  case LOOM_VOP_SWIGLU_BWD: loom_swiglu_backward_fast_f32(j->u, j->z, j->y, j->x, j->w, n); break;
+  case LOOM_VOP_ROPE: loom_rope_forward_f32(j->y, 4, ROWS / 4, COLS / 64, 64, 10000.0, 0); break;
+  case LOOM_VOP_XENT_FWD:
+    loom_xent_stats_f32(j->u, j->u + ROWS, j->u + 2 * ROWS, j->x, targets_of(ROWS), ROWS, COLS, COLS);
+    break;
+  case LOOM_VOP_XENT_BWD:
+    loom_xent_grad_f32(j->y, j->x, j->v, j->v + ROWS, targets_of(ROWS), ROWS, COLS, COLS, 1e-3f);
+    break;
+  case LOOM_VOP_ADAMW: loom_adamw_f32(j->x, j->y, j->z, j->u, n, 1e-4, 0.9, 0.95, 1e-8, 0.1, 10); break;
+  case LOOM_VOP_ADD: loom_residual_add_f32(j->y, j->x, j->z, NULL, ROWS, COLS); break;
+  case LOOM_VOP_COPY: memcpy(j->y, j->x, n * sizeof(float)); break;
+  case LOOM_VOP_ROUND: /* what the bf16 path does to every matmul input */
+    if (loom_gemm_bf16_native()) loom_f32_to_bf16_n((uint16_t *)j->y, j->x, n);
+    else loom_round_bf16_f32(j->y, j->x, n);
+    break;
+  case LOOM_VOP_SUMSQ: j->v[0] += (float)loom_sumsq_f32(j->x, n); break;
+  default: break;
+  }
+}
+
+static void fill(float *x, size_t n, float scale) {
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < n; i++) {
+    float u = 0;
+    for (int k = 0; k < 3; k++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      u += (float)(s >> 40) / (float)(1u << 24) - 0.5f;
+    }
+    x[i] = scale * 2.0f * u;
+  }
+}
+
+int loom_bench_vector(loom_hw_profile *hw, const loom_bench_ctx *b) {
+  float *buf = loom_alloc(6 * (size_t)N * sizeof(float));
+  vjob j = {0, buf, buf + N, buf + 2 * (size_t)N, buf + 3 * (size_t)N, buf + 4 * (size_t)N,
+            buf + 5 * (size_t)N, N};
+  fill(buf, 6 * (size_t)N, 1.5f);
+  for (size_t i = 0; i < N; i++) j.u[i] = fabsf(j.u[i]) + 0.1f; /* AdamW's v >= 0; stats */
+  for (size_t i = 0; i < N; i++) j.v[i] = fabsf(j.v[i]) + 0.5f;
+  for (size_t r = 0; r < ROWS; r++) j.v[ROWS + r] = (float)COLS; /* softmax sums */
+  static const int kinds[] = {LOOM_VOP_LAYERNORM_FWD, LOOM_VOP_LAYERNORM_BWD, LOOM_VOP_RMSNORM_FWD,
+                              LOOM_VOP_RMSNORM_BWD, LOOM_VOP_GELU_FWD, LOOM_VOP_GELU_BWD,
+                              LOOM_VOP_SWIGLU_FWD, LOOM_VOP_SWIGLU_BWD, LOOM_VOP_ROPE,
+                              LOOM_VOP_XENT_FWD, LOOM_VOP_XENT_BWD, LOOM_VOP_ADAMW, LOOM_VOP_ADD,
+                              LOOM_VOP_COPY, LOOM_VOP_ROUND, LOOM_VOP_SUMSQ};
+  if (b->log) fprintf(b->log, "vector kernels (million elements/s):");
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    j.kind = kinds[i];
+    double t = loom_bench_time(run, &j, 0.02 * b->scale);
+    hw->vop_rate[kinds[i]] = N / t;
+    if (b->log) fprintf(b->log, "%s %s %.0f", i % 6 ? "," : "\n ", loom_vop_name((loom_vop)kinds[i]), N / t / 1e6);
+  }
+  if (b->log) fprintf(b->log, "\n");
+  loom_free(buf);
+  return 0;
+}
+
+typedef struct {
+  float *a, *b, *c;
+  size_t n;
+} mjob;
+
+static void copy(void *p) {
+  mjob *m = p;
+  memcpy(m->b, m->a, m->n * sizeof(float));
+}
+
+static void triad(void *p) {
+  mjob *m = p;
+  for (size_t i = 0; i < m->n; i++) m->c[i] = m->a[i] + 0.5f * m->b[i];
+}
+
+int loom_bench_memory(loom_hw_profile *hw, const loom_bench_ctx *b) {
+  size_t n = (size_t)16 << 20; /* 64 MiB per array: beyond the caches */
+  mjob m = {loom_alloc(n * 4), loom_alloc(n * 4), loom_alloc(n * 4), n};
+  fill(m.a, n, 1), fill(m.b, n, 1), fill(m.c, n, 1);
+  double tc = loom_bench_time(copy, &m, 0.05 * b->scale);
+  double tt = loom_bench_time(triad, &m, 0.05 * b->scale);
+  double bw_copy = 2.0 * n * 4 / tc, bw_triad = 3.0 * n * 4 / tt;
+  hw->mem_bw = bw_copy > bw_triad ? bw_copy : bw_triad;
+  hw->mem_eff = 1;
+  if (b->log) fprintf(b->log, "memory: copy %.2f GB/s, triad %.2f GB/s (one thread)\n", bw_copy / 1e9, bw_triad / 1e9);
+  loom_free(m.a), loom_free(m.b), loom_free(m.c);
+  return 0;
+}
+
+typedef struct {
+  int B, T, H, D;
+  float *q, *k, *v, *o, *lse, *dq, *dk, *dv, *dout, *work;
+  bool backward;
+} ajob;
+
+static void attn(void *p) {
+  ajob *a = p;
+  loom_attn_mask causal = {1, 0};
+  if (!a->backward)
+    loom_flash_attention_forward_f32(a->o, a->lse, a->q, a->k, a->v, a->B, a->T, a->H, a->H,
+                                     a->D, causal);
+  else
+    loom_flash_attention_backward_f32(a->dq, a->dk, a->dv, a->dout, a->o, a->lse, a->q, a->k,
+                                      a->v, a->B, a->T, a->H, a->H, a->D, causal, a->work);
+}
+
+int loom_bench_attention(loom_hw_profile *hw, const loom_bench_ctx *b) {
+  ajob a = {2, 256, 4, 64, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false};
+  size_t n = (size_t)a.B * a.T * a.H * a.D, rows = (size_t)a.B * a.H * a.T;
+  float *buf = loom_alloc((8 * n + 2 * rows) * sizeof(float));
+  a.q = buf, a.k = buf + n, a.v = buf + 2 * n, a.o = buf + 3 * n, a.dq = buf + 4 * n;
+  a.dk = buf + 5 * n, a.dv = buf + 6 * n, a.dout = buf + 7 * n, a.lse = buf + 8 * n;
+  a.work = a.lse + rows;
+  fill(buf, 8 * n, 0.3f);
+  double units = (double)a.B * a.H * a.T * (a.T + 1) / 2 * a.D;
+  double tf = loom_bench_time(attn, &a, 0.05 * b->scale);
+  a.backward = true;
+  double tb = loom_bench_time(attn, &a, 0.05 * b->scale);
+  hw->attention = LOOM_ATTN_LOOM;
+  hw->attn_rate_fwd = units / tf;
+  hw->attn_rate_bwd = units / tb;
+  if (b->log)
+    fprintf(b->log, "flash attention (B=2, T=256, 4 heads of 64, causal): forward %.2f ms, "
+            "backward %.2f ms (%.2f / %.2f G pair-dims/s)\n", tf * 1e3, tb * 1e3, units / tf / 1e9,
+            units / tb / 1e9);
+  loom_free(buf);
+  return 0;
+}

@@ -1,0 +1,320 @@
+/* Ops of one transformer layer for one micro-batch on one rank: forward, input gradient and
+ * weight gradient, with recomputation, tensor/sequence parallel and Ulysses communication,
+ * and ZeRO-3 parameter gathering. Two op sequences:
+ *  - loom's CPU executor (src/model/decoder_block.c, op for op: separate q/k/v and gate/up
+ *    GEMMs sharing one bf16 conversion of their input, fused residual+norm and bias+GELU,
+ *    flash attention, every communication blocking);
+ *  - a GPU training stack in the style of Megatron-LM (fused QKV and gate/up GEMMs, fused
+ *    bias-activation and bias-dropout-add kernels, backward tensor-parallel communication
+ *    overlapped with the weight-gradient GEMM, the sequence-parallel all-gather redone in
+ *    backward instead of stored).
+ * Shapes per rank: N rows into the linears (B*T/sp), Nr residual rows (N/tp with sequence
+ * parallelism), C hidden, lh/lkv local heads, li local intermediate. */
+#include "sim/sim_internal.h"
+
+typedef struct {
+  double N, Nr, C, QD, KD, li, e;
+  bool gpt2, llama, bias, seqpar, uly, bf16;
+  int tp, sp, tps, sps;
+} shape;
+
+static shape shape_of(const loom_sim_ctx *c) {
+  const loom_sim_strategy *st = c->st;
+  const loom_model_spec *s = c->spec;
+  shape x;
+  x.N = c->N;
+  x.Nr = c->Nr;
+  x.C = s->hidden;
+  x.QD = c->lh * s->head_dim;
+  x.KD = c->lkv * s->head_dim;
+  x.li = c->li;
+  x.e = c->act_bytes;
+  x.gpt2 = s->arch == LOOM_ARCH_GPT2;
+  x.llama = !x.gpt2;
+  x.bias = s->qkv_bias;
+  x.seqpar = st->seq_par && st->tp > 1;
+  x.uly = st->sp > 1;
+  x.bf16 = c->loom_cpu && st->dtype == LOOM_DT_BF16;
+  x.tp = st->tp;
+  x.sp = st->sp;
+  x.tps = sim_tp_stride(st);
+  x.sps = sim_sp_stride(st);
+  return x;
+}
+
+static loom_vop norm_vop(const shape *x, bool bwd) {
+  if (x->gpt2) return bwd ? LOOM_VOP_LAYERNORM_BWD : LOOM_VOP_LAYERNORM_FWD;
+  return bwd ? LOOM_VOP_RMSNORM_BWD : LOOM_VOP_RMSNORM_FWD;
+}
+
+/* ---- loom's CPU executor ------------------------------------------------------------------ */
+
+/* the bf16 path converts (or, on OpenBLAS, rounds) every matmul input to bf16 once */
+static void loom_to_bf16(sim_ops *b, const shape *x, double elements) {
+  if (x->bf16) sim_vec(b, "to bf16", LOOM_VOP_ROUND, elements, 6, 1);
+}
+
+/* y = x W^T (+ bias in the GEMM); `convert`: the input is converted here (not reused) */
+static void loom_linear_fwd(sim_ops *b, const shape *x, const char *name, double in, double out,
+                            bool convert) {
+  if (convert) loom_to_bf16(b, x, x->N * in);
+  sim_gemm(b, name, LOOM_GEMM_FWD, x->N, out, in, 1);
+}
+
+/* dx = dy W (written), dW += dy^T x, db += colsum(dy) */
+static void loom_linear_bwd(sim_ops *b, const shape *x, const char *dname, const char *wname,
+                            double in, double out, bool bias, bool convert_x) {
+  if (bias) sim_vec(b, "bias grad", LOOM_VOP_ADD, x->N * out, x->e, 1);
+  loom_to_bf16(b, x, x->N * out);
+  if (convert_x) loom_to_bf16(b, x, x->N * in);
+  sim_gemm(b, dname, LOOM_GEMM_DGRAD, x->N, in, out, 1);
+  loom_sim_phase keep = b->phase;
+  if (!b->recompute) b->phase = LOOM_PHASE_BWD_W;
+  sim_gemm(b, wname, LOOM_GEMM_WGRAD, out, in, x->N, 1);
+  b->phase = keep;
+}
+
+/* dec_reduce_rows: partial sums (N,C) -> (Nr,C); no tensor parallelism: nothing */
+static void loom_reduce_rows(sim_ops *b, const shape *x, const char *name) {
+  if (x->tp <= 1) return;
+  if (x->seqpar) {
+    sim_comm(b, name, LOOM_COLL_REDUCE_SCATTER, x->N * x->C * x->e, x->tps, x->tp, 0);
+    return;
+  }
+  sim_comm(b, name, LOOM_COLL_ALLREDUCE, x->N * x->C * x->e, x->tps, x->tp, 0);
+  sim_vec(b, "copy", LOOM_VOP_COPY, x->N * x->C, 2 * x->e, 0);
+}
+
+static void loom_gather_rows(sim_ops *b, const shape *x, const char *name) {
+  if (x->seqpar) sim_comm(b, name, LOOM_COLL_ALLGATHER, x->N * x->C * x->e, x->tps, x->tp, 0);
+}
+
+/* Ulysses re-layout of a (N, width) tensor: pack, all-to-all, unpack */
+static void loom_a2a(sim_ops *b, const shape *x, const char *name, double width) {
+  if (!x->uly) return;
+  sim_vec(b, "a2a pack", LOOM_VOP_COPY, x->N * width, 2 * x->e, 0);
+  sim_comm(b, name, LOOM_COLL_ALLTOALL, x->N * width * x->e, x->sps, x->sp, 0);
+  sim_vec(b, "a2a unpack", LOOM_VOP_COPY, x->N * width, 2 * x->e, 0);
+}
+
+static void loom_forward(sim_ops *b, const shape *x) {
+  double C = x->C, N = x->N, Nr = x->Nr;
+  sim_vec(b, "norm1", norm_vop(x, false), Nr * C, 2 * x->e, 8);
+  loom_gather_rows(b, x, "tp all-gather");
+  loom_linear_fwd(b, x, "q", C, x->QD, true);
+  loom_linear_fwd(b, x, "k", C, x->KD, false);
+  loom_linear_fwd(b, x, "v", C, x->KD, false);
+  if (x->llama) sim_vec(b, "rope", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * x->e, 6);
+  loom_a2a(b, x, "ulysses a2a q", x->QD);
+  loom_a2a(b, x, "ulysses a2a k", x->KD);
+  loom_a2a(b, x, "ulysses a2a v", x->KD);
+  sim_attention(b, false);
+  loom_a2a(b, x, "ulysses a2a out", x->QD);
+  loom_linear_fwd(b, x, "o", x->QD, C, true);
+  loom_reduce_rows(b, x, "tp reduce");
+  sim_vec(b, "residual", LOOM_VOP_ADD, Nr * C, 3 * x->e, 1); /* fused with norm2 */
+  sim_vec(b, "norm2", norm_vop(x, false), Nr * C, 2 * x->e, 8);
+  loom_gather_rows(b, x, "tp all-gather");
+  if (x->gpt2) {
+    loom_linear_fwd(b, x, "mlp up", C, x->li, true);
+    sim_vec(b, "bias-gelu", LOOM_VOP_GELU_FWD, N * x->li, 2 * x->e, 20);
+  } else {
+    loom_linear_fwd(b, x, "mlp gate", C, x->li, true);
+    loom_linear_fwd(b, x, "mlp up", C, x->li, false);
+    sim_vec(b, "swiglu", LOOM_VOP_SWIGLU_FWD, N * x->li, 3 * x->e, 20);
+  }
+  loom_linear_fwd(b, x, "mlp down", x->li, C, true);
+  loom_reduce_rows(b, x, "tp reduce");
+  sim_vec(b, "residual", LOOM_VOP_ADD, Nr * C, 3 * x->e, 1);
+}
+
+static void loom_backward(sim_ops *b, const shape *x) {
+  double C = x->C, N = x->N, Nr = x->Nr, li = x->li;
+  /* MLP */
+  if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, x->e, 1);
+  loom_gather_rows(b, x, "tp all-gather");
+  loom_linear_bwd(b, x, "mlp down dgrad", "mlp down wgrad", li, C, false, true);
+  if (x->gpt2) {
+    sim_vec(b, "gelu bwd", LOOM_VOP_GELU_BWD, N * li, 3 * x->e, 25);
+    loom_linear_bwd(b, x, "mlp up dgrad", "mlp up wgrad", C, li, true, true);
+  } else {
+    sim_vec(b, "swiglu bwd", LOOM_VOP_SWIGLU_BWD, N * li, 5 * x->e, 25);
+    loom_linear_bwd(b, x, "mlp gate dgrad", "mlp gate wgrad", C, li, false, true);
+    loom_linear_bwd(b, x, "mlp up dgrad", "mlp up wgrad", C, li, false, false);
+  }
+  loom_reduce_rows(b, x, "tp reduce");
+  sim_vec(b, "norm2 bwd", norm_vop(x, true), Nr * C, 3 * x->e, 12);
+  /* attention */
+  if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, x->e, 1);
+  loom_gather_rows(b, x, "tp all-gather");
+  loom_linear_bwd(b, x, "o dgrad", "o wgrad", x->QD, C, false, true);
+  loom_a2a(b, x, "ulysses a2a dout", x->QD);
+  sim_attention(b, true);
+  loom_a2a(b, x, "ulysses a2a dq", x->QD);
+  loom_a2a(b, x, "ulysses a2a dk", x->KD);
+  loom_a2a(b, x, "ulysses a2a dv", x->KD);
+  if (x->llama) sim_vec(b, "rope bwd", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * x->e, 6);
+  loom_linear_bwd(b, x, "q dgrad", "q wgrad", C, x->QD, x->bias, true);
+  loom_linear_bwd(b, x, "k dgrad", "k wgrad", C, x->KD, x->bias, false);
+  loom_linear_bwd(b, x, "v dgrad", "v wgrad", C, x->KD, x->bias, false);
+  loom_reduce_rows(b, x, "tp reduce");
+  sim_vec(b, "norm1 bwd", norm_vop(x, true), Nr * C, 3 * x->e, 12);
+}
+
+/* ---- GPU stack (Megatron-LM style) -------------------------------------------------------- */
+
+static void tp_reduce(sim_ops *b, const shape *x, const char *name, double budget) {
+  loom_coll_kind k = x->seqpar ? LOOM_COLL_REDUCE_SCATTER : LOOM_COLL_ALLREDUCE;
+  sim_comm(b, name, k, x->N * x->C * x->e, x->tps, x->tp, budget);
+}
+
+static void tp_gather(sim_ops *b, const shape *x, const char *name, double budget) {
+  if (x->seqpar) sim_comm(b, name, LOOM_COLL_ALLGATHER, x->N * x->C * x->e, x->tps, x->tp, budget);
+}
+
+static void a2a(sim_ops *b, const shape *x, const char *name, double width) {
+  if (x->uly) sim_comm(b, name, LOOM_COLL_ALLTOALL, x->N * width * x->e, x->sps, x->sp, 0);
+}
+
+static void gpu_forward(sim_ops *b, const shape *x) {
+  const loom_sim_strategy *st = b->c->st;
+  double C = x->C, N = x->N, Nr = x->Nr, e = x->e, drop = st->dropout ? 1 : 0;
+  sim_vec(b, "norm1", norm_vop(x, false), Nr * C, 2 * e, 8);
+  tp_gather(b, x, "tp all-gather", 0);
+  sim_gemm(b, "qkv", LOOM_GEMM_FWD, N, x->QD + 2 * x->KD, C, 1);
+  if (x->llama) sim_vec(b, "rope", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * e, 6);
+  a2a(b, x, "ulysses a2a q", x->QD);
+  a2a(b, x, "ulysses a2a k", x->KD);
+  a2a(b, x, "ulysses a2a v", x->KD);
+  sim_attention(b, false);
+  a2a(b, x, "ulysses a2a out", x->QD);
+  sim_gemm(b, "o", LOOM_GEMM_FWD, N, C, x->QD, 1);
+  tp_reduce(b, x, "tp reduce", 0);
+  sim_vec(b, "bias-dropout-add", LOOM_VOP_ADD, Nr * C, 3 * e + drop, 2);
+  sim_vec(b, "norm2", norm_vop(x, false), Nr * C, 2 * e, 8);
+  tp_gather(b, x, "tp all-gather", 0);
+  if (x->gpt2) {
+    sim_gemm(b, "mlp up", LOOM_GEMM_FWD, N, x->li, C, 1);
+    sim_vec(b, "bias-gelu", LOOM_VOP_GELU_FWD, N * x->li, 2 * e, 20);
+  } else {
+    sim_gemm(b, "mlp gate+up", LOOM_GEMM_FWD, N, 2 * x->li, C, 1);
+    sim_vec(b, "swiglu", LOOM_VOP_SWIGLU_FWD, N * x->li, 3 * e, 20);
+  }
+  sim_gemm(b, "mlp down", LOOM_GEMM_FWD, N, C, x->li, 1);
+  tp_reduce(b, x, "tp reduce", 0);
+  sim_vec(b, "bias-dropout-add", LOOM_VOP_ADD, Nr * C, 3 * e + drop, 2);
+}
+
+/* backward of a column-parallel linear (in -> out) whose input was the all-gathered norm
+ * output: dgrad, then the input-gradient reduction overlapped with the wgrad GEMM (and, with
+ * sequence parallelism, the all-gather of the input redone behind the dgrad GEMM) */
+static void gpu_column_bwd(sim_ops *b, const shape *x, const char *dname, const char *wname,
+                           double out) {
+  bool overlap = b->c->hw->tp_overlap;
+  double td = sim_gemm(b, dname, LOOM_GEMM_DGRAD, x->N, x->C, out, 1);
+  if (x->seqpar && !b->recompute) tp_gather(b, x, "tp all-gather (redo)", overlap ? td : 0);
+  loom_sim_phase keep = b->phase;
+  b->phase = LOOM_PHASE_BWD_W;
+  double tw = loom_hw_gemm_time(b->c->hw, b->c->st->dtype, LOOM_GEMM_WGRAD, out, x->C, x->N, 1);
+  b->phase = keep;
+  if (x->tp > 1) tp_reduce(b, x, "tp reduce", overlap ? tw : 0);
+  b->phase = LOOM_PHASE_BWD_W;
+  sim_gemm(b, wname, LOOM_GEMM_WGRAD, out, x->C, x->N, 1);
+  b->phase = keep;
+}
+
+static void gpu_backward(sim_ops *b, const shape *x) {
+  const loom_sim_strategy *st = b->c->st;
+  double C = x->C, N = x->N, Nr = x->Nr, e = x->e;
+  loom_sim_phase keep = b->phase;
+  /* MLP */
+  if (st->dropout) sim_vec(b, "dropout bwd", LOOM_VOP_DROPOUT, Nr * C, 2 * e + 1, 2);
+  if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, e, 1);
+  tp_gather(b, x, "tp all-gather", 0);
+  sim_gemm(b, "mlp down dgrad", LOOM_GEMM_DGRAD, N, x->li, C, 1);
+  b->phase = LOOM_PHASE_BWD_W;
+  sim_gemm(b, "mlp down wgrad", LOOM_GEMM_WGRAD, C, x->li, N, 1);
+  b->phase = keep;
+  if (x->gpt2) sim_vec(b, "bias-gelu bwd", LOOM_VOP_GELU_BWD, N * x->li, 3 * e, 25);
+  else sim_vec(b, "swiglu bwd", LOOM_VOP_SWIGLU_BWD, N * x->li, 5 * e, 25);
+  gpu_column_bwd(b, x, "mlp up dgrad", "mlp up wgrad", x->li * (x->llama ? 2 : 1));
+  sim_vec(b, "norm2 bwd", norm_vop(x, true), Nr * C, 3 * e, 12);
+  sim_vec(b, "residual grad", LOOM_VOP_ADD, Nr * C, 3 * e, 1);
+  /* attention */
+  if (st->dropout) sim_vec(b, "dropout bwd", LOOM_VOP_DROPOUT, Nr * C, 2 * e + 1, 2);
+  if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, e, 1);
+  tp_gather(b, x, "tp all-gather", 0);
+  sim_gemm(b, "o dgrad", LOOM_GEMM_DGRAD, N, x->QD, C, 1);
+  b->phase = LOOM_PHASE_BWD_W;
+  sim_gemm(b, "o wgrad", LOOM_GEMM_WGRAD, C, x->QD, N, 1);
+  b->phase = keep;
+  a2a(b, x, "ulysses a2a dout", x->QD);
+  sim_attention(b, true);
+  a2a(b, x, "ulysses a2a dq", x->QD);
+  a2a(b, x, "ulysses a2a dk", x->KD);
+  a2a(b, x, "ulysses a2a dv", x->KD);
+  if (x->llama) sim_vec(b, "rope bwd", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * e, 6);
+  gpu_column_bwd(b, x, "qkv dgrad", "qkv wgrad", x->QD + 2 * x->KD);
+  sim_vec(b, "norm1 bwd", norm_vop(x, true), Nr * C, 3 * e, 12);
+  sim_vec(b, "residual grad", LOOM_VOP_ADD, Nr * C, 3 * e, 1);
+}
+
+/* ZeRO-3: the layer's parameters gathered before its forward and its backward, its gradients
+ * reduce-scattered after its backward (every micro-batch); prefetched behind the previous
+ * layer's compute when the runtime overlaps data-parallel communication. */
+static void zero3_gather(sim_ops *b, double budget) {
+  const loom_sim_ctx *c = b->c;
+  const loom_sim_strategy *st = c->st;
+  if (st->zero != 3) return;
+  double P = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
+  double pb = c->loom_cpu ? 4 : (st->dtype == LOOM_DT_FP32 ? 4 : 2);
+  sim_comm(b, "zero-3 gather", LOOM_COLL_ALLGATHER, P * pb, sim_grad_stride(st),
+           sim_grad_size(st), c->hw->dp_overlap ? budget : 0);
+}
+
+static void zero3_scatter(sim_ops *b, double budget) {
+  const loom_sim_ctx *c = b->c;
+  const loom_sim_strategy *st = c->st;
+  if (st->zero != 3) return;
+  double P = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
+  double gb = c->loom_cpu ? 4 : (st->dtype == LOOM_DT_FP32 ? 4 : 2);
+  sim_comm(b, "zero-3 grad reduce-scatter", LOOM_COLL_REDUCE_SCATTER, P * gb, sim_grad_stride(st),
+           sim_grad_size(st), c->hw->dp_overlap ? budget : 0);
+}
+
+static double phase_compute(const loom_sim_op *ops, int from, int to) {
+  double t = 0;
+  for (int i = from; i < to; i++)
+    if (ops[i].type != LOOM_OP_COMM) t += ops[i].time;
+  return t;
+}
+
+int loom_sim_layer_ops(const loom_sim_ctx *c, loom_sim_op *ops, int cap) {
+  sim_ops b;
+  sim_ops_init(&b, c, ops, cap);
+  shape x = shape_of(c);
+  void (*fwd)(sim_ops *, const shape *) = c->loom_cpu ? loom_forward : gpu_forward;
+  void (*bwd)(sim_ops *, const shape *) = c->loom_cpu ? loom_backward : gpu_backward;
+  /* forward */
+  loom_sim_op probe[LOOM_SIM_MAX_OPS];
+  sim_ops p;
+  sim_ops_init(&p, c, probe, LOOM_SIM_MAX_OPS);
+  fwd(&p, &x);
+  double t_fwd = phase_compute(probe, 0, p.n);
+  zero3_gather(&b, t_fwd);
+  fwd(&b, &x);
+  /* backward, with the recomputation first */
+  b.phase = LOOM_PHASE_BWD_IN;
+  zero3_gather(&b, t_fwd);
+  b.recompute = true;
+  if (c->st->recompute == LOOM_RECOMPUTE_FULL) {
+    fwd(&b, &x);
+  } else if (c->st->recompute == LOOM_RECOMPUTE_SELECTIVE && c->hw->attention == LOOM_ATTN_UNFUSED) {
+    sim_attention(&b, false); /* only the attention core: its T x T tensors were not kept */
+  }
+  b.recompute = false;
+  int mark = b.n;
+  bwd(&b, &x);
+  zero3_scatter(&b, c->hw->dp_overlap ? phase_compute(ops, mark, b.n) : 0);
+  return b.n;
+}

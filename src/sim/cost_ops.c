@@ -1,0 +1,117 @@
+/* The cost model's op builder: each op gets its FLOPs, bytes and time on the profile as it is
+ * added, and the attention core per kernel (loom's reference kernel as measured, flash
+ * attention at a fraction of the matrix peak, or unfused batched GEMMs with softmax and
+ * dropout over the score matrix). */
+#include <math.h>
+
+#include "loom/core.h"
+#include "sim/sim_internal.h"
+
+void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap) {
+  b->c = c;
+  b->ops = ops;
+  b->n = 0;
+  b->cap = cap;
+  b->phase = LOOM_PHASE_FWD;
+  b->recompute = false;
+}
+
+static loom_sim_op *add(sim_ops *b, const char *name, loom_sim_op_type type) {
+  LOOM_ASSERT(b->n < b->cap);
+  loom_sim_op *o = &b->ops[b->n++];
+  memset(o, 0, sizeof *o);
+  o->name = name;
+  o->type = type;
+  o->phase = b->phase;
+  o->recompute = b->recompute;
+  return o;
+}
+
+double sim_gemm(sim_ops *b, const char *name, loom_gemm_role role, double m, double n, double k,
+                double batch) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
+  loom_sim_op *o = add(b, name, LOOM_OP_GEMM);
+  o->flops = 2 * m * n * k * batch;
+  o->time = loom_hw_gemm_time(b->c->hw, b->c->st->dtype, role, m, n, k, batch);
+  return o->time;
+}
+
+double sim_vec(sim_ops *b, const char *name, loom_vop v, double elements, double bytes_per_elem,
+               double flops_per_elem) {
+  if (elements <= 0) return 0;
+  loom_sim_op *o = add(b, name, LOOM_OP_VEC);
+  o->bytes = elements * bytes_per_elem;
+  o->time = loom_hw_vop_time(b->c->hw, b->c->st->dtype, v, elements, o->bytes,
+                             elements * flops_per_elem);
+  return o->time;
+}
+
+double sim_comm(sim_ops *b, const char *name, loom_coll_kind kind, double bytes, int stride,
+                int size, double budget) {
+  if (size <= 1 || bytes <= 0) return 0;
+  loom_sim_op *o = add(b, name, LOOM_OP_COMM);
+  o->coll = kind;
+  o->stride = stride;
+  o->size = size;
+  o->bytes = bytes;
+  o->time = loom_hw_coll_time(b->c->hw, kind, bytes, stride, size);
+  if (budget > 0) {
+    /* overlapped: split into the hidden part and what sticks out of the compute (plus the
+     * compute the concurrent collective slows down) */
+    double exposed = o->time > budget ? o->time - budget : 0;
+    exposed += b->c->hw->overlap_slowdown * fmin(o->time, budget);
+    if (exposed < o->time) {
+      o->hidden = true;
+      if (exposed > 0) { /* the excess is an exposed op of its own */
+        loom_sim_op *x = add(b, name, LOOM_OP_COMM);
+        *x = *o;
+        x->hidden = false;
+        x->time = exposed;
+        x->bytes = 0;
+        b->ops[b->n - 2].time -= exposed;
+      }
+    }
+  }
+  return o->time;
+}
+
+/* Causal attention of one micro-batch on this rank: heads and sequence in the attention
+ * layout (Ulysses: all T tokens, heads/sp). */
+void sim_attention(sim_ops *b, bool backward) {
+  const loom_sim_ctx *c = b->c;
+  const loom_sim_strategy *st = c->st;
+  const loom_hw_profile *hw = c->hw;
+  double B = st->micro_batch, T = st->seq, D = c->spec->head_dim;
+  double heads = c->lh / st->sp;          /* query heads in the attention layout */
+  double e = c->act_bytes;
+  double pairs = B * heads * T * (T + 1) / 2; /* causal (query, key) pairs */
+  if (hw->attention == LOOM_ATTN_LOOM) {
+    loom_sim_op *o = add(b, backward ? "attention bwd" : "attention", LOOM_OP_ATTN);
+    o->flops = (backward ? 8 : 4) * pairs * D;
+    o->time = pairs * D / (backward ? hw->attn_rate_bwd : hw->attn_rate_fwd);
+    return;
+  }
+  if (hw->attention == LOOM_ATTN_FLASH) {
+    loom_sim_op *o = add(b, backward ? "attention bwd" : "attention", LOOM_OP_ATTN);
+    double fwd = 4 * pairs * D; /* QK^T and PV over the causal half */
+    double peak = hw->peak_flops[st->dtype] > 0 ? hw->peak_flops[st->dtype] : hw->peak_flops[0];
+    o->flops = backward ? 2.5 * fwd : fwd; /* backward recomputes P: 5 matmuls vs 2 */
+    o->time = o->flops / (peak * hw->attn_eff) + hw->gemm_overhead;
+    return;
+  }
+  /* unfused (Megatron 2022): full T x T scores, masked softmax, dropout */
+  double bh = B * heads, sc = bh * T * T;
+  if (!backward) {
+    sim_gemm(b, "attn scores", LOOM_GEMM_FWD, T, T, D, bh);
+    sim_vec(b, "softmax", LOOM_VOP_SOFTMAX_FWD, sc, 2 * e, 5);
+    if (st->dropout) sim_vec(b, "attn dropout", LOOM_VOP_DROPOUT, sc, 2 * e + 1, 2);
+    sim_gemm(b, "attn values", LOOM_GEMM_FWD, T, D, T, bh);
+  } else {
+    sim_gemm(b, "attn dV", LOOM_GEMM_WGRAD, T, D, T, bh);
+    sim_gemm(b, "attn dP", LOOM_GEMM_DGRAD, T, T, D, bh);
+    if (st->dropout) sim_vec(b, "attn dropout bwd", LOOM_VOP_DROPOUT, sc, 2 * e + 1, 2);
+    sim_vec(b, "softmax bwd", LOOM_VOP_SOFTMAX_BWD, sc, 3 * e, 4);
+    sim_gemm(b, "attn dQ", LOOM_GEMM_DGRAD, T, D, T, bh);
+    sim_gemm(b, "attn dK", LOOM_GEMM_WGRAD, T, D, T, bh);
+  }
+}

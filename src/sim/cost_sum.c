@@ -1,0 +1,111 @@
+/* The cost model's totals: the derived per-rank shapes, sums of an op list into compute-stream
+ * time per phase (exposed communication included, overlapped communication apart), the
+ * closed-form parameter count of a rank, and the optimizer step. */
+#include <math.h>
+#include <string.h>
+
+#include "sim/sim_internal.h"
+
+void loom_sim_ctx_init(loom_sim_ctx *c, const loom_model_spec *spec, const loom_hw_profile *hw,
+                       const loom_sim_strategy *st) {
+  c->spec = spec;
+  c->hw = hw;
+  c->st = st;
+  int tp = st->tp > 0 ? st->tp : 1, sp = st->sp > 0 ? st->sp : 1;
+  c->N = (double)st->micro_batch * st->seq / sp;
+  c->Nr = st->seq_par && tp > 1 ? c->N / tp : c->N;
+  c->lh = (double)spec->heads / tp;
+  c->lkv = (double)spec->kv_heads / tp;
+  c->li = (double)spec->intermediate / tp;
+  c->vloc = tp > 1 ? (double)((spec->padded_vocab + tp - 1) / tp) : spec->padded_vocab;
+  c->loom_cpu = hw->engine_loom_cpu;
+  c->act_bytes = c->loom_cpu || st->dtype == LOOM_DT_FP32 ? 4 : 2;
+}
+
+void loom_sim_cost_of(const loom_sim_op *ops, int n, loom_sim_cost *out) {
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < n; i++) {
+    const loom_sim_op *o = &ops[i];
+    if (o->type == LOOM_OP_COMM) {
+      out->coll_bytes[o->phase][o->coll] += loom_hw_ring_bytes(o->coll, o->bytes, o->size);
+      if (o->hidden) {
+        out->comm_hidden += o->time;
+      } else {
+        out->t[o->phase] += o->time;
+        out->comm[o->phase] += o->time;
+      }
+    } else {
+      out->t[o->phase] += o->time;
+      out->flops += o->flops;
+      if (o->recompute) out->flops_recompute += o->flops;
+    }
+    if (o->recompute && !o->hidden) out->recompute += o->time;
+  }
+}
+
+void loom_sim_layer_cost(const loom_sim_ctx *c, loom_sim_cost *out) {
+  loom_sim_op ops[LOOM_SIM_MAX_OPS];
+  loom_sim_cost_of(ops, loom_sim_layer_ops(c, ops, LOOM_SIM_MAX_OPS), out);
+}
+
+void loom_sim_embed_cost(const loom_sim_ctx *c, loom_sim_cost *out) {
+  loom_sim_op ops[LOOM_SIM_MAX_OPS];
+  loom_sim_cost_of(ops, loom_sim_embed_ops(c, ops, LOOM_SIM_MAX_OPS), out);
+}
+
+void loom_sim_head_cost(const loom_sim_ctx *c, loom_sim_cost *out) {
+  loom_sim_op ops[LOOM_SIM_MAX_OPS];
+  loom_sim_cost_of(ops, loom_sim_head_ops(c, ops, LOOM_SIM_MAX_OPS), out);
+}
+
+double loom_sim_rank_params(const loom_model_spec *s, int tp, int layers, bool embed, bool head) {
+  double C = s->hidden, QD = (double)s->heads * s->head_dim, KD = (double)s->kv_heads * s->head_dim;
+  double I = s->intermediate;
+  bool gpt2 = s->arch == LOOM_ARCH_GPT2;
+  double per = (gpt2 ? 4 : 2) * C;                 /* norms (replicated) */
+  per += C * (QD + 2 * KD) / tp;                   /* q, k, v */
+  if (s->qkv_bias) per += (QD + 2 * KD) / tp;
+  per += QD * C / tp + (gpt2 ? C : 0);             /* o (+ replicated bias) */
+  per += gpt2 ? 2 * I * C / tp + I / tp + C : 3 * I * C / tp;
+  double vloc = tp > 1 ? (double)((s->padded_vocab + tp - 1) / tp) : s->padded_vocab;
+  double n = per * layers;
+  if (embed || (head && s->tied_embeddings)) n += vloc * C;
+  if (embed && gpt2) n += (double)s->max_seq * C;
+  if (head) n += (gpt2 ? 2 : 1) * C + (s->tied_embeddings ? 0 : vloc * C);
+  if (embed) n += loom_sim_vision_params(s);
+  return n;
+}
+
+double loom_sim_vision_params(const loom_model_spec *s) {
+  const loom_vision_spec *v = &s->vision;
+  if (v->arch == LOOM_VISION_NONE) return 0;
+  bool qwen = v->arch == LOOM_VISION_QWEN;
+  double Cv = v->hidden, I = v->intermediate, C = s->hidden;
+  double pv = 3.0 * v->temporal * v->patch * v->patch, in = Cv * v->merge * v->merge;
+  double n = Cv * pv;
+  if (!qwen) n += Cv + pow((double)(v->image_size / v->patch), 2) * Cv;
+  double block = (qwen ? 2 : 4) * Cv + 4 * (Cv * Cv + Cv) + (qwen ? 2 : 1) * (I * Cv + I) + Cv * I + Cv;
+  n += v->depth * block;
+  n += qwen ? Cv + in * in + in + C * in : 2 * Cv + C * in + C + C * C;
+  return n + C;
+}
+
+double loom_sim_optimizer_time(const loom_sim_ctx *c, double params, double owned) {
+  const loom_hw_profile *hw = c->hw;
+  loom_hw_dtype dt = c->st->dtype;
+  if (c->loom_cpu) {
+    double t = loom_hw_vop_time(hw, dt, LOOM_VOP_COPY, params, 4, 0);   /* zero the grads */
+    t += loom_hw_vop_time(hw, dt, LOOM_VOP_SUMSQ, owned, 4, 2);         /* global norm */
+    t += loom_hw_vop_time(hw, dt, LOOM_VOP_ADD, owned, 8, 1);           /* clipping */
+    t += loom_hw_vop_time(hw, dt, LOOM_VOP_ADAMW, owned, 28, 12);
+    if (c->st->zero > 0) t += loom_hw_vop_time(hw, dt, LOOM_VOP_COPY, owned, 4, 0);
+    if (dt == LOOM_DT_BF16) t += loom_hw_vop_time(hw, dt, LOOM_VOP_ROUND, params, 8, 1);
+    /* native bf16 GEMMs: the bf16 copy of the weights is refreshed at the first forward */
+    if (dt == LOOM_DT_BF16) t += loom_hw_vop_time(hw, dt, LOOM_VOP_ROUND, params, 6, 1);
+    return t;
+  }
+  /* mixed-precision Adam: fp32 main grads and master weights, moments, 16-bit copy */
+  double t = owned * hw->optimizer_bytes_per_param / (hw->mem_bw * hw->mem_eff);
+  t += params * (dt == LOOM_DT_FP32 ? 4 : 2) / (hw->mem_bw * hw->mem_eff); /* zero the grads */
+  return t + 6 * hw->kernel_overhead;
+}

@@ -1,0 +1,171 @@
+/* Ops of the vision encoder of a vision-language model for one micro-batch on the first
+ * pipeline stage: patch embedding, pre-norm ViT blocks (Qwen2.5-VL: RMSNorm, 2D rotary,
+ * SwiGLU with biases, bidirectional attention inside windows of window/patch patches per side
+ * except in the full-attention blocks; LLaVA: LayerNorm, learned positions, GELU MLP, full
+ * attention over the image), and the merger/projector to the text hidden size
+ * (src/model/vision_encoder.c). The encoder has its own strategy (a strategy per module):
+ *   replicate  every rank of the tensor-parallel group runs the whole encoder (no comm);
+ *   tp         Megatron tensor parallelism over the tp ranks (heads and MLP split, two
+ *              all-reduces of (patches x Cv) forward and two backward);
+ *   sp         the patches split over the tp ranks, all-to-alls around attention (Ulysses).
+ * A frozen encoder (training.freeze_vision) has no backward. */
+#include <math.h>
+#include <string.h>
+
+#include "sim/sim_internal.h"
+
+typedef struct {
+  double P, Cv, I, D, H, pv, M, in, ph, Ct, e, win;
+  int depth, tp;
+  bool qwen, split_tp, split_sp;
+} vshape;
+
+static vshape vshape_of(const loom_sim_ctx *c) {
+  const loom_vision_spec *v = &c->spec->vision;
+  const loom_sim_strategy *st = c->st;
+  vshape x;
+  memset(&x, 0, sizeof x);
+  x.qwen = v->arch == LOOM_VISION_QWEN;
+  x.tp = st->tp;
+  x.split_tp = !strcmp(st->vision_mode, "tp") && st->tp > 1;
+  x.split_sp = !strcmp(st->vision_mode, "sp") && st->tp > 1;
+  x.P = (double)st->micro_batch * st->vision_patches; /* patches of the micro-batch's images */
+  x.Cv = v->hidden;
+  x.H = v->heads;
+  x.D = v->hidden / v->heads;
+  x.I = v->intermediate;
+  x.pv = 3.0 * v->temporal * v->patch * v->patch;
+  double unit = (double)v->merge * v->merge;
+  x.M = x.P / unit;
+  x.in = x.Cv * unit;
+  x.ph = x.qwen ? x.in : c->spec->hidden;
+  x.Ct = c->spec->hidden;
+  x.e = c->act_bytes;
+  x.depth = v->depth;
+  x.win = x.qwen && v->window > 0 ? pow((double)v->window / v->patch, 2) : 0;
+  return x;
+}
+
+/* bidirectional attention over P patches in windows of `keys` (or the whole image) */
+static void vattention(sim_ops *b, const vshape *x, double keys, double heads, bool backward) {
+  const loom_sim_ctx *c = b->c;
+  if (b->n >= b->cap) return;
+  double pairs = x->P * keys * heads;
+  loom_sim_op *a = &b->ops[b->n++];
+  memset(a, 0, sizeof *a);
+  a->name = backward ? "vit attention bwd" : "vit attention";
+  a->type = LOOM_OP_ATTN;
+  a->phase = b->phase;
+  a->recompute = b->recompute;
+  if (c->hw->attention == LOOM_ATTN_LOOM) { /* loom's kernel, as measured */
+    a->flops = (backward ? 8 : 4) * pairs * x->D;
+    a->time = pairs * x->D / (backward ? c->hw->attn_rate_bwd : c->hw->attn_rate_fwd);
+    return;
+  }
+  double peak = c->hw->peak_flops[c->st->dtype] > 0 ? c->hw->peak_flops[c->st->dtype] : c->hw->peak_flops[0];
+  a->flops = (backward ? 2.5 : 1) * 4 * pairs * x->D;
+  a->time = a->flops / (peak * c->hw->attn_eff) + c->hw->gemm_overhead;
+}
+
+static bool full_block(const loom_vision_spec *v, int l) {
+  if (v->arch != LOOM_VISION_QWEN) return true;
+  for (int i = 0; i < v->n_full; i++)
+    if (v->full_layers[i] == l) return true;
+  return false;
+}
+
+static void vblock(sim_ops *b, const vshape *x, bool full, bool backward) {
+  const loom_sim_strategy *st = b->c->st;
+  double P = x->P, Cv = x->Cv, e = x->e;
+  double rows = x->split_sp ? P / x->tp : P;        /* rows into the linears */
+  double wdiv = x->split_tp ? x->tp : 1;            /* weights split */
+  double heads = x->split_tp || x->split_sp ? x->H / x->tp : x->H;
+  double keys = full || x->win <= 0 ? P / st->micro_batch : x->win; /* keys per query */
+  loom_vop nf = x->qwen ? LOOM_VOP_RMSNORM_FWD : LOOM_VOP_LAYERNORM_FWD;
+  loom_vop nb = x->qwen ? LOOM_VOP_RMSNORM_BWD : LOOM_VOP_LAYERNORM_BWD;
+  double mlp = x->qwen ? 2 * x->I : x->I;
+  int tps = sim_tp_stride(st);
+  if (!backward) {
+    sim_vec(b, "vit norm1", nf, rows * Cv, 2 * e, 8);
+    sim_gemm(b, "vit qkv", LOOM_GEMM_FWD, rows, 3 * Cv / wdiv, Cv, 1);
+    if (x->qwen) sim_vec(b, "vit rope", LOOM_VOP_ROPE, rows * 2 * Cv / wdiv, 2 * e, 6);
+    if (x->split_sp) sim_comm(b, "vit a2a qkv", LOOM_COLL_ALLTOALL, rows * 3 * Cv * e, tps, x->tp, 0);
+    vattention(b, x, keys, heads, false);
+    if (x->split_sp) sim_comm(b, "vit a2a out", LOOM_COLL_ALLTOALL, rows * Cv * e, tps, x->tp, 0);
+    sim_gemm(b, "vit o", LOOM_GEMM_FWD, rows, Cv, Cv / wdiv, 1);
+    if (x->split_tp) sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, rows * Cv * e, tps, x->tp, 0);
+    sim_vec(b, "vit residual", LOOM_VOP_ADD, rows * Cv, 3 * e, 1);
+    sim_vec(b, "vit norm2", nf, rows * Cv, 2 * e, 8);
+    sim_gemm(b, "vit mlp in", LOOM_GEMM_FWD, rows, mlp / wdiv, Cv, 1);
+    sim_vec(b, "vit act", x->qwen ? LOOM_VOP_SWIGLU_FWD : LOOM_VOP_GELU_FWD, rows * x->I / wdiv, 3 * e, 20);
+    sim_gemm(b, "vit mlp out", LOOM_GEMM_FWD, rows, Cv, x->I / wdiv, 1);
+    if (x->split_tp) sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, rows * Cv * e, tps, x->tp, 0);
+    sim_vec(b, "vit residual", LOOM_VOP_ADD, rows * Cv, 3 * e, 1);
+    return;
+  }
+  sim_gemm(b, "vit mlp out dgrad", LOOM_GEMM_DGRAD, rows, x->I / wdiv, Cv, 1);
+  sim_gemm(b, "vit mlp out wgrad", LOOM_GEMM_WGRAD, Cv, x->I / wdiv, rows, 1);
+  sim_vec(b, "vit act bwd", x->qwen ? LOOM_VOP_SWIGLU_BWD : LOOM_VOP_GELU_BWD, rows * x->I / wdiv, 5 * e, 25);
+  sim_gemm(b, "vit mlp in dgrad", LOOM_GEMM_DGRAD, rows, Cv, mlp / wdiv, 1);
+  sim_gemm(b, "vit mlp in wgrad", LOOM_GEMM_WGRAD, mlp / wdiv, Cv, rows, 1);
+  if (x->split_tp) sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, rows * Cv * e, tps, x->tp, 0);
+  sim_vec(b, "vit norm2 bwd", nb, rows * Cv, 3 * e, 12);
+  sim_gemm(b, "vit o dgrad", LOOM_GEMM_DGRAD, rows, Cv / wdiv, Cv, 1);
+  sim_gemm(b, "vit o wgrad", LOOM_GEMM_WGRAD, Cv, Cv / wdiv, rows, 1);
+  if (x->split_sp) sim_comm(b, "vit a2a dout", LOOM_COLL_ALLTOALL, rows * Cv * e, tps, x->tp, 0);
+  vattention(b, x, keys, heads, true);
+  if (x->split_sp) sim_comm(b, "vit a2a dqkv", LOOM_COLL_ALLTOALL, rows * 3 * Cv * e, tps, x->tp, 0);
+  if (x->qwen) sim_vec(b, "vit rope bwd", LOOM_VOP_ROPE, rows * 2 * Cv / wdiv, 2 * e, 6);
+  sim_gemm(b, "vit qkv dgrad", LOOM_GEMM_DGRAD, rows, Cv, 3 * Cv / wdiv, 1);
+  sim_gemm(b, "vit qkv wgrad", LOOM_GEMM_WGRAD, 3 * Cv / wdiv, Cv, rows, 1);
+  if (x->split_tp) sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, rows * Cv * e, tps, x->tp, 0);
+  sim_vec(b, "vit norm1 bwd", nb, rows * Cv, 3 * e, 12);
+}
+
+/* the ops of the blocks of one kind (windowed or full attention), added once and scaled by
+ * the number of such blocks */
+static void vblocks(sim_ops *b, const vshape *x, const loom_vision_spec *v, bool full, bool backward) {
+  int n = 0;
+  for (int l = 0; l < x->depth; l++) n += full_block(v, l) == full;
+  if (n == 0) return;
+  int from = b->n;
+  vblock(b, x, full, backward);
+  for (int i = from; i < b->n; i++) {
+    b->ops[i].time *= n;
+    b->ops[i].flops *= n;
+    b->ops[i].bytes *= n;
+  }
+}
+
+/* appends the encoder's forward (phase FWD) and backward (BWD_IN/BWD_W) to b */
+void sim_vision_ops(sim_ops *b) {
+  const loom_sim_ctx *c = b->c;
+  if (c->spec->vision.arch == LOOM_VISION_NONE || c->st->vision_patches <= 0) return;
+  vshape x = vshape_of(c);
+  double rows = x.split_sp ? x.P / x.tp : x.P;
+  loom_sim_phase keep = b->phase;
+  b->phase = LOOM_PHASE_FWD;
+  sim_gemm(b, "vit patch embed", LOOM_GEMM_FWD, rows, x.Cv, x.pv, 1);
+  vblocks(b, &x, &c->spec->vision, false, false);
+  vblocks(b, &x, &c->spec->vision, true, false);
+  double mrows = x.split_sp ? x.M / x.tp : x.M;
+  sim_vec(b, "merger norm", x.qwen ? LOOM_VOP_RMSNORM_FWD : LOOM_VOP_LAYERNORM_FWD, rows * x.Cv, 2 * x.e, 8);
+  sim_gemm(b, "merger fc1", LOOM_GEMM_FWD, mrows, x.ph, x.in, 1);
+  sim_vec(b, "merger gelu", LOOM_VOP_GELU_FWD, mrows * x.ph, 2 * x.e, 20);
+  sim_gemm(b, "merger fc2", LOOM_GEMM_FWD, mrows, x.Ct, x.ph, 1);
+  if (x.split_sp) sim_comm(b, "vit all-gather tokens", LOOM_COLL_ALLGATHER, x.M * x.Ct * x.e, 1, x.tp, 0);
+  if (c->st->freeze_vision) {
+    b->phase = keep;
+    return;
+  }
+  b->phase = LOOM_PHASE_BWD_IN;
+  sim_gemm(b, "merger fc2 dgrad", LOOM_GEMM_DGRAD, mrows, x.ph, x.Ct, 1);
+  sim_gemm(b, "merger fc2 wgrad", LOOM_GEMM_WGRAD, x.Ct, x.ph, mrows, 1);
+  sim_vec(b, "merger gelu bwd", LOOM_VOP_GELU_BWD, mrows * x.ph, 3 * x.e, 25);
+  sim_gemm(b, "merger fc1 dgrad", LOOM_GEMM_DGRAD, mrows, x.in, x.ph, 1);
+  sim_gemm(b, "merger fc1 wgrad", LOOM_GEMM_WGRAD, x.ph, x.in, mrows, 1);
+  vblocks(b, &x, &c->spec->vision, true, true);
+  vblocks(b, &x, &c->spec->vision, false, true);
+  sim_gemm(b, "vit patch embed wgrad", LOOM_GEMM_WGRAD, x.Cv, x.pv, rows, 1);
+  b->phase = keep;
+}

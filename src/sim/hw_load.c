@@ -1,0 +1,401 @@
+/* Hardware profiles from YAML: defaults, the mapping of each key onto loom_hw_profile (with
+ * file:line errors naming the key), and the cross-field checks. Layout of a file: see
+ * configs/hardware/a100-80gb.yaml and docs/SIMULATOR.md. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/core.h"
+#include "loom/hw.h"
+#include "sim/yaml_tree.h"
+
+void loom_hw_defaults(loom_hw_profile *hw) {
+  memset(hw, 0, sizeof *hw);
+  snprintf(hw->name, sizeof hw->name, "generic");
+  for (int d = 0; d < LOOM_DT_COUNT; d++) hw->peak_flops[d] = hw->vector_flops[d] = 1e12;
+  hw->n_gemm_eff = 1;
+  hw->gemm_eff_dim[0] = 1;
+  hw->gemm_eff[0] = 0.7;
+  hw->mem_bytes = 16e9;
+  hw->mem_bw = 100e9;
+  hw->mem_eff = 0.8;
+  hw->attention = LOOM_ATTN_FLASH;
+  hw->attn_eff = 0.5;
+  hw->devices_per_node = 1;
+  hw->n_tiers = 1;
+  loom_hw_tier *t = &hw->tier[0];
+  snprintf(t->name, sizeof t->name, "network");
+  t->bandwidth = 10e9;
+  t->latency = 10e-6;
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) t->efficiency[k] = 1;
+  hw->tp_overlap = hw->dp_overlap = hw->p2p_overlap = true;
+  hw->optimizer_bytes_per_param = 36;
+}
+
+typedef struct {
+  const char *file;
+} ctx;
+
+static int read_dtype_map(const yt_node *n, const char *file, const char *key, double scale,
+                          double *out) {
+  static const char *const allowed[] = {"fp32", "bf16", "fp16", NULL};
+  if (yt_only(n, file, key, allowed)) return -1;
+  for (int i = 0; i < n->n; i++) {
+    loom_hw_dtype d;
+    double v;
+    if (loom_hw_dtype_parse(n->keys[i], &d) || yt_number(n->items[i], file, key, &v)) return -1;
+    if (v < 0) return loom_err("%s:%d: %s.%s must be >= 0", file, n->items[i]->line, key, n->keys[i]);
+    out[d] = v * scale;
+  }
+  return 0;
+}
+
+/* [[x, y], ...] -> xs, ys */
+static int read_pairs(const yt_node *n, const char *file, const char *key, double *xs,
+                      double *ys, int *count) {
+  if (n->kind != YT_SEQ || n->n < 1 || n->n > LOOM_HW_MAX_POINTS)
+    return loom_err("%s:%d: %s: expected a list of 1..%d [dimension, efficiency] pairs", file,
+                    n->line, key, LOOM_HW_MAX_POINTS);
+  for (int i = 0; i < n->n; i++) {
+    const yt_node *p = n->items[i];
+    if (p->kind != YT_SEQ || p->n != 2)
+      return loom_err("%s:%d: %s: each entry is [dimension, efficiency]", file, p->line, key);
+    if (yt_number(p->items[0], file, key, &xs[i]) || yt_number(p->items[1], file, key, &ys[i]))
+      return -1;
+  }
+  *count = n->n;
+  return 0;
+}
+
+static int read_list(const yt_node *n, const char *file, const char *key, double *out, int cap,
+                     int *count) {
+  if (n->kind != YT_SEQ || n->n < 1 || n->n > cap)
+    return loom_err("%s:%d: %s: expected a list of 1..%d numbers", file, n->line, key, cap);
+  for (int i = 0; i < n->n; i++)
+    if (yt_number(n->items[i], file, key, &out[i])) return -1;
+  *count = n->n;
+  return 0;
+}
+
+static int read_grid(loom_hw_profile *hw, const yt_node *g, const char *file) {
+  static const char *const allowed[] = {"m", "n", "k", "fwd", "dgrad", "wgrad", NULL};
+  static const char *const axes[] = {"m", "n", "k"}, *const roles[] = {"fwd", "dgrad", "wgrad"};
+  if (yt_only(g, file, "device.gemm_grid", allowed)) return -1;
+  for (int a = 0; a < 3; a++) {
+    const yt_node *n = yt_get(g, axes[a]);
+    if (!n) return loom_err("%s:%d: device.gemm_grid needs '%s'", file, g->line, axes[a]);
+    if (read_list(n, file, "device.gemm_grid axis", hw->grid_axis[a], LOOM_HW_GRID, &hw->grid_n[a]))
+      return -1;
+  }
+  int total = hw->grid_n[0] * hw->grid_n[1] * hw->grid_n[2], got;
+  for (int r = 0; r < LOOM_GEMM_ROLES; r++) {
+    const yt_node *n = yt_get(g, roles[r]);
+    if (!n) return loom_err("%s:%d: device.gemm_grid needs '%s'", file, g->line, roles[r]);
+    if (read_list(n, file, "device.gemm_grid", hw->grid_eff[r], LOOM_HW_GRID * LOOM_HW_GRID * LOOM_HW_GRID, &got))
+      return -1;
+    if (got != total)
+      return loom_err("%s:%d: device.gemm_grid.%s has %d values, expected m*n*k = %d", file,
+                      n->line, roles[r], got, total);
+  }
+  return 0;
+}
+
+static int read_device(loom_hw_profile *hw, const yt_node *d, const char *f) {
+  static const char *const allowed[] = {
+      "name", "memory_gib", "memory_reserved_gib", "memory_bandwidth_gbs", "memory_efficiency",
+      "peak_tflops", "vector_tflops", "gemm_efficiency", "gemm_size_efficiency", "gemm_grid",
+      "gemm_overhead_us",
+      "kernel_overhead_us", "vector_melem_per_s", "attention", "attention_efficiency",
+      "attention_gunits_per_s", NULL};
+  if (yt_only(d, f, "device", allowed)) return -1;
+  const yt_node *n;
+  double v;
+#define NUM(key, field, scale)                                                        \
+  if ((n = yt_get(d, key))) {                                                         \
+    if (yt_number(n, f, "device." key, &v)) return -1;                                \
+    if (v < 0) return loom_err("%s:%d: device." key " must be >= 0", f, n->line);     \
+    hw->field = v * (scale);                                                          \
+  }
+  NUM("memory_gib", mem_bytes, 1073741824.0)
+  NUM("memory_reserved_gib", mem_reserved, 1073741824.0)
+  NUM("memory_bandwidth_gbs", mem_bw, 1e9)
+  NUM("memory_efficiency", mem_eff, 1)
+  NUM("gemm_overhead_us", gemm_overhead, 1e-6)
+  NUM("kernel_overhead_us", kernel_overhead, 1e-6)
+  NUM("attention_efficiency", attn_eff, 1)
+#undef NUM
+  if ((n = yt_get(d, "peak_tflops")) && read_dtype_map(n, f, "device.peak_tflops", 1e12, hw->peak_flops))
+    return -1;
+  if ((n = yt_get(d, "vector_tflops")) &&
+      read_dtype_map(n, f, "device.vector_tflops", 1e12, hw->vector_flops))
+    return -1;
+  if ((n = yt_get(d, "gemm_efficiency")) &&
+      read_pairs(n, f, "device.gemm_efficiency", hw->gemm_eff_dim, hw->gemm_eff, &hw->n_gemm_eff))
+    return -1;
+  if ((n = yt_get(d, "gemm_size_efficiency"))) {
+    if (read_pairs(n, f, "device.gemm_size_efficiency", hw->gemm_size_flops, hw->gemm_size_eff,
+                   &hw->n_gemm_size))
+      return -1;
+    for (int i = 0; i < hw->n_gemm_size; i++) hw->gemm_size_flops[i] *= 1e9; /* GFLOP */
+  }
+  if ((n = yt_get(d, "gemm_grid")) && read_grid(hw, n, f)) return -1;
+  if ((n = yt_get(d, "vector_melem_per_s"))) {
+    if (n->kind != YT_MAP)
+      return loom_err("%s:%d: device.vector_melem_per_s: expected a mapping of kernel: rate", f, n->line);
+    for (int i = 0; i < n->n; i++) {
+      int k = 0;
+      while (k < LOOM_VOP_COUNT && strcmp(loom_vop_name((loom_vop)k), n->keys[i])) k++;
+      if (k == LOOM_VOP_COUNT)
+        return loom_err("%s:%d: device.vector_melem_per_s: unknown kernel '%s' (known: "
+                        "layernorm_fwd, gelu_bwd, adamw, ... see docs/SIMULATOR.md)", f,
+                        n->key_lines[i], n->keys[i]);
+      if (yt_number(n->items[i], f, "device.vector_melem_per_s", &v)) return -1;
+      hw->vop_rate[k] = v * 1e6;
+    }
+  }
+  if ((n = yt_get(d, "attention"))) {
+    char s[16];
+    if (yt_string(n, f, "device.attention", s, sizeof s)) return -1;
+    if (!strcmp(s, "flash")) hw->attention = LOOM_ATTN_FLASH;
+    else if (!strcmp(s, "unfused")) hw->attention = LOOM_ATTN_UNFUSED;
+    else if (!strcmp(s, "loom")) hw->attention = LOOM_ATTN_LOOM;
+    else return loom_err("%s:%d: device.attention must be flash, unfused or loom, found '%s'", f, n->line, s);
+  }
+  if ((n = yt_get(d, "attention_gunits_per_s"))) {
+    static const char *const fb[] = {"fwd", "bwd", NULL};
+    if (yt_only(n, f, "device.attention_gunits_per_s", fb)) return -1;
+    const yt_node *x;
+    if ((x = yt_get(n, "fwd")) && yt_number(x, f, "device.attention_gunits_per_s.fwd", &v)) return -1;
+    if (x) hw->attn_rate_fwd = v * 1e9;
+    if ((x = yt_get(n, "bwd")) && yt_number(x, f, "device.attention_gunits_per_s.bwd", &v)) return -1;
+    if (x) hw->attn_rate_bwd = v * 1e9;
+  }
+  return 0;
+}
+
+static int read_tier(loom_hw_tier *t, const yt_node *n, const char *f) {
+  static const char *const allowed[] = {"name", "domain", "bandwidth_gbs", "latency_us",
+                                        "algorithm", "efficiency", NULL};
+  static const char *const colls[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                      "all_to_all", "send", NULL};
+  if (yt_only(n, f, "a network tier", allowed)) return -1;
+  const yt_node *x;
+  double v;
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) t->efficiency[k] = 1;
+  if ((x = yt_get(n, "name")) && yt_string(x, f, "network.name", t->name, sizeof t->name)) return -1;
+  if ((x = yt_get(n, "domain")) && yt_int(x, f, "network.domain", &t->domain)) return -1;
+  if (!(x = yt_get(n, "bandwidth_gbs")))
+    return loom_err("%s:%d: network tier '%s' needs bandwidth_gbs", f, n->line, t->name);
+  if (yt_number(x, f, "network.bandwidth_gbs", &v)) return -1;
+  t->bandwidth = v * 1e9;
+  if ((x = yt_get(n, "latency_us"))) {
+    if (yt_number(x, f, "network.latency_us", &v)) return -1;
+    t->latency = v * 1e-6;
+  }
+  if ((x = yt_get(n, "algorithm"))) {
+    char s[16];
+    if (yt_string(x, f, "network.algorithm", s, sizeof s)) return -1;
+    if (!strcmp(s, "ring")) t->algo = LOOM_ALGO_RING;
+    else if (!strcmp(s, "tree")) t->algo = LOOM_ALGO_TREE;
+    else return loom_err("%s:%d: network.algorithm must be ring or tree, found '%s'", f, x->line, s);
+  }
+  if ((x = yt_get(n, "efficiency"))) {
+    if (x->kind == YT_SCALAR) {
+      if (yt_number(x, f, "network.efficiency", &v)) return -1;
+      for (int k = 0; k < LOOM_COLL_COUNT; k++) t->efficiency[k] = v;
+    } else {
+      if (yt_only(x, f, "network.efficiency", colls)) return -1;
+      for (int k = 0; k < LOOM_COLL_COUNT; k++) {
+        const yt_node *e = yt_get(x, colls[k]);
+        if (e && yt_number(e, f, "network.efficiency", &t->efficiency[k])) return -1;
+      }
+    }
+  }
+  return 0;
+}
+
+static int read_runtime(loom_hw_profile *hw, const yt_node *r, const char *f) {
+  static const char *const allowed[] = {"engine", "tp_comm_overlap", "dp_comm_overlap",
+                                        "optimizer_bytes_per_param", "overlap_slowdown",
+                                        "p2p_overlap", NULL};
+  if (yt_only(r, f, "runtime", allowed)) return -1;
+  const yt_node *x;
+  if ((x = yt_get(r, "engine"))) {
+    char s[16];
+    if (yt_string(x, f, "runtime.engine", s, sizeof s)) return -1;
+    if (!strcmp(s, "loom-cpu")) hw->engine_loom_cpu = true;
+    else if (!strcmp(s, "gpu")) hw->engine_loom_cpu = false;
+    else return loom_err("%s:%d: runtime.engine must be gpu or loom-cpu, found '%s'", f, x->line, s);
+  }
+  if ((x = yt_get(r, "tp_comm_overlap")) && yt_bool(x, f, "runtime.tp_comm_overlap", &hw->tp_overlap))
+    return -1;
+  if ((x = yt_get(r, "dp_comm_overlap")) && yt_bool(x, f, "runtime.dp_comm_overlap", &hw->dp_overlap))
+    return -1;
+  if ((x = yt_get(r, "overlap_slowdown")) &&
+      yt_number(x, f, "runtime.overlap_slowdown", &hw->overlap_slowdown))
+    return -1;
+  if ((x = yt_get(r, "p2p_overlap")) && yt_bool(x, f, "runtime.p2p_overlap", &hw->p2p_overlap))
+    return -1;
+  if ((x = yt_get(r, "optimizer_bytes_per_param")) &&
+      yt_number(x, f, "runtime.optimizer_bytes_per_param", &hw->optimizer_bytes_per_param))
+    return -1;
+  return 0;
+}
+
+static int read_root(loom_hw_profile *hw, const yt_node *root, const char *f) {
+  static const char *const allowed[] = {"name", "description", "sources", "device", "node",
+                                        "network", "runtime", "measured", NULL};
+  if (yt_only(root, f, "the profile", allowed)) return -1;
+  const yt_node *n;
+  if ((n = yt_get(root, "name")) && yt_string(n, f, "name", hw->name, sizeof hw->name)) return -1;
+  if ((n = yt_get(root, "description")) &&
+      yt_string(n, f, "description", hw->description, sizeof hw->description))
+    return -1;
+  if ((n = yt_get(root, "device")) && read_device(hw, n, f)) return -1;
+  if ((n = yt_get(root, "node"))) {
+    static const char *const allowed_node[] = {"devices", "oversubscribe", NULL};
+    if (yt_only(n, f, "node", allowed_node)) return -1;
+    const yt_node *x;
+    if ((x = yt_get(n, "devices")) && yt_int(x, f, "node.devices", &hw->devices_per_node)) return -1;
+    if ((x = yt_get(n, "oversubscribe"))) {
+      char s[16];
+      if (yt_string(x, f, "node.oversubscribe", s, sizeof s)) return -1;
+      if (strcmp(s, "timeshare") && strcmp(s, "error"))
+        return loom_err("%s:%d: node.oversubscribe must be timeshare or error", f, x->line);
+      hw->timeshare = !strcmp(s, "timeshare");
+    }
+  }
+  if ((n = yt_get(root, "network"))) {
+    if (n->kind != YT_SEQ || n->n < 1 || n->n > LOOM_HW_MAX_TIERS)
+      return loom_err("%s:%d: network: expected a list of 1..%d tiers, innermost first", f,
+                      n->line, LOOM_HW_MAX_TIERS);
+    hw->n_tiers = n->n;
+    for (int i = 0; i < n->n; i++) {
+      memset(&hw->tier[i], 0, sizeof hw->tier[i]);
+      snprintf(hw->tier[i].name, sizeof hw->tier[i].name, "tier%d", i);
+      if (read_tier(&hw->tier[i], n->items[i], f)) return -1;
+    }
+  }
+  if ((n = yt_get(root, "runtime")) && read_runtime(hw, n, f)) return -1;
+  return 0;
+}
+
+int loom_hw_parse(loom_hw_profile *hw, const char *text, const char *filename) {
+  yt_node *root = yt_parse(text, filename);
+  if (!root) return -1;
+  loom_hw_defaults(hw);
+  int rc = read_root(hw, root, filename);
+  yt_free(root);
+  if (!rc) {
+    snprintf(hw->path, sizeof hw->path, "%s", filename);
+    rc = loom_hw_check(hw);
+    if (rc) loom_err_prefix("%s: ", filename);
+  }
+  return rc;
+}
+
+int loom_hw_load_file(loom_hw_profile *hw, const char *path) {
+  char *text;
+  size_t len;
+  if (loom_read_file(path, &text, &len)) return -1;
+  int rc = loom_hw_parse(hw, text, path);
+  free(text);
+  return rc;
+}
+
+int loom_hw_check(const loom_hw_profile *hw) {
+  bool any = false;
+  for (int d = 0; d < LOOM_DT_COUNT; d++) any |= hw->peak_flops[d] > 0;
+  if (!any) return loom_err("device.peak_tflops: no dtype has a positive peak");
+  if (!(hw->mem_bw > 0) || !(hw->mem_eff > 0) || hw->mem_eff > 1)
+    return loom_err("device.memory_bandwidth_gbs must be > 0 and memory_efficiency in (0, 1]");
+  if (!(hw->mem_bytes > hw->mem_reserved))
+    return loom_err("device.memory_gib must be larger than memory_reserved_gib");
+  for (int i = 0; i < hw->n_gemm_eff; i++) {
+    if (!(hw->gemm_eff[i] > 0) || hw->gemm_eff[i] > 1)
+      return loom_err("device.gemm_efficiency: efficiency %g is not in (0, 1]", hw->gemm_eff[i]);
+    if (i && !(hw->gemm_eff_dim[i] > hw->gemm_eff_dim[i - 1]))
+      return loom_err("device.gemm_efficiency: dimensions must increase (%g after %g)",
+                      hw->gemm_eff_dim[i], hw->gemm_eff_dim[i - 1]);
+  }
+  for (int a = 0; a < 3 && hw->grid_n[0]; a++)
+    for (int i = 1; i < hw->grid_n[a]; i++)
+      if (!(hw->grid_axis[a][i] > hw->grid_axis[a][i - 1]))
+        return loom_err("device.gemm_grid: axis values must increase");
+  if (hw->attention == LOOM_ATTN_LOOM && !(hw->attn_rate_fwd > 0 && hw->attn_rate_bwd > 0))
+    return loom_err("device.attention loom needs attention_gunits_per_s {fwd, bwd} (written by "
+                    "loom bench)");
+  if (hw->attention == LOOM_ATTN_FLASH && !(hw->attn_eff > 0 && hw->attn_eff <= 1))
+    return loom_err("device.attention_efficiency must be in (0, 1] for flash attention");
+  if (hw->devices_per_node < 1) return loom_err("node.devices must be >= 1");
+  if (hw->overlap_slowdown < 0 || hw->overlap_slowdown > 1)
+    return loom_err("runtime.overlap_slowdown must be in [0, 1]");
+  for (int i = 0; i < hw->n_gemm_size; i++)
+    if (!(hw->gemm_size_eff[i] > 0) || hw->gemm_size_eff[i] > 1 ||
+        (i && !(hw->gemm_size_flops[i] > hw->gemm_size_flops[i - 1])))
+      return loom_err("device.gemm_size_efficiency: [GFLOP, factor] pairs with increasing "
+                      "GFLOP and factors in (0, 1]");
+  for (int i = 0; i < hw->n_tiers; i++) {
+    const loom_hw_tier *t = &hw->tier[i];
+    if (!(t->bandwidth > 0) || t->latency < 0)
+      return loom_err("network tier '%s': bandwidth must be > 0 and latency >= 0", t->name);
+    for (int k = 0; k < LOOM_COLL_COUNT; k++)
+      if (!(t->efficiency[k] > 0) || t->efficiency[k] > 1.5)
+        return loom_err("network tier '%s': efficiency %g is not in (0, 1.5]", t->name,
+                        t->efficiency[k]);
+    bool last = i == hw->n_tiers - 1;
+    if (last && t->domain != 0)
+      return loom_err("network tier '%s' is the last one: its domain must be 0 (every rank)", t->name);
+    if (!last && (t->domain < 1 || (i && t->domain <= hw->tier[i - 1].domain)))
+      return loom_err("network tier '%s': domain must be >= 1 and larger than the previous "
+                      "tier's", t->name);
+  }
+  return 0;
+}
+
+static int try_path(loom_hw_profile *hw, const char *path, int *found) {
+  if (!loom_path_exists(path)) return 0;
+  *found = 1;
+  return loom_hw_load_file(hw, path);
+}
+
+int loom_hw_load(loom_hw_profile *hw, const char *name) {
+  if (strchr(name, '/') || strstr(name, ".yaml") || strstr(name, ".yml")) {
+    if (!loom_path_exists(name))
+      return loom_err("hardware profile '%s' does not exist (see 'loom sim --list-hardware')", name);
+    return loom_hw_load_file(hw, name);
+  }
+  char path[1024];
+  int found = 0, rc = 0;
+  if (!strcmp(name, "this-machine")) {
+    const char *env = getenv("LOOM_HW_PROFILE"), *home = getenv("HOME");
+    if (env && (rc = try_path(hw, env, &found), found)) return rc;
+    if (home) {
+      snprintf(path, sizeof path, "%s/.loom/hardware/this-machine.yaml", home);
+      if ((rc = try_path(hw, path, &found), found)) return rc;
+    }
+  }
+  snprintf(path, sizeof path, "configs/hardware/%s.yaml", name);
+  if ((rc = try_path(hw, path, &found), found)) return rc;
+  snprintf(path, sizeof path, "%s/configs/hardware/%s.yaml", LOOM_SOURCE_DIR, name);
+  if ((rc = try_path(hw, path, &found), found)) return rc;
+  if (!strcmp(name, "this-machine"))
+    return loom_err("no profile of this machine yet: run 'loom bench' (add '--nproc 2' to "
+                    "measure MPI collectives too); it writes configs/hardware/this-machine.yaml");
+  return loom_err("unknown hardware profile '%s': no configs/hardware/%s.yaml here or under %s "
+                  "(shipped: a100-80gb, h100-sxm, h200; or give a path to a YAML file)",
+                  name, name, LOOM_SOURCE_DIR);
+}
+
+void loom_hw_list(void) {
+  printf("hardware profiles: configs/hardware/*.yaml (here or under %s):\n", LOOM_SOURCE_DIR);
+  static const char *const shipped[] = {"a100-80gb", "h100-sxm", "h200", "this-machine"};
+  for (size_t i = 0; i < sizeof shipped / sizeof shipped[0]; i++) {
+    loom_hw_profile hw;
+    if (loom_hw_load(&hw, shipped[i]) == 0)
+      printf("  %-14s %s\n", shipped[i], hw.description);
+    else
+      printf("  %-14s (not available: %s)\n", shipped[i], loom_errmsg());
+  }
+}

@@ -1,0 +1,122 @@
+/* The cost model's primitives on a hardware profile: GEMM efficiency by shape (curve over the
+ * smallest dimension, or a measured grid interpolated in log2 space), the time of one GEMM,
+ * of one vector kernel, and of one collective on a group of ranks placed on the network
+ * tiers. */
+#include <math.h>
+
+#include "loom/hw.h"
+
+static double lerp_log2(double x, const double *xs, const double *ys, int n) {
+  if (n == 1 || x <= xs[0]) return ys[0];
+  if (x >= xs[n - 1]) return ys[n - 1];
+  int i = 1;
+  while (xs[i] < x) i++;
+  double f = (log2(x) - log2(xs[i - 1])) / (log2(xs[i]) - log2(xs[i - 1]));
+  return ys[i - 1] + f * (ys[i] - ys[i - 1]);
+}
+
+/* index and weight along one grid axis (clamped) */
+static void axis_pos(const double *ax, int n, double x, int *i0, double *w) {
+  if (n == 1 || x <= ax[0]) {
+    *i0 = 0;
+    *w = 0;
+    return;
+  }
+  if (x >= ax[n - 1]) {
+    *i0 = n - 2;
+    *w = 1;
+    return;
+  }
+  int i = 1;
+  while (ax[i] < x) i++;
+  *i0 = i - 1;
+  *w = (log2(x) - log2(ax[i - 1])) / (log2(ax[i]) - log2(ax[i - 1]));
+}
+
+static double grid_eff(const loom_hw_profile *hw, loom_gemm_role role, double m, double n,
+                       double k) {
+  const int *N = hw->grid_n;
+  int i[3];
+  double w[3], x[3] = {m, n, k};
+  for (int a = 0; a < 3; a++) axis_pos(hw->grid_axis[a], N[a], x[a], &i[a], &w[a]);
+  double e = 0;
+  for (int c = 0; c < 8; c++) {
+    double wt = 1;
+    int idx[3];
+    for (int a = 0; a < 3; a++) {
+      int hi = (c >> a) & 1;
+      if (N[a] == 1) {
+        if (hi) wt = 0;
+        idx[a] = 0;
+      } else {
+        idx[a] = i[a] + hi;
+        wt *= hi ? w[a] : 1 - w[a];
+      }
+    }
+    if (wt > 0) e += wt * hw->grid_eff[role][(idx[0] * N[1] + idx[1]) * N[2] + idx[2]];
+  }
+  return e;
+}
+
+double loom_hw_gemm_eff(const loom_hw_profile *hw, loom_gemm_role role, double m, double n,
+                        double k) {
+  if (hw->grid_n[0] > 0) return grid_eff(hw, role, m, n, k);
+  double d = fmin(m, fmin(n, k));
+  double e = lerp_log2(d, hw->gemm_eff_dim, hw->gemm_eff, hw->n_gemm_eff);
+  if (hw->n_gemm_size > 0)
+    e *= lerp_log2(2 * m * n * k, hw->gemm_size_flops, hw->gemm_size_eff, hw->n_gemm_size);
+  return e;
+}
+
+double loom_hw_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_role role,
+                         double m, double n, double k, double batch) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
+  double peak = hw->peak_flops[dt] > 0 ? hw->peak_flops[dt] : hw->peak_flops[LOOM_DT_FP32];
+  double eff = loom_hw_gemm_eff(hw, role, m, n, k);
+  return 2 * m * n * k * batch / (peak * eff) + hw->gemm_overhead;
+}
+
+double loom_hw_vop_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_vop v, double elements,
+                        double bytes, double flops) {
+  if (elements <= 0) return 0;
+  if (hw->vop_rate[v] > 0) return elements / hw->vop_rate[v] + hw->kernel_overhead;
+  double vf = hw->vector_flops[dt] > 0 ? hw->vector_flops[dt] : hw->vector_flops[LOOM_DT_FP32];
+  double t_mem = bytes / (hw->mem_bw * hw->mem_eff), t_flop = vf > 0 ? flops / vf : 0;
+  return fmax(t_mem, t_flop) + hw->kernel_overhead;
+}
+
+int loom_hw_group_tier(const loom_hw_profile *hw, int stride, int size) {
+  double span = (double)stride * size;
+  for (int i = 0; i < hw->n_tiers; i++)
+    if (hw->tier[i].domain == 0 || span <= hw->tier[i].domain) return i;
+  return hw->n_tiers - 1;
+}
+
+double loom_hw_ring_bytes(loom_coll_kind kind, double bytes, int p) {
+  if (p <= 1 && kind != LOOM_COLL_SENDRECV) return 0;
+  double f = p > 1 ? (double)(p - 1) / p : 0;
+  switch (kind) {
+  case LOOM_COLL_ALLREDUCE: return 2 * f * bytes;
+  case LOOM_COLL_REDUCE_SCATTER:
+  case LOOM_COLL_ALLGATHER:
+  case LOOM_COLL_ALLTOALL: return f * bytes;
+  default: return bytes;
+  }
+}
+
+double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double bytes,
+                         int stride, int size) {
+  if (bytes <= 0 || (size <= 1 && kind != LOOM_COLL_SENDRECV)) return 0;
+  const loom_hw_tier *t = &hw->tier[loom_hw_group_tier(hw, stride, size < 2 ? 2 : size)];
+  double bw = t->bandwidth * t->efficiency[kind];
+  double moved = loom_hw_ring_bytes(kind, bytes, size);
+  double steps;
+  switch (kind) {
+  case LOOM_COLL_ALLREDUCE:
+    steps = t->algo == LOOM_ALGO_TREE ? 2 * ceil(log2(size)) : 2.0 * (size - 1);
+    break;
+  case LOOM_COLL_SENDRECV: steps = 1; break;
+  default: steps = size - 1;
+  }
+  return moved / bw + steps * t->latency;
+}

@@ -1,0 +1,122 @@
+/* A hardware profile as YAML (what `loom bench` writes), in the layout loom_hw_parse reads. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/core.h"
+#include "loom/hw.h"
+
+typedef struct {
+  char *s;
+  size_t len, cap;
+} buf;
+
+__attribute__((format(printf, 2, 3))) static void put(buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (b->len + (size_t)n + 1 > b->cap) {
+    b->cap = (b->len + (size_t)n + 1) * 2;
+    b->s = realloc(b->s, b->cap);
+    LOOM_ASSERT(b->s);
+  }
+  va_start(ap, fmt);
+  vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+static void put_dtype_map(buf *b, const char *key, const double *v, double scale) {
+  put(b, "  %s: {", key);
+  for (int d = 0; d < LOOM_DT_COUNT; d++)
+    put(b, "%s%s: %.6g", d ? ", " : "", loom_hw_dtype_name((loom_hw_dtype)d), v[d] / scale);
+  put(b, "}\n");
+}
+
+static void put_list(buf *b, const char *key, const double *v, int n) {
+  put(b, "    %s: [", key);
+  for (int i = 0; i < n; i++) put(b, "%s%.4g", i ? ", " : "", v[i]);
+  put(b, "]\n");
+}
+
+static void put_device(buf *b, const loom_hw_profile *hw) {
+  put(b, "device:\n");
+  put(b, "  memory_gib: %.4g\n", hw->mem_bytes / 1073741824.0);
+  put(b, "  memory_reserved_gib: %.4g\n", hw->mem_reserved / 1073741824.0);
+  put(b, "  memory_bandwidth_gbs: %.4g\n", hw->mem_bw / 1e9);
+  put(b, "  memory_efficiency: %.4g\n", hw->mem_eff);
+  put_dtype_map(b, "peak_tflops", hw->peak_flops, 1e12);
+  put_dtype_map(b, "vector_tflops", hw->vector_flops, 1e12);
+  put(b, "  gemm_efficiency: [");
+  for (int i = 0; i < hw->n_gemm_eff; i++)
+    put(b, "%s[%g, %.4f]", i ? ", " : "", hw->gemm_eff_dim[i], hw->gemm_eff[i]);
+  put(b, "]\n");
+  if (hw->n_gemm_size > 0) {
+    put(b, "  gemm_size_efficiency: [");
+    for (int i = 0; i < hw->n_gemm_size; i++)
+      put(b, "%s[%g, %.4f]", i ? ", " : "", hw->gemm_size_flops[i] / 1e9, hw->gemm_size_eff[i]);
+    put(b, "]\n");
+  }
+  if (hw->grid_n[0] > 0) {
+    static const char *const axes[] = {"m", "n", "k"}, *const roles[] = {"fwd", "dgrad", "wgrad"};
+    put(b, "  gemm_grid:   # measured efficiency at (m, n, k), m slowest, k fastest\n");
+    for (int a = 0; a < 3; a++) put_list(b, axes[a], hw->grid_axis[a], hw->grid_n[a]);
+    int total = hw->grid_n[0] * hw->grid_n[1] * hw->grid_n[2];
+    for (int r = 0; r < LOOM_GEMM_ROLES; r++) put_list(b, roles[r], hw->grid_eff[r], total);
+  }
+  put(b, "  gemm_overhead_us: %.4g\n", hw->gemm_overhead * 1e6);
+  put(b, "  kernel_overhead_us: %.4g\n", hw->kernel_overhead * 1e6);
+  int any = 0;
+  for (int v = 0; v < LOOM_VOP_COUNT; v++) any |= hw->vop_rate[v] > 0;
+  if (any) {
+    put(b, "  vector_melem_per_s:   # measured rate of loom's own kernel, million elements/s\n");
+    for (int v = 0; v < LOOM_VOP_COUNT; v++)
+      if (hw->vop_rate[v] > 0) put(b, "    %s: %.5g\n", loom_vop_name((loom_vop)v), hw->vop_rate[v] / 1e6);
+  }
+  put(b, "  attention: %s\n", loom_attn_kernel_name(hw->attention));
+  put(b, "  attention_efficiency: %.4g\n", hw->attn_eff);
+  if (hw->attn_rate_fwd > 0)
+    put(b, "  attention_gunits_per_s: {fwd: %.5g, bwd: %.5g}   # (query, key) pairs x head_dim\n",
+        hw->attn_rate_fwd / 1e9, hw->attn_rate_bwd / 1e9);
+}
+
+static void put_network(buf *b, const loom_hw_profile *hw) {
+  static const char *const colls[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                      "all_to_all", "send"};
+  put(b, "network:\n");
+  for (int i = 0; i < hw->n_tiers; i++) {
+    const loom_hw_tier *t = &hw->tier[i];
+    put(b, "  - name: %s\n    domain: %d\n    bandwidth_gbs: %.5g\n    latency_us: %.4g\n", t->name,
+        t->domain, t->bandwidth / 1e9, t->latency * 1e6);
+    put(b, "    algorithm: %s\n    efficiency: {", t->algo == LOOM_ALGO_TREE ? "tree" : "ring");
+    for (int k = 0; k < LOOM_COLL_COUNT; k++) put(b, "%s%s: %.4f", k ? ", " : "", colls[k], t->efficiency[k]);
+    put(b, "}\n");
+  }
+}
+
+char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes) {
+  buf b = {0};
+  if (notes) {
+    const char *p = notes;
+    while (*p) {
+      const char *e = strchr(p, '\n');
+      int n = e ? (int)(e - p) : (int)strlen(p);
+      put(&b, "# %.*s\n", n, p);
+      p += n + (e ? 1 : 0);
+    }
+  }
+  put(&b, "name: %s\n", hw->name);
+  put(&b, "description: \"%s\"\n", hw->description);
+  put_device(&b, hw);
+  put(&b, "node:\n  devices: %d\n  oversubscribe: %s\n", hw->devices_per_node,
+      hw->timeshare ? "timeshare" : "error");
+  put_network(&b, hw);
+  put(&b, "runtime:\n  engine: %s\n  tp_comm_overlap: %s\n  dp_comm_overlap: %s\n"
+          "  p2p_overlap: %s\n  overlap_slowdown: %.4g\n  optimizer_bytes_per_param: %.4g\n",
+      hw->engine_loom_cpu ? "loom-cpu" : "gpu", hw->tp_overlap ? "true" : "false",
+      hw->dp_overlap ? "true" : "false", hw->p2p_overlap ? "true" : "false",
+      hw->overlap_slowdown, hw->optimizer_bytes_per_param);
+  return b.s;
+}

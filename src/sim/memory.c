@@ -1,0 +1,165 @@
+/* The memory model of one rank: weights, gradients and optimizer state per ZeRO stage and
+ * training engine, the activations each layer saves for its backward (with and without
+ * recomputation, tensor / sequence / Ulysses parallel), the chunks in flight in the schedule,
+ * backward scratch and communication buffers.
+ *
+ * loom's CPU executor keeps fp32 parameters, gradients (and a bf16-rounded fp32 copy of the
+ * parameters in bf16 mode), AdamW moments of the owned range, and carves the activations of
+ * src/model/decoder_memory.c; the GPU engine is mixed precision (16-bit parameters and
+ * gradients, fp32 master weights and moments: 16 bytes per parameter, ZeRO's K = 12) with
+ * activations itemised as in Korthikanti et al. 2022, section 4. */
+#include <math.h>
+#include <string.h>
+
+#include "sim/sim_internal.h"
+
+typedef struct {
+  double e, N, Nr, C, QD, KD, li, B, T, heads_att;
+  bool llama, seqpar, uly;
+} dims;
+
+static dims dims_of(const loom_sim_ctx *c) {
+  const loom_sim_strategy *st = c->st;
+  dims d = {c->act_bytes, c->N, c->Nr, c->spec->hidden, c->lh * c->spec->head_dim,
+            c->lkv * c->spec->head_dim, c->li, st->micro_batch, st->seq, c->lh / st->sp,
+            c->spec->arch == LOOM_ARCH_LLAMA, st->seq_par && st->tp > 1, st->sp > 1};
+  return d;
+}
+
+/* everything the layer saves when nothing is recomputed (or, with `selective`, all but the
+ * attention core's T x T tensors) */
+static double layer_full(const loom_sim_ctx *c, const dims *d, bool selective, bool stats) {
+  const loom_sim_strategy *st = c->st;
+  double e = d->e, b = 0;
+  double mlp = d->N * d->li * (d->llama ? 3 : 2);           /* gate, up, act | up, act */
+  if (c->loom_cpu) {
+    b += d->Nr * d->C * 4;                                   /* x, ln1, mid, ln2 */
+    if (d->seqpar) b += 2 * d->N * d->C;                     /* gathered ln1, ln2 */
+    b += d->N * (2 * d->QD + 2 * d->KD) * (d->uly ? 2 : 1); /* q, k, v, att (+ head layout) */
+    b += mlp;
+    b *= e;
+    if (stats) b += 4 * d->Nr * 4 + d->B * d->heads_att * d->T * 4;
+    return b;
+  }
+  double drop = st->dropout ? 1 : 0;
+  b += d->Nr * d->C * 4 * e;                                 /* x, ln1, mid, ln2 */
+  b += d->Nr * d->C * 2 * drop;                              /* two dropout masks */
+  b += d->N * (2 * d->QD + 2 * d->KD) * e;                   /* q, k, v, att */
+  b += mlp * e;
+  double scores = d->B * d->heads_att * d->T * d->T;
+  if (c->hw->attention == LOOM_ATTN_UNFUSED && !selective)
+    b += scores * (e + drop * (1 + e));                      /* softmax, mask, dropout out */
+  if (stats) {
+    b += 4 * d->Nr * 4;
+    if (c->hw->attention != LOOM_ATTN_UNFUSED) b += d->B * d->heads_att * d->T * 4; /* lse */
+  }
+  return b;
+}
+
+double loom_sim_layer_act_bytes(const loom_sim_ctx *c, bool with_stats) {
+  dims d = dims_of(c);
+  switch (c->st->recompute) {
+  case LOOM_RECOMPUTE_FULL: return d.Nr * d.C * d.e; /* the layer's input */
+  case LOOM_RECOMPUTE_SELECTIVE: return layer_full(c, &d, true, with_stats);
+  default: return layer_full(c, &d, false, with_stats);
+  }
+}
+
+/* activations of the head for one micro-batch (final norm, logits, loss statistics) */
+static double head_acts(const loom_sim_ctx *c, const dims *d) {
+  double b = d->Nr * d->C * d->e + d->Nr * 8 + 3 * d->N * 4;
+  if (d->seqpar && c->loom_cpu) b += d->N * d->C * d->e;
+  return b + d->N * c->vloc * 4; /* logits (fp32 for the softmax) */
+}
+
+/* backward scratch and the recompute buffer */
+static double workspace(const loom_sim_ctx *c, const dims *d, bool head, int inflight) {
+  double f = 0, e = d->e;
+  if (c->loom_cpu) {
+    f += 2 * d->Nr * d->C + fmax(d->N * d->C, 2 * d->N) + d->N * d->C;
+    f += d->N * (2 * d->QD + 2 * d->KD) * (d->uly ? 2 : 1) + 3 * d->N * d->li;
+    f += d->B * d->heads_att * d->T; /* attention statistics */
+    if (head) f += d->N; /* targets */
+    /* the head's logit gradient: whole, or (fused head: one rank, one micro-batch in
+     * flight) a chunk of rows plus the head's input and weight gradients */
+    if (head && c->st->tp == 1 && inflight == 1)
+      f += fmin(d->N, fmax(64, floor((64 << 20) / c->vloc / 64) * 64)) * c->vloc +
+           d->N * d->C + c->vloc * d->C;
+    else if (head)
+      f += d->N * c->vloc;
+    if (c->st->dtype == LOOM_DT_BF16) {
+      bool fused = head && c->st->tp == 1 && inflight == 1;
+      double in = fmax(fmax(d->C, d->li), d->QD);
+      f += d->N * in + d->N * fmax(fmax(in, d->KD), head && !fused ? c->vloc : 0);
+    }
+    if (d->uly) f += 2 * d->N * d->QD;
+    f *= 4;
+  } else {
+    f = d->N * (d->C + 2 * d->li) * e * 2 + (head ? d->N * c->vloc * 4 : 0);
+  }
+  if (c->st->recompute == LOOM_RECOMPUTE_FULL) { /* one layer's full set while recomputing */
+    loom_sim_strategy none = *c->st;
+    none.recompute = LOOM_RECOMPUTE_NONE;
+    loom_sim_ctx c2 = *c;
+    c2.st = &none;
+    f += loom_sim_layer_act_bytes(&c2, true);
+  }
+  return f;
+}
+
+void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, bool embed,
+                          bool head, int inflight, loom_sim_memory *m) {
+  const loom_sim_strategy *st = c->st;
+  dims d = dims_of(c);
+  memset(m, 0, sizeof *m);
+  double P = loom_sim_rank_params(c->spec, st->tp, layers, embed, head);
+  double Pl = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
+  double Nd = (double)st->dp * st->sp;
+  double owned = st->zero > 0 ? ceil(P / Nd) : P;
+  if (c->loom_cpu) {
+    double copies = st->dtype == LOOM_DT_BF16 ? 2 : 1;
+    if (st->zero == 3) {
+      double resident = fmin(P, 2 * Pl + (P - Pl * layers)); /* two layers + the ends */
+      m->weights = 4 * owned + 4 * copies * resident;
+      m->grads = 4 * fmin(P, Pl + (P - Pl * layers)) + 4 * owned;
+    } else {
+      m->weights = 4 * copies * P;
+      m->grads = 4 * P + (st->zero > 0 ? 4 * owned : 0);
+    }
+    m->optimizer = 8 * owned;
+  } else {
+    double pb = st->dtype == LOOM_DT_FP32 ? 4 : 2, K = pb == 2 ? 12 : 8;
+    m->weights = st->zero >= 3 ? pb * P / Nd + pb * 2 * Pl : pb * P;
+    m->grads = st->zero >= 2 ? pb * P / Nd : pb * P;
+    m->optimizer = st->zero >= 1 ? K * P / Nd : K * P;
+  }
+  m->per_layer = loom_sim_layer_act_bytes(c, true);
+  m->inflight = inflight;
+  double chunk = chunk_layers * m->per_layer + d.Nr * d.C * d.e; /* + the chunk's output */
+  if (embed && st->dropout) chunk += d.Nr * d.C;
+  if (embed && st->vision_patches > 0 && c->spec->vision.arch != LOOM_VISION_NONE &&
+      !st->freeze_vision) { /* the encoder's saved activations: x, norms, q/k/v/att, mid, MLP */
+    const loom_vision_spec *v = &c->spec->vision;
+    double P = (double)st->micro_batch * st->vision_patches;
+    if ((!strcmp(st->vision_mode, "sp") || !strcmp(st->vision_mode, "tp")) && st->tp > 1) P /= st->tp;
+    chunk += v->depth * P * (8.0 * v->hidden + 3.0 * v->intermediate) * d.e;
+  }
+  m->activations = inflight * chunk + (head ? inflight * head_acts(c, &d) : 0);
+  m->workspace = workspace(c, &d, head, inflight);
+  double msg = d.Nr * d.C * d.e;
+  if (c->loom_cpu) {
+    if (st->pp > 1 || st->vpp > 1) m->comm_buffers = 3.0 * st->vpp * st->microbatches * msg;
+    if (st->zero > 0) m->comm_buffers += 4 * owned; /* reduce-scatter receive buffer */
+  } else {
+    if (st->pp > 1) m->comm_buffers = 2 * msg;
+    if (st->zero == 0 && Nd > 1) m->comm_buffers += 2 * st->bucket_mb * 1048576.0;
+  }
+  m->total = m->weights + m->grads + m->optimizer + m->activations + m->workspace + m->comm_buffers;
+}
+
+double loom_sim_memory_limit(const loom_hw_profile *hw, int ranks_per_node) {
+  double usable = hw->mem_bytes - hw->mem_reserved;
+  if (hw->timeshare && ranks_per_node > hw->devices_per_node)
+    usable *= (double)hw->devices_per_node / ranks_per_node;
+  return usable;
+}

@@ -1,0 +1,40 @@
+/* Private to src/sim: the op-list builder the cost model's files share, group placement of
+ * the mesh axes (stride and size of each communicator in the rank order), and helpers. */
+#ifndef LOOM_SIM_INTERNAL_H
+#define LOOM_SIM_INTERNAL_H
+#include "loom/sim.h"
+
+typedef struct {
+  const loom_sim_ctx *c;
+  loom_sim_op *ops;
+  int n, cap;
+  loom_sim_phase phase; /* phase of the ops added next */
+  bool recompute;       /* ops added next are recomputation */
+} sim_ops;
+
+void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap);
+/* y (m x n) = x (m x k) @ w: one GEMM `batch` times; returns its time */
+double sim_gemm(sim_ops *b, const char *name, loom_gemm_role role, double m, double n, double k,
+                double batch);
+/* a vector kernel over `elements`, with memory traffic bytes_per_elem per element */
+double sim_vec(sim_ops *b, const char *name, loom_vop v, double elements, double bytes_per_elem,
+               double flops_per_elem);
+/* a collective; `budget` > 0: overlapped with that much compute (only the excess is exposed) */
+double sim_comm(sim_ops *b, const char *name, loom_coll_kind kind, double bytes, int stride,
+                int size, double budget);
+/* attention core forward or backward (by the profile's kernel) */
+void sim_attention(sim_ops *b, bool backward);
+/* the vision encoder of a vision-language model (first stage), forward and backward */
+void sim_vision_ops(sim_ops *b);
+
+/* communicator placement: (stride, size) of the groups in the rank order
+ * rank = ((pp_rank * dp + dp_rank) * sp + sp_rank) * tp + tp_rank */
+static inline int sim_tp_stride(const loom_sim_strategy *s) { (void)s; return 1; }
+static inline int sim_sp_stride(const loom_sim_strategy *s) { return s->tp; }
+static inline int sim_grad_stride(const loom_sim_strategy *s) { return s->tp; } /* dp x sp */
+static inline int sim_grad_size(const loom_sim_strategy *s) { return s->dp * s->sp; }
+static inline int sim_pp_stride(const loom_sim_strategy *s) { return s->tp * s->sp * s->dp; }
+
+/* layers of each virtual stage (pp*vpp + 1 entries: first[v], first[K] = layers) */
+int sim_stage_split(const loom_sim_strategy *st, int layers, int *first);
+#endif

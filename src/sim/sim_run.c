@@ -1,0 +1,327 @@
+/* The simulator: costs each virtual stage of the strategy, replays the schedule's per-rank
+ * lists with loom_sched_replay_timed (sim_timing.c), repeats the replay with time-shared
+ * devices when ranks outnumber them (CPU cores, sim_share.c), and derives the step's metrics
+ * and every pipeline rank's memory, with the first instruction at which a rank runs out. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "loom/core.h"
+#include "sim/sim_internal_run.h"
+
+static void **grid_alloc(const loom_schedule *s, size_t elem) {
+  void **g = calloc((size_t)s->pp, sizeof *g);
+  LOOM_ASSERT(g);
+  for (int r = 0; r < s->pp; r++) {
+    g[r] = calloc((size_t)(s->count[r] ? s->count[r] : 1), elem);
+    LOOM_ASSERT(g[r]);
+  }
+  return g;
+}
+
+static void grid_free(const loom_schedule *s, void **g) {
+  if (!g) return;
+  for (int r = 0; r < s->pp; r++) free(g[r]);
+  free(g);
+}
+
+static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
+  const loom_sim_strategy *st = c->st;
+  memset(R, 0, sizeof *R);
+  R->c = c;
+  R->s = s;
+  R->K = s->pp * s->vpp;
+  int *first = malloc((size_t)(R->K + 1) * sizeof *first);
+  LOOM_ASSERT(first);
+  if (sim_stage_split(st, c->spec->layers, first)) {
+    free(first);
+    return -1;
+  }
+  loom_sim_cost layer, embed, head;
+  loom_sim_layer_cost(c, &layer);
+  loom_sim_embed_cost(c, &embed);
+  loom_sim_head_cost(c, &head);
+  double gb = c->loom_cpu || st->dtype == LOOM_DT_FP32 ? 4 : 2;
+  double pl = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
+  R->vs = calloc((size_t)R->K, sizeof *R->vs);
+  R->rank_params = calloc((size_t)s->pp, sizeof(double));
+  LOOM_ASSERT(R->vs && R->rank_params);
+  for (int v = 0; v < R->K; v++) {
+    sim_vstage *x = &R->vs[v];
+    x->layers = first[v + 1] - first[v];
+    x->embed = v == 0;
+    x->head = v == R->K - 1;
+    for (int p = 0; p < LOOM_PHASE_COUNT; p++) {
+      x->cost.t[p] = x->layers * layer.t[p] + (x->embed ? embed.t[p] : 0) + (x->head ? head.t[p] : 0);
+      x->cost.comm[p] = x->layers * layer.comm[p] + (x->embed ? embed.comm[p] : 0) +
+                        (x->head ? head.comm[p] : 0);
+    }
+    x->cost.recompute = x->layers * layer.recompute;
+    x->cost.comm_hidden = x->layers * layer.comm_hidden + (x->head ? head.comm_hidden : 0);
+    x->cost.flops = x->layers * layer.flops + (x->embed ? embed.flops : 0) + (x->head ? head.flops : 0);
+    x->cost.flops_recompute = x->layers * layer.flops_recompute;
+    for (int p = 0; p < LOOM_PHASE_COUNT; p++)
+      for (int k = 0; k < LOOM_COLL_COUNT; k++)
+        x->cost.coll_bytes[p][k] = x->layers * layer.coll_bytes[p][k] +
+                                   (x->embed ? embed.coll_bytes[p][k] : 0) +
+                                   (x->head ? head.coll_bytes[p][k] : 0);
+    x->layer_grad_bytes = pl * gb;
+    x->grad_bytes = x->layers * pl * gb;
+  }
+  for (int r = 0; r < s->pp; r++) {
+    bool e = false, h = false;
+    int layers = 0;
+    for (int ch = 0; ch < s->vpp; ch++) {
+      const sim_vstage *x = &R->vs[loom_sched_vstage(s, r, ch)];
+      e |= x->embed, h |= x->head, layers += x->layers;
+    }
+    R->rank_params[r] = loom_sim_rank_params(c->spec, st->tp, layers, e, h);
+  }
+  free(first);
+  R->last_bwd = calloc((size_t)s->pp, sizeof *R->last_bwd);
+  LOOM_ASSERT(R->last_bwd);
+  for (int r = 0; r < s->pp; r++) {
+    R->last_bwd[r] = malloc((size_t)s->vpp * sizeof(int));
+    LOOM_ASSERT(R->last_bwd[r]);
+    for (int ch = 0; ch < s->vpp; ch++) R->last_bwd[r][ch] = -1;
+    for (int i = 0; i < s->count[r]; i++) {
+      loom_instr_kind k = s->instr[r][i].kind;
+      if (k == LOOM_INSTR_BACKWARD || k == LOOM_INSTR_BACKWARD_INPUT ||
+          (k == LOOM_INSTR_BACKWARD_WEIGHT && !c->loom_cpu))
+        R->last_bwd[r][s->instr[r][i].chunk] = i;
+    }
+  }
+  R->slow = (double **)grid_alloc(s, sizeof(double));
+  R->t0 = (double **)grid_alloc(s, sizeof(double));
+  R->t1 = (double **)grid_alloc(s, sizeof(double));
+  R->exposed = (double **)grid_alloc(s, sizeof(double));
+  for (int r = 0; r < s->pp; r++)
+    for (int i = 0; i < s->count[r]; i++) R->slow[r][i] = 1;
+  R->dp_free = calloc((size_t)s->pp, sizeof(double));
+  R->link_free = calloc((size_t)s->pp, sizeof(double));
+  R->hidden = calloc((size_t)s->pp, sizeof(double));
+  R->busy = calloc((size_t)s->pp, sizeof(double));
+  R->pipe_end = calloc((size_t)s->pp, sizeof(double));
+  R->opt_time = calloc((size_t)s->pp, sizeof(double));
+  R->bytes = calloc((size_t)s->pp, sizeof *R->bytes);
+  /* pipeline messages: the executor sends its Nr x C rows; a GPU stack without sequence
+   * parallelism sends 1/tp of them and all-gathers on the receiver (Megatron's scatter-gather) */
+  double rows = c->Nr * c->spec->hidden * c->act_bytes;
+  int pps = sim_pp_stride(st);
+  if (!c->loom_cpu && !(st->seq_par && st->tp > 1) && st->tp > 1) {
+    R->msg_bytes = rows / st->tp;
+    R->t_recv_gather = loom_hw_coll_time(c->hw, LOOM_COLL_ALLGATHER, rows, 1, st->tp);
+  } else {
+    R->msg_bytes = rows;
+  }
+  R->t_p2p = st->pp > 1 ? loom_hw_coll_time(c->hw, LOOM_COLL_SENDRECV, R->msg_bytes, pps, 2) : 0;
+  return 0;
+}
+
+static void teardown(sim_run *R) {
+  const loom_schedule *s = R->s;
+  if (R->last_bwd)
+    for (int r = 0; r < s->pp; r++) free(R->last_bwd[r]);
+  free(R->last_bwd);
+  grid_free(s, (void **)R->slow);
+  grid_free(s, (void **)R->t0);
+  grid_free(s, (void **)R->t1);
+  grid_free(s, (void **)R->exposed);
+  free(R->vs);
+  free(R->rank_params);
+  free(R->dp_free);
+  free(R->link_free);
+  free(R->hidden);
+  free(R->busy);
+  free(R->pipe_end);
+  free(R->opt_time);
+  free(R->bytes);
+  free(R->ev);
+}
+
+static int replay(sim_run *R, double *makespan) {
+  int pp = R->s->pp;
+  for (int r = 0; r < pp; r++) {
+    R->dp_free[r] = R->link_free[r] = R->hidden[r] = R->busy[r] = R->pipe_end[r] = 0;
+    for (int k = 0; k < LOOM_COLL_COUNT; k++) R->bytes[r][k] = 0;
+  }
+  R->flops_rec = 0;
+  R->n_ev = 0;
+  return loom_sched_replay_timed(R->s, sim_timing, R, makespan);
+}
+
+/* memory of each pipeline rank; the first instruction where one is over the limit */
+static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) {
+  const loom_schedule *s = R->s;
+  const loom_sim_ctx *c = R->c;
+  out->mem = calloc((size_t)s->pp, sizeof *out->mem);
+  LOOM_ASSERT(out->mem);
+  out->oom_rank = -1;
+  for (int r = 0; r < s->pp; r++) {
+    bool e = false, h = false;
+    int layers = 0, most = 0;
+    for (int ch = 0; ch < s->vpp; ch++) {
+      const sim_vstage *x = &R->vs[loom_sched_vstage(s, r, ch)];
+      e |= x->embed, h |= x->head, layers += x->layers;
+      if (x->layers > most) most = x->layers;
+    }
+    int peak = loom_sched_peak_inflight(s, r);
+    loom_sim_memory_rank(c, layers, most, e, h, peak, &out->mem[r]);
+    if (out->oom_rank >= 0 || out->mem[r].total <= out->mem_limit) continue;
+    /* walk the list to the instruction that crosses the limit */
+    int now = 0;
+    for (int i = 0; i < s->count[r]; i++) {
+      loom_instr_kind k = s->instr[r][i].kind;
+      if (k == LOOM_INSTR_FORWARD) {
+        loom_sim_memory m;
+        loom_sim_memory_rank(c, layers, most, e, h, ++now, &m);
+        if (m.total > out->mem_limit || now == peak) {
+          char text[96];
+          loom_instr_format(&s->instr[r][i], text, sizeof text);
+          snprintf(why, n,
+                   "rank %d, instruction %d '%s': memory over the limit: %d chunk(s) of "
+                   "activations in flight need %.2f GiB (weights %.2f, gradients %.2f, "
+                   "optimizer %.2f, activations %.2f, other %.2f) but a rank has %.2f GiB; "
+                   "use fewer micro-batches in flight (1f1b instead of gpipe), recomputation, "
+                   "more tensor/pipeline parallelism or ZeRO",
+                   r, i, text, now, m.total / 1073741824.0, m.weights / 1073741824.0,
+                   m.grads / 1073741824.0, m.optimizer / 1073741824.0,
+                   m.activations / 1073741824.0, (m.workspace + m.comm_buffers) / 1073741824.0,
+                   out->mem_limit / 1073741824.0);
+          out->oom_rank = r;
+          break;
+        }
+      }
+      if (k == LOOM_INSTR_BACKWARD || k == LOOM_INSTR_BACKWARD_WEIGHT) now--;
+    }
+    if (out->oom_rank < 0) { /* over the limit before any activation */
+      snprintf(why, n, "rank %d, instruction 0: memory over the limit before the first forward: "
+               "weights, gradients and optimizer state need %.2f GiB but a rank has %.2f GiB",
+               r, (out->mem[r].weights + out->mem[r].grads + out->mem[r].optimizer) / 1073741824.0,
+               out->mem_limit / 1073741824.0);
+      out->oom_rank = r;
+    }
+  }
+}
+
+static void metrics(const sim_run *R, double makespan, loom_sim_result *out) {
+  const loom_sim_ctx *c = R->c;
+  const loom_sim_strategy *st = c->st;
+  const loom_schedule *s = R->s;
+  int pp = s->pp;
+  out->step_time = makespan;
+  out->pp = pp;
+  out->world = loom_sim_world(st);
+  double last = -1;
+  for (int r = 0; r < pp; r++) {
+    double end = s->count[r] ? R->t1[r][s->count[r] - 1] : 0;
+    if (end > last) last = end, out->critical_rank = r;
+  }
+  double pipe = 0, busy = 0;
+  for (int r = 0; r < pp; r++) pipe = fmax(pipe, R->pipe_end[r]);
+  for (int r = 0; r < pp; r++) busy += R->busy[r];
+  out->bubble = busy > 0 ? (pp * pipe - busy) / busy : 0;
+  int r = out->critical_rank;
+  double exposed = 0, inline_comm = 0;
+  for (int i = 0; i < s->count[r]; i++) {
+    exposed += R->exposed[r][i];
+    if (sim_is_compute(s->instr[r][i].kind)) inline_comm += R->exposed[r][i];
+  }
+  out->exposed_comm = exposed;
+  out->comm_total = exposed + R->hidden[r];
+  out->compute_time = R->busy[r] - inline_comm;
+  out->optimizer_time = R->opt_time[r];
+  double tokens = (double)st->dp * st->microbatches * st->micro_batch * st->seq;
+  out->tokens_per_s = makespan > 0 ? tokens / makespan : 0;
+  out->model_flops = loom_sim_flops_per_token(c->spec, st->seq) * tokens;
+  double peak = c->hw->peak_flops[st->dtype] > 0 ? c->hw->peak_flops[st->dtype] : c->hw->peak_flops[0];
+  double devices = out->world;
+  if (c->hw->timeshare && out->timeshare > 1) devices = out->world / out->timeshare;
+  double denom = makespan * devices * peak;
+  double rec = R->flops_rec * st->dp * st->tp * st->sp;
+  out->mfu = denom > 0 ? out->model_flops / denom : 0;
+  out->hfu = denom > 0 ? (out->model_flops + rec) / denom : 0;
+}
+
+int loom_sim_run(const loom_sim_ctx *c, const loom_schedule *s, const loom_sim_opts *o,
+                 loom_sim_result *out) {
+  const loom_sim_strategy *st = c->st;
+  memset(out, 0, sizeof *out);
+  out->oom_rank = -1;
+  if (s->pp != st->pp || s->vpp != st->vpp || s->microbatches != st->microbatches)
+    return loom_err("the schedule is for pp=%d vpp=%d microbatches=%d but the strategy has "
+                    "pp=%d vpp=%d and %d micro-batches per step", s->pp, s->vpp, s->microbatches,
+                    st->pp, st->vpp, st->microbatches);
+  if (loom_sched_validate(s)) return -1;
+  sim_run R;
+  if (setup(&R, c, s)) return -1;
+  int world = loom_sim_world(st);
+  int nodes = o && o->nodes > 0 ? o->nodes : (world + c->hw->devices_per_node - 1) / c->hw->devices_per_node;
+  int per_node = (world + nodes - 1) / nodes;
+  out->timeshare = 1;
+  if (per_node > c->hw->devices_per_node) {
+    if (!c->hw->timeshare) {
+      teardown(&R);
+      return loom_err("%d ranks on a node of %d devices: the profile '%s' does not share devices "
+                      "(node.oversubscribe: error); use more nodes", per_node,
+                      c->hw->devices_per_node, c->hw->name);
+    }
+    out->timeshare = (double)per_node / c->hw->devices_per_node;
+  }
+  double makespan = 0;
+  int rc = replay(&R, &makespan);
+  if (!rc && out->timeshare > 1) { /* processor sharing: a fixed point of the slowdowns */
+    int stage_ranks = st->dp * st->tp * st->sp;
+    for (int it = 0; it < 12 && !rc; it++) {
+      double change = sim_share_update(&R, stage_ranks, nodes, c->hw->devices_per_node);
+      rc = replay(&R, &makespan);
+      if (change < 1e-3) break;
+    }
+  }
+  if (!rc && o && o->trace_path) {
+    R.record = true;
+    rc = replay(&R, &makespan);
+    R.record = false;
+  }
+  if (!rc) {
+    metrics(&R, makespan, out);
+    out->comm_bytes = calloc((size_t)s->pp, sizeof *out->comm_bytes);
+    LOOM_ASSERT(out->comm_bytes);
+    memcpy(out->comm_bytes, R.bytes, (size_t)s->pp * sizeof *R.bytes);
+    out->mem_limit = loom_sim_memory_limit(c->hw, per_node);
+    char why[1024] = "";
+    memory(&R, out, why, sizeof why);
+    if (out->oom_rank >= 0) snprintf(out->oom_msg, sizeof out->oom_msg, "%s", why);
+  }
+  if (!rc && o && o->trace_path) rc = sim_trace_write(&R, o->trace_path, o->per_world_rank);
+  teardown(&R);
+  return rc;
+}
+
+void loom_sim_result_free(loom_sim_result *r) {
+  free(r->mem);
+  free(r->comm_bytes);
+  r->mem = NULL;
+  r->comm_bytes = NULL;
+}
+
+int loom_sim_schedule(const loom_sim_strategy *st, const char *schedule_file, loom_schedule *s) {
+  if (schedule_file && schedule_file[0]) {
+    if (loom_sched_load(s, schedule_file)) return -1;
+    if (s->pp != st->pp || s->vpp != st->vpp || s->microbatches != st->microbatches) {
+      int pp = s->pp, vpp = s->vpp, m = s->microbatches;
+      loom_sched_free(s);
+      return loom_err("%s: the schedule is for pp=%d vpp=%d microbatches=%d, but the strategy has "
+                      "parallel.pp=%d parallel.vpp=%d and %d micro-batches per step",
+                      schedule_file, pp, vpp, m, st->pp, st->vpp, st->microbatches);
+    }
+    if (loom_sched_validate(s)) {
+      loom_err_prefix("%s: ", schedule_file);
+      loom_sched_free(s);
+      return -1;
+    }
+    return 0;
+  }
+  const char *name = st->pp == 1 && st->vpp == 1 ? "none" : st->schedule;
+  return loom_sched_generate(s, name, st->pp, st->vpp, st->microbatches);
+}

@@ -1,0 +1,79 @@
+/* Processor sharing for profiles whose ranks outnumber the devices of a node and share them
+ * in time (CPU cores under `mpirun --oversubscribe`): from the last replay's timeline, the
+ * number of ranks doing work at each moment gives each one the rate devices/busy (at most 1);
+ * an instruction's slowdown becomes the inverse of its average rate over its interval. The
+ * replay is repeated until the slowdowns settle (damped fixed point). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "loom/core.h"
+#include "sim/sim_internal_run.h"
+
+typedef struct {
+  double t, dw;
+} edge;
+
+static int by_time(const void *a, const void *b) {
+  double x = ((const edge *)a)->t, y = ((const edge *)b)->t;
+  return x < y ? -1 : x > y;
+}
+
+/* cumulative integral of the rate at time t (breakpoints bt[0..n), values G at them) */
+static double cum(const double *bt, const double *G, const double *rate, int n, double t) {
+  if (n == 0 || t <= bt[0]) return t;
+  int lo = 0, hi = n - 1;
+  while (lo < hi) { /* last breakpoint <= t */
+    int mid = (lo + hi + 1) / 2;
+    if (bt[mid] <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  return G[lo] + (t - bt[lo]) * rate[lo];
+}
+
+double sim_share_update(sim_run *R, int ranks_per_stage, int nodes, double devices) {
+  const loom_schedule *s = R->s;
+  long n = 0;
+  for (int r = 0; r < s->pp; r++) n += s->count[r];
+  edge *e = malloc((size_t)(2 * n + 1) * sizeof *e);
+  LOOM_ASSERT(e);
+  long k = 0;
+  double w = (double)ranks_per_stage / nodes;
+  for (int r = 0; r < s->pp; r++)
+    for (int i = 0; i < s->count[r]; i++)
+      if (R->t1[r][i] > R->t0[r][i]) {
+        e[k++] = (edge){R->t0[r][i], w};
+        e[k++] = (edge){R->t1[r][i], -w};
+      }
+  qsort(e, (size_t)k, sizeof *e, by_time);
+  double *bt = malloc((size_t)(k + 1) * sizeof *bt), *G = malloc((size_t)(k + 1) * sizeof *G);
+  double *rate = malloc((size_t)(k + 1) * sizeof *rate);
+  LOOM_ASSERT(bt && G && rate);
+  int m = 0;
+  double load = 0, g = 0;
+  for (long j = 0; j < k; j++) {
+    load += e[j].dw;
+    if (j + 1 < k && e[j + 1].t == e[j].t) continue;
+    if (m > 0) g += (e[j].t - bt[m - 1]) * rate[m - 1];
+    bt[m] = e[j].t;
+    G[m] = g;
+    rate[m] = load > devices + 1e-9 ? devices / load : 1;
+    m++;
+  }
+  double change = 0;
+  for (int r = 0; r < s->pp; r++)
+    for (int i = 0; i < s->count[r]; i++) {
+      double a = R->t0[r][i], b = R->t1[r][i];
+      if (!(b > a)) continue;
+      double avg = (cum(bt, G, rate, m, b) - cum(bt, G, rate, m, a)) / (b - a);
+      double want = avg > 0 ? 1 / avg : 1, old = R->slow[r][i];
+      /* the interval was measured at the old slowdown: the work is (b-a)/old */
+      double next = 0.5 * old + 0.5 * want;
+      change = fmax(change, fabs(next - old) / old);
+      R->slow[r][i] = next;
+    }
+  free(e);
+  free(bt);
+  free(G);
+  free(rate);
+  return change;
+}

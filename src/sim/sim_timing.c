@@ -1,0 +1,263 @@
+/* Timing of each instruction of the schedule IR on the cost model (the callback of
+ * loom_sched_replay_timed): forward/backward of a chunk from the cost of its layers and ends;
+ * sends over the pipeline link (asynchronous; the data arrives after the transfer), recvs that
+ * wait for it; data-parallel bucket reductions issued as the last backward of a chunk finishes
+ * its layers (overlapped on a communication stream when the runtime allows it, else run at
+ * reduce-grads); ZeRO reduce-scatter / all-gather; the optimizer step. Each rank keeps the
+ * time its communication stream and its outgoing link are free. */
+#include <math.h>
+
+#include "sim/sim_internal_run.h"
+
+static double coll(const sim_run *R, loom_coll_kind k, double bytes) {
+  const loom_sim_strategy *st = R->c->st;
+  return loom_hw_coll_time(R->c->hw, k, bytes, sim_grad_stride(st), sim_grad_size(st));
+}
+
+/* bytes a rank sends for a collective, as the trainer counts them (comm.json) */
+static void count(sim_run *R, int rank, loom_coll_kind k, double bytes, int p) {
+  R->bytes[rank][k] += loom_hw_ring_bytes(k, bytes, p);
+}
+
+static void count_cost(sim_run *R, int rank, const loom_sim_cost *c, int phase) {
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) R->bytes[rank][k] += c->coll_bytes[phase][k];
+}
+
+/* sequence parallelism: the gradients of the tp-replicated tensors (norms, row-parallel
+ * biases, positions) are partial per rank and all-reduced over tp once per step */
+static double seqpar_bytes(const sim_run *R, int rank, int chunk) {
+  const loom_sim_ctx *c = R->c;
+  if (!(c->st->seq_par && c->st->tp > 1)) return 0;
+  bool gpt2 = c->spec->arch == LOOM_ARCH_GPT2;
+  double C = c->spec->hidden, n = 0;
+  for (int ch = 0; ch < R->s->vpp; ch++) {
+    if (chunk >= 0 && ch != chunk) continue;
+    const sim_vstage *v = &R->vs[loom_sched_vstage(R->s, rank, ch)];
+    n += v->layers * (gpt2 ? 6 : 2) * C;
+    if (chunk < 0 && v->embed && gpt2) n += (double)c->spec->max_seq * C;
+    if (chunk < 0 && v->head) n += (gpt2 ? 2 : 1) * C;
+  }
+  return n * 4;
+}
+
+static double grad_elem_bytes(const loom_sim_ctx *c) {
+  return c->loom_cpu || c->st->dtype == LOOM_DT_FP32 ? 4 : 2;
+}
+
+/* Data-parallel buckets of chunk `chunk` whose last backward runs [t0, t1): issued as the
+ * layers finish (the backward walks the layers from last to first). Returns how much of them
+ * overlaps [t0, t1). Without overlap nothing runs now (reduce-grads runs them). */
+static double issue_buckets(sim_run *R, int rank, int chunk, double t0, double t1) {
+  const loom_sim_ctx *c = R->c;
+  const loom_sim_strategy *st = c->st;
+  if (!c->hw->dp_overlap || sim_grad_size(st) <= 1 || st->zero == 3) return 0;
+  const sim_vstage *v = &R->vs[loom_sched_vstage(R->s, rank, chunk)];
+  if (v->layers == 0) return 0;
+  double overlap = 0;
+  double limit = st->bucket_mb * 1048576.0, gl = v->layer_grad_bytes;
+  int per = gl > 0 ? (int)ceil(limit / gl) : v->layers;
+  if (per < 1) per = 1;
+  loom_coll_kind k = st->zero == 0 ? LOOM_COLL_ALLREDUCE : LOOM_COLL_REDUCE_SCATTER;
+  for (int done = 0; done < v->layers; done += per) {
+    int n = done + per <= v->layers ? per : v->layers - done;
+    double ready = t0 + (t1 - t0) * (double)(done + n) / v->layers;
+    double dur = coll(R, k, n * gl);
+    count(R, rank, k, n * gl, sim_grad_size(st));
+    double s0 = fmax(ready, R->dp_free[rank]);
+    R->dp_free[rank] = s0 + dur;
+    R->hidden[rank] += dur;
+    overlap += fmax(0, fmin(s0 + dur, t1) - s0);
+    sim_event_add(R, rank, 1, -1, st->zero == 0 ? "dp all-reduce (bucket)" : "zero reduce-scatter (bucket)",
+                  s0, s0 + dur, n * gl);
+  }
+  return overlap;
+}
+
+/* reduce-grads on `rank`: what is left of the gradient reduction. loom's executor reduces
+ * everything at every reduce-grads instruction (the chunk field is informative); a GPU stack
+ * reduces the named chunk. */
+static double reduce_grads(sim_run *R, int rank, double start, const loom_instr *in_,
+                           double *exposed) {
+  const loom_sim_ctx *c = R->c;
+  const loom_sim_strategy *st = c->st;
+  loom_instr all = *in_;
+  if (c->loom_cpu) all.chunk = -1;
+  const loom_instr *in = &all;
+  double gb = grad_elem_bytes(c), t = start, comm = 0;
+  int Nd = sim_grad_size(st);
+  double P = R->rank_params[rank], layer_bytes = 0;
+  for (int ch = 0; ch < R->s->vpp; ch++)
+    if (in->chunk < 0 || in->chunk == ch) layer_bytes += R->vs[loom_sched_vstage(R->s, rank, ch)].grad_bytes;
+  double ends_bytes = (in->chunk < 0 ? P * gb : 0) - (in->chunk < 0 ? layer_bytes : 0);
+  if (ends_bytes < 0) ends_bytes = 0;
+  if (Nd > 1) {
+    if (st->zero == 0 || (st->zero <= 2 && !c->loom_cpu)) {
+      loom_coll_kind k = st->zero == 0 ? LOOM_COLL_ALLREDUCE : LOOM_COLL_REDUCE_SCATTER;
+      if (!c->hw->dp_overlap) { /* the buckets run now, one after the other */
+        double d = coll(R, k, layer_bytes);
+        count(R, rank, k, layer_bytes, Nd);
+        sim_event_add(R, rank, 1, -1, "dp reduction (buckets)", t, t + d, layer_bytes);
+        t += d, comm += d;
+      } else if (R->dp_free[rank] > t) {
+        comm += R->dp_free[rank] - t;
+        t = R->dp_free[rank];
+      }
+      double d = coll(R, k, ends_bytes);
+      count(R, rank, k, ends_bytes, Nd);
+      if (d > 0) sim_event_add(R, rank, 1, -1, "dp reduction (embedding, head)", t, t + d, ends_bytes);
+      t += d, comm += d;
+    } else if (st->zero == 3) {
+      double d = coll(R, LOOM_COLL_REDUCE_SCATTER, ends_bytes);
+      count(R, rank, LOOM_COLL_REDUCE_SCATTER, ends_bytes, Nd);
+      if (d > 0) sim_event_add(R, rank, 1, -1, "zero-3 reduce-scatter (ends)", t, t + d, ends_bytes);
+      t += d, comm += d;
+    } else if (!(st->zero == 2 && st->pp == 1)) { /* loom ZeRO-1/2: one reduce-scatter */
+      double d = coll(R, LOOM_COLL_REDUCE_SCATTER, P * gb);
+      count(R, rank, LOOM_COLL_REDUCE_SCATTER, P * gb, Nd);
+      sim_event_add(R, rank, 1, -1, "zero reduce-scatter", t, t + d, P * gb);
+      t += d, comm += d;
+    }
+  }
+  double sq = seqpar_bytes(R, rank, in->chunk);
+  if (sq > 0) {
+    double d = loom_hw_coll_time(c->hw, LOOM_COLL_ALLREDUCE, sq, sim_tp_stride(st), st->tp);
+    count(R, rank, LOOM_COLL_ALLREDUCE, sq, st->tp);
+    t += d, comm += d;
+  }
+  /* tied embedding shared by the first and last stage */
+  if (st->pp > 1 && c->spec->tied_embeddings && (rank == 0 || rank == st->pp - 1) && in->chunk < 0) {
+    double bytes = c->vloc * c->spec->hidden * gb;
+    double d = loom_hw_coll_time(c->hw, LOOM_COLL_ALLREDUCE, bytes, sim_pp_stride(st) * (st->pp - 1), 2);
+    count(R, rank, LOOM_COLL_ALLREDUCE, bytes, 2);
+    sim_event_add(R, rank, 1, -1, "tied embedding all-reduce", t, t + d, bytes);
+    t += d, comm += d;
+  }
+  *exposed = comm;
+  return t - start;
+}
+
+static double optimizer_step(sim_run *R, int rank, double start, double *exposed) {
+  const loom_sim_ctx *c = R->c;
+  const loom_sim_strategy *st = c->st;
+  double P = R->rank_params[rank];
+  int Nd = sim_grad_size(st);
+  double owned = st->zero > 0 ? ceil(P / Nd) : P;
+  double t = loom_sim_optimizer_time(c, P, owned);
+  R->opt_time[rank] = t;
+  /* the gradient norm: one scalar all-reduce over every rank */
+  const loom_hw_tier *last = &c->hw->tier[c->hw->n_tiers - 1];
+  double norm = loom_sim_world(st) > 1 ? 2 * ceil(log2(loom_sim_world(st))) * last->latency : 0;
+  *exposed = norm;
+  if ((st->zero == 1 || st->zero == 2) && Nd > 1) {
+    double pb = c->loom_cpu ? 4 : (st->dtype == LOOM_DT_FP32 ? 4 : 2);
+    double d = coll(R, LOOM_COLL_ALLGATHER, P * pb);
+    count(R, rank, LOOM_COLL_ALLGATHER, P * pb, Nd);
+    if (c->loom_cpu || !c->hw->dp_overlap) {
+      sim_event_add(R, rank, 1, -1, "zero all-gather (params)", start + t + norm, start + t + norm + d, P * pb);
+      *exposed += d;
+      return t + norm + d;
+    }
+    R->hidden[rank] += d; /* overlapped with the next step's forward */
+    sim_event_add(R, rank, 1, -1, "zero all-gather (params, overlapped)", start + t + norm,
+                  start + t + norm + d, P * pb);
+  }
+  return t + norm;
+}
+
+void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched_timing *t) {
+  sim_run *R = ctx;
+  const loom_sim_ctx *c = R->c;
+  const loom_sim_strategy *st = c->st;
+  double slow = R->slow[rank][index], start = t->start, exposed = 0, dur = 0;
+  switch (in->kind) {
+  case LOOM_INSTR_FORWARD: {
+    const loom_sim_cost *k = &R->vs[loom_sched_vstage(R->s, rank, in->chunk)].cost;
+    dur = k->t[LOOM_PHASE_FWD];
+    exposed = k->comm[LOOM_PHASE_FWD];
+    count_cost(R, rank, k, LOOM_PHASE_FWD);
+    break;
+  }
+  case LOOM_INSTR_BACKWARD:
+  case LOOM_INSTR_BACKWARD_INPUT:
+  case LOOM_INSTR_BACKWARD_WEIGHT: {
+    const loom_sim_cost *k = &R->vs[loom_sched_vstage(R->s, rank, in->chunk)].cost;
+    bool whole = in->kind == LOOM_INSTR_BACKWARD || c->loom_cpu; /* the CPU executor runs both halves at backward-input */
+    if (in->kind == LOOM_INSTR_BACKWARD_WEIGHT) {
+      dur = c->loom_cpu ? 0 : k->t[LOOM_PHASE_BWD_W];
+      exposed = c->loom_cpu ? 0 : k->comm[LOOM_PHASE_BWD_W];
+      if (!c->loom_cpu) count_cost(R, rank, k, LOOM_PHASE_BWD_W);
+    } else {
+      dur = k->t[LOOM_PHASE_BWD_IN] + (whole ? k->t[LOOM_PHASE_BWD_W] : 0);
+      exposed = k->comm[LOOM_PHASE_BWD_IN] + (whole ? k->comm[LOOM_PHASE_BWD_W] : 0);
+      count_cost(R, rank, k, LOOM_PHASE_BWD_IN);
+      if (whole) count_cost(R, rank, k, LOOM_PHASE_BWD_W);
+      R->flops_rec += k->flops_recompute;
+    }
+    R->hidden[rank] += k->comm_hidden * (in->kind == LOOM_INSTR_BACKWARD_WEIGHT ? 0 : 1);
+    /* loom ZeRO-2 without a pipeline: every micro-batch's gradients are reduce-scattered */
+    if (c->loom_cpu && st->zero == 2 && st->pp == 1 && in->chunk == 0 && sim_grad_size(st) > 1) {
+      double d = coll(R, LOOM_COLL_REDUCE_SCATTER, R->rank_params[rank] * 4);
+      count(R, rank, LOOM_COLL_REDUCE_SCATTER, R->rank_params[rank] * 4, sim_grad_size(st));
+      d += loom_hw_vop_time(c->hw, st->dtype, LOOM_VOP_COPY, R->rank_params[rank], 4, 0);
+      dur += d, exposed += d;
+    }
+    break;
+  }
+  case LOOM_INSTR_SEND_ACT:
+  case LOOM_INSTR_SEND_GRAD: {
+    count(R, rank, LOOM_COLL_SENDRECV, R->msg_bytes, 2);
+    if (c->loom_cpu) { /* shared memory: the receiver copies the data when it gets there */
+      t->ready = start;
+    } else if (!c->hw->p2p_overlap) { /* blocking send: the rank waits for the transfer */
+      dur = R->t_p2p;
+      exposed = R->t_p2p;
+      t->ready = start + R->t_p2p * slow;
+      sim_event_add(R, rank, 1, index, NULL, start, start + R->t_p2p * slow, R->msg_bytes);
+    } else {
+      double s0 = fmax(start, R->link_free[rank]);
+      R->link_free[rank] = s0 + R->t_p2p;
+      t->ready = s0 + R->t_p2p;
+      R->hidden[rank] += R->t_p2p;
+      sim_event_add(R, rank, 1, index, NULL, s0, s0 + R->t_p2p, R->msg_bytes);
+    }
+    break;
+  }
+  case LOOM_INSTR_RECV_ACT:
+  case LOOM_INSTR_RECV_GRAD: {
+    double arrive = fmax(start, t->arrival);
+    double copy = (c->loom_cpu ? R->t_p2p : 0) + R->t_recv_gather;
+    R->t0[rank][index] = arrive;
+    R->t1[rank][index] = arrive + copy * slow;
+    R->exposed[rank][index] = copy * slow + (c->loom_cpu ? 0 : fmin(arrive - start, R->t_p2p));
+    if (copy > 0) sim_event_add(R, rank, 1, index, NULL, arrive, arrive + copy * slow, R->msg_bytes);
+    t->end = arrive + copy * slow;
+    sim_event_add(R, rank, 0, index, NULL, start, t->end, -1);
+    return;
+  }
+  case LOOM_INSTR_REDUCE_GRADS:
+    dur = reduce_grads(R, rank, start, in, &exposed);
+    break;
+  case LOOM_INSTR_OPTIMIZER_STEP:
+    dur = optimizer_step(R, rank, start, &exposed);
+    break;
+  default: /* load, gather-params (ZeRO-3 gathers are costed inside the layers) */
+    break;
+  }
+  dur *= slow;
+  R->t0[rank][index] = start;
+  R->t1[rank][index] = start + dur;
+  R->exposed[rank][index] = exposed * slow;
+  t->end = start + dur;
+  if (sim_is_compute(in->kind)) {
+    if (in->kind != LOOM_INSTR_FORWARD && index == R->last_bwd[rank][in->chunk]) {
+      /* the buckets' collectives slow the backward they overlap */
+      double over = issue_buckets(R, rank, in->chunk, start, start + dur);
+      dur += c->hw->overlap_slowdown * over;
+      R->t1[rank][index] = start + dur;
+      t->end = start + dur;
+    }
+    R->busy[rank] += dur;
+    if (dur > 0) R->pipe_end[rank] = fmax(R->pipe_end[rank], start + dur);
+  }
+  sim_event_add(R, rank, 0, index, NULL, start, start + dur, -1);
+}

@@ -1,0 +1,140 @@
+/* Parallel strategies: from a train config and back, the layout checks (the trainer's
+ * loom_mesh_check_model plus the simulator's), the split of the layers into virtual stages
+ * (the executor's loom_exec_stage_split), and a one-line description. */
+#include <stdio.h>
+#include <string.h>
+
+#include "loom/core.h"
+#include "loom/exec.h"
+#include "loom/mesh.h"
+#include "sim/sim_internal.h"
+
+static const char *const recompute_names[] = {"none", "selective", "full"};
+
+const char *loom_recompute_name(loom_recompute r) {
+  return r <= LOOM_RECOMPUTE_FULL ? recompute_names[r] : "?";
+}
+
+int loom_recompute_parse(const char *s, loom_recompute *out) {
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(s, recompute_names[i])) return *out = (loom_recompute)i, 0;
+  return loom_err("unknown recompute '%s' (expected none, selective or full)", s);
+}
+
+int loom_sim_world(const loom_sim_strategy *st) { return st->dp * st->tp * st->pp * st->sp; }
+
+static void to_parallel(const loom_sim_strategy *st, loom_config_parallel *p) {
+  memset(p, 0, sizeof *p);
+  p->dp = st->dp, p->tp = st->tp, p->pp = st->pp, p->sp = st->sp;
+  snprintf(p->sp_mode, sizeof p->sp_mode, "%s", st->seq_par ? "megatron" : "ulysses");
+  p->zero = st->zero;
+  p->vpp = st->vpp;
+  snprintf(p->schedule, sizeof p->schedule, "%s",
+           st->vpp > 1 ? "interleaved" : (!strcmp(st->schedule, "gpipe") ? "gpipe" : "1f1b"));
+  snprintf(p->stage_layers, sizeof p->stage_layers, "%s", st->stage_layers);
+  p->bucket_mb = st->bucket_mb;
+}
+
+int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg, int world) {
+  const loom_config_parallel *p = &cfg->parallel;
+  const loom_config_training *t = &cfg->training;
+  memset(st, 0, sizeof *st);
+  st->dp = (int)p->dp, st->tp = (int)p->tp, st->pp = (int)p->pp, st->sp = (int)p->sp;
+  st->seq_par = !strcmp(p->sp_mode, "megatron") && p->tp > 1;
+  st->zero = (int)p->zero;
+  st->vpp = (int)p->vpp;
+  snprintf(st->schedule, sizeof st->schedule, "%s",
+           p->pp == 1 && p->vpp == 1 ? "none" : p->schedule);
+  if (strlen(p->stage_layers) >= sizeof st->stage_layers)
+    return loom_err("parallel.stage_layers is too long for the simulator (%zu characters)",
+                    strlen(p->stage_layers));
+  snprintf(st->stage_layers, sizeof st->stage_layers, "%s", p->stage_layers);
+  st->micro_batch = (int)t->micro_batch_size;
+  st->seq = (int)t->seq_len;
+  st->recompute = t->activation_checkpointing ? LOOM_RECOMPUTE_FULL : LOOM_RECOMPUTE_NONE;
+  if (loom_hw_dtype_parse(t->dtype, &st->dtype)) return loom_err_prefix("training.dtype: ");
+  st->bucket_mb = p->bucket_mb > 0 ? p->bucket_mb : 25;
+  snprintf(st->vision_mode, sizeof st->vision_mode, "replicate");
+  st->freeze_vision = t->freeze_vision;
+  if (!strcmp(cfg->data.format, "vqa") || cfg->model.preset[0]) { /* the images' patches */
+    loom_model_spec spec;
+    if (loom_model_spec_from_config(&spec, &cfg->model) == 0 && spec.vision.arch != LOOM_VISION_NONE) {
+      int unit = spec.vision.merge * spec.vision.merge, px = spec.vision.patch * spec.vision.patch;
+      st->vision_patches = spec.vision.arch == LOOM_VISION_LLAVA
+                               ? (spec.vision.image_size / spec.vision.patch) * (spec.vision.image_size / spec.vision.patch)
+                               : (int)(cfg->data.image_max_pixels / px) / unit * unit;
+    }
+    loom_err_clear();
+  }
+  if (world > 0 && world != loom_sim_world(st)) {
+    int rest = st->tp * st->pp * st->sp;
+    if (st->dp == 1 && world % rest == 0) {
+      st->dp = world / rest;
+    } else {
+      return loom_err("the config's mesh is dp*tp*pp*sp = %ld*%ld*%ld*%ld = %d ranks but the "
+                      "cluster has %d; set parallel.dp=1 to let dp fill the cluster, or change "
+                      "--nodes/--gpus", p->dp, p->tp, p->pp, p->sp, loom_sim_world(st), world);
+    }
+  }
+  st->microbatches = (int)t->grad_accum;
+  if (t->global_batch_size > 0) {
+    long per = (long)st->micro_batch * st->dp;
+    if (t->global_batch_size % per)
+      return loom_err("training.global_batch_size (%ld) must be a multiple of "
+                      "micro_batch_size*dp = %ld*%d", t->global_batch_size, t->micro_batch_size,
+                      st->dp);
+    st->microbatches = (int)(t->global_batch_size / per);
+  }
+  return 0;
+}
+
+int loom_sim_strategy_check(const loom_sim_strategy *st, const loom_model_spec *spec) {
+  if (st->dp < 1 || st->tp < 1 || st->pp < 1 || st->sp < 1 || st->vpp < 1)
+    return loom_err("every mesh axis and vpp must be >= 1 (dp=%d tp=%d pp=%d sp=%d vpp=%d)",
+                    st->dp, st->tp, st->pp, st->sp, st->vpp);
+  if (st->micro_batch < 1 || st->seq < 1 || st->microbatches < 1)
+    return loom_err("micro-batch size, sequence length and micro-batches must be >= 1");
+  if (st->zero < 0 || st->zero > 3) return loom_err("ZeRO stage %d is not 0..3", st->zero);
+  loom_config_parallel p;
+  to_parallel(st, &p);
+  if (strcmp(st->schedule, "none") && strcmp(st->schedule, "gpipe") &&
+      strcmp(st->schedule, "1f1b") && strcmp(st->schedule, "interleaved"))
+    snprintf(p.schedule_file, sizeof p.schedule_file, "%s", st->schedule); /* a file's */
+  if (loom_mesh_check_model(&p, spec, st->micro_batch, st->seq, loom_sim_world(st))) return -1;
+  if (st->seq > spec->max_seq)
+    return loom_err("training.seq_len (%d) exceeds model.max_seq (%d)", st->seq, spec->max_seq);
+  return 0;
+}
+
+int loom_sim_strategy_to_config(const loom_sim_strategy *st, loom_config *cfg) {
+  if (st->recompute == LOOM_RECOMPUTE_SELECTIVE)
+    return loom_err("selective recomputation cannot be written as a train config: loom train "
+                    "has full activation checkpointing only (training.activation_checkpointing)");
+  if (st->dtype == LOOM_DT_FP16)
+    return loom_err("fp16 cannot be written as a train config: loom train runs fp32 or bf16");
+  to_parallel(st, &cfg->parallel);
+  cfg->parallel.timeout_s = cfg->parallel.timeout_s > 0 ? cfg->parallel.timeout_s : 300;
+  cfg->training.micro_batch_size = st->micro_batch;
+  cfg->training.seq_len = st->seq;
+  cfg->training.grad_accum = st->microbatches;
+  cfg->training.global_batch_size = 0;
+  cfg->training.activation_checkpointing = st->recompute == LOOM_RECOMPUTE_FULL;
+  snprintf(cfg->training.dtype, sizeof cfg->training.dtype, "%s", loom_hw_dtype_name(st->dtype));
+  return 0;
+}
+
+const char *loom_sim_strategy_str(const loom_sim_strategy *st) {
+  static char s[256];
+  int n = snprintf(s, sizeof s, "dp=%d tp=%d%s pp=%d vpp=%d sp=%d zero=%d mbs=%d m=%d %s recompute=%s",
+                   st->dp, st->tp, st->seq_par ? "+sp" : "", st->pp, st->vpp, st->sp, st->zero,
+                   st->micro_batch, st->microbatches, st->schedule, loom_recompute_name(st->recompute));
+  if (st->vision_patches > 0 && n > 0 && (size_t)n < sizeof s)
+    snprintf(s + n, sizeof s - (size_t)n, " vision=%s", st->vision_mode);
+  return s;
+}
+
+int sim_stage_split(const loom_sim_strategy *st, int layers, int *first) {
+  loom_config_parallel p;
+  to_parallel(st, &p);
+  return loom_exec_stage_split(&p, layers, first);
+}

@@ -1,0 +1,161 @@
+/* Token-shard and vision-language data behind one interface for the run driver. VQA batches
+ * are copied out of the loader (whose buffers live only until its next call) so that a step
+ * can hold grad_accum of them. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "loom/core.h"
+#include "loom/data_source.h"
+#include "loom/vqa.h"
+
+typedef struct {
+  loom_vqa_batch b;   /* points into the arrays below */
+  int cap_images;
+  int64_t cap_patches;
+} vqa_copy;
+
+struct loom_data_source {
+  const loom_config *cfg;
+  int A, B, T;
+  loom_loader *text;
+  loom_vqa_loader *vqa;
+  loom_tokenizer *tok;
+  vqa_copy *copies;   /* (A) */
+  const void **ptrs;  /* (A) */
+  char describe[LOOM_STR_MAX + 64];
+};
+
+static int open_tokens(loom_data_source *s, const loom_model_spec *spec, int r, int w) {
+  const loom_config *cfg = s->cfg;
+  if (loom_loader_open(&s->text, cfg->data.train_shards, s->B, s->T, r, w, (uint64_t)cfg->run.seed))
+    return loom_err_prefix("data.train_shards: ");
+  int32_t max_tok = loom_loader_max_token(s->text);
+  if (max_tok >= spec->vocab_size)
+    return loom_err("data.train_shards '%s' holds token id %d but the model's vocabulary has "
+                    "%d tokens; set model.vocab_size >= %d (or use the matching tokenizer)",
+                    cfg->data.train_shards, max_tok, spec->vocab_size, max_tok + 1);
+  snprintf(s->describe, sizeof s->describe, "%s, %" PRIu64 " tokens", cfg->data.train_shards,
+           loom_loader_total_tokens(s->text));
+  return 0;
+}
+
+static int open_vqa(loom_data_source *s, const loom_model_spec *spec, int r, int w) {
+  const loom_config *cfg = s->cfg;
+  if (spec->vision.arch == LOOM_VISION_NONE)
+    return loom_err("data.format is vqa but model.preset '%s' has no vision encoder; pick a "
+                    "vision-language preset (tiny-qwen2.5-vl, tiny-llava, qwen2.5-vl-7b, ...)",
+                    cfg->model.preset);
+  if (loom_tokenizer_load(&s->tok, cfg->data.tokenizer)) return loom_err_prefix("data.tokenizer: ");
+  if (loom_tokenizer_vocab_size(s->tok) > spec->vocab_size)
+    return loom_err("data.tokenizer '%s' has %d tokens but model.vocab_size is %d; raise it",
+                    cfg->data.tokenizer, loom_tokenizer_vocab_size(s->tok), spec->vocab_size);
+  loom_vqa_options o = {cfg->data.vqa_path, cfg->data.split, s->tok, s->T, s->B,
+                        cfg->data.image_min_pixels, cfg->data.image_max_pixels, r, w,
+                        (uint64_t)cfg->run.seed, cfg->data.skip_bad_samples};
+  if (loom_vqa_loader_open(&s->vqa, &o)) return loom_err_prefix("data.vqa_path: ");
+  s->copies = calloc((size_t)s->A, sizeof *s->copies);
+  s->ptrs = calloc((size_t)s->A, sizeof *s->ptrs);
+  snprintf(s->describe, sizeof s->describe, "%s (%s), %" PRIu64 " samples", cfg->data.vqa_path,
+           cfg->data.split, loom_vqa_loader_num_samples(s->vqa));
+  return 0;
+}
+
+int loom_data_open(loom_data_source **out, const loom_config *cfg, const loom_model_spec *spec,
+                   int dp_rank, int dp) {
+  loom_data_source *s = calloc(1, sizeof *s);
+  s->cfg = cfg;
+  s->A = (int)cfg->training.grad_accum;
+  s->B = (int)cfg->training.micro_batch_size;
+  s->T = (int)cfg->training.seq_len;
+  int rc = !strcmp(cfg->data.format, "vqa") ? open_vqa(s, spec, dp_rank, dp)
+                                             : open_tokens(s, spec, dp_rank, dp);
+  if (rc) {
+    loom_data_close(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+#define GROW(ptr, n) ((ptr) = realloc((ptr), (size_t)(n) * sizeof *(ptr)))
+
+static void copy_batch(vqa_copy *c, const loom_vqa_batch *b) {
+  loom_vqa_batch *d = &c->b;
+  size_t BT = (size_t)b->B * b->T;
+  if (!d->input_ids) { /* fixed-size parts */
+    GROW(d->input_ids, BT), GROW(d->targets, BT), GROW(d->position_ids, 3 * BT);
+  }
+  if (b->n_images > c->cap_images) {
+    c->cap_images = b->n_images;
+    GROW(d->grid_thw, 3 * b->n_images), GROW(d->image_row, b->n_images);
+    GROW(d->image_token_offset, b->n_images), GROW(d->image_tokens, b->n_images);
+  }
+  if (b->total_patches > c->cap_patches) {
+    c->cap_patches = b->total_patches;
+    GROW(d->pixel_values, (size_t)b->total_patches * 1176);
+  }
+  d->B = b->B, d->T = b->T, d->n_images = b->n_images, d->total_patches = b->total_patches;
+  d->n_targets = b->n_targets;
+  memcpy(d->input_ids, b->input_ids, BT * sizeof(int32_t));
+  memcpy(d->targets, b->targets, BT * sizeof(int32_t));
+  memcpy(d->position_ids, b->position_ids, 3 * BT * sizeof(int32_t));
+  memcpy(d->grid_thw, b->grid_thw, (size_t)3 * b->n_images * sizeof(int32_t));
+  memcpy(d->image_row, b->image_row, (size_t)b->n_images * sizeof(int32_t));
+  memcpy(d->image_token_offset, b->image_token_offset, (size_t)b->n_images * sizeof(int32_t));
+  memcpy(d->image_tokens, b->image_tokens, (size_t)b->n_images * sizeof(int32_t));
+  memcpy(d->pixel_values, b->pixel_values, (size_t)b->total_patches * 1176 * sizeof(float));
+}
+
+int loom_data_next(loom_data_source *s, int32_t *tokens, int32_t *targets, const void **vqa) {
+  size_t BT = (size_t)s->B * s->T;
+  for (int a = 0; a < s->A; a++) {
+    if (s->text) {
+      if (loom_loader_next(s->text, tokens + a * BT, targets + a * BT)) return LOOM_ERR;
+      continue;
+    }
+    loom_vqa_batch b;
+    if (loom_vqa_loader_next(s->vqa, &b)) return LOOM_ERR;
+    copy_batch(&s->copies[a], &b);
+    memcpy(tokens + a * BT, b.input_ids, BT * sizeof(int32_t));
+    memcpy(targets + a * BT, b.targets, BT * sizeof(int32_t));
+    s->ptrs[a] = &s->copies[a].b;
+  }
+  if (vqa && s->vqa) memcpy(vqa, s->ptrs, (size_t)s->A * sizeof *vqa);
+  return 0;
+}
+
+void loom_data_get_state(const loom_data_source *s, loom_loader_state *st) {
+  if (s->text) {
+    loom_loader_get_state(s->text, st);
+    return;
+  }
+  loom_vqa_state v;
+  loom_vqa_loader_get_state(s->vqa, &v);
+  st->epoch = v.epoch;
+  st->index = v.index;
+}
+
+int loom_data_set_state(loom_data_source *s, const loom_loader_state *st) {
+  if (s->text) return loom_loader_set_state(s->text, st);
+  loom_vqa_state v = {st->epoch, st->index, 0};
+  return loom_vqa_loader_set_state(s->vqa, &v);
+}
+
+const char *loom_data_describe(const loom_data_source *s) { return s->describe; }
+int loom_data_is_vqa(const loom_data_source *s) { return s->vqa != NULL; }
+
+void loom_data_close(loom_data_source *s) {
+  if (!s) return;
+  if (s->text) loom_loader_close(s->text);
+  if (s->vqa) loom_vqa_loader_close(s->vqa);
+  if (s->tok) loom_tokenizer_free(s->tok);
+  for (int a = 0; s->copies && a < s->A; a++) {
+    loom_vqa_batch *d = &s->copies[a].b;
+    free(d->input_ids), free(d->targets), free(d->position_ids), free(d->grid_thw);
+    free(d->image_row), free(d->image_token_offset), free(d->image_tokens), free(d->pixel_values);
+  }
+  free(s->copies);
+  free(s->ptrs);
+  free(s);
+}

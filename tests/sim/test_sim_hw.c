@@ -1,0 +1,93 @@
+/* Hardware profiles: the shipped ones load and carry their datasheet numbers; a profile
+ * survives YAML output and parsing; bad files fail with the file, line and key; GEMM
+ * efficiency interpolation (curve and measured grid); network tiers by group placement. */
+#include <math.h>
+
+#include "sim_test_util.h"
+
+static void test_shipped(void) {
+  loom_hw_profile hw;
+  CHECK(load_hw(&hw, "a100-80gb") == 0, "%s", loom_errmsg());
+  CHECK(hw.peak_flops[LOOM_DT_FP16] == 312e12 && hw.mem_bw == 2039e9 && hw.devices_per_node == 8,
+        "A100 datasheet numbers");
+  CHECK(hw.n_tiers == 2 && hw.tier[0].bandwidth == 300e9 && hw.tier[1].bandwidth == 25e9,
+        "NVLink 300 GB/s, HDR 25 GB/s per GPU");
+  CHECK(load_hw(&hw, "h100-sxm") == 0, "%s", loom_errmsg());
+  CHECK(hw.peak_flops[LOOM_DT_BF16] == 989e12 && hw.mem_bw == 3350e9 && hw.tier[0].bandwidth == 450e9,
+        "H100 SXM datasheet numbers");
+  CHECK(load_hw(&hw, "h200") == 0, "%s", loom_errmsg());
+  CHECK(hw.peak_flops[LOOM_DT_BF16] == 989e12 && hw.mem_bw == 4800e9 &&
+            fabs(hw.mem_bytes - 131.3 * 1073741824.0) < 1e6,
+        "H200 datasheet numbers");
+  /* the loader by name finds configs/hardware under the source tree */
+  CHECK(loom_hw_load(&hw, "h100-sxm") == 0 && !strcmp(hw.name, "h100-sxm"), "%s", loom_errmsg());
+  CHECK(loom_hw_load(&hw, "no-such-gpu") != 0 && HAS(loom_errmsg(), "unknown hardware profile 'no-such-gpu'", "a100-80gb"),
+        "unknown name");
+}
+
+static void test_roundtrip(void) {
+  loom_hw_profile a, b;
+  CHECK(load_hw(&a, "a100-80gb") == 0, "%s", loom_errmsg());
+  a.grid_n[0] = 2, a.grid_n[1] = 1, a.grid_n[2] = 2; /* a measured grid as bench writes */
+  a.grid_axis[0][0] = 64, a.grid_axis[0][1] = 1024, a.grid_axis[1][0] = 256;
+  a.grid_axis[2][0] = 32, a.grid_axis[2][1] = 512;
+  for (int r = 0; r < LOOM_GEMM_ROLES; r++)
+    for (int i = 0; i < 4; i++) a.grid_eff[r][i] = 0.2 + 0.2 * i;
+  a.vop_rate[LOOM_VOP_GELU_FWD] = 123e6;
+  char *text = loom_hw_to_yaml(&a, "a note\nsecond line");
+  CHECK(loom_hw_parse(&b, text, "roundtrip.yaml") == 0, "%s\n%s", loom_errmsg(), text);
+  CHECK(b.peak_flops[LOOM_DT_FP16] == a.peak_flops[LOOM_DT_FP16] && b.n_tiers == a.n_tiers &&
+            fabs(b.tier[0].efficiency[0] - a.tier[0].efficiency[0]) < 1e-4 &&
+            b.grid_n[2] == 2 && fabs(b.grid_eff[2][3] - 0.8) < 1e-4 &&
+            fabs(b.vop_rate[LOOM_VOP_GELU_FWD] - 123e6) < 1 && b.tp_overlap == a.tp_overlap &&
+            fabs(b.overlap_slowdown - a.overlap_slowdown) < 1e-9,
+        "round trip");
+  free(text);
+}
+
+static void bad(const char *text, const char *what1, const char *what2) {
+  loom_hw_profile hw;
+  CHECK(loom_hw_parse(&hw, text, "bad.yaml") != 0, "accepted: %s", text);
+  CHECK(HAS(loom_errmsg(), "bad.yaml", what1, what2), "message for: %s", text);
+}
+
+static void test_errors(void) {
+  bad("name: x\ndevice:\n  peak_tflop: {fp16: 1}\n", "bad.yaml:3", "unknown key 'peak_tflop'");
+  bad("name: x\ndevice:\n  memory_bandwidth_gbs: fast\n", ":3", "expected a number");
+  bad("name: x\ndevice:\n  gemm_efficiency: [[64, 0.5], [32, 0.6]]\n", "gemm_efficiency", "increase");
+  bad("name: x\nnetwork:\n  - name: a\n    domain: 8\n", "bandwidth_gbs", "tier 'a'");
+  bad("name: x\nnetwork:\n  - {name: a, domain: 8, bandwidth_gbs: 1}\n", "last one", "domain must be 0");
+  bad("name: x\ndevice:\n  attention: paged\n", ":3", "flash, unfused or loom");
+  bad("name: x\nruntime:\n  engine: tpu\n", "runtime.engine", "gpu or loom-cpu");
+  bad("name: [x\n", "bad.yaml", "YAML");
+  bad("- a\n- b\n", "bad.yaml:1", "mapping");
+}
+
+static void test_interpolation(void) {
+  loom_hw_profile hw;
+  loom_hw_defaults(&hw);
+  hw.n_gemm_eff = 2;
+  hw.gemm_eff_dim[0] = 64, hw.gemm_eff[0] = 0.2;
+  hw.gemm_eff_dim[1] = 1024, hw.gemm_eff[1] = 0.8;
+  CHECK_CLOSE(loom_hw_gemm_eff(&hw, LOOM_GEMM_FWD, 4096, 256, 4096), 0.2 + 0.6 * 2 / 4, 1e-12,
+              "log2 interpolation by the smallest dimension");
+  CHECK_CLOSE(loom_hw_gemm_eff(&hw, LOOM_GEMM_FWD, 8, 8, 8), 0.2, 1e-12, "clamped below");
+  hw.grid_n[0] = hw.grid_n[1] = hw.grid_n[2] = 2;
+  for (int a = 0; a < 3; a++) hw.grid_axis[a][0] = 32, hw.grid_axis[a][1] = 512;
+  for (int i = 0; i < 8; i++) hw.grid_eff[LOOM_GEMM_WGRAD][i] = (i & 4 ? 0.4 : 0) + (i & 2 ? 0.2 : 0) + (i & 1 ? 0.1 : 0);
+  CHECK_CLOSE(loom_hw_gemm_eff(&hw, LOOM_GEMM_WGRAD, 512, 32, 128), 0.4 + 0.1 * 0.5, 1e-12,
+              "grid: trilinear in log2");
+  /* tiers: tp (stride 1) of 8 stays in the node; dp across nodes uses the second tier */
+  CHECK(load_hw(&hw, "a100-80gb") == 0, "%s", loom_errmsg());
+  CHECK(loom_hw_group_tier(&hw, 1, 8) == 0 && loom_hw_group_tier(&hw, 8, 2) == 1 &&
+            loom_hw_group_tier(&hw, 2, 4) == 0 && loom_hw_group_tier(&hw, 1, 16) == 1,
+        "group placement on tiers");
+}
+
+int main(void) {
+  test_shipped();
+  test_roundtrip();
+  test_errors();
+  test_interpolation();
+  return harness_finish("test_sim_hw");
+}
