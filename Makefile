@@ -8,10 +8,11 @@ DEMO_DATA := data/demo
 
 # Debian packages needed to build and test (python3-torch: the PyTorch reference checks;
 # nodejs/npm: the JavaScript tokenizer cross-checks; Open MPI: ranks; libjpeg-turbo: images;
-# python3-pil: the image-preprocessing reference check; libdnnl-dev: oneDNN GEMMs).
+# python3-pil: the image-preprocessing reference check; libdnnl-dev: oneDNN GEMMs;
+# librsvg2-dev: PNG plots).
 DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjansson-dev \
   libopenblas-dev libsqlite3-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy \
-  libjpeg62-turbo-dev python3-pil libdnnl-dev
+  libjpeg62-turbo-dev python3-pil libdnnl-dev librsvg2-dev
 
 .PHONY: all build deps demo demo-data test test-asan clean
 

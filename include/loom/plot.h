@@ -20,6 +20,9 @@ typedef struct {
 /* Write the SVG to path atomically. */
 int loom_plot_svg(const char *path, const loom_plot_curve *curves, int n,
                   const loom_plot_opts *o);
+/* The same picture as a PNG (the SVG rendered by librsvg + cairo), written atomically. */
+int loom_plot_png(const char *path, const loom_plot_curve *curves, int n,
+                  const loom_plot_opts *o);
 /* Tick positions: "nice" steps (1, 2, 5 x 10^k) covering [lo, hi], at most max_ticks + 2.
  * Returns the count written to ticks (capacity 32) and the step through *step. */
 int loom_plot_ticks(double lo, double hi, int max_ticks, double *ticks, double *step);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/commands.h"
 #include "loom/core.h"
@@ -19,7 +20,7 @@ static void usage(FILE *out) {
           "       loom runs compare ID ID...      config differences and a metrics table\n"
           "       loom runs set-metric ID KEY=VALUE...  add custom metrics to a run\n"
           "       loom runs export --csv FILE [list options]   the table for pandas\n"
-          "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--output F.svg]\n"
+          "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--output F.svg|F.png]\n"
           "                        [--log-y] [--title TEXT]   curves of several runs (SVG)\n\n"
           "ID: a run id, a unique prefix of one, or a unique run name.\n\n"
           "registry (default runs/registry.db, or $LOOM_REGISTRY):\n"
@@ -250,7 +251,9 @@ static int do_plot(runs_args *a, loom_registry *r, loom_runs_table *t) {
     char *out = a->output ? loom_strdup(a->output) : loom_sprintf("%s.svg", a->metric);
     char *title = a->title ? loom_strdup(a->title) : loom_sprintf("%s per %s", a->metric, a->x);
     loom_plot_opts o = {.title = title, .x_label = a->x, .y_label = a->metric, .log_y = a->log_y};
-    rc = loom_plot_svg(out, curves, a->nids, &o);
+    size_t len = strlen(out);
+    bool png = len > 4 && !strcasecmp(out + len - 4, ".png");
+    rc = png ? loom_plot_png(out, curves, a->nids, &o) : loom_plot_svg(out, curves, a->nids, &o);
     if (!rc) printf("wrote %s (%d curve%s)\n", out, a->nids, a->nids == 1 ? "" : "s");
     free(out);
     free(title);

@@ -147,6 +147,16 @@ check "plot written" test -f "$WORK/loss.svg"
 check "plot: two curves" test "$(grep -c '<polyline' "$WORK/loss.svg")" = 2
 check "plot: legend names the runs" grep -q ">tiny-gpt2_dp1_fp32<" "$WORK/loss.svg"
 check "plot: axis label" grep -q 'class="label">step<' "$WORK/loss.svg"
+# the same picture as a PNG: the right size, and the curves' colours drawn on the white page
+"$LOOM" runs "${R[@]}" plot "$first" "$second" --metric loss --output "$WORK/loss.png" > /dev/null
+/usr/bin/python3 - "$WORK/loss.png" <<'PY' && pass || fail "PNG plot"
+import sys
+from PIL import Image
+im = Image.open(sys.argv[1]).convert("RGB")
+assert im.size == (900, 540), im.size
+colours = {p for p in im.getdata() if not (p[0] == p[1] == p[2])}
+assert len(colours) > 20, len(colours)   # anti-aliased coloured curves, not a blank page
+PY
 check "plot of an unknown metric fails" test "$("$LOOM" runs "${R[@]}" plot "$first" --metric nope 2>&1 | grep -c 'no numeric')" = 1
 
 # ---- gradients saved with the checkpoint --------------------------------------------------------
