@@ -33,36 +33,6 @@ static void usage(FILE *out) {
   for (int i = 0; i < n; i++) fprintf(out, "  %-10s %s\n", s[i].name, s[i].what);
 }
 
-static int exec_mpirun(int argc, char **argv, const char *nproc) {
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return fprintf(stderr, "loom bench: --nproc: cannot find the loom executable\n"), 1;
-  self[n] = 0;
-  char **args = calloc((size_t)argc + 8, sizeof(char *));
-  int k = 0;
-  args[k++] = "mpirun";
-  if (atol(nproc) > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
-  args[k++] = "-np";
-  args[k++] = (char *)nproc;
-  args[k++] = self;
-  args[k++] = "bench";
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--nproc")) {
-      i++;
-      continue;
-    }
-    args[k++] = argv[i];
-  }
-  if (geteuid() == 0) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  }
-  setenv("OMP_NUM_THREADS", "1", 0);
-  setenv("OPENBLAS_NUM_THREADS", "1", 0);
-  execvp("mpirun", args);
-  fprintf(stderr, "loom bench: --nproc: cannot run mpirun (%s)\n", strerror(errno));
-  return 1;
-}
 
 static void cpu_model(char *out, size_t n) {
   snprintf(out, n, "unknown CPU");
@@ -138,7 +108,7 @@ int loom_cmd_bench(int argc, char **argv) {
       return 2;
     }
   }
-  if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return exec_mpirun(argc, argv, nproc);
+  if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return loom_cli_exec_mpirun("bench", argc, argv, nproc, true);
   if (loom_dist_init(&argc, &argv)) return fprintf(stderr, "loom bench: %s\n", loom_errmsg()), 1;
   int rank = loom_dist_rank(), world = loom_dist_world();
   loom_mesh mesh;

@@ -2,7 +2,8 @@
  * of a model preset (tokens/s, achieved model FLOP/s, MFU against the measured GEMM peak of
  * the step's dtype, peak resident memory), the GEMM peak per dtype and backend at a square
  * shape and at the step's own linear-layer shapes, and the streaming memory bandwidth; then a
- * hardware profile (per-core peaks, bandwidth, the figures as notes) and optionally JSON for
+ * hardware profile calibrated as `loom bench` calibrates (one thread per core: the devices of a
+ * CPU profile) with this run's figures as its notes, and optionally JSON for
  * bench/vs_pytorch.sh. The step is loom_train_step (forward, backward, clip, AdamW) on random
  * tokens, so it is exactly what `loom train` runs per micro-batch on one process. */
 #include <omp.h>
@@ -35,8 +36,9 @@ static void usage(FILE *f) {
           "Time training steps of a model preset on this process (OMP_NUM_THREADS threads):\n"
           "tokens/s, model FLOP/s (6 x matmul params + causal attention per token), MFU against\n"
           "the GEMM peak measured here for the step's dtype, peak resident memory. Then the GEMM\n"
-          "peak per dtype/backend and the memory bandwidth, written with the step as notes to a\n"
-          "hardware profile (default configs/hardware/this-machine-step.yaml).\n\n"
+          "peak per dtype/backend and the memory bandwidth with every thread, and a hardware\n"
+          "profile for loom sim (calibrated like 'loom bench', one thread per core) with these\n"
+          "figures as notes (default configs/hardware/this-machine-step.yaml).\n\n"
           "  --model PRESET  default gpt2-124m (loom model list)\n"
           "  --batch B       micro-batch, default 4;   --seq T  sequence length, default 64\n"
           "  --dtype D       fp32 (default) or bf16 (bf16 matmul inputs, fp32 accumulation)\n"
@@ -249,16 +251,25 @@ int loom_cmd_bench_model(int argc, char **argv) {
       n += snprintf(notes + n, sizeof notes - (size_t)n, "  %-18s %5d x %6d x %5d  %7.1f  %7.1f  %7.1f\n",
                     shapes[s].label, shapes[s].M, shapes[s].N, shapes[s].K, rate[0][s], rate[1][s],
                     rate[2][s]);
-    n += snprintf(notes + n, sizeof notes - (size_t)n, "memory bandwidth %.2f GB/s (streaming)\n",
-                  hw.mem_bw / 1e9);
+    n += snprintf(notes + n, sizeof notes - (size_t)n,
+                  "memory bandwidth %.2f GB/s (streaming copy/triad, %d threads)\n", hw.mem_bw / 1e9,
+                  threads);
   }
   if (log) printf("%s", notes);
-  if (!o.no_gemm && o.out) { /* per-core figures: the profile's devices are the cores */
-    hw.peak_flops[LOOM_DT_FP32] = dt_peak > 0 ? (peak[0] > peak[1] ? peak[0] : peak[1]) * 1e9 / threads : hw.peak_flops[LOOM_DT_FP32];
-    if (native) hw.peak_flops[LOOM_DT_BF16] = peak[2] * 1e9 / threads;
-    else hw.peak_flops[LOOM_DT_BF16] = hw.peak_flops[LOOM_DT_FP32];
-    hw.attention = LOOM_ATTN_LOOM;
-    char *yaml = loom_hw_to_yaml(&hw, notes);
+  if (!o.no_gemm && o.out) {
+    /* the profile's devices are the cores (one thread per rank): calibrate it as `loom bench`
+     * does, one thread, and keep this run's figures as its notes */
+    loom_hw_profile prof;
+    loom_bench_profile_defaults(&prof);
+    loom_bench_ctx one = {0.5, NULL, 0, 1, NULL};
+    omp_set_num_threads(1);
+    int crc = loom_bench_run(&prof, &one, "gemm,memory,vector,attention");
+    omp_set_num_threads(threads);
+    if (crc) {
+      fprintf(stderr, "loom bench model: %s\n", loom_errmsg());
+      return 1;
+    }
+    char *yaml = loom_hw_to_yaml(&prof, notes);
     int rc = yaml ? loom_write_file_atomic(o.out, yaml, strlen(yaml)) : LOOM_ERR;
     free(yaml);
     if (rc) fprintf(stderr, "loom bench model: %s\n", loom_errmsg());

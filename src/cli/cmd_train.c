@@ -33,39 +33,6 @@ static void usage(FILE *out) {
           "  mpirun -np 4 loom train configs/demo.yaml parallel.dp=2 parallel.tp=2\n");
 }
 
-/* --nproc N: re-run this command under mpirun with N ranks. */
-static int exec_mpirun(int argc, char **argv, const char *nproc) {
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) {
-    fprintf(stderr, "loom train: --nproc: cannot find the loom executable\n");
-    return 1;
-  }
-  self[n] = 0;
-  char **args = calloc((size_t)argc + 8, sizeof(char *));
-  int k = 0;
-  args[k++] = "mpirun";
-  if (atol(nproc) > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
-  args[k++] = "-np";
-  args[k++] = (char *)nproc;
-  args[k++] = self;
-  args[k++] = "train";
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--nproc")) {
-      i++;
-      continue;
-    }
-    args[k++] = argv[i];
-  }
-  if (geteuid() == 0) { /* Open MPI refuses root unless told it is deliberate */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  }
-  execvp("mpirun", args);
-  fprintf(stderr, "loom train: --nproc: cannot run mpirun (%s); install openmpi-bin\n",
-          strerror(errno));
-  return 1;
-}
 
 static char *join_args(int argc, char **argv) {
   size_t n = 16;
@@ -114,7 +81,7 @@ int loom_cmd_train(int argc, char **argv) {
       config_path = argv[i];
     }
   }
-  if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return exec_mpirun(argc, argv, nproc);
+  if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return loom_cli_exec_mpirun("train", argc, argv, nproc, false);
   if (loom_dist_init(&argc, &argv)) {
     fprintf(stderr, "loom train: %s\n", loom_errmsg());
     return 1;

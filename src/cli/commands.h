@@ -2,6 +2,7 @@
  * (argv[0] is the subcommand itself), prints its own --help, and returns the exit code. */
 #ifndef LOOM_CLI_COMMANDS_H
 #define LOOM_CLI_COMMANDS_H
+#include <stdbool.h>
 int loom_cmd_train(int argc, char **argv);   /* src/cli/cmd_train.c */
 int loom_cmd_data(int argc, char **argv);    /* src/cli/cmd_data.c */
 int loom_cmd_ckpt(int argc, char **argv);    /* src/cli/cmd_ckpt.c */
@@ -17,4 +18,9 @@ int loom_cmd_bench_model(int argc, char **argv); /* src/cli/cmd_bench_model.c: l
 int loom_cmd_plan(int argc, char **argv);    /* src/cli/cmd_plan.c */
 /* true when argv holds -h or --help */
 int loom_cli_wants_help(int argc, char **argv);
+/* --nproc N: re-run `loom <command> argv...` (without --nproc) under mpirun with N ranks
+ * (adding --oversubscribe past the core count and Open MPI's root consent). Returns only on
+ * failure. */
+int loom_cli_exec_mpirun(const char *command, int argc, char **argv, const char *nproc,
+                         bool single_threaded_ranks);
 #endif

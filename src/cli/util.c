@@ -1,5 +1,9 @@
 /* Small helpers shared by the subcommands. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 
@@ -7,4 +11,43 @@ int loom_cli_wants_help(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return 1;
   return 0;
+}
+
+int loom_cli_exec_mpirun(const char *command, int argc, char **argv, const char *nproc,
+                         bool single_threaded_ranks) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    fprintf(stderr, "loom %s: --nproc: cannot find the loom executable\n", command);
+    return 1;
+  }
+  self[n] = 0;
+  char **args = calloc((size_t)argc + 8, sizeof(char *));
+  int k = 0;
+  args[k++] = "mpirun";
+  if (atol(nproc) > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
+  args[k++] = "-np";
+  args[k++] = (char *)nproc;
+  args[k++] = self;
+  args[k++] = (char *)command;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--nproc")) {
+      i++;
+      continue;
+    }
+    args[k++] = argv[i];
+  }
+  if (geteuid() == 0) { /* Open MPI refuses root unless told it is deliberate */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  if (single_threaded_ranks) {
+    setenv("OMP_NUM_THREADS", "1", 0);
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  }
+  execvp("mpirun", args);
+  fprintf(stderr, "loom %s: --nproc: cannot run mpirun (%s); install openmpi-bin\n", command,
+          strerror(errno));
+  free(args);
+  return 1;
 }

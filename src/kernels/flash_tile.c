@@ -32,7 +32,6 @@ void ftile_transpose_in(float *Xt, const float *src, long ld, int nrows, int D) 
     for (int r = nrows; r < BQ; r++) row[r] = 0;
   }
 }
-
 static int visible(const ftile_vis *vis, int c, int r) {
   return vis->full || (r >= vis->rlo[c] && r <= vis->rhi[c]);
 }
@@ -123,6 +122,7 @@ static void mm_avx512(float *C, int ldc, const float *A, long ai, long ap, const
 
 /* lanes of columns [16 q, 16 q + 16) of key row c that are visible (and < nq) */
 static inline __mmask16 vis_mask(const ftile_vis *vis, int c, int q, int nq) {
+  if (vis->full && 16 * q + 16 <= nq) return 0xffff; /* interior tile, whole vector */
   int lo = vis->full ? 0 : vis->rlo[c], hi = vis->full ? nq - 1 : vis->rhi[c];
   if (hi > nq - 1) hi = nq - 1;
   int a = lo - 16 * q, b = hi - 16 * q; /* lanes [a, b] */

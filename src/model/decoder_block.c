@@ -1,6 +1,8 @@
 /* One transformer block, forward and backward, on this rank's shard (Megatron tensor
  * parallelism: column-parallel q/k/v and MLP-in, row-parallel attention-out and MLP-out;
- * optional Megatron sequence parallelism and Ulysses all-to-all around attention).
+ * optional Megatron sequence parallelism and Ulysses all-to-all around attention), on the fast
+ * kernels: flash attention (causal, nothing T x T), residual + norm and bias + activation fused,
+ * backward GEMMs that write their outputs instead of zeroing first.
  * Shapes: Nr residual rows, N rows into the linears, C hidden, D head dim, lh/lkv local heads,
  * li local intermediate. */
 #include <stdlib.h>

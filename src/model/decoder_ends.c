@@ -1,7 +1,9 @@
 /* The two ends of the decoder: the (vocabulary-parallel) token embedding with learned
  * positions, and the head — final norm, (vocabulary-parallel) LM head and cross-entropy whose
  * softmax statistics are reduced across the tensor-parallel ranks so that the full logits
- * never exist on one rank. Vocabulary padding columns and ignored targets are excluded. */
+ * never exist on one rank. Vocabulary padding columns and ignored targets are excluded. With
+ * tp == 1 and one activation slot the head is the fused classifier + cross-entropy in row
+ * chunks (head_fused_*): no (B*T, V) probabilities. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -161,8 +163,11 @@ static void xent_forward(loom_decoder *d, loom_acts *a, double *loss_sum, int *c
  * fp32: the forward does all of it with scale 1 into head_dx / head_dw and the backward only
  * scales them (the loss scale is not known in the forward; scaling after the GEMMs differs by
  * fp32 rounding only). bf16: rounding must see the scaled gradient (bf16(scale g), as the
- * PyTorch emulation and the unfused path do), so the backward recomputes each chunk's logits
- * and forms g with the real scale; the bf16 GEMMs take g converted in place in its own rows. */
+ * PyTorch emulation and the unfused path do). The forward guesses the scale a one-micro-batch
+ * step uses, 1/(targets counted here), and precomputes with it; the backward uses that when
+ * its scale is exactly the guess, else recomputes each chunk's logits and forms g with the
+ * real scale (and the decoder stops guessing). The bf16 GEMMs take g converted in place in
+ * its own rows. */
 typedef struct {
   const uint16_t *w16, *h16; /* native bf16 operands, or NULL */
   const float *w, *h;        /* fp32 (or bf16-rounded fp32) operands */
@@ -216,7 +221,15 @@ static void head_fused_forward(loom_decoder *d, loom_acts *a, const float *h, do
   struct loom_decoder_scratch *S = d->s;
   int N = d->N, V = d->vloc, C = d->spec.hidden;
   head_ops o = head_operands(d, h);
-  bool precompute = a->targets && !d->bf16;
+  float scale = 1.0f;
+  if (d->bf16) { /* the scale of a one-micro-batch step, as loom_train_step forms it */
+    int counted = 0;
+    for (int r = 0; r < N; r++) counted += S->row_targets[r] != LOOM_IGNORE_INDEX;
+    scale = counted ? 1.0f / (float)counted : 0.0f;
+  }
+  bool precompute = a->targets && (!d->bf16 || S->head_guess);
+  S->head_pre = precompute;
+  S->head_scale = scale;
   for (int r0 = 0; r0 < N; r0 += S->head_rows) {
     int R = N - r0 < S->head_rows ? N - r0 : S->head_rows;
     float *L = a->logits ? a->logits + (size_t)r0 * V : S->head_chunk;
@@ -224,7 +237,7 @@ static void head_fused_forward(loom_decoder *d, loom_acts *a, const float *h, do
     loom_xent_stats_f32(a->row_max + r0, a->row_sumexp + r0, a->losses + r0, L,
                         S->row_targets + r0, R, V, real_columns(d));
     if (precompute)
-      head_chunk_grad(d, a, &o, r0, R, L, S->head_chunk, 1.0f, S->head_dx + (size_t)r0 * C,
+      head_chunk_grad(d, a, &o, r0, R, L, S->head_chunk, scale, S->head_dx + (size_t)r0 * C,
                       S->head_dw, r0 ? 1.0f : 0.0f);
   }
   if (a->targets) loss_total(d, a, loss_sum, count);
@@ -235,14 +248,17 @@ static void head_fused_backward(loom_decoder *d, loom_acts *a, const float *h, f
   struct loom_decoder_scratch *S = d->s;
   int N = d->N, V = d->vloc, C = d->spec.hidden;
   float *gw = d->grads + head_weight(d);
-  if (!d->bf16) { /* precomputed in the forward with scale 1 */
-    loom_scale_f32(S->d_norm, S->head_dx, scale, (size_t)N * C);
+  bool exact = S->head_pre && d->bf16 && scale == S->head_scale; /* guessed right */
+  if (S->head_pre && (!d->bf16 || exact)) { /* precomputed in the forward */
+    float f = d->bf16 ? 1.0f : scale; /* fp32: computed with scale 1 */
+    loom_scale_f32(S->d_norm, S->head_dx, f, (size_t)N * C);
     const float *hw = S->head_dw;
     size_t n = (size_t)V * C;
 #pragma omp parallel for simd schedule(static) if (n >= 65536)
-    for (size_t i = 0; i < n; i++) gw[i] += scale * hw[i];
+    for (size_t i = 0; i < n; i++) gw[i] += f * hw[i];
     return;
   }
+  if (S->head_pre) S->head_guess = false; /* the steps here use another scale: stop guessing */
   head_ops o = head_operands(d, h);
   for (int r0 = 0; r0 < N; r0 += S->head_rows) {
     int R = N - r0 < S->head_rows ? N - r0 : S->head_rows;

@@ -41,12 +41,16 @@ struct loom_decoder_scratch {
   const float *x16_src;               /* input whose bf16 copy round_x holds (same-x reuse) */
   size_t x16_n;
   /* fused classifier + cross-entropy (tp == 1, one activation slot): the head's gradient is
-   * computed in the forward, unscaled, in row chunks of head_rows; the backward scales it */
+   * computed in the forward in row chunks of head_rows (fp32: unscaled; bf16: with the guessed
+   * loss scale) and only applied by the backward (bf16 recomputes when the guess was wrong) */
   bool head_fused, keep_logits; /* keep_logits: a->logits (N, vloc) exists (d->logits) */
   int head_rows;      /* rows per chunk */
   float *head_chunk;  /* (head_rows, vloc) logits of a chunk, then their gradient */
   float *head_dx;     /* (N, C) unscaled gradient of the head's input */
   float *head_dw;     /* (vloc, C) unscaled gradient of the head's weight */
+  bool head_pre;      /* the last forward precomputed head_dx / head_dw ... */
+  float head_scale;   /* ... with this scale (bf16: the guessed loss scale; fp32: 1) */
+  bool head_guess;    /* bf16: keep guessing the scale (false after a wrong guess) */
   int32_t *row_targets; /* (N) target of each head row in this rank's vocabulary slice */
 };
 

@@ -120,9 +120,9 @@ static void plan(loom_decoder *d, carver *c) {
   bool fused = S->head_fused;
   S->dlogits = head && !fused ? carve(c, N * V) : NULL;
   S->head_chunk = head && fused ? carve(c, (size_t)S->head_rows * V) : NULL;
-  /* fp32 precomputes the head's gradients in the forward; bf16 recomputes chunks instead */
-  S->head_dx = head && fused && !d->bf16 ? carve(c, N * C) : NULL;
-  S->head_dw = head && fused && !d->bf16 ? carve(c, V * C) : NULL;
+  /* the head's gradients precomputed in the forward */
+  S->head_dx = head && fused ? carve(c, N * C) : NULL;
+  S->head_dw = head && fused ? carve(c, V * C) : NULL;
   S->row_targets = head ? (int32_t *)carve(c, N) : NULL;
   S->attn_work = carve(c, (size_t)d->B * (uly ? d->lh / d->shard.sp : d->lh) * d->T);
   /* the fused head converts its logit gradient to bf16 in place: round_dy never holds it */
@@ -186,6 +186,7 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
                             : (size_t)d->N * d->vloc * sizeof(float) <= LOGITS_KEEP_BYTES;
   }
   d->s->epoch = 1;
+  d->s->head_guess = true;
   /* bf16 weights for native bf16 GEMMs: pages are touched only when first converted, so a
    * ZeRO-3 run (which never uses them) does not hold them */
   if (bf16 && loom_gemm_bf16_native()) {

@@ -1,7 +1,9 @@
-/* Decoder building blocks shared by the block, embedding and head code: linear layers with
- * optional bf16 rounding of their inputs, norms of either family, bias helpers, the tensor-
- * parallel row gathers/reductions (Megatron, with or without sequence parallelism), and the
- * Ulysses all-to-all between token-split and head-split layouts. */
+/* Decoder building blocks shared by the block, embedding and head code: linear layers (the
+ * one place every matmul goes through: the run-time GEMM backend, native bf16 operands with
+ * the weights converted once per parameter update, or bf16-rounded fp32), norms of either
+ * family fused with the residual add, bias helpers, the tensor-parallel row gathers/reductions
+ * (Megatron, with or without sequence parallelism), and the Ulysses all-to-all between
+ * token-split and head-split layouts. */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -8,6 +8,8 @@
  *     rounding only); bf16 2e-3 (both round scale * (softmax - onehot) to bf16, but an fp32
  *     difference in a GEMM's accumulation order flips some bf16 roundings downstream: ~2^-9
  *     per flipped element, far below the 1e-2 the PyTorch bf16 check allows).
+ * Each with the loss scale of a one-micro-batch step (bf16 uses the head gradient its forward
+ * precomputed with that guess) and with half of it (bf16 recomputes the chunks in backward).
  * The key bias is skipped: its exact gradient is 0, both runs hold rounding noise. */
 #include <stdlib.h>
 
@@ -22,8 +24,9 @@ typedef struct {
   float *grads, *logits;
 } run_out;
 
+/* forward + backward with loss scale factor / (targets counted) */
 static void run(const loom_model_spec *spec, int B, int T, bool bf16, int slots,
-                const int32_t *tok, const int32_t *tgt, run_out *o) {
+                const int32_t *tok, const int32_t *tgt, float factor, run_out *o) {
   loom_decoder *d;
   loom_shard sh;
   loom_shard_full(&sh, spec);
@@ -37,7 +40,7 @@ static void run(const loom_model_spec *spec, int B, int T, bool bf16, int slots,
     o->logits = falloc(nl);
     memcpy(o->logits, d->logits, nl * sizeof(float));
   }
-  loom_decoder_backward(d, 1.0f / (float)o->count);
+  loom_decoder_backward(d, factor / (float)o->count);
   o->grads = falloc(d->layout.total);
   memcpy(o->grads, d->grads, d->layout.total * sizeof(float));
   loom_decoder_free(d);
@@ -53,7 +56,9 @@ static double rel(const float *a, const float *b, size_t n) {
   return sqrt(num) / (sqrt(den) > 1e-30 ? sqrt(den) : 1e-30);
 }
 
-static void check_model(const char *name, const char *overrides[], bool bf16) {
+/* factor 1: the scale a one-micro-batch step uses (bf16 precomputes the head's gradient with
+ * it); 0.5: another (as gradient accumulation would), bf16 recomputes */
+static void check_model(const char *name, const char *overrides[], bool bf16, float factor) {
   loom_config cfg;
   loom_config_defaults(&cfg);
   for (int i = 0; overrides[i]; i++) LOOM_ASSERT(!loom_config_override(&cfg, overrides[i]));
@@ -69,15 +74,16 @@ static void check_model(const char *name, const char *overrides[], bool bf16) {
   loom_param_layout_build(&lay, &spec);
   run_out ref, fused, kept;
   setenv("LOOM_HEAD_ROWS", "48", 1);
-  run(&spec, B, T, bf16, 2, tok, tgt, &ref);   /* two slots: the unfused head */
+  run(&spec, B, T, bf16, 2, tok, tgt, factor, &ref);   /* two slots: the unfused head */
   setenv("LOOM_KEEP_LOGITS", "0", 1);
-  run(&spec, B, T, bf16, 1, tok, tgt, &fused); /* fused, chunks of 48 rows, no logits */
+  run(&spec, B, T, bf16, 1, tok, tgt, factor, &fused); /* fused, chunks of 48 rows, no logits */
   setenv("LOOM_KEEP_LOGITS", "1", 1);
-  run(&spec, B, T, bf16, 1, tok, tgt, &kept);  /* fused, logits kept */
+  run(&spec, B, T, bf16, 1, tok, tgt, factor, &kept);  /* fused, logits kept */
   unsetenv("LOOM_KEEP_LOGITS");
   unsetenv("LOOM_HEAD_ROWS");
   double gtol = bf16 ? 2e-3 : 1e-5;
-  const char *dt = bf16 ? "bf16" : "fp32";
+  char dt[32];
+  snprintf(dt, sizeof dt, "%s scale x%g", bf16 ? "bf16" : "fp32", factor);
   CHECK(fused.logits == NULL, "%s %s: logits kept although LOOM_KEEP_LOGITS=0", name, dt);
   CHECK(fused.count == ref.count && kept.count == ref.count, "%s: token counts differ", name);
   CHECK_REL(fabs(fused.loss - ref.loss) / ref.loss, 1e-6, "%s %s fused head loss", name, dt);
@@ -111,10 +117,11 @@ int main(void) {
                          "model.hidden=96", "model.heads=6", "model.kv_heads=2",
                          "model.intermediate=200", "model.layers=2", "model.max_seq=128",
                          "model.tied_embeddings=false", NULL};
-  for (int bf16 = 0; bf16 < 2; bf16++) {
-    check_model("gpt2", gpt2, bf16);
-    check_model("llama-gqa", llama, bf16);
-  }
+  for (int bf16 = 0; bf16 < 2; bf16++)
+    for (int f = 0; f < 2; f++) {
+      check_model("gpt2", gpt2, bf16, f ? 0.5f : 1.0f);
+      check_model("llama-gqa", llama, bf16, f ? 0.5f : 1.0f);
+    }
   ktest_report_worst();
   return harness_finish("test_fast_decoder");
 }

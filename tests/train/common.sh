@@ -4,18 +4,7 @@ set -u
 LOOM=${1:?usage: $0 path/to/loom}
 WORK=$(mktemp -d /tmp/loom-test.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); }
-fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*" >&2; }
-check() { # check "what" command...
-  local what=$1; shift
-  if "$@"; then pass; else fail "$what"; fi
-}
-finish() {
-  echo "$(basename "$0"): $PASSED passed, $FAILED failed"
-  [ "$FAILED" = 0 ]
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../assert.sh"
 make_data() { # tiny corpus, a 300-token tokenizer trained on it, and its token shard
   "$LOOM" data synth-text --out "$WORK/corpus.txt" --bytes 120000 --seed 3 >/dev/null &&
   "$LOOM" data train-tokenizer --vocab-size 300 --out "$WORK/tok.json" "$WORK/corpus.txt" >/dev/null &&
