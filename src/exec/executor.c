@@ -205,11 +205,11 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
 void loom_exec_free(loom_executor *ex) {
   if (!ex) return;
   loom_sched_free(&ex->sched);
+  loom_grad_sync_free(ex->gs); /* reads the decoder (ZeRO-3 units): free it first */
+  loom_vision_free(ex->vision);
   loom_decoder_free(ex->d);
-  loom_grad_sync_free(ex->gs);
   if (ex->opt.m) loom_adamw_state_free(&ex->opt);
   loom_free(ex->act_send);
-  loom_vision_free(ex->vision);
   free(ex->inject_slot);
   loom_free(ex->vfeat);
   loom_free(ex->vgrad);

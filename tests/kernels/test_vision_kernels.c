@@ -60,6 +60,8 @@ static void test_seg_attention(void) {
   CHECK_REL(rel_err_fd(dqf, dq, n), 1e-5, "segment attention f32 dq");
   CHECK_REL(rel_err_fd(dkf, dk, n), 1e-5, "segment attention f32 dk");
   CHECK_REL(rel_err_fd(dvf, dv, n), 1e-5, "segment attention f32 dv");
+  void *all[] = {q, k, v, R, out, lse, dq, dk, dv, fd, out2, lse2, qf, kf, vf, of, lf, Rf, dqf, dkf, dvf};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) loom_free(all[i]);
 }
 
 static void test_rope_table(void) {
@@ -94,6 +96,7 @@ static void test_rope_table(void) {
     fd[i] = (lp - lm) / (2 * h);
   }
   CHECK_REL(rel_err_dd(g, fd, n), 1e-6, "rope table backward vs finite differences");
+  loom_free(x), loom_free(y), loom_free(R), loom_free(g), loom_free(fd);
 }
 
 static void test_gelu_erf(void) {
@@ -110,6 +113,7 @@ static void test_gelu_erf(void) {
     fd[i] = (ya - yb) / (2 * h);
   }
   CHECK_REL(rel_err_dd(dx, fd, n), 1e-6, "gelu erf backward vs finite differences");
+  loom_free(x), loom_free(y), loom_free(dx), loom_free(one), loom_free(fd);
 }
 
 int main(void) {

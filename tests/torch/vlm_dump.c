@@ -106,5 +106,8 @@ int main(int argc, char **argv) {
   int rc = loom_st_writer_write(w, argv[1]);
   if (rc) fprintf(stderr, "%s\n", loom_errmsg());
   loom_st_writer_free(w);
+  loom_vision_free(v);
+  loom_decoder_free(d);
+  free(pixels), free(feat), free(dfeat);
   return rc ? 1 : 0;
 }
