@@ -9,8 +9,11 @@
 #
 # usage: bench/sim_vs_train.sh [path/to/loom] [--repeat R] [--steps S] [--only REGEX]
 # env:   PROFILE=FILE  use this profile instead of calibrating (loom bench --nproc 2)
-#        NICE=N        run bench and training at this niceness (e.g. -5 on a busy shared
-#                      machine, as root: other work then disturbs the timings less)
+#        NICE=N        run bench and training at this niceness
+#        QUIET=1       before calibrating and before each run, wait (up to 30 min) until the
+#                      machine is idle (>= 90% idle over 2 s): on a shared machine other
+#                      work otherwise inflates the measured times (the "load" column shows
+#                      the 1-minute load average after each case)
 set -u
 LOOM=${1:-build/loom}
 shift || true
@@ -31,6 +34,22 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 PRIO=()
 [ -n "${NICE:-}" ] && PRIO=(nice -n "$NICE")
+idle_fraction() { # idle share of all CPUs over 2 s, from /proc/stat
+  local a b
+  a=($(head -1 /proc/stat)); sleep 2; b=($(head -1 /proc/stat))
+  local total=0 i
+  for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+  python3 -c "print(($((b[4] - a[4])) + $((b[5] - a[5]))) / max(1, $total))"
+}
+wait_quiet() {
+  [ -n "${QUIET:-}" ] || return 0
+  local waited=0
+  while [ "$waited" -lt 1800 ]; do
+    python3 -c "import sys; sys.exit(0 if $(idle_fraction) >= 0.9 else 1)" && return 0
+    sleep 5; waited=$((waited + 7))
+  done
+  echo "(the machine stayed busy: timings below are inflated)" >&2
+}
 
 "$LOOM" data synth-text --out "$WORK/corpus.txt" --bytes 400000 --seed 3 >/dev/null &&
 "$LOOM" data train-tokenizer --vocab-size 512 --out "$WORK/tok.json" "$WORK/corpus.txt" >/dev/null &&
@@ -41,6 +60,7 @@ PROFILE=${PROFILE:-}
 if [ -z "$PROFILE" ]; then
   PROFILE=$WORK/this-machine.yaml
   echo "calibrating: loom bench --nproc 2 --out $PROFILE"
+  wait_quiet
   "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$PROFILE" --quiet || exit 1
 fi
 
@@ -87,6 +107,7 @@ for c in "${CASES[@]}"; do
   read -r -a O <<<"$over"
   steps=""
   for r in $(seq "$REPEAT"); do
+    wait_quiet
     rm -rf "$WORK/runs"
     if ! timeout 900 "${PRIO[@]}" "${MPIRUN[@]}" -np "$np" "$LOOM" train "${M[@]}" "${COMMON[@]}" "${O[@]}" \
         run.name=bench --quiet >"$WORK/train.log" 2>&1; then

@@ -124,7 +124,7 @@ int loom_hw_parse(loom_hw_profile *hw, const char *text, const char *filename);
 int loom_hw_check(const loom_hw_profile *hw);
 /* Profile as YAML text (malloc'd); `notes` (may be NULL) are written as comments on top. */
 char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes);
-/* Paths tried for a name, for error messages and `loom sim --help`. */
+/* Print the shipped profiles (and this machine's, when written) with their descriptions. */
 void loom_hw_list(void);
 
 /* ---- time primitives -------------------------------------------------------------------- */

@@ -158,14 +158,15 @@ typedef struct {
 void loom_flash_attention_forward_f32(float *out, float *lse, const float *q, const float *k,
                                       const float *v, int B, int T, int Hq, int Hkv, int D,
                                       loom_attn_mask mask);
-/* Writes dq (B,T,Hq,D), dk, dv (B,T,Hkv,D) (any may not be NULL). work: B*Hq*T floats of
- * scratch (the per-row dout.out). Parallel over (batch, kv head); deterministic. */
+/* Writes dq (B,T,Hq,D), dk, dv (B,T,Hkv,D) (any of them may be NULL). work: B*Hq*T floats of
+ * scratch (the per-row dout.out). Parallel over (batch, kv head); deterministic. D <= 256
+ * (tiles live on the stack); AVX-512 tiles when D % 16 == 0, portable ones otherwise. */
 void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const float *dout,
                                        const float *out, const float *lse, const float *q,
                                        const float *k, const float *v, int B, int T, int Hq,
                                        int Hkv, int D, loom_attn_mask mask, float *work);
-/* Reference of the same masks, for the tests (double: finite differences; float: checks):
- * the explicit masked softmax row by row, accumulate (+=) in backward like every reference. */
+/* Reference of the same masks in double, for the tests (checked by finite differences there):
+ * the explicit masked softmax row by row; the backward accumulates (+=) like every reference. */
 void loom_attention_masked_forward_f64(double *out, double *lse, const double *q,
                                        const double *k, const double *v, int B, int T, int Hq,
                                        int Hkv, int D, loom_attn_mask mask);

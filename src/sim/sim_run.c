@@ -256,7 +256,9 @@ int loom_sim_run(const loom_sim_ctx *c, const loom_schedule *s, const loom_sim_o
   sim_run R;
   if (setup(&R, c, s)) return -1;
   int world = loom_sim_world(st);
-  int nodes = o && o->nodes > 0 ? o->nodes : (world + c->hw->devices_per_node - 1) / c->hw->devices_per_node;
+  /* a time-shared profile (this CPU) runs every rank on its one node unless told otherwise */
+  int nodes = o && o->nodes > 0 ? o->nodes
+              : c->hw->timeshare ? 1 : (world + c->hw->devices_per_node - 1) / c->hw->devices_per_node;
   int per_node = (world + nodes - 1) / nodes;
   out->timeshare = 1;
   if (per_node > c->hw->devices_per_node) {
