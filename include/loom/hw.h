@@ -43,6 +43,8 @@ typedef enum {
   LOOM_VOP_COPY,          /* memcpy / memset / gather of rows (per element) */
   LOOM_VOP_ROUND,         /* bf16 rounding of a matmul input (per element) */
   LOOM_VOP_SUMSQ,         /* gradient norm (per element) */
+  LOOM_VOP_FAULT,         /* first touch of released or newly mapped memory (per float):
+                             ZeRO-3's paged-out layers, fresh receive buffers */
   LOOM_VOP_COUNT
 } loom_vop;
 const char *loom_vop_name(loom_vop v);

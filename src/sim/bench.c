@@ -39,6 +39,7 @@ void loom_bench_profile_defaults(loom_hw_profile *hw) {
   hw->tp_overlap = hw->dp_overlap = hw->p2p_overlap = false; /* no asynchronous MPI progress */
   hw->overlap_slowdown = 0;
   hw->attention = LOOM_ATTN_LOOM;
+  hw->attn_rate_fwd = hw->attn_rate_bwd = 1e9; /* until the attention section measures them */
   hw->kernel_overhead = 0;
   hw->gemm_overhead = 0;
   hw->peak_flops[LOOM_DT_FP16] = 0;

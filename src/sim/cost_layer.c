@@ -270,6 +270,11 @@ static void zero3_gather(sim_ops *b, double budget) {
   double pb = c->loom_cpu ? 4 : (st->dtype == LOOM_DT_FP32 ? 4 : 2);
   sim_comm(b, "zero-3 gather", LOOM_COLL_ALLGATHER, P * pb, sim_grad_stride(st),
            sim_grad_size(st), c->hw->dp_overlap ? budget : 0);
+  if (c->loom_cpu) { /* the owned piece copied in, the released pages faulted back, bf16 copy */
+    sim_vec(b, "zero-3 own copy", LOOM_VOP_COPY, P / sim_grad_size(st), 8, 0);
+    sim_vec(b, "zero-3 page faults", LOOM_VOP_FAULT, P * (st->dtype == LOOM_DT_BF16 ? 2 : 1), 4, 0);
+    if (st->dtype == LOOM_DT_BF16) sim_vec(b, "zero-3 bf16 copy", LOOM_VOP_ROUND, P, 8, 1);
+  }
 }
 
 static void zero3_scatter(sim_ops *b, double budget) {
@@ -280,6 +285,12 @@ static void zero3_scatter(sim_ops *b, double budget) {
   double gb = c->loom_cpu ? 4 : (st->dtype == LOOM_DT_FP32 ? 4 : 2);
   sim_comm(b, "zero-3 grad reduce-scatter", LOOM_COLL_REDUCE_SCATTER, P * gb, sim_grad_stride(st),
            sim_grad_size(st), c->hw->dp_overlap ? budget : 0);
+  if (c->loom_cpu) { /* the layer's gradient pages (released after the scatter) faulted back on
+                        the next backward; a fresh receive buffer; the shard accumulated */
+    double own = P / sim_grad_size(st);
+    sim_vec(b, "zero-3 grad page faults", LOOM_VOP_FAULT, P + own, 4, 0);
+    sim_vec(b, "zero-3 shard add", LOOM_VOP_ADD, own, 12, 1);
+  }
 }
 
 static double phase_compute(const loom_sim_op *ops, int from, int to) {

@@ -9,7 +9,7 @@ static const char *const vop_names[LOOM_VOP_COUNT] = {
     "layernorm_fwd", "layernorm_bwd", "rmsnorm_fwd", "rmsnorm_bwd", "gelu_fwd",
     "gelu_bwd",      "swiglu_fwd",    "swiglu_bwd",  "rope",        "softmax_fwd",
     "softmax_bwd",   "dropout",       "xent_fwd",    "xent_bwd",    "adamw",
-    "add",           "copy",          "round_bf16",  "sumsq"};
+    "add",           "copy",          "round_bf16",  "sumsq",       "page_fault"};
 static const char *const attn_names[] = {"flash", "unfused", "loom"};
 
 const char *loom_hw_dtype_name(loom_hw_dtype d) { return d < LOOM_DT_COUNT ? dtype_names[d] : "?"; }

@@ -79,7 +79,8 @@ double loom_hw_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_
 double loom_hw_vop_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_vop v, double elements,
                         double bytes, double flops) {
   if (elements <= 0) return 0;
-  if (hw->vop_rate[v] > 0) return elements / hw->vop_rate[v] + hw->kernel_overhead;
+  if (hw->vop_rate[v] > 0) /* measured in cache; big arrays stream from memory */
+    return fmax(elements / hw->vop_rate[v], bytes / (hw->mem_bw * hw->mem_eff)) + hw->kernel_overhead;
   double vf = hw->vector_flops[dt] > 0 ? hw->vector_flops[dt] : hw->vector_flops[LOOM_DT_FP32];
   double t_mem = bytes / (hw->mem_bw * hw->mem_eff), t_flop = vf > 0 ? flops / vf : 0;
   return fmax(t_mem, t_flop) + hw->kernel_overhead;

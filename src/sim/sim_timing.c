@@ -40,6 +40,15 @@ static double seqpar_bytes(const sim_run *R, int rank, int chunk) {
   return n * 4;
 }
 
+/* loom's ZeRO-1/2 reduce-scatter: a fresh (zeroed) receive buffer for the owned range, then
+ * the owned gradient shard accumulates it */
+static double shard_update(const sim_run *R, double params) {
+  const loom_sim_ctx *c = R->c;
+  double own = ceil(params / sim_grad_size(c->st));
+  return loom_hw_vop_time(c->hw, c->st->dtype, LOOM_VOP_FAULT, own, 4, 0) +
+         loom_hw_vop_time(c->hw, c->st->dtype, LOOM_VOP_ADD, own, 12, 1);
+}
+
 static double grad_elem_bytes(const loom_sim_ctx *c) {
   return c->loom_cpu || c->st->dtype == LOOM_DT_FP32 ? 4 : 2;
 }
@@ -112,7 +121,7 @@ static double reduce_grads(sim_run *R, int rank, double start, const loom_instr 
       if (d > 0) sim_event_add(R, rank, 1, -1, "zero-3 reduce-scatter (ends)", t, t + d, ends_bytes);
       t += d, comm += d;
     } else if (!(st->zero == 2 && st->pp == 1)) { /* loom ZeRO-1/2: one reduce-scatter */
-      double d = coll(R, LOOM_COLL_REDUCE_SCATTER, P * gb);
+      double d = coll(R, LOOM_COLL_REDUCE_SCATTER, P * gb) + shard_update(R, P);
       count(R, rank, LOOM_COLL_REDUCE_SCATTER, P * gb, Nd);
       sim_event_add(R, rank, 1, -1, "zero reduce-scatter", t, t + d, P * gb);
       t += d, comm += d;
@@ -198,6 +207,7 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
     if (c->loom_cpu && st->zero == 2 && st->pp == 1 && in->chunk == 0 && sim_grad_size(st) > 1) {
       double d = coll(R, LOOM_COLL_REDUCE_SCATTER, R->rank_params[rank] * 4);
       count(R, rank, LOOM_COLL_REDUCE_SCATTER, R->rank_params[rank] * 4, sim_grad_size(st));
+      d += shard_update(R, R->rank_params[rank]);
       d += loom_hw_vop_time(c->hw, st->dtype, LOOM_VOP_COPY, R->rank_params[rank], 4, 0);
       dur += d, exposed += d;
     }
