@@ -88,6 +88,15 @@ typedef struct {
   double timeout_s;                   /* collective timeout before aborting all ranks */
 } loom_config_parallel;
 
+/* Vision-language models: the vision encoder's own parallel strategy (`vision.parallel.*`);
+ * the text decoder's is `parallel` (also spelled `text.parallel`). 0 / -1 / "" = follow the
+ * text strategy (see docs/VISION.md). */
+typedef struct {
+  long dp, tp, sp;          /* 0: same as the text decoder (tp and sp both 0: text's tp and sp) */
+  long zero;                /* -1: same as parallel.zero */
+  char placement[16];       /* collocated | separate */
+} loom_config_vision_parallel;
+
 typedef struct {
   long every;         /* save checkpoint_<step>/ every N steps; 0 = never */
   bool save_final;    /* write final_checkpoint/ */
@@ -102,6 +111,7 @@ typedef struct {
   loom_config_data data;
   loom_config_checkpoint checkpoint;
   loom_config_parallel parallel;
+  loom_config_vision_parallel vision_parallel;
 } loom_config;
 
 /* Fill every key with its default. */

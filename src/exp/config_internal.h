@@ -31,6 +31,8 @@ extern const size_t loom_config_nkeys;
 const loom_config_key *loom_config_key_find(const char *name);
 /* true when `name` is a section ("training"); `len` chars of name are compared */
 bool loom_config_is_section(const char *name, size_t len);
+/* name is the start of a nested section ("vision" of "vision.parallel"; "text"). */
+bool loom_config_is_section_prefix(const char *name);
 /* Length of the section part of a key name ("training.lr" -> 8). */
 size_t loom_config_section_len(const char *name);
 /* Part after the last dot ("training.lr" -> "lr"). */

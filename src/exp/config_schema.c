@@ -18,6 +18,7 @@ static const char *const dtype_values[] = {"fp32", "bf16", NULL};
 static const char *const sp_mode_values[] = {"ulysses", "megatron", NULL};
 static const char *const pp_schedule_values[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const data_format_values[] = {"tokens", "vqa", NULL};
+static const char *const placement_values[] = {"collocated", "separate", NULL};
 static const char *const data_split_values[] = {"train", "val", "test", NULL};
 
 #define S LOOM_KEY_STRING
@@ -165,10 +166,32 @@ const loom_config_key loom_config_keys[] = {
      FIELD(parallel, bucket_mb)},
     {"parallel.timeout_s", F, "300", NULL,
      "seconds a rank waits in a collective before aborting the job", FIELD(parallel, timeout_s)},
+
+    {"vision.parallel.dp", I, "0", NULL,
+     "vision encoder data-parallel replicas (0 = parallel.dp; must equal it)",
+     FIELD(vision_parallel, dp)},
+    {"vision.parallel.tp", I, "0", NULL,
+     "vision encoder tensor-parallel ranks (tp and sp both 0 = the text decoder's tp and sp)",
+     FIELD(vision_parallel, tp)},
+    {"vision.parallel.sp", I, "0", NULL, "vision encoder Ulysses sequence-parallel ranks",
+     FIELD(vision_parallel, sp)},
+    {"vision.parallel.zero", I, "-1", NULL,
+     "vision encoder ZeRO stage 0-3 over its data-parallel ranks (-1 = parallel.zero)",
+     FIELD(vision_parallel, zero)},
+    {"vision.parallel.placement", E, "collocated", placement_values,
+     "collocated: the encoder runs on the text ranks; separate: on ranks of its own after them",
+     FIELD(vision_parallel, placement)},
 };
 const size_t loom_config_nkeys = sizeof loom_config_keys / sizeof loom_config_keys[0];
 
 const loom_config_key *loom_config_key_find(const char *name) {
+  if (!strncmp(name, "text.parallel.", 14)) { /* text.parallel.X is parallel.X */
+    char alias[96];
+    snprintf(alias, sizeof alias, "parallel.%s", name + 14);
+    for (size_t i = 0; i < loom_config_nkeys; i++)
+      if (!strcmp(loom_config_keys[i].name, alias)) return &loom_config_keys[i];
+    return NULL;
+  }
   for (size_t i = 0; i < loom_config_nkeys; i++)
     if (!strcmp(loom_config_keys[i].name, name)) return &loom_config_keys[i];
   return NULL;
@@ -185,9 +208,20 @@ const char *loom_config_key_last(const char *name) {
 }
 
 bool loom_config_is_section(const char *name, size_t len) {
+  if (len == 13 && !strncmp(name, "text.parallel", 13)) return true; /* alias of parallel */
   for (size_t i = 0; i < loom_config_nkeys; i++) {
     const char *k = loom_config_keys[i].name;
     if (loom_config_section_len(k) == len && !strncmp(k, name, len)) return true;
+  }
+  return false;
+}
+
+bool loom_config_is_section_prefix(const char *name) {
+  size_t len = strlen(name);
+  if (!strcmp(name, "text")) return true;
+  for (size_t i = 0; i < loom_config_nkeys; i++) {
+    const char *k = loom_config_keys[i].name;
+    if (loom_config_section_len(k) > len && !strncmp(k, name, len) && k[len] == '.') return true;
   }
   return false;
 }

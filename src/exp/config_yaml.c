@@ -125,7 +125,10 @@ static int load_section(load_ctx *x, const char *sec, const yaml_node_t *key_nod
     const char *name = NULL;
     if (key_text(x, kn, &name)) return -1;
     char *full = loom_sprintf("%s.%s", sec, name);
-    int rc = set_named(x, full, kn, vn);
+    int rc = vn->type == YAML_MAPPING_NODE && (loom_config_is_section(full, strlen(full)) ||
+                                               loom_config_is_section_prefix(full))
+                 ? load_section(x, full, kn, vn) /* nested: vision: {parallel: {sp: 2}} */
+                 : set_named(x, full, kn, vn);
     free(full);
     if (rc) return rc;
   }
@@ -136,7 +139,9 @@ static int load_top_pair(load_ctx *x, const yaml_node_t *kn, const yaml_node_t *
   const char *name = NULL;
   if (key_text(x, kn, &name)) return -1;
   bool dotted = strchr(name, '.') != NULL;
-  if (!dotted && loom_config_is_section(name, strlen(name))) return load_section(x, name, kn, vn);
+  if (loom_config_is_section(name, strlen(name)) ||
+      (vn->type == YAML_MAPPING_NODE && loom_config_is_section_prefix(name)))
+    return load_section(x, name, kn, vn); /* also "vision.parallel:" and "vision:" */
   if (dotted || vn->type != YAML_MAPPING_NODE) return set_named(x, name, kn, vn);
   const char *near = loom_config_nearest_section(name);
   if (near) return err_at(x, kn, "unknown section '%s'; did you mean '%s'?", name, near);
