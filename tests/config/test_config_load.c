@@ -64,6 +64,33 @@ static void test_dotted(void) {
   CHECK(c.model.vocab_size == 50257 && c.checkpoint.keep_last == 3, "mixed with nested");
 }
 
+/* Two-level sections: vision: {parallel: {...}}, the dumped "vision.parallel:" header, and
+ * text.parallel.* landing in parallel.*. */
+static void test_module_sections(void) {
+  loom_config c;
+  loom_config_defaults(&c);
+  CHECK(c.vision_parallel.tp == 0 && c.vision_parallel.sp == 0 && c.vision_parallel.zero == -1 &&
+            !strcmp(c.vision_parallel.placement, "collocated"),
+        "vision.parallel defaults follow the text strategy");
+  CHECK(loom_config_load(&c, scratch(SCRATCH, "mod.yaml",
+                                     "vision:\n  parallel:\n    sp: 2\n    zero: 1\n"
+                                     "text:\n  parallel:\n    tp: 2\n")) == 0,
+        "%s", loom_errmsg());
+  CHECK(c.vision_parallel.sp == 2 && c.vision_parallel.zero == 1 && c.parallel.tp == 2,
+        "nested module sections (sp %ld zero %ld tp %ld)", c.vision_parallel.sp,
+        c.vision_parallel.zero, c.parallel.tp);
+  loom_config_defaults(&c);
+  CHECK(loom_config_load(&c, scratch(SCRATCH, "mod2.yaml",
+                                     "vision.parallel:\n  tp: 2\ntext.parallel.dp: 3\n")) == 0,
+        "%s", loom_errmsg());
+  CHECK(c.vision_parallel.tp == 2 && c.parallel.dp == 3, "dotted module section headers");
+  loom_config_defaults(&c);
+  CHECK(loom_config_load(&c, scratch(SCRATCH, "mod3.yaml", "vision:\n  parallel:\n    spp: 2\n")),
+        "unknown key inside a nested section");
+  CHECK(strstr(loom_errmsg(), "vision.parallel.spp") && strstr(loom_errmsg(), ":3"),
+        "names the key and line: %s", loom_errmsg());
+}
+
 static void test_empty_and_null_section(void) {
   loom_config c, d;
   loom_config_defaults(&c);
@@ -207,6 +234,7 @@ int main(void) {
   test_defaults();
   test_nested();
   test_dotted();
+  test_module_sections();
   test_empty_and_null_section();
   test_unknown_keys();
   test_type_errors();
