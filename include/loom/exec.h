@@ -34,6 +34,9 @@ void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *tar
  * encoder on each micro-batch's images and puts its tokens in place of the image pads; the
  * text model uses the batch's multimodal rotary positions. */
 struct loom_vqa_batch_s;
+/* The vision encoder's module of a vision-language model (src/exec/vision_module.h), or NULL. */
+struct loom_vmod;
+struct loom_vmod *loom_exec_vision(loom_executor *ex);
 void loom_exec_set_vision_batches(loom_executor *ex, const void *const *vqa_batches);
 /* Forward only (evaluation; pipeline-free layouts): the logits of one micro-batch, (B*T, vloc)
  * of this rank's vocabulary slice; vqa_batch for vision-language models, else NULL. */

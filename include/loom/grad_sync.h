@@ -48,6 +48,10 @@ void loom_grad_sync_reduce(loom_grad_sync *g);
  * all-gather parameters under ZeRO; refresh bf16 weights. */
 double loom_grad_sync_step(loom_grad_sync *g, loom_adamw_state *opt,
                            const loom_config_training *t, double lr);
+/* The same step with the global norm given (a model of several modules, each with its own
+ * synchroniser, clips by the norm over all of them). */
+void loom_grad_sync_step_norm(loom_grad_sync *g, loom_adamw_state *opt,
+                              const loom_config_training *t, double lr, double norm);
 /* Sum of squares of the reduced gradients counted once across the whole mesh. */
 double loom_grad_sync_global_sumsq(loom_grad_sync *g);
 #endif

@@ -12,7 +12,9 @@
 #include "loom/model.h"
 
 typedef struct {
-  int world, rank;
+  int world, rank;                    /* ranks in the mesh; this rank's index in it */
+  int first;                          /* world rank of mesh rank 0 */
+  bool member;                        /* this process belongs to the mesh */
   int pp, dp, sp, tp;                 /* axis sizes */
   int pp_rank, dp_rank, sp_rank, tp_rank;
   loom_comm world_comm;
@@ -38,6 +40,10 @@ void loom_dist_abort(const char *fmt, ...) __attribute__((noreturn, format(print
 /* Build the mesh for config.parallel on the current world; checks the product of the axes
  * against the world size. */
 int loom_mesh_create(loom_mesh *m, const loom_config_parallel *p, double timeout_s);
+/* A mesh of pp*dp*sp*tp ranks over world ranks [first, first + n) (a module's own ranks);
+ * every world rank calls it, those outside get member = false. */
+int loom_mesh_create_on(loom_mesh *m, int pp, int dp, int sp, int tp, double timeout_s,
+                        int first);
 void loom_mesh_free(loom_mesh *m);
 /* Every model/layout mismatch that makes the layout impossible, with the numbers: tp not
  * dividing heads / kv heads / intermediate, sp not dividing heads / kv heads / seq_len,

@@ -106,7 +106,11 @@ typedef struct {
 /* What one rank holds of the model: tensor-parallel slice, sequence parallelism, and the
  * pipeline chunks (ranges of global layer indices). A NULL shard means the whole model. */
 #define LOOM_MAX_CHUNKS 16
+enum { LOOM_MODULE_ALL = 0, LOOM_MODULE_TEXT, LOOM_MODULE_VISION };
 typedef struct {
+  int module;                  /* LOOM_MODULE_ALL: text decoder and (replicated) vision encoder;
+                                  _TEXT: the decoder only; _VISION: the vision encoder only,
+                                  split over its own tensor-parallel ranks (tp, tp_rank) */
   int tp, tp_rank;
   bool seq_parallel;           /* Megatron sequence parallelism over the tp ranks */
   int sp, sp_rank;             /* Ulysses sequence parallelism */

@@ -20,6 +20,13 @@ typedef struct loom_vision loom_vision;
 
 /* Plan buffers for up to max_patches patches per forward. */
 int loom_vision_create(loom_vision **out, loom_decoder *d, int max_patches);
+/* The encoder split over its own ranks, d being the vision module's parameter container
+ * (shard module LOOM_MODULE_VISION): tensor parallel over tp_comm (d->shard.tp ranks: heads,
+ * MLP and projector split Megatron-style) and Ulysses sequence parallel over sp_comm
+ * (d->shard.sp ranks: each holds 1/sp of the patches; attention heads exchanged by
+ * all-to-all; every rank ends with all the tokens). */
+int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patches,
+                                const loom_comm *tp_comm, const loom_comm *sp_comm);
 void loom_vision_free(loom_vision *v);
 /* Tokens an image of (t, h, w) patches becomes: t*h*w / merge^2. */
 int loom_vision_tokens(const loom_vision_spec *s, int t, int h, int w);

@@ -251,8 +251,14 @@ double loom_grad_sync_global_sumsq(loom_grad_sync *g) {
 
 double loom_grad_sync_step(loom_grad_sync *g, loom_adamw_state *opt,
                            const loom_config_training *t, double lr) {
-  loom_decoder *d = g->d;
   double norm = sqrt(loom_grad_sync_global_sumsq(g));
+  loom_grad_sync_step_norm(g, opt, t, lr, norm);
+  return norm;
+}
+
+void loom_grad_sync_step_norm(loom_grad_sync *g, loom_adamw_state *opt,
+                              const loom_config_training *t, double lr, double norm) {
+  loom_decoder *d = g->d;
   float coef = 1.0f;
   if (t->grad_clip > 0) coef = (float)(t->grad_clip / (norm + 1e-6));
   opt->step++;
@@ -268,8 +274,7 @@ double loom_grad_sync_step(loom_grad_sync *g, loom_adamw_state *opt,
   float *param = g->zero == 3 ? g->pshard : d->params + g->own_begin;
   loom_adamw_flat_f32(param, owned_grad(g, g->own_begin), opt->m, opt->v, NULL, g->own_begin, seg,
                       nseg, coef < 1.0f ? coef : 1.0f, lr, t->beta1, t->beta2, t->eps, opt->step);
-  if (g->zero == 3) return norm; /* gathered layer by layer when next used */
+  if (g->zero == 3) return; /* gathered layer by layer when next used */
   if (g->zero > 0) loom_comm_allgather_v_f32(&g->m->grad_comm, d->params, g->counts);
   loom_decoder_params_updated(d);
-  return norm;
 }

@@ -78,43 +78,69 @@ static void make_comm(loom_comm *c, MPI_Comm parent, int color, int key, const c
   MPI_Comm_rank(out, &c->rank);
 }
 
-int loom_mesh_create(loom_mesh *m, const loom_config_parallel *p, double timeout_s) {
-  memset(m, 0, sizeof *m);
-  m->world = 1;
+/* The mesh over world ranks [first, first + count); every world rank takes part in the
+ * communicator splits, those outside get member = false and single-rank communicators. */
+static int mesh_build(loom_mesh *m, int pp, int dp, int sp, int tp, double timeout_s, int first,
+                      int count) {
+  int world = 1, wrank = 0;
   if (mpi_started) {
-    MPI_Comm_size(MPI_COMM_WORLD, &m->world);
-    MPI_Comm_rank(MPI_COMM_WORLD, &m->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   }
-  m->pp = (int)p->pp, m->dp = (int)p->dp, m->sp = (int)p->sp, m->tp = (int)p->tp;
-  long product = (long)m->pp * m->dp * m->sp * m->tp;
-  if (product != m->world) {
-    if (m->world == 1)
-      return loom_err("parallel.pp*dp*sp*tp = %d*%d*%d*%d = %ld ranks, but this is one process; "
-                      "start it with 'mpirun -np %ld loom train ...' (or 'loom train --nproc "
-                      "%ld ...')", m->pp, m->dp, m->sp, m->tp, product, product, product);
-    return loom_err("parallel.pp*dp*sp*tp = %d*%d*%d*%d = %ld, but mpirun started %d ranks; "
-                    "make the product equal the number of ranks", m->pp, m->dp, m->sp, m->tp,
-                    product, m->world);
-  }
-  int r = m->rank;
+  memset(m, 0, sizeof *m);
+  m->pp = pp, m->dp = dp, m->sp = sp, m->tp = tp;
+  m->world = count;
+  m->first = first;
+  m->member = wrank >= first && wrank < first + count;
+  int r = m->member ? wrank - first : 0;
+  m->rank = r;
   m->tp_rank = r % m->tp;
   m->sp_rank = r / m->tp % m->sp;
   m->dp_rank = r / (m->tp * m->sp) % m->dp;
   m->pp_rank = r / (m->tp * m->sp * m->dp);
   MPI_Comm w = mpi_started ? MPI_COMM_WORLD : MPI_COMM_NULL;
-  int pp = m->pp_rank, dp = m->dp_rank, sp = m->sp_rank, tp = m->tp_rank;
-  int DP = m->dp, SP = m->sp, TP = m->tp;
-  make_comm(&m->world_comm, w, 0, r, "world", timeout_s);
-  make_comm(&m->tp_comm, w, (pp * DP + dp) * SP + sp, tp, "tp", timeout_s);
-  make_comm(&m->sp_comm, w, (pp * DP + dp) * TP + tp, sp, "sp", timeout_s);
-  make_comm(&m->dp_comm, w, (pp * SP + sp) * TP + tp, dp, "dp", timeout_s);
-  make_comm(&m->pp_comm, w, (dp * SP + sp) * TP + tp, pp, "pp", timeout_s);
-  make_comm(&m->grad_comm, w, pp * TP + tp, dp * SP + sp, "dp x sp", timeout_s);
-  make_comm(&m->mp_comm, w, dp * SP + sp, pp * TP + tp, "pp x tp", timeout_s);
-  bool ends = pp == 0 || pp == m->pp - 1;
-  make_comm(&m->embed_comm, w, ends ? (dp * SP + sp) * TP + tp : MPI_UNDEFINED, pp, "embed",
-            timeout_s);
+  int P = m->pp_rank, D = m->dp_rank, S = m->sp_rank, T = m->tp_rank;
+  int DP = m->dp, SP = m->sp, TP = m->tp, U = MPI_UNDEFINED;
+  bool in = m->member;
+  (void)world;
+  make_comm(&m->world_comm, w, in ? 0 : U, r, "world", timeout_s);
+  make_comm(&m->tp_comm, w, in ? (P * DP + D) * SP + S : U, T, "tp", timeout_s);
+  make_comm(&m->sp_comm, w, in ? (P * DP + D) * TP + T : U, S, "sp", timeout_s);
+  make_comm(&m->dp_comm, w, in ? (P * SP + S) * TP + T : U, D, "dp", timeout_s);
+  make_comm(&m->pp_comm, w, in ? (D * SP + S) * TP + T : U, P, "pp", timeout_s);
+  make_comm(&m->grad_comm, w, in ? P * TP + T : U, D * SP + S, "dp x sp", timeout_s);
+  make_comm(&m->mp_comm, w, in ? D * SP + S : U, P * TP + T, "pp x tp", timeout_s);
+  bool ends = in && (P == 0 || P == m->pp - 1);
+  make_comm(&m->embed_comm, w, ends ? (D * SP + S) * TP + T : U, P, "embed", timeout_s);
   return 0;
+}
+
+int loom_mesh_create(loom_mesh *m, const loom_config_parallel *p, double timeout_s) {
+  memset(m, 0, sizeof *m);
+  int world = 1;
+  if (mpi_started) MPI_Comm_size(MPI_COMM_WORLD, &world);
+  long product = p->pp * p->dp * p->sp * p->tp;
+  if (product != world) {
+    if (world == 1)
+      return loom_err("parallel.pp*dp*sp*tp = %ld*%ld*%ld*%ld = %ld ranks, but this is one "
+                      "process; start it with 'mpirun -np %ld loom train ...' (or 'loom train "
+                      "--nproc %ld ...')", p->pp, p->dp, p->sp, p->tp, product, product, product);
+    return loom_err("parallel.pp*dp*sp*tp = %ld*%ld*%ld*%ld = %ld, but mpirun started %d ranks; "
+                    "make the product equal the number of ranks", p->pp, p->dp, p->sp, p->tp,
+                    product, world);
+  }
+  return mesh_build(m, (int)p->pp, (int)p->dp, (int)p->sp, (int)p->tp, timeout_s, 0, world);
+}
+
+int loom_mesh_create_on(loom_mesh *m, int pp, int dp, int sp, int tp, double timeout_s,
+                        int first) {
+  int world = 1;
+  if (mpi_started) MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int count = pp * dp * sp * tp;
+  if (first < 0 || first + count > world)
+    return loom_err("a mesh of %d ranks from rank %d does not fit in the %d ranks started",
+                    count, first, world);
+  return mesh_build(m, pp, dp, sp, tp, timeout_s, first, count);
 }
 
 void loom_mesh_free(loom_mesh *m) {

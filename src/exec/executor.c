@@ -1,7 +1,9 @@
 /* The executor: one optimizer step of the schedule IR on this rank (see exec.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "exec/vision_module.h"
 #include "loom/exec.h"
 #include "loom/kernels.h"
 #include "loom/vision.h"
@@ -22,11 +24,10 @@ struct loom_executor {
   int *last_backward;          /* (vpp) index of the last backward of each chunk */
   loom_exec_trace_fn trace;
   void *trace_ctx;
-  /* vision-language models */
-  loom_vision *vision;
+  /* vision-language models: the encoder is a module of its own (vision_module.c) */
+  loom_vmod *vision;
   const loom_vqa_batch *const *vqa; /* (A) this step's micro-batches */
-  int *inject_slot;            /* (B*T) */
-  float *vfeat, *vgrad;        /* (max tokens, C) vision tokens and their gradients */
+  int *inject_slot;            /* (A, B*T) row of the vision tokens replacing each token */
 };
 
 void loom_exec_set_vision_batches(loom_executor *ex, const void *const *vqa_batches) {
@@ -34,42 +35,25 @@ void loom_exec_set_vision_batches(loom_executor *ex, const void *const *vqa_batc
 }
 
 static int create_vision(loom_executor *ex, const loom_config *cfg, const loom_model_spec *spec) {
-  const loom_config_parallel *p = &cfg->parallel;
-  if (p->pp > 1 || p->vpp > 1)
-    return loom_err("vision-language models run with parallel.pp=1 and vpp=1 for now (found "
-                    "pp=%ld vpp=%ld)", p->pp, p->vpp);
-  if (p->tp > 1 && !strcmp(p->sp_mode, "megatron"))
-    return loom_err("vision-language models do not support Megatron sequence parallelism yet; "
-                    "use parallel.sp_mode=ulysses");
-  long per_image = (cfg->data.image_max_pixels + 195) / 196 + 4;
-  int max_patches = (int)(cfg->training.micro_batch_size * per_image);
-  if (loom_vision_create(&ex->vision, ex->d, max_patches)) return LOOM_ERR;
+  if (loom_vmod_create(&ex->vision, cfg, spec, ex->mesh)) return LOOM_ERR;
   int T = (int)cfg->training.seq_len, B = (int)cfg->training.micro_batch_size;
-  ex->inject_slot = malloc((size_t)B * T * sizeof(int));
-  ex->vfeat = loom_alloc((size_t)max_patches * spec->hidden * sizeof(float));
-  ex->vgrad = loom_alloc((size_t)max_patches * spec->hidden * sizeof(float));
+  ex->inject_slot = malloc((size_t)ex->A * B * T * sizeof(int));
   return 0;
 }
 
-/* Run the vision encoder on micro-batch mb's images and point the slot at its tokens. */
+/* Hand micro-batch mb's vision tokens to the first chunk (the encoder runs on its ranks). */
 static void vision_forward(loom_executor *ex, loom_acts *a, int mb) {
   const loom_vqa_batch *b = ex->vqa[mb];
   loom_decoder *d = ex->d;
   int BT = d->B * d->T, n = 0;
-  for (int i = 0; i < BT; i++) ex->inject_slot[i] = -1;
+  int *slot = ex->inject_slot + (size_t)mb * BT;
+  for (int i = 0; i < BT; i++) slot[i] = -1;
   for (int i = 0; i < b->n_images; i++)
     for (int k = 0; k < b->image_tokens[i]; k++)
-      ex->inject_slot[b->image_row[i] * d->T + b->image_token_offset[i] + k] = n++;
-  loom_vision_input in = {b->n_images, (const int(*)[3])b->grid_thw, b->pixel_values,
-                          (int)b->total_patches};
-  if (d->param_hook) d->param_hook(d->param_hook_ctx, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_FWD);
-  if (loom_vision_forward(ex->vision, &in, ex->vfeat))
-    loom_dist_abort("vision encoder: %s", loom_errmsg());
-  if (d->param_hook) d->param_hook(d->param_hook_ctx, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
-  memset(ex->vgrad, 0, (size_t)n * d->spec.hidden * sizeof(float));
-  a->inject_slot = ex->inject_slot;
-  a->inject_feats = ex->vfeat;
-  a->inject_grads = ex->vgrad;
+      slot[b->image_row[i] * d->T + b->image_token_offset[i] + k] = n++;
+  a->inject_slot = slot;
+  a->inject_feats = loom_vmod_forward(ex->vision, b, mb);
+  a->inject_grads = loom_vmod_grads(ex->vision);
 }
 
 int loom_exec_stage_split(const loom_config_parallel *p, int layers, int *first) {
@@ -159,6 +143,7 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
   }
   loom_shard sh;
   memset(&sh, 0, sizeof sh);
+  sh.module = spec->vision.arch != LOOM_VISION_NONE ? LOOM_MODULE_TEXT : LOOM_MODULE_ALL;
   sh.tp = m->tp, sh.tp_rank = m->tp_rank, sh.sp = m->sp, sh.sp_rank = m->sp_rank;
   sh.seq_parallel = m->tp > 1 && !strcmp(p->sp_mode, "megatron");
   sh.n_chunks = ex->vpp;
@@ -177,11 +162,8 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
     loom_exec_free(ex);
     return LOOM_ERR;
   }
-  for (int i = 0; i < ex->d->layout.count; i++) { /* training.freeze_* */
-    loom_param *p = &ex->d->layout.params[i];
-    bool vision = !strncmp(p->name, "vision.", 7), proj = !strncmp(p->name, "vision.merger.", 14);
-    p->frozen = proj ? t->freeze_projector : vision ? t->freeze_vision : t->freeze_lm;
-  }
+  for (int i = 0; i < ex->d->layout.count; i++) /* training.freeze_lm (the encoder: its module) */
+    ex->d->layout.params[i].frozen = t->freeze_lm;
   if (spec->vision.arch != LOOM_VISION_NONE && create_vision(ex, cfg, spec)) {
     loom_exec_free(ex);
     return LOOM_ERR;
@@ -206,19 +188,18 @@ void loom_exec_free(loom_executor *ex) {
   if (!ex) return;
   loom_sched_free(&ex->sched);
   loom_grad_sync_free(ex->gs); /* reads the decoder (ZeRO-3 units): free it first */
-  loom_vision_free(ex->vision);
+  loom_vmod_free(ex->vision);
   loom_decoder_free(ex->d);
   if (ex->opt.m) loom_adamw_state_free(&ex->opt);
   loom_free(ex->act_send);
   free(ex->inject_slot);
-  loom_free(ex->vfeat);
-  loom_free(ex->vgrad);
   free(ex->reqs);
   free(ex->last_backward);
   free(ex);
 }
 
 loom_decoder *loom_exec_decoder(loom_executor *ex) { return ex->d; }
+loom_vmod *loom_exec_vision(loom_executor *ex) { return ex->vision; }
 loom_adamw_state *loom_exec_optimizer(loom_executor *ex) { return &ex->opt; }
 loom_grad_sync *loom_exec_grad_sync(loom_executor *ex) { return ex->gs; }
 const loom_schedule *loom_exec_schedule(const loom_executor *ex) { return &ex->sched; }
@@ -290,11 +271,8 @@ static void run_backward(loom_executor *ex, const loom_instr *in, int index, ste
   loom_decoder_backward_chunk(d, a, dout, v > 0 ? buf(ex, ex->dx, in->chunk, in->mb) : NULL,
                               sc->scale);
   bool vision_trains = !ex->cfg->training.freeze_vision || !ex->cfg->training.freeze_projector;
-  if (ex->vision && vision_trains && d->shard.chunk_embed[in->chunk]) {
-    if (d->param_hook) d->param_hook(d->param_hook_ctx, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_BWD);
-    loom_vision_backward(ex->vision, ex->vgrad);
-    if (d->param_hook) d->param_hook(d->param_hook_ctx, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
-  }
+  if (ex->vision && vision_trains && d->shard.chunk_embed[in->chunk])
+    loom_vmod_backward(ex->vision, ex->vqa[in->mb], in->mb);
   d->on_layer_grads = NULL;
   loom_decoder_slot_release(d, a);
   if (pp == 1 && in->chunk == 0) loom_grad_sync_microbatch_done(ex->gs);
@@ -333,10 +311,18 @@ static void run_instr(loom_executor *ex, const loom_instr *in, int index, step_c
     break;
   case LOOM_INSTR_REDUCE_GRADS:
     loom_grad_sync_reduce(ex->gs);
+    if (ex->vision) loom_vmod_reduce(ex->vision);
     break;
   case LOOM_INSTR_OPTIMIZER_STEP:
     sc->lr = loom_lr_at(&ex->cfg->training, ex->opt.step);
-    sc->norm = loom_grad_sync_step(ex->gs, &ex->opt, &ex->cfg->training, sc->lr);
+    if (ex->vision) { /* one norm over both modules clips both */
+      double sq = loom_grad_sync_global_sumsq(ex->gs) + loom_vmod_sumsq(ex->vision);
+      sc->norm = sqrt(sq);
+      loom_grad_sync_step_norm(ex->gs, &ex->opt, &ex->cfg->training, sc->lr, sc->norm);
+      loom_vmod_step(ex->vision, &ex->cfg->training, sc->lr, sc->norm);
+    } else {
+      sc->norm = loom_grad_sync_step(ex->gs, &ex->opt, &ex->cfg->training, sc->lr);
+    }
     break;
   default:
     LOOM_ASSERT(!"unknown instruction");
@@ -355,6 +341,7 @@ void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *tar
   sc.scale = counts[0] > 0 ? (float)(1.0 / counts[0]) : 0.0f;
   loom_decoder_zero_grads(d);
   loom_grad_sync_begin_step(ex->gs);
+  if (ex->vision) loom_vmod_begin_step(ex->vision);
   int rank = m->pp_rank;
   for (int i = 0; i < ex->sched.count[rank]; i++) {
     const loom_instr *in = &ex->sched.instr[rank][i];

@@ -31,6 +31,8 @@ static void add(builder *b, const char *name, int rows, int cols, bool decay, in
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "%s", name);
   int tp = b->sh->tp, r = b->sh->tp_rank;
+  if (b->sh->module == LOOM_MODULE_ALL && !strncmp(name, "vision.", 7))
+    split_dim = -1; /* inside the whole model the encoder is replicated */
   p->ndim = cols > 0 ? 2 : 1;
   p->gshape[0] = rows;
   p->gshape[1] = cols > 0 ? cols : 0;
@@ -82,17 +84,24 @@ static void add_layer(builder *b, const loom_model_spec *s, int l) {
 #undef L
 }
 
-/* The vision encoder's tensors (replicated on every tensor-parallel rank). */
+/* The vision encoder's tensors. In the vision module (shard module LOOM_MODULE_VISION) they
+ * are split over the encoder's own tensor-parallel ranks as Megatron splits a ViT: q/k/v,
+ * mlp.gate/up and merger.fc1 by rows, attn.o, mlp.down and merger.fc2 by columns; norms,
+ * row-parallel biases, the patch embedding and positions replicated. Inside the whole model
+ * (LOOM_MODULE_ALL) they are replicated. */
 static void add_vision(builder *b, const loom_model_spec *s) {
   const loom_vision_spec *v = &s->vision;
   int Cv = v->hidden, I = v->intermediate, C = s->hidden;
   bool qwen = v->arch == LOOM_VISION_QWEN;
   char n[96];
-#define V(fmt, i, rows, cols, decay)                 \
+#define VS(fmt, i, rows, cols, decay, split)         \
   do {                                               \
     snprintf(n, sizeof n, fmt, i);                   \
-    add(b, n, rows, cols, decay, -1, 0);             \
+    add(b, n, rows, cols, decay, split, 0);          \
   } while (0)
+#define V(fmt, i, rows, cols, decay) VS(fmt, i, rows, cols, decay, -1)
+#define R(fmt, i, rows, cols, decay) VS(fmt, i, rows, cols, decay, 0) /* column-parallel */
+#define C1(fmt, i, rows, cols, decay) VS(fmt, i, rows, cols, decay, 1) /* row-parallel */
   V("vision.patch_embed.weight%.0d", 0, Cv, loom_vision_patch_values(v), true);
   if (!qwen) {
     V("vision.patch_embed.bias%.0d", 0, Cv, 0, false);
@@ -102,40 +111,43 @@ static void add_vision(builder *b, const loom_model_spec *s) {
   for (int i = 0; i < v->depth; i++) {
     V("vision.blocks.%d.attn_norm.weight", i, Cv, 0, false);
     if (!qwen) V("vision.blocks.%d.attn_norm.bias", i, Cv, 0, false);
-    V("vision.blocks.%d.attn.q.weight", i, Cv, Cv, true);
-    V("vision.blocks.%d.attn.q.bias", i, Cv, 0, false);
-    V("vision.blocks.%d.attn.k.weight", i, Cv, Cv, true);
-    V("vision.blocks.%d.attn.k.bias", i, Cv, 0, false);
-    V("vision.blocks.%d.attn.v.weight", i, Cv, Cv, true);
-    V("vision.blocks.%d.attn.v.bias", i, Cv, 0, false);
-    V("vision.blocks.%d.attn.o.weight", i, Cv, Cv, true);
+    R("vision.blocks.%d.attn.q.weight", i, Cv, Cv, true);
+    R("vision.blocks.%d.attn.q.bias", i, Cv, 0, false);
+    R("vision.blocks.%d.attn.k.weight", i, Cv, Cv, true);
+    R("vision.blocks.%d.attn.k.bias", i, Cv, 0, false);
+    R("vision.blocks.%d.attn.v.weight", i, Cv, Cv, true);
+    R("vision.blocks.%d.attn.v.bias", i, Cv, 0, false);
+    C1("vision.blocks.%d.attn.o.weight", i, Cv, Cv, true);
     V("vision.blocks.%d.attn.o.bias", i, Cv, 0, false);
     V("vision.blocks.%d.mlp_norm.weight", i, Cv, 0, false);
     if (!qwen) V("vision.blocks.%d.mlp_norm.bias", i, Cv, 0, false);
     if (qwen) {
-      V("vision.blocks.%d.mlp.gate.weight", i, I, Cv, true);
-      V("vision.blocks.%d.mlp.gate.bias", i, I, 0, false);
+      R("vision.blocks.%d.mlp.gate.weight", i, I, Cv, true);
+      R("vision.blocks.%d.mlp.gate.bias", i, I, 0, false);
     }
-    V("vision.blocks.%d.mlp.up.weight", i, I, Cv, true);
-    V("vision.blocks.%d.mlp.up.bias", i, I, 0, false);
-    V("vision.blocks.%d.mlp.down.weight", i, Cv, I, true);
+    R("vision.blocks.%d.mlp.up.weight", i, I, Cv, true);
+    R("vision.blocks.%d.mlp.up.bias", i, I, 0, false);
+    C1("vision.blocks.%d.mlp.down.weight", i, Cv, I, true);
     V("vision.blocks.%d.mlp.down.bias", i, Cv, 0, false);
   }
   int in = Cv * v->merge * v->merge;
   if (qwen) {
     V("vision.merger.norm.weight%.0d", 0, Cv, 0, false);
-    V("vision.merger.fc1.weight%.0d", 0, in, in, true);
-    V("vision.merger.fc1.bias%.0d", 0, in, 0, false);
-    V("vision.merger.fc2.weight%.0d", 0, C, in, true);
+    R("vision.merger.fc1.weight%.0d", 0, in, in, true);
+    R("vision.merger.fc1.bias%.0d", 0, in, 0, false);
+    C1("vision.merger.fc2.weight%.0d", 0, C, in, true);
   } else {
     V("vision.post_norm.weight%.0d", 0, Cv, 0, false);
     V("vision.post_norm.bias%.0d", 0, Cv, 0, false);
-    V("vision.merger.fc1.weight%.0d", 0, C, in, true);
-    V("vision.merger.fc1.bias%.0d", 0, C, 0, false);
-    V("vision.merger.fc2.weight%.0d", 0, C, C, true);
+    R("vision.merger.fc1.weight%.0d", 0, C, in, true);
+    R("vision.merger.fc1.bias%.0d", 0, C, 0, false);
+    C1("vision.merger.fc2.weight%.0d", 0, C, C, true);
   }
   V("vision.merger.fc2.bias%.0d", 0, C, 0, false);
 #undef V
+#undef R
+#undef C1
+#undef VS
 }
 
 int loom_vision_patch_values(const loom_vision_spec *v) {
@@ -160,13 +172,18 @@ int loom_param_layout_build_shard(loom_param_layout *lay, const loom_model_spec 
   memset(lay, 0, sizeof *lay);
   builder b = {lay, 0, sh};
   bool gpt2 = s->arch == LOOM_ARCH_GPT2;
+  if (sh->module == LOOM_MODULE_VISION) {
+    if (s->vision.arch != LOOM_VISION_NONE) add_vision(&b, s);
+    return 0;
+  }
   bool embed = false, head = false;
   for (int c = 0; c < sh->n_chunks; c++) embed |= sh->chunk_embed[c], head |= sh->chunk_head[c];
   int C = s->hidden, vloc = loom_shard_vocab_local(sh, s);
   if (embed || (head && s->tied_embeddings))
     add(&b, "embed.weight", s->padded_vocab, C, true, 0, sh->tp > 1 ? vloc : 0);
   if (embed && gpt2) add(&b, "pos_embed.weight", s->max_seq, C, true, -1, 0);
-  if (embed && s->vision.arch != LOOM_VISION_NONE) add_vision(&b, s);
+  if (embed && s->vision.arch != LOOM_VISION_NONE && sh->module == LOOM_MODULE_ALL)
+    add_vision(&b, s);
   for (int c = 0; c < sh->n_chunks; c++)
     for (int l = sh->chunk_first[c]; l < sh->chunk_last[c]; l++) add_layer(&b, s, l);
   if (head) {

@@ -64,6 +64,23 @@ static void window_order(loom_vision *v, const loom_vision_input *in) {
   }
 }
 
+/* Patches P padded to Pg (a multiple of sp * merge^2): the padding forms one more segment of
+ * both kinds, so real patches never attend to it; its rotary rows are the identity. */
+static void pad_and_slice(loom_vision *v) {
+  int unit = v->s.merge * v->s.merge, step = v->sp * unit, half = v->D / 2;
+  v->Pg = (v->P + step - 1) / step * step;
+  v->Mg = v->Pg / unit;
+  v->Pl = v->Pg / v->sp;
+  v->Ml = v->Pl / unit;
+  v->p0 = v->sp_rank * v->Pl;
+  if (v->Pg > v->P) {
+    v->seg_win[v->n_win + 1] = v->Pg, v->n_win++;
+    v->seg_full[v->n_full_seg + 1] = v->Pg, v->n_full_seg++;
+  }
+  if (v->s.arch != LOOM_VISION_QWEN) return;
+  for (size_t i = (size_t)v->P * half; i < (size_t)v->Pg * half; i++) v->cosb[i] = 1, v->sinb[i] = 0;
+}
+
 void vis_prepare(loom_vision *v, const loom_vision_input *in) {
   const loom_vision_spec *s = &v->s;
   v->P = in->n_patches;
@@ -76,7 +93,10 @@ void vis_prepare(loom_vision *v, const loom_vision_input *in) {
       v->seg_full[v->n_full_seg + 1] = v->seg_full[v->n_full_seg] + in->grid[img][1] * in->grid[img][2];
       v->n_full_seg++;
     }
-  if (s->arch != LOOM_VISION_QWEN) return;
+  if (s->arch != LOOM_VISION_QWEN) {
+    pad_and_slice(v);
+    return;
+  }
   window_order(v, in);
   /* 2D rotary table in window order: first D/4 frequencies by row, the next D/4 by column */
   int D = v->D, half = D / 2, quarter = D / 4, unit = s->merge * s->merge;
@@ -103,4 +123,5 @@ void vis_prepare(loom_vision *v, const loom_vision_input *in) {
     }
   free(hpos);
   free(wpos);
+  pad_and_slice(v);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "exec/vision_module.h"
 #include "loom/checkpoint.h"
 #include "loom/safetensors.h"
 
@@ -81,34 +82,69 @@ static char *state_json(const loom_train_state *ts, const loom_mesh *m, int zero
   return text;
 }
 
-static char *file_name(const char *dir, const char *kind, int world, int rank) {
-  if (world == 1) return loom_sprintf("%s/%s.safetensors", dir, kind);
-  return loom_sprintf("%s/%s-r%05d.safetensors", dir, kind, rank);
+/* The parameters of one module of the model as this rank holds them: the text decoder (or
+ * the whole model), or a vision-language model's encoder with its own mesh and ZeRO stage.
+ * Module files are named "<kind>-r<rank>" ("vision-<kind>-r<rank>" for the encoder); a
+ * single-process model without modules writes "<kind>.safetensors". */
+typedef struct {
+  const char *name;           /* "" (text / whole model) or "vision-" */
+  loom_decoder *d;
+  loom_adamw_state *opt;
+  loom_grad_sync *gs;
+  const loom_mesh *m;
+  int zero;
+} module;
+
+static int modules_of(loom_executor *ex, const loom_mesh *m, const loom_config *cfg,
+                      module out[2]) {
+  out[0] = (module){"", loom_exec_decoder(ex), loom_exec_optimizer(ex), loom_exec_grad_sync(ex),
+                    m, (int)cfg->parallel.zero};
+  loom_vmod *vm = loom_exec_vision(ex);
+  if (!vm) return 1;
+  out[1] = (module){"vision-", loom_vmod_decoder(vm), loom_vmod_optimizer(vm),
+                    loom_vmod_grad_sync(vm), loom_vmod_mesh(vm), loom_vmod_get_plan(vm)->zero};
+  return 2;
+}
+
+static char *file_name(const char *dir, const char *module, const char *kind, bool indexed,
+                       int rank) {
+  if (!indexed) return loom_sprintf("%s/%s.safetensors", dir, kind);
+  return loom_sprintf("%s/%s%s-r%05d.safetensors", dir, module, kind, rank);
 }
 
 /* Ranks that write parameters: one replica of each (pp, tp) position. */
 static bool writes_params(const loom_mesh *m) { return m->dp_rank == 0 && m->sp_rank == 0; }
 
-static int write_index(const char *dir, const loom_mesh *m, int zero, bool grads) {
-  json_t *model = json_array(), *opt = json_array(), *gr = json_array();
+static void list_files(const module *mo, bool grads, json_t *model, json_t *opt, json_t *gr) {
+  const loom_mesh *m = mo->m;
   for (int r = 0; r < m->world; r++) {
     int dp = r / (m->tp * m->sp) % m->dp, sp = r / m->tp % m->sp;
-    char name[64];
-    if ((dp == 0 && sp == 0) || zero == 3) {
-      snprintf(name, sizeof name, "model-r%05d.safetensors", r);
+    char name[96];
+    if ((dp == 0 && sp == 0) || mo->zero == 3) {
+      snprintf(name, sizeof name, "%smodel-r%05d.safetensors", mo->name, r);
       json_array_append_new(model, json_string(name));
     }
-    if (zero > 0 || (dp == 0 && sp == 0)) {
-      snprintf(name, sizeof name, "optimizer-r%05d.safetensors", r);
+    if (mo->zero > 0 || (dp == 0 && sp == 0)) {
+      snprintf(name, sizeof name, "%soptimizer-r%05d.safetensors", mo->name, r);
       json_array_append_new(opt, json_string(name));
-      snprintf(name, sizeof name, "gradients-r%05d.safetensors", r);
+      snprintf(name, sizeof name, "%sgradients-r%05d.safetensors", mo->name, r);
       if (grads) json_array_append_new(gr, json_string(name));
     }
   }
+}
+
+static int write_index(const char *dir, const module *mods, int nmod, bool grads) {
+  json_t *model = json_array(), *opt = json_array(), *gr = json_array();
+  for (int i = 0; i < nmod; i++) list_files(&mods[i], grads, model, opt, gr);
+  const loom_mesh *m = mods[0].m;
   json_t *o = json_pack("{s:s, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i}, s:o, s:o, s:o}", "format",
                         "loom-sharded", "version", 1, "world", m->world, "mesh", "pp", m->pp,
-                        "dp", m->dp, "sp", m->sp, "tp", m->tp, "zero", zero, "model_files",
-                        model, "optimizer_files", opt, "gradient_files", gr);
+                        "dp", m->dp, "sp", m->sp, "tp", m->tp, "zero", mods[0].zero,
+                        "model_files", model, "optimizer_files", opt, "gradient_files", gr);
+  if (nmod > 1)
+    json_object_set_new(o, "vision_mesh",
+                        json_pack("{s:i, s:i, s:i, s:i}", "dp", mods[1].m->dp, "sp",
+                                  mods[1].m->sp, "tp", mods[1].m->tp, "zero", mods[1].zero));
   char *text = json_dumps(o, JSON_INDENT(2));
   char *path = loom_sprintf("%s/index.json", dir);
   int rc = loom_write_file_atomic(path, text, strlen(text));
@@ -118,37 +154,37 @@ static int write_index(const char *dir, const loom_mesh *m, int zero, bool grads
   return rc;
 }
 
-static int save_rank_files(const char *tmp, loom_executor *ex, const loom_mesh *m,
-                           const loom_train_state *ts, const loom_config *cfg) {
-  loom_decoder *d = loom_exec_decoder(ex);
-  loom_adamw_state *opt = loom_exec_optimizer(ex);
-  loom_grad_sync *gs = loom_exec_grad_sync(ex);
+static int save_module_files(const char *tmp, const module *mo, bool indexed, long step,
+                             bool save_gradients) {
+  const loom_mesh *m = mo->m;
+  if (!m->member) return 0;
+  loom_decoder *d = mo->d;
   size_t b, e;
-  loom_grad_sync_owned(gs, &b, &e);
-  bool zero = cfg->parallel.zero > 0, zero3 = cfg->parallel.zero == 3;
+  loom_grad_sync_owned(mo->gs, &b, &e);
+  bool zero = mo->zero > 0;
   int rc = 0;
-  if (zero3) { /* every replica writes the parameter shard it owns */
-    section own = {"", loom_grad_sync_owned_params(gs), b, e};
-    char *p = file_name(tmp, "model", m->world, m->rank);
-    rc = write_sections(p, &d->layout, &own, 1, ts->step);
+  if (mo->zero == 3) { /* every replica writes the parameter shard it owns */
+    section own = {"", loom_grad_sync_owned_params(mo->gs), b, e};
+    char *p = file_name(tmp, mo->name, "model", indexed, m->rank);
+    rc = write_sections(p, &d->layout, &own, 1, step);
     free(p);
   } else if (writes_params(m)) {
     section all = {"", d->params, 0, d->layout.total};
-    char *p = file_name(tmp, "model", m->world, m->rank);
-    rc = write_sections(p, &d->layout, &all, 1, ts->step);
+    char *p = file_name(tmp, mo->name, "model", indexed, m->rank);
+    rc = write_sections(p, &d->layout, &all, 1, step);
     free(p);
   }
   if (!rc && (zero || writes_params(m))) {
-    section mv[2] = {{"exp_avg.", opt->m, b, e}, {"exp_avg_sq.", opt->v, b, e}};
-    char *p = file_name(tmp, "optimizer", m->world, m->rank);
-    rc = write_sections(p, &d->layout, mv, 2, ts->step);
+    section mv[2] = {{"exp_avg.", mo->opt->m, b, e}, {"exp_avg_sq.", mo->opt->v, b, e}};
+    char *p = file_name(tmp, mo->name, "optimizer", indexed, m->rank);
+    rc = write_sections(p, &d->layout, mv, 2, step);
     free(p);
   }
-  if (!rc && cfg->checkpoint.save_gradients && (zero || writes_params(m))) {
+  if (!rc && save_gradients && (zero || writes_params(m))) {
     /* the last step's reduced (and clipped) gradients of the owned range */
-    section g = {"", loom_grad_sync_owned_grads(gs), b, e};
-    char *p = file_name(tmp, "gradients", m->world, m->rank);
-    rc = write_sections(p, &d->layout, &g, 1, ts->step);
+    section g = {"", loom_grad_sync_owned_grads(mo->gs), b, e};
+    char *p = file_name(tmp, mo->name, "gradients", indexed, m->rank);
+    rc = write_sections(p, &d->layout, &g, 1, step);
     free(p);
   }
   return rc;
@@ -164,7 +200,11 @@ int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m,
     rc = loom_mkdir_p(tmp);
   }
   if (loom_comm_any_failed(&m->world_comm, rc)) return loom_err_prefix("saving checkpoint '%s': ", dir);
-  rc = save_rank_files(tmp, ex, m, ts, cfg);
+  module mods[2];
+  int nmod = modules_of(ex, m, cfg, mods);
+  bool indexed = m->world > 1 || nmod > 1;
+  for (int i = 0; i < nmod && !rc; i++)
+    rc = save_module_files(tmp, &mods[i], indexed, ts->step, cfg->checkpoint.save_gradients);
   if (!rc && m->rank == 0) {
     char *p = loom_sprintf("%s/trainer_state.json", tmp);
     char *text = state_json(ts, m, (int)cfg->parallel.zero);
@@ -174,7 +214,7 @@ int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m,
     p = loom_sprintf("%s/config.yaml", tmp);
     if (!rc) rc = loom_config_save(cfg, p);
     free(p);
-    if (!rc && m->world > 1) rc = write_index(tmp, m, (int)cfg->parallel.zero, cfg->checkpoint.save_gradients);
+    if (!rc && indexed) rc = write_index(tmp, mods, nmod, cfg->checkpoint.save_gradients);
   }
   if (loom_comm_any_failed(&m->world_comm, rc)) {
     if (m->rank == 0) loom_rm_rf(tmp);
@@ -390,24 +430,32 @@ int loom_ckpt_load_params(const char *dir, loom_decoder *d) {
   return rc;
 }
 
-int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_train_state *ts) {
-  loom_decoder *d = loom_exec_decoder(ex);
-  loom_adamw_state *opt = loom_exec_optimizer(ex);
+static int load_module(const char *dir, const module *mo) {
+  if (!mo->m->member) return 0;
   size_t b, e;
-  loom_grad_sync_owned(loom_exec_grad_sync(ex), &b, &e);
-  int rc = loom_ckpt_load_params(dir, d);
+  loom_grad_sync_owned(mo->gs, &b, &e);
+  int rc = loom_ckpt_load_params(dir, mo->d);
   file_set fs;
   if (!rc && !(rc = open_set(dir, "optimizer", &fs))) {
-    rc = assemble(&fs, "exp_avg.", d, opt->m, b, e, dir);
-    if (!rc) rc = assemble(&fs, "exp_avg_sq.", d, opt->v, b, e, dir);
+    rc = assemble(&fs, "exp_avg.", mo->d, mo->opt->m, b, e, dir);
+    if (!rc) rc = assemble(&fs, "exp_avg_sq.", mo->d, mo->opt->v, b, e, dir);
     close_set(&fs);
   }
+  return rc;
+}
+
+int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_train_state *ts) {
+  module mods[2];
+  loom_config zero_cfg; /* only the stages matter here; read from the synchronisers */
+  memset(&zero_cfg, 0, sizeof zero_cfg);
+  int nmod = modules_of(ex, m, &zero_cfg, mods);
+  int rc = 0;
+  for (int i = 0; i < nmod && !rc; i++) rc = load_module(dir, &mods[i]);
   if (!rc) {
     char *p = loom_sprintf("%s/trainer_state.json", dir);
     rc = parse_state(p, ts);
     free(p);
   }
-  if (!rc) opt->step = ts->step;
-  (void)m;
+  for (int i = 0; i < nmod && !rc; i++) mods[i].opt->step = ts->step;
   return rc;
 }

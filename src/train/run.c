@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "exec/vision_module.h"
 #include "loom/checkpoint.h"
 #include "loom/eval.h"
 #include "loom/exec.h"
@@ -207,6 +208,16 @@ static void report_memory(run_ctx *c) {
                    (float)(d->layout.total * sizeof(float) / MiB),
                    (float)(2.0 * (double)(e - b) * sizeof(float) / MiB),
                    (float)(d->arena_bytes / MiB)};
+  loom_vmod *vm = loom_exec_vision(c->exec);
+  if (vm && loom_vmod_mesh(vm)->member) { /* the encoder's share on this rank */
+    loom_decoder *vd = loom_vmod_decoder(vm);
+    size_t vb, ve;
+    loom_grad_sync_owned(loom_vmod_grad_sync(vm), &vb, &ve);
+    size_t vres = loom_vmod_get_plan(vm)->zero == 3 ? ve - vb : vd->layout.total;
+    mine[0] += (float)(vres * sizeof(float) * (vd->bf16 ? 2 : 1) / MiB);
+    mine[1] += (float)(vd->layout.total * sizeof(float) / MiB);
+    mine[2] += (float)(2.0 * (double)(ve - vb) * sizeof(float) / MiB);
+  }
   int W = c->mesh.world;
   float *all = calloc((size_t)W * 4, sizeof(float));
   loom_comm_allgather_f32(&c->mesh.world_comm, mine, all, 4);
@@ -269,6 +280,14 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                        c->mesh.tp > 1 && !strcmp(cfg->parallel.sp_mode, "megatron")
                            ? " (megatron sequence parallel)" : "",
                        cfg->parallel.zero, loom_exec_schedule(c->exec)->name);
+  loom_vmod *vm = loom_exec_vision(c->exec);
+  if (vm) {
+    const loom_vmod_plan *vp = loom_vmod_get_plan(vm);
+    loom_progress_note(&c->progress, "vision encoder: ranks 0-%d = dp %d x sp %d x tp %d, zero %d "
+                       "(text: dp %d x sp %d x tp %d x pp %d, zero %ld)", vp->dp * vp->g_v - 1,
+                       vp->dp, vp->sp, vp->tp, vp->zero, c->mesh.dp, c->mesh.sp, c->mesh.tp,
+                       c->mesh.pp, cfg->parallel.zero);
+  }
   loom_progress_note(&c->progress, "data: %s", loom_data_describe(c->data));
   report_memory(c);
   loom_decoder *d = loom_exec_decoder(c->exec);
@@ -294,8 +313,10 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
     loom_progress_note(&c->progress, "resumed from %s at step %ld", o->resume, c->state.step);
   } else {
     loom_decoder_init_params(d, (uint64_t)cfg->run.seed);
+    if (loom_exec_vision(c->exec)) loom_vmod_init_params(loom_exec_vision(c->exec), (uint64_t)cfg->run.seed);
   }
   loom_grad_sync_params_loaded(loom_exec_grad_sync(c->exec));
+  if (loom_exec_vision(c->exec)) loom_vmod_params_loaded(loom_exec_vision(c->exec));
   if (!c->lead) return 0;
   char *mpath = loom_sprintf("%s/metrics.jsonl", c->run_dir);
   rc = o->resume ? truncate_metrics(mpath, c->state.step) : 0;

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Vision-language training with a parallel strategy per module computes the same run as one
+# process: the vision encoder (vision.parallel.*: its own dp x sp x tp and ZeRO stage) and the
+# text decoder (parallel.*) each split their own way, vision tokens handed to the text ranks
+# and their gradients handed back. Same per-step losses and same final weights (every tensor
+# of both modules) as the single-process run, from the same initial weights and data.
+#
+# Tolerances as in equivalence_test.sh and for the same reasons (fp32 sums reordered by the
+# split: ~1e-7 relative per reduction): per-step loss 1e-5 relative, final weights 1e-4
+# relative norm per tensor (AdamW turns rounding-level gradient differences of near-zero
+# elements into update differences of up to lr). A missing reduction, a wrong slice or a lost
+# hand-off moves the losses by > 1e-3.
+. "$(dirname "$0")/common.sh"
+"$LOOM" data synth-vqa --out "$WORK/vqa" --samples 96 --shard-size 48 >"$WORK/synth.log" 2>&1 ||
+  { echo "could not make the VQA data"; cat "$WORK/synth.log"; exit 1; }
+
+VLM=(model.preset=tiny-qwen2.5-vl model.vocab_size=384 training.seq_len=48 training.steps=4
+  training.warmup_steps=1 training.lr=2e-3 data.format=vqa data.vqa_path="$WORK/vqa"
+  data.tokenizer="$WORK/vqa/tokenizer.json" data.image_min_pixels=12544
+  data.image_max_pixels=12544 checkpoint.every=0)
+check_case() { # name np overrides...
+  local name=$1 np=$2; shift 2
+  train "$name" "$np" "$@" && { close_losses v_single "$name" 1e-5; close_weights v_single "$name" 1e-4; }
+}
+
+echo "tiny Qwen2.5-VL, 2 micro-batches of 4 samples per step"
+train v_single 1 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2
+# the seed's winning combination: vision Ulysses + ZeRO-1, text tensor parallel
+check_case v_sp2_zero1__text_tp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 \
+  parallel.tp=2 vision.parallel.sp=2 vision.parallel.zero=1
+check_case v_sp2_dp2_zero1__text_tp2_dp2 4 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 \
+  parallel.dp=2 parallel.tp=2 vision.parallel.sp=2 vision.parallel.zero=1
+# uniform strategies for comparison
+check_case v_uniform_tp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2
+check_case v_uniform_zero3_dp2 2 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 \
+  parallel.dp=2 parallel.zero=3
+# text pipeline: the encoder runs on the first stage (its forward recomputed for the 1F1B backward)
+check_case v_text_pp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.pp=2
+# more mixes: vision tp against text Ulysses, vision on one rank feeding two text ranks,
+# Megatron sequence parallelism, ZeRO-2 on the vision replicas only
+check_case v_tp2__text_ulysses2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 \
+  parallel.sp=2 vision.parallel.tp=2
+check_case v_one_rank__text_tp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 \
+  parallel.tp=2 vision.parallel.tp=1 vision.parallel.sp=1
+check_case v_sp2__text_tp2_megatron_sp 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 \
+  parallel.tp=2 parallel.sp_mode=megatron vision.parallel.sp=2
+check_case v_dp2_zero2__text_dp2 2 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 \
+  parallel.dp=2 vision.parallel.zero=2
+
+echo "bad strategies are refused before any work, naming the keys"
+expect_error() { # name np message overrides...
+  local name=$1 np=$2 msg=$3; shift 3
+  local log="$WORK/$name.log"
+  if timeout 120 "${MPIRUN[@]}" -np "$np" "$LOOM" train "${VLM[@]}" "$@" run.output_dir="$WORK/bad" \
+      --quiet >"$log" 2>&1; then fail "$name: expected an error"; return; fi
+  if grep -q -- "$msg" "$log"; then pass; else fail "$name: no '$msg' in: $(head -3 "$log")"; fi
+}
+expect_error bad_heads 2 "must divide the vision encoder's 2 heads" training.micro_batch_size=4 \
+  parallel.tp=2 vision.parallel.sp=2 vision.parallel.tp=2
+expect_error bad_dp 2 "vision.parallel.dp (1) must equal parallel.dp (2)" training.micro_batch_size=2 \
+  parallel.dp=2 vision.parallel.dp=1
+expect_error bad_groups 4 "must equal the text decoder's tp\*sp" training.micro_batch_size=2 \
+  parallel.dp=2 parallel.tp=2 vision.parallel.tp=1 vision.parallel.sp=1
+[ -d "$WORK/bad" ] && fail "a refused run left a run directory" || pass
+finish
