@@ -47,6 +47,29 @@ check_case v_sp2__text_tp2_megatron_sp 2 "${VLM[@]}" training.micro_batch_size=4
 check_case v_dp2_zero2__text_dp2 2 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 \
   parallel.dp=2 vision.parallel.zero=2
 
+echo "checkpoints of both modules reshard: written as vision sp2 ZeRO-1 + text tp2, resumed elsewhere"
+R=("${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 training.steps=6 checkpoint.every=3)
+train rs_straight 1 "${R[@]}"
+train rs_src 2 "${R[@]}" parallel.tp=2 vision.parallel.sp=2 vision.parallel.zero=1 --stop-after 3
+src=$(run_dir rs_src)
+check "both modules' files are listed in the index" grep -q "vision-optimizer-r00001.safetensors" "$src/checkpoint_3/index.json"
+resume_as() { # name np overrides...: copy the interrupted run, resume it in another layout
+  local name=$1 np=$2; shift 2
+  cp -r "$src" "$WORK/runs/${name}_run"
+  local ck="$WORK/runs/${name}_run/checkpoint_3"
+  if [ "$np" = 1 ]; then "$LOOM" train --resume "$ck" "$@" --quiet >"$WORK/$name.log" 2>&1
+  else timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train --resume "$ck" "$@" --quiet >"$WORK/$name.log" 2>&1; fi ||
+    { fail "$name: resume failed"; tail -5 "$WORK/$name.log" >&2; return; }
+  close_losses rs_straight "$name" 1e-5
+}
+resume_as rs_one_process 1 parallel.tp=1 vision.parallel.sp=0 vision.parallel.zero=-1
+resume_as rs_uniform_zero3 2 parallel.tp=1 parallel.dp=2 parallel.zero=3 vision.parallel.sp=0 \
+  vision.parallel.zero=-1 training.micro_batch_size=2
+resume_as rs_same_layout 2
+train rs_src_straight 2 "${R[@]}" parallel.tp=2 vision.parallel.sp=2 vision.parallel.zero=1
+if [ "$(losses "$WORK/runs/rs_same_layout_run")" = "$(losses "$(run_dir rs_src_straight)")" ]; then pass; else
+  fail "same-layout VLM resume is not bitwise identical"; fi
+
 echo "bad strategies are refused before any work, naming the keys"
 expect_error() { # name np message overrides...
   local name=$1 np=$2 msg=$3; shift 3
