@@ -35,8 +35,9 @@ typedef struct {
   double elapsed;            /* training seconds before this checkpoint */
 } loom_train_state;
 
-/* Every rank calls these together. */
-int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m,
+/* Every rank of the job calls these together; m is the text decoder's mesh, job the
+ * communicator of every rank (rank 0 writes the trainer state and index). */
+int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m, const loom_comm *job,
                    const loom_train_state *ts, const loom_config *cfg);
 int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_train_state *ts);
 /* Parameters only, into any decoder (any shard, or the whole model). */

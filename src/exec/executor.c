@@ -141,6 +141,14 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
     loom_exec_free(ex);
     return LOOM_ERR;
   }
+  if (!m->member) { /* a rank of the vision encoder only (placement separate) */
+    if (create_vision(ex, cfg, spec)) {
+      loom_exec_free(ex);
+      return LOOM_ERR;
+    }
+    *out = ex;
+    return 0;
+  }
   loom_shard sh;
   memset(&sh, 0, sizeof sh);
   sh.module = spec->vision.arch != LOOM_VISION_NONE ? LOOM_MODULE_TEXT : LOOM_MODULE_ALL;
@@ -316,8 +324,8 @@ static void run_instr(loom_executor *ex, const loom_instr *in, int index, step_c
   case LOOM_INSTR_OPTIMIZER_STEP:
     sc->lr = loom_lr_at(&ex->cfg->training, ex->opt.step);
     if (ex->vision) { /* one norm over both modules clips both */
-      double sq = loom_grad_sync_global_sumsq(ex->gs) + loom_vmod_sumsq(ex->vision);
-      sc->norm = sqrt(sq);
+      double text = loom_grad_sync_global_sumsq(ex->gs);
+      sc->norm = sqrt(loom_vmod_total_sumsq(ex->vision, text, ex->mesh->rank == 0));
       loom_grad_sync_step_norm(ex->gs, &ex->opt, &ex->cfg->training, sc->lr, sc->norm);
       loom_vmod_step(ex->vision, &ex->cfg->training, sc->lr, sc->norm);
     } else {
@@ -329,8 +337,52 @@ static void run_instr(loom_executor *ex, const loom_instr *in, int index, step_c
   }
 }
 
+/* A rank of the vision encoder only: follow the first stage's instruction list, encoding at
+ * its forwards and back-propagating at its backwards (the text ranks hand tokens and
+ * gradients over at the same points). */
+static void vision_only_step(loom_executor *ex, loom_step_result *r) {
+  const loom_config_training *t = &ex->cfg->training;
+  bool trains = !t->freeze_vision || !t->freeze_projector;
+  loom_vmod_begin_step(ex->vision);
+  double lr = loom_lr_at(t, loom_vmod_optimizer(ex->vision)->step), norm = 0;
+  for (int i = 0; i < ex->sched.count[0]; i++) {
+    const loom_instr *in = &ex->sched.instr[0][i];
+    double t0 = ex->trace ? loom_now() : 0;
+    if (in->kind == LOOM_INSTR_FORWARD && in->chunk == 0) {
+      loom_vmod_forward(ex->vision, ex->vqa[in->mb], in->mb);
+    } else if ((in->kind == LOOM_INSTR_BACKWARD || in->kind == LOOM_INSTR_BACKWARD_INPUT) &&
+               in->chunk == 0 && trains) {
+      loom_vmod_backward(ex->vision, ex->vqa[in->mb], in->mb);
+    } else if (in->kind == LOOM_INSTR_REDUCE_GRADS) {
+      loom_vmod_reduce(ex->vision);
+    } else if (in->kind == LOOM_INSTR_OPTIMIZER_STEP) {
+      norm = sqrt(loom_vmod_total_sumsq(ex->vision, 0, false));
+      loom_vmod_step(ex->vision, t, lr, norm);
+    } else {
+      continue;
+    }
+    if (ex->trace) ex->trace(ex->trace_ctx, in, t0, loom_now());
+  }
+  memset(r, 0, sizeof *r);
+  r->grad_norm = norm;
+  r->lr = lr;
+}
+
+/* Vision-language models: the loss and token counts of text rank 0 on every rank of the job
+ * (ranks of the encoder only have none of their own). */
+static void share_result(loom_executor *ex, loom_step_result *r) {
+  double v[4] = {r->loss, (double)r->counted, (double)r->tokens, r->grad_norm};
+  loom_comm_bcast_bytes(loom_vmod_job_comm(ex->vision), v, sizeof v, 0);
+  r->loss = v[0], r->counted = (int)v[1], r->tokens = (long)v[2], r->grad_norm = v[3];
+}
+
 void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *targets,
                     loom_step_result *r) {
+  if (!ex->mesh->member) {
+    vision_only_step(ex, r);
+    share_result(ex, r);
+    return;
+  }
   loom_decoder *d = ex->d;
   const loom_mesh *m = ex->mesh;
   step_ctx sc = {tokens, targets, (size_t)d->B * d->T, 0, 0, 0, 0};
@@ -360,6 +412,7 @@ void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *tar
   r->tokens = (long)n * m->dp;
   r->grad_norm = sc.norm;
   r->lr = sc.lr;
+  if (ex->vision && loom_vmod_get_plan(ex->vision)->separate) share_result(ex, r);
 }
 
 const float *loom_exec_forward_only(loom_executor *ex, const int32_t *tokens, const void *vqa_batch) {

@@ -4,11 +4,14 @@
  * the hand-off of vision tokens to the text decoder's ranks and of their gradients back.
  *
  * Roles. Data-parallel group j (same samples in both modules) has g_v = sp_v * tp_v encoder
- * ranks ("producers", world ranks j*g_v + k) and g_t = sp_t * tp_t text ranks of the first
- * pipeline stage ("consumers", world ranks j*g_t + k). Producers must be first-stage text
- * ranks of the same group (they run the encoder at the same instruction of the schedule as
- * their text work), so the encoder's ranks are the first dp * g_v ranks and g_v == g_t
- * unless dp == 1.
+ * ranks ("producers", world ranks first_v + j*g_v + k) and g_t = sp_t * tp_t text ranks of
+ * the first pipeline stage ("consumers", world ranks j*g_t + k).
+ *   collocated: the encoder runs on first-stage text ranks of the same group (at the same
+ *     instruction of the schedule as their text work): first_v = 0, and g_v == g_t unless
+ *     dp == 1 (g_v <= g_t);
+ *   separate: the encoder has ranks of its own after the text decoder's (first_v = the text
+ *     ranks); they follow the first stage's instruction list, encoding at its forwards and
+ *     back-propagating at its backwards.
  *
  * Hand-off (per micro-batch, n tokens of the group's images, (n, Ct) floats):
  *   forward:  every producer ends with all n tokens; consumer k receives them from producer
@@ -70,11 +73,10 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
                     pl->zero);
   if (pl->tp < 1 || pl->sp < 1)
     return loom_err("vision.parallel.tp and .sp must be positive (0 = follow the text decoder)");
-  if (strcmp(v->placement, "collocated"))
-    return loom_err("vision.parallel.placement '%s' is not available: the encoder runs on the "
-                    "text decoder's first-stage ranks (collocated); use "
-                    "vision.parallel.placement=collocated", v->placement);
+  pl->separate = !strcmp(v->placement, "separate");
   pl->g_v = pl->sp * pl->tp;
+  pl->text_ranks = (int)(p->pp * p->dp * p->sp * p->tp);
+  pl->first = pl->separate ? pl->text_ranks : 0;
   const loom_vision_spec *s = &spec->vision;
   int unit = s->merge * s->merge;
   int ph = s->arch == LOOM_VISION_QWEN ? s->hidden * unit : spec->hidden;
@@ -84,6 +86,15 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
   if (s->intermediate % pl->tp || ph % pl->tp)
     return loom_err("vision.parallel.tp (%d) must divide the vision MLP width (%d) and the "
                     "projector width (%d)", pl->tp, s->intermediate, ph);
+  if (pl->separate) {
+    if (pl->text_ranks + pl->dp * pl->g_v != world)
+      return loom_err("vision.parallel.placement=separate: the text decoder's pp*dp*sp*tp = %d "
+                      "ranks plus the encoder's dp*sp*tp = %d*%d*%d = %d make %d, but %d ranks "
+                      "were started; start %d", pl->text_ranks, pl->dp, pl->sp, pl->tp,
+                      pl->dp * pl->g_v, pl->text_ranks + pl->dp * pl->g_v, world,
+                      pl->text_ranks + pl->dp * pl->g_v);
+    return 0;
+  }
   if (pl->dp > 1 && pl->g_v != pl->g_t)
     return loom_err("vision.parallel: with parallel.dp = %d the encoder's tp*sp (%d*%d = %d) must "
                     "equal the text decoder's tp*sp (%ld*%ld = %d), so that a rank encodes the "
@@ -106,14 +117,14 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
   vm->text = text;
   vm->Ct = spec->hidden;
   vm->last_mb = -1;
-  if (loom_vmod_resolve(cfg, spec, text->world, &vm->plan)) {
+  if (loom_vmod_resolve(cfg, spec, loom_dist_world(), &vm->plan)) {
     free(vm);
     return LOOM_ERR;
   }
   const loom_vmod_plan *pl = &vm->plan;
   double timeout = cfg->parallel.timeout_s;
-  if (loom_mesh_create_on(&vm->mesh, 1, pl->dp, pl->sp, pl->tp, timeout, 0) ||
-      loom_mesh_create_on(&vm->all, 1, text->world, 1, 1, timeout, 0)) {
+  if (loom_mesh_create_on(&vm->mesh, 1, pl->dp, pl->sp, pl->tp, timeout, pl->first) ||
+      loom_mesh_create_on(&vm->all, 1, loom_dist_world(), 1, 1, timeout, 0)) {
     free(vm);
     return LOOM_ERR;
   }
@@ -124,7 +135,7 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
   vm->max_tokens = max_patches / unit + 1;
   size_t bytes = (size_t)vm->max_tokens * vm->Ct * sizeof(float);
   vm->consumer = vm->producer = -1;
-  if (text->pp_rank == 0) {
+  if (text->member && text->pp_rank == 0) {
     vm->consumer = text->sp_rank * text->tp + text->tp_rank;
     vm->group = text->dp_rank;
     vm->sends_grads = pl->megatron_sp || text->tp_rank == 0;
@@ -134,7 +145,8 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
   if (vm->mesh.member) {
     const loom_mesh *m = &vm->mesh;
     vm->producer = m->sp_rank * m->tp + m->tp_rank;
-    LOOM_ASSERT(vm->consumer >= 0 && vm->group == m->dp_rank);
+    LOOM_ASSERT(pl->separate ? vm->consumer < 0 : vm->consumer >= 0 && vm->group == m->dp_rank);
+    vm->group = m->dp_rank;
     loom_shard sh;
     memset(&sh, 0, sizeof sh);
     sh.module = LOOM_MODULE_VISION;
@@ -192,7 +204,9 @@ static int tokens_of(const loom_vqa_batch *b) {
 }
 
 /* World rank of producer k / consumer k of this rank's group. */
-static int producer_rank(const loom_vmod *vm, int k) { return vm->group * vm->plan.g_v + k; }
+static int producer_rank(const loom_vmod *vm, int k) {
+  return vm->plan.first + vm->group * vm->plan.g_v + k;
+}
 static int consumer_rank(const loom_vmod *vm, int k) { return vm->group * vm->plan.g_t + k; }
 
 static void encode(loom_vmod *vm, const loom_vqa_batch *b, int mb) {
@@ -285,15 +299,17 @@ void loom_vmod_reduce(loom_vmod *vm) {
   if (vm->mesh.member) loom_grad_sync_reduce(vm->gs);
 }
 
-double loom_vmod_sumsq(loom_vmod *vm) {
-  double s[1] = {0};
+double loom_vmod_total_sumsq(loom_vmod *vm, double text_sumsq, bool text_root) {
+  double s[1] = {text_root ? text_sumsq : 0};
   if (vm->mesh.member) {
     double mine = loom_grad_sync_global_sumsq(vm->gs);
-    s[0] = vm->mesh.rank == 0 ? mine : 0; /* counted once over the whole job */
+    if (vm->mesh.rank == 0) s[0] += mine; /* each module counted once over the whole job */
   }
   loom_comm_allreduce_f64(&vm->all.world_comm, s, 1, LOOM_OP_SUM);
   return s[0];
 }
+
+const loom_comm *loom_vmod_job_comm(const loom_vmod *vm) { return &vm->all.world_comm; }
 
 void loom_vmod_step(loom_vmod *vm, const loom_config_training *t, double lr, double norm) {
   if (vm->mesh.member) loom_grad_sync_step_norm(vm->gs, &vm->opt, t, lr, norm);

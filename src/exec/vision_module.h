@@ -15,6 +15,9 @@ typedef struct {
   int dp, tp, sp, zero;
   int g_v, g_t;        /* ranks per data-parallel group: encoder (sp*tp), text (sp*tp) */
   bool megatron_sp;    /* the text decoder uses Megatron sequence parallelism */
+  bool separate;       /* vision.parallel.placement = separate */
+  int text_ranks;      /* pp*dp*sp*tp of the text decoder */
+  int first;           /* world rank of the encoder's first rank */
 } loom_vmod_plan;
 
 typedef struct loom_vmod loom_vmod;
@@ -39,11 +42,14 @@ float *loom_vmod_grads(loom_vmod *vm);
 /* Backward of micro-batch mb: token gradients to the encoders, encoder backward (its forward
  * recomputed first when other micro-batches were encoded since, as under pipelining). */
 void loom_vmod_backward(loom_vmod *vm, const void *batch, int mb);
-/* Step plumbing: zero gradients; finish reductions; the encoder's share of the squared
- * gradient norm (on every rank); AdamW with the global norm. */
+/* Step plumbing: zero gradients; finish reductions; the squared gradient norm of the whole
+ * model on every rank of the job (text_sumsq: the text decoder's, counted from the rank where
+ * text_root is true); AdamW with the global norm. */
 void loom_vmod_begin_step(loom_vmod *vm);
 void loom_vmod_reduce(loom_vmod *vm);
-double loom_vmod_sumsq(loom_vmod *vm);
+double loom_vmod_total_sumsq(loom_vmod *vm, double text_sumsq, bool text_root);
+/* Every rank of the job (both modules' ranks). */
+const loom_comm *loom_vmod_job_comm(const loom_vmod *vm);
 void loom_vmod_step(loom_vmod *vm, const loom_config_training *t, double lr, double norm);
 void loom_vmod_init_params(loom_vmod *vm, uint64_t seed);
 void loom_vmod_params_loaded(loom_vmod *vm);

@@ -190,22 +190,22 @@ static int save_module_files(const char *tmp, const module *mo, bool indexed, lo
   return rc;
 }
 
-int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m,
+int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m, const loom_comm *job,
                    const loom_train_state *ts, const loom_config *cfg) {
   char tmp[LOOM_STR_MAX + 64];
   snprintf(tmp, sizeof tmp, "%s.tmp", dir); /* same name on every rank */
   int rc = 0;
-  if (m->rank == 0) {
+  if (job->rank == 0) {
     loom_rm_rf(tmp);
     rc = loom_mkdir_p(tmp);
   }
-  if (loom_comm_any_failed(&m->world_comm, rc)) return loom_err_prefix("saving checkpoint '%s': ", dir);
+  if (loom_comm_any_failed(job, rc)) return loom_err_prefix("saving checkpoint '%s': ", dir);
   module mods[2];
   int nmod = modules_of(ex, m, cfg, mods);
   bool indexed = m->world > 1 || nmod > 1;
   for (int i = 0; i < nmod && !rc; i++)
     rc = save_module_files(tmp, &mods[i], indexed, ts->step, cfg->checkpoint.save_gradients);
-  if (!rc && m->rank == 0) {
+  if (!rc && job->rank == 0) {
     char *p = loom_sprintf("%s/trainer_state.json", tmp);
     char *text = state_json(ts, m, (int)cfg->parallel.zero);
     rc = loom_write_file_atomic(p, text, strlen(text));
@@ -216,13 +216,13 @@ int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m,
     free(p);
     if (!rc && indexed) rc = write_index(tmp, mods, nmod, cfg->checkpoint.save_gradients);
   }
-  if (loom_comm_any_failed(&m->world_comm, rc)) {
-    if (m->rank == 0) loom_rm_rf(tmp);
+  if (loom_comm_any_failed(job, rc)) {
+    if (job->rank == 0) loom_rm_rf(tmp);
     return rc ? loom_err_prefix("saving checkpoint '%s': ", dir)
               : loom_err("saving checkpoint '%s': another rank failed to write its files", dir);
   }
-  if (m->rank == 0) rc = loom_rename_dir_atomic(tmp, dir);
-  if (loom_comm_any_failed(&m->world_comm, rc)) return loom_err_prefix("saving checkpoint '%s': ", dir);
+  if (job->rank == 0) rc = loom_rename_dir_atomic(tmp, dir);
+  if (loom_comm_any_failed(job, rc)) return loom_err_prefix("saving checkpoint '%s': ", dir);
   return 0;
 }
 

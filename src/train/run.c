@@ -27,7 +27,8 @@
 typedef struct {
   const loom_config *cfg;
   loom_model_spec spec;
-  loom_mesh mesh;
+  loom_mesh mesh;      /* the text decoder's (and, collocated, the vision encoder's) ranks */
+  loom_mesh job;       /* every rank of the job (with placement separate: both modules') */
   bool lead;           /* world rank 0: writes files, prints */
   char *run_dir;
   loom_data_source *data;
@@ -84,11 +85,11 @@ static int truncate_metrics(const char *path, long step) {
 static int open_run_dir(run_ctx *c, const loom_train_opts *o) {
   int rc = 0;
   if (c->lead) rc = open_run_dir_lead(c, o);
-  if (loom_comm_any_failed(&c->mesh.world_comm, rc)) return rc ? rc : loom_err("rank 0 failed to create the run directory");
+  if (loom_comm_any_failed(&c->job.world_comm, rc)) return rc ? rc : loom_err("rank 0 failed to create the run directory");
   char path[LOOM_STR_MAX * 2];
   memset(path, 0, sizeof path);
   if (c->lead) snprintf(path, sizeof path, "%s", c->run_dir);
-  loom_comm_bcast_bytes(&c->mesh.world_comm, path, sizeof path, 0);
+  loom_comm_bcast_bytes(&c->job.world_comm, path, sizeof path, 0);
   if (!c->lead) c->run_dir = loom_strdup(path);
   return 0;
 }
@@ -112,7 +113,10 @@ static int open_run_dir_lead(run_ctx *c, const loom_train_opts *o) {
 
 static int open_data(run_ctx *c) {
   const loom_config_training *t = &c->cfg->training;
-  if (loom_data_open(&c->data, c->cfg, &c->spec, c->mesh.dp_rank, c->mesh.dp)) return LOOM_ERR;
+  /* ranks of the encoder only read the samples of their vision data-parallel group */
+  loom_vmod *vm = loom_exec_vision(c->exec);
+  int dp_rank = c->mesh.member ? c->mesh.dp_rank : loom_vmod_mesh(vm)->dp_rank;
+  if (loom_data_open(&c->data, c->cfg, &c->spec, dp_rank, c->mesh.dp)) return LOOM_ERR;
   size_t n = (size_t)t->grad_accum * t->micro_batch_size * t->seq_len;
   c->tokens = malloc(n * sizeof(int32_t));
   c->targets = malloc(n * sizeof(int32_t));
@@ -131,7 +135,7 @@ static int save_checkpoint(run_ctx *c, const char *name) {
   loom_data_get_state(c->data, &c->state.loader);
   c->state.loader_batch_windows = c->cfg->training.micro_batch_size * c->mesh.dp;
   char *dir = loom_sprintf("%s/%s", c->run_dir, name);
-  int rc = loom_ckpt_save(dir, c->exec, &c->mesh, &c->state, c->cfg);
+  int rc = loom_ckpt_save(dir, c->exec, &c->mesh, &c->job.world_comm, &c->state, c->cfg);
   if (!rc) loom_progress_note(&c->progress, "saved %s", dir);
   free(dir);
   return rc;
@@ -172,7 +176,7 @@ static int write_summary(run_ctx *c, double final_loss, double min_loss, double 
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   double rss[1] = {(double)ru.ru_maxrss};
-  loom_comm_allreduce_f64(&c->mesh.world_comm, rss, 1, LOOM_OP_MAX); /* the largest rank */
+  loom_comm_allreduce_f64(&c->job.world_comm, rss, 1, LOOM_OP_MAX); /* the largest rank */
   ru.ru_maxrss = (long)rss[0];
   if (!c->lead) return 0;
   const loom_config_training *t = &c->cfg->training;
@@ -199,15 +203,18 @@ static int write_summary(run_ctx *c, double final_loss, double min_loss, double 
  * activations and scratch, in MiB; rank 0 prints one line per rank. */
 static void report_memory(run_ctx *c) {
   loom_decoder *d = loom_exec_decoder(c->exec);
-  size_t b, e;
-  loom_grad_sync_owned(loom_exec_grad_sync(c->exec), &b, &e);
   const double MiB = 1048576.0;
-  /* ZeRO-3 keeps the owned shard plus the layers gathered at a time (not counted here) */
-  size_t resident = c->cfg->parallel.zero == 3 ? e - b : d->layout.total;
-  float mine[4] = {(float)(resident * sizeof(float) * (d->bf16 ? 2 : 1) / MiB),
-                   (float)(d->layout.total * sizeof(float) / MiB),
-                   (float)(2.0 * (double)(e - b) * sizeof(float) / MiB),
-                   (float)(d->arena_bytes / MiB)};
+  float mine[4] = {0, 0, 0, 0};
+  if (d) {
+    size_t b, e;
+    loom_grad_sync_owned(loom_exec_grad_sync(c->exec), &b, &e);
+    /* ZeRO-3 keeps the owned shard plus the layers gathered at a time (not counted here) */
+    size_t resident = c->cfg->parallel.zero == 3 ? e - b : d->layout.total;
+    mine[0] = (float)(resident * sizeof(float) * (d->bf16 ? 2 : 1) / MiB);
+    mine[1] = (float)(d->layout.total * sizeof(float) / MiB);
+    mine[2] = (float)(2.0 * (double)(e - b) * sizeof(float) / MiB);
+    mine[3] = (float)(d->arena_bytes / MiB);
+  }
   loom_vmod *vm = loom_exec_vision(c->exec);
   if (vm && loom_vmod_mesh(vm)->member) { /* the encoder's share on this rank */
     loom_decoder *vd = loom_vmod_decoder(vm);
@@ -218,9 +225,9 @@ static void report_memory(run_ctx *c) {
     mine[1] += (float)(vd->layout.total * sizeof(float) / MiB);
     mine[2] += (float)(2.0 * (double)(ve - vb) * sizeof(float) / MiB);
   }
-  int W = c->mesh.world;
+  int W = c->job.world;
   float *all = calloc((size_t)W * 4, sizeof(float));
-  loom_comm_allgather_f32(&c->mesh.world_comm, mine, all, 4);
+  loom_comm_allgather_f32(&c->job.world_comm, mine, all, 4);
   loom_comm_stats_reset(); /* start-up traffic is not part of any step */
   if (c->lead) {
     loom_progress_note(&c->progress, "memory per rank (MiB): rank  params  grads  optimizer  "
@@ -232,17 +239,38 @@ static void report_memory(run_ctx *c) {
   free(all);
 }
 
+/* The text decoder's mesh (all ranks, or the first ones when the vision encoder has ranks of
+ * its own) and the job's. */
+static int create_meshes(run_ctx *c) {
+  const loom_config *cfg = c->cfg;
+  const loom_config_parallel *p = &cfg->parallel;
+  const loom_config_vision_parallel *v = &cfg->vision_parallel;
+  bool vlm = c->spec.vision.arch != LOOM_VISION_NONE;
+  if (!vlm && (v->dp || v->tp || v->sp || v->zero != -1 || strcmp(v->placement, "collocated")))
+    return loom_err("vision.parallel.* is set but model '%s' has no vision encoder; remove the "
+                    "vision.parallel keys or pick a vision-language preset",
+                    cfg->model.preset[0] ? cfg->model.preset : cfg->model.arch);
+  int world = loom_dist_world();
+  if (loom_mesh_create_on(&c->job, 1, world, 1, 1, p->timeout_s, 0)) return LOOM_ERR;
+  if (!vlm || strcmp(v->placement, "separate"))
+    return loom_mesh_create(&c->mesh, p, p->timeout_s);
+  loom_vmod_plan plan;
+  if (loom_vmod_resolve(cfg, &c->spec, world, &plan)) return LOOM_ERR;
+  return loom_mesh_create_on(&c->mesh, (int)p->pp, (int)p->dp, (int)p->sp, (int)p->tp,
+                             p->timeout_s, 0);
+}
+
 static int setup(run_ctx *c, const loom_train_opts *o) {
   const loom_config *cfg = c->cfg;
   const loom_config_training *t = &cfg->training;
   if (loom_model_spec_from_config(&c->spec, &cfg->model)) return LOOM_ERR;
-  if (loom_mesh_create(&c->mesh, &cfg->parallel, cfg->parallel.timeout_s)) return LOOM_ERR;
-  c->lead = c->mesh.rank == 0;
+  if (create_meshes(c)) return LOOM_ERR;
+  c->lead = c->job.rank == 0;
   if (loom_mesh_check_model(&cfg->parallel, &c->spec, (int)t->micro_batch_size, (int)t->seq_len,
                             c->mesh.world))
     return LOOM_ERR;
-  if (open_data(c)) return LOOM_ERR;
   if (loom_exec_create(&c->exec, cfg, &c->spec, &c->mesh)) return LOOM_ERR;
+  if (open_data(c)) return LOOM_ERR;
   if (o->resume && !loom_is_dir(o->resume))
     return loom_err("--resume: checkpoint '%s' is not a directory (expected "
                     "runs/<id>/checkpoint_<step> or final_checkpoint)", o->resume);
@@ -261,7 +289,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   c->progress.total_steps = t->steps;
   c->progress.log_every = t->log_every;
   c->progress.flops_per_token =
-      loom_decoder_flops_per_token(&c->spec, (int)t->seq_len) / c->mesh.world;
+      loom_decoder_flops_per_token(&c->spec, (int)t->seq_len) / c->job.world;
   c->progress.peak_flops = c->lead ? loom_progress_measure_peak() : 0;
   if (o->command_line) loom_progress_note(&c->progress, "command: %s", o->command_line);
   loom_progress_note(&c->progress, "run directory: %s", c->run_dir);
@@ -283,10 +311,12 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   loom_vmod *vm = loom_exec_vision(c->exec);
   if (vm) {
     const loom_vmod_plan *vp = loom_vmod_get_plan(vm);
-    loom_progress_note(&c->progress, "vision encoder: ranks 0-%d = dp %d x sp %d x tp %d, zero %d "
-                       "(text: dp %d x sp %d x tp %d x pp %d, zero %ld)", vp->dp * vp->g_v - 1,
-                       vp->dp, vp->sp, vp->tp, vp->zero, c->mesh.dp, c->mesh.sp, c->mesh.tp,
-                       c->mesh.pp, cfg->parallel.zero);
+    loom_progress_note(&c->progress, "vision encoder: ranks %d-%d (%s) = dp %d x sp %d x tp %d, "
+                       "zero %d; text decoder: ranks 0-%d = pp %d x dp %d x sp %d x tp %d, zero %ld",
+                       vp->first, vp->first + vp->dp * vp->g_v - 1,
+                       vp->separate ? "separate" : "collocated", vp->dp, vp->sp, vp->tp, vp->zero,
+                       c->mesh.world - 1, c->mesh.pp, c->mesh.dp, c->mesh.sp, c->mesh.tp,
+                       cfg->parallel.zero);
   }
   loom_progress_note(&c->progress, "data: %s", loom_data_describe(c->data));
   report_memory(c);
@@ -294,7 +324,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   int rc = 0;
   if (o->resume) {
     rc = loom_ckpt_load(o->resume, c->exec, &c->mesh, &c->state);
-    if (loom_comm_any_failed(&c->mesh.world_comm, rc))
+    if (loom_comm_any_failed(&c->job.world_comm, rc))
       return rc ? loom_err_prefix("--resume: ") : loom_err("--resume: another rank failed to load");
     long now = t->micro_batch_size * c->mesh.dp, then = c->state.loader_batch_windows;
     if (then > 0 && then != now) { /* another data-parallel layout: same position in windows */
@@ -312,10 +342,10 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
     c->state.config_hash = loom_config_hash(cfg);
     loom_progress_note(&c->progress, "resumed from %s at step %ld", o->resume, c->state.step);
   } else {
-    loom_decoder_init_params(d, (uint64_t)cfg->run.seed);
+    if (d) loom_decoder_init_params(d, (uint64_t)cfg->run.seed);
     if (loom_exec_vision(c->exec)) loom_vmod_init_params(loom_exec_vision(c->exec), (uint64_t)cfg->run.seed);
   }
-  loom_grad_sync_params_loaded(loom_exec_grad_sync(c->exec));
+  if (d) loom_grad_sync_params_loaded(loom_exec_grad_sync(c->exec));
   if (loom_exec_vision(c->exec)) loom_vmod_params_loaded(loom_exec_vision(c->exec));
   if (!c->lead) return 0;
   char *mpath = loom_sprintf("%s/metrics.jsonl", c->run_dir);
@@ -334,7 +364,7 @@ static void inject_fault(const run_ctx *c) {
   int rank;
   long step;
   if (!f || sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3) return;
-  if (rank != c->mesh.rank || step != c->state.step + 1) return;
+  if (rank != c->job.rank || step != c->state.step + 1) return;
   fprintf(stderr, "loom: LOOM_FAULT: rank %d %s before step %ld\n", rank, kind, step);
   if (!strcmp(kind, "exit")) _exit(3);
   if (!strcmp(kind, "hang"))
@@ -348,15 +378,15 @@ static void trace_instr(void *ctx, const loom_instr *in, double t0, double t1) {
   loom_trace_record(LOOM_TRACE_COMPUTE, text, "", t0, t1, -1);
 }
 
-static void barrier_world(void *ctx) { loom_comm_barrier(&((run_ctx *)ctx)->mesh.world_comm); }
+static void barrier_world(void *ctx) { loom_comm_barrier(&((run_ctx *)ctx)->job.world_comm); }
 
 /* comm.json: bytes each rank sent per step, by kind of collective (ring accounting). */
 static int write_comm_stats(run_ctx *c, long steps) {
-  int W = c->mesh.world, K = LOOM_COLL_COUNT;
+  int W = c->job.world, K = LOOM_COLL_COUNT;
   double *all = calloc((size_t)W * K, sizeof(double));
   for (int k = 0; k < K; k++)
-    all[c->mesh.rank * K + k] = steps > 0 ? loom_comm_counters.bytes[k] / (double)steps : 0;
-  loom_comm_allreduce_f64(&c->mesh.world_comm, all, (size_t)W * K, LOOM_OP_SUM);
+    all[c->job.rank * K + k] = steps > 0 ? loom_comm_counters.bytes[k] / (double)steps : 0;
+  loom_comm_allreduce_f64(&c->job.world_comm, all, (size_t)W * K, LOOM_OP_SUM);
   int rc = 0;
   if (c->lead) {
     size_t cap = 256 + (size_t)W * K * 48, n = 0;
@@ -430,7 +460,7 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
   int rc = write_comm_stats(c, steps);
   if (!rc && o->trace) {
     loom_exec_set_trace(c->exec, NULL, NULL);
-    rc = loom_trace_write(o->trace, c->mesh.rank, c->mesh.world, barrier_world, c);
+    rc = loom_trace_write(o->trace, c->job.rank, c->job.world, barrier_world, c);
     loom_trace_enable(false);
     if (!rc) loom_progress_note(&c->progress, "trace written to %s", o->trace);
   }
@@ -440,7 +470,8 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
     return 0;
   }
   if (cfg->checkpoint.save_final && save_checkpoint(c, "final_checkpoint")) return LOOM_ERR;
-  if (loom_data_is_vqa(c->data) && c->mesh.world == c->mesh.dp) {
+  bool separate = loom_exec_vision(c->exec) && loom_vmod_get_plan(loom_exec_vision(c->exec))->separate;
+  if (loom_data_is_vqa(c->data) && c->mesh.world == c->mesh.dp && !separate) {
     if (loom_eval_vqa(c->exec, cfg, &c->mesh, "val", 0, &c->val_accuracy, &c->val_samples))
       loom_progress_note(&c->progress, "no answer accuracy: %s", loom_errmsg());
     else
@@ -480,6 +511,7 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   free(c.vqa);
   loom_exec_free(c.exec);
   loom_mesh_free(&c.mesh);
+  loom_mesh_free(&c.job);
   free(c.tokens);
   free(c.targets);
   free(c.run_dir);

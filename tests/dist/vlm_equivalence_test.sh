@@ -46,6 +46,13 @@ check_case v_sp2__text_tp2_megatron_sp 2 "${VLM[@]}" training.micro_batch_size=4
   parallel.tp=2 parallel.sp_mode=megatron vision.parallel.sp=2
 check_case v_dp2_zero2__text_dp2 2 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 \
   parallel.dp=2 vision.parallel.zero=2
+# separate rank sets: the encoder on ranks of its own after the text decoder's
+check_case v_separate_1__text_tp2 3 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 \
+  parallel.tp=2 vision.parallel.placement=separate vision.parallel.tp=1
+check_case v_separate_sp2_zero1__text_pp2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 \
+  parallel.pp=2 vision.parallel.placement=separate vision.parallel.sp=2 vision.parallel.zero=1
+check_case v_separate_dp2_zero3__text_dp2_zero1 4 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 \
+  parallel.dp=2 parallel.zero=1 vision.parallel.placement=separate vision.parallel.zero=3
 
 echo "checkpoints of both modules reshard: written as vision sp2 ZeRO-1 + text tp2, resumed elsewhere"
 R=("${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 training.steps=6 checkpoint.every=3)
@@ -84,5 +91,7 @@ expect_error bad_dp 2 "vision.parallel.dp (1) must equal parallel.dp (2)" traini
   parallel.dp=2 vision.parallel.dp=1
 expect_error bad_groups 4 "must equal the text decoder's tp\*sp" training.micro_batch_size=2 \
   parallel.dp=2 parallel.tp=2 vision.parallel.tp=1 vision.parallel.sp=1
+expect_error bad_separate_count 2 "make 3, but 2 ranks were started; start 3" training.micro_batch_size=4 \
+  parallel.tp=2 vision.parallel.placement=separate vision.parallel.tp=1
 [ -d "$WORK/bad" ] && fail "a refused run left a run directory" || pass
 finish
