@@ -2,7 +2,8 @@
 # run, resharding resume, communication volume, and failure paths.
 foreach(t equivalence_test vlm_equivalence_test reshard_test failure_test)
   if(EXISTS ${CMAKE_SOURCE_DIR}/tests/dist/${t}.sh)
-    add_test(NAME dist_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/dist/${t}.sh $<TARGET_FILE:loom>)
+    add_test(NAME dist_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/dist/${t}.sh $<TARGET_FILE:loom>
+             $<TARGET_FILE:dist_vision_split_check>)
     # Open MPI's own start-up allocations are reported as leaks by LeakSanitizer
     set_tests_properties(dist_${t} PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE
       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
@@ -11,3 +12,7 @@ endforeach()
 add_test(NAME dist_comm_volume COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/dist/comm_volume_test.py $<TARGET_FILE:loom>)
 set_tests_properties(dist_comm_volume PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE
   ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+# The vision encoder split over its own ranks (tp, Ulysses) against the whole encoder; run
+# under mpirun by vlm_equivalence_test.sh (a tool, not a test by itself).
+add_executable(dist_vision_split_check ${CMAKE_CURRENT_LIST_DIR}/vision_split_check.c)
+target_link_libraries(dist_vision_split_check PRIVATE loomlib)

@@ -11,6 +11,17 @@
 # elements into update differences of up to lr). A missing reduction, a wrong slice or a lost
 # hand-off moves the losses by > 1e-3.
 . "$(dirname "$0")/common.sh"
+SPLIT_CHECK=${2:?usage: $0 path/to/loom path/to/dist_vision_split_check}
+
+echo "the encoder alone, split over its own ranks, against the whole encoder (tokens, gradients)"
+for args in "tiny-qwen2.5-vl 2 1" "tiny-qwen2.5-vl 1 2" "small-qwen2.5-vl 2 1" "small-qwen2.5-vl 1 2" "small-qwen2.5-vl 2 2" \
+    "tiny-llava 2 1" "tiny-llava 1 2"; do
+  set -- $args
+  if out=$(timeout 120 "${MPIRUN[@]}" -np $(($2 * $3)) "$SPLIT_CHECK" $args 2>&1); then
+    pass; echo "  $(echo "$out" | grep "gradient tensors")"
+  else fail "vision split $args: $(echo "$out" | grep FAIL | head -3)"; fi
+done
+
 "$LOOM" data synth-vqa --out "$WORK/vqa" --samples 96 --shard-size 48 >"$WORK/synth.log" 2>&1 ||
   { echo "could not make the VQA data"; cat "$WORK/synth.log"; exit 1; }
 
