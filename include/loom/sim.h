@@ -37,6 +37,8 @@ typedef struct {
   double bucket_mb;          /* data-parallel gradient bucket (MiB) */
   /* vision-language models: the encoder's own strategy (a strategy per module) */
   char vision_mode[12];      /* replicate | tp | sp over the tensor-parallel ranks */
+  bool vision_zero_own;      /* the encoder has a ZeRO stage of its own (vision.parallel.zero) */
+  int vision_zero;           /* ... which is this (else it follows zero) */
   int vision_patches;        /* patches per sequence's image (0: no image) */
   bool freeze_vision;        /* the encoder is not trained: no backward */
 } loom_sim_strategy;

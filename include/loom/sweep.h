@@ -1,7 +1,7 @@
 /* Sweeps: a YAML file naming a base config and the parameters to vary, expanded into points
  * (grid or random), written out as one resolved config per point with a manifest and an
- * editable run_sweep.sh, and run by a launcher (local mpirun, Slurm sbatch; a place is kept
- * for more) sequentially or N at a time, with per-run logs and summary.txt / summary.csv.
+ * editable run_sweep.sh, and run by a launcher (local mpirun, Slurm sbatch, or the cluster
+ * simulator) sequentially or N at a time, with per-run logs and summary.txt / summary.csv.
  *
  * Sweep file (every key but parameters is optional):
  *   name: lr_tp                   # sweep name (default: the file name)
@@ -12,6 +12,10 @@
  *     parallel.tp: {values: [1, 2]}
  *     model.hidden: {min: 64, max: 256, distribution: int_uniform, q: 64}
  *     training.dtype: {value: bf16}                    # fixed
+ *     model.preset: [qwen2.5-vl-7b, qwen2.5-vl-32b]
+ *     parallel.tp: {values: [4, 8], link: model.preset}  # linked: i-th value with the i-th
+ *     vision.parallel.sp: {values: ["${parallel.tp}", 1]}  # ${key}: that key's value in
+ *                                                          # the point (interpolation)
  *   strategy: grid                # grid | random
  *   num_runs: 8                   # random: points to draw
  *   seed: 0                       # random: sampling seed
@@ -19,7 +23,10 @@
  *   constraints: ["ranks <= 4"]   # filter expressions over config keys and `ranks`
  *   name_keys: [parallel.tp, training.lr]  # keys spelled in point names (default: swept)
  *   slurm: {partition: gpu, time: "01:00:00", ntasks_per_node: 8, ...}  # launcher defaults
- * Distributions: uniform, log_uniform, int_uniform (q: round to multiples of q). */
+ *   sim: {hardware: h100-sxm}     # --launcher sim: the hardware profile
+ * Distributions: uniform, log_uniform, int_uniform (q: round to multiples of q).
+ * Linked parameters (`link: KEY`, transitively) vary together: they need as many values as
+ * each other and form one dimension of the grid (one draw of random). */
 #ifndef LOOM_SWEEP_H
 #define LOOM_SWEEP_H
 #include <stdbool.h>
@@ -40,6 +47,9 @@ typedef struct {
   int nvalues;
   double min, max, q;       /* ranges; q > 0 rounds to multiples of q */
   int line;                 /* in the sweep file */
+  char *link;               /* `link: KEY` as written, or NULL */
+  int group;                /* index of the first parameter of its linked group (itself when
+                               not linked); set by loom_sweep_load / loom_sweep_override */
 } loom_sweep_param;
 
 /* Slurm resources; "" / 0 = not given. */
@@ -69,10 +79,16 @@ typedef struct {
   char **name_keys;         /* NULL = the swept keys */
   int nname_keys;
   loom_slurm_opts slurm;
+  char hardware[256];       /* sim: {hardware: NAME}; "" = not given */
 } loom_sweep_spec;
 
 int loom_sweep_load(loom_sweep_spec *s, const char *path);
 void loom_sweep_spec_free(loom_sweep_spec *s);
+/* A command-line override on top of a loaded sweep file (Hydra grammar, as loom train):
+ * KEY=VALUE fixes KEY for every point (a swept KEY leaves the sweep, and its linked
+ * parameters keep varying together), ~KEY resets it to the default. Points that become
+ * identical are kept once. */
+int loom_sweep_override(loom_sweep_spec *s, const char *expr);
 
 typedef struct {
   char *name;               /* descriptive, unique within the sweep */
@@ -89,6 +105,7 @@ typedef struct {
   loom_sweep_point *points;
   int n;
   loom_slurm_opts slurm;
+  char hardware[256];       /* the sweep file's sim: {hardware: ...} ("" = not given) */
 } loom_sweep_plan;
 
 /* Expand a spec into points: grid (cartesian product, last parameter fastest) or random
@@ -111,10 +128,10 @@ int loom_sweep_read_dir(loom_sweep_plan *plan, const char *dir);
 typedef struct loom_sweep_launcher loom_sweep_launcher;
 
 typedef struct {
-  const char *launcher;     /* "local" | "slurm" */
+  const char *launcher;     /* "local" | "slurm" | "sim" */
   int parallel;             /* local: points run at once (>= 1) */
   bool stop_on_failure;     /* else continue past failures */
-  bool dry_run;             /* slurm: write scripts, do not submit; local: print commands */
+  bool dry_run;             /* slurm: write scripts, do not submit; local, sim: print commands */
   const char *log_root;     /* logs/ */
   const char *loom_bin;     /* the loom executable children run */
   const char *mpirun;       /* "mpirun" */
@@ -124,6 +141,8 @@ typedef struct {
   char **skip;              /* point names to skip */
   int nskip;
   loom_slurm_opts slurm;    /* merged over the sweep file's slurm: */
+  const char *hardware;     /* sim: profile name or file (NULL: the sweep file's, else
+                               h100-sxm) */
 } loom_sweep_run_opts;
 
 /* Status of one point after the runner is done with it. */
@@ -134,11 +153,14 @@ typedef enum {
   LOOM_PT_SKIPPED,
   LOOM_PT_SUBMITTED,  /* handed to a batch system */
   LOOM_PT_DRY_RUN,    /* --dry-run: command or script shown/written, nothing run */
+  LOOM_PT_OOM,        /* sim: the point does not fit in the device's memory (not a failure
+                         of the sweep) */
 } loom_point_status;
 
 /* Run every point; writes <log_root>/sweep_<timestamp>/ (<name>.log, summary.txt,
  * summary.csv, state.tsv) and returns its path in *log_dir (malloc'd). Returns 0 when
- * every run that was started succeeded (or was submitted), 1 when some failed, -1 on error. */
+ * every run that was started succeeded (or was submitted, or was simulated, out of memory
+ * included), 1 when some failed, -1 on error. */
 int loom_sweep_run(loom_sweep_plan *plan, const loom_sweep_run_opts *o, char **log_dir);
 /* Rebuild summary.txt / summary.csv of a sweep log directory (e.g. once Slurm jobs end). */
 int loom_sweep_summarize_dir(const char *log_dir);

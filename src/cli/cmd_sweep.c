@@ -1,5 +1,6 @@
 /* `loom sweep`: generate the configs of a sweep file, show its points, run it (locally with
- * mpirun or through Slurm) with per-run logs and a summary, or rebuild a summary later.
+ * mpirun, through Slurm, or on the cluster simulator) with per-run logs and a summary, or
+ * rebuild a summary later; KEY=VALUE arguments fix config keys on top of the sweep file.
  * The work is in src/exp/sweep_*.c; this file parses arguments. */
 #include <limits.h>
 #include <stdio.h>
@@ -14,21 +15,31 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: loom sweep <subcommand> ...\n\n"
-          "  generate SWEEP.yaml [--output-dir DIR] [--force]\n"
+          "  generate SWEEP.yaml [KEY=VALUE...] [--output-dir DIR] [--force]\n"
           "      one resolved config per point (descriptive names), manifest.txt and an\n"
           "      editable run_sweep.sh (skip flags) in DIR (default configs/<sweep name>)\n"
-          "  show SWEEP.yaml|DIR        list the points: name, ranks, swept values\n"
-          "  run SWEEP.yaml|DIR [options]\n"
+          "  show SWEEP.yaml|DIR [KEY=VALUE...]   list the points: name, ranks, swept values\n"
+          "  run SWEEP.yaml|DIR [KEY=VALUE...] [options]\n"
           "      run every point; logs/sweep_<timestamp>/<name>.log, summary.txt, summary.csv\n"
+          "      (`loom sweep SWEEP.yaml [...]` is short for `loom sweep run SWEEP.yaml [...]`)\n"
           "  summary LOGDIR             rebuild summary.txt/csv (e.g. when Slurm jobs ended)\n\n"
+          "KEY=VALUE (also +KEY=VALUE, ~KEY) fixes a config key for every point of a sweep file,\n"
+          "after its base and overrides: a swept key leaves the sweep (parameters linked with it\n"
+          "keep varying together); points that become identical run once.\n\n"
           "run options:\n"
-          "  --launcher local|slurm     local: loom train / mpirun -np RANKS here (default);\n"
-          "                             slurm: an sbatch script per point, submitted\n"
+          "  --launcher local|slurm|sim\n"
+          "                             local: loom train / mpirun -np RANKS here (default);\n"
+          "                             slurm: an sbatch script per point, submitted;\n"
+          "                             sim: each point on the cluster simulator (loom sim),\n"
+          "                             in this process, milliseconds per point; a point that\n"
+          "                             does not fit in memory is marked OOM\n"
+          "  --hardware NAME|FILE       sim: hardware profile (default: the sweep file's\n"
+          "                             sim: {hardware}, else h100-sxm; loom sim --list-hardware)\n"
           "  --parallel N               local: run N points at once (default 1)\n"
           "  --stop-on-failure          do not start more points after a failure (default:\n"
           "                             continue past failures)\n"
           "  --skip NAME                skip a point (repeatable; run_sweep.sh passes its flags)\n"
-          "  --dry-run                  local: print the commands; slurm: write, not submit\n"
+          "  --dry-run                  local/sim: print the commands; slurm: write, not submit\n"
           "  --log-dir DIR              parent of sweep_<timestamp>/ (default logs)\n"
           "  --mpirun PATH              MPI launcher (default mpirun)\n"
           "  --mpirun-args \"ARGS\"       extra mpirun arguments, e.g. \"--bind-to none\"\n"
@@ -37,8 +48,10 @@ static void usage(FILE *out) {
           "  --partition P  --account A  --qos Q  --time HH:MM:SS  --mem M  --constraint C\n"
           "  --ntasks-per-node N  --cpus-per-task N  --gpus-per-node N\n"
           "  --srun-args \"ARGS\"  --sbatch PATH\n\n"
-          "Each run registers in the run registry with the sweep's name ('loom runs --sweep').\n"
-          "exit status of run: 0 all runs succeeded, 1 some failed, 2 bad usage or setup\n");
+          "Each trained run registers in the run registry with the sweep's name ('loom runs\n"
+          "--sweep'); simulated points keep their results under LOGDIR/sim/<name>/.\n"
+          "exit status of run: 0 all runs succeeded (or were simulated, OOM included), 1 some\n"
+          "failed, 2 bad usage or setup\n");
 }
 
 /* --name VALUE or --name=VALUE at argv[*i]; advances *i past the value. */
@@ -54,12 +67,25 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name) {
   return argv[++*i];
 }
 
-/* A sweep file or a generated directory, as a plan. */
-static int load_plan(const char *src, loom_sweep_plan *plan) {
-  if (loom_is_dir(src)) return loom_sweep_read_dir(plan, src);
+/* A config override on the command line: KEY=VALUE, +KEY=VALUE or ~KEY. */
+static bool is_override(const char *arg) {
+  return arg[0] == '~' || (arg[0] != '-' && strchr(arg, '='));
+}
+
+/* A sweep file (with command-line overrides) or a generated directory, as a plan. */
+static int load_plan(const char *src, char **overrides, int noverrides, loom_sweep_plan *plan) {
+  if (loom_is_dir(src)) {
+    if (noverrides)
+      return loom_err("'%s' is a generated directory whose configs are fixed; KEY=VALUE "
+                      "overrides (%s) apply to a sweep file: generate again with them",
+                      src, overrides[0]);
+    return loom_sweep_read_dir(plan, src);
+  }
   loom_sweep_spec spec;
   if (loom_sweep_load(&spec, src)) return -1;
-  int rc = loom_sweep_expand(&spec, plan);
+  int rc = 0;
+  for (int i = 0; i < noverrides && !rc; i++) rc = loom_sweep_override(&spec, overrides[i]);
+  if (!rc) rc = loom_sweep_expand(&spec, plan);
   loom_sweep_spec_free(&spec);
   return rc;
 }
@@ -76,17 +102,28 @@ static void print_points(const loom_sweep_plan *plan) {
 static int cmd_generate(int argc, char **argv) {
   const char *src = NULL, *out = NULL, *v;
   bool force = false;
+  char **ov = calloc((size_t)argc, sizeof *ov);
+  int nov = 0;
   for (int i = 1; i < argc; i++) {
     if ((v = opt_value(argc, argv, &i, "--output-dir"))) out = v;
     else if (!strcmp(argv[i], "--force")) force = true;
-    else if (argv[i][0] == '-' || src) return fprintf(stderr, "loom sweep generate: unexpected '%s'\n", argv[i]), 2;
-    else src = argv[i];
+    else if (is_override(argv[i])) ov[nov++] = argv[i];
+    else if (argv[i][0] == '-' || src) {
+      free(ov);
+      return fprintf(stderr, "loom sweep generate: unexpected '%s'\n", argv[i]), 2;
+    } else src = argv[i];
   }
-  if (!src) return fprintf(stderr, "loom sweep generate: missing SWEEP.yaml\n"), 2;
+  if (!src) return free(ov), fprintf(stderr, "loom sweep generate: missing SWEEP.yaml\n"), 2;
   loom_sweep_spec spec;
   loom_sweep_plan plan;
-  if (loom_sweep_load(&spec, src)) return fprintf(stderr, "loom sweep generate: %s\n", loom_errmsg()), 1;
-  int rc = loom_sweep_expand(&spec, &plan);
+  if (loom_sweep_load(&spec, src)) {
+    free(ov);
+    return fprintf(stderr, "loom sweep generate: %s\n", loom_errmsg()), 1;
+  }
+  int rc = 0;
+  for (int i = 0; i < nov && !rc; i++) rc = loom_sweep_override(&spec, ov[i]);
+  free(ov);
+  if (!rc) rc = loom_sweep_expand(&spec, &plan);
   char *dir = out ? loom_strdup(out) : loom_sprintf("configs/%s", spec.name);
   if (!rc) rc = loom_sweep_write(&plan, dir, src, force);
   if (rc) {
@@ -102,9 +139,15 @@ static int cmd_generate(int argc, char **argv) {
 }
 
 static int cmd_show(int argc, char **argv) {
-  if (argc != 2) return fprintf(stderr, "usage: loom sweep show SWEEP.yaml|DIR\n"), 2;
+  if (argc < 2 || is_override(argv[1]) || argv[1][0] == '-')
+    return fprintf(stderr, "usage: loom sweep show SWEEP.yaml|DIR [KEY=VALUE...]\n"), 2;
+  for (int i = 2; i < argc; i++)
+    if (!is_override(argv[i]))
+      return fprintf(stderr, "loom sweep show: unexpected '%s' (after the sweep file: KEY=VALUE "
+                     "overrides only)\n", argv[i]), 2;
   loom_sweep_plan plan;
-  if (load_plan(argv[1], &plan)) return fprintf(stderr, "loom sweep show: %s\n", loom_errmsg()), 1;
+  if (load_plan(argv[1], argv + 2, argc - 2, &plan))
+    return fprintf(stderr, "loom sweep show: %s\n", loom_errmsg()), 1;
   printf("sweep %s: %d points\n", plan.name, plan.n);
   print_points(&plan);
   loom_sweep_plan_free(&plan);
@@ -173,12 +216,14 @@ static int cmd_run(int argc, char **argv) {
   loom_sweep_run_opts o = {.launcher = "local", .parallel = 1, .log_root = "logs", .color = -1};
   loom_slurm_opts cli = {0};
   const char *src = NULL, *v;
-  char **skip = NULL;
-  int rc = 0;
+  char **skip = NULL, **ov = calloc((size_t)argc, sizeof *ov);
+  int rc = 0, nov = 0;
   for (int i = 1; i < argc && !rc; i++) {
     int s = slurm_opt(argc, argv, &i, &cli);
     if (s >= 0) rc = s;
     else if ((v = opt_value(argc, argv, &i, "--launcher"))) o.launcher = v;
+    else if ((v = opt_value(argc, argv, &i, "--hardware"))) o.hardware = v;
+    else if (is_override(argv[i])) ov[nov++] = argv[i];
     else if ((v = opt_value(argc, argv, &i, "--parallel"))) rc = int_opt(&o.parallel, v, "--parallel");
     else if ((v = opt_value(argc, argv, &i, "--log-dir"))) o.log_root = v;
     else if ((v = opt_value(argc, argv, &i, "--mpirun-args"))) o.mpirun_args = v;
@@ -199,7 +244,8 @@ static int cmd_run(int argc, char **argv) {
   }
   if (!rc && !src) rc = (fprintf(stderr, "loom sweep run: missing SWEEP.yaml or directory\n"), 2);
   loom_sweep_plan plan = {0};
-  if (!rc && load_plan(src, &plan)) rc = (fprintf(stderr, "loom sweep run: %s\n", loom_errmsg()), 2);
+  if (!rc && load_plan(src, ov, nov, &plan))
+    rc = (fprintf(stderr, "loom sweep run: %s\n", loom_errmsg()), 2);
   if (!rc) {
     o.skip = skip;
     char *exe = self_exe();
@@ -216,6 +262,7 @@ static int cmd_run(int argc, char **argv) {
     loom_sweep_plan_free(&plan);
   }
   free(skip);
+  free(ov);
   return rc;
 }
 
@@ -244,7 +291,8 @@ int loom_cmd_sweep(int argc, char **argv) {
   if (!strcmp(sub, "show")) return cmd_show(argc - 1, argv + 1);
   if (!strcmp(sub, "run")) return cmd_run(argc - 1, argv + 1);
   if (!strcmp(sub, "summary")) return cmd_summary(argc - 1, argv + 1);
-  fprintf(stderr, "loom sweep: unknown subcommand '%s'\n\n", sub);
+  if (loom_path_exists(sub) && !loom_is_dir(sub)) return cmd_run(argc, argv); /* sweep FILE */
+  fprintf(stderr, "loom sweep: unknown subcommand '%s' (nor a sweep file)\n\n", sub);
   usage(stderr);
   return 2;
 }

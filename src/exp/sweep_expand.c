@@ -1,13 +1,15 @@
 /* Expanding a sweep spec into points: the base config (file + overrides), then either the
- * grid (cartesian product, last parameter fastest) or num_runs distinct random draws; points
- * matching an exclude entry or failing a constraint are dropped; each point gets a unique
- * descriptive name and a validated config. */
+ * grid (cartesian product over the linked groups, last one fastest) or num_runs distinct
+ * random draws; `${key}` values take that key's value in the point; points matching an
+ * exclude entry, failing a constraint or repeating an earlier point are dropped; each point
+ * gets a unique descriptive name and a validated config. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "exp/config_cell.h"
+#include "exp/sweep_internal.h"
 #include "loom/core.h"
 #include "loom/filter.h"
 #include "loom/sweep.h"
@@ -76,19 +78,37 @@ static bool excluded(const loom_sweep_spec *s, const loom_config *c) {
   return false;
 }
 
-/* Build a point from assignments; *keep is false when it is excluded or fails a constraint. */
+/* Parameter i's value text in the point: plain, or the referenced key's value. */
+static int set_value(const loom_sweep_spec *s, int i, const char *text, loom_sweep_point *p) {
+  const loom_config_key *k = loom_config_key_find(s->params[i].key);
+  char ref[128], buf[LOOM_STR_MAX + 64];
+  const char *value = text;
+  if (loom_sweep_interp_key(text, ref, sizeof ref)) {
+    loom_value v = loom_config_cell(&p->cfg, loom_config_key_find(ref));
+    value = loom_value_text(&v, buf, sizeof buf);
+  }
+  p->assign[i] = loom_sprintf("%s=%s", k->name, value);
+  if (loom_config_key_set(&p->cfg, k, value)) {
+    if (value != text) return loom_err_prefix("%s: parameter %s: %s = ", s->path, k->name, text);
+    return loom_err_prefix("%s: parameter %s: ", s->path, k->name);
+  }
+  return 0;
+}
+
+/* Build a point from assignments (plain values first, then interpolations); *keep is false
+ * when it is excluded or fails a constraint. */
 static int make_point(const loom_sweep_spec *s, const loom_config *base, char **values,
                       loom_expr **constraints, loom_sweep_point *p, bool *keep) {
   memset(p, 0, sizeof *p);
   p->cfg = *base;
   p->nassign = s->nparams;
-  p->assign = calloc((size_t)s->nparams, sizeof *p->assign);
-  for (int i = 0; i < s->nparams; i++) {
-    const loom_config_key *k = loom_config_key_find(s->params[i].key);
-    p->assign[i] = loom_sprintf("%s=%s", k->name, values[i]);
-    if (loom_config_key_set(&p->cfg, k, values[i]))
-      return loom_err_prefix("%s: parameter %s: ", s->path, k->name);
-  }
+  p->assign = calloc((size_t)s->nparams + 1, sizeof *p->assign);
+  char ref[128];
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < s->nparams; i++)
+      if (loom_sweep_interp_key(values[i], ref, sizeof ref) == (pass == 1) &&
+          set_value(s, i, values[i], p))
+        return -1;
   *keep = !excluded(s, &p->cfg);
   for (int i = 0; i < s->nconstraints && *keep; i++)
     if (loom_expr_eval(constraints[i], key_value, &p->cfg, keep)) return -1;
@@ -116,36 +136,83 @@ static bool same_assign(const loom_sweep_point *a, const loom_sweep_point *b) {
   return true;
 }
 
+/* ---- repeated points: a hash set of the points' assignments -------------------------------- */
+
+typedef struct {
+  int *slot;            /* point index + 1, 0 = empty */
+  size_t cap;
+} point_set;
+
+static uint64_t assign_hash(const loom_sweep_point *p) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < p->nassign; i++)
+    for (const char *c = p->assign[i];; c++) {
+      h = (h ^ (unsigned char)*c) * 1099511628211ull;
+      if (!*c) break;
+    }
+  return h;
+}
+
+/* True (and nothing added) when plan already holds a point with p's assignments. */
+static bool seen_before(point_set *set, const loom_sweep_plan *plan, const loom_sweep_point *p) {
+  if (!set->cap) {
+    set->cap = 1024;
+    set->slot = calloc(set->cap, sizeof *set->slot);
+  }
+  if ((size_t)plan->n * 2 >= set->cap) { /* grow: re-insert what the plan holds */
+    free(set->slot);
+    set->cap *= 4;
+    set->slot = calloc(set->cap, sizeof *set->slot);
+    for (int i = 0; i < plan->n; i++) {
+      size_t k = assign_hash(&plan->points[i]) & (set->cap - 1);
+      while (set->slot[k]) k = (k + 1) & (set->cap - 1);
+      set->slot[k] = i + 1;
+    }
+  }
+  size_t k = assign_hash(p) & (set->cap - 1);
+  for (; set->slot[k]; k = (k + 1) & (set->cap - 1))
+    if (same_assign(&plan->points[set->slot[k] - 1], p)) return true;
+  set->slot[k] = plan->n + 1; /* the index p will take */
+  return false;
+}
+
 /* ---- grid and random ------------------------------------------------------------------------ */
 
+/* The grid's dimensions are the linked groups (a parameter alone is a group of one). */
 static int expand_grid(const loom_sweep_spec *s, const loom_config *base, loom_expr **cons,
                        loom_sweep_plan *plan) {
   double total = 1;
-  for (int i = 0; i < s->nparams; i++) total *= s->params[i].nvalues;
+  for (int i = 0; i < s->nparams; i++)
+    if (s->params[i].group == i) total *= s->params[i].nvalues;
   if (total > MAX_POINTS)
     return loom_err("%s: the grid has %.0f points (more than %d); use strategy: random with "
                     "num_runs, or fewer values", s->path, total, MAX_POINTS);
   char **values = calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *values);
+  int *pick = calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *pick);
+  point_set set = {0};
   int rc = 0;
   for (long idx = 0; idx < (long)total && !rc; idx++) {
     long rest = idx;
-    for (int i = s->nparams - 1; i >= 0; i--) {
-      values[i] = s->params[i].values[rest % s->params[i].nvalues];
-      rest /= s->params[i].nvalues;
-    }
+    for (int i = s->nparams - 1; i >= 0; i--)
+      if (s->params[i].group == i) {
+        pick[i] = (int)(rest % s->params[i].nvalues);
+        rest /= s->params[i].nvalues;
+      }
+    for (int i = 0; i < s->nparams; i++) values[i] = s->params[i].values[pick[s->params[i].group]];
     loom_sweep_point p;
     bool keep;
     rc = make_point(s, base, values, cons, &p, &keep);
-    if (!rc && keep) add_point(plan, &p);
+    if (!rc && keep && !seen_before(&set, plan, &p)) add_point(plan, &p);
     else free_point(&p);
   }
+  free(set.slot);
+  free(pick);
   free(values);
   return rc;
 }
 
+/* A value drawn from a range distribution. */
 static char *sample(const loom_sweep_param *p, bool int_key, loom_rng *rng) {
-  if (p->dist == LOOM_DIST_VALUES)
-    return loom_strdup(p->values[loom_rng_below(rng, (uint64_t)p->nvalues)]);
   double v;
   if (p->dist == LOOM_DIST_INT_UNIFORM) {
     double q = p->q > 0 ? p->q : 1;
@@ -168,12 +235,21 @@ static int expand_random(const loom_sweep_spec *s, const loom_config *base, loom
   loom_rng rng;
   loom_rng_seed(&rng, (uint64_t)s->seed);
   char **values = calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *values);
+  int *pick = calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *pick);
   long attempts = 0, max_attempts = 200 * s->num_runs + 1000;
   int rc = 0;
   while (plan->n < s->num_runs && attempts++ < max_attempts && !rc) {
     for (int i = 0; i < s->nparams; i++) {
-      const loom_config_key *k = loom_config_key_find(s->params[i].key);
-      values[i] = sample(&s->params[i], k->type == LOOM_KEY_INT, &rng);
+      const loom_sweep_param *q = &s->params[i];
+      const loom_config_key *k = loom_config_key_find(q->key);
+      if (q->group != i) { /* linked: the value at its group's drawn position */
+        values[i] = loom_strdup(q->values[pick[q->group]]);
+      } else if (q->dist == LOOM_DIST_VALUES) {
+        pick[i] = (int)loom_rng_below(&rng, (uint64_t)q->nvalues);
+        values[i] = loom_strdup(q->values[pick[i]]);
+      } else {
+        values[i] = sample(q, k->type == LOOM_KEY_INT, &rng);
+      }
     }
     loom_sweep_point p;
     bool keep;
@@ -183,6 +259,7 @@ static int expand_random(const loom_sweep_spec *s, const loom_config *base, loom
     else free_point(&p);
     for (int i = 0; i < s->nparams; i++) free(values[i]);
   }
+  free(pick);
   free(values);
   if (!rc && plan->n < s->num_runs)
     rc = loom_err("%s: found only %d distinct points that pass exclude/constraints in %ld "
@@ -227,6 +304,7 @@ int loom_sweep_expand(const loom_sweep_spec *s, loom_sweep_plan *plan) {
   memset(plan, 0, sizeof *plan);
   plan->name = loom_strdup(s->name);
   plan->slurm = s->slurm;
+  snprintf(plan->hardware, sizeof plan->hardware, "%s", s->hardware);
   loom_config base;
   loom_expr **cons = NULL;
   int rc = base_config(s, &base);

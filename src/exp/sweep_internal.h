@@ -1,9 +1,19 @@
-/* Private to src/exp/sweep_*.c: what the runner knows about each point once it is done with
- * it, the state file that keeps it (state.tsv in the sweep's log directory, so summaries can
- * be rebuilt later, e.g. after Slurm jobs end), and the summary writer. */
+/* Private to src/exp/sweep_*.c: linked parameters and `${key}` values of sweep files, what the
+ * runner knows about each point once it is done with it, the state file that keeps it
+ * (state.tsv in the sweep's log directory, so summaries can be rebuilt later, e.g. after
+ * Slurm jobs end), and the summary writer. */
 #ifndef LOOM_EXP_SWEEP_INTERNAL_H
 #define LOOM_EXP_SWEEP_INTERNAL_H
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "loom/sweep.h"
+
+/* "${some.key}" -> true with "some.key" in key; anything else -> false. */
+bool loom_sweep_interp_key(const char *value, char *key, size_t cap);
+/* Group linked parameters (params[i].group), check that each group has one count of values
+ * and plain lists, and that interpolations do not refer to interpolated parameters. */
+int loom_sweep_link_groups(loom_sweep_spec *s);
 
 typedef struct {
   loom_point_status status;
@@ -16,6 +26,7 @@ typedef struct {
 
 typedef struct {
   char *sweep_name, *sweep_id, *launcher, *log_dir;
+  char *hardware;       /* sim launcher: the hardware profile (NULL otherwise) */
   int parallel;
   double peak_flops;    /* measured per-rank GEMM throughput for the MFU estimate (0 = none) */
   double wall_s;        /* whole sweep */

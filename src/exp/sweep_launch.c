@@ -1,23 +1,20 @@
-/* The table of sweep launchers and small helpers they share. To add one (e.g. the simulator,
- * `--launcher sim`), implement loom_sweep_launcher in its own sweep_launch_<name>.c and add
- * it to the table below. */
+/* The table of sweep launchers and small helpers they share. To add one, implement
+ * loom_sweep_launcher in its own sweep_launch_<name>.c and add it to the table below. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "exp/sweep_launch.h"
 #include "loom/core.h"
 
-static const loom_sweep_launcher *const launchers[] = {&loom_launcher_local, &loom_launcher_slurm};
+static const loom_sweep_launcher *const launchers[] = {&loom_launcher_local, &loom_launcher_slurm,
+                                                       &loom_launcher_sim};
 #define N_LAUNCHERS (sizeof launchers / sizeof launchers[0])
 
 const loom_sweep_launcher *loom_sweep_launcher_find(const char *name) {
   for (size_t i = 0; i < N_LAUNCHERS; i++)
     if (!strcmp(launchers[i]->name, name)) return launchers[i];
-  if (!strcmp(name, "sim"))
-    loom_err("--launcher sim (replaying each point on the simulator) is not available yet; use "
-             "local or slurm");
-  else
-    loom_err("unknown launcher '%s'; use local (mpirun on this machine) or slurm (sbatch)", name);
+  loom_err("unknown launcher '%s'; use local (mpirun on this machine), slurm (sbatch) or sim "
+           "(the cluster simulator)", name);
   return NULL;
 }
 

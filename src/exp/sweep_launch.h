@@ -1,7 +1,6 @@
 /* Private to src/exp/sweep_*.c: the launcher interface of the sweep runner. A launcher starts
  * one point: either as a child process the runner waits for (local mpirun), or synchronously
- * with a final status (Slurm submission). A simulator launcher (`--launcher sim`) is meant to
- * slot in as a third entry of the table in sweep_launch.c. */
+ * with a final status (Slurm submission, the simulator run in this process). */
 #ifndef LOOM_EXP_SWEEP_LAUNCH_H
 #define LOOM_EXP_SWEEP_LAUNCH_H
 #include <sys/types.h>
@@ -14,6 +13,7 @@ typedef struct {
   const char *sweep_name;
   const char *sweep_id;     /* basename of log_dir */
   const char *cwd;          /* directory the sweep was started from */
+  const char *hardware;     /* sim: the hardware profile (name or file) */
 } loom_launch_ctx;
 
 typedef struct {
@@ -27,6 +27,9 @@ struct loom_sweep_launcher {
   const char *name;
   const char *summary;
   bool concurrent;          /* honours --parallel (children run at once) */
+  bool uses_hardware;       /* takes --hardware / the sweep file's sim: {hardware} */
+  /* optional: check the options before anything is written (0, or -1 with the message) */
+  int (*setup)(const loom_sweep_run_opts *o, const char *hardware);
   /* 0 with *r filled, or -1 (error message set) when the point could not be started */
   int (*start)(const loom_launch_ctx *c, const loom_sweep_point *p, const char *log_path,
                loom_launch_result *r);
@@ -34,6 +37,7 @@ struct loom_sweep_launcher {
 
 extern const loom_sweep_launcher loom_launcher_local;
 extern const loom_sweep_launcher loom_launcher_slurm;
+extern const loom_sweep_launcher loom_launcher_sim;
 /* By name; an error listing the known launchers otherwise. */
 const loom_sweep_launcher *loom_sweep_launcher_find(const char *name);
 /* 'text' quoted for a POSIX shell (malloc'd). */

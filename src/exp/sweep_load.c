@@ -1,6 +1,7 @@
 /* Loading a sweep file (format in loom/sweep.h) with libyaml's document API. Every error names
  * file:line and what to do; parameter keys and values are checked against the config schema
- * here, so a bad sweep fails before anything is generated or run. */
+ * here (a `${key}` value against the keys), and linked parameters are grouped, so a bad sweep
+ * fails before anything is generated or run. */
 #include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <yaml.h>
 
 #include "exp/config_internal.h"
+#include "exp/sweep_internal.h"
 #include "loom/core.h"
 #include "loom/sweep.h"
 
@@ -83,8 +85,18 @@ static int check_key(const ctx *x, const yaml_node_t *n, const char *key) {
   return loom_err_prefix("%s:%d: ", x->path, line_of(n));
 }
 
-/* A value for key k: parse it into a scratch config to report bad values here. */
+/* A value for key k: parse it into a scratch config to report bad values here; `${other}`
+ * must name a config key (its value is known only per point). */
 static int check_value(const ctx *x, const yaml_node_t *n, const char *key, const char *text) {
+  char ref[128];
+  if (loom_sweep_interp_key(text, ref, sizeof ref)) {
+    if (check_key(x, n, ref)) return -1;
+    if (loom_config_key_find(ref) == loom_config_key_find(key))
+      return err_at(x, n, "%s: '%s' refers to the key itself; give a value", key, text);
+    return 0;
+  }
+  if (strstr(text, "${"))
+    return err_at(x, n, "%s: '%s': an interpolation is the whole value, \"${some.key}\"", key, text);
   loom_config scratch;
   loom_config_defaults(&scratch);
   if (loom_config_key_set(&scratch, loom_config_key_find(key), text) == 0) return 0;
@@ -94,7 +106,8 @@ static int check_value(const ctx *x, const yaml_node_t *n, const char *key, cons
 static const char *const dist_names[] = {"values", "uniform", "log_uniform", "int_uniform", NULL};
 
 static int param_mapping(const ctx *x, const yaml_node_t *n, loom_sweep_param *p) {
-  static const char *const fields[] = {"values", "value", "min", "max", "distribution", "q", NULL};
+  static const char *const fields[] = {"values", "value", "min", "max", "distribution", "q",
+                                       "link", NULL};
   bool have_min = false, have_max = false, have_dist = false;
   for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
     yaml_node_t *kn = node(x, pr->key), *vn = node(x, pr->value);
@@ -112,6 +125,11 @@ static int param_mapping(const ctx *x, const yaml_node_t *n, loom_sweep_param *p
     } else if (!strcmp(f, "max")) {
       if (want_number(x, vn, "max", &p->max)) return -1;
       have_max = true;
+    } else if (!strcmp(f, "link")) {
+      const char *k;
+      if (want_scalar(x, vn, "link", &k) || check_key(x, vn, k)) return -1;
+      free(p->link);
+      p->link = loom_strdup(loom_config_key_find(k)->name);
     } else if (!strcmp(f, "q")) {
       if (want_number(x, vn, "q", &p->q)) return -1;
       if (p->q <= 0) return err_at(x, vn, "q must be > 0");
@@ -131,7 +149,7 @@ static int param_mapping(const ctx *x, const yaml_node_t *n, loom_sweep_param *p
     } else {
       const char *near = loom_config_nearest_of(f, fields);
       return err_at(x, kn, "unknown parameter field '%s'%s%s%s (values, value, min, max, "
-                    "distribution, q)", f, near ? "; did you mean '" : "", near ? near : "",
+                    "distribution, q, link)", f, near ? "; did you mean '" : "", near ? near : "",
                     near ? "'?" : "");
     }
   }
@@ -165,6 +183,7 @@ static int load_parameters(const ctx *x, const yaml_node_t *n) {
     const char *key = scalar(kn);
     if (!key) return err_at(x, kn, "parameter names must be config keys");
     if (check_key(x, kn, key)) return -1;
+    key = loom_config_key_find(key)->name; /* text.parallel.X is parallel.X */
     for (int i = 0; i < s->nparams; i++)
       if (!strcmp(s->params[i].key, key))
         return err_at(x, kn, "parameter '%s' is given twice (first at line %d)", key,
@@ -281,6 +300,23 @@ static int slurm_field(const ctx *x, const yaml_node_t *kn, const yaml_node_t *v
                 near ? near : "", near ? "'?" : "");
 }
 
+static int sim_section(const ctx *x, const yaml_node_t *n) {
+  if (n->type != YAML_MAPPING_NODE)
+    return err_at(x, n, "sim must be a mapping, e.g. {hardware: h100-sxm}");
+  for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
+    const char *k = scalar(node(x, pr->key)), *v;
+    if (!k || strcmp(k, "hardware"))
+      return err_at(x, node(x, pr->key), "unknown sim setting '%s' (the one setting is hardware: a "
+                    "profile name such as h100-sxm, or a profile file)", k ? k : "?");
+    if (want_scalar(x, node(x, pr->value), "sim.hardware", &v)) return -1;
+    if (!*v || strlen(v) >= sizeof x->s->hardware)
+      return err_at(x, node(x, pr->value), "sim.hardware must be a profile name or file (at most "
+                    "%zu characters)", sizeof x->s->hardware - 1);
+    snprintf(x->s->hardware, sizeof x->s->hardware, "%s", v);
+  }
+  return 0;
+}
+
 static char *resolve_base(const char *sweep_path, const char *base) {
   if (base[0] == '/') return loom_strdup(base);
   char *copy = loom_strdup(sweep_path);
@@ -294,7 +330,7 @@ static char *resolve_base(const char *sweep_path, const char *base) {
 static int top_key(const ctx *x, const yaml_node_t *kn, const yaml_node_t *vn) {
   static const char *const keys[] = {"name", "sweep_name", "description", "base", "overrides",
                                      "parameters", "strategy", "num_runs", "seed", "exclude",
-                                     "constraints", "name_keys", "slurm", NULL};
+                                     "constraints", "name_keys", "slurm", "sim", NULL};
   loom_sweep_spec *s = x->s;
   const char *k = scalar(kn), *v;
   if (!k) return err_at(x, kn, "top-level keys must be names");
@@ -334,6 +370,8 @@ static int top_key(const ctx *x, const yaml_node_t *kn, const yaml_node_t *vn) {
     if (string_list(x, vn, k, &s->name_keys, &s->nname_keys)) return -1;
     for (int i = 0; i < s->nname_keys; i++)
       if (check_key(x, vn, s->name_keys[i])) return -1;
+  } else if (!strcmp(k, "sim")) {
+    return sim_section(x, vn);
   } else if (!strcmp(k, "slurm")) {
     if (vn->type != YAML_MAPPING_NODE) return err_at(x, vn, "slurm must be a mapping");
     for (yaml_node_pair_t *pr = vn->data.mapping.pairs.start; pr < vn->data.mapping.pairs.top; pr++)
@@ -341,7 +379,8 @@ static int top_key(const ctx *x, const yaml_node_t *kn, const yaml_node_t *vn) {
   } else {
     const char *near = loom_config_nearest_of(k, keys);
     return err_at(x, kn, "unknown sweep key '%s'%s%s%s (valid: name, base, overrides, "
-                  "parameters, strategy, num_runs, seed, exclude, constraints, name_keys, slurm)",
+                  "parameters, strategy, num_runs, seed, exclude, constraints, name_keys, slurm, "
+                  "sim)",
                   k, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
   }
   return 0;
@@ -373,7 +412,7 @@ static int load_doc(loom_sweep_spec *s, const char *path, yaml_document_t *doc) 
                       "values: [...] for a grid", path, s->params[i].line, s->params[i].key,
                       dist_names[s->params[i].dist]);
   if (!s->name) s->name = default_name(path);
-  return 0;
+  return loom_sweep_link_groups(s);
 }
 
 int loom_sweep_load(loom_sweep_spec *s, const char *path) {
@@ -414,6 +453,7 @@ void loom_sweep_spec_free(loom_sweep_spec *s) {
   free_list(s->overrides, s->noverrides);
   for (int i = 0; i < s->nparams; i++) {
     free(s->params[i].key);
+    free(s->params[i].link);
     free_list(s->params[i].values, s->params[i].nvalues);
   }
   free(s->params);

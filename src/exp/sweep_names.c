@@ -1,7 +1,8 @@
 /* Descriptive names of sweep points: the model preset (else arch) followed by one short part
  * per name key, e.g. gpt2-124m_tp2_pp1_bs4_bf16_ckpt. Known keys have short spellings
- * (tp2, bs4, lr3e-4, h256); enum-like keys give their value alone (bf16, cosine); bools give
- * the key's short name when true (ckpt) and no<name> when false; other keys <last part><value>. */
+ * (tp2, bs4, lr3e-4, h256, vsp4 for vision.parallel.sp, img448 for a 448x448 pixel budget);
+ * enum-like keys give their value alone (bf16, cosine); bools give the key's short name when
+ * true (ckpt) and no<name> when false; other keys <last part><value>. */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +25,9 @@ static const struct {
     {"training.activation_checkpointing", "ckpt"}, {"model.hidden", "h"},
     {"model.layers", "l"}, {"model.heads", "nh"}, {"model.kv_heads", "kv"},
     {"model.intermediate", "ffn"}, {"run.seed", "seed"},
+    {"vision.parallel.dp", "vdp"}, {"vision.parallel.tp", "vtp"}, {"vision.parallel.sp", "vsp"},
+    {"vision.parallel.zero", "vzero"}, {"data.image_max_pixels", "maxpx"},
+    {"data.image_min_pixels", "minpx"},
 };
 
 /* Keys whose value alone names them. */
@@ -66,7 +70,15 @@ static void part(const loom_config *c, const loom_config_key *k, char *out, size
   char val[LOOM_STR_MAX];
   switch (k->type) {
     case LOOM_KEY_BOOL: snprintf(out, n, "%s%s", *(const bool *)f ? "" : "no", ab); return;
-    case LOOM_KEY_INT: snprintf(val, sizeof val, "%ld", *(const long *)f); break;
+    case LOOM_KEY_INT: {
+      long v = *(const long *)f, side = lround(sqrt((double)v));
+      if (!strcmp(k->name, "data.image_max_pixels") && v > 0 && side * side == v) {
+        snprintf(out, n, "img%ld", side); /* a square image's side: img448 */
+        return;
+      }
+      snprintf(val, sizeof val, "%ld", v);
+      break;
+    }
     case LOOM_KEY_FLOAT: compact_double(*(const double *)f, val, sizeof val); break;
     default: {
       snprintf(val, sizeof val, "%s", f[0] ? f : "none");

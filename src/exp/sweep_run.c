@@ -2,7 +2,8 @@
  * they come from a sweep file, starts points through the launcher (up to --parallel at once
  * for the local one), waits for them, prints a coloured status line per event on a terminal
  * (plain text otherwise), keeps going past failures unless told to stop, and writes
- * state.tsv, summary.txt and summary.csv. */
+ * state.tsv, summary.txt and summary.csv. A simulated point out of memory (OOM) is a result,
+ * not a failure. */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -38,6 +39,7 @@ static const char *status_color(loom_point_status s) {
     case LOOM_PT_FAILED: return "\033[31m";
     case LOOM_PT_SKIPPED: return "\033[33m";
     case LOOM_PT_PENDING: return "\033[34m";
+    case LOOM_PT_OOM: return "\033[35m";
     default: return "\033[36m";
   }
 }
@@ -123,6 +125,7 @@ static void start_point(runner *r, int i) {
            p->ranks == 1 ? "" : "s", res->log_path);
   } else {
     res->status = lr.status;
+    res->wall_s = loom_now() - r->started[i];
     snprintf(res->job_id, sizeof res->job_id, "%s", lr.job_id);
     snprintf(res->note, sizeof res->note, "%s", lr.note);
     report(r, i, res->status, loom_point_status_label(res->status), "(%d rank%s) %s", p->ranks,
@@ -189,6 +192,11 @@ static int prepare(runner *r, loom_sweep_plan *plan, const loom_sweep_run_opts *
   r->plan = plan;
   r->launcher = loom_sweep_launcher_find(o->launcher ? o->launcher : "local");
   if (!r->launcher || apply_skips(plan, o)) return -1;
+  if (o->hardware && !r->launcher->uses_hardware)
+    return loom_err("--hardware %s: only --launcher sim takes a hardware profile (the %s "
+                    "launcher runs on real machines)", o->hardware, r->launcher->name);
+  const char *hardware = o->hardware ? o->hardware : plan->hardware[0] ? plan->hardware : NULL;
+  if (r->launcher->setup && r->launcher->setup(o, hardware)) return -1;
   if (make_log_dir(o->log_root ? o->log_root : "logs", &r->info.log_dir)) return -1;
   char cwd[PATH_MAX];
   if (!getcwd(cwd, sizeof cwd)) return loom_err("cannot read the current directory");
@@ -216,8 +224,12 @@ static int prepare(runner *r, loom_sweep_plan *plan, const loom_sweep_run_opts *
     r->res[i].exit_code = -1;
     r->res[i].log_path = loom_sprintf("%s/%s.log", r->info.log_dir, plan->points[i].name);
   }
-  r->ctx = (loom_launch_ctx){o, r->info.log_dir, r->info.sweep_name, r->info.sweep_id, NULL};
+  r->ctx = (loom_launch_ctx){o, r->info.log_dir, r->info.sweep_name, r->info.sweep_id, NULL, NULL};
   r->ctx.cwd = loom_strdup(cwd);
+  if (r->launcher->uses_hardware) {
+    r->info.hardware = loom_strdup(hardware ? hardware : "h100-sxm");
+    r->ctx.hardware = r->info.hardware;
+  }
   r->color = o->color > 0 || (o->color < 0 && isatty(STDOUT_FILENO) && !getenv("NO_COLOR"));
   if (!strcmp(r->launcher->name, "local") && !o->dry_run)
     r->info.peak_flops = loom_progress_measure_peak();
@@ -240,14 +252,17 @@ int loom_sweep_run(loom_sweep_plan *plan, const loom_sweep_run_opts *o, char **l
     rc = loom_sweep_write_summary(&r.info, plan, r.res);
   }
   if (!rc) {
-    int failed = 0, ok = 0, skipped = 0;
+    int failed = 0, ok = 0, skipped = 0, oom = 0;
     for (int i = 0; i < plan->n; i++) {
       failed += r.res[i].status == LOOM_PT_FAILED;
       ok += r.res[i].status == LOOM_PT_SUCCESS;
       skipped += r.res[i].status == LOOM_PT_SKIPPED;
+      oom += r.res[i].status == LOOM_PT_OOM;
     }
-    printf("done in %.1f s: %d succeeded, %d failed, %d skipped; summary: %s/summary.txt\n",
-           r.info.wall_s, ok, failed, skipped, r.info.log_dir);
+    char oom_text[48] = "";
+    if (oom) snprintf(oom_text, sizeof oom_text, ", %d out of memory", oom);
+    printf("done in %.1f s: %d succeeded%s, %d failed, %d skipped; summary: %s/summary.txt\n",
+           r.info.wall_s, ok, oom_text, failed, skipped, r.info.log_dir);
     rc = failed ? 1 : 0;
     *log_dir = loom_strdup(r.info.log_dir);
   }

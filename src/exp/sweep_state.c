@@ -1,4 +1,5 @@
-/* state.tsv of a sweep execution: a header (sweep, id, launcher, parallelism, peak FLOP/s)
+/* state.tsv of a sweep execution: a header (sweep, id, launcher, hardware of the simulator,
+ * parallelism, peak FLOP/s)
  * and one line per point (name, status, exit code, wall time, job id, config, log, note,
  * swept values), rewritten atomically whenever a point changes state. */
 #include <stdio.h>
@@ -9,7 +10,7 @@
 #include "loom/core.h"
 
 static const char *const labels[] = {"PENDING", "SUCCESS", "FAILED", "SKIPPED", "SUBMITTED",
-                                     "DRY-RUN"};
+                                     "DRY-RUN", "OOM"};
 
 const char *loom_point_status_label(loom_point_status s) {
   return (unsigned)s < sizeof labels / sizeof labels[0] ? labels[s] : "?";
@@ -29,7 +30,7 @@ static void clean(char *s) {
 
 int loom_sweep_state_write(const loom_sweep_info *info, const loom_sweep_plan *plan,
                            const loom_point_result *res) {
-  size_t cap = 1024;
+  size_t cap = 2048 + (info->hardware ? strlen(info->hardware) : 0);
   for (int i = 0; i < plan->n; i++) {
     cap += 1024 + strlen(plan->points[i].config_path) + strlen(res[i].log_path);
     for (int k = 0; k < plan->points[i].nassign; k++) cap += strlen(plan->points[i].assign[k]) + 1;
@@ -37,10 +38,12 @@ int loom_sweep_state_write(const loom_sweep_info *info, const loom_sweep_plan *p
   char *t = malloc(cap);
   size_t n = (size_t)snprintf(t, cap,
                               "# loom sweep state\n# sweep: %s\n# sweep_id: %s\n# launcher: %s\n"
-                              "# parallel: %d\n# peak_flops: %.6g\n# wall_s: %.3f\n"
+                              "%s%s%s# parallel: %d\n# peak_flops: %.6g\n# wall_s: %.3f\n"
                               "# name\tstatus\texit\twall_s\tjob\tconfig\tlog\tnote\tvalues...\n",
-                              info->sweep_name, info->sweep_id, info->launcher, info->parallel,
-                              info->peak_flops, info->wall_s);
+                              info->sweep_name, info->sweep_id, info->launcher,
+                              info->hardware ? "# hardware: " : "",
+                              info->hardware ? info->hardware : "", info->hardware ? "\n" : "",
+                              info->parallel, info->peak_flops, info->wall_s);
   for (int i = 0; i < plan->n; i++) {
     const loom_sweep_point *p = &plan->points[i];
     char note[512];
@@ -116,6 +119,7 @@ int loom_sweep_state_read(const char *log_dir, loom_sweep_info *info, loom_sweep
     if ((v = header_value(line, "sweep"))) free(info->sweep_name), info->sweep_name = v;
     else if ((v = header_value(line, "sweep_id"))) free(info->sweep_id), info->sweep_id = v;
     else if ((v = header_value(line, "launcher"))) free(info->launcher), info->launcher = v;
+    else if ((v = header_value(line, "hardware"))) free(info->hardware), info->hardware = v;
     else if ((v = header_value(line, "parallel"))) info->parallel = atoi(v), free(v);
     else if ((v = header_value(line, "peak_flops"))) info->peak_flops = atof(v), free(v);
     else if ((v = header_value(line, "wall_s"))) info->wall_s = atof(v), free(v);
@@ -140,6 +144,7 @@ void loom_sweep_info_free(loom_sweep_info *info) {
   free(info->sweep_name);
   free(info->sweep_id);
   free(info->launcher);
+  free(info->hardware);
   free(info->log_dir);
   memset(info, 0, sizeof *info);
 }

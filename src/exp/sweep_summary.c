@@ -3,12 +3,16 @@
  * tokens/s, peak memory of the largest rank) when the run finished, else metrics.jsonl (the
  * same quantities recomputed from the per-step lines). The run directory is found through the
  * registry (sweep_id + name), else through the "run directory:" line of the point's log.
- * MFU = tokens/s * training FLOPs per token / (ranks * measured per-rank peak FLOP/s). */
+ * MFU = tokens/s * training FLOPs per token / (ranks * measured per-rank peak FLOP/s), or the
+ * simulator's (summary.json's mfu_percent, against the hardware profile's peak) for points of
+ * the sim launcher, whose peak memory is the simulated device memory per rank. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <jansson.h>
 
 #include "exp/sweep_internal.h"
 #include "loom/core.h"
@@ -45,8 +49,14 @@ static char *run_dir_from_log(const char *log_path) {
   return found;
 }
 
+static bool simulated(const loom_sweep_info *info) { return !strcmp(info->launcher, "sim"); }
+
 static void find_run(const loom_sweep_info *info, const loom_sweep_point *p,
                      const loom_point_result *r, point_metrics *m) {
+  if (simulated(info)) { /* simulated points are not registered */
+    m->run_dir = run_dir_from_log(r->log_path);
+    return;
+  }
   char *db = loom_registry_path(p->cfg.run.output_dir);
   loom_registry *reg = NULL;
   if (loom_path_exists(db) && loom_registry_open(&reg, db) == 0) {
@@ -93,6 +103,18 @@ static double flops_per_token(const loom_config *cfg) {
   return loom_decoder_flops_per_token(&spec, (int)cfg->training.seq_len);
 }
 
+/* Keys of summary.json beyond the registry's: the simulator's MFU and tokens per step. */
+static void simulator_keys(const char *run_dir, point_metrics *m) {
+  char *path = loom_sprintf("%s/summary.json", run_dir);
+  json_t *o = json_load_file(path, 0, NULL);
+  free(path);
+  if (!o) return;
+  json_t *mfu = json_object_get(o, "mfu_percent"), *tokens = json_object_get(o, "tokens");
+  if (json_is_number(mfu)) m->mfu = json_number_value(mfu);
+  if (json_is_number(tokens) && !isfinite(m->tokens)) m->tokens = json_number_value(tokens);
+  json_decref(o);
+}
+
 static void collect(const loom_sweep_info *info, const loom_sweep_point *p,
                     const loom_point_result *r, point_metrics *m) {
   memset(m, 0, sizeof *m);
@@ -118,6 +140,7 @@ static void collect(const loom_sweep_info *info, const loom_sweep_point *p,
   double fpt = flops_per_token(&p->cfg);
   if (info->peak_flops > 0 && isfinite(fpt) && m->tokens_per_s > 0)
     m->mfu = 100.0 * m->tokens_per_s * fpt / (info->peak_flops * (p->ranks > 0 ? p->ranks : 1));
+  if (have) simulator_keys(m->run_dir, m);
 }
 
 /* Status shown in the summary: for batch jobs, what the registry says by now. */
@@ -200,7 +223,8 @@ static int write_csv(const loom_sweep_info *info, const loom_sweep_plan *plan,
   char **keys;
   int nkeys = swept_keys(plan, &keys);
   fputs("name,status,ranks,exit_code,wall_s,steps,avg_iter_time_s,iters_per_s,tokens_per_s,"
-        "mfu_percent,final_loss,min_loss,peak_mem_mb_per_rank,tokens,run_dir,log,job_id,note", f);
+        "mfu_percent,final_loss,min_loss,peak_mem_mb_per_rank,peak_mem_gib_per_rank,tokens,"
+        "run_dir,log,job_id,note", f);
   for (int k = 0; k < nkeys; k++) csv_text(f, keys[k], false);
   fputc('\n', f);
   for (int i = 0; i < plan->n; i++) {
@@ -216,6 +240,7 @@ static int write_csv(const loom_sweep_info *info, const loom_sweep_plan *plan,
     csv_num(f, m[i].final_loss, "%.17g");
     csv_num(f, m[i].min_loss, "%.17g");
     csv_num(f, m[i].peak_mem, "%.17g");
+    csv_num(f, m[i].peak_mem / 1024, "%.17g");
     csv_num(f, m[i].tokens, "%.0f");
     csv_text(f, m[i].run_dir, false);
     csv_text(f, res[i].log_path, false);
@@ -236,11 +261,11 @@ static void text_table(FILE *f, const loom_sweep_plan *plan, const loom_point_re
                        const point_metrics *m) {
   static const char *const heads[] = {"Configuration", "Status", "Ranks", "Avg Iter Time (s)",
                                       "Iters/s", "Tokens/s", "MFU (%)", "Final Loss",
-                                      "Peak Mem/Rank (MB)"};
+                                      "Peak Mem/Rank (GiB)"};
   int w0 = (int)strlen(heads[0]);
   for (int i = 0; i < plan->n; i++)
     if ((int)strlen(plan->points[i].name) > w0) w0 = (int)strlen(plan->points[i].name);
-  int w[9] = {w0, 9, 5, 17, 9, 10, 7, 10, 18};
+  int w[9] = {w0, 9, 5, 17, 9, 10, 7, 10, 19};
   int total = 0;
   for (int c = 0; c < 9; c++) {
     fprintf(f, "%s%-*s", c ? " | " : "", w[c], heads[c]);
@@ -256,7 +281,7 @@ static void text_table(FILE *f, const loom_sweep_plan *plan, const loom_point_re
     fmt(v[2], 32, "%.1f", m[i].tokens_per_s);
     fmt(v[3], 32, "%.2f", m[i].mfu);
     fmt(v[4], 32, "%.6f", m[i].final_loss);
-    fmt(v[5], 32, "%.1f", m[i].peak_mem);
+    fmt(v[5], 32, "%.3f", m[i].peak_mem / 1024);
     fprintf(f, "%-*s | %-*s | %*d | %*s | %*s | %*s | %*s | %*s | %*s\n", w[0],
             plan->points[i].name, w[1], shown_status(&res[i], &m[i]), w[2], plan->points[i].ranks,
             w[3], v[0], w[4], v[1], w[5], v[2], w[6], v[3], w[7], v[4], w[8], v[5]);
@@ -279,7 +304,8 @@ static int write_txt(const loom_sweep_info *info, const loom_sweep_plan *plan,
   long steps = 0;
   for (int i = 0; i < plan->n; i++) {
     const char *s = shown_status(&res[i], &m[i]);
-    count[!strcmp(s, "SUCCESS") ? 0 : !strcmp(s, "FAILED") ? 1 : !strcmp(s, "SKIPPED") ? 2 : 3]++;
+    count[!strcmp(s, "SUCCESS") ? 0 : !strcmp(s, "FAILED") ? 1 : !strcmp(s, "SKIPPED") ? 2
+          : !strcmp(s, "OOM") ? 4 : 3]++;
     run_wall += res[i].wall_s;
     if (m[i].steps > 0) steps += m[i].steps;
     if (isfinite(m[i].tokens)) tokens += m[i].tokens;
@@ -292,14 +318,25 @@ static int write_txt(const loom_sweep_info *info, const loom_sweep_plan *plan,
   fprintf(f, "loom sweep summary\n\nsweep:    %s (%s)\nlauncher: %s", info->sweep_name,
           info->sweep_id, info->launcher);
   if (!strcmp(info->launcher, "local")) fprintf(f, ", %d at a time", info->parallel);
+  if (info->hardware) fprintf(f, ", hardware %s", info->hardware);
   fprintf(f, "\nwritten:  %s\nlogs:     %s\n\n", stamp, info->log_dir);
   text_table(f, plan, res, m);
-  fprintf(f, "Totals: %d runs: %d succeeded, %d failed, %d skipped, %d other; %ld steps, %.0f "
+  char oom[48] = "";
+  if (count[4]) snprintf(oom, sizeof oom, ", %d out of memory", count[4]);
+  fprintf(f, "Totals: %d runs: %d succeeded%s, %d failed, %d skipped, %d other; %ld steps, %.0f "
              "tokens; sweep wall time %.1f s (runs %.1f s)\n",
-          plan->n, count[0], count[1], count[2], count[3], steps, tokens, info->wall_s, run_wall);
-  fprintf(f, "Avg Iter Time excludes each run's first (warm-up) step; Peak Mem/Rank is the peak "
-             "resident memory of the largest rank; MFU is against this machine's measured "
-             "GEMM peak per rank.\n\nRuns:\n");
+          plan->n, count[0], oom, count[1], count[2], count[3], steps, tokens, info->wall_s,
+          run_wall);
+  if (simulated(info))
+    fprintf(f, "Simulated on %s: Avg Iter Time is one optimizer step; Peak Mem/Rank is the "
+               "simulated device memory of the fullest rank (OOM: over the profile's usable "
+               "memory; the row's times are what the step would take if it fitted); MFU is the "
+               "simulator's, the text model's FLOPs against the profile's peak for the "
+               "dtype.\n\nRuns:\n", info->hardware ? info->hardware : "?");
+  else
+    fprintf(f, "Avg Iter Time excludes each run's first (warm-up) step; Peak Mem/Rank is the peak "
+               "resident memory of the largest rank; MFU is against this machine's measured "
+               "GEMM peak per rank.\n\nRuns:\n");
   for (int i = 0; i < plan->n; i++) {
     const loom_sweep_point *p = &plan->points[i];
     fprintf(f, "  %s:", p->name);

@@ -114,6 +114,8 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
   memset(m, 0, sizeof *m);
   double P = loom_sim_rank_params(c->spec, st->tp, layers, embed, head);
   double Pl = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
+  double Pv = embed ? loom_sim_vision_params(c->spec) : 0; /* the encoder: a module of its own */
+  P -= Pv;
   double Nd = (double)st->dp * st->sp;
   double owned = st->zero > 0 ? ceil(P / Nd) : P;
   if (c->loom_cpu) {
@@ -133,16 +135,43 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
     m->grads = st->zero >= 2 ? pb * P / Nd : pb * P;
     m->optimizer = st->zero >= 1 ? K * P / Nd : K * P;
   }
+  if (Pv > 0) { /* encoder parameters, gradients and moments: split by vision tp, ZeRO over
+                    its own replicas (dp, and the tp ranks when they split its patches) */
+    bool split = st->tp > 1 && !strcmp(st->vision_mode, "tp");
+    bool seq = st->tp > 1 && !strcmp(st->vision_mode, "sp");
+    double Pr = split ? Pv / st->tp : Pv, Nv = (double)st->dp * (seq ? st->tp : 1);
+    int z = st->vision_zero_own ? st->vision_zero : st->zero;
+    double own = z > 0 ? ceil(Pr / Nv) : Pr;
+    if (c->loom_cpu) {
+      double copies = st->dtype == LOOM_DT_BF16 ? 2 : 1;
+      m->weights += z == 3 ? 4 * own + 4 * copies * Pr : 4 * copies * Pr; /* gathered whole */
+      m->grads += z == 3 ? 4 * Pr + 4 * own : 4 * Pr + (z > 0 ? 4 * own : 0);
+      m->optimizer += 8 * own;
+    } else {
+      double pb = st->dtype == LOOM_DT_FP32 ? 4 : 2, K = pb == 2 ? 12 : 8;
+      m->weights += z >= 3 ? pb * Pr / Nv : pb * Pr;
+      m->grads += z >= 2 ? pb * Pr / Nv : pb * Pr;
+      m->optimizer += z >= 1 ? K * Pr / Nv : K * Pr;
+    }
+  }
   m->per_layer = loom_sim_layer_act_bytes(c, true);
   m->inflight = inflight;
   double chunk = chunk_layers * m->per_layer + d.Nr * d.C * d.e; /* + the chunk's output */
   if (embed && st->dropout) chunk += d.Nr * d.C;
   if (embed && st->vision_patches > 0 && c->spec->vision.arch != LOOM_VISION_NONE &&
-      !st->freeze_vision) { /* the encoder's saved activations: x, norms, q/k/v/att, mid, MLP */
+      !st->freeze_vision) {
+    /* the encoder's saved activations per block: by patch x, norms, mid (4 x hidden) and
+     * q/k/v/att (4 x hidden), MLP (3 x intermediate). Ulysses splits all of it over the
+     * ranks; tensor parallelism only the head and MLP parts. With full recomputation a block
+     * keeps its input and one block's full set exists at a time. */
     const loom_vision_spec *v = &c->spec->vision;
-    double P = (double)st->micro_batch * st->vision_patches;
-    if ((!strcmp(st->vision_mode, "sp") || !strcmp(st->vision_mode, "tp")) && st->tp > 1) P /= st->tp;
-    chunk += v->depth * P * (8.0 * v->hidden + 3.0 * v->intermediate) * d.e;
+    double P = (double)st->micro_batch * st->vision_patches, Cv = v->hidden, I = v->intermediate;
+    double by_patch = 4 * Cv, split = 4 * Cv + 3 * I;
+    if (st->tp > 1 && !strcmp(st->vision_mode, "sp")) P /= st->tp;
+    else if (st->tp > 1 && !strcmp(st->vision_mode, "tp")) split /= st->tp;
+    double block = P * (by_patch + split) * d.e;
+    chunk += st->recompute == LOOM_RECOMPUTE_FULL ? v->depth * P * Cv * d.e + block
+                                                  : v->depth * block;
   }
   m->activations = inflight * chunk + (head ? inflight * head_acts(c, &d) : 0);
   m->workspace = workspace(c, &d, head, inflight);

@@ -1,6 +1,7 @@
-/* Parallel strategies: from a train config and back, the layout checks (the trainer's
- * loom_mesh_check_model plus the simulator's), the split of the layers into virtual stages
- * (the executor's loom_exec_stage_split), and a one-line description. */
+/* Parallel strategies: from a train config and back (vision.parallel.* mapped to the vision
+ * encoder's mode), the layout checks (the trainer's loom_mesh_check_model plus the
+ * simulator's), the split of the layers into virtual stages (the executor's
+ * loom_exec_stage_split), and a one-line description. */
 #include <stdio.h>
 #include <string.h>
 
@@ -35,6 +36,51 @@ static void to_parallel(const loom_sim_strategy *st, loom_config_parallel *p) {
   p->bucket_mb = st->bucket_mb;
 }
 
+/* vision.parallel.* -> the encoder's mode over the text's tensor-parallel ranks, with the
+ * trainer's reading of the keys (src/exec/vision_module.c: tp = sp = 0 follow the text's tp
+ * and sp; one of them given, the other 0 means 1):
+ *   sp = parallel.tp > 1, tp = 1     sp (the patches split over the tp ranks, Ulysses)
+ *   tp = parallel.tp > 1, sp = 1     tp (Megatron tensor parallelism)
+ *   tp = sp = 1                      replicate
+ * Anything else is an error naming the keys: the cost model splits the encoder over the
+ * text's tensor-parallel ranks only (not over Ulysses parallel.sp ranks, not over a part of
+ * them), and has one data-parallel size and one placement for both modules. The encoder's
+ * ZeRO stage (vision.parallel.zero) is its own. */
+static int vision_mode(const loom_config *cfg, char *mode, size_t cap) {
+  const loom_config_vision_parallel *v = &cfg->vision_parallel;
+  const loom_config_parallel *p = &cfg->parallel;
+  if (strcmp(v->placement, "collocated"))
+    return loom_err("vision.parallel.placement=%s (the encoder on ranks of its own) is not "
+                    "modelled by the simulator; use vision.parallel.placement=collocated",
+                    v->placement);
+  if (v->dp != 0 && v->dp != p->dp)
+    return loom_err("vision.parallel.dp=%ld differs from parallel.dp=%ld; the simulator models "
+                    "the encoder on the text's data-parallel replicas: set vision.parallel.dp=0 "
+                    "or %ld", v->dp, p->dp, p->dp);
+  bool follow = v->tp == 0 && v->sp == 0;
+  long tp = follow ? p->tp : v->tp ? v->tp : 1, sp = follow ? p->sp : v->sp ? v->sp : 1;
+  const char *m = NULL;
+  if (tp == 1 && sp == 1) m = "replicate";
+  else if (tp == 1 && sp == p->tp) m = "sp";
+  else if (sp == 1 && tp == p->tp) m = "tp";
+  if (m) {
+    snprintf(mode, cap, "%s", m);
+    return 0;
+  }
+  char hint[256];
+  if (p->tp > 1)
+    snprintf(hint, sizeof hint, "set vision.parallel.sp=%ld (sequence parallel) or "
+             "vision.parallel.tp=%ld (tensor parallel) with the other 1, or both 1 (replicated)",
+             p->tp, p->tp);
+  else
+    snprintf(hint, sizeof hint, "with parallel.tp=1 it can only replicate the encoder: set "
+             "vision.parallel.tp=1 vision.parallel.sp=1");
+  return loom_err("vision.parallel.tp=%ld vision.parallel.sp=%ld%s with parallel.tp=%ld "
+                  "parallel.sp=%ld: the simulator splits the vision encoder over the text's "
+                  "tensor-parallel ranks only; %s", v->tp, v->sp,
+                  follow ? " (follow the text)" : "", p->tp, p->sp, hint);
+}
+
 int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg, int world) {
   const loom_config_parallel *p = &cfg->parallel;
   const loom_config_training *t = &cfg->training;
@@ -48,7 +94,8 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
   if (strlen(p->stage_layers) >= sizeof st->stage_layers)
     return loom_err("parallel.stage_layers is too long for the simulator (%zu characters)",
                     strlen(p->stage_layers));
-  snprintf(st->stage_layers, sizeof st->stage_layers, "%s", p->stage_layers);
+  snprintf(st->stage_layers, sizeof st->stage_layers, "%.*s", (int)sizeof st->stage_layers - 1,
+           p->stage_layers); /* the length was checked above */
   st->micro_batch = (int)t->micro_batch_size;
   st->seq = (int)t->seq_len;
   st->recompute = t->activation_checkpointing ? LOOM_RECOMPUTE_FULL : LOOM_RECOMPUTE_NONE;
@@ -63,6 +110,9 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
       st->vision_patches = spec.vision.arch == LOOM_VISION_LLAVA
                                ? (spec.vision.image_size / spec.vision.patch) * (spec.vision.image_size / spec.vision.patch)
                                : (int)(cfg->data.image_max_pixels / px) / unit * unit;
+      if (vision_mode(cfg, st->vision_mode, sizeof st->vision_mode)) return -1; /* patches set */
+      st->vision_zero_own = cfg->vision_parallel.zero >= 0;
+      st->vision_zero = st->vision_zero_own ? (int)cfg->vision_parallel.zero : st->zero;
     }
     loom_err_clear();
   }
