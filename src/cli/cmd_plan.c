@@ -72,11 +72,12 @@ static int run(loom_config *cfg, const plan_args *a) {
   if (q.trainable_only && q.dtype == LOOM_DT_FP16)
     return loom_err("fp16 is not a dtype loom train runs; use --dtype bf16 with --write-config");
   q.finalists = a->finalists ? a->finalists : 24;
-  loom_sim_strategy probe; /* the images' patches per sample, as loom sim takes them */
-  if (loom_sim_strategy_from_config(&probe, cfg, 0) == 0) {
-    q.vision_patches = probe.vision_patches;
-    q.freeze_vision = probe.freeze_vision;
-  }
+  /* the images' patches per sample, as loom sim takes them; the planner searches the vision
+   * strategy itself, so the config's vision.parallel (read after the patches) may not fit */
+  loom_sim_strategy probe;
+  loom_sim_strategy_from_config(&probe, cfg, 0);
+  q.vision_patches = probe.vision_patches;
+  q.freeze_vision = probe.freeze_vision;
   loom_err_clear();
   q.top = a->top ? a->top : 10;
   loom_plan_result r;
