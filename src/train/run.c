@@ -22,6 +22,7 @@
 #include "loom/trace.h"
 #include "loom/registry.h"
 #include "loom/train.h"
+#include "train/eval_final.h"
 #include "train/progress.h"
 
 typedef struct {
@@ -470,9 +471,12 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
     return 0;
   }
   if (cfg->checkpoint.save_final && save_checkpoint(c, "final_checkpoint")) return LOOM_ERR;
-  bool separate = loom_exec_vision(c->exec) && loom_vmod_get_plan(loom_exec_vision(c->exec))->separate;
-  if (loom_data_is_vqa(c->data) && c->mesh.world == c->mesh.dp && !separate) {
-    if (loom_eval_vqa(c->exec, cfg, &c->mesh, "val", 0, &c->val_accuracy, &c->val_samples))
+  if (loom_data_is_vqa(c->data)) {
+    char *final = cfg->checkpoint.save_final ? loom_sprintf("%s/final_checkpoint", c->run_dir) : NULL;
+    int erc = loom_eval_vqa_final(c->exec, cfg, &c->spec, &c->mesh, &c->job.world_comm, final,
+                                  &c->val_accuracy, &c->val_samples);
+    free(final);
+    if (erc)
       loom_progress_note(&c->progress, "no answer accuracy: %s", loom_errmsg());
     else
       loom_progress_note(&c->progress, "answer accuracy on the val split: %.1f%% of %ld samples",

@@ -22,16 +22,26 @@ for args in "tiny-qwen2.5-vl 2 1" "tiny-qwen2.5-vl 1 2" "small-qwen2.5-vl 2 1" "
   else fail "vision split $args: $(echo "$out" | grep FAIL | head -3)"; fi
 done
 
-"$LOOM" data synth-vqa --out "$WORK/vqa" --samples 96 --shard-size 48 >"$WORK/synth.log" 2>&1 ||
+{ "$LOOM" data synth-vqa --out "$WORK/vqa" --samples 104 --shard-size 8 &&
+  "$LOOM" data prepare "$WORK/vqa" --split 12,1,0; } >"$WORK/synth.log" 2>&1 ||
   { echo "could not make the VQA data"; cat "$WORK/synth.log"; exit 1; }
 
 VLM=(model.preset=tiny-qwen2.5-vl model.vocab_size=384 training.seq_len=48 training.steps=4
   training.warmup_steps=1 training.lr=2e-3 data.format=vqa data.vqa_path="$WORK/vqa"
   data.tokenizer="$WORK/vqa/tokenizer.json" data.image_min_pixels=12544
   data.image_max_pixels=12544 checkpoint.every=0)
+# the answer accuracy at the end is computed in every layout (directly when the text decoder
+# is only data parallel, else by rank 0 from the final checkpoint): same samples, same result
+same_eval() {
+  local a b
+  a=$(grep -o '"val_[a-z]*": [0-9.]*' "$(run_dir "$1")/summary.json" | tr '\n' ' ')
+  b=$(grep -o '"val_[a-z]*": [0-9.]*' "$(run_dir "$2")/summary.json" | tr '\n' ' ')
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass; else fail "$2: answer accuracy '$b', one process '$a'"; fi
+}
 check_case() { # name np overrides...
   local name=$1 np=$2; shift 2
-  train "$name" "$np" "$@" && { close_losses v_single "$name" 1e-5; close_weights v_single "$name" 1e-4; }
+  train "$name" "$np" "$@" && { close_losses v_single "$name" 1e-5; close_weights v_single "$name" 1e-4
+    same_eval v_single "$name"; }
 }
 
 echo "tiny Qwen2.5-VL, 2 micro-batches of 4 samples per step"
