@@ -224,31 +224,47 @@ struct json_t *loom_energon_index_load(const char *dir);
 int loom_wds_split_name(const char *name, char *key, size_t key_cap, const char **ext);
 
 /* ==== synthetic shapes VQA ==================================================================
- * Images of 1-4 coloured shapes (circle, square, triangle, cross in red, green, blue, yellow,
- * purple) on a 3x3 layout, and one question per image, of four types drawn uniformly:
+ * Images of coloured shapes (circle, square, triangle, cross in red, green, blue, yellow,
+ * purple) on a 3x3 layout, and one question per image, of four types taken in turn:
  *   colour   "What colour is the circle?" -> "red"          (5 answers)
  *   shape    "What shape is the blue object?" -> "square"   (4 answers)
  *   count    "How many triangles are there?" -> "2"         (4 answers: 1-4)
  *   position "Where is the cross?" -> "left"                (5: left/right/top/bottom/center)
- * The type cycles with the sample index (i mod 4) and the answer within a type with i/4, so
- * answers are balanced by construction: the majority-answer baseline is about 1/5, 1/4, 1/4,
- * 1/5 (about 22.5% overall); everything else (other objects, places, colours, sizes, noise,
- * wording) is random. Writes DIR/NNNNNN.tar shards, runs prepare, writes
+ * The type cycles with the sample index (i mod #types) and the answer within a type with
+ * i/#types, so answers are balanced by construction: the majority-answer baseline is about
+ * 1/5, 1/4, 1/4, 1/5 (about 22.5% overall); everything else (places, colours or shapes not
+ * asked about, sizes, noise, wording) is random. Difficulty: the image holds the asked
+ * object(s) (count: 1-4 of the shape) and up to `distractors` other objects that differ in
+ * the asked attribute, so with distractors > 0 the model must bind attributes ("the colour
+ * of the circle", not of any object). Writes DIR/NNNNNN.tar shards, runs prepare, writes
  * DIR/tokenizer.json (byte-level BPE on the prompts and answers + the 6 special tokens) and
- * DIR/synth_vqa.json (settings and the baselines). */
+ * DIR/synth_vqa.json (settings, the majority baselines and the question-only prior). */
 typedef struct {
   const char *out;
   long samples, shard_size;
   uint64_t seed;
-  int image_size;       /* square images, px (default 112: 4x4 = 16 vision tokens) */
+  int image_size;       /* square images, px (default 84: 3x3 = 9 vision tokens, one per
+                           layout cell; 112: 4x4 = 16) */
   double split[3];      /* shard split ratios (default 9,1,0) */
   int vocab_size;       /* BPE vocabulary before the added tokens (default 384) */
+  int distractors;      /* at most this many other objects per image (0-3, default 0) */
+  unsigned types;       /* bit t set: question type t is asked (default all four) */
+  bool blank_images;    /* draw the background only (a control: same questions and answers,
+                           nothing to see) */
 } loom_synth_vqa_options;
 #define LOOM_SYNTH_VQA_TYPES 4
+#define LOOM_SYNTH_VQA_MAX_OBJECTS 4
+/* The defaults above (out, samples and shard_size left 0). */
+void loom_synth_vqa_defaults(loom_synth_vqa_options *o);
+/* "colour,count" -> bit mask of the question types; an error names an unknown type. */
+int loom_synth_vqa_parse_types(const char *list, unsigned *mask);
 typedef struct {
   const char *type_names[LOOM_SYNTH_VQA_TYPES];
   /* majority-answer baseline: answer type t with train's most frequent answer */
   double baseline_train[LOOM_SYNTH_VQA_TYPES + 1], baseline_val[LOOM_SYNTH_VQA_TYPES + 1];
+  /* question prior: answer each val question with train's most frequent answer of the same
+   * question text (the best without the image) */
+  double prior_val[LOOM_SYNTH_VQA_TYPES + 1];
   long count_train[LOOM_SYNTH_VQA_TYPES + 1], count_val[LOOM_SYNTH_VQA_TYPES + 1];
   char majority[LOOM_SYNTH_VQA_TYPES][16];
   int vocab_size;       /* final tokenizer vocabulary (with added tokens) */
@@ -256,13 +272,15 @@ typedef struct {
 } loom_synth_vqa_report;
 int loom_synth_vqa(const loom_synth_vqa_options *o, loom_synth_vqa_report *rep);
 
-/* One synthetic scene (for tests and the demo): RGB image, question, answer, type index. */
+/* One synthetic scene (for tests and the demo): RGB image, question, answer, type index and
+ * the number of objects placed (drawn unless blank_images). */
 typedef struct {
   loom_image image;
   char question[96], answer[16];
   int type;
+  int n_objects;
 } loom_synth_scene;
-void loom_synth_vqa_scene(uint64_t seed, uint64_t index, int image_size, loom_synth_scene *s);
+void loom_synth_vqa_scene(const loom_synth_vqa_options *o, uint64_t index, loom_synth_scene *s);
 /* "colour", "shape", "count", "position" for types 0..3. */
 const char *loom_synth_vqa_type_name(int type);
 

@@ -1,12 +1,16 @@
-/* Synthetic shapes VQA scenes: the question type cycles with the sample index (i mod 4) and
- * so does the answer within a type ((i/4) mod #answers), so answers are balanced by
- * construction; the scene of 1-4 objects on a 3x3 layout is then built so that answer is the
- * only right one, drawn in C with
- * 4x4 supersampled edges on a noisy dark background. Sample i of seed s depends only on
- * (s, i). */
+/* Synthetic shapes VQA scenes: the asked question types take turns with the sample index
+ * (i mod #types) and so does the answer within a type ((i/#types) mod #answers), so answers
+ * are balanced by construction; the scene is then built so that answer is the only right
+ * one: the asked object(s) on a 3x3 layout plus up to `distractors` other objects that
+ * differ from them in the attribute the question names (0 by default: nothing to tell apart,
+ * learnable by a tiny model in a short CPU run; 3: attribute binding among up to 4 objects).
+ * Drawn in C with 4x4 supersampled edges on a noisy dark background (or the background only,
+ * blank_images). The default 84 px is one 28 px vision token per layout cell. Sample i of
+ * seed s depends only on (s, i) and the options. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "loom/core.h"
 #include "loom/vqa.h"
@@ -84,13 +88,49 @@ static int other_than(loom_rng *rng, int n, int avoid) {
 
 static const char *plural(int shape) { return shape == CROSS ? "crosses" : NULL; }
 
-void loom_synth_vqa_scene(uint64_t seed, uint64_t index, int size, loom_synth_scene *s) {
+void loom_synth_vqa_defaults(loom_synth_vqa_options *o) {
+  memset(o, 0, sizeof *o);
+  o->seed = 1;
+  o->image_size = 84;
+  o->split[0] = 9, o->split[1] = 1;
+  o->vocab_size = 384;
+  o->distractors = 0;
+  o->types = (1u << LOOM_SYNTH_VQA_TYPES) - 1;
+}
+
+int loom_synth_vqa_parse_types(const char *list, unsigned *mask) {
+  *mask = 0;
+  const char *p = list;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    int t = 0;
+    while (t < LOOM_SYNTH_VQA_TYPES && !(strlen(loom_synth_vqa_type_name(t)) == n &&
+                                          !strncmp(p, loom_synth_vqa_type_name(t), n)))
+      t++;
+    if (t == LOOM_SYNTH_VQA_TYPES)
+      return loom_err("question types '%s': '%.*s' is not one of colour, shape, count, position",
+                      list, (int)n, p);
+    *mask |= 1u << t;
+    p += n + (p[n] == ',');
+  }
+  if (!*mask) return loom_err("question types '%s': give at least one type", list);
+  return 0;
+}
+
+void loom_synth_vqa_scene(const loom_synth_vqa_options *o, uint64_t index, loom_synth_scene *s) {
   loom_rng rng;
-  loom_rng_seed(&rng, seed * 0x9E3779B97F4A7C15ull ^ (index + 1) * 0xD1B54A32D192ED03ull);
-  object obj[4];
-  /* balanced by construction: types cycle with the index, and so do the answers of a type */
-  int n = 0, type = (int)(index % LOOM_SYNTH_VQA_TYPES);
-  uint64_t slot = index / LOOM_SYNTH_VQA_TYPES;
+  loom_rng_seed(&rng, o->seed * 0x9E3779B97F4A7C15ull ^ (index + 1) * 0xD1B54A32D192ED03ull);
+  object obj[LOOM_SYNTH_VQA_MAX_OBJECTS];
+  /* balanced by construction: the asked types cycle with the index, and so do the answers of
+   * a type */
+  int types[LOOM_SYNTH_VQA_TYPES], n_types = 0;
+  for (int t = 0; t < LOOM_SYNTH_VQA_TYPES; t++)
+    if (o->types & (1u << t)) types[n_types++] = t;
+  if (n_types == 0) types[n_types++] = 0;
+  int distractors = o->distractors < 0 ? 0 : o->distractors;
+  if (distractors > LOOM_SYNTH_VQA_MAX_OBJECTS - 1) distractors = LOOM_SYNTH_VQA_MAX_OBJECTS - 1;
+  int n = 0, type = types[index % (uint64_t)n_types];
+  uint64_t slot = index / (uint64_t)n_types;
   int variant = (int)loom_rng_below(&rng, 2), cells[9];
   memset(s, 0, sizeof *s);
   s->type = type;
@@ -99,7 +139,7 @@ void loom_synth_vqa_scene(uint64_t seed, uint64_t index, int size, loom_synth_sc
     int answer_pos = (int)(slot % 5);
     if (type == 0) colour = (int)(slot % N_COLOURS);
     if (type == 1) shape = (int)(slot % N_SHAPES);
-    int others = (int)loom_rng_below(&rng, 4);
+    int others = (int)loom_rng_below(&rng, (uint64_t)distractors + 1);
     int key_cell = type == 3 ? pos_cells[answer_pos] : -1;
     if (key_cell < 0) pick_cells(&rng, 0, 1, &key_cell);
     obj[n++] = (object){shape, colour, key_cell};
@@ -125,9 +165,11 @@ void loom_synth_vqa_scene(uint64_t seed, uint64_t index, int size, loom_synth_sc
                sn);
       snprintf(s->answer, sizeof s->answer, "%s", pos_names[answer_pos]);
     }
-  } else { /* count: k objects of the shape, up to 4-k of other shapes */
+  } else { /* count: k objects of the shape (1-4), and up to `distractors` of other shapes */
     int shape = (int)loom_rng_below(&rng, N_SHAPES), k = 1 + (int)(slot % 4);
-    int others = (int)loom_rng_below(&rng, (uint64_t)(5 - k));
+    int room = LOOM_SYNTH_VQA_MAX_OBJECTS - k < distractors ? LOOM_SYNTH_VQA_MAX_OBJECTS - k
+                                                            : distractors;
+    int others = (int)loom_rng_below(&rng, (uint64_t)room + 1);
     pick_cells(&rng, 0, k + others, cells);
     for (int i = 0; i < k + others; i++)
       obj[n++] = (object){i < k ? shape : other_than(&rng, N_SHAPES, shape),
@@ -141,6 +183,7 @@ void loom_synth_vqa_scene(uint64_t seed, uint64_t index, int size, loom_synth_sc
   }
   /* background: a dark grey-ish tone with mild noise */
   loom_image *im = &s->image;
+  int size = o->image_size;
   im->w = im->h = size;
   im->rgb = malloc((size_t)size * size * 3);
   if (!im->rgb) abort();
@@ -148,7 +191,8 @@ void loom_synth_vqa_scene(uint64_t seed, uint64_t index, int size, loom_synth_sc
   for (int c = 0; c < 3; c++) base[c] = 40 + (int)loom_rng_below(&rng, 40);
   for (size_t i = 0; i < (size_t)size * size; i++)
     for (int c = 0; c < 3; c++) im->rgb[i * 3 + c] = (uint8_t)(base[c] + (int)loom_rng_below(&rng, 9));
-  for (int i = 0; i < n; i++) draw(im, &obj[i], &rng);
+  s->n_objects = n;
+  for (int i = 0; i < n && !o->blank_images; i++) draw(im, &obj[i], &rng);
 }
 
 const char *loom_synth_vqa_type_name(int type) {

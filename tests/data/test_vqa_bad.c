@@ -16,7 +16,11 @@ static loom_tokenizer *tok;
 
 static uint8_t *scene_jpeg(uint64_t i, int size, size_t *len, char *q, char *a) {
   loom_synth_scene s;
-  loom_synth_vqa_scene(9, i, size, &s);
+  loom_synth_vqa_options o;
+  loom_synth_vqa_defaults(&o);
+  o.seed = 9;
+  o.image_size = size;
+  loom_synth_vqa_scene(&o, i, &s);
   uint8_t *jpg;
   loom_jpeg_encode(&s.image, 90, &jpg, len);
   if (q) sprintf(q, "{\"question\": \"%s\"}", s.question);

@@ -226,7 +226,8 @@ static void truncation_and_limits(void) {
 
 int main(void) {
   loom_rm_rf(DIR_);
-  run_result r = run_loom(DIR_, "data synth-vqa --out " SET " --samples 64 --shard-size 8 --seed 5");
+  run_result r = run_loom(DIR_, "data synth-vqa --out " SET " --samples 64 --shard-size 8 --seed 5 "
+                              "--image-size 112");
   CHECK(r.status == 0, "synth-vqa: %s", r.err);
   run_done(&r);
   if (loom_tokenizer_load(&tok, SET "/tokenizer.json")) {

@@ -14,7 +14,7 @@
 
 static void synth_and_meta(void) {
   run_result r = run_loom(DIR_, "data synth-vqa --out " SET " --samples 200 --shard-size 20 "
-                                "--seed 4");
+                                "--seed 4 --image-size 112");
   CHECK(r.status == 0, "synth-vqa: %s", r.err);
   CHECK(contains(r.out, "10 shards") && contains(r.out, "16 vision tokens each") &&
             contains(r.out, "train     9 shards      180 samples") &&
@@ -56,7 +56,8 @@ static void synth_and_meta(void) {
   loom_tar_index_free(&t);
   json_decref(ix);
   /* synth-vqa is deterministic */
-  r = run_loom(DIR_, "data synth-vqa --out " DIR_ "/again --samples 200 --shard-size 20 --seed 4");
+  r = run_loom(DIR_, "data synth-vqa --out " DIR_ "/again --samples 200 --shard-size 20 --seed 4 "
+                     "--image-size 112");
   run_done(&r);
   char *a = slurp(SET "/000004.tar"), *b = slurp(DIR_ "/again/000004.tar");
   char *ta = slurp(SET "/tokenizer.json"), *tb = slurp(DIR_ "/again/tokenizer.json");
