@@ -5,6 +5,7 @@
  * loads the final checkpoint — pieces reshard into any layout — into a one-process model and
  * evaluates the val split alone while the other ranks wait. */
 #include <stdio.h>
+#include <string.h>
 
 #include "exec/vision_module.h"
 #include "loom/checkpoint.h"
@@ -18,9 +19,9 @@ static bool direct(const loom_executor *ex, const loom_mesh *m) {
 
 int loom_eval_vqa_final(loom_executor *ex, const loom_config *cfg, const loom_model_spec *spec,
                         const loom_mesh *m, const loom_comm *job, const char *final_ckpt,
-                        double *accuracy, long *samples) {
-  *accuracy = 0, *samples = 0;
-  if (direct(ex, m)) return loom_eval_vqa(ex, cfg, m, "val", 0, accuracy, samples);
+                        loom_eval_vqa_result *res) {
+  memset(res, 0, sizeof *res);
+  if (direct(ex, m)) return loom_eval_vqa_detail(ex, cfg, m, "val", 0, res);
   if (!final_ckpt)
     return loom_err("this layout is evaluated from the final checkpoint; set "
                     "checkpoint.save_final=true");
@@ -39,7 +40,7 @@ int loom_eval_vqa_final(loom_executor *ex, const loom_config *cfg, const loom_mo
     loom_vmod *vm = loom_exec_vision(single);
     rc = loom_ckpt_load_params(final_ckpt, loom_exec_decoder(single));
     if (!rc && vm) rc = loom_ckpt_load_params(final_ckpt, loom_vmod_decoder(vm));
-    if (!rc) rc = loom_eval_vqa(single, &one, &solo, "val", 0, accuracy, samples);
+    if (!rc) rc = loom_eval_vqa_detail(single, &one, &solo, "val", 0, res);
   }
   if (loom_comm_any_failed(job, rc) && !rc) rc = loom_err("rank 0 could not evaluate");
   loom_exec_free(single);

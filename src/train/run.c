@@ -34,8 +34,7 @@ typedef struct {
   char *run_dir;
   loom_data_source *data;
   const void **vqa;      /* (A) this step's vision-language batches (vqa data) */
-  double val_accuracy;   /* vision-language: answer accuracy on the val split */
-  long val_samples;
+  loom_eval_vqa_result val; /* vision-language: answer accuracy on the val split */
   loom_executor *exec;
   loom_train_state state;
   FILE *metrics;
@@ -182,10 +181,21 @@ static int write_summary(run_ctx *c, double final_loss, double min_loss, double 
   if (!c->lead) return 0;
   const loom_config_training *t = &c->cfg->training;
   double tokens_per_step = (double)t->grad_accum * t->micro_batch_size * t->seq_len * c->mesh.dp;
-  char accuracy[96] = "";
-  if (c->val_samples > 0)
-    snprintf(accuracy, sizeof accuracy, ",\n  \"val_accuracy\": %.6f,\n  \"val_samples\": %ld",
-             c->val_accuracy, c->val_samples);
+  char accuracy[1024] = "";
+  const loom_eval_vqa_result *v = &c->val;
+  if (v->samples > 0) { /* overall, the majority baseline, then per question type */
+    size_t n = (size_t)snprintf(accuracy, sizeof accuracy,
+                                ",\n  \"val_accuracy\": %.6f,\n  \"val_samples\": %ld",
+                                v->accuracy, v->samples);
+    if (v->baseline >= 0 && n < sizeof accuracy)
+      n += (size_t)snprintf(accuracy + n, sizeof accuracy - n, ",\n  \"val_baseline\": %.6f",
+                            v->baseline);
+    for (int k = 0; k < v->n_kinds && n < sizeof accuracy; k++)
+      if (v->kind_samples[k] > 0)
+        n += (size_t)snprintf(accuracy + n, sizeof accuracy - n,
+                              ",\n  \"val_accuracy_%s\": %.6f", v->kind[k],
+                              (double)v->kind_correct[k] / (double)v->kind_samples[k]);
+  }
   char *text = loom_sprintf(
       "{\n  \"steps\": %ld,\n  \"final_loss\": %.17g,\n  \"min_loss\": %.17g,\n"
       "  \"avg_step_time\": %.6f,\n  \"timed_steps\": %ld,\n  \"tokens_per_s\": %.1f,\n"
@@ -474,13 +484,20 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
   if (loom_data_is_vqa(c->data)) {
     char *final = cfg->checkpoint.save_final ? loom_sprintf("%s/final_checkpoint", c->run_dir) : NULL;
     int erc = loom_eval_vqa_final(c->exec, cfg, &c->spec, &c->mesh, &c->job.world_comm, final,
-                                  &c->val_accuracy, &c->val_samples);
+                                  &c->val);
     free(final);
-    if (erc)
+    if (erc) {
       loom_progress_note(&c->progress, "no answer accuracy: %s", loom_errmsg());
-    else
-      loom_progress_note(&c->progress, "answer accuracy on the val split: %.1f%% of %ld samples",
-                         100 * c->val_accuracy, c->val_samples);
+    } else {
+      char line[512];
+      loom_eval_vqa_kinds_line(&c->val, line, sizeof line);
+      if (line[0]) loom_progress_note(&c->progress, "%s", line);
+      char base[64] = "";
+      if (c->val.baseline >= 0)
+        snprintf(base, sizeof base, " (majority-answer baseline %.1f%%)", 100 * c->val.baseline);
+      loom_progress_note(&c->progress, "answer accuracy on the val split: %.1f%% of %ld samples%s",
+                         100 * c->val.accuracy, c->val.samples, base);
+    }
   }
   return write_summary(c, last, min_loss, timed_steps ? timed / timed_steps : 0, timed_steps);
 }
