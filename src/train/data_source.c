@@ -7,6 +7,7 @@
 
 #include "loom/core.h"
 #include "loom/data_source.h"
+#include "loom/image.h"
 #include "loom/vqa.h"
 
 typedef struct {
@@ -44,8 +45,17 @@ static int open_vqa(loom_data_source *s, const loom_model_spec *spec, int r, int
   const loom_config *cfg = s->cfg;
   if (spec->vision.arch == LOOM_VISION_NONE)
     return loom_err("data.format is vqa but model.preset '%s' has no vision encoder; pick a "
-                    "vision-language preset (tiny-qwen2.5-vl, tiny-llava, qwen2.5-vl-7b, ...)",
+                    "vision-language preset (tiny-qwen2.5-vl, small-qwen2.5-vl, qwen2.5-vl-7b, ...)",
                     cfg->model.preset);
+  const loom_vision_spec *v = &spec->vision;
+  if (v->arch != LOOM_VISION_QWEN || v->merge != LOOM_IMG_MERGE || v->patch != LOOM_IMG_PATCH ||
+      v->temporal != LOOM_IMG_TEMPORAL)
+    return loom_err("data.format vqa builds Qwen2.5-VL batches (images resized to multiples of "
+                    "28 px, 14 px patches of 2 frames, 2x2 merge, multimodal rotary positions), "
+                    "but model.preset '%s' has a %s encoder (%d px patches, merge %d); train it "
+                    "with a Qwen2.5-VL preset (tiny-qwen2.5-vl, small-qwen2.5-vl)",
+                    cfg->model.preset, v->arch == LOOM_VISION_LLAVA ? "LLaVA-style" : "different",
+                    v->patch, v->merge);
   if (loom_tokenizer_load(&s->tok, cfg->data.tokenizer)) return loom_err_prefix("data.tokenizer: ");
   if (loom_tokenizer_vocab_size(s->tok) > spec->vocab_size)
     return loom_err("data.tokenizer '%s' has %d tokens but model.vocab_size is %d; raise it",
