@@ -1,6 +1,7 @@
 # loom: the two commands of the quickstart and a few helpers.
 #   make demo   install missing Debian packages, build, prepare the embedded data, train
 #   make test   build and run every test (CTest)
+#   make demo-vqa  the vision-language demo: synthetic shapes VQA data, a tiny Qwen2.5-VL (~1 min)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 LOOM := $(BUILD)/loom
@@ -14,7 +15,7 @@ DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjan
   libopenblas-dev libsqlite3-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy \
   libjpeg62-turbo-dev python3-pil libdnnl-dev librsvg2-dev
 
-.PHONY: all build deps demo demo-data test test-asan clean
+.PHONY: all build deps demo demo-data demo-vqa test test-asan clean
 
 all: build
 
@@ -41,6 +42,10 @@ demo-data: build
 
 demo: demo-data
 	$(LOOM) train configs/demo.yaml
+
+demo-vqa: build
+	@test -f data/vqa/synth_vqa.json || $(LOOM) data synth-vqa --out data/vqa --samples 10000 --shard-size 1000
+	$(LOOM) train configs/vqa_demo.yaml
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 2
