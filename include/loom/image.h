@@ -29,6 +29,7 @@
 #define LOOM_IMG_MERGE 2           /* spatial merge_size: 2x2 patches -> 1 token */
 #define LOOM_IMG_FACTOR 28         /* patch_size * merge_size */
 #define LOOM_IMG_PATCH_DIM 1176    /* 3 * 2 * 14 * 14 values per patch */
+#define LOOM_IMG_PATCH_DIM_FIXED 588 /* 3 * 14 * 14: one frame (LLaVA-style fixed-size images) */
 #define LOOM_IMG_MIN_SIDE 28       /* smaller sides are refused */
 #define LOOM_IMG_MAX_RATIO 200.0   /* max(h,w)/min(h,w) above this is refused */
 #define LOOM_IMG_MIN_PIXELS_DEFAULT 3136L     /* 56*56 */
@@ -87,5 +88,10 @@ void loom_image_patchify(const loom_image *im, float *patches);
 int loom_image_prepare(const uint8_t *jpeg, size_t len, long min_pixels, long max_pixels,
                        const char *where, float **patches, loom_vision_grid *g, int *orig_w,
                        int *orig_h);
+/* The LLaVA-style pipeline: decode, resize (bicubic) to size x size (a multiple of 14),
+ * normalise (CLIP), patchify row-major into (g->patches, 588) values (channel, row, column
+ * of one frame); grid (1, size/14, size/14), one token per patch (no merge). */
+int loom_image_prepare_fixed(const uint8_t *jpeg, size_t len, int size, const char *where,
+                             float **patches, loom_vision_grid *g, int *orig_w, int *orig_h);
 
 #endif

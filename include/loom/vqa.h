@@ -51,6 +51,9 @@ typedef struct {
   int rank, world;         /* data-parallel rank and width */
   uint64_t seed;           /* epoch shuffles */
   bool skip_bad;           /* data.skip_bad_samples */
+  int fixed_size;          /* 0: Qwen2-VL images (smart_resize, 2 frames, 2x2 merge, M-RoPE
+                              ids); > 0: LLaVA-style, every image resized to this square
+                              size, one frame, one token per patch, 1D position ids */
 } loom_vqa_options;
 
 /* One batch. Every pointer is owned by the loader and valid until the next call of

@@ -79,3 +79,44 @@ int loom_image_prepare(const uint8_t *jpeg, size_t len, long min_pixels, long ma
   loom_image_free(&rs);
   return 0;
 }
+
+int loom_image_prepare_fixed(const uint8_t *jpeg, size_t len, int size, const char *where,
+                             float **patches, loom_vision_grid *g, int *orig_w, int *orig_h) {
+  const int P = LOOM_IMG_PATCH;
+  loom_image im, rs;
+  *patches = NULL;
+  if (size < P || size % P)
+    return loom_err("%s: the encoder's image size %d px is not a positive multiple of %d", where,
+                    size, P);
+  if (loom_jpeg_decode(jpeg, len, where, &im)) return -1;
+  if (orig_w) *orig_w = im.w;
+  if (orig_h) *orig_h = im.h;
+  if (im.w == size && im.h == size) {
+    rs = im;
+  } else {
+    int rc = loom_image_resize_bicubic(&im, size, size, &rs);
+    loom_image_free(&im);
+    if (rc) return -1;
+  }
+  g->grid_t = 1;
+  g->grid_h = g->grid_w = size / P;
+  g->patches = (long)g->grid_h * g->grid_w;
+  g->tokens = g->patches;
+  *patches = malloc((size_t)g->patches * LOOM_IMG_PATCH_DIM_FIXED * sizeof(float));
+  if (!*patches) abort();
+  float lut[3][256];
+  for (int c = 0; c < 3; c++)
+    for (int v = 0; v < 256; v++) {
+      float x = (float)((double)v * (1.0 / 255.0));
+      lut[c][v] = (x - loom_clip_mean[c]) / loom_clip_std[c];
+    }
+  float *dst = *patches;
+  for (int ph = 0; ph < g->grid_h; ph++)
+    for (int pw = 0; pw < g->grid_w; pw++)
+      for (int c = 0; c < 3; c++)
+        for (int py = 0; py < P; py++)
+          for (int px = 0; px < P; px++)
+            *dst++ = lut[c][rs.rgb[((size_t)(ph * P + py) * size + pw * P + px) * 3 + c]];
+  loom_image_free(&rs);
+  return 0;
+}

@@ -107,6 +107,11 @@ static void make_order(loom_vqa_loader *l) {
   l->order_epoch = l->st.epoch;
 }
 
+/* Values per patch: Qwen's two frames, or one frame for fixed-size (LLaVA-style) images. */
+static size_t patch_dim(const loom_vqa_loader *l) {
+  return l->o.fixed_size > 0 ? LOOM_IMG_PATCH_DIM_FIXED : LOOM_IMG_PATCH_DIM;
+}
+
 /* Room for one more image of `patches` rows. */
 static void grow_images(loom_vqa_loader *l, int64_t patches) {
   if (l->n_images == l->img_cap) {
@@ -120,7 +125,7 @@ static void grow_images(loom_vqa_loader *l, int64_t patches) {
   }
   if (l->total_patches + patches > l->pix_cap) {
     l->pix_cap = 2 * (l->total_patches + patches);
-    l->pix = xrealloc(l->pix, (size_t)l->pix_cap * LOOM_IMG_PATCH_DIM * sizeof(float));
+    l->pix = xrealloc(l->pix, (size_t)l->pix_cap * patch_dim(l) * sizeof(float));
   }
 }
 
@@ -152,8 +157,12 @@ static int prepare_images(const loom_vqa_loader *l, const loom_vqa_sample *s, pr
   if (!p->patches || !p->g || !p->tokens || !p->w || !p->h) abort();
   for (int k = 0; k < n; k++) {
     char *where = n > 1 ? loom_sprintf("%s, image %d", s->where, k) : loom_strdup(s->where);
-    int rc = loom_image_prepare(s->images[k], s->image_len[k], l->o.min_pixels, l->o.max_pixels,
-                                where, &p->patches[k], &p->g[k], &p->w[k], &p->h[k]);
+    int rc = l->o.fixed_size > 0
+                 ? loom_image_prepare_fixed(s->images[k], s->image_len[k], l->o.fixed_size, where,
+                                            &p->patches[k], &p->g[k], &p->w[k], &p->h[k])
+                 : loom_image_prepare(s->images[k], s->image_len[k], l->o.min_pixels,
+                                      l->o.max_pixels, where, &p->patches[k], &p->g[k], &p->w[k],
+                                      &p->h[k]);
     free(where);
     if (rc) return -1;
     p->tokens[k] = p->g[k].tokens;
@@ -169,9 +178,11 @@ static int check_fit(const loom_vqa_loader *l, const loom_vqa_sample *s, const p
   long vt = 0;
   for (int k = 0; k < p->n; k++) vt += p->tokens[k];
   return loom_err("%s: the prompt up to its last image is %zu tokens (%d image%s: %dx%d px -> "
-                  "%ld vision tokens%s), more than seq_len %d: raise training.seq_len or lower "
-                  "data.image_max_pixels", s->where, q->prompt_end, p->n, p->n == 1 ? "" : "s",
-                  p->w[0], p->h[0], vt, p->n > 1 ? " in all" : "", l->o.seq_len);
+                  "%ld vision tokens%s), more than seq_len %d: raise training.seq_len%s",
+                  s->where, q->prompt_end, p->n, p->n == 1 ? "" : "s", p->w[0], p->h[0], vt,
+                  p->n > 1 ? " in all" : "", l->o.seq_len,
+                  l->o.fixed_size > 0 ? " (the encoder takes fixed-size images)"
+                                      : " or lower data.image_max_pixels");
 }
 
 /* Write row b from a sample's sequence and prepared images. */
@@ -204,14 +215,20 @@ static int write_row(loom_vqa_loader *l, int b, const loom_vqa_sample *s, const 
     l->tok_off[m] = (int32_t)q->image_start[k];
     l->tokens[m] = (int32_t)p->tokens[k];
     l->patch_off[m] = l->total_patches;
-    memcpy(l->pix + (size_t)l->total_patches * LOOM_IMG_PATCH_DIM, p->patches[k],
-           (size_t)p->g[k].patches * LOOM_IMG_PATCH_DIM * sizeof(float));
+    memcpy(l->pix + (size_t)l->total_patches * patch_dim(l), p->patches[k],
+           (size_t)p->g[k].patches * patch_dim(l) * sizeof(float));
     l->total_patches += p->g[k].patches;
   }
   l->ips[b] = p->n;
   l->lengths[b] = len;
   free(l->keys[b]);
   l->keys[b] = loom_strdup(s->key);
+  if (l->o.fixed_size > 0) { /* 1D positions in all three rows (the model has no M-RoPE) */
+    for (int k = 0; k < 3; k++)
+      for (int t = 0; t < T; t++) l->pos[(size_t)k * B * T + (size_t)b * T + t] = t < len ? t : 1;
+    l->deltas[b] = 0;
+    return 0;
+  }
   return loom_vqa_mrope(in, T, len, &l->sp, l->grid + 3 * first, p->n, l->pos + (size_t)b * T,
                         (size_t)B * T, &l->deltas[b]);
 }

@@ -41,6 +41,12 @@ static int create_vision(loom_executor *ex, const loom_config *cfg, const loom_m
   return 0;
 }
 
+/* The text model takes multimodal rotary positions (Qwen2.5-VL); else plain 1D positions. */
+static bool mrope(const loom_decoder *d) {
+  const int *s = d->spec.vision.mrope_section;
+  return s[0] + s[1] + s[2] > 0;
+}
+
 /* Hand micro-batch mb's vision tokens to the first chunk (the encoder runs on its ranks). */
 static void vision_forward(loom_executor *ex, loom_acts *a, int mb) {
   const loom_vqa_batch *b = ex->vqa[mb];
@@ -255,7 +261,7 @@ static void run_forward(loom_executor *ex, const loom_instr *in, step_ctx *sc) {
   size_t off = (size_t)in->mb * sc->mb_size;
   if (ex->vision) {
     LOOM_ASSERT(ex->vqa);
-    a->mrope_pos = ex->vqa[in->mb]->position_ids;
+    a->mrope_pos = mrope(d) ? ex->vqa[in->mb]->position_ids : NULL;
     if (d->shard.chunk_embed[in->chunk]) vision_forward(ex, a, in->mb);
   }
   loom_decoder_forward_chunk(d, a, sc->tokens + off, sc->targets + off, &part, NULL);
@@ -426,7 +432,7 @@ const float *loom_exec_forward_only(loom_executor *ex, const int32_t *tokens, co
     if (c > 0) memcpy(loom_acts_input(a), loom_acts_output(d, loom_decoder_slot_find(d, c - 1, 0)),
                       ex->rows * sizeof(float));
     if (ex->vision) {
-      a->mrope_pos = batch->position_ids;
+      a->mrope_pos = mrope(d) ? batch->position_ids : NULL;
       if (d->shard.chunk_embed[c]) vision_forward(ex, a, 0);
     }
     loom_decoder_forward_chunk(d, a, tokens, NULL, NULL, NULL);

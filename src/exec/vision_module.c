@@ -129,7 +129,10 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
     return LOOM_ERR;
   }
   const loom_config_training *t = &cfg->training;
-  long per_image = (cfg->data.image_max_pixels + 195) / 196 + 4;
+  const loom_vision_spec *vs = &spec->vision;
+  long side = vs->patch > 0 ? vs->image_size / vs->patch : 0;
+  long per_image = vs->arch == LOOM_VISION_LLAVA ? side * side /* fixed-size images */
+                                                 : (cfg->data.image_max_pixels + 195) / 196 + 4;
   int max_patches = (int)(t->micro_batch_size * per_image);
   int unit = spec->vision.merge * spec->vision.merge;
   vm->max_tokens = max_patches / unit + 1;

@@ -23,6 +23,7 @@ struct loom_data_source {
   loom_vqa_loader *vqa;
   loom_tokenizer *tok;
   vqa_copy *copies;   /* (A) */
+  int patch_dim;      /* values per patch of the encoder (1176 Qwen, 588 LLaVA) */
   const void **ptrs;  /* (A) */
   char describe[LOOM_STR_MAX + 64];
 };
@@ -48,21 +49,25 @@ static int open_vqa(loom_data_source *s, const loom_model_spec *spec, int r, int
                     "vision-language preset (tiny-qwen2.5-vl, small-qwen2.5-vl, qwen2.5-vl-7b, ...)",
                     cfg->model.preset);
   const loom_vision_spec *v = &spec->vision;
-  if (v->arch != LOOM_VISION_QWEN || v->merge != LOOM_IMG_MERGE || v->patch != LOOM_IMG_PATCH ||
-      v->temporal != LOOM_IMG_TEMPORAL)
-    return loom_err("data.format vqa builds Qwen2.5-VL batches (images resized to multiples of "
-                    "28 px, 14 px patches of 2 frames, 2x2 merge, multimodal rotary positions), "
-                    "but model.preset '%s' has a %s encoder (%d px patches, merge %d); train it "
-                    "with a Qwen2.5-VL preset (tiny-qwen2.5-vl, small-qwen2.5-vl)",
-                    cfg->model.preset, v->arch == LOOM_VISION_LLAVA ? "LLaVA-style" : "different",
-                    v->patch, v->merge);
+  bool qwen = v->arch == LOOM_VISION_QWEN && v->merge == LOOM_IMG_MERGE &&
+              v->patch == LOOM_IMG_PATCH && v->temporal == LOOM_IMG_TEMPORAL;
+  bool llava = v->arch == LOOM_VISION_LLAVA && v->merge == 1 && v->patch == LOOM_IMG_PATCH &&
+               v->temporal <= 1 && v->image_size % LOOM_IMG_PATCH == 0;
+  if (!qwen && !llava)
+    return loom_err("data.format vqa builds Qwen2.5-VL batches (14 px patches of 2 frames, 2x2 "
+                    "merge) or LLaVA batches (fixed-size images, 14 px patches of one frame, no "
+                    "merge), but model.preset '%s' has %d px patches of %d frame(s), merge %d; "
+                    "pick a preset of either kind", cfg->model.preset, v->patch, v->temporal,
+                    v->merge);
+  s->patch_dim = loom_vision_patch_values(v);
   if (loom_tokenizer_load(&s->tok, cfg->data.tokenizer)) return loom_err_prefix("data.tokenizer: ");
   if (loom_tokenizer_vocab_size(s->tok) > spec->vocab_size)
     return loom_err("data.tokenizer '%s' has %d tokens but model.vocab_size is %d; raise it",
                     cfg->data.tokenizer, loom_tokenizer_vocab_size(s->tok), spec->vocab_size);
   loom_vqa_options o = {cfg->data.vqa_path, cfg->data.split, s->tok, s->T, s->B,
                         cfg->data.image_min_pixels, cfg->data.image_max_pixels, r, w,
-                        (uint64_t)cfg->run.seed, cfg->data.skip_bad_samples};
+                        (uint64_t)cfg->run.seed, cfg->data.skip_bad_samples,
+                        llava ? v->image_size : 0};
   if (loom_vqa_loader_open(&s->vqa, &o)) return loom_err_prefix("data.vqa_path: ");
   s->copies = calloc((size_t)s->A, sizeof *s->copies);
   s->ptrs = calloc((size_t)s->A, sizeof *s->ptrs);
@@ -90,7 +95,7 @@ int loom_data_open(loom_data_source **out, const loom_config *cfg, const loom_mo
 
 #define GROW(ptr, n) ((ptr) = realloc((ptr), (size_t)(n) * sizeof *(ptr)))
 
-static void copy_batch(vqa_copy *c, const loom_vqa_batch *b) {
+static void copy_batch(vqa_copy *c, const loom_vqa_batch *b, size_t pdim) {
   loom_vqa_batch *d = &c->b;
   size_t BT = (size_t)b->B * b->T;
   if (!d->input_ids) { /* fixed-size parts */
@@ -103,7 +108,7 @@ static void copy_batch(vqa_copy *c, const loom_vqa_batch *b) {
   }
   if (b->total_patches > c->cap_patches) {
     c->cap_patches = b->total_patches;
-    GROW(d->pixel_values, (size_t)b->total_patches * 1176);
+    GROW(d->pixel_values, (size_t)b->total_patches * pdim);
   }
   d->B = b->B, d->T = b->T, d->n_images = b->n_images, d->total_patches = b->total_patches;
   d->n_targets = b->n_targets;
@@ -114,7 +119,7 @@ static void copy_batch(vqa_copy *c, const loom_vqa_batch *b) {
   memcpy(d->image_row, b->image_row, (size_t)b->n_images * sizeof(int32_t));
   memcpy(d->image_token_offset, b->image_token_offset, (size_t)b->n_images * sizeof(int32_t));
   memcpy(d->image_tokens, b->image_tokens, (size_t)b->n_images * sizeof(int32_t));
-  memcpy(d->pixel_values, b->pixel_values, (size_t)b->total_patches * 1176 * sizeof(float));
+  memcpy(d->pixel_values, b->pixel_values, (size_t)b->total_patches * pdim * sizeof(float));
 }
 
 int loom_data_next(loom_data_source *s, int32_t *tokens, int32_t *targets, const void **vqa) {
@@ -126,7 +131,7 @@ int loom_data_next(loom_data_source *s, int32_t *tokens, int32_t *targets, const
     }
     loom_vqa_batch b;
     if (loom_vqa_loader_next(s->vqa, &b)) return LOOM_ERR;
-    copy_batch(&s->copies[a], &b);
+    copy_batch(&s->copies[a], &b, (size_t)s->patch_dim);
     memcpy(tokens + a * BT, b.input_ids, BT * sizeof(int32_t));
     memcpy(targets + a * BT, b.targets, BT * sizeof(int32_t));
     s->ptrs[a] = &s->copies[a].b;

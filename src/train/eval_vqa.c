@@ -93,7 +93,8 @@ int loom_eval_vqa_detail(loom_executor *ex, const loom_config *cfg, const loom_m
   loom_vqa_options o = {cfg->data.vqa_path, split, tok, (int)cfg->training.seq_len,
                         (int)cfg->training.micro_batch_size, cfg->data.image_min_pixels,
                         cfg->data.image_max_pixels, m->dp_rank, m->dp, (uint64_t)cfg->run.seed,
-                        cfg->data.skip_bad_samples};
+                        cfg->data.skip_bad_samples,
+                        d->spec.vision.arch == LOOM_VISION_LLAVA ? d->spec.vision.image_size : 0};
   loom_vqa_loader *l;
   key_kind *map = NULL;
   size_t n_map = 0;

@@ -142,7 +142,7 @@ static void sample_errors(void) {
 }
 
 static void loader_policy(void) {
-  loom_vqa_options o = {SET, "train", tok, 64, 18, 0, 0, 0, 1, 1, false};
+  loom_vqa_options o = {SET, "train", tok, 64, 18, 0, 0, 0, 1, 1, false, 0};
   loom_vqa_loader *l;
   CHECK(loom_vqa_loader_open(&l, &o) != 0 && contains(loom_errmsg(), "000001.tar"),
         "stops at the non-tar shard");
@@ -224,7 +224,7 @@ static void llava(void) {
   loom_llava_close(a);
   /* the loader: stops at them, or skips and counts them; entry 4 (no marker) gets its image
    * at the start of the first user turn */
-  loom_vqa_options o = {DIR_ "/llava/anno.jsonl", "train", tok, 64, 5, 0, 0, 0, 1, 1, false};
+  loom_vqa_options o = {DIR_ "/llava/anno.jsonl", "train", tok, 64, 5, 0, 0, 0, 1, 1, false, 0};
   loom_vqa_loader *l;
   loom_vqa_batch b;
   CHECK(loom_vqa_loader_open(&l, &o) == 0, "%s", loom_errmsg());

@@ -13,7 +13,7 @@
 static loom_tokenizer *tok;
 
 static loom_vqa_options opts(int T, int B, int rank, int world, uint64_t seed) {
-  loom_vqa_options o = {SET, "train", tok, T, B, 0, 0, rank, world, seed, false};
+  loom_vqa_options o = {SET, "train", tok, T, B, 0, 0, rank, world, seed, false, 0};
   return o;
 }
 

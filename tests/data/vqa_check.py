@@ -183,6 +183,33 @@ def main():
           f"batch pixel_values ({px.shape}) equal the Python pipeline ({ref.shape})")
     check(grid.tolist() == grids, f"grid_thw {grid.tolist()} == {grids}")
 
+    # LLaVA-style batches: every image resized to 112x112 (PIL bicubic), CLIP-normalised,
+    # cut into 14 px patches row-major, each (channel, row, column) of one frame; one image
+    # token per patch; 1D positions
+    ids = load(m, "llava_input_ids")
+    mask = load(m, "llava_attention_mask")
+    grid = load(m, "llava_grid_thw")
+    rows = load(m, "llava_image_row")
+    expect = []
+    for key in m["llava_keys"]:
+        for f in files[int(key.split("#")[1])]:
+            pil = Image.open(os.path.join(out, "img", f)).convert("RGB").resize((112, 112), Image.BICUBIC)
+            x = np.asarray(pil, dtype=np.float64) * (1.0 / 255.0)
+            x = ((x.astype(np.float32) - np.array(MEAN, np.float32)) / np.array(STD, np.float32))
+            x = x.reshape(8, 14, 8, 14, 3).transpose(0, 2, 4, 1, 3).reshape(64, 3 * 14 * 14)
+            expect.append(x)
+    px = load(m, "llava_pixel_values")
+    ref = np.concatenate(expect) if expect else np.zeros((0, 588), np.float32)
+    check(px.shape == ref.shape and float(np.abs(px - ref).max()) <= 1e-6,
+          f"LLaVA pixel_values ({px.shape}) equal the Python pipeline ({ref.shape})")
+    check(grid.tolist() == [[1, 8, 8]] * len(expect), f"LLaVA grid_thw {grid.tolist()}")
+    pads = [int((ids[i] == b["image_pad"]).sum()) for i in range(ids.shape[0])]
+    per_row = [64 * int((rows == i).sum()) for i in range(ids.shape[0])]
+    check(pads == per_row, f"LLaVA image pads per row {pads} == 64 per image {per_row}")
+    pos = load(m, "llava_position_ids")
+    want = np.where(mask == 1, np.arange(ids.shape[1])[None, :], 1)
+    check(all(np.array_equal(pos[k], want) for k in range(3)), "LLaVA positions are 1D")
+
     print(f"vqa_check: {PASSED[0]} passed, {len(FAILED)} failed")
     return 1 if FAILED else 0
 

@@ -8,7 +8,9 @@
  *   a loader batch over LLaVA annotations (1 or 2 images of different sizes per sample):
  *     input_ids, attention_mask, targets (B, T) i32, position_ids (3, B, T) i32,
  *     rope_deltas (B), grid_thw (n, 3), image_row (n), pixel_values (P, 1176) f32, and the
- *     special token ids. SYNTH_DIR/tokenizer.json (from synth-vqa) is the tokenizer. */
+ *     special token ids; the same annotations as LLaVA-style batches (llava_*: 112 px images,
+ *     pixel_values (P, 588), 1D position ids). SYNTH_DIR/tokenizer.json (from synth-vqa) is
+ *     the tokenizer. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,7 +125,7 @@ static void batch_case(const char *synth_dir) {
   loom_tokenizer *tok;
   loom_vqa_loader *l;
   if (loom_tokenizer_load(&tok, tp)) exit(2);
-  loom_vqa_options o = {ap, "train", tok, 160, 3, 0, 0, 0, 1, 5, false};
+  loom_vqa_options o = {ap, "train", tok, 160, 3, 0, 0, 0, 1, 5, false, 0};
   loom_vqa_batch b;
   if (loom_vqa_loader_open(&l, &o) || loom_vqa_loader_next(l, &b)) {
     fprintf(stderr, "%s\n", loom_errmsg());
@@ -150,6 +152,26 @@ static void batch_case(const char *synth_dir) {
                                 "im_start", sp.im_start, "im_end", sp.im_end, "vision_start",
                                 sp.vision_start, "image_pad", sp.image_pad, "vision_end",
                                 sp.vision_end, "tokenizer", tp, "keys", keys));
+  loom_vqa_loader_close(l);
+  /* the same annotations as LLaVA-style batches: 112 px fixed images, one frame, no merge */
+  loom_vqa_options ol = {ap, "train", tok, 320, 3, 0, 0, 0, 1, 5, false, 112};
+  if (loom_vqa_loader_open(&l, &ol) || loom_vqa_loader_next(l, &b)) {
+    fprintf(stderr, "%s\n", loom_errmsg());
+    exit(2);
+  }
+  long bt2[2] = {b.B, b.T}, pbt2[3] = {3, b.B, b.T}, g2[2] = {b.n_images, 3},
+       ni2[1] = {b.n_images}, px2[2] = {(long)b.total_patches, LOOM_IMG_PATCH_DIM_FIXED};
+  BT = (size_t)b.B * b.T;
+  dump("llava_input_ids", b.input_ids, BT * 4, "i32", 2, bt2);
+  dump("llava_attention_mask", b.attention_mask, BT * 4, "i32", 2, bt2);
+  dump("llava_position_ids", b.position_ids, 3 * BT * 4, "i32", 3, pbt2);
+  dump("llava_grid_thw", b.grid_thw, (size_t)b.n_images * 12, "i32", 2, g2);
+  dump("llava_image_row", b.image_row, (size_t)b.n_images * 4, "i32", 1, ni2);
+  dump("llava_pixel_values", b.pixel_values,
+       (size_t)b.total_patches * LOOM_IMG_PATCH_DIM_FIXED * 4, "f32", 2, px2);
+  json_t *lkeys = json_array();
+  for (int i = 0; i < b.B; i++) json_array_append_new(lkeys, json_string(b.keys[i]));
+  json_object_set_new(manifest, "llava_keys", lkeys);
   loom_vqa_loader_close(l);
   loom_tokenizer_free(tok);
   free(ap);

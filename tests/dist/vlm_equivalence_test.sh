@@ -75,6 +75,18 @@ check_case v_separate_sp2_zero1__text_pp2 4 "${VLM[@]}" training.micro_batch_siz
 check_case v_separate_dp2_zero3__text_dp2_zero1 4 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 \
   parallel.dp=2 parallel.zero=1 vision.parallel.placement=separate vision.parallel.zero=3
 
+echo "tiny LLaVA (learned positions, projector, fixed 112 px images, 1D positions)"
+LLAVA=("${VLM[@]}" model.preset=tiny-llava training.seq_len=96 training.micro_batch_size=4
+  training.grad_accum=2)
+train l_single 1 "${LLAVA[@]}"
+for c in "l_v_sp2_zero1__text_tp2|parallel.tp=2 vision.parallel.sp=2 vision.parallel.zero=1" \
+    "l_uniform_tp2|parallel.tp=2"; do
+  name=${c%%|*}
+  # shellcheck disable=SC2086
+  train "$name" 2 "${LLAVA[@]}" ${c#*|} && { close_losses l_single "$name" 1e-5
+    close_weights l_single "$name" 1e-4; same_eval l_single "$name"; }
+done
+
 echo "checkpoints of both modules reshard: written as vision sp2 ZeRO-1 + text tp2, resumed elsewhere"
 R=("${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 training.steps=6 checkpoint.every=3)
 train rs_straight 1 "${R[@]}"
