@@ -32,6 +32,8 @@ typedef struct {
   long loader_batch_windows; /* windows per loader call over all data-parallel ranks (B*dp) */
   uint64_t config_hash;      /* loom_config_hash of the run's config */
   long tokens_seen;
+  long skipped_bad;          /* bad samples skipped so far, all data-parallel ranks
+                                (data.skip_bad_samples) */
   double elapsed;            /* training seconds before this checkpoint */
 } loom_train_state;
 

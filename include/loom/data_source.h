@@ -21,6 +21,11 @@ void loom_data_get_state(const loom_data_source *s, loom_loader_state *st);
 int loom_data_set_state(loom_data_source *s, const loom_loader_state *st);
 /* "data/demo/train.bin, 744476 tokens" / "data/vqa (train), 900 samples" */
 const char *loom_data_describe(const loom_data_source *s);
+/* VQA data with data.skip_bad_samples: bad samples this rank's loader skipped since the start
+ * of training (plus what loom_data_add_skipped restored), and the message of the latest ("" if
+ * none). 0 for token data. */
+uint64_t loom_data_skipped(const loom_data_source *s, const char **last);
+void loom_data_add_skipped(loom_data_source *s, uint64_t n);
 int loom_data_is_vqa(const loom_data_source *s);
 void loom_data_close(loom_data_source *s);
 #endif

@@ -77,6 +77,7 @@ static char *state_json(const loom_train_state *ts, const loom_mesh *m, int zero
                         "batch_windows", (json_int_t)ts->loader_batch_windows, "config_hash",
                         hash, "tokens_seen", (json_int_t)ts->tokens_seen, "elapsed", ts->elapsed,
                         "layout", "pp", m->pp, "dp", m->dp, "sp", m->sp, "tp", m->tp, "zero", zero);
+  json_object_set_new(o, "skipped_bad_samples", json_integer((json_int_t)ts->skipped_bad));
   char *text = json_dumps(o, JSON_INDENT(2));
   json_decref(o);
   return text;
@@ -409,6 +410,8 @@ static int parse_state(const char *path, loom_train_state *ts) {
   ts->loader.epoch = (uint64_t)epoch;
   ts->loader.index = (uint64_t)index;
   ts->loader_batch_windows = (long)windows;
+  json_t *skipped = json_object_get(o, "skipped_bad_samples"); /* absent in older checkpoints */
+  ts->skipped_bad = json_is_integer(skipped) ? (long)json_integer_value(skipped) : 0;
   ts->tokens_seen = (long)tokens;
   ts->elapsed = elapsed;
   ts->config_hash = strtoull(hash, NULL, 16);

@@ -24,6 +24,7 @@ struct loom_data_source {
   loom_tokenizer *tok;
   vqa_copy *copies;   /* (A) */
   int patch_dim;      /* values per patch of the encoder (1176 Qwen, 588 LLaVA) */
+  uint64_t skipped;   /* bad samples skipped (this rank), including restored counts */
   const void **ptrs;  /* (A) */
   char describe[LOOM_STR_MAX + 64];
 };
@@ -132,6 +133,7 @@ int loom_data_next(loom_data_source *s, int32_t *tokens, int32_t *targets, const
     loom_vqa_batch b;
     if (loom_vqa_loader_next(s->vqa, &b)) return LOOM_ERR;
     copy_batch(&s->copies[a], &b, (size_t)s->patch_dim);
+    s->skipped += b.skipped_bad;
     memcpy(tokens + a * BT, b.input_ids, BT * sizeof(int32_t));
     memcpy(targets + a * BT, b.targets, BT * sizeof(int32_t));
     s->ptrs[a] = &s->copies[a].b;
@@ -158,6 +160,13 @@ int loom_data_set_state(loom_data_source *s, const loom_loader_state *st) {
 }
 
 const char *loom_data_describe(const loom_data_source *s) { return s->describe; }
+
+uint64_t loom_data_skipped(const loom_data_source *s, const char **last) {
+  if (last) *last = s->vqa ? loom_vqa_loader_last_skip(s->vqa) : "";
+  return s->skipped;
+}
+
+void loom_data_add_skipped(loom_data_source *s, uint64_t n) { s->skipped += n; }
 int loom_data_is_vqa(const loom_data_source *s) { return s->vqa != NULL; }
 
 void loom_data_close(loom_data_source *s) {

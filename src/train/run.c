@@ -127,7 +127,18 @@ static int open_data(run_ctx *c) {
 
 static int next_batches(run_ctx *c) {
   if (loom_data_next(c->data, c->tokens, c->targets, c->vqa)) return LOOM_ERR;
-  if (loom_data_is_vqa(c->data)) loom_exec_set_vision_batches(c->exec, c->vqa);
+  if (!loom_data_is_vqa(c->data)) return 0;
+  loom_exec_set_vision_batches(c->exec, c->vqa);
+  if (!c->cfg->data.skip_bad_samples) return 0;
+  /* bad samples skipped so far over the data-parallel ranks (the ranks of a data-parallel
+   * group read the same samples, so one sum over dp counts each once) */
+  const char *last;
+  double n[1] = {(double)loom_data_skipped(c->data, &last)};
+  loom_comm_allreduce_f64(&c->mesh.dp_comm, n, 1, LOOM_OP_SUM);
+  if ((long)n[0] > c->state.skipped_bad)
+    loom_progress_note(&c->progress, "skipped %ld bad sample%s in all (data.skip_bad_samples)%s%s",
+                       (long)n[0], n[0] == 1 ? "" : "s", last[0] ? "; latest here: " : "", last);
+  c->state.skipped_bad = (long)n[0];
   return 0;
 }
 
@@ -161,13 +172,15 @@ static const char *json_num(char *buf, size_t n, double x) {
 
 static void write_metrics(run_ctx *c, const loom_step_result *r, double dt, double elapsed) {
   if (!c->metrics) return;
-  char loss[32], norm[32];
+  char loss[32], norm[32], skipped[48] = "";
+  if (c->cfg->data.skip_bad_samples && loom_data_is_vqa(c->data))
+    snprintf(skipped, sizeof skipped, ", \"skipped_bad\": %ld", c->state.skipped_bad);
   fprintf(c->metrics,
           "{\"step\": %ld, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %s, "
-          "\"tokens_per_s\": %.1f, \"step_time\": %.6f, \"time\": %.3f, \"tokens\": %ld}\n",
+          "\"tokens_per_s\": %.1f, \"step_time\": %.6f, \"time\": %.3f, \"tokens\": %ld%s}\n",
           c->state.step, json_num(loss, sizeof loss, r->loss), r->lr,
           json_num(norm, sizeof norm, r->grad_norm), dt > 0 ? (double)r->tokens / dt : 0.0, dt,
-          elapsed, c->state.tokens_seen);
+          elapsed, c->state.tokens_seen, skipped);
   fflush(c->metrics);
 }
 
@@ -183,10 +196,13 @@ static int write_summary(run_ctx *c, double final_loss, double min_loss, double 
   double tokens_per_step = (double)t->grad_accum * t->micro_batch_size * t->seq_len * c->mesh.dp;
   char accuracy[1024] = "";
   const loom_eval_vqa_result *v = &c->val;
+  if (c->cfg->data.skip_bad_samples && loom_data_is_vqa(c->data))
+    snprintf(accuracy, sizeof accuracy, ",\n  \"skipped_bad_samples\": %ld", c->state.skipped_bad);
   if (v->samples > 0) { /* overall, the majority baseline, then per question type */
-    size_t n = (size_t)snprintf(accuracy, sizeof accuracy,
-                                ",\n  \"val_accuracy\": %.6f,\n  \"val_samples\": %ld",
-                                v->accuracy, v->samples);
+    size_t n = strlen(accuracy);
+    n += (size_t)snprintf(accuracy + n, sizeof accuracy - n,
+                          ",\n  \"val_accuracy\": %.6f,\n  \"val_samples\": %ld", v->accuracy,
+                          v->samples);
     if (v->baseline >= 0 && n < sizeof accuracy)
       n += (size_t)snprintf(accuracy + n, sizeof accuracy - n, ",\n  \"val_baseline\": %.6f",
                             v->baseline);
@@ -347,6 +363,8 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
       c->state.loader.index = windows / (uint64_t)now;
     }
     if (loom_data_set_state(c->data, &c->state.loader)) return LOOM_ERR;
+    if (c->mesh.member && c->mesh.rank == 0) /* counted once in the sum over dp */
+      loom_data_add_skipped(c->data, (uint64_t)c->state.skipped_bad);
     if (c->state.config_hash != loom_config_hash(cfg))
       loom_progress_note(&c->progress, "note: the config differs from the one the checkpoint "
                                        "was written with");

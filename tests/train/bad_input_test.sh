@@ -58,5 +58,43 @@ rm -rf "$WORK/runs_vlm" # a data error found while training leaves its (failed) 
 expect_fail "vision.parallel on a text-only model" "vision.parallel.* is set but model 'tiny-gpt2' has no vision encoder" \
   "$LOOM" train "${base[@]}" vision.parallel.sp=2 run.output_dir="$WORK/runs_vlm"
 check "bad vision-language setups: no run directory left behind" test ! -e "$WORK/runs_vlm"
+# a corrupt JPEG in a tar shard: training stops naming the shard and sample, or with
+# data.skip_bad_samples skips it and counts it in train.log, metrics.jsonl and summary.json
+"$LOOM" data synth-vqa --out "$WORK/vqab" --samples 40 --shard-size 20 >/dev/null 2>&1
+/usr/bin/python3 - "$WORK/vqab/000000.tar" <<'PY'
+import io, sys, tarfile
+path = sys.argv[1]
+members = []
+with tarfile.open(path) as t:
+    for m in t.getmembers():
+        members.append((m, t.extractfile(m).read()))
+with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+    for m, data in members:
+        if m.name.endswith("00000003.jpg"):
+            data = data[: len(data) // 3]  # truncated
+        m.size = len(data)
+        t.addfile(m, io.BytesIO(data))
+PY
+"$LOOM" data prepare "$WORK/vqab" --split 1,1,0 >/dev/null 2>&1
+# two steps of 10 read each of the 20 train samples once (the bad one included)
+vqab=(run.output_dir="$WORK/runs_skip" training.steps=2 training.micro_batch_size=10
+  training.seq_len=48 data.format=vqa data.vqa_path="$WORK/vqab" data.image_max_pixels=12544
+  data.tokenizer="$WORK/vqab/tokenizer.json" model.vocab_size=384 model.preset=tiny-qwen2.5-vl
+  checkpoint.every=1)
+expect_fail "corrupt JPEG in a shard" "000000.tar, sample 00000003" "$LOOM" train "${vqab[@]}"
+rm -rf "$WORK/runs_skip"
+if "$LOOM" train "${vqab[@]}" data.skip_bad_samples=true --quiet >"$WORK/skip.log" 2>&1; then
+  run=$(ls -d "$WORK"/runs_skip/*/ | head -1)
+  check "skipped sample in train.log" grep -q "skipped 1 bad sample in all .*00000003" "$run/train.log"
+  check "skipped count in metrics.jsonl" grep -q '"skipped_bad": 1}' "$run/metrics.jsonl"
+  check "skipped count in summary.json" grep -q '"skipped_bad_samples": 1' "$run/summary.json"
+  check "skipped count in the final checkpoint" grep -q '"skipped_bad_samples": 1' \
+    "$run/final_checkpoint/trainer_state.json"
+  # resuming after step 1 (whether the bad sample came in step 1 or 2) ends with the same count
+  "$LOOM" train --resume "$run/checkpoint_1" --quiet >"$WORK/skip_resume.log" 2>&1
+  check "skipped count survives a resume" grep -q '"skipped_bad_samples": 1' "$run/summary.json"
+else
+  fail "training with data.skip_bad_samples failed: $(tail -2 "$WORK/skip.log")"
+fi
 check "no temporary files anywhere" test -z "$(find "$WORK" -name '*.tmp.*')"
 finish
