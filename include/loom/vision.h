@@ -28,6 +28,8 @@ int loom_vision_create(loom_vision **out, loom_decoder *d, int max_patches);
 int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patches,
                                 const loom_comm *tp_comm, const loom_comm *sp_comm);
 void loom_vision_free(loom_vision *v);
+/* Bytes of activations and scratch planned (for the largest batch the encoder was created for). */
+size_t loom_vision_arena_bytes(const loom_vision *v);
 /* Tokens an image of (t, h, w) patches becomes: t*h*w / merge^2. */
 int loom_vision_tokens(const loom_vision_spec *s, int t, int h, int w);
 /* out (tokens, text hidden): the image tokens in image order. Errors for grids the encoder

@@ -200,6 +200,13 @@ loom_grad_sync *loom_vmod_grad_sync(loom_vmod *vm) { return vm->gs; }
 loom_adamw_state *loom_vmod_optimizer(loom_vmod *vm) { return &vm->opt; }
 float *loom_vmod_grads(loom_vmod *vm) { return vm->grads; }
 
+size_t loom_vmod_buffer_bytes(const loom_vmod *vm) {
+  size_t tokens = (size_t)vm->max_tokens * vm->Ct * sizeof(float);
+  size_t n = vm->consumer >= 0 ? 2 * tokens : 0;  /* feats, grads */
+  if (vm->producer >= 0) n += 2 * tokens + loom_vision_arena_bytes(vm->enc) + vm->d->arena_bytes;
+  return n;
+}
+
 static int tokens_of(const loom_vqa_batch *b) {
   int n = 0;
   for (int i = 0; i < b->n_images; i++) n += b->image_tokens[i];

@@ -34,6 +34,8 @@ const loom_mesh *loom_vmod_mesh(const loom_vmod *vm);    /* .member: this rank e
 loom_decoder *loom_vmod_decoder(loom_vmod *vm);          /* parameters (members), else NULL */
 loom_grad_sync *loom_vmod_grad_sync(loom_vmod *vm);      /* members, else NULL */
 loom_adamw_state *loom_vmod_optimizer(loom_vmod *vm);
+/* Activation, scratch and hand-off buffers of this rank's part of the module, in bytes. */
+size_t loom_vmod_buffer_bytes(const loom_vmod *vm);
 /* Forward of micro-batch mb (a loom_vqa_batch): encoders encode and hand the tokens over;
  * returns the (n, Ct) tokens on the first pipeline stage's ranks, NULL elsewhere. Their
  * gradient buffer (loom_vmod_grads) is zeroed for the decoder's backward to fill. */

@@ -58,6 +58,7 @@ struct loom_vision {
   float *doutw, *dln;          /* (Ml, Ct), (Pl, Cv) */
   float *round_x, *round_dy;   /* bf16 rounding */
   void *arena;
+  size_t arena_bytes;
 };
 
 int vis_check_input(const loom_vision *v, const loom_vision_input *in);

@@ -95,6 +95,7 @@ int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patc
   carver c = {NULL, 0};
   plan(v, &c);
   v->arena = loom_alloc(c.used);
+  v->arena_bytes = c.used;
   c.base = v->arena;
   c.used = 0;
   plan(v, &c);
@@ -105,6 +106,8 @@ int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patc
 int loom_vision_create(loom_vision **out, loom_decoder *d, int max_patches) {
   return loom_vision_create_parallel(out, d, max_patches, NULL, NULL);
 }
+
+size_t loom_vision_arena_bytes(const loom_vision *v) { return v ? v->arena_bytes : 0; }
 
 void loom_vision_free(loom_vision *v) {
   if (!v) return;

@@ -252,6 +252,7 @@ static void report_memory(run_ctx *c) {
     mine[1] += (float)(vd->layout.total * sizeof(float) / MiB);
     mine[2] += (float)(2.0 * (double)(ve - vb) * sizeof(float) / MiB);
   }
+  if (vm) mine[3] += (float)(loom_vmod_buffer_bytes(vm) / MiB); /* encoder, hand-off buffers */
   int W = c->job.world;
   float *all = calloc((size_t)W * 4, sizeof(float));
   loom_comm_allgather_f32(&c->job.world_comm, mine, all, 4);
