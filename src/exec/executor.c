@@ -59,7 +59,6 @@ static void vision_forward(loom_executor *ex, loom_acts *a, int mb) {
       slot[b->image_row[i] * d->T + b->image_token_offset[i] + k] = n++;
   a->inject_slot = slot;
   a->inject_feats = loom_vmod_forward(ex->vision, b, mb);
-  a->inject_grads = loom_vmod_grads(ex->vision);
 }
 
 int loom_exec_stage_split(const loom_config_parallel *p, int layers, int *first) {
@@ -282,6 +281,8 @@ static void run_backward(loom_executor *ex, const loom_instr *in, int index, ste
   bool last = index == ex->last_backward[in->chunk];
   d->on_layer_grads = last ? loom_grad_sync_layer_done : NULL;
   d->on_layer_grads_ctx = ex->gs;
+  if (ex->vision && d->shard.chunk_embed[in->chunk])
+    a->inject_grads = loom_vmod_grads_for(ex->vision, ex->vqa[in->mb]);
   loom_decoder_backward_chunk(d, a, dout, v > 0 ? buf(ex, ex->dx, in->chunk, in->mb) : NULL,
                               sc->scale);
   bool vision_trains = !ex->cfg->training.freeze_vision || !ex->cfg->training.freeze_projector;

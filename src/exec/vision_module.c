@@ -198,7 +198,6 @@ const loom_mesh *loom_vmod_mesh(const loom_vmod *vm) { return &vm->mesh; }
 loom_decoder *loom_vmod_decoder(loom_vmod *vm) { return vm->d; }
 loom_grad_sync *loom_vmod_grad_sync(loom_vmod *vm) { return vm->gs; }
 loom_adamw_state *loom_vmod_optimizer(loom_vmod *vm) { return &vm->opt; }
-float *loom_vmod_grads(loom_vmod *vm) { return vm->grads; }
 
 size_t loom_vmod_buffer_bytes(const loom_vmod *vm) {
   size_t tokens = (size_t)vm->max_tokens * vm->Ct * sizeof(float);
@@ -254,10 +253,15 @@ const float *loom_vmod_forward(loom_vmod *vm, const void *batch, int mb) {
   if (vm->consumer >= 0) {
     int from = producer_rank(vm, vm->consumer % vm->plan.g_v);
     if (from != me) loom_comm_recv_f32(w, vm->feats, count, from, TAG_FEATS);
-    memset(vm->grads, 0, count * sizeof(float));
   }
   for (int i = 0; i < nreq; i++) loom_comm_wait(&req[i]);
   return vm->consumer >= 0 ? vm->feats : NULL;
+}
+
+float *loom_vmod_grads_for(loom_vmod *vm, const void *batch) {
+  if (vm->consumer < 0) return NULL;
+  memset(vm->grads, 0, (size_t)tokens_of(batch) * vm->Ct * sizeof(float));
+  return vm->grads;
 }
 
 void loom_vmod_backward(loom_vmod *vm, const void *batch, int mb) {

@@ -37,10 +37,11 @@ loom_adamw_state *loom_vmod_optimizer(loom_vmod *vm);
 /* Activation, scratch and hand-off buffers of this rank's part of the module, in bytes. */
 size_t loom_vmod_buffer_bytes(const loom_vmod *vm);
 /* Forward of micro-batch mb (a loom_vqa_batch): encoders encode and hand the tokens over;
- * returns the (n, Ct) tokens on the first pipeline stage's ranks, NULL elsewhere. Their
- * gradient buffer (loom_vmod_grads) is zeroed for the decoder's backward to fill. */
+ * returns the (n, Ct) tokens on the first pipeline stage's ranks, NULL elsewhere. */
 const float *loom_vmod_forward(loom_vmod *vm, const void *batch, int mb);
-float *loom_vmod_grads(loom_vmod *vm);
+/* Right before the decoder's backward of a micro-batch: the (n, Ct) buffer for its token
+ * gradients, zeroed (a rank writes only the rows it holds). NULL off the first stage. */
+float *loom_vmod_grads_for(loom_vmod *vm, const void *batch);
 /* Backward of micro-batch mb: token gradients to the encoders, encoder backward (its forward
  * recomputed first when other micro-batches were encoded since, as under pipelining). */
 void loom_vmod_backward(loom_vmod *vm, const void *batch, int mb);

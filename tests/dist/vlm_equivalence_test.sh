@@ -57,6 +57,8 @@ check_case v_uniform_zero3_dp2 2 "${VLM[@]}" training.micro_batch_size=2 trainin
   parallel.dp=2 parallel.zero=3
 # text pipeline: the encoder runs on the first stage (its forward recomputed for the 1F1B backward)
 check_case v_text_pp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.pp=2
+check_case v_sp2__text_pp2_ulysses2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 \
+  parallel.pp=2 parallel.sp=2 vision.parallel.sp=2
 # more mixes: vision tp against text Ulysses, vision on one rank feeding two text ranks,
 # Megatron sequence parallelism, ZeRO-2 on the vision replicas only
 check_case v_tp2__text_ulysses2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 \
