@@ -164,6 +164,15 @@ int loom_sim_strategy_to_config(const loom_sim_strategy *st, loom_config *cfg) {
     return loom_err("fp16 cannot be written as a train config: loom train runs fp32 or bf16");
   to_parallel(st, &cfg->parallel);
   cfg->parallel.timeout_s = cfg->parallel.timeout_s > 0 ? cfg->parallel.timeout_s : 300;
+  if (st->vision_patches > 0) { /* the encoder's mode as vision.parallel.* (the trainer's keys) */
+    loom_config_vision_parallel *v = &cfg->vision_parallel;
+    bool split = st->tp > 1 && strcmp(st->vision_mode, "replicate");
+    v->dp = 0;
+    v->tp = split && !strcmp(st->vision_mode, "tp") ? st->tp : 1;
+    v->sp = split && !strcmp(st->vision_mode, "sp") ? st->tp : 1;
+    v->zero = st->vision_zero_own ? st->vision_zero : -1;
+    snprintf(v->placement, sizeof v->placement, "collocated");
+  }
   cfg->training.micro_batch_size = st->micro_batch;
   cfg->training.seq_len = st->seq;
   cfg->training.grad_accum = st->microbatches;
