@@ -119,6 +119,30 @@ static void test_plan(void) {
   r = run_loom("plan --model gpt2-124m --hardware a100-80gb");
   CHECK(r.status == 2 && HAS(r.err, "--gpus"), "missing --gpus: %d %s", r.status, r.err);
   run_done(&r);
+  /* a vision-language model: the planner's vision mode is written as vision.parallel.* and
+   * loom sim reads the same mode back from the written config */
+  r = run_loom("plan --model qwen2.5-vl-7b --hardware h100-sxm --gpus 8 --global-batch 16 "
+               "--seq 4352 data.format=vqa data.image_max_pixels=3211264 "
+               "--write-config sim-cli.tmp/vl.yaml");
+  CHECK(r.status == 0, "VLM plan exit %d: %s", r.status, r.err);
+  const char *mode = strstr(r.out, "vision=");
+  char want[16] = "";
+  if (mode) sscanf(mode, "vision=%15[a-z]", want);
+  run_done(&r);
+  loom_config_defaults(&cfg);
+  CHECK(loom_config_load(&cfg, "sim-cli.tmp/vl.yaml") == 0, "%s", loom_errmsg());
+  const loom_config_vision_parallel *v = &cfg.vision_parallel;
+  const char *written = cfg.parallel.tp > 1 && v->sp == cfg.parallel.tp && v->tp == 1   ? "sp"
+                        : cfg.parallel.tp > 1 && v->tp == cfg.parallel.tp && v->sp == 1 ? "tp"
+                        : v->tp == 1 && v->sp == 1                                       ? "replicate"
+                                                                                          : "?";
+  CHECK(want[0] && !strcmp(want, written), "the winner's vision=%s written as vision.parallel "
+        "tp=%ld sp=%ld with parallel.tp=%ld", want, v->tp, v->sp, cfg.parallel.tp);
+  r = run_loom("sim sim-cli.tmp/vl.yaml --hardware h100-sxm --gpus 8");
+  char again[32];
+  snprintf(again, sizeof again, "vision=%s", want);
+  CHECK(r.status == 0 && HAS(r.out, again), "loom sim reads %s back: %s", again, r.out);
+  run_done(&r);
 }
 
 static void test_help_and_usage(void) {
