@@ -57,6 +57,10 @@ static const range_rule rules[] = {
     AT_LEAST("parallel.vpp", 1),
     ABOVE("parallel.bucket_mb", 0),
     ABOVE("parallel.timeout_s", 0),
+    AT_LEAST("vision.parallel.dp", 0), /* 0: follow the text decoder */
+    AT_LEAST("vision.parallel.tp", 0),
+    AT_LEAST("vision.parallel.sp", 0),
+    {"vision.parallel.zero", -1, 3, false, false},
 };
 
 static double numeric_value(const loom_config *c, const loom_config_key *k) {

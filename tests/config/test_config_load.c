@@ -89,6 +89,14 @@ static void test_module_sections(void) {
         "unknown key inside a nested section");
   CHECK(strstr(loom_errmsg(), "vision.parallel.spp") && strstr(loom_errmsg(), ":3"),
         "names the key and line: %s", loom_errmsg());
+  loom_config_defaults(&c);
+  c.vision_parallel.tp = -1;
+  CHECK(loom_config_validate(&c) && strstr(loom_errmsg(), "vision.parallel.tp = -1 is out of range"),
+        "negative vision tp: %s", loom_errmsg());
+  loom_config_defaults(&c);
+  c.vision_parallel.zero = 4;
+  CHECK(loom_config_validate(&c) && strstr(loom_errmsg(), "vision.parallel.zero = 4"),
+        "vision zero 4: %s", loom_errmsg());
 }
 
 static void test_empty_and_null_section(void) {

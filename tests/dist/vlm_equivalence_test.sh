@@ -128,5 +128,11 @@ expect_error bad_groups 4 "must equal the text decoder's tp\*sp" training.micro_
   parallel.dp=2 parallel.tp=2 vision.parallel.tp=1 vision.parallel.sp=1
 expect_error bad_separate_count 2 "make 3, but 2 ranks were started; start 3" training.micro_batch_size=4 \
   parallel.tp=2 vision.parallel.placement=separate vision.parallel.tp=1
+expect_error bad_placement 1 "vision.parallel.placement must be one of collocated, separate" \
+  training.micro_batch_size=4 vision.parallel.placement=elsewhere
+expect_error bad_zero 1 "vision.parallel.zero = 4 is out of range" training.micro_batch_size=4 \
+  vision.parallel.zero=4
+expect_error bad_sp 1 "vision.parallel.sp = -2 is out of range" training.micro_batch_size=4 \
+  vision.parallel.sp=-2
 [ -d "$WORK/bad" ] && fail "a refused run left a run directory" || pass
 finish
