@@ -6,13 +6,11 @@
 #include "loom/mesh.h"
 
 /* Answer accuracy (teacher-forced exact match of every answer token) of a vision-language
- * model over up to max_batches micro-batches (0: one epoch) of `split` of data.vqa_path. */
-int loom_eval_vqa(loom_executor *ex, const loom_config *cfg, const loom_mesh *m,
-                  const char *split, long max_batches, double *accuracy, long *samples);
-
-/* The same with a breakdown by question kind: the "type" of each sample's json part (the
- * synthetic set writes colour, shape, count, position); samples without one are counted in
- * the overall figures only. Where data.vqa_path holds a synth_vqa.json (`loom data
+ * model over up to max_batches micro-batches (0: one epoch) of `split` of data.vqa_path
+ * (the executor must run whole logits rows: text decoder only data parallel; see
+ * src/train/eval_final.c for any layout), overall and by question kind: the "type" of each
+ * sample's json part (the synthetic set writes colour, shape, count, position); samples
+ * without one are counted in the overall figures only. Where data.vqa_path holds a synth_vqa.json (`loom data
  * synth-vqa`), its val majority-answer baselines and question-only prior come along. */
 #define LOOM_EVAL_MAX_KINDS 8
 typedef struct {

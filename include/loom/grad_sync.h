@@ -26,6 +26,8 @@ typedef struct loom_grad_sync loom_grad_sync;
 int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh *m,
                           const loom_config_parallel *p);
 void loom_grad_sync_free(loom_grad_sync *g);
+/* The ZeRO stage this synchroniser runs. */
+int loom_grad_sync_zero(const loom_grad_sync *g);
 /* Flat range [begin, end) of the buffer this rank's optimizer owns (everything without ZeRO). */
 void loom_grad_sync_owned(const loom_grad_sync *g, size_t *begin, size_t *end);
 /* Parameters as the optimizer owns them: under ZeRO-3 the owned shard (element of flat index

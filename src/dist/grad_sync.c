@@ -88,6 +88,8 @@ void loom_grad_sync_free(loom_grad_sync *g) {
   free(g);
 }
 
+int loom_grad_sync_zero(const loom_grad_sync *g) { return g->zero; }
+
 void loom_grad_sync_owned(const loom_grad_sync *g, size_t *begin, size_t *end) {
   *begin = g->own_begin;
   *end = g->own_end;

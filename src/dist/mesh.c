@@ -82,11 +82,8 @@ static void make_comm(loom_comm *c, MPI_Comm parent, int color, int key, const c
  * communicator splits, those outside get member = false and single-rank communicators. */
 static int mesh_build(loom_mesh *m, int pp, int dp, int sp, int tp, double timeout_s, int first,
                       int count) {
-  int world = 1, wrank = 0;
-  if (mpi_started) {
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
-  }
+  int wrank = 0;
+  if (mpi_started) MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   memset(m, 0, sizeof *m);
   m->pp = pp, m->dp = dp, m->sp = sp, m->tp = tp;
   m->world = count;
@@ -102,7 +99,6 @@ static int mesh_build(loom_mesh *m, int pp, int dp, int sp, int tp, double timeo
   int P = m->pp_rank, D = m->dp_rank, S = m->sp_rank, T = m->tp_rank;
   int DP = m->dp, SP = m->sp, TP = m->tp, U = MPI_UNDEFINED;
   bool in = m->member;
-  (void)world;
   make_comm(&m->world_comm, w, in ? 0 : U, r, "world", timeout_s);
   make_comm(&m->tp_comm, w, in ? (P * DP + D) * SP + S : U, T, "tp", timeout_s);
   make_comm(&m->sp_comm, w, in ? (P * DP + D) * TP + T : U, S, "sp", timeout_s);

@@ -96,10 +96,10 @@ typedef struct {
   int zero;
 } module;
 
-static int modules_of(loom_executor *ex, const loom_mesh *m, const loom_config *cfg,
-                      module out[2]) {
-  out[0] = (module){"", loom_exec_decoder(ex), loom_exec_optimizer(ex), loom_exec_grad_sync(ex),
-                    m, (int)cfg->parallel.zero};
+static int modules_of(loom_executor *ex, const loom_mesh *m, module out[2]) {
+  loom_grad_sync *gs = loom_exec_grad_sync(ex); /* NULL on ranks of the encoder only */
+  out[0] = (module){"", loom_exec_decoder(ex), loom_exec_optimizer(ex), gs, m,
+                    gs ? loom_grad_sync_zero(gs) : 0};
   loom_vmod *vm = loom_exec_vision(ex);
   if (!vm) return 1;
   out[1] = (module){"vision-", loom_vmod_decoder(vm), loom_vmod_optimizer(vm),
@@ -202,7 +202,7 @@ int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m, const
   }
   if (loom_comm_any_failed(job, rc)) return loom_err_prefix("saving checkpoint '%s': ", dir);
   module mods[2];
-  int nmod = modules_of(ex, m, cfg, mods);
+  int nmod = modules_of(ex, m, mods);
   bool indexed = m->world > 1 || nmod > 1;
   for (int i = 0; i < nmod && !rc; i++)
     rc = save_module_files(tmp, &mods[i], indexed, ts->step, cfg->checkpoint.save_gradients);
@@ -449,9 +449,7 @@ static int load_module(const char *dir, const module *mo) {
 
 int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_train_state *ts) {
   module mods[2];
-  loom_config zero_cfg; /* only the stages matter here; read from the synchronisers */
-  memset(&zero_cfg, 0, sizeof zero_cfg);
-  int nmod = modules_of(ex, m, &zero_cfg, mods);
+  int nmod = modules_of(ex, m, mods);
   int rc = 0;
   for (int i = 0; i < nmod && !rc; i++) rc = load_module(dir, &mods[i]);
   if (!rc) {

@@ -12,8 +12,8 @@
 #include "loom/eval.h"
 #include "train/eval_final.h"
 
-static bool direct(const loom_executor *ex, const loom_mesh *m) {
-  loom_vmod *vm = loom_exec_vision((loom_executor *)ex);
+static bool direct(loom_executor *ex, const loom_mesh *m) {
+  loom_vmod *vm = loom_exec_vision(ex);
   return m->world == m->dp && !(vm && loom_vmod_get_plan(vm)->separate);
 }
 

@@ -151,19 +151,6 @@ int loom_eval_vqa_detail(loom_executor *ex, const loom_config *cfg, const loom_m
   return 0;
 }
 
-int loom_eval_vqa(loom_executor *ex, const loom_config *cfg, const loom_mesh *m,
-                  const char *split, long max_batches, double *accuracy, long *samples) {
-  loom_eval_vqa_result res;
-  int rc = loom_eval_vqa_detail(ex, cfg, m, split, max_batches, &res);
-  if (rc) return rc;
-  *accuracy = res.accuracy;
-  *samples = res.samples;
-  char line[512];
-  loom_eval_vqa_kinds_line(&res, line, sizeof line);
-  if (line[0] && m->rank == 0) fprintf(stderr, "%s\n", line);
-  return 0;
-}
-
 void loom_eval_vqa_kinds_line(const loom_eval_vqa_result *res, char *buf, size_t cap) {
   size_t n = 0;
   bool baselines = false, first = true;
