@@ -10,12 +10,12 @@ DEMO_DATA := data/demo
 # Debian packages needed to build and test (python3-torch: the PyTorch reference checks;
 # nodejs/npm: the JavaScript tokenizer cross-checks; Open MPI: ranks; libjpeg-turbo: images;
 # python3-pil: the image-preprocessing reference check; libdnnl-dev: oneDNN GEMMs;
-# librsvg2-dev: PNG plots).
+# librsvg2-dev: PNG plots; clang + libclang-rt: libFuzzer for make fuzz).
 DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjansson-dev \
   libopenblas-dev libsqlite3-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy \
-  libjpeg62-turbo-dev python3-pil libdnnl-dev librsvg2-dev
+  libjpeg62-turbo-dev python3-pil libdnnl-dev librsvg2-dev clang libclang-rt-14-dev
 
-.PHONY: all build deps demo demo-data demo-vqa test test-asan clean
+.PHONY: all build deps demo demo-data demo-vqa test test-asan fuzz clean
 
 all: build
 
@@ -56,5 +56,12 @@ test-asan: deps
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ctest --output-on-failure -j 2
 
+# Fuzzing (clang + libFuzzer, ASan + UBSan): every tests/fuzz/fuzz_*.c for FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release -DLOOM_FUZZ=ON >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_all
+	@scripts/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz
