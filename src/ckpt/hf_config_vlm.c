@@ -157,8 +157,8 @@ static int int_is(const jcfg *j, const char *key, long want, const char *why) {
 static int bool_is(const jcfg *j, const char *key, bool want, const char *what) {
   json_t *v = json_object_get(j->o, key);
   if (json_is_boolean(v) && json_is_true(v) == want) return 0;
-  return loom_err("%s: \"%s\" must be %s: loom's LLaVA-style encoder %s %s", j->path, key,
-                  want ? "true" : "false", want ? "has" : "has no", what);
+  return loom_err("%s: \"%s\" must be %s: loom's LLaVA-style encoder has %s%s", j->path, key,
+                  want ? "true" : "false", want ? "" : "no ", what);
 }
 
 static int load_mrope(const jcfg *j, loom_vision_spec *v) {
@@ -241,8 +241,8 @@ static int load_llava_vision(const jcfg *jv, loom_vision_spec *v) {
            hf_json_num(jv, "layer_norm_eps", 1e-5, &v->norm_eps) ||
            int_is(jv, "num_channels", 3, "RGB input") ||
            hf_json_str_in(jv, "hidden_act", gelu, " (the erf GELU)") ||
-           bool_is(jv, "class_token", false, "a class token") ||
-           bool_is(jv, "pre_layernorm", false, "a pre-layernorm") ||
+           bool_is(jv, "class_token", false, "class token") ||
+           bool_is(jv, "pre_layernorm", false, "pre-layernorm") ||
            bool_is(jv, "patch_embedding_bias", true, "a patch-embedding bias") ||
            bool_is(jv, "feature_layernorm", true, "a layernorm on every patch feature");
   if (rc) return LOOM_ERR;
