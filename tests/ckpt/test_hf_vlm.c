@@ -215,6 +215,47 @@ static void check_llava_files(const char *hf, const loom_decoder *d) {
   json_decref(o);
 }
 
+/* src_dir's export renamed to the layout transformers >= 4.52 saves (language model and
+ * vision tower under "model.", the head as lm_head.weight) in dst_dir. */
+static void write_new_layout(const char *src_dir, const char *dst_dir, bool llava) {
+  static const char *const map[2][4][2] = {
+      {{"visual.", "model.visual."}, {"model.", "model.language_model."}, {NULL, NULL}, {NULL, NULL}},
+      {{"language_model.model.", "model.language_model."}, {"vision_tower.", "model.vision_tower."},
+       {"multi_modal_projector.", "model.multi_modal_projector."},
+       {"language_model.lm_head.", "lm_head."}}};
+  loom_mkdir_p(dst_dir);
+  char *src = loom_sprintf("%s/model.safetensors", src_dir);
+  char *dst = loom_sprintf("%s/model.safetensors", dst_dir);
+  loom_st_file *f;
+  if (loom_st_open(&f, src)) exit(2);
+  loom_st_writer *w = loom_st_writer_create();
+  for (int i = 0; i < loom_st_count(f); i++) {
+    const char *n = loom_st_name(f, i);
+    char name[160];
+    snprintf(name, sizeof name, "%s", n);
+    for (int k = 0; k < 4 && map[llava][k][0]; k++) {
+      size_t len = strlen(map[llava][k][0]);
+      if (!strncmp(n, map[llava][k][0], len)) {
+        snprintf(name, sizeof name, "%s%s", map[llava][k][1], n + len);
+        break;
+      }
+    }
+    loom_st_writer_add(w, name, loom_st_dtype(f, i), loom_st_ndim(f, i), loom_st_shape(f, i),
+                       loom_st_data(f, i));
+  }
+  if (loom_st_writer_write(w, dst)) exit(2);
+  loom_st_writer_free(w);
+  loom_st_close(f);
+  char *cs = loom_sprintf("%s/config.json", src_dir), *cd = loom_sprintf("%s/config.json", dst_dir);
+  char *text;
+  size_t len;
+  if (loom_read_file(cs, &text, &len) == 0) {
+    loom_write_file_atomic(cd, text, len);
+    free(text);
+  }
+  free(src), free(dst), free(cs), free(cd);
+}
+
 static void roundtrip(const char *preset, uint64_t seed) {
   char *ck = loom_sprintf("%s/%s_ckpt", scratch, preset);
   char *hf = loom_sprintf("%s/%s_hf", scratch, preset);
@@ -226,6 +267,11 @@ static void roundtrip(const char *preset, uint64_t seed) {
   if (d->spec.vision.arch == LOOM_VISION_QWEN) check_qwen_files(hf, d);
   else check_llava_files(hf, d);
   check_import(preset, hf, back, d, false);
+  char *renamed = loom_sprintf("%s/%s_newlayout", scratch, preset);
+  write_new_layout(hf, renamed, d->spec.vision.arch == LOOM_VISION_LLAVA);
+  loom_rm_rf(back);
+  check_import("transformers >= 4.52 names", renamed, back, d, false);
+  free(renamed);
 
   /* shards + index, then bf16 shards */
   for (int bf16 = 0; bf16 < 2; bf16++) {
