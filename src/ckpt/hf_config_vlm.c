@@ -220,12 +220,17 @@ static int load_qwen_vision(const jcfg *jv, long text_hidden, loom_vision_spec *
 
 int hf_config_load_qwen_vl(const jcfg *j, loom_config_model *m) {
   loom_vision_spec v = {0};
-  jcfg jv;
-  char *vpath = NULL;
-  int rc = hf_json_load_llama(j, m, true, true) || load_mrope(j, &v) ||
-           sub_object(j, "vision_config", &jv, &vpath) ||
-           load_qwen_vision(&jv, m->hidden, &v) || find_preset(&jv, &v, m);
-  free(vpath);
+  jcfg jv, jt = *j;
+  char *vpath = NULL, *tpath = NULL;
+  int rc = 0;
+  /* published configs have the text fields at the top level; transformers >= 4.52 may nest
+   * them in text_config */
+  if (!json_object_get(j->o, "hidden_size") && json_object_get(j->o, "text_config"))
+    rc = sub_object(j, "text_config", &jt, &tpath);
+  rc = rc || hf_json_load_llama(&jt, m, true, true) || load_mrope(&jt, &v) ||
+       sub_object(j, "vision_config", &jv, &vpath) || load_qwen_vision(&jv, m->hidden, &v) ||
+       find_preset(&jv, &v, m);
+  free(vpath), free(tpath);
   return rc ? LOOM_ERR : 0;
 }
 

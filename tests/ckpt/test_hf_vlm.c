@@ -520,6 +520,67 @@ static void check_token_ids(void) {
   free(over), free(tok);
 }
 
+/* The config.json of the published Qwen/Qwen2.5-VL-7B-Instruct maps onto the qwen2.5-vl-7b
+ * preset exactly; the same fields nested in text_config (transformers >= 4.52) too. */
+static void check_published_config(void) {
+  static const char *const text =
+      "{\"architectures\": [\"Qwen2_5_VLForConditionalGeneration\"], \"attention_dropout\": 0.0,"
+      " \"bos_token_id\": 151643, \"eos_token_id\": 151645, \"vision_start_token_id\": 151652,"
+      " \"vision_end_token_id\": 151653, \"vision_token_id\": 151654, \"image_token_id\": 151655,"
+      " \"video_token_id\": 151656, \"hidden_act\": \"silu\", \"hidden_size\": 3584,"
+      " \"initializer_range\": 0.02, \"intermediate_size\": 18944,"
+      " \"max_position_embeddings\": 128000, \"max_window_layers\": 28,"
+      " \"model_type\": \"qwen2_5_vl\", \"num_attention_heads\": 28, \"num_hidden_layers\": 28,"
+      " \"num_key_value_heads\": 4, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0,"
+      " \"sliding_window\": 32768, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\","
+      " \"transformers_version\": \"4.41.2\", \"use_cache\": true, \"use_sliding_window\": false,"
+      " \"vision_config\": {\"depth\": 32, \"hidden_act\": \"silu\", \"hidden_size\": 1280,"
+      " \"intermediate_size\": 3420, \"num_heads\": 16, \"in_chans\": 3, \"out_hidden_size\": 3584,"
+      " \"patch_size\": 14, \"spatial_merge_size\": 2, \"spatial_patch_size\": 14,"
+      " \"window_size\": 112, \"fullatt_block_indexes\": [7, 15, 23, 31],"
+      " \"tokens_per_second\": 2, \"temporal_patch_size\": 2},"
+      " \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [16, 24, 24]},"
+      " \"vocab_size\": 152064}";
+  char *path = loom_sprintf("%s/published.json", scratch);
+  loom_model_spec want;
+  loom_model_preset(&want, "qwen2.5-vl-7b");
+  for (int nested = 0; nested < 2; nested++) {
+    json_t *o = json_loads(text, 0, NULL);
+    if (nested) { /* text fields under text_config */
+      json_t *t = json_object();
+      static const char *const keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers",
+                                         "num_attention_heads", "num_key_value_heads",
+                                         "rms_norm_eps", "rope_theta", "rope_scaling",
+                                         "vocab_size", "max_position_embeddings", "hidden_act",
+                                         "tie_word_embeddings"};
+      for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        json_object_set(t, keys[k], json_object_get(o, keys[k]));
+        json_object_del(o, keys[k]);
+      }
+      json_object_set_new(o, "text_config", t);
+    }
+    json_dump_file(o, path, 0);
+    json_decref(o);
+    loom_config cfg;
+    loom_config_defaults(&cfg);
+    loom_model_spec s;
+    int rc = loom_hf_config_load(&cfg, path, LOOM_ARCH_LLAMA) ||
+             loom_model_spec_from_config(&s, &cfg.model);
+    CHECK(rc == 0, "published config (nested %d): %s", nested, loom_errmsg());
+    if (rc) continue;
+    CHECK(!strcmp(cfg.model.preset, "qwen2.5-vl-7b") && s.vocab_size == want.vocab_size &&
+              s.padded_vocab == want.padded_vocab && s.hidden == want.hidden &&
+              s.layers == want.layers && s.heads == want.heads && s.kv_heads == want.kv_heads &&
+              s.head_dim == want.head_dim && s.intermediate == want.intermediate &&
+              s.max_seq == want.max_seq && s.norm_eps == want.norm_eps &&
+              s.rope_theta == want.rope_theta && s.qkv_bias && !s.tied_embeddings &&
+              !memcmp(&s.vision, &want.vision, sizeof s.vision),
+          "published config (nested %d): preset '%s', spec differs from qwen2.5-vl-7b", nested,
+          cfg.model.preset);
+  }
+  free(path);
+}
+
 int main(void) {
   scratch = st_scratch_dir("hf_vlm");
   roundtrip("tiny-qwen2.5-vl", 11);
@@ -527,6 +588,7 @@ int main(void) {
   bad_imports();
   bad_exports();
   check_token_ids();
+  check_published_config();
   int rc = harness_finish("test_hf_vlm");
   if (rc == 0) loom_rm_rf(scratch);
   free(scratch);
