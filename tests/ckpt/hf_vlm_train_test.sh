@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Export/import of vision-language checkpoints written by `loom train` itself on synthetic VQA
-# data: tiny Qwen2.5-VL from one process and from a 2-rank run whose vision encoder and text
-# decoder are split their own ways (checkpoint in rank pieces), and tiny LLaVA. export ->
-# import must give back every tensor bitwise (`loom ckpt compare --rtol 0`: any difference
-# fails); a bf16 export within bf16's rounding (relative norm <= 2^-8 per tensor, bf16's unit
-# roundoff: 3.9e-3, so 4e-3; the norm weights near 1 come closest, ~2.6e-3); config.json carries the tokenizer's <|image_pad|> / <|vision_start|> ids.
+# data: tiny Qwen2.5-VL from one process, from a 2-rank run whose vision encoder and text
+# decoder are split their own ways and from a 3-rank run with the encoder on its own rank
+# (checkpoints in rank pieces), and tiny LLaVA. export -> import must give back every tensor
+# bitwise (`loom ckpt compare --rtol 0`: any difference fails); a bf16 export within bf16's
+# rounding (relative norm <= 2^-8 per tensor, bf16's unit roundoff 3.9e-3, so 4e-3; the norm
+# weights near 1 come closest, ~2.6e-3); config.json carries the tokenizer's <|image_pad|> and
+# <|vision_start|> ids.
 # usage: hf_vlm_train_test.sh LOOM
 . "$(dirname "$0")/../dist/common.sh"
 
@@ -45,6 +47,11 @@ train q_sp2_tp2 2 "${VLM[@]}" parallel.tp=2 vision.parallel.sp=2 vision.parallel
   { ck="$(run_dir q_sp2_tp2)/final_checkpoint"
     check "q_sp2_tp2: checkpoint in rank pieces" test ! -f "$ck/model.safetensors"
     roundtrip q_sp2_tp2 "$ck"; }
+
+# the encoder on a rank of its own after a 2-stage text pipeline (3 ranks, ZeRO-3 on the
+# encoder): a third way of writing the pieces
+train q_separate_pp2 3 "${VLM[@]}" parallel.pp=2 vision.parallel.placement=separate \
+  vision.parallel.zero=3 && roundtrip q_separate_pp2 "$(run_dir q_separate_pp2)/final_checkpoint"
 
 train l_single 1 "${VLM[@]}" model.preset=tiny-llava training.seq_len=96 &&
   roundtrip l_single "$(run_dir l_single)/final_checkpoint"
