@@ -281,12 +281,14 @@ static int check_names(const hf_source *s, const loom_hf_tensor *t, int n, bool 
                             s->names[i]);
     unknown++;
   }
+  char more[32] = "";
+  if (unknown > 5) snprintf(more, sizeof more, " and %d more", unknown - 5);
   if (unknown)
     return loom_err("%s: %d tensor%s %s not part of the model described by the config (unknown "
                     "names, or features loom lacks): %s%s; importing without them would lose "
                     "them: check that config.json matches the weights", unknown > 1 ? s->where
                     : file, unknown, unknown > 1 ? "s" : "", unknown > 1 ? "are" : "is", names,
-                    unknown > 5 ? " and more" : "");
+                    more);
   if (ignored)
     loom_log("note: ignored %d tensor%s that %s not model parameters (e.g. %s: attention-mask "
              "buffers, rotary tables, or the tied lm_head copy)", ignored, ignored > 1 ? "s" : "",
@@ -314,10 +316,12 @@ static int check_missing(const hf_source *s, const loom_hf_tensor *t, int n) {
     missing++;
   }
   if (!missing) return 0;
+  char more[32] = "";
+  if (missing > 5) snprintf(more, sizeof more, " and %d more", missing - 5);
   return loom_err("%s: %d tensor%s of the model described by the config %s missing: %s%s; the "
                   "weights do not match the config (or the checkpoint is incomplete)", s->where,
                   missing, missing > 1 ? "s" : "", missing > 1 ? "are" : "is", names,
-                  missing > 5 ? " and more" : "");
+                  more);
 }
 
 /* Read every planned tensor (checked shape, converted to fp32) into params. */

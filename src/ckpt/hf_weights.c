@@ -94,10 +94,12 @@ int loom_weights_read(const char *dir, const loom_model_spec *spec,
                             loom_st_name(f, i));
     extra++;
   }
+  char more[32] = "";
+  if (extra > 5) snprintf(more, sizeof more, " and %d more", extra - 5);
   if (extra)
     rc = loom_err("%s: %d tensor%s not parameters of this model: %s%s; the checkpoint was "
                   "written for a different model (check model.* in the config)", path, extra,
-                  extra > 1 ? "s are" : " is", names, extra > 5 ? " and more" : "");
+                  extra > 1 ? "s are" : " is", names, more);
   loom_param_layout_free(&full);
   loom_st_close(f);
   free(path);
