@@ -55,6 +55,7 @@ static void check_import(const char *what, const char *hf, const char *out,
   if (rc) return;
   const loom_model_spec *s = &want->spec;
   CHECK(spec.vision.arch == s->vision.arch && spec.vision.hidden == s->vision.hidden &&
+            spec.vocab_size == s->vocab_size && spec.padded_vocab == s->padded_vocab &&
             spec.vision.depth == s->vision.depth && spec.hidden == s->hidden &&
             spec.layers == s->layers && spec.kv_heads == s->kv_heads &&
             spec.qkv_bias == s->qkv_bias && spec.tied_embeddings == s->tied_embeddings &&
@@ -256,18 +257,24 @@ static void write_new_layout(const char *src_dir, const char *dst_dir, bool llav
   free(src), free(dst), free(cs), free(cd);
 }
 
-static void roundtrip(const char *preset, uint64_t seed) {
-  char *ck = loom_sprintf("%s/%s_ckpt", scratch, preset);
-  char *hf = loom_sprintf("%s/%s_hf", scratch, preset);
-  char *back = loom_sprintf("%s/%s_back", scratch, preset);
-  loom_decoder *d = make_model(ck, preset, NULL, seed);
+/* extra: one more override (a variant: files not checked in detail), NULL for the preset;
+ * tag names the directories. */
+static void roundtrip(const char *preset, const char *extra, const char *tag, uint64_t seed) {
+  char *ck = loom_sprintf("%s/%s_ckpt", scratch, tag);
+  char *hf = loom_sprintf("%s/%s_hf", scratch, tag);
+  char *back = loom_sprintf("%s/%s_back", scratch, tag);
+  loom_decoder *d = make_model(ck, preset, extra, seed);
   loom_hf_export_opts eo = {LOOM_DT_F32, 5000000000LL, false};
   int rc = loom_hf_export(ck, hf, &eo);
-  CHECK(rc == 0, "%s: export: %s", preset, loom_errmsg());
-  if (d->spec.vision.arch == LOOM_VISION_QWEN) check_qwen_files(hf, d);
-  else check_llava_files(hf, d);
+  CHECK(rc == 0, "%s: export: %s", tag, loom_errmsg());
+  if (extra) {
+  } else if (d->spec.vision.arch == LOOM_VISION_QWEN) {
+    check_qwen_files(hf, d);
+  } else {
+    check_llava_files(hf, d);
+  }
   check_import(preset, hf, back, d, false);
-  char *renamed = loom_sprintf("%s/%s_newlayout", scratch, preset);
+  char *renamed = loom_sprintf("%s/%s_newlayout", scratch, tag);
   write_new_layout(hf, renamed, d->spec.vision.arch == LOOM_VISION_LLAVA);
   loom_rm_rf(back);
   check_import("transformers >= 4.52 names", renamed, back, d, false);
@@ -583,8 +590,13 @@ static void check_published_config(void) {
 
 int main(void) {
   scratch = st_scratch_dir("hf_vlm");
-  roundtrip("tiny-qwen2.5-vl", 11);
-  roundtrip("tiny-llava", 12);
+  roundtrip("tiny-qwen2.5-vl", NULL, "tiny-qwen2.5-vl", 11);
+  roundtrip("tiny-llava", NULL, "tiny-llava", 12);
+  /* untied Qwen2.5-VL head; vocabulary padding (500 of 512 rows); LLaVA over a Qwen2 text
+   * model (q/k/v biases) */
+  roundtrip("tiny-qwen2.5-vl", "model.tied_embeddings=false", "qwen_untied", 13);
+  roundtrip("tiny-qwen2.5-vl", "model.vocab_size=500", "qwen_v500", 15);
+  roundtrip("tiny-llava", "model.qkv_bias=true", "llava_qwen2", 14);
   bad_imports();
   bad_exports();
   check_token_ids();
