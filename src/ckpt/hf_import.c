@@ -110,7 +110,8 @@ static void source_normalize(hf_source *s) {
   if (qwen == llava) return;
   static const char *const map[][2][2] = {
       {{"model.visual.", "visual."}, {"model.language_model.", "model."}},
-      {{"model.vision_tower.", "vision_tower."}, {"model.language_model.", "language_model.model."}}};
+      {{"model.vision_tower.", "vision_tower."},
+       {"model.language_model.", "language_model.model."}}};
   for (int i = 0; i < s->n; i++) {
     char *n = s->names[i], *renamed = NULL;
     for (int k = 0; k < 2 && !renamed; k++) {
@@ -118,7 +119,8 @@ static void source_normalize(hf_source *s) {
       if (!strncmp(n, from, strlen(from))) renamed = loom_sprintf("%s%s", to, n + strlen(from));
     }
     if (llava && !strncmp(n, "model.multi_modal_projector.", 28)) renamed = loom_strdup(n + 6);
-    if (llava && !strcmp(n, "lm_head.weight")) renamed = loom_strdup("language_model.lm_head.weight");
+    if (llava && !strcmp(n, "lm_head.weight"))
+      renamed = loom_strdup("language_model.lm_head.weight");
     if (renamed) free(s->names[i]), s->names[i] = renamed;
   }
 }

@@ -159,7 +159,8 @@ static void check_qwen_files(const char *hf, const loom_decoder *d) {
             jint(vc, "spatial_merge_size") == 2 && jint(vc, "temporal_patch_size") == 2 &&
             jint(vc, "window_size") == 56 && jint(vc, "out_hidden_size") == 64 &&
             json_array_size(json_object_get(vc, "fullatt_block_indexes")) == 1 &&
-            json_integer_value(json_array_get(json_object_get(vc, "fullatt_block_indexes"), 0)) == 1,
+            json_integer_value(
+                json_array_get(json_object_get(vc, "fullatt_block_indexes"), 0)) == 1,
         "qwen: vision_config");
   json_t *sec = json_object_get(rs, "mrope_section");
   CHECK(!strcmp(json_string_value(json_object_get(rs, "type")), "mrope") &&
@@ -220,7 +221,8 @@ static void check_llava_files(const char *hf, const loom_decoder *d) {
  * vision tower under "model.", the head as lm_head.weight) in dst_dir. */
 static void write_new_layout(const char *src_dir, const char *dst_dir, bool llava) {
   static const char *const map[2][4][2] = {
-      {{"visual.", "model.visual."}, {"model.", "model.language_model."}, {NULL, NULL}, {NULL, NULL}},
+      {{"visual.", "model.visual."}, {"model.", "model.language_model."}, {NULL, NULL},
+       {NULL, NULL}},
       {{"language_model.model.", "model.language_model."}, {"vision_tower.", "model.vision_tower."},
        {"multi_modal_projector.", "model.multi_modal_projector."},
        {"language_model.lm_head.", "lm_head."}}};
@@ -422,7 +424,8 @@ static void bad_exports(void) {
   /* extra tensors in the checkpoint: named, nothing written */
   char *ck = loom_sprintf("%s/tiny-qwen2.5-vl_ckpt", scratch);
   variant(ck, "ck_extra", NULL, NULL, "vision.blocks.0.attn.q_norm.weight");
-  char *cy = loom_sprintf("%s/config.yaml", ck), *cy2 = loom_sprintf("%s/ck_extra/config.yaml", scratch);
+  char *cy = loom_sprintf("%s/config.yaml", ck);
+  char *cy2 = loom_sprintf("%s/ck_extra/config.yaml", scratch);
   char *text;
   size_t len;
   if (loom_read_file(cy, &text, &len) == 0) {
@@ -506,7 +509,8 @@ static void check_token_ids(void) {
   json_decref(root);
   char *over = loom_sprintf("data.tokenizer=%s", tok);
   for (int llava = 0; llava < 2; llava++) {
-    char *ck = loom_sprintf("%s/tok_ck%d", scratch, llava), *hf = loom_sprintf("%s/tok_hf%d", scratch, llava);
+    char *ck = loom_sprintf("%s/tok_ck%d", scratch, llava);
+    char *hf = loom_sprintf("%s/tok_hf%d", scratch, llava);
     loom_decoder *d = make_model(ck, llava ? "tiny-llava" : "tiny-qwen2.5-vl", over, 5);
     loom_decoder_free(d);
     loom_hf_export_opts eo = {LOOM_DT_F32, 5000000000LL, false};

@@ -136,8 +136,10 @@ def llava_params(hf, cfg, pixels, swap_qk=False, flip_patch=False):
     P["vision.patch_embed.weight"] = (W.transpose(-1, -2) if flip_patch else W).reshape(Cv, -1)
     P["vision.patch_embed.bias"] = hf.take(E + "patch_embedding.bias")
     P["vision.pos_embed.weight"] = hf.take(E + "position_embedding.weight")
-    names = [("layer_norm1", "attn_norm"), ("self_attn.q_proj", "attn.k" if swap_qk else "attn.q"),
-             ("self_attn.k_proj", "attn.q" if swap_qk else "attn.k"), ("self_attn.v_proj", "attn.v"),
+    names = [("layer_norm1", "attn_norm"),
+             ("self_attn.q_proj", "attn.k" if swap_qk else "attn.q"),
+             ("self_attn.k_proj", "attn.q" if swap_qk else "attn.k"),
+             ("self_attn.v_proj", "attn.v"),
              ("self_attn.out_proj", "attn.o"), ("layer_norm2", "mlp_norm"), ("mlp.fc1", "mlp.up"),
              ("mlp.fc2", "mlp.down")]
     for i in range(vc["num_hidden_layers"]):
