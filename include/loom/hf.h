@@ -12,7 +12,18 @@
  *   llama: embed -> model.embed_tokens, layers.i.attn_norm -> model.layers.i.input_layernorm,
  *          attn.{q,k,v,o} -> model.layers.i.self_attn.{q,k,v,o}_proj, mlp_norm ->
  *          post_attention_layernorm, mlp.{gate,up,down} -> mlp.{gate,up,down}_proj,
- *          final_norm -> model.norm, lm_head -> lm_head (V rows). No transposes. */
+ *          final_norm -> model.norm, lm_head -> lm_head (V rows). No transposes.
+ *   Qwen2.5-VL (Qwen2_5_VLForConditionalGeneration): the llama names for the text model plus
+ *          vision.patch_embed -> visual.patch_embed.proj (Conv3d (Cv, 3, T, p, p)),
+ *          vision.blocks.i.attn_norm/mlp_norm -> visual.blocks.i.norm1/norm2, attn.{q,k,v}
+ *          -> attn.qkv (rows stacked q, k, v), attn.o -> attn.proj, mlp.{gate,up,down} ->
+ *          mlp.{gate,up,down}_proj, merger.norm -> visual.merger.ln_q, merger.fc1/fc2 ->
+ *          visual.merger.mlp.0/mlp.2.
+ *   LLaVA-style (LoomLlavaForConditionalGeneration, not HF's LlavaForConditionalGeneration:
+ *          no CLS token, no pre-layernorm, a patch-embedding bias and a layernorm on every
+ *          patch feature): language_model.model.* / language_model.lm_head for the text
+ *          model, vision_tower.vision_model.* (CLIP names) for the encoder,
+ *          multi_modal_projector.linear_1/linear_2 for the projector. */
 #ifndef LOOM_HF_H
 #define LOOM_HF_H
 #include <stdbool.h>
@@ -23,14 +34,17 @@
 #include "loom/model.h"
 #include "loom/safetensors.h"
 
-/* ---- name mapping (src/ckpt/hf_names.c) ----------------------------------------------------
+/* ---- name mapping (src/ckpt/hf_names.c, hf_names_vision.c) -------------------------------
  * One HF tensor = the loom tensors parts[0..nparts) stacked along dim 0 (each contributing
  * rows[k] leading rows: fewer than its own rows only for vocabulary padding), transposed when
- * `transpose` (GPT-2 Conv1D stores (in, out)). */
+ * `transpose` (GPT-2 Conv1D stores (in, out)). shape is the HF shape on disk: the stacked
+ * matrix (or its transpose), or for convolution weights a reshape of it with the same
+ * row-major order (Qwen2.5-VL patch_embed.proj: (Cv, 3*T*p*p) -> (Cv, 3, T, p, p)). */
+#define LOOM_HF_MAX_DIMS 5
 typedef struct {
   char name[96];             /* HF name */
-  int ndim;                  /* 1 or 2 */
-  int64_t shape[2];          /* HF shape */
+  int ndim;                  /* 1, 2, 4 or 5 */
+  int64_t shape[LOOM_HF_MAX_DIMS]; /* HF shape */
   int nparts;                /* 1..3 */
   const loom_param *parts[3];
   int rows[3];
@@ -38,9 +52,16 @@ typedef struct {
 } loom_hf_tensor;
 
 /* The HF tensors of a model, in loom's parameter order; *out is malloc'd. Errors for models
- * that HF naming cannot express (gpt2 with kv_heads != heads). */
+ * that HF naming cannot express (gpt2 with kv_heads != heads, a Qwen2.5-VL whose vision
+ * settings Qwen2_5_VLForConditionalGeneration fixes otherwise, ...), naming what differs.
+ * Checks the plan with loom_hf_plan_check. */
 int loom_hf_plan(const loom_model_spec *spec, const loom_param_layout *lay,
                  loom_hf_tensor **out, int *count);
+/* Every parameter of lay must be part of exactly one planned HF tensor, and the HF tensors
+ * must hold every value except vocabulary padding rows; otherwise an error naming the
+ * parameters that would be lost (or written twice). */
+int loom_hf_plan_check(const loom_model_spec *spec, const loom_param_layout *lay,
+                       const loom_hf_tensor *t, int n);
 /* Elements of an HF tensor (product of its shape). */
 size_t loom_hf_numel(const loom_hf_tensor *t);
 /* params (flat loom buffer) -> dst (HF layout, numel floats). */
@@ -54,9 +75,19 @@ bool loom_hf_is_ignorable(const char *hf_name);
 /* ---- config.json (src/ckpt/hf_config.c) -------------------------------------------------- */
 /* config.json text (malloc'd) with the HF architecture fields of spec; torch_dtype from dt. */
 char *loom_hf_config_json(const loom_model_spec *spec, loom_dtype dt);
-/* Parse an HF config.json into cfg (defaults elsewhere; model.* from the file, preset "").
- * want_arch: the family detected from the tensor names (checked against model_type). Errors
- * name the file, the key and what to do. */
+/* Special tokens of a vision-language model's tokenizer (-1: unknown, left out of
+ * config.json): <|image_pad|>, <|vision_start|>, <|vision_end|>. */
+typedef struct {
+  int32_t image, vision_start, vision_end;
+} loom_hf_token_ids;
+/* loom_hf_config_json with a VLM's special token ids (NULL: none known). */
+char *loom_hf_config_json_ids(const loom_model_spec *spec, loom_dtype dt,
+                              const loom_hf_token_ids *ids);
+/* Parse an HF config.json into cfg (defaults elsewhere; model.* from the file, preset "" for
+ * text models; for qwen2_5_vl / loom_llava the preset whose vision encoder matches
+ * vision_config, with the text dimensions set explicitly). want_arch: the family detected
+ * from the tensor names (checked against model_type). Errors name the file, the key and what
+ * to do. */
 int loom_hf_config_load(loom_config *cfg, const char *path, loom_arch want_arch);
 /* "5GB" (10^9), "500MiB" (2^20), "20KB", "123" (bytes) -> bytes. */
 int loom_hf_parse_size(const char *text, int64_t *bytes);

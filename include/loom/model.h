@@ -79,6 +79,8 @@ typedef struct {
 int loom_model_preset(loom_model_spec *spec, const char *name);
 /* Values per patch fed to the vision encoder: 3 * temporal * patch * patch (1176 for Qwen). */
 int loom_vision_patch_values(const loom_vision_spec *v);
+/* Name of preset i (0, 1, ...), NULL past the last one. */
+const char *loom_model_preset_name(int i);
 /* Print the preset names and dims, one per line. */
 void loom_model_list_presets(void);
 /* Resolve config.model (preset + explicit dims) into a spec and check it: heads dividing

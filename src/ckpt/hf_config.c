@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "loom/core.h"
+#include "ckpt/hf_json.h"
 #include "loom/hf.h"
 
 /* ---- export --------------------------------------------------------------------------- */
@@ -24,7 +25,7 @@ static int real_precision(const double *v, int n) {
   return 15;
 }
 
-char *loom_hf_config_json(const loom_model_spec *s, loom_dtype dt) {
+json_t *hf_json_text(const loom_model_spec *s) {
   json_t *o = json_object();
   bool gpt2 = s->arch == LOOM_ARCH_GPT2;
   const char *type = gpt2 ? "gpt2" : s->qkv_bias ? "qwen2" : "llama";
@@ -64,24 +65,35 @@ char *loom_hf_config_json(const loom_model_spec *s, loom_dtype dt) {
   }
   json_object_set_new(o, "tie_word_embeddings", json_boolean(s->tied_embeddings));
   json_object_set_new(o, "initializer_range", json_real(s->init_std));
+  return o;
+}
+
+char *loom_hf_config_json_ids(const loom_model_spec *s, loom_dtype dt,
+                              const loom_hf_token_ids *ids) {
+  loom_hf_token_ids none = {-1, -1, -1};
+  json_t *o;
+  switch (s->vision.arch) {
+  case LOOM_VISION_QWEN: o = hf_json_qwen_vl(s, ids ? ids : &none); break;
+  case LOOM_VISION_LLAVA: o = hf_json_llava(s, ids ? ids : &none); break;
+  default: o = hf_json_text(s); break;
+  }
   json_object_set_new(o, "torch_dtype", json_string(dt == LOOM_DT_BF16 ? "bfloat16" : "float32"));
-  double reals[] = {s->norm_eps, s->rope_theta, s->init_std};
-  int prec = real_precision(reals, 3);
+  double reals[] = {s->norm_eps, s->rope_theta, s->init_std, s->vision.norm_eps};
+  int prec = real_precision(reals, 4);
   char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(prec));
   json_decref(o);
   LOOM_ASSERT(text);
   return text;
 }
 
+char *loom_hf_config_json(const loom_model_spec *s, loom_dtype dt) {
+  return loom_hf_config_json_ids(s, dt, NULL);
+}
+
 /* ---- import: typed getters that name the file and key --------------------------------- */
 
-typedef struct {
-  const char *path;
-  json_t *o;
-} jcfg;
-
 /* Integer key; absent or null gives def (or an error when required). */
-static int get_int(const jcfg *j, const char *key, bool required, long def, long *out) {
+int hf_json_int(const jcfg *j, const char *key, bool required, long def, long *out) {
   json_t *v = json_object_get(j->o, key);
   if (!v || json_is_null(v)) {
     if (required)
@@ -96,7 +108,7 @@ static int get_int(const jcfg *j, const char *key, bool required, long def, long
   return 0;
 }
 
-static int get_num(const jcfg *j, const char *key, double def, double *out) {
+int hf_json_num(const jcfg *j, const char *key, double def, double *out) {
   json_t *v = json_object_get(j->o, key);
   if (!v || json_is_null(v)) {
     *out = def;
@@ -108,7 +120,7 @@ static int get_num(const jcfg *j, const char *key, double def, double *out) {
   return 0;
 }
 
-static int get_bool(const jcfg *j, const char *key, bool def, bool *out) {
+int hf_json_bool(const jcfg *j, const char *key, bool def, bool *out) {
   json_t *v = json_object_get(j->o, key);
   if (!v || json_is_null(v)) {
     *out = def;
@@ -120,7 +132,7 @@ static int get_bool(const jcfg *j, const char *key, bool def, bool *out) {
 }
 
 /* A string key that must be one of allowed (NULL-terminated) when present. */
-static int check_str(const jcfg *j, const char *key, const char *const *allowed, const char *why) {
+int hf_json_str_in(const jcfg *j, const char *key, const char *const *allowed, const char *why) {
   json_t *v = json_object_get(j->o, key);
   if (!v || json_is_null(v)) return 0;
   const char *s = json_string_value(v);
@@ -131,9 +143,9 @@ static int check_str(const jcfg *j, const char *key, const char *const *allowed,
 }
 
 /* A boolean feature loom does not implement must be absent, null or false. */
-static int check_off(const jcfg *j, const char *key, const char *what) {
+int hf_json_off(const jcfg *j, const char *key, const char *what) {
   bool on = false;
-  if (get_bool(j, key, false, &on)) return LOOM_ERR;
+  if (hf_json_bool(j, key, false, &on)) return LOOM_ERR;
   if (on)
     return loom_err("%s: \"%s\" is true (%s), which loom does not implement", j->path, key,
                     what);
@@ -144,21 +156,21 @@ static int load_gpt2(const jcfg *j, loom_config_model *m) {
   static const char *const acts[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
   long hidden, inner;
   bool tied, scale = true;
-  int rc = get_int(j, "vocab_size", true, 0, &m->vocab_size) ||
-           get_int(j, "n_embd", true, 0, &hidden) ||
-           get_int(j, "n_layer", true, 0, &m->layers) ||
-           get_int(j, "n_head", true, 0, &m->heads) ||
-           get_int(j, "n_positions", false, 1024, &m->max_seq) ||
-           get_num(j, "layer_norm_epsilon", 1e-5, &m->norm_eps) ||
-           get_bool(j, "tie_word_embeddings", true, &tied) ||
-           get_bool(j, "scale_attn_weights", true, &scale) ||
-           check_off(j, "scale_attn_by_inverse_layer_idx", "extra attention scaling") ||
-           check_str(j, "activation_function", acts, " (the tanh approximation of GELU)");
+  int rc = hf_json_int(j, "vocab_size", true, 0, &m->vocab_size) ||
+           hf_json_int(j, "n_embd", true, 0, &hidden) ||
+           hf_json_int(j, "n_layer", true, 0, &m->layers) ||
+           hf_json_int(j, "n_head", true, 0, &m->heads) ||
+           hf_json_int(j, "n_positions", false, 1024, &m->max_seq) ||
+           hf_json_num(j, "layer_norm_epsilon", 1e-5, &m->norm_eps) ||
+           hf_json_bool(j, "tie_word_embeddings", true, &tied) ||
+           hf_json_bool(j, "scale_attn_weights", true, &scale) ||
+           hf_json_off(j, "scale_attn_by_inverse_layer_idx", "extra attention scaling") ||
+           hf_json_str_in(j, "activation_function", acts, " (the tanh approximation of GELU)");
   if (rc) return LOOM_ERR;
   if (!scale)
     return loom_err("%s: \"scale_attn_weights\" is false; loom always scales attention by "
                     "1/sqrt(head_dim)", j->path);
-  if (get_int(j, "n_inner", false, 4 * hidden, &inner)) return LOOM_ERR;
+  if (hf_json_int(j, "n_inner", false, 4 * hidden, &inner)) return LOOM_ERR;
   m->hidden = hidden;
   m->intermediate = inner;
   m->kv_heads = m->heads;
@@ -168,33 +180,43 @@ static int load_gpt2(const jcfg *j, loom_config_model *m) {
   return 0;
 }
 
-static int load_llama(const jcfg *j, loom_config_model *m, bool qwen2) {
+int hf_json_load_llama(const jcfg *j, loom_config_model *m, bool qwen2, bool mrope) {
   static const char *const acts[] = {"silu", NULL};
   bool tied;
   json_t *rs = json_object_get(j->o, "rope_scaling");
-  if (rs && !json_is_null(rs))
+  if (!mrope && rs && !json_is_null(rs))
     return loom_err("%s: \"rope_scaling\" is set; loom implements only plain RoPE (remove it "
                     "only if the model was trained without scaling)", j->path);
-  int rc = get_int(j, "vocab_size", true, 0, &m->vocab_size) ||
-           get_int(j, "hidden_size", true, 0, &m->hidden) ||
-           get_int(j, "num_hidden_layers", true, 0, &m->layers) ||
-           get_int(j, "num_attention_heads", true, 0, &m->heads) ||
-           get_int(j, "intermediate_size", true, 0, &m->intermediate) ||
-           get_int(j, "num_key_value_heads", false, m->heads, &m->kv_heads) ||
-           get_int(j, "head_dim", false, 0, &m->head_dim) ||
-           get_int(j, "max_position_embeddings", false, qwen2 ? 32768 : 2048, &m->max_seq) ||
-           get_num(j, "rms_norm_eps", 1e-6, &m->norm_eps) ||
-           get_num(j, "rope_theta", 10000.0, &m->rope_theta) ||
-           get_bool(j, "tie_word_embeddings", false, &tied) ||
-           check_str(j, "hidden_act", acts, " (SwiGLU MLP)") ||
-           check_off(j, "attention_bias", "bias on o_proj too") ||
-           check_off(j, "mlp_bias", "biases in the MLP") ||
-           check_off(j, "use_sliding_window", "sliding-window attention");
+  int rc = hf_json_int(j, "vocab_size", true, 0, &m->vocab_size) ||
+           hf_json_int(j, "hidden_size", true, 0, &m->hidden) ||
+           hf_json_int(j, "num_hidden_layers", true, 0, &m->layers) ||
+           hf_json_int(j, "num_attention_heads", true, 0, &m->heads) ||
+           hf_json_int(j, "intermediate_size", true, 0, &m->intermediate) ||
+           hf_json_int(j, "num_key_value_heads", false, m->heads, &m->kv_heads) ||
+           hf_json_int(j, "head_dim", false, 0, &m->head_dim) ||
+           hf_json_int(j, "max_position_embeddings", false, qwen2 ? 32768 : 2048, &m->max_seq) ||
+           hf_json_num(j, "rms_norm_eps", 1e-6, &m->norm_eps) ||
+           hf_json_num(j, "rope_theta", 10000.0, &m->rope_theta) ||
+           hf_json_bool(j, "tie_word_embeddings", false, &tied) ||
+           hf_json_str_in(j, "hidden_act", acts, " (SwiGLU MLP)") ||
+           hf_json_off(j, "attention_bias", "bias on o_proj too") ||
+           hf_json_off(j, "mlp_bias", "biases in the MLP") ||
+           hf_json_off(j, "use_sliding_window", "sliding-window attention");
   if (rc) return LOOM_ERR;
   snprintf(m->arch, sizeof m->arch, "llama");
   snprintf(m->qkv_bias, sizeof m->qkv_bias, "%s", qwen2 ? "true" : "false");
   snprintf(m->tied_embeddings, sizeof m->tied_embeddings, "%s", tied ? "true" : "false");
   return 0;
+}
+
+/* Dimensions in the text part of the model the tensors of a text-only family describe. */
+static int load_text(const jcfg *j, const char *type, loom_arch want_arch, loom_config_model *m) {
+  const char *names = want_arch == LOOM_ARCH_GPT2 ? "GPT-2" : "Llama/Qwen2";
+  if ((want_arch == LOOM_ARCH_GPT2) != !strcmp(type, "gpt2"))
+    return loom_err("%s: model_type \"%s\" does not match the tensor names, which are %s naming",
+                    j->path, type, names);
+  if (want_arch == LOOM_ARCH_GPT2) return load_gpt2(j, m);
+  return hf_json_load_llama(j, m, !strcmp(type, "qwen2"), false);
 }
 
 int loom_hf_config_load(loom_config *cfg, const char *path, loom_arch want_arch) {
@@ -208,25 +230,37 @@ int loom_hf_config_load(loom_config *cfg, const char *path, loom_arch want_arch)
     return loom_err("%s: expected a JSON object at the top level", path);
   }
   const char *type = json_string_value(json_object_get(j.o, "model_type"));
-  const char *names = want_arch == LOOM_ARCH_GPT2 ? "GPT-2" : "Llama/Qwen2";
-  int rc;
+  loom_config_model *m = &cfg->model;
+  int rc = 0;
   if (!type) {
-    rc = loom_err("%s: \"model_type\" is missing or not a string (expected gpt2, llama or qwen2)",
-                  path);
-  } else if (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen2")) {
-    rc = loom_err("%s: model_type \"%s\" is not supported; loom converts gpt2, llama and qwen2",
-                  path, type);
-  } else if ((want_arch == LOOM_ARCH_GPT2) != !strcmp(type, "gpt2")) {
-    rc = loom_err("%s: model_type \"%s\" does not match the tensor names, which are %s naming",
-                  path, type, names);
+    rc = loom_err("%s: \"model_type\" is missing or not a string (expected gpt2, llama, qwen2, "
+                  "qwen2_5_vl or loom_llava)", path);
+  } else if (want_arch == LOOM_ARCH_GPT2 && strcmp(type, "gpt2")) {
+    rc = loom_err("%s: model_type \"%s\" does not match the tensor names, which are GPT-2 "
+                  "naming", path, type);
   } else {
-    loom_config_model *m = &cfg->model;
     m->preset[0] = 0;
     double init_std;
-    rc = get_num(&j, "initializer_range", 0.02, &init_std);
+    rc = hf_json_num(&j, "initializer_range", 0.02, &init_std);
     if (!rc && init_std > 0) m->init_std = init_std;
-    bool qwen2 = !strcmp(type, "qwen2");
-    if (!rc) rc = want_arch == LOOM_ARCH_GPT2 ? load_gpt2(&j, m) : load_llama(&j, m, qwen2);
+  }
+  if (rc) {
+  } else if (!strcmp(type, "gpt2") || !strcmp(type, "llama") || !strcmp(type, "qwen2")) {
+    rc = load_text(&j, type, want_arch, m);
+  } else if (!strcmp(type, "qwen2_5_vl")) {
+    rc = hf_config_load_qwen_vl(&j, m);
+  } else if (!strcmp(type, "loom_llava")) {
+    rc = hf_config_load_loom_llava(&j, m);
+  } else if (!strcmp(type, "llava")) {
+    rc = loom_err("%s: model_type \"llava\" (Hugging Face's LlavaForConditionalGeneration) has "
+                  "a CLIP vision tower with a class token and a pre-layernorm "
+                  "(vision_tower.vision_model.embeddings.class_embedding, pre_layrnorm) that "
+                  "loom's LLaVA-style encoder does not compute; loom imports LLaVA-style "
+                  "checkpoints in its own layout only (model_type \"loom_llava\", written by "
+                  "`loom ckpt export`)", path);
+  } else {
+    rc = loom_err("%s: model_type \"%s\" is not supported; loom converts gpt2, llama, qwen2, "
+                  "qwen2_5_vl (Qwen2_5_VLForConditionalGeneration) and loom_llava", path, type);
   }
   json_decref(j.o);
   return rc;

@@ -1,16 +1,43 @@
 /* `loom ckpt export`: a loom checkpoint directory -> a Hugging Face directory (HF tensor names
  * and layouts, F32 or BF16, sharded with model.safetensors.index.json when larger than the
- * shard size, config.json), written under OUT.tmp.<pid> and renamed into place. */
+ * shard size, config.json), written under OUT.tmp.<pid> and renamed into place. Every value
+ * of the checkpoint is written or the export is refused (loom_hf_plan_check; vocabulary
+ * padding rows must be zero): never a silent subset. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "loom/core.h"
 #include "loom/hf.h"
+#include "loom/tokenizer.h"
+
+/* A VLM's special token ids from the run's tokenizer (data.tokenizer, else
+ * data.vqa_path/tokenizer.json), or -1 with a note when none is found. */
+static void find_token_ids(const loom_config *cfg, const loom_model_spec *spec,
+                           loom_hf_token_ids *ids) {
+  ids->image = ids->vision_start = ids->vision_end = -1;
+  if (spec->vision.arch == LOOM_VISION_NONE) return;
+  char *paths[2] = {loom_strdup(cfg->data.tokenizer),
+                    cfg->data.vqa_path[0] ? loom_sprintf("%s/tokenizer.json", cfg->data.vqa_path)
+                                          : loom_strdup("")};
+  for (int i = 0; i < 2 && ids->image < 0; i++) {
+    loom_tokenizer *t;
+    if (!paths[i][0] || !loom_path_exists(paths[i]) || loom_tokenizer_load(&t, paths[i]))
+      continue;
+    ids->image = loom_tokenizer_token_id(t, "<|image_pad|>");
+    ids->vision_start = loom_tokenizer_token_id(t, "<|vision_start|>");
+    ids->vision_end = loom_tokenizer_token_id(t, "<|vision_end|>");
+    loom_tokenizer_free(t);
+  }
+  if (ids->image < 0)
+    loom_log("note: no tokenizer with <|image_pad|> found (data.tokenizer '%s', '%s'): "
+             "config.json gets no image token id", paths[0], paths[1]);
+  free(paths[0]), free(paths[1]);
+}
 
 /* The model of a loom checkpoint directory: config.yaml -> spec -> layout, then weights. */
 static int load_checkpoint(const char *dir, loom_model_spec *spec, loom_param_layout *lay,
-                           float **params) {
+                           float **params, loom_hf_token_ids *ids) {
   *params = NULL;
   if (!loom_is_dir(dir))
     return loom_err("checkpoint '%s' is not a directory (expected e.g. "
@@ -26,6 +53,7 @@ static int load_checkpoint(const char *dir, loom_model_spec *spec, loom_param_la
     rc = loom_err_prefix("%s: ", cfg_path);
   free(cfg_path);
   if (rc) return rc;
+  find_token_ids(&cfg, spec, ids);
   loom_param_layout_build(lay, spec);
   *params = loom_alloc(lay->total * sizeof(float));
   if (!loom_ckpt_is_multi_rank(dir)) return loom_weights_read(dir, spec, lay, *params);
@@ -116,8 +144,9 @@ static int write_index(const char *dir, const loom_hf_tensor *t, int n, const in
   return rc;
 }
 
-static int write_config(const char *dir, const loom_model_spec *spec, loom_dtype dt) {
-  char *json = loom_hf_config_json(spec, dt);
+static int write_config(const char *dir, const loom_model_spec *spec, loom_dtype dt,
+                        const loom_hf_token_ids *ids) {
+  char *json = loom_hf_config_json_ids(spec, dt, ids);
   char *text = loom_sprintf("%s\n", json);
   char *path = loom_sprintf("%s/config.json", dir);
   int rc = loom_write_file_atomic(path, text, strlen(text));
@@ -126,11 +155,34 @@ static int write_config(const char *dir, const loom_model_spec *spec, loom_dtype
   return rc;
 }
 
+/* HF's vocab_size rows hold the vocabulary; the padding rows beyond it must be zero (as loom
+ * keeps them) or they would be lost. */
+static int check_padding(const loom_model_spec *spec, const loom_param_layout *lay,
+                         const float *params) {
+  for (int i = 0; i < lay->count; i++) {
+    const loom_param *p = &lay->params[i];
+    if (strcmp(p->name, "embed.weight") && strcmp(p->name, "lm_head.weight")) continue;
+    size_t from = (size_t)spec->vocab_size * (size_t)p->shape[1];
+    for (size_t j = from; j < p->numel; j++)
+      if (params[p->offset + j] != 0.0f)
+        return loom_err("%s row %zu (vocabulary padding beyond vocab_size %d) holds %g; the "
+                        "Hugging Face model has vocab_size rows only, so this value would be "
+                        "lost", p->name, j / (size_t)p->shape[1], spec->vocab_size,
+                        (double)params[p->offset + j]);
+  }
+  return 0;
+}
+
 static int export_to(const char *tmp, const loom_model_spec *spec, const loom_param_layout *lay,
-                     const float *params, const loom_hf_export_opts *o) {
+                     const float *params, const loom_hf_export_opts *o,
+                     const loom_hf_token_ids *ids) {
   loom_hf_tensor *t;
   int n;
   if (loom_hf_plan(spec, lay, &t, &n)) return LOOM_ERR;
+  if (check_padding(spec, lay, params)) {
+    free(t);
+    return LOOM_ERR;
+  }
   int *shard = malloc((size_t)n * sizeof *shard);
   LOOM_ASSERT(shard);
   int64_t total;
@@ -139,7 +191,7 @@ static int export_to(const char *tmp, const loom_model_spec *spec, const loom_pa
   for (int s = 0; s < nshards && !rc; s++)
     rc = write_shard(tmp, t, n, shard, s, nshards, params, o->dtype);
   if (!rc && nshards > 1) rc = write_index(tmp, t, n, shard, nshards, total);
-  if (!rc) rc = write_config(tmp, spec, o->dtype);
+  if (!rc) rc = write_config(tmp, spec, o->dtype, ids);
   free(shard);
   free(t);
   return rc;
@@ -154,11 +206,12 @@ int loom_hf_export(const char *ckpt_dir, const char *out_dir, const loom_hf_expo
   loom_model_spec spec;
   loom_param_layout lay = {0};
   float *params = NULL;
-  if (!rc) rc = load_checkpoint(ckpt_dir, &spec, &lay, &params);
+  loom_hf_token_ids ids;
+  if (!rc) rc = load_checkpoint(ckpt_dir, &spec, &lay, &params, &ids);
   if (!rc) {
     char *tmp = loom_tmp_path(out);
     loom_rm_rf(tmp);
-    rc = export_to(tmp, &spec, &lay, params, o);
+    rc = export_to(tmp, &spec, &lay, params, o, &ids);
     if (!rc) rc = loom_rename_dir_atomic(tmp, out);
     if (rc) loom_rm_rf(tmp);
     free(tmp);

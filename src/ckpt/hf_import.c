@@ -1,7 +1,9 @@
 /* `loom ckpt import`: a Hugging Face directory (model.safetensors, or shards listed in
- * model.safetensors.index.json; GPT-2 or Llama/Qwen2 naming; F32/BF16/F16) -> a loom
- * weights-only checkpoint (model.safetensors in fp32 with loom names and padded vocabulary,
- * config.yaml), written under OUT.tmp.<pid> and renamed into place. */
+ * model.safetensors.index.json; GPT-2, Llama/Qwen2, Qwen2.5-VL or loom's LLaVA-style naming;
+ * F32/BF16/F16) -> a loom weights-only checkpoint (model.safetensors in fp32 with loom names
+ * and padded vocabulary, config.yaml), written under OUT.tmp.<pid> and renamed into place.
+ * Every tensor of the directory must be a parameter of the model its config describes (or a
+ * known buffer), and every parameter must be there: errors name the tensors. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +97,34 @@ static int open_sharded(hf_source *s, const char *dir, const char *ipath) {
   return rc;
 }
 
+/* transformers >= 4.52 saves VLMs with the language model and vision tower under "model.":
+ * rename to the published layout (Qwen2.5-VL: visual.*, model.*; LLaVA: vision_tower.*,
+ * multi_modal_projector.*, language_model.model.*, language_model.lm_head). */
+static void source_normalize(hf_source *s) {
+  bool qwen = false, llava = false;
+  for (int i = 0; i < s->n; i++) {
+    qwen |= !strncmp(s->names[i], "model.visual.", 13);
+    llava |= !strncmp(s->names[i], "model.vision_tower.", 19) ||
+             !strncmp(s->names[i], "model.multi_modal_projector.", 28);
+  }
+  if (qwen == llava) return;
+  static const char *const map[][2][2] = {
+      {{"model.visual.", "visual."}, {"model.language_model.", "model."}},
+      {{"model.vision_tower.", "vision_tower."},
+       {"model.language_model.", "language_model.model."}}};
+  for (int i = 0; i < s->n; i++) {
+    char *n = s->names[i], *renamed = NULL;
+    for (int k = 0; k < 2 && !renamed; k++) {
+      const char *from = map[llava][k][0], *to = map[llava][k][1];
+      if (!strncmp(n, from, strlen(from))) renamed = loom_sprintf("%s%s", to, n + strlen(from));
+    }
+    if (llava && !strncmp(n, "model.multi_modal_projector.", 28)) renamed = loom_strdup(n + 6);
+    if (llava && !strcmp(n, "lm_head.weight"))
+      renamed = loom_strdup("language_model.lm_head.weight");
+    if (renamed) free(s->names[i]), s->names[i] = renamed;
+  }
+}
+
 static int source_open(hf_source *s, const char *dir) {
   memset(s, 0, sizeof *s);
   if (!loom_is_dir(dir))
@@ -119,37 +149,98 @@ static int source_open(hf_source *s, const char *dir) {
     free(bin);
   }
   free(single), free(ipath);
+  if (!rc) source_normalize(s);
   return rc;
 }
 
-/* GPT-2 or Llama/Qwen2 from the names. */
-static int detect_arch(const hf_source *s, loom_arch *arch) {
-  bool gpt2 = false, llama = false;
+static bool is_vision_name(const char *n) {
+  return !strncmp(n, "visual.", 7) || !strncmp(n, "vision_tower.", 13) ||
+         !strncmp(n, "multi_modal_projector.", 22);
+}
+
+/* "'a', 'b', ... and N more" of the names for which keep(name) holds; returns their count. */
+static int list_names(const hf_source *s, bool (*keep)(const char *), char *buf, size_t cap) {
+  int count = 0;
+  size_t k = 0;
+  buf[0] = 0;
+  for (int i = 0; i < s->n; i++) {
+    if (!keep(s->names[i])) continue;
+    if (count < 5 && k < cap)
+      k += (size_t)snprintf(buf + k, cap - k, "%s'%s'", count ? ", " : "", s->names[i]);
+    count++;
+  }
+  if (count > 5 && k < cap) snprintf(buf + k, cap - k, " and %d more", count - 5);
+  return count;
+}
+
+/* The family from the names: GPT-2, Llama/Qwen2, Qwen2.5-VL (visual.* + model.*) or LLaVA
+ * (vision_tower.* + multi_modal_projector.* + language_model.*). */
+static int detect_arch(const hf_source *s, loom_arch *arch, loom_vision_arch *vision) {
+  bool gpt2 = false, llama = false, visual = false, llava = false;
   for (int i = 0; i < s->n; i++) {
     const char *n = s->names[i];
     gpt2 |= !strcmp(n, "wte.weight") || !strncmp(n, "h.0.", 4);
     llama |= !strcmp(n, "model.embed_tokens.weight") || !strncmp(n, "model.layers.0.", 15);
+    visual |= !strncmp(n, "visual.", 7);
+    llava |= !strncmp(n, "language_model.", 15) || !strncmp(n, "vision_tower.", 13) ||
+             !strncmp(n, "multi_modal_projector.", 22);
   }
-  if (gpt2 != llama) {
+  *vision = LOOM_VISION_NONE;
+  if ((int)gpt2 + (int)(llama || visual) + (int)llava == 1) {
     *arch = gpt2 ? LOOM_ARCH_GPT2 : LOOM_ARCH_LLAMA;
+    *vision = visual ? LOOM_VISION_QWEN : llava ? LOOM_VISION_LLAVA : LOOM_VISION_NONE;
     return 0;
   }
-  if (gpt2)
-    return loom_err("%s: the tensor names mix GPT-2 (wte/h.*) and Llama (model.*) naming; give "
-                    "a directory holding one model", s->where);
+  if (gpt2 || llama || visual || llava)
+    return loom_err("%s: the tensor names mix the naming of several families (GPT-2 wte/h.*, "
+                    "Llama model.*, Qwen2.5-VL visual.*, LLaVA language_model.*/vision_tower.*); "
+                    "give a directory holding one model", s->where);
   char first[256] = "";
   for (int i = 0; i < s->n && i < 3; i++)
     snprintf(first + strlen(first), sizeof first - strlen(first), "%s'%s'", i ? ", " : "",
              s->names[i]);
   return loom_err("%s: unknown tensor naming (%s%s): expected Hugging Face GPT-2 names "
-                  "(wte.weight, h.0.attn.c_attn.weight, ...) or Llama/Qwen2 names "
-                  "(model.embed_tokens.weight, model.layers.0.self_attn.q_proj.weight, ...)",
+                  "(wte.weight, h.0.attn.c_attn.weight, ...), Llama/Qwen2 names "
+                  "(model.embed_tokens.weight, model.layers.0.self_attn.q_proj.weight, ...), "
+                  "Qwen2.5-VL names (visual.*, model.*) or loom's LLaVA names "
+                  "(language_model.model.*, vision_tower.*, multi_modal_projector.*)",
                   s->where, s->n ? "first names: " : "no tensors", first);
 }
 
+static const char *family_name(loom_arch arch, loom_vision_arch v) {
+  if (v == LOOM_VISION_QWEN) return "Qwen2.5-VL";
+  if (v == LOOM_VISION_LLAVA) return "LLaVA-style";
+  return arch == LOOM_ARCH_GPT2 ? "GPT-2" : "Llama/Qwen2";
+}
+
+/* The config's model and the tensors' family agree; a text-only config for VLM weights would
+ * drop the vision encoder: name what would be lost. */
+static int check_family(const hf_source *s, const char *src, const loom_model_spec *spec,
+                        loom_arch arch, loom_vision_arch vision) {
+  if (spec->arch == arch && spec->vision.arch == vision) return 0;
+  /* Qwen2.5-VL's text tensors alone: the missing vision tensors are named later */
+  if (spec->vision.arch == LOOM_VISION_QWEN && vision == LOOM_VISION_NONE &&
+      arch == LOOM_ARCH_LLAMA)
+    return 0;
+  if (vision != LOOM_VISION_NONE && spec->vision.arch == LOOM_VISION_NONE) {
+    char names[400];
+    int n = list_names(s, is_vision_name, names, sizeof names);
+    return loom_err("%s describes a text-only model, but the weights are a %s model with %d "
+                    "vision tensor%s (%s): importing them as text-only would drop the vision "
+                    "encoder and %s; use the model's own config.json (model_type %s)", src,
+                    family_name(arch, vision), n, n > 1 ? "s" : "", names,
+                    vision == LOOM_VISION_QWEN ? "merger" : "projector",
+                    vision == LOOM_VISION_QWEN ? "qwen2_5_vl" : "loom_llava");
+  }
+  return loom_err("%s describes a %s model but the tensors have %s naming; give a config of "
+                  "the same family", src, family_name(spec->arch, spec->vision.arch),
+                  family_name(arch, vision));
+}
+
 /* The run config: --config, or config.json mapped onto the defaults. */
-static int resolve_config(const char *dir, const loom_hf_import_opts *o, loom_arch arch,
-                          loom_config *cfg, loom_model_spec *spec) {
+static int resolve_config(const hf_source *s, const char *dir, const loom_hf_import_opts *o,
+                          loom_arch arch, loom_vision_arch vision, loom_config *cfg,
+                          loom_model_spec *spec) {
   loom_config_defaults(cfg);
   char *json = loom_sprintf("%s/config.json", dir);
   const char *src = o->config_path ? o->config_path : json;
@@ -164,31 +255,42 @@ static int resolve_config(const char *dir, const loom_hf_import_opts *o, loom_ar
   }
   if (!rc && (loom_config_validate(cfg) || loom_model_spec_from_config(spec, &cfg->model)))
     rc = loom_err_prefix("%s gives an invalid model: ", src);
-  if (!rc && spec->arch != arch)
-    rc = loom_err("%s describes a %s model but the tensors have %s naming; give a config of "
-                  "the same family", src, spec->arch == LOOM_ARCH_GPT2 ? "gpt2" : "llama",
-                  arch == LOOM_ARCH_GPT2 ? "GPT-2" : "Llama/Qwen2");
+  if (!rc) rc = check_family(s, src, spec, arch, vision);
   free(json);
   return rc;
 }
 
-/* Every HF tensor is a planned one or an ignorable buffer; note the ignored ones. */
+/* Every HF tensor is a planned one or an ignorable buffer (noted); the others are named. */
 static int check_names(const hf_source *s, const loom_hf_tensor *t, int n, bool tied) {
-  int ignored = 0;
-  const char *example = NULL;
+  int ignored = 0, unknown = 0;
+  const char *example = NULL, *file = NULL;
+  char names[400] = "";
+  size_t k = 0;
   for (int i = 0; i < s->n; i++) {
     bool planned = false;
-    for (int k = 0; k < n && !planned; k++) planned = !strcmp(t[k].name, s->names[i]);
+    for (int j = 0; j < n && !planned; j++) planned = !strcmp(t[j].name, s->names[i]);
     if (planned) continue;
-    if (loom_hf_is_ignorable(s->names[i]) || (tied && !strcmp(s->names[i], "lm_head.weight"))) {
+    bool head = !strcmp(s->names[i], "lm_head.weight") ||
+                !strcmp(s->names[i], "language_model.lm_head.weight");
+    if (loom_hf_is_ignorable(s->names[i]) || (tied && head)) {
       if (!example) example = s->names[i];
       ignored++;
       continue;
     }
-    return loom_err("%s: tensor '%s' is not part of the model described by the config (unknown "
-                    "name, or a feature loom lacks); check that config.json matches the "
-                    "weights", loom_st_path(s->file_of[i]), s->names[i]);
+    if (!file) file = loom_st_path(s->file_of[i]);
+    if (unknown < 5 && k < sizeof names)
+      k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", unknown ? ", " : "",
+                            s->names[i]);
+    unknown++;
   }
+  char more[32] = "";
+  if (unknown > 5) snprintf(more, sizeof more, " and %d more", unknown - 5);
+  if (unknown)
+    return loom_err("%s: %d tensor%s %s not part of the model described by the config (unknown "
+                    "names, or features loom lacks): %s%s; importing without them would lose "
+                    "them: check that config.json matches the weights", unknown > 1 ? s->where
+                    : file, unknown, unknown > 1 ? "s" : "", unknown > 1 ? "are" : "is", names,
+                    more);
   if (ignored)
     loom_log("note: ignored %d tensor%s that %s not model parameters (e.g. %s: attention-mask "
              "buffers, rotary tables, or the tied lm_head copy)", ignored, ignored > 1 ? "s" : "",
@@ -201,6 +303,27 @@ static void fmt_shape(char *buf, size_t cap, int nd, const int64_t *sh) {
   for (int d = 0; d < nd && k < cap; d++)
     k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)sh[d]);
   if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+/* Every planned tensor is in the directory; the missing ones are named. */
+static int check_missing(const hf_source *s, const loom_hf_tensor *t, int n) {
+  int missing = 0;
+  char names[400] = "";
+  size_t k = 0;
+  for (int j = 0; j < n; j++) {
+    if (source_find(s, t[j].name) >= 0) continue;
+    if (missing < 5 && k < sizeof names)
+      k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", missing ? ", " : "",
+                            t[j].name);
+    missing++;
+  }
+  if (!missing) return 0;
+  char more[32] = "";
+  if (missing > 5) snprintf(more, sizeof more, " and %d more", missing - 5);
+  return loom_err("%s: %d tensor%s of the model described by the config %s missing: %s%s; the "
+                  "weights do not match the config (or the checkpoint is incomplete)", s->where,
+                  missing, missing > 1 ? "s" : "", missing > 1 ? "are" : "is", names,
+                  more);
 }
 
 /* Read every planned tensor (checked shape, converted to fp32) into params. */
@@ -221,7 +344,9 @@ static int read_tensors(const hf_source *s, const loom_hf_tensor *t, int n, floa
     const loom_st_file *f = s->file_of[i];
     int idx = s->index[i], nd = loom_st_ndim(f, idx);
     const int64_t *sh = loom_st_shape(f, idx);
-    if (nd != t[k].ndim || sh[0] != t[k].shape[0] || (nd == 2 && sh[1] != t[k].shape[1])) {
+    bool same = nd == t[k].ndim;
+    for (int dd = 0; same && dd < nd; dd++) same = sh[dd] == t[k].shape[dd];
+    if (!same) {
       char got[96], want[96];
       fmt_shape(got, sizeof got, nd, sh);
       fmt_shape(want, sizeof want, t[k].ndim, t[k].shape);
@@ -259,15 +384,18 @@ static int write_checkpoint(const char *tmp, const char *hf_dir, const loom_para
 static int import_from(const hf_source *s, const char *hf_dir, const char *out,
                        const loom_hf_import_opts *o) {
   loom_arch arch = LOOM_ARCH_GPT2;
+  loom_vision_arch vision = LOOM_VISION_NONE;
   loom_config cfg;
   loom_model_spec spec;
-  if (detect_arch(s, &arch) || resolve_config(hf_dir, o, arch, &cfg, &spec)) return LOOM_ERR;
+  if (detect_arch(s, &arch, &vision) || resolve_config(s, hf_dir, o, arch, vision, &cfg, &spec))
+    return LOOM_ERR;
   loom_param_layout lay;
   loom_param_layout_build(&lay, &spec);
   loom_hf_tensor *t = NULL;
   int n = 0;
   int rc = loom_hf_plan(&spec, &lay, &t, &n);
   if (!rc) rc = check_names(s, t, n, spec.tied_embeddings);
+  if (!rc) rc = check_missing(s, t, n);
   float *params = loom_alloc(lay.total * sizeof(float)); /* zeroed: padding rows stay 0 */
   if (!rc) rc = read_tensors(s, t, n, params);
   if (!rc) {

@@ -84,11 +84,22 @@ int loom_weights_read(const char *dir, const loom_model_spec *spec,
   }
   loom_param_layout full; /* names of the whole model: a pipeline shard holds a subset */
   loom_param_layout_build(&full, spec);
-  for (int i = 0; !rc && i < loom_st_count(f); i++)
-    if (!loom_param_find(&full, loom_st_name(f, i)))
-      rc = loom_err("%s: tensor '%s' is not a parameter of this model; the checkpoint was "
-                    "written for a different model (check model.* in the config)", path,
-                    loom_st_name(f, i));
+  int extra = 0;
+  char names[400] = "";
+  size_t k = 0;
+  for (int i = 0; !rc && i < loom_st_count(f); i++) {
+    if (loom_param_find(&full, loom_st_name(f, i))) continue;
+    if (extra < 5 && k < sizeof names)
+      k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", extra ? ", " : "",
+                            loom_st_name(f, i));
+    extra++;
+  }
+  char more[32] = "";
+  if (extra > 5) snprintf(more, sizeof more, " and %d more", extra - 5);
+  if (extra)
+    rc = loom_err("%s: %d tensor%s not parameters of this model: %s%s; the checkpoint was "
+                  "written for a different model (check model.* in the config)", path, extra,
+                  extra > 1 ? "s are" : " is", names, more);
   loom_param_layout_free(&full);
   loom_st_close(f);
   free(path);

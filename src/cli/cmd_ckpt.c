@@ -311,7 +311,7 @@ static const struct {
   const char *summary;
 } subcommands[] = {
     {"inspect", ckpt_inspect, "tensors, dtypes, shapes, norms and metadata of a checkpoint"},
-    {"export", loom_hf_cmd_export, "checkpoint -> Hugging Face directory (GPT-2/Llama/Qwen2)"},
+    {"export", loom_hf_cmd_export, "checkpoint -> Hugging Face directory (text models and VLMs)"},
     {"import", loom_hf_cmd_import, "Hugging Face directory -> weights-only checkpoint"},
     {"compare", loom_cmd_ckpt_compare, "compare the weights of two checkpoints (any layouts)"},
     {"grad-norms", loom_grad_norms_cmd, "per-tensor norms of a checkpoint's saved gradients"},

@@ -62,6 +62,10 @@ int loom_model_preset(loom_model_spec *spec, const char *name) {
                   "give every dimension)", name, list);
 }
 
+const char *loom_model_preset_name(int i) {
+  return i >= 0 && i < N_PRESETS ? presets[i].name : NULL;
+}
+
 void loom_model_list_presets(void) {
   printf("%-14s %-6s %7s %6s %4s %6s %7s %6s %14s  %s\n", "preset", "arch", "vocab", "hidden",
          "layers", "heads", "kv_heads", "inter", "params", "about");

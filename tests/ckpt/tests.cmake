@@ -22,3 +22,7 @@ add_test(NAME ckpt_hf_train
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hf_train_test.sh $<TARGET_FILE:loom>
           $<TARGET_FILE:ckpt_hf_helper>)
 set_tests_properties(ckpt_hf_train PROPERTIES TIMEOUT 180)
+# ... and vision-language checkpoints written by `loom train` (one process, 2 ranks, LLaVA).
+add_test(NAME ckpt_hf_vlm_train
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hf_vlm_train_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(ckpt_hf_vlm_train PROPERTIES TIMEOUT 300)

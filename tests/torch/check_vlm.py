@@ -43,20 +43,17 @@ def rotary(positions, D, theta, sections):
     return emb.cos(), emb.sin()
 
 
-def main():
-    tensors, meta = st_io.read(sys.argv[1])
-    preset = meta["preset"]
-    tx = TEXT[preset]
-    vcfg = config_of(tensors, meta)
-    P = {n[6:]: torch.tensor(np.asarray(a), dtype=torch.float64, requires_grad=True)
-         for n, a in tensors.items() if n.startswith("param.")}
+def forward(P, tensors, tx, vcfg):
+    """logits (B, T, rows of the head) and the loss of the whole VLM on the dump's inputs,
+    from reference parameters P named as loom names them"""
     tokens = torch.tensor(np.asarray(tensors["tokens"]), dtype=torch.long)
     targets = torch.tensor(np.asarray(tensors["targets"]), dtype=torch.long)
     slot = np.asarray(tensors["slot"])
     B, T = tokens.shape
     C = P["embed.weight"].shape[1]
     D = C // tx["Hq"]
-    pixels = torch.tensor(np.asarray(tensors["pixels"]), dtype=torch.float64)
+    dtype = P["embed.weight"].dtype
+    pixels = torch.tensor(np.asarray(tensors["pixels"]), dtype=dtype)
     grids = [tuple(int(x) for x in g) for g in np.asarray(tensors["grid"])]
     vis = (qwen_forward if vcfg["qwen"] else llava_forward)(P, pixels, grids, vcfg, False)
     x = P["embed.weight"][tokens]
@@ -82,6 +79,17 @@ def main():
     logits = linear(h, P["embed.weight"] if tx["tied"] else P["lm_head.weight"], None, False)
     loss = F.cross_entropy(logits[..., :tx["V"]].reshape(-1, tx["V"]), targets.reshape(-1),
                            ignore_index=-100)
+    return logits, loss
+
+
+def main():
+    tensors, meta = st_io.read(sys.argv[1])
+    preset = meta["preset"]
+    tx = TEXT[preset]
+    vcfg = config_of(tensors, meta)
+    P = {n[6:]: torch.tensor(np.asarray(a), dtype=torch.float64, requires_grad=True)
+         for n, a in tensors.items() if n.startswith("param.")}
+    logits, loss = forward(P, tensors, tx, vcfg)
     loss.backward()
     fails = []
     checks = [("logits", rel(tensors["logits"], logits.detach().numpy()), 1e-5),

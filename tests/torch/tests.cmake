@@ -44,3 +44,10 @@ endforeach()
 add_test(NAME torch_checker_selftest COMMAND ${LOOM_PYTHON} ${LOOM_TORCH_DIR}/selftest.py
   WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(torch_checker_selftest PROPERTIES TIMEOUT 300)
+# HF export layout: the exported VLM loaded by HF name into the reference (check_vlm_hf.py).
+foreach(preset tiny-qwen2.5-vl tiny-llava)
+  add_test(NAME torch_vlm_hf_${preset}
+    COMMAND sh -c "$<TARGET_FILE:loom_vlm_dump> vlmhf_${preset}.safetensors ${preset} && ${LOOM_PYTHON} ${LOOM_TORCH_DIR}/check_vlm_hf.py $<TARGET_FILE:loom> vlmhf_${preset}.safetensors vlmhf_${preset}.d"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(torch_vlm_hf_${preset} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
