@@ -316,6 +316,13 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   if (o->resume && !loom_is_dir(o->resume))
     return loom_err("--resume: checkpoint '%s' is not a directory (expected "
                     "runs/<id>/checkpoint_<step> or final_checkpoint)", o->resume);
+  char *state_path = o->resume ? loom_sprintf("%s/trainer_state.json", o->resume) : NULL;
+  bool weights_only = state_path && !loom_path_exists(state_path);
+  free(state_path);
+  if (weights_only) /* e.g. `loom ckpt import` output: weights, no optimizer or step */
+    return loom_err("--resume: '%s' has no trainer_state.json: it holds weights only (as "
+                    "`loom ckpt import` writes) and cannot be resumed; start a new run from it "
+                    "with checkpoint.init_from=%s", o->resume, o->resume);
   /* checkpoint.init_from is loaded (and checked against the model) before the run
    * directory exists; with --resume the resumed weights win (they descend from it) */
   char init_desc[LOOM_STR_MAX * 2 + 256] = "";

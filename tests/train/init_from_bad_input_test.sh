@@ -55,6 +55,12 @@ expect_fail "Hugging Face directory without weights" "holds neither model.safete
 cp -r "$WORK/hf" "$WORK/hf_short" && truncate -s 2000 "$WORK/hf_short/model.safetensors"
 expect_fail "truncated Hugging Face weights" "model.safetensors" checkpoint.init_from="$WORK/hf_short"
 check "no temporary files anywhere" test -z "$(find "$WORK" -name '*.tmp*')"
+# an imported (weights-only) checkpoint cannot be resumed: the error says to use init_from
+"$LOOM" ckpt import "$WORK/hf" --out "$WORK/imported" >/dev/null || fail "import"
+err=$("$LOOM" train --resume "$WORK/imported" data.train_shards="$WORK/train.bin" 2>&1 >/dev/null); rc=$?
+if [ $rc -ne 0 ] && [[ "$err" == *"it holds weights only (as \`loom ckpt import\` writes) and cannot be resumed; start a new run from it with checkpoint.init_from=$WORK/imported"* ]]; then pass
+else fail "resuming an imported checkpoint: rc $rc: $err"; fi
+check "resuming an imported checkpoint wrote nothing next to it" test "$(ls "$WORK" | grep -c config.yaml)" = 0
 
 # several ranks: every rank stops with the same message, nothing left
 if command -v mpirun >/dev/null; then
