@@ -56,6 +56,8 @@ check "train.log says which weights" grep -q "initialised from $WORK/imported (l
 check "summary.json records init_from" grep -q "\"init_from\": \"$WORK/imported\"" "$z/summary.json"
 check "config.yaml records init_from" grep -q "init_from: $WORK/imported" "$z/config.yaml"
 check "steps=0 run has a final checkpoint, no metrics" test ! -s "$z/metrics.jsonl"
+check "the registry records init_from" bash -c "'$LOOM' runs --runs-dir '$WORK/runs' \
+  --filter \"checkpoint.init_from = '$WORK/imported' AND steps = 0\" | grep -q '^z_single_'"
 zero_from z_tp2 2 "$WORK/imported" "$BASE" "${G0[@]}" parallel.tp=2
 zero_from z_tp2_megatron 2 "$WORK/imported" "$BASE" "${G0[@]}" parallel.tp=2 parallel.sp_mode=megatron
 zero_from z_pp2 2 "$WORK/imported" "$BASE" "${G0[@]}" parallel.pp=2
