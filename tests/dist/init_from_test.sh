@@ -97,6 +97,16 @@ train ft_fresh 1 "${GPT2[@]}" training.steps=1 data.train_shards="$WORK/ft.bin" 
 a=$(losses "$(run_dir ft_single)" | head -1) b=$(losses "$(run_dir ft_fresh)" | head -1)
 if awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / b; exit !(d > 1e-3 || d < -1e-3) }'; then pass
 else fail "first fine-tune loss $a is the fresh run's $b: the weights were not loaded"; fi
+echo "  first loss from the imported weights $a, from fresh weights $b"
+# bf16 compute: the bf16 copy of the loaded weights is what the forward uses. Its first loss
+# is the fp32 fine-tune's within the bf16 tolerance of equivalence_test.sh (2e-3; measured
+# ~5e-6), far from the fresh weights' (2e-2 apart), and tp2 x pp2 matches one process (2e-3).
+train ft_bf16 1 "${FT[@]}" training.micro_batch_size=4 training.grad_accum=2 training.dtype=bf16
+c=$(losses "$(run_dir ft_bf16)" | head -1)
+if awk -v a="$a" -v c="$c" 'BEGIN { d = (a - c) / a; exit !(d < 2e-3 && d > -2e-3) }'; then pass
+else fail "bf16 fine-tune starts at $c, the fp32 one at $a: the bf16 weights are not the loaded ones"; fi
+train ft_bf16_tp2_pp2 4 "${FT[@]}" training.micro_batch_size=4 training.grad_accum=2 training.dtype=bf16 parallel.tp=2 parallel.pp=2 &&
+  close_losses ft_bf16 ft_bf16_tp2_pp2 2e-3
 
 echo "resuming a fine-tune: bitwise in the same layout, init_from not loaded again"
 train ft_stop 2 "${FT[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 checkpoint.every=2 --stop-after 2
