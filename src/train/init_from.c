@@ -230,7 +230,8 @@ static int load_modules(const char *dir, loom_executor *ex) {
   return rc ? loom_err_prefix("checkpoint.init_from: ") : 0;
 }
 
-/* "written by N ranks at step S" / "one model.safetensors" for the log line. */
+/* What a loom checkpoint is, for the log line: rank pieces (files, ranks, step) or one
+ * model.safetensors (step, or weights only). */
 static void describe_loom(const char *dir, char *out, size_t cap) {
   json_t *st = NULL, *ix = NULL;
   char *sp = loom_sprintf("%s/trainer_state.json", dir), *ip = loom_sprintf("%s/index.json", dir);
@@ -305,4 +306,16 @@ int loom_init_from_check_resume(const loom_config *cfg, const char *resume_dir) 
                   "to start a new run from the weights", cfg->checkpoint.init_from, resume_dir,
                   then.checkpoint.init_from[0] ? "'" : "fresh initialisation",
                   then.checkpoint.init_from, then.checkpoint.init_from[0] ? "'" : "");
+}
+
+int loom_init_from_setup(const loom_config *cfg, const char *resume, const loom_model_spec *spec,
+                         loom_executor *ex, const loom_comm *job, char *desc, size_t cap) {
+  desc[0] = 0;
+  if (!resume)
+    return cfg->checkpoint.init_from[0] ? loom_init_from_load(cfg, spec, ex, job, desc, cap) : 0;
+  if (!has(resume, "trainer_state.json")) /* e.g. `loom ckpt import` output */
+    return loom_err("--resume: '%s' has no trainer_state.json: it holds weights only (as "
+                    "`loom ckpt import` writes) and cannot be resumed; start a new run from it "
+                    "with checkpoint.init_from=%s", resume, resume);
+  return cfg->checkpoint.init_from[0] ? loom_init_from_check_resume(cfg, resume) : 0;
 }

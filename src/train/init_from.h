@@ -21,6 +21,13 @@
 int loom_init_from_load(const loom_config *cfg, const loom_model_spec *spec, loom_executor *ex,
                         const loom_comm *job, char *desc, size_t cap);
 
+/* What setup() of the run driver calls, every rank, before the run directory exists: with
+ * --resume (resume != NULL), refuse a weights-only checkpoint (no trainer_state.json: say to
+ * use init_from) and check loom_init_from_check_resume; without, load checkpoint.init_from
+ * when set. desc receives the train.log line ("" when nothing was loaded). */
+int loom_init_from_setup(const loom_config *cfg, const char *resume, const loom_model_spec *spec,
+                         loom_executor *ex, const loom_comm *job, char *desc, size_t cap);
+
 /* --resume together with checkpoint.init_from: resuming wins (the resumed weights already
  * descend from init_from) when the resumed checkpoint's config names the same init_from;
  * another value is refused, as the run would claim weights it did not start from. */

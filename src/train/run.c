@@ -214,15 +214,15 @@ static int write_summary(run_ctx *c, bool stepped, double final_loss, double min
                               ",\n  \"val_accuracy_%s\": %.6f", v->kind[k],
                               (double)v->kind_correct[k] / (double)v->kind_samples[k]);
   }
-  char losses[LOOM_STR_MAX * 2 + 128] = ""; /* none when this process took no step (training.steps=0) */
+  char head[LOOM_STR_MAX * 2 + 128] = ""; /* no losses when no step was taken (steps=0) */
   if (stepped)
-    snprintf(losses, sizeof losses, "\n  \"final_loss\": %.17g,\n  \"min_loss\": %.17g,",
+    snprintf(head, sizeof head, "\n  \"final_loss\": %.17g,\n  \"min_loss\": %.17g,",
              final_loss, min_loss);
   if (c->cfg->checkpoint.init_from[0]) { /* the weights the run started from */
     json_t *s = json_string(c->cfg->checkpoint.init_from);
     char *quoted = json_dumps(s, JSON_ENCODE_ANY);
-    size_t n = strlen(losses);
-    snprintf(losses + n, sizeof losses - n, "\n  \"init_from\": %s,", quoted);
+    size_t n = strlen(head);
+    snprintf(head + n, sizeof head - n, "\n  \"init_from\": %s,", quoted);
     free(quoted);
     json_decref(s);
   }
@@ -230,7 +230,7 @@ static int write_summary(run_ctx *c, bool stepped, double final_loss, double min
       "{\n  \"steps\": %ld,%s\n"
       "  \"avg_step_time\": %.6f,\n  \"timed_steps\": %ld,\n  \"tokens_per_s\": %.1f,\n"
       "  \"peak_rss_mb\": %.1f%s\n}\n",
-      c->state.step, losses, avg_step, timed_steps,
+      c->state.step, head, avg_step, timed_steps,
       avg_step > 0 ? tokens_per_step / avg_step : 0.0, (double)ru.ru_maxrss / 1024.0, accuracy);
   char *path = loom_sprintf("%s/summary.json", c->run_dir);
   int rc = loom_write_file_atomic(path, text, strlen(text));
@@ -316,22 +316,11 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   if (o->resume && !loom_is_dir(o->resume))
     return loom_err("--resume: checkpoint '%s' is not a directory (expected "
                     "runs/<id>/checkpoint_<step> or final_checkpoint)", o->resume);
-  char *state_path = o->resume ? loom_sprintf("%s/trainer_state.json", o->resume) : NULL;
-  bool weights_only = state_path && !loom_path_exists(state_path);
-  free(state_path);
-  if (weights_only) /* e.g. `loom ckpt import` output: weights, no optimizer or step */
-    return loom_err("--resume: '%s' has no trainer_state.json: it holds weights only (as "
-                    "`loom ckpt import` writes) and cannot be resumed; start a new run from it "
-                    "with checkpoint.init_from=%s", o->resume, o->resume);
-  /* checkpoint.init_from is loaded (and checked against the model) before the run
-   * directory exists; with --resume the resumed weights win (they descend from it) */
+  /* checkpoint.init_from: loaded and checked against the model before the run directory
+   * exists (with --resume, the resumed weights win) */
   char init_desc[LOOM_STR_MAX * 2 + 256] = "";
-  if (cfg->checkpoint.init_from[0] && o->resume &&
-      loom_init_from_check_resume(cfg, o->resume))
-    return LOOM_ERR;
-  if (cfg->checkpoint.init_from[0] && !o->resume &&
-      loom_init_from_load(cfg, &c->spec, c->exec, &c->job.world_comm, init_desc,
-                          sizeof init_desc))
+  if (loom_init_from_setup(cfg, o->resume, &c->spec, c->exec, &c->job.world_comm, init_desc,
+                           sizeof init_desc))
     return LOOM_ERR;
   /* every check that can fail on bad input is done: only now create the run directory */
   if (open_run_dir(c, o)) return LOOM_ERR;
