@@ -2,11 +2,12 @@
 # checkpoint.init_from: a run starts from given weights in any parallel layout.
 #  - training.steps=0 from init_from writes the loaded weights as its final checkpoint: they
 #    must equal the source bit for bit (ckpt compare --rtol 0) in every layout class (one
-#    process, tp, Megatron sp, pp, Ulysses sp, ZeRO-1/3, dp2 x tp2 x pp2), from every kind of
-#    source (loom checkpoint of one process or in rank pieces, written with ZeRO-3 too; a
-#    Hugging Face directory, sharded; bf16 on disk), for GPT-2, Qwen2 (GQA + q/k/v bias),
-#    Qwen2.5-VL and LLaVA (both the vision encoder and the decoder). A control shows the
-#    comparison fails for fresh weights.
+#    process, tp, Megatron sp, pp, interleaved pp, Ulysses sp, ZeRO-1/2/3, dp2 x tp2 x pp2,
+#    per-module vision strategies), from every kind of source (loom checkpoint of one process
+#    or in rank pieces, written with ZeRO-3 too; a Hugging Face directory, sharded; bf16 on
+#    disk), for GPT-2, Llama (GQA), Qwen2 (GQA + q/k/v bias, untied), Qwen2.5-VL and LLaVA
+#    (both the vision encoder and the decoder). A control shows the comparison fails for
+#    fresh weights.
 #  - a fine-tune of an exported-then-imported model in an 8-rank layout (dp2 x tp2 x pp2,
 #    ZeRO-1) equals the one-process fine-tune: per-step losses 1e-5 relative, final weights
 #    1e-4 relative norm per tensor — the tolerances of equivalence_test.sh, for the same
@@ -63,6 +64,8 @@ zero_from z_tp2_megatron 2 "$WORK/imported" "$BASE" "${G0[@]}" parallel.tp=2 par
 zero_from z_pp2 2 "$WORK/imported" "$BASE" "${G0[@]}" parallel.pp=2
 zero_from z_ulysses2 2 "$WORK/imported" "$BASE" "${G0[@]}" parallel.sp=2
 zero_from z_dp2_zero3 2 "$WORK/imported" "$BASE" "${G0[@]}" training.micro_batch_size=2 parallel.dp=2 parallel.zero=3
+zero_from z_dp2_zero2 2 "$WORK/imported" "$BASE" "${G0[@]}" training.micro_batch_size=2 parallel.dp=2 parallel.zero=2
+zero_from z_pp2_interleaved 2 "$WORK/imported" "$BASE" "${G0[@]}" parallel.pp=2 parallel.vpp=2 parallel.schedule=interleaved
 zero_from z_dp2_tp2_pp2 8 "$WORK/imported" "$BASE" "${G0[@]}" training.micro_batch_size=2 parallel.dp=2 parallel.tp=2 parallel.pp=2 parallel.zero=1
 echo "  from the Hugging Face directory itself (sharded f32; bf16)"
 zero_from z_hf_single 1 "$WORK/hf32" "$BASE" "${G0[@]}"
@@ -129,6 +132,15 @@ QFT=("${QWEN[@]}" training.steps=3 training.micro_batch_size=2 training.grad_acc
 train q_ft_single 1 "${QFT[@]}" parallel.dp=1
 train q_ft_tp2_pp2 4 "${QFT[@]}" parallel.tp=2 parallel.pp=2 &&
   { close_losses q_ft_single q_ft_tp2_pp2 1e-5; close_weights q_ft_single q_ft_tp2_pp2 1e-4; }
+
+echo "Llama (GQA, no biases, tied), from its Hugging Face export: Ulysses sp2 x dp2 with ZeRO-3"
+LLAMA=(model.preset=tiny-llama model.vocab_size=300 model.layers=2 model.hidden=64 model.heads=4
+  model.kv_heads=2 model.intermediate=96 training.seq_len=32 training.micro_batch_size=2
+  data.train_shards="$WORK/train.bin" checkpoint.every=0)
+train ll_base 1 "${LLAMA[@]}" training.steps=2
+"$LOOM" ckpt export "$(run_dir ll_base)/final_checkpoint" --out "$WORK/llhf" >/dev/null || fail "llama export"
+check "exported as Llama" grep -q LlamaForCausalLM "$WORK/llhf/config.json"
+zero_from ll_zero_sp2_dp2_zero3 4 "$WORK/llhf" "$(run_dir ll_base)/final_checkpoint" "${LLAMA[@]}" parallel.sp=2 parallel.dp=2 parallel.zero=3
 
 echo "vision-language: both the vision encoder and the decoder start from the checkpoint"
 { "$LOOM" data synth-vqa --out "$WORK/vqa" --samples 40 --shard-size 8 &&
