@@ -226,12 +226,13 @@ static int write_summary(run_ctx *c, bool stepped, double final_loss, double min
     free(quoted);
     json_decref(s);
   }
-  char *text = loom_sprintf(
-      "{\n  \"steps\": %ld,%s\n"
-      "  \"avg_step_time\": %.6f,\n  \"timed_steps\": %ld,\n  \"tokens_per_s\": %.1f,\n"
-      "  \"peak_rss_mb\": %.1f%s\n}\n",
-      c->state.step, head, avg_step, timed_steps,
-      avg_step > 0 ? tokens_per_step / avg_step : 0.0, (double)ru.ru_maxrss / 1024.0, accuracy);
+  char timing[160] = "  \"timed_steps\": 0,"; /* no step: no step time or speed either */
+  if (stepped)
+    snprintf(timing, sizeof timing,
+             "  \"avg_step_time\": %.6f,\n  \"timed_steps\": %ld,\n  \"tokens_per_s\": %.1f,",
+             avg_step, timed_steps, avg_step > 0 ? tokens_per_step / avg_step : 0.0);
+  char *text = loom_sprintf("{\n  \"steps\": %ld,%s\n%s\n  \"peak_rss_mb\": %.1f%s\n}\n",
+                            c->state.step, head, timing, (double)ru.ru_maxrss / 1024.0, accuracy);
   char *path = loom_sprintf("%s/summary.json", c->run_dir);
   int rc = loom_write_file_atomic(path, text, strlen(text));
   loom_progress_note(&c->progress, "peak resident memory %.1f MB", (double)ru.ru_maxrss / 1024.0);

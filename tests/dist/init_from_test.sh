@@ -49,7 +49,10 @@ G0=("${GPT2[@]}" training.micro_batch_size=4 data.train_shards="$WORK/train.bin"
 train fresh 1 "${G0[@]}" training.steps=0
 if "$LOOM" ckpt compare "$BASE" "$(run_dir fresh)/final_checkpoint" --rtol 0 >/dev/null 2>&1; then
   fail "control: fresh initial weights compare equal to the trained ones"; else pass; fi
-check "steps=0 summary has no losses" bash -c "! grep -q loss '$(run_dir fresh)/summary.json'"
+check "steps=0 summary has no losses or step times" bash -c "! grep -qE 'loss|step_time|tokens_per_s' '$(run_dir fresh)/summary.json'"
+check "steps=0 summary is valid JSON with steps 0" /usr/bin/python3 -c \
+  "import json, sys; s = json.load(open(sys.argv[1])); assert s['steps'] == 0 and s['timed_steps'] == 0, s" \
+  "$(run_dir fresh)/summary.json"
 
 zero_from z_single 1 "$WORK/imported" "$BASE" "${G0[@]}"
 z=$(run_dir z_single)
