@@ -253,6 +253,17 @@ static void describe_loom(const char *dir, char *out, size_t cap) {
   free(ip);
 }
 
+/* loom_hf_import's message without the temporary output directory it names ("importing
+ * 'HF' to 'TMP': why"): checkpoint.init_from: importing the Hugging Face directory 'HF': why */
+static int import_error(const char *path, const char *tmp) {
+  char *msg = loom_strdup(loom_errmsg());
+  const char *why = msg, *at = strstr(msg, tmp);
+  if (at && !strncmp(at + strlen(tmp), "': ", 3)) why = at + strlen(tmp) + 3;
+  loom_err("checkpoint.init_from: importing the Hugging Face directory '%s': %s", path, why);
+  free(msg);
+  return LOOM_ERR;
+}
+
 int loom_init_from_load(const loom_config *cfg, const loom_model_spec *spec, loom_executor *ex,
                         const loom_comm *job, char *desc, size_t cap) {
   const char *path = cfg->checkpoint.init_from;
@@ -270,7 +281,7 @@ int loom_init_from_load(const loom_config *cfg, const loom_model_spec *spec, loo
       snprintf(dir, sizeof dir, "%s/.init_from.tmp.%ld", cfg->run.output_dir, (long)getpid());
       loom_hf_import_opts o = {NULL, true};
       rc = loom_mkdir_p(cfg->run.output_dir);
-      if (!rc && loom_hf_import(path, dir, &o)) rc = loom_err_prefix("checkpoint.init_from: ");
+      if (!rc && loom_hf_import(path, dir, &o)) rc = import_error(path, dir);
     }
     if (job->size > 1) loom_comm_bcast_bytes(job, dir, sizeof dir, 0);
     rc = agree(job, rc);

@@ -50,10 +50,13 @@ expect_fail "vocabulary, Hugging Face directory" "'$WORK/hf' holds a gpt2 model 
 expect_fail "MLP size" "set model.intermediate=128" checkpoint.init_from="$CK" model.intermediate=192
 # a Hugging Face directory whose weights are damaged or missing
 mkdir -p "$WORK/hf_nofile" && cp "$WORK/hf/config.json" "$WORK/hf_nofile/"
-expect_fail "Hugging Face directory without weights" "holds neither model.safetensors nor model.safetensors.index.json" \
+expect_fail "Hugging Face directory without weights" \
+  "importing the Hugging Face directory '$WORK/hf_nofile': '$WORK/hf_nofile' holds neither model.safetensors nor model.safetensors.index.json" \
   checkpoint.init_from="$WORK/hf_nofile"
 cp -r "$WORK/hf" "$WORK/hf_short" && truncate -s 2000 "$WORK/hf_short/model.safetensors"
-expect_fail "truncated Hugging Face weights" "model.safetensors" checkpoint.init_from="$WORK/hf_short"
+expect_fail "truncated Hugging Face weights" \
+  "checkpoint.init_from: importing the Hugging Face directory '$WORK/hf_short': '$WORK/hf_short/model.safetensors': header length" \
+  checkpoint.init_from="$WORK/hf_short"
 check "no temporary files anywhere" test -z "$(find "$WORK" -name '*.tmp*')"
 # an imported (weights-only) checkpoint cannot be resumed: the error says to use init_from
 "$LOOM" ckpt import "$WORK/hf" --out "$WORK/imported" >/dev/null || fail "import"
