@@ -157,6 +157,11 @@ VB="$(run_dir v_base)/final_checkpoint"
 zero_from v_zero_single 1 "$VB" "$VB" "${VLM[@]}"
 zero_from v_zero_vsp2_zero1__tp2 2 "$VB" "$VB" "${VLM[@]}" parallel.tp=2 vision.parallel.sp=2 vision.parallel.zero=1
 zero_from v_zero_separate_zero3__pp2 4 "$VB" "$VB" "${VLM[@]}" parallel.pp=2 vision.parallel.placement=separate vision.parallel.sp=2 vision.parallel.zero=3
+# a source in rank pieces of both modules: vision ZeRO-3 over dp2 + text dp2 ZeRO-1
+train v_src_pieces 2 "${VLM[@]}" training.steps=1 training.micro_batch_size=2 parallel.dp=2 parallel.zero=1 vision.parallel.zero=3
+VP="$(run_dir v_src_pieces)/final_checkpoint"
+check "VLM source in rank pieces of both modules" test -f "$VP/vision-model-r00001.safetensors"
+zero_from v_zero_from_pieces_single 1 "$VP" "$VP" "${VLM[@]}"
 # the one-file form (what `ckpt import` writes): both modules' tensors in one model.safetensors
 /usr/bin/python3 - "$VB" "$WORK/vlm_one" "$(dirname "$0")/../ckpt" <<'PY' || fail "writing the one-file VLM checkpoint"
 import os, shutil, sys
