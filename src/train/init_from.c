@@ -187,23 +187,31 @@ static int check_model(const char *path, const loom_config *cfg, const loom_mode
       {"model.rope_theta", run->arch == LOOM_ARCH_LLAMA ? run->rope_theta : 0,
        run->arch == LOOM_ARCH_LLAMA ? w->rope_theta : 0},
   };
-  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+  /* the first key that differs is explained; every differing key is in the fix */
+  int first = -1;
+  char fix[512] = "", a[32] = "", b[32] = "";
+  for (int i = 0; i < (int)(sizeof dims / sizeof dims[0]); i++) {
     if (dims[i].model == dims[i].weights) continue;
     bool flag = !strcmp(dims[i].key, "model.qkv_bias") ||
                 !strcmp(dims[i].key, "model.tied_embeddings");
-    char a[32], b[32];
-    if (flag) {
-      snprintf(a, sizeof a, "%s", dims[i].model ? "true" : "false");
-      snprintf(b, sizeof b, "%s", dims[i].weights ? "true" : "false");
-    } else {
-      snprintf(a, sizeof a, "%.10g", dims[i].model);
-      snprintf(b, sizeof b, "%.10g", dims[i].weights);
+    char va[32], vb[32];
+    if (flag) snprintf(va, sizeof va, "%s", dims[i].model ? "true" : "false");
+    else snprintf(va, sizeof va, "%.10g", dims[i].model);
+    if (flag) snprintf(vb, sizeof vb, "%s", dims[i].weights ? "true" : "false");
+    else snprintf(vb, sizeof vb, "%.10g", dims[i].weights);
+    if (first < 0) {
+      first = i;
+      memcpy(a, va, sizeof a);
+      memcpy(b, vb, sizeof b);
     }
-    return loom_err("checkpoint.init_from: '%s' holds a %s model with %s = %s, but this run's "
-                    "model has %s = %s%s%s; set %s=%s (or give weights of this model)", path,
-                    family(w), dims[i].key, b, dims[i].key, a, tensor[0] ? ": " : "", tensor,
-                    dims[i].key, b);
+    size_t n = strlen(fix);
+    snprintf(fix + n, sizeof fix - n, "%s%s=%s", n ? " " : "", dims[i].key, vb);
   }
+  if (first >= 0)
+    return loom_err("checkpoint.init_from: '%s' holds a %s model with %s = %s, but this run's "
+                    "model has %s = %s%s%s; set %s (or give weights of this model)", path,
+                    family(w), dims[first].key, b, dims[first].key, a, tensor[0] ? ": " : "",
+                    tensor, fix);
   if (tensor[0]) /* dimensions agree but the layouts do not: say which tensor */
     return loom_err("checkpoint.init_from: '%s' does not fit this run's model: %s", path, tensor);
   return 0;

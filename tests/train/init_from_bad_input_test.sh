@@ -47,6 +47,10 @@ expect_fail "vocabulary" "model.vocab_size = 300, but this run's model has model
   checkpoint.init_from="$CK" model.vocab_size=320
 expect_fail "vocabulary, Hugging Face directory" "'$WORK/hf' holds a gpt2 model with model.vocab_size = 300, but this run's model has model.vocab_size = 320" \
   checkpoint.init_from="$WORK/hf" model.vocab_size=320
+expect_fail "several keys: the fix names all of them" "set model.hidden=64 model.layers=2 model.head_dim=16 (or give" \
+  checkpoint.init_from="$CK" model.hidden=128 model.layers=3
+expect_fail "tied embeddings" "tensor 'lm_head.weight': the model expects [320, 64], the weights have no such tensor; set model.tied_embeddings=true" \
+  checkpoint.init_from="$CK" model.tied_embeddings=false
 expect_fail "MLP size" "set model.intermediate=128" checkpoint.init_from="$CK" model.intermediate=192
 # a Hugging Face directory whose weights are damaged or missing
 mkdir -p "$WORK/hf_nofile" && cp "$WORK/hf/config.json" "$WORK/hf_nofile/"
