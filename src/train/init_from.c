@@ -261,6 +261,38 @@ static void describe_loom(const char *dir, char *out, size_t cap) {
   free(ip);
 }
 
+/* How many trailing components of path do not exist yet (0: it is a directory). */
+static int missing_levels(const char *path) {
+  char *p = loom_strdup(path);
+  int n = 0;
+  for (size_t len = strlen(p); len > 0 && !loom_is_dir(p); n++) {
+    while (len > 1 && p[len - 1] == '/') p[--len] = 0;
+    char *slash = strrchr(p, '/');
+    if (!slash) {
+      n++; /* a relative first component that does not exist either */
+      break;
+    }
+    *slash = 0;
+    len = strlen(p);
+  }
+  free(p);
+  return n;
+}
+
+/* rmdir path and its parents, levels of them in all; stops at the first that is not empty. */
+static void remove_levels(const char *path, int levels) {
+  char *p = loom_strdup(path);
+  for (int i = 0; i < levels; i++) {
+    size_t len = strlen(p);
+    while (len > 1 && p[len - 1] == '/') p[--len] = 0;
+    if (rmdir(p)) break;
+    char *slash = strrchr(p, '/');
+    if (!slash) break;
+    *slash = 0;
+  }
+  free(p);
+}
+
 /* loom_hf_import's message without the temporary output directory it names ("importing
  * 'HF' to 'TMP': why"): checkpoint.init_from: importing the Hugging Face directory 'HF': why */
 static int import_error(const char *path, const char *tmp) {
@@ -281,11 +313,11 @@ int loom_init_from_load(const loom_config *cfg, const loom_model_spec *spec, loo
    * as the run directory is), every rank loads the import, rank 0 removes it */
   char dir[LOOM_STR_MAX * 2 + 64];
   snprintf(dir, sizeof dir, "%s", path);
-  bool made_parent = false;
+  int made = 0; /* directories of run.output_dir that the import created */
   int rc = 0;
   if (kind == SRC_HF) {
     if (job->rank == 0) {
-      made_parent = !loom_is_dir(cfg->run.output_dir);
+      made = missing_levels(cfg->run.output_dir);
       snprintf(dir, sizeof dir, "%s/.init_from.tmp.%ld", cfg->run.output_dir, (long)getpid());
       loom_hf_import_opts o = {NULL, true};
       rc = loom_mkdir_p(cfg->run.output_dir);
@@ -300,7 +332,7 @@ int loom_init_from_load(const loom_config *cfg, const loom_model_spec *spec, loo
   if (!rc) rc = agree(job, load_modules(dir, ex));
   if (kind == SRC_HF && job->rank == 0) {
     loom_rm_rf(dir);
-    if (made_parent) rmdir(cfg->run.output_dir); /* only if still empty */
+    remove_levels(cfg->run.output_dir, made); /* only those still empty */
   }
   if (rc) return rc;
   char what[256];

@@ -62,6 +62,10 @@ expect_fail "truncated Hugging Face weights" \
   "checkpoint.init_from: importing the Hugging Face directory '$WORK/hf_short': '$WORK/hf_short/model.safetensors': header length" \
   checkpoint.init_from="$WORK/hf_short"
 check "no temporary files anywhere" test -z "$(find "$WORK" -name '*.tmp*')"
+# the import's directory under a run.output_dir that did not exist: every level is removed
+"$LOOM" train "${GPT2[@]}" run.output_dir="$WORK/deep/a/b" checkpoint.init_from="$WORK/hf" \
+  model.layers=3 >/dev/null 2>&1 && fail "mismatch under a new output directory: exit code 0"
+check "no output directory levels left behind" test ! -e "$WORK/deep"
 # an imported (weights-only) checkpoint cannot be resumed: the error says to use init_from
 "$LOOM" ckpt import "$WORK/hf" --out "$WORK/imported" >/dev/null || fail "import"
 err=$("$LOOM" train --resume "$WORK/imported" data.train_shards="$WORK/train.bin" 2>&1 >/dev/null); rc=$?
