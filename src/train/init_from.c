@@ -306,6 +306,11 @@ static int import_error(const char *path, const char *tmp) {
 
 int loom_init_from_load(const loom_config *cfg, const loom_model_spec *spec, loom_executor *ex,
                         const loom_comm *job, char *desc, size_t cap) {
+  /* rank 0 may import a large model while the others wait, and ranks read the weights at
+   * their own pace: no collective deadline here (a rank that dies still ends the job) */
+  loom_comm patient = *job;
+  patient.timeout_s = 0;
+  job = &patient;
   const char *path = cfg->checkpoint.init_from;
   src_kind kind = SRC_LOOM;
   if (agree(job, classify(path, &kind))) return LOOM_ERR;
