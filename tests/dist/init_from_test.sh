@@ -182,6 +182,11 @@ VFT=("${VLM[@]}" training.steps=2 training.grad_accum=2 checkpoint.init_from="$V
 train v_ft_single 1 "${VFT[@]}"
 train v_ft_vsp2__tp2 2 "${VFT[@]}" parallel.tp=2 vision.parallel.sp=2 vision.parallel.zero=1 &&
   { close_losses v_ft_single v_ft_vsp2__tp2 1e-5; close_weights v_ft_single v_ft_vsp2__tp2 1e-4; }
+# a vision-language checkpoint into a text-only model: another family, named by a vision tensor
+err=$("$LOOM" train "${G0[@]}" run.output_dir="$WORK/vl_into_text" checkpoint.init_from="$VB" 2>&1 >/dev/null)
+if [ $? -ne 0 ] && [[ "$err" == *"holds qwen2.5-vl weights but this run's model is gpt2 (model.preset = tiny-gpt2, model.arch = \"\"): tensor 'pos_embed.weight': the model expects [256, 64], the weights have no such tensor; set model.preset (or model.arch) to the weights' model (their config has model.preset = tiny-qwen2.5-vl"* ]]; then pass
+else fail "VLM weights into a text model: $err"; fi
+check "VLM weights into a text model: no run directory" test ! -e "$WORK/vl_into_text"
 LLAVA=("${VLM[@]}" model.preset=tiny-llava training.seq_len=96)
 train l_base 1 "${LLAVA[@]}" training.steps=1
 LB="$(run_dir l_base)/final_checkpoint"

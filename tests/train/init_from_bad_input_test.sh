@@ -51,6 +51,13 @@ expect_fail "several keys: the fix names all of them" "set model.hidden=64 model
   checkpoint.init_from="$CK" model.hidden=128 model.layers=3
 expect_fail "tied embeddings" "tensor 'lm_head.weight': the model expects [320, 64], the weights have no such tensor; set model.tied_embeddings=true" \
   checkpoint.init_from="$CK" model.tied_embeddings=false
+# qwen2 (q/k/v biases) weights into a llama model: the key is model.qkv_bias, not the family
+QWEN=(model.preset=tiny-llama model.layers=1 model.qkv_bias=true)
+"$LOOM" train "${GPT2[@]}" "${QWEN[@]}" training.steps=1 run.output_dir="$WORK/qsrc" --quiet >/dev/null ||
+  fail "qwen2 source run"
+QCK="$(ls -d "$WORK"/qsrc/*/)final_checkpoint"
+expect_fail "q/k/v biases" "holds a qwen2 model with model.qkv_bias = true, but this run's model has model.qkv_bias = false: tensor 'layers.0.attn.q.bias': the weights have it ([64]), the model does not; set model.qkv_bias=true" \
+  checkpoint.init_from="$QCK" model.preset=tiny-llama model.layers=1 model.qkv_bias=false
 expect_fail "MLP size" "set model.intermediate=128" checkpoint.init_from="$CK" model.intermediate=192
 # a Hugging Face directory whose weights are damaged or missing
 mkdir -p "$WORK/hf_nofile" && cp "$WORK/hf/config.json" "$WORK/hf_nofile/"
