@@ -102,6 +102,8 @@ typedef struct {
   bool save_final;    /* write final_checkpoint/ */
   long keep_last;     /* keep only the newest N periodic checkpoints; 0 = keep all */
   bool save_gradients; /* also write gradients.safetensors (last step's gradients) */
+  char init_from[LOOM_STR_MAX]; /* start from these weights: a loom checkpoint (any layout) or
+                                   a Hugging Face directory; "" = fresh initialisation */
 } loom_config_checkpoint;
 
 typedef struct {
@@ -124,6 +126,11 @@ int loom_config_load(loom_config *c, const char *yaml_path);
 int loom_config_override(loom_config *c, const char *expr);
 /* Cross-key checks that need the whole config (e.g. enum values, positive sizes). */
 int loom_config_validate(const loom_config *c);
+/* training.global_batch_size -> training.grad_accum for a run with parallel.dp data-parallel
+ * ranks: grad_accum = global_batch_size / (micro_batch_size * dp). Errors (with the
+ * arithmetic) when it does not divide, or when grad_accum is set (not 1, its default) to
+ * another value. Nothing changes when global_batch_size is 0. */
+int loom_config_resolve_grad_accum(loom_config *c);
 /* Resolved config as YAML text (malloc'd), every key present. */
 char *loom_config_to_yaml(const loom_config *c);
 /* Write the YAML atomically. */

@@ -36,8 +36,8 @@ static void import_usage(FILE *out) {
           "tensor names into a loom\n"
           "weights-only checkpoint: model.safetensors (fp32, loom names, padded vocabulary)\n"
           "and config.yaml. The model comes from HF_DIR/config.json unless --config is given.\n"
-          "The result has no optimizer state: start a new run from it (checkpoint.init_from),\n"
-          "it cannot be resumed.\n\n"
+          "The result has no optimizer state and cannot be resumed: start a new run from it\n"
+          "with checkpoint.init_from=CKPT_DIR (checkpoint.init_from also takes HF_DIR itself).\n\n"
           "options:\n"
           "  --out DIR        output checkpoint directory (must not exist unless --force)\n"
           "  --config FILE    run YAML whose model.* section describes the weights\n"
@@ -116,6 +116,7 @@ int loom_hf_cmd_import(int argc, char **argv) {
     fprintf(stderr, "loom ckpt import: %s\n", loom_errmsg());
     return 1;
   }
-  printf("imported %s -> %s (weights only: start a run from it, it cannot be resumed)\n", in, out);
+  printf("imported %s -> %s (weights only: start a run with checkpoint.init_from=%s; it "
+         "cannot be resumed)\n", in, out, out);
   return 0;
 }

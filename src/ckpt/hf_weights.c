@@ -16,7 +16,8 @@ static bool is_vocab_matrix(const char *name) {
 static const char *hf_hint(const loom_st_file *f) {
   if (loom_st_find(f, "wte.weight") >= 0 || loom_st_find(f, "model.embed_tokens.weight") >= 0 ||
       loom_st_find(f, "transformer.wte.weight") >= 0)
-    return "; this is a Hugging Face checkpoint: convert it first with `loom ckpt import`";
+    return "; this is a Hugging Face checkpoint: give its directory to checkpoint.init_from "
+           "as it is, or convert it first with `loom ckpt import`";
   return "; the checkpoint was written for a different model (check model.* in the config)";
 }
 
@@ -67,8 +68,9 @@ int loom_weights_read(const char *dir, const loom_model_spec *spec,
     bool sharded = loom_path_exists(idx);
     free(idx);
     loom_err("%s does not exist%s", path,
-             sharded ? "; this is a sharded Hugging Face checkpoint: convert it first with "
-                       "`loom ckpt import`" : "; is this a loom checkpoint directory?");
+             sharded ? "; this is a sharded Hugging Face checkpoint: give its directory to "
+                       "checkpoint.init_from as it is, or convert it first with `loom ckpt "
+                       "import`" : "; is this a loom checkpoint directory?");
     free(path);
     return LOOM_ERR;
   }

@@ -30,7 +30,9 @@ static void usage(FILE *out) {
           "  -h, --help          this text\n\n"
           "examples:\n"
           "  loom train configs/demo.yaml training.steps=50 training.dtype=bf16\n"
-          "  mpirun -np 4 loom train configs/demo.yaml parallel.dp=2 parallel.tp=2\n");
+          "  mpirun -np 4 loom train configs/demo.yaml parallel.dp=2 parallel.tp=2\n"
+          "  loom train run.yaml checkpoint.init_from=hf/gpt2   # fine-tune: loom checkpoint or\n"
+          "                                                    # Hugging Face directory\n");
 }
 
 
@@ -108,6 +110,12 @@ int loom_cmd_train(int argc, char **argv) {
     if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(&cfg, argv[i]);
   }
   if (!rc) rc = loom_config_validate(&cfg);
+  if (!rc) rc = loom_config_resolve_grad_accum(&cfg); /* training.global_batch_size */
+  char *init_abs = !rc && cfg.checkpoint.init_from[0] ? realpath(cfg.checkpoint.init_from, NULL)
+                                                     : NULL;
+  if (init_abs && strlen(init_abs) < sizeof cfg.checkpoint.init_from) /* recorded absolute */
+    snprintf(cfg.checkpoint.init_from, sizeof cfg.checkpoint.init_from, "%s", init_abs);
+  free(init_abs);
   free(resume_cfg);
   if (rc) { /* the same on every rank: rank 0 tells */
     if (!quiet_rank) fprintf(stderr, "loom train: %s\n", loom_errmsg());

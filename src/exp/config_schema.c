@@ -69,15 +69,17 @@ const loom_config_key loom_config_keys[] = {
     {"model.init_std", F, "0.02", NULL, "std of the normal init of weight matrices",
      FIELD(model, init_std)},
 
-    {"training.steps", I, "200", NULL, "number of optimizer steps", FIELD(training, steps)},
+    {"training.steps", I, "200", NULL,
+     "number of optimizer steps (0: no step; the final checkpoint holds the initial weights)",
+     FIELD(training, steps)},
     {"training.micro_batch_size", I, "8", NULL, "sequences per micro-batch (B)",
      FIELD(training, micro_batch_size)},
     {"training.seq_len", I, "64", NULL, "tokens per sequence (T)", FIELD(training, seq_len)},
     {"training.grad_accum", I, "1", NULL, "micro-batches accumulated per optimizer step",
      FIELD(training, grad_accum)},
     {"training.global_batch_size", I, "0", NULL,
-     "sequences per optimizer step (0 = micro_batch_size * grad_accum * dp; else sets "
-     "grad_accum)", FIELD(training, global_batch_size)},
+     "sequences per optimizer step (0 = micro_batch_size * grad_accum * dp; else "
+     "loom train sets grad_accum = global_batch_size / (micro_batch_size * dp))", FIELD(training, global_batch_size)},
     {"training.lr", F, "3e-4", NULL, "peak learning rate", FIELD(training, lr)},
     {"training.min_lr_ratio", F, "0.1", NULL,
      "floor of the linear/cosine decay, as a fraction of lr", FIELD(training, min_lr_ratio)},
@@ -141,6 +143,10 @@ const loom_config_key loom_config_keys[] = {
     {"checkpoint.save_gradients", B, "false", NULL,
      "also write gradients.safetensors (the last step's gradients) in each checkpoint",
      FIELD(checkpoint, save_gradients)},
+    {"checkpoint.init_from", S, "", NULL,
+     "start from these weights (fresh optimizer, step 0): a loom checkpoint directory (any "
+     "layout) or a Hugging Face model directory (config.json + safetensors)",
+     FIELD(checkpoint, init_from)},
 
     {"parallel.dp", I, "1", NULL, "data-parallel ranks", FIELD(parallel, dp)},
     {"parallel.tp", I, "1", NULL, "tensor-parallel ranks (innermost mesh axis)",

@@ -32,7 +32,7 @@ static const range_rule rules[] = {
     AT_LEAST("model.norm_eps", 0),
     AT_LEAST("model.rope_theta", 0),
     AT_LEAST("model.init_std", 0),
-    AT_LEAST("training.steps", 1),
+    AT_LEAST("training.steps", 0), /* 0: only the initial weights (evaluate, save) */
     AT_LEAST("training.micro_batch_size", 1),
     AT_LEAST("training.seq_len", 1),
     AT_LEAST("training.grad_accum", 1),
@@ -120,5 +120,25 @@ int loom_config_validate(const loom_config *c) {
   for (size_t i = 0; i < loom_config_nkeys; i++)
     if (check_key(c, &loom_config_keys[i])) return loom_err_prefix("invalid config: ");
   if (check_ranges(c)) return loom_err_prefix("invalid config: ");
+  return 0;
+}
+
+int loom_config_resolve_grad_accum(loom_config *c) {
+  loom_config_training *t = &c->training;
+  if (t->global_batch_size <= 0) return 0;
+  long per = t->micro_batch_size * c->parallel.dp; /* sequences per micro-batch, all replicas */
+  if (per <= 0 || t->global_batch_size % per)
+    return loom_err("invalid config: training.global_batch_size = %ld is not a multiple of "
+                    "training.micro_batch_size x parallel.dp = %ld x %ld = %ld (remainder %ld); "
+                    "change one of them", t->global_batch_size, t->micro_batch_size,
+                    c->parallel.dp, per, per > 0 ? t->global_batch_size % per : 0L);
+  long ga = t->global_batch_size / per;
+  if (t->grad_accum != 1 && t->grad_accum != ga)
+    return loom_err("invalid config: training.global_batch_size = %ld gives grad_accum = %ld / "
+                    "(micro_batch_size %ld x dp %ld) = %ld, but training.grad_accum = %ld; set "
+                    "only one of them (training.grad_accum=1 lets global_batch_size decide)",
+                    t->global_batch_size, t->global_batch_size, t->micro_batch_size,
+                    c->parallel.dp, ga, t->grad_accum);
+  t->grad_accum = ga;
   return 0;
 }

@@ -3,6 +3,7 @@
  * and resume from a checkpoint — in the same layout with bitwise-identical results, or in
  * another layout. Every rank runs this; only rank 0 writes the run's files and prints. */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <inttypes.h>
 #include <libgen.h>
@@ -23,6 +24,7 @@
 #include "loom/registry.h"
 #include "loom/train.h"
 #include "train/eval_final.h"
+#include "train/init_from.h"
 #include "train/progress.h"
 
 typedef struct {
@@ -184,8 +186,8 @@ static void write_metrics(run_ctx *c, const loom_step_result *r, double dt, doub
   fflush(c->metrics);
 }
 
-static int write_summary(run_ctx *c, double final_loss, double min_loss, double avg_step,
-                         long timed_steps) {
+static int write_summary(run_ctx *c, bool stepped, double final_loss, double min_loss,
+                         double avg_step, long timed_steps) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   double rss[1] = {(double)ru.ru_maxrss};
@@ -212,12 +214,25 @@ static int write_summary(run_ctx *c, double final_loss, double min_loss, double 
                               ",\n  \"val_accuracy_%s\": %.6f", v->kind[k],
                               (double)v->kind_correct[k] / (double)v->kind_samples[k]);
   }
-  char *text = loom_sprintf(
-      "{\n  \"steps\": %ld,\n  \"final_loss\": %.17g,\n  \"min_loss\": %.17g,\n"
-      "  \"avg_step_time\": %.6f,\n  \"timed_steps\": %ld,\n  \"tokens_per_s\": %.1f,\n"
-      "  \"peak_rss_mb\": %.1f%s\n}\n",
-      c->state.step, final_loss, min_loss, avg_step, timed_steps,
-      avg_step > 0 ? tokens_per_step / avg_step : 0.0, (double)ru.ru_maxrss / 1024.0, accuracy);
+  char head[LOOM_STR_MAX * 2 + 128] = ""; /* no losses when no step was taken (steps=0) */
+  if (stepped)
+    snprintf(head, sizeof head, "\n  \"final_loss\": %.17g,\n  \"min_loss\": %.17g,",
+             final_loss, min_loss);
+  if (c->cfg->checkpoint.init_from[0]) { /* the weights the run started from */
+    json_t *s = json_string(c->cfg->checkpoint.init_from);
+    char *quoted = json_dumps(s, JSON_ENCODE_ANY);
+    size_t n = strlen(head);
+    snprintf(head + n, sizeof head - n, "\n  \"init_from\": %s,", quoted);
+    free(quoted);
+    json_decref(s);
+  }
+  char timing[160] = "  \"timed_steps\": 0,"; /* no step: no step time or speed either */
+  if (stepped)
+    snprintf(timing, sizeof timing,
+             "  \"avg_step_time\": %.6f,\n  \"timed_steps\": %ld,\n  \"tokens_per_s\": %.1f,",
+             avg_step, timed_steps, avg_step > 0 ? tokens_per_step / avg_step : 0.0);
+  char *text = loom_sprintf("{\n  \"steps\": %ld,%s\n%s\n  \"peak_rss_mb\": %.1f%s\n}\n",
+                            c->state.step, head, timing, (double)ru.ru_maxrss / 1024.0, accuracy);
   char *path = loom_sprintf("%s/summary.json", c->run_dir);
   int rc = loom_write_file_atomic(path, text, strlen(text));
   loom_progress_note(&c->progress, "peak resident memory %.1f MB", (double)ru.ru_maxrss / 1024.0);
@@ -302,6 +317,12 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   if (o->resume && !loom_is_dir(o->resume))
     return loom_err("--resume: checkpoint '%s' is not a directory (expected "
                     "runs/<id>/checkpoint_<step> or final_checkpoint)", o->resume);
+  /* checkpoint.init_from: loaded and checked against the model before the run directory
+   * exists (with --resume, the resumed weights win) */
+  char init_desc[LOOM_STR_MAX * 2 + 256] = "";
+  if (loom_init_from_setup(cfg, o->resume, &c->spec, c->exec, &c->job.world_comm, init_desc,
+                           sizeof init_desc))
+    return LOOM_ERR;
   /* every check that can fail on bad input is done: only now create the run directory */
   if (open_run_dir(c, o)) return LOOM_ERR;
   memset(&c->state, 0, sizeof c->state);
@@ -323,13 +344,15 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   loom_progress_note(&c->progress, "run directory: %s", c->run_dir);
   loom_progress_note(&c->progress,
                      "model: %s, %zu parameters (%zu with vocab padding), vocab %d padded to "
-                     "%d; %s%s; B=%ld T=%ld grad_accum=%ld",
+                     "%d; %s%s; B=%ld T=%ld grad_accum=%ld, global batch %ld sequences%s",
                      c->spec.arch == LOOM_ARCH_GPT2 ? "gpt2" : "llama",
                      loom_model_count_params(&c->spec, false),
                      loom_model_count_params(&c->spec, true), c->spec.vocab_size,
                      c->spec.padded_vocab, t->dtype,
                      t->activation_checkpointing ? ", activation checkpointing" : "",
-                     t->micro_batch_size, t->seq_len, t->grad_accum);
+                     t->micro_batch_size, t->seq_len, t->grad_accum,
+                     t->micro_batch_size * t->grad_accum * c->mesh.dp,
+                     t->global_batch_size > 0 ? " (training.global_batch_size)" : "");
   if (c->mesh.world > 1)
     loom_progress_note(&c->progress, "mesh: %d ranks = pp %d x dp %d x sp %d x tp %d%s, zero %ld, "
                        "schedule %s", c->mesh.world, c->mesh.pp, c->mesh.dp, c->mesh.sp, c->mesh.tp,
@@ -371,6 +394,11 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                                        "was written with");
     c->state.config_hash = loom_config_hash(cfg);
     loom_progress_note(&c->progress, "resumed from %s at step %ld", o->resume, c->state.step);
+    if (cfg->checkpoint.init_from[0])
+      loom_progress_note(&c->progress, "(the run started from checkpoint.init_from %s; not "
+                                       "loaded again)", cfg->checkpoint.init_from);
+  } else if (init_desc[0]) {
+    loom_progress_note(&c->progress, "%s", init_desc);
   } else {
     if (d) loom_decoder_init_params(d, (uint64_t)cfg->run.seed);
     if (loom_exec_vision(c->exec)) loom_vmod_init_params(loom_exec_vision(c->exec), (uint64_t)cfg->run.seed);
@@ -518,7 +546,7 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
                          100 * c->val.accuracy, c->val.samples, base);
     }
   }
-  return write_summary(c, last, min_loss, timed_steps ? timed / timed_steps : 0, timed_steps);
+  return write_summary(c, steps > 0, last, min_loss, timed_steps ? timed / timed_steps : 0, timed_steps);
 }
 
 int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
