@@ -32,7 +32,7 @@ static const range_rule rules[] = {
     AT_LEAST("model.norm_eps", 0),
     AT_LEAST("model.rope_theta", 0),
     AT_LEAST("model.init_std", 0),
-    AT_LEAST("training.steps", 1),
+    AT_LEAST("training.steps", 0), /* 0: evaluate the initial weights only */
     AT_LEAST("training.micro_batch_size", 1),
     AT_LEAST("training.seq_len", 1),
     AT_LEAST("training.grad_accum", 1),
@@ -46,6 +46,9 @@ static const range_rule rules[] = {
     ABOVE("training.eps", 0),
     AT_LEAST("training.grad_clip", 0),
     AT_LEAST("training.log_every", 1),
+    AT_LEAST("training.eval_every", 0),
+    AT_LEAST("training.eval_batches", 0),
+    {"data.val_fraction", 0, 1, false, true},
     AT_LEAST("checkpoint.every", 0),
     AT_LEAST("checkpoint.keep_last", 0),
     AT_LEAST("training.global_batch_size", 0),
