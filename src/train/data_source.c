@@ -133,14 +133,7 @@ int loom_data_open_val(loom_data_source **out, const loom_config *cfg,
   const loom_config_data *dc = &cfg->data;
   const loom_config_training *t = &cfg->training;
   bool vqa = !strcmp(dc->format, "vqa"), asked = t->eval_every > 0 || t->eval_batches > 0;
-  if (dc->val_shards[0] && dc->val_fraction > 0)
-    return loom_err("data.val_shards ('%s') and data.val_fraction (%g) are both set; the "
-                    "validation data is one or the other: unset one of them",
-                    dc->val_shards, dc->val_fraction);
-  if (vqa && dc->val_fraction > 0)
-    return loom_err("data.val_fraction holds out a fraction of token shards; vqa data is "
-                    "validated on the val split of data.vqa_path or on data.val_shards: set "
-                    "data.val_fraction=0");
+  /* both keys, or val_fraction with vqa data: refused by loom_config_validate */
   const char *vqa_path = dc->val_shards[0] ? dc->val_shards : dc->vqa_path;
   if (vqa && !dc->val_shards[0]) { /* a prepared directory's val split, if it has one */
     size_t n = 0;

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Validation loss and perplexity of a training run, and `loom eval`:
+#  - evaluation does not change training: with validation every 5 steps, the per-step losses
+#    and gradient norms are bitwise those of the same run without validation data (one
+#    process, 2-rank ZeRO-3 and a 2-stage 1F1B pipeline);
+#  - the figures reach train.log, metrics.jsonl (a line per evaluation at its step),
+#    summary.json (final_valid_loss = the last evaluation, min_valid_loss = the lowest,
+#    perplexity = exp) and the run registry's columns;
+#  - every evaluation scores the same tokens: the end-of-run val loss equals, digit for digit,
+#    `loom eval` of the final checkpoint in the same layout;
+#  - data.val_fraction holds out exactly the tail: training on it equals training on a shard
+#    of the head with data.val_shards = a shard of the tail (losses and val losses bitwise);
+#  - training.steps=0 scores the initial weights (loss ~ ln(vocab) for N(0, 0.02) weights);
+#  - bad input: missing val shards, eval_batches beyond the data, evaluation asked for with
+#    no validation data, both val keys, val_fraction with vqa data, `loom eval` of a missing
+#    path or of a directory that is not a checkpoint: a clear error, non-zero exit and no run
+#    directory.
+. "$(dirname "$0")/common.sh"
+PY=${LOOM_PYTHON:-/usr/bin/python3}
+make_data || { echo "could not make test data"; exit 1; }
+"$LOOM" data synth-text --out "$WORK/val.txt" --bytes 20000 --seed 11 >/dev/null &&
+  "$LOOM" data tokenize --tokenizer "$WORK/tok.json" --out "$WORK/val.bin" "$WORK/val.txt" >/dev/null ||
+  { echo "could not make validation data"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+RUNS="$WORK/runs"
+base=(run.output_dir="$RUNS" model.preset=tiny-gpt2 model.vocab_size=300 model.layers=2
+  model.hidden=64 model.intermediate=128 training.steps=10 training.seq_len=32
+  training.micro_batch_size=4 training.grad_accum=2 training.warmup_steps=2
+  data.train_shards="$WORK/train.bin")
+run_dir() { ls -d "$RUNS/$1"_* | head -1; }
+train() { # name [--nproc N] overrides...
+  local name=$1; shift
+  "$LOOM" train "${base[@]}" run.name="$name" "$@" --quiet >"$WORK/$name.log" 2>&1 ||
+    { fail "$name: training failed: $(tail -3 "$WORK/$name.log")"; return 1; }
+}
+steps_of() { sed -n 's/.*"loss": \([^,]*\), "lr": [^,]*, "grad_norm": \([^,]*\),.*/\1 \2/p' "$(run_dir "$1")/metrics.jsonl"; }
+vals_of() { sed -n 's/^{"step": \([0-9]*\), "val_loss": \([^,]*\),.*/\1 \2/p' "$(run_dir "$1")/metrics.jsonl"; }
+json_field() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1" | head -1; }
+
+echo "evaluation leaves training bitwise unchanged"
+for layout in "single" "zero3 --nproc 2 parallel.dp=2 parallel.zero=3 training.micro_batch_size=2" \
+              "pp2 --nproc 2 parallel.pp=2"; do
+  set -- $layout
+  name=$1; shift
+  train "plain_$name" "$@" && train "eval_$name" "$@" data.val_shards="$WORK/val.bin" \
+    training.eval_every=5 training.eval_batches=3 || continue
+  check "$name: 10 steps" test "$(steps_of "plain_$name" | wc -l)" = 10
+  check "$name: losses and grad norms bitwise equal with eval_every=5" \
+    test "$(steps_of "plain_$name")" = "$(steps_of "eval_$name")"
+  check "$name: evaluations at steps 5 and 10" test "$(vals_of "eval_$name" | cut -d' ' -f1 | tr '\n' ' ')" = "5 10 "
+  check "$name: no validation without validation data" test -z "$(vals_of "plain_$name")"
+done
+echo "  single: $(vals_of eval_single | tr '\n' ';')"
+check "the layouts' val losses agree (1e-5 relative)" awk -v a="$(vals_of eval_single | tail -1 | cut -d' ' -f2)" \
+  -v b="$(vals_of eval_zero3 | tail -1 | cut -d' ' -f2)" -v c="$(vals_of eval_pp2 | tail -1 | cut -d' ' -f2)" \
+  'BEGIN { d1 = (a - b) / a; d2 = (a - c) / a; if (d1 < 0) d1 = -d1; if (d2 < 0) d2 = -d2; exit !(d1 <= 1e-5 && d2 <= 1e-5) }'
+
+echo "where the figures go"
+d=$(run_dir eval_single)
+last=$(vals_of eval_single | tail -1 | cut -d' ' -f2)
+first=$(vals_of eval_single | head -1 | cut -d' ' -f2)
+check "summary.json final_valid_loss = the last evaluation" test "$(json_field "$d/summary.json" final_valid_loss)" = "$last"
+check "summary.json min_valid_loss = the lower evaluation" test "$(json_field "$d/summary.json" min_valid_loss)" = \
+  "$(printf '%s\n%s\n' "$first" "$last" | sort -g | head -1)"
+ppl=$(json_field "$d/summary.json" final_valid_perplexity)
+check "final_valid_perplexity = exp(final_valid_loss)" awk -v l="$last" -v p="$ppl" 'BEGIN { r = (exp(l) - p) / p; exit !(r < 1e-12 && r > -1e-12) }'
+check "metrics.jsonl val line has perplexity and tokens (3 batches x 8 x 32 = 768)" \
+  grep -q "\"step\": 10, \"val_loss\": $last, \"val_perplexity\": [0-9.e+-]*, \"val_tokens\": 768," "$d/metrics.jsonl"
+check "train.log has the val loss line" grep -q "step 10: val loss $(printf '%.6f' "$last"), perplexity" "$d/train.log"
+check "train.log names the validation data" grep -q "validation: $WORK/val.bin, [0-9]* tokens; 3 batches of 8 x 32 tokens" "$d/train.log"
+reg=$("$LOOM" runs --runs-dir "$RUNS" --filter "name = 'eval_single'" --show final_valid_loss,final_valid_perplexity,min_valid_loss --format csv)
+row=$(echo "$reg" | tail -1)
+check "registry columns final_valid_loss, final_valid_perplexity, min_valid_loss" \
+  awk -F, -v l="$last" -v p="$ppl" -v row="$row" 'BEGIN { split(row, f, ","); exit !(f[1] == l && f[2] == p && f[3] + 0 > 0) }'
+echo "  registry: $(echo "$reg" | tr '\n' ' ')"
+reg_plain=$("$LOOM" runs --runs-dir "$RUNS" --filter "name = 'plain_single'" --show final_valid_loss --format csv | tail -1)
+check "registry: a run without validation data has an empty final_valid_loss" test -z "$reg_plain"
+
+echo "loom eval scores the same tokens as the run's evaluations"
+got=$("$LOOM" eval "$d/final_checkpoint" --json)
+check "loom eval = the run's final val loss, every digit" test "$(echo "$got" | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p')" = "$last"
+check "loom eval counts 768 tokens" grep -q '"tokens": 768,' <<<"$got"
+got2=$("$LOOM" eval "$d/final_checkpoint" --batches 1 --data "$WORK/val.bin")
+check "loom eval text output (--batches 1: 256 tokens)" grep -q "^tokens: 256$" <<<"$got2"
+zero3=$("$LOOM" eval "$(run_dir eval_zero3)/final_checkpoint" --json parallel.dp=1 parallel.zero=0 training.micro_batch_size=4)
+check "loom eval of a 2-rank ZeRO-3 checkpoint in one process = the run's val loss (1e-5)" \
+  awk -v a="$(echo "$zero3" | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p')" -v b="$(vals_of eval_zero3 | tail -1 | cut -d' ' -f2)" \
+  'BEGIN { r = (a - b) / b; if (r < 0) r = -r; exit !(r <= 1e-5) }'
+
+echo "data.val_fraction holds out exactly the tail"
+"$PY" - "$WORK/train.bin" "$WORK/head.bin" "$WORK/tail.bin" 0.1 <<'PYEOF' || fail "could not split the shard"
+import sys
+src, head, tail, frac = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+raw = open(src, "rb").read()
+hdr, body = raw[:64], raw[64:]
+w = 2 if int.from_bytes(hdr[12:16], "little") == 1 else 4
+n = int.from_bytes(hdr[16:24], "little")
+k = int(n * frac)  # floor(N * fraction): the held-out tail
+def write(path, tokens):
+    h = bytearray(hdr)
+    h[16:24] = (len(tokens) // w).to_bytes(8, "little")
+    open(path, "wb").write(bytes(h) + tokens)
+write(head, body[: (n - k) * w])
+write(tail, body[(n - k) * w:])
+PYEOF
+train frac data.val_fraction=0.1 training.eval_every=5 training.eval_batches=2
+train split data.train_shards="$WORK/head.bin" data.val_shards="$WORK/tail.bin" training.eval_every=5 training.eval_batches=2
+check "val_fraction: training losses = training on the head alone" test "$(steps_of frac)" = "$(steps_of split)"
+check "val_fraction: val losses = scoring the tail alone" test "$(vals_of frac)" = "$(vals_of split)"
+check "val_fraction: the data line says the tail is held out" grep -q "(without the held-out tail)" "$(run_dir frac)/train.log"
+
+echo "training.steps=0 scores the initial weights"
+train zero training.steps=0 data.val_shards="$WORK/val.bin"
+z=$(run_dir zero)
+check "steps=0: summary steps 0, final_loss null" grep -q '"final_loss": null' "$z/summary.json"
+zl=$(json_field "$z/summary.json" final_valid_loss)
+echo "  initial val loss $zl (ln 300 = 5.7038)"
+check "steps=0: initial val loss within 0.05 of ln(300)" awk -v l="$zl" 'BEGIN { d = l - log(300); if (d < 0) d = -d; exit !(d < 0.05) }'
+check "steps=0: loom eval of its checkpoint agrees" test "$("$LOOM" eval "$z/final_checkpoint" --json | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p')" = "$zl"
+
+echo "bad input"
+BAD="$WORK/bad_runs"
+expect_fail() { # what, expected-substring, command...
+  local what=$1 want=$2; shift 2
+  local err rc
+  err=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 0 ]; then fail "$what: exit code 0"; return; fi
+  if [[ "$err" != *"$want"* ]]; then fail "$what: message lacks '$want': $err"; return; fi
+  pass
+}
+bad=("${base[@]}" run.output_dir="$BAD")
+expect_fail "missing val shards" "data.val_shards: $WORK/none.bin: no token shard matches" \
+  "$LOOM" train "${bad[@]}" data.val_shards="$WORK/none.bin"
+expect_fail "eval_batches beyond the data" "training.eval_batches = 1000 but the validation data" \
+  "$LOOM" train "${bad[@]}" data.val_shards="$WORK/val.bin" training.eval_batches=1000
+expect_fail "eval_every without validation data" "there is no validation data; set data.val_shards" \
+  "$LOOM" train "${bad[@]}" training.eval_every=5
+expect_fail "val_shards and val_fraction" "are both set" \
+  "$LOOM" train "${bad[@]}" data.val_shards="$WORK/val.bin" data.val_fraction=0.1
+expect_fail "val_fraction out of range" "data.val_fraction = 1.0 is out of range" \
+  "$LOOM" train "${bad[@]}" data.val_fraction=1
+expect_fail "negative eval_every" "training.eval_every = -1 is out of range" \
+  "$LOOM" train "${bad[@]}" training.eval_every=-1
+expect_fail "val_fraction with vqa data" "data.val_fraction holds out a fraction of token shards" \
+  "$LOOM" train "${bad[@]}" data.format=vqa data.vqa_path="$WORK" model.preset=tiny-qwen2.5-vl data.val_fraction=0.1
+check "bad validation setups: no run directory left behind" test ! -e "$BAD"
+expect_fail "loom eval of a missing checkpoint" "checkpoint '$WORK/nope' does not exist" "$LOOM" eval "$WORK/nope"
+expect_fail "loom eval of a directory that is not a checkpoint" "neither config.yaml" "$LOOM" eval "$WORK"
+expect_fail "loom eval without validation data" "no validation data: give --data" \
+  "$LOOM" eval "$(run_dir plain_single)/final_checkpoint"
+expect_fail "loom eval with missing --data" "no token shard matches" "$LOOM" eval "$d/final_checkpoint" --data "$WORK/none.bin"
+expect_fail "loom eval --batches beyond the data" "training.eval_batches = 999" "$LOOM" eval "$d/final_checkpoint" --batches 999
+expect_fail "loom eval --batches not a number" "not a count" "$LOOM" eval "$d/final_checkpoint" --batches x
+finish
