@@ -1,6 +1,6 @@
 # End-to-end tests of `loom train` through the real executable (vqa_learns_test: the
 # synthetic VQA demo learns, against the majority baseline and a blank-image control).
-set(LOOM_TRAIN_SCRIPT_TESTS resume_test bad_input_test eval_test)
+set(LOOM_TRAIN_SCRIPT_TESTS resume_test bad_input_test)
 # The learning test trains for ~1 minute in the Release build; under the sanitizers (Debug,
 # ~20x slower) it cannot finish, and it checks learning, not memory: the sanitizer suite runs
 # the same training code through the other tests.
@@ -12,3 +12,14 @@ foreach(t ${LOOM_TRAIN_SCRIPT_TESTS})
   set_tests_properties(train_${t} PROPERTIES TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
 endforeach()
+# Validation loss in training and `loom eval` (eval_test.sh starts 2-rank runs with mpirun,
+# whose start-up allocations LeakSanitizer would report).
+add_test(NAME train_eval_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/train/eval_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(train_eval_test PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
+# `loom eval` of HF-exported models against the same loss computed by PyTorch (and 2-rank
+# tensor / pipeline parallel evaluations against it).
+add_test(NAME train_eval_torch_check
+  COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/train/eval_torch_check.py $<TARGET_FILE:loom>)
+set_tests_properties(train_eval_torch_check PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
