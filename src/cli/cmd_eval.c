@@ -2,6 +2,7 @@
  * checkpoint (one process or multi-rank pieces), a weights-only import, or a Hugging Face
  * directory (imported on the fly into a temporary directory that is removed afterwards) —
  * on validation data, in any parallel layout, without training and without writing. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,10 +160,15 @@ static int load_config(loom_config *cfg, const char *dir, int argc, char **argv,
 }
 
 static void print_result(const eval_args *a, const loom_eval_loss_result *r, const char *data) {
-  if (a->json) {
-    printf("{\"checkpoint\": \"%s\", \"val_loss\": %.17g, \"val_perplexity\": %.17g, "
-           "\"tokens\": %.0f, \"batches\": %ld, \"seconds\": %.3f}\n", a->ckpt, r->loss,
-           r->perplexity, r->tokens, r->batches, r->seconds);
+  if (a->json) { /* jansson quotes the paths; numbers keep every digit */
+    json_t *o = json_pack("{s:s, s:s, s:f, s:f, s:I, s:I, s:f}", "checkpoint", a->ckpt, "data",
+                          data, "val_loss", r->loss, "val_perplexity", r->perplexity, "tokens",
+                          (json_int_t)r->tokens, "batches", (json_int_t)r->batches, "seconds",
+                          r->seconds);
+    char *text = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
+    if (text) printf("%s\n", text);
+    free(text);
+    json_decref(o);
     return;
   }
   printf("checkpoint: %s\ndata: %s\nval loss: %.6f\nperplexity: %.4f\ntokens: %.0f\n", a->ckpt,
@@ -196,9 +202,10 @@ int loom_cmd_eval(int argc, char **argv) {
   if (!rc) rc = load_config(&cfg, dir, argc, argv, &a);
   if (!rc) rc = loom_eval_checkpoint(&cfg, dir, &r, data, sizeof data);
   if (rc) {
-    if (lead || loom_dist_world() == 1) fprintf(stderr, "loom eval: error: %s\n", loom_errmsg());
     if (tmp && lead) loom_rm_rf(tmp);
-    if (loom_dist_world() > 1) loom_dist_abort("eval: rank %d: error: %s", loom_dist_rank(), loom_errmsg());
+    if (loom_dist_world() > 1) /* other ranks may wait in a collective: take them down */
+      loom_dist_abort("eval: rank %d: error: %s", loom_dist_rank(), loom_errmsg());
+    fprintf(stderr, "loom eval: error: %s\n", loom_errmsg());
     return 1;
   }
   loom_comm_barrier(&world.world_comm); /* every rank has read the import */

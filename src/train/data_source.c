@@ -151,7 +151,9 @@ int loom_data_open_val(loom_data_source **out, const loom_config *cfg,
       return loom_err("training.eval_every/eval_batches are set but the val split of "
                       "data.vqa_path '%s' is empty; prepare the data with a val ratio or "
                       "give data.val_shards", dc->vqa_path);
-    if (n == 0) return 0;
+    /* no evaluation asked for: a val split smaller than one batch is no validation data */
+    size_t batch = (size_t)t->micro_batch_size * (size_t)t->grad_accum * (size_t)dp;
+    if (n < batch && !asked) return 0;
   } else if (!vqa && !dc->val_shards[0] && dc->val_fraction <= 0) {
     if (asked)
       return loom_err("training.eval_every/eval_batches are set but there is no validation "
