@@ -18,6 +18,15 @@ int loom_eval_track_open(loom_eval_track *t, const loom_config *cfg, const loom_
   return loom_evaluator_open(&t->ev, cfg, spec, ex, m);
 }
 
+void loom_eval_track_note(const loom_eval_track *t, loom_progress *p) {
+  if (!t->ev) return;
+  if (t->every > 0)
+    loom_progress_note(p, "validation: %s; every %ld steps and at the end",
+                       loom_evaluator_describe(t->ev), t->every);
+  else
+    loom_progress_note(p, "validation: %s; at the end", loom_evaluator_describe(t->ev));
+}
+
 bool loom_eval_track_due(const loom_eval_track *t, long step, long total_steps) {
   return t->ev && (step >= total_steps || (t->every > 0 && step % t->every == 0));
 }

@@ -19,6 +19,8 @@ typedef struct {
 /* Every rank: open the validation data (nothing when there is none); notes what it is. */
 int loom_eval_track_open(loom_eval_track *t, const loom_config *cfg, const loom_model_spec *spec,
                          loom_executor *ex, const loom_mesh *m);
+/* "validation: <data>; every N steps and at the end" (nothing without validation data). */
+void loom_eval_track_note(const loom_eval_track *t, loom_progress *p);
 /* Whether the run evaluates after `step`: every training.eval_every steps and at the last. */
 bool loom_eval_track_due(const loom_eval_track *t, long step, long total_steps);
 /* Every rank: evaluate; rank 0 (metrics != NULL or progress not quiet) records

@@ -354,9 +354,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                        cfg->parallel.zero);
   }
   loom_progress_note(&c->progress, "data: %s", loom_data_describe(c->data));
-  if (c->evals.ev)
-    loom_progress_note(&c->progress, "validation: %s; every %ld steps and at the end",
-                       loom_evaluator_describe(c->evals.ev), t->eval_every);
+  loom_eval_track_note(&c->evals, &c->progress);
   report_memory(c);
   loom_decoder *d = loom_exec_decoder(c->exec);
   int rc = 0;

@@ -92,6 +92,24 @@ for c in "l_v_sp2_zero1__text_tp2|parallel.tp=2 vision.parallel.sp=2 vision.para
     close_weights l_single "$name" 1e-4; same_eval l_single "$name"; close_val_losses l_single "$name" 1e-5; }
 done
 
+echo "loom eval of a vision-language checkpoint, in the layout it was written in and in others"
+vsep=$(run_dir v_separate_sp2_zero1__text_pp2)
+run_val=$(val_losses "$vsep" | tail -1 | cut -d' ' -f2)
+eval_val() { "$LOOM" eval "$@" --json 2>"$WORK/eval.err" | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p'; }
+same=$(eval_val "$vsep/final_checkpoint" --nproc 4)
+check "loom eval in the run's layout (encoder separate, text pp2) = its last val loss, every digit" \
+  test -n "$same" -a "$same" = "$run_val"
+for layout in "1" "2 parallel.pp=1 parallel.tp=2 vision.parallel.placement=collocated vision.parallel.sp=2" \
+    "3 parallel.pp=1 parallel.tp=2 vision.parallel.sp=1 vision.parallel.tp=1"; do
+  set -- $layout
+  np=$1; shift
+  if [ "$np" = 1 ]; then other=$(eval_val "$vsep/final_checkpoint" parallel.pp=1 vision.parallel.placement=collocated vision.parallel.sp=0 vision.parallel.zero=-1)
+  else other=$(eval_val "$vsep/final_checkpoint" --nproc "$np" "$@"); fi
+  if [ -n "$other" ] && awk -v a="$other" -v b="$run_val" 'BEGIN { r = (a - b) / b; if (r < 0) r = -r; exit !(r <= 1e-5) }'; then
+    pass; echo "  $np rank(s) $*: $other (run $run_val)"
+  else fail "loom eval on $np ranks $*: '$other', run $run_val: $(tail -2 "$WORK/eval.err")"; fi
+done
+
 echo "checkpoints of both modules reshard: written as vision sp2 ZeRO-1 + text tp2, resumed elsewhere"
 R=("${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 training.steps=6 checkpoint.every=3)
 train rs_straight 1 "${R[@]}"
