@@ -46,6 +46,8 @@ int loom_eval_track_run(loom_eval_track *t, const loom_comm *job, long step, FIL
   t->last_step = step;
   t->evals++;
   if (r.loss < t->min_loss) t->min_loss = r.loss;
+  p->has_val = true; /* the step lines that follow show it */
+  p->val_loss = r.loss;
   loom_progress_note(p, "step %ld: val loss %.6f, perplexity %.4f (%.0f tokens, %ld batch%s, "
                      "%.2f s)", step, r.loss, r.perplexity, r.tokens, r.batches,
                      r.batches == 1 ? "" : "es", r.seconds);

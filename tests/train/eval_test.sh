@@ -67,6 +67,8 @@ check "final_valid_perplexity = exp(final_valid_loss)" awk -v l="$last" -v p="$p
 check "metrics.jsonl val line has perplexity and tokens (3 batches x 8 x 32 = 768)" \
   grep -q "\"step\": 10, \"val_loss\": $last, \"val_perplexity\": [0-9.e+-]*, \"val_tokens\": 768," "$d/metrics.jsonl"
 check "train.log has the val loss line" grep -q "step 10: val loss $(printf '%.6f' "$last"), perplexity" "$d/train.log"
+check "train.log: the step lines after an evaluation show its val loss" \
+  grep -q "step 10/10 | loss [0-9.]* | val loss $(printf '%.4f' "$first") | lr" "$d/train.log"
 check "train.log names the validation data" grep -q "validation: $WORK/val.bin, [0-9]* tokens; 3 batches of 8 x 32 tokens" "$d/train.log"
 reg=$("$LOOM" runs --runs-dir "$RUNS" --filter "name = 'eval_single'" --show final_valid_loss,final_valid_perplexity,min_valid_loss --format csv)
 row=$(echo "$reg" | tail -1)
