@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "loom/runs.h"
 #include "train/eval_track.h"
 
 int loom_eval_track_open(loom_eval_track *t, const loom_config *cfg, const loom_model_spec *spec,
@@ -16,6 +17,19 @@ int loom_eval_track_open(loom_eval_track *t, const loom_config *cfg, const loom_
   t->min_loss = INFINITY;
   t->last_step = -1;
   return loom_evaluator_open(&t->ev, cfg, spec, ex, m);
+}
+
+int loom_eval_track_resume(loom_eval_track *t, const char *metrics_path) {
+  if (!t->ev || !loom_path_exists(metrics_path)) return 0;
+  loom_series s;
+  if (loom_series_read(metrics_path, "val_loss", "step", &s)) {
+    loom_err_clear(); /* no evaluation before the checkpoint: nothing to carry over */
+    return 0;
+  }
+  for (int i = 0; i < s.n; i++)
+    if (s.y[i] < t->min_loss) t->min_loss = s.y[i];
+  loom_series_free(&s);
+  return 0;
 }
 
 void loom_eval_track_note(const loom_eval_track *t, loom_progress *p) {

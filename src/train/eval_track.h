@@ -19,6 +19,9 @@ typedef struct {
 /* Every rank: open the validation data (nothing when there is none); notes what it is. */
 int loom_eval_track_open(loom_eval_track *t, const loom_config *cfg, const loom_model_spec *spec,
                          loom_executor *ex, const loom_mesh *m);
+/* A resumed run (rank 0): the evaluations already in its metrics.jsonl count towards
+ * min_valid_loss. */
+int loom_eval_track_resume(loom_eval_track *t, const char *metrics_path);
 /* "validation: <data>; every N steps and at the end" (nothing without validation data). */
 void loom_eval_track_note(const loom_eval_track *t, loom_progress *p);
 /* Whether the run evaluates after `step`: every training.eval_every steps and at the last. */

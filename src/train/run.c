@@ -388,6 +388,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   if (!c->lead) return 0;
   char *mpath = loom_sprintf("%s/metrics.jsonl", c->run_dir);
   rc = o->resume ? truncate_metrics(mpath, c->state.step) : 0;
+  if (!rc && o->resume) rc = loom_eval_track_resume(&c->evals, mpath);
   c->metrics = rc ? NULL : fopen(mpath, o->resume ? "a" : "w");
   if (!rc && !c->metrics) rc = loom_err("cannot open '%s': %s", mpath, strerror(errno));
   free(mpath);

@@ -6,10 +6,12 @@
 #  - the figures reach train.log, metrics.jsonl (a line per evaluation at its step),
 #    summary.json (final_valid_loss = the last evaluation, min_valid_loss = the lowest,
 #    perplexity = exp) and the run registry's columns;
+#  - a run stopped and resumed evaluates exactly as the uninterrupted one;
 #  - every evaluation scores the same tokens: the end-of-run val loss equals, digit for digit,
 #    `loom eval` of the final checkpoint in the same layout;
 #  - data.val_fraction holds out exactly the tail: training on it equals training on a shard
 #    of the head with data.val_shards = a shard of the tail (losses and val losses bitwise);
+#  - vqa data: the val split of data.vqa_path, or data.val_shards naming a dataset;
 #  - training.steps=0 scores the initial weights (loss ~ ln(vocab) for N(0, 0.02) weights);
 #  - bad input: missing val shards, eval_batches beyond the data, evaluation asked for with
 #    no validation data, both val keys, val_fraction with vqa data, `loom eval` of a missing
@@ -89,6 +91,16 @@ check "loom eval of a 2-rank ZeRO-3 checkpoint in one process = the run's val lo
   awk -v a="$(echo "$zero3" | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p')" -v b="$(vals_of eval_zero3 | tail -1 | cut -d' ' -f2)" \
   'BEGIN { r = (a - b) / b; if (r < 0) r = -r; exit !(r <= 1e-5) }'
 
+echo "a resumed run evaluates as the uninterrupted one"
+train resumed data.val_shards="$WORK/val.bin" training.eval_every=5 training.eval_batches=3 \
+  checkpoint.every=6 --stop-after 7 &&
+  "$LOOM" train --resume "$(run_dir resumed)/checkpoint_6" --quiet >"$WORK/resume.log" 2>&1 ||
+  fail "resume with evaluation failed: $(tail -2 "$WORK/resume.log")"
+check "resumed: losses and val losses bitwise those of the uninterrupted run" \
+  test "$(steps_of resumed; vals_of resumed)" = "$(steps_of eval_single; vals_of eval_single)"
+check "resumed: min_valid_loss over the evaluations before and after the resume" \
+  test "$(json_field "$(run_dir resumed)/summary.json" min_valid_loss)" = "$(json_field "$d/summary.json" min_valid_loss)"
+
 echo "data.val_fraction holds out exactly the tail"
 "$PY" - "$WORK/train.bin" "$WORK/head.bin" "$WORK/tail.bin" 0.1 <<'PYEOF' || fail "could not split the shard"
 import sys
@@ -120,6 +132,22 @@ echo "  initial val loss $zl (ln 300 = 5.7038)"
 check "steps=0: initial val loss within 0.05 of ln(300)" awk -v l="$zl" 'BEGIN { d = l - log(300); if (d < 0) d = -d; exit !(d < 0.05) }'
 check "steps=0: loom eval of its checkpoint agrees" test "$("$LOOM" eval "$z/final_checkpoint" --json | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p')" = "$zl"
 
+echo "vision-language data: the val split of data.vqa_path, or data.val_shards"
+{ "$LOOM" data synth-vqa --out "$WORK/vqa" --samples 104 --shard-size 8 &&
+  "$LOOM" data prepare "$WORK/vqa" --split 12,1,0; } >"$WORK/vqa.log" 2>&1 || fail "could not make vqa data"
+VQA=(model.preset=tiny-qwen2.5-vl model.vocab_size=384 training.seq_len=48 training.steps=2
+  training.micro_batch_size=4 training.grad_accum=2 training.warmup_steps=1 data.format=vqa
+  data.vqa_path="$WORK/vqa" data.tokenizer="$WORK/vqa/tokenizer.json" data.image_min_pixels=12544
+  data.image_max_pixels=12544 data.val_fraction=0 training.eval_every=1)
+train vqa_split "${VQA[@]}"
+train vqa_shards "${VQA[@]}" data.val_shards="$WORK/vqa"
+check "vqa: evaluations at steps 1 and 2" test "$(vals_of vqa_split | cut -d' ' -f1 | tr '\n' ' ')" = "1 2 "
+check "vqa: data.val_shards naming the same dataset scores its val split identically" \
+  test "$(vals_of vqa_split)" = "$(vals_of vqa_shards)"
+check "vqa: the validation line names the val split (8 samples)" grep -q "validation: $WORK/vqa (val), 8 samples" "$(run_dir vqa_split)/train.log"
+vq=$("$LOOM" eval "$(run_dir vqa_split)/final_checkpoint" --json | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p')
+check "vqa: loom eval = the run's last val loss" test "$vq" = "$(vals_of vqa_split | tail -1 | cut -d' ' -f2)"
+
 echo "bad input"
 BAD="$WORK/bad_runs"
 expect_fail() { # what, expected-substring, command...
@@ -145,6 +173,8 @@ expect_fail "negative eval_every" "training.eval_every = -1 is out of range" \
   "$LOOM" train "${bad[@]}" training.eval_every=-1
 expect_fail "val_fraction with vqa data" "data.val_fraction holds out a fraction of token shards" \
   "$LOOM" train "${bad[@]}" data.format=vqa data.vqa_path="$WORK" model.preset=tiny-qwen2.5-vl data.val_fraction=0.1
+expect_fail "vqa: training on the val split cannot validate on it" "data.split is val" \
+  "$LOOM" train "${VQA[@]}" run.output_dir="$BAD" data.split=val
 check "bad validation setups: no run directory left behind" test ! -e "$BAD"
 expect_fail "loom eval of a missing checkpoint" "checkpoint '$WORK/nope' does not exist" "$LOOM" eval "$WORK/nope"
 expect_fail "loom eval of a directory that is not a checkpoint" "neither config.yaml" "$LOOM" eval "$WORK"
