@@ -2,6 +2,7 @@
  * checkpoint (one process or multi-rank pieces), a weights-only import, or a Hugging Face
  * directory (imported on the fly into a temporary directory that is removed afterwards) —
  * on validation data, in any parallel layout, without training and without writing. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,8 @@ static void usage(FILE *out) {
           "scored target), perplexity = exp(val loss), and the number of target tokens.\n\n"
           "  CKPT             runs/<id>/checkpoint_<step> or final_checkpoint (any layout), a\n"
           "                   'loom ckpt import' directory, or a Hugging Face directory\n"
-          "                   (config.json + model.safetensors or shards)\n"
+          "                   (config.json + model.safetensors or shards; imported into a\n"
+          "                   temporary directory under $TMPDIR, removed afterwards)\n"
           "  --data PATH      validation data: token shards (file, directory or glob) or, with\n"
           "                   data.format=vqa, a vqa dataset (a directory's val split); default:\n"
           "                   the checkpoint config's data.val_shards / data.val_fraction / val split\n"
@@ -85,7 +87,8 @@ static int parse_args(int argc, char **argv, eval_args *a) {
   return 0;
 }
 
-/* Rank 0 imports a Hugging Face directory into a fresh temporary directory; every rank gets
+/* Rank 0 imports a Hugging Face directory into a fresh temporary directory (under $TMPDIR,
+ * default /tmp: the ranks must share it, as on one machine); every rank gets
  * its path (in *dir, malloc'd) and *tmp_root (to remove) — or the checkpoint itself. */
 static int resolve_checkpoint(const char *ckpt, const loom_mesh *world, char **dir,
                               char **tmp_root) {
@@ -110,9 +113,11 @@ static int resolve_checkpoint(const char *ckpt, const loom_mesh *world, char **d
   memset(path, 0, sizeof path);
   int rc = 0;
   if (world->rank == 0) {
-    char tmpl[] = "/tmp/loom-eval-XXXXXX";
+    const char *base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char *tmpl = loom_sprintf("%s/loom-eval-XXXXXX", base);
     if (!mkdtemp(tmpl)) {
-      rc = loom_err("cannot create a temporary directory in /tmp for the import");
+      rc = loom_err("cannot create a temporary directory in %s for the import: %s; set TMPDIR "
+                    "to a writable directory", base, strerror(errno));
     } else {
       snprintf(path, sizeof path, "%s", tmpl);
       char *out = loom_sprintf("%s/ckpt", tmpl);
@@ -126,6 +131,7 @@ static int resolve_checkpoint(const char *ckpt, const loom_mesh *world, char **d
         free(keep);
       }
     }
+    free(tmpl);
   }
   if (loom_comm_any_failed(&world->world_comm, rc))
     return rc ? rc : loom_err("rank 0 could not import '%s'", ckpt);

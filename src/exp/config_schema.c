@@ -69,7 +69,9 @@ const loom_config_key loom_config_keys[] = {
     {"model.init_std", F, "0.02", NULL, "std of the normal init of weight matrices",
      FIELD(model, init_std)},
 
-    {"training.steps", I, "200", NULL, "number of optimizer steps", FIELD(training, steps)},
+    {"training.steps", I, "200", NULL,
+     "number of optimizer steps (0: only evaluate the initial weights on the validation data)",
+     FIELD(training, steps)},
     {"training.micro_batch_size", I, "8", NULL, "sequences per micro-batch (B)",
      FIELD(training, micro_batch_size)},
     {"training.seq_len", I, "64", NULL, "tokens per sequence (T)", FIELD(training, seq_len)},

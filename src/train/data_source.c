@@ -146,7 +146,11 @@ int loom_data_open_val(loom_data_source **out, const loom_config *cfg,
       return asked ? loom_err("data.split is val: training reads the val split, so it cannot "
                               "also be the validation data; train on the train split or give "
                               "data.val_shards") : 0;
-    if (vqa_val_count(cfg, &n)) return LOOM_ERR;
+    if (vqa_val_count(cfg, &n)) { /* e.g. an empty val split: an error only when asked */
+      if (asked) return LOOM_ERR;
+      loom_err_clear();
+      return 0;
+    }
     if (n == 0 && asked)
       return loom_err("training.eval_every/eval_batches are set but the val split of "
                       "data.vqa_path '%s' is empty; prepare the data with a val ratio or "

@@ -35,11 +35,16 @@ int loom_evaluator_open(loom_evaluator **out, const loom_config *cfg, const loom
   long want = t->eval_batches > 0 ? t->eval_batches : have;
   long seqs = t->micro_batch_size * t->grad_accum * m->dp;
   if (want > have || have == 0) {
-    loom_err("training.eval_batches = %ld but the validation data (%s) holds %ld whole "
-             "batch%s of micro_batch_size x grad_accum x dp = %ld x %ld x %d = %ld sequences "
-             "of %ld tokens; lower training.eval_batches (0 = all) or give more validation "
-             "data", want, loom_data_describe(data), have, have == 1 ? "" : "es",
-             t->micro_batch_size, t->grad_accum, m->dp, seqs, t->seq_len);
+    char asked[64] = "";
+    if (t->eval_batches > 0)
+      snprintf(asked, sizeof asked, "training.eval_batches = %ld but ", t->eval_batches);
+    loom_err("%sthe validation data (%s) holds %ld whole batch%s of micro_batch_size x "
+             "grad_accum x dp = %ld x %ld x %d = %ld sequences of %ld tokens; %s", asked,
+             loom_data_describe(data), have, have == 1 ? "" : "es", t->micro_batch_size,
+             t->grad_accum, m->dp, seqs, t->seq_len,
+             t->eval_batches > 0 ? "lower training.eval_batches (0 = all) or give more "
+                                   "validation data"
+                                 : "give more validation data or use smaller batches");
     loom_data_close(data);
     return LOOM_ERR;
   }

@@ -105,7 +105,7 @@ static void test_errors(void) {
   expect_fail(a, "unknown_key.yaml:7: unknown key 'training.lrr'", "did you mean 'training.lr'");
   free(a);
   expect_fail("show training.lrr=1", "command-line override 'training.lrr=1'", "training.lr");
-  expect_fail("show training.steps=0", "training.steps = 0", ">= 1");
+  expect_fail("show training.steps=-1", "training.steps = -1", ">= 0");
   expect_fail("show missing.yaml", "'missing.yaml' does not exist", NULL);
   a = loom_sprintf("show '%s' '%s'", fixture("dotted.yaml"), fixture("nested.yaml"));
   expect_fail(a, "is not an override", "only the first argument may be a config file");

@@ -155,7 +155,7 @@ static void invalid(const char *ov, const char *s1, const char *s2) {
 }
 
 static void test_validate(void) {
-  invalid("training.steps=0", "training.steps = 0 is out of range", "must be >= 1");
+  invalid("training.steps=-1", "training.steps = -1 is out of range", "must be >= 0");
   invalid("training.micro_batch_size=-1", "training.micro_batch_size = -1", ">= 1");
   invalid("training.seq_len=0", "training.seq_len = 0", ">= 1");
   invalid("training.grad_accum=0", "training.grad_accum = 0", ">= 1");

@@ -148,6 +148,16 @@ check "vqa: the validation line names the val split (8 samples)" grep -q "valida
 vq=$("$LOOM" eval "$(run_dir vqa_split)/final_checkpoint" --json | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p')
 check "vqa: loom eval = the run's last val loss" test "$vq" = "$(vals_of vqa_split | tail -1 | cut -d' ' -f2)"
 
+cp -r "$WORK/vqa" "$WORK/vqa_noval" && "$LOOM" data prepare "$WORK/vqa_noval" --split 1,0,0 >/dev/null 2>&1 ||
+  fail "could not re-split the vqa data"
+train vqa_noval "${VQA[@]}" data.vqa_path="$WORK/vqa_noval" training.eval_every=0
+check "vqa: an empty val split, no evaluation asked for: trains, no val lines" \
+  test "$(steps_of vqa_noval | wc -l)" = 2 -a -z "$(vals_of vqa_noval)"
+order=$("$LOOM" runs --runs-dir "$RUNS" --filter "name = 'zero' OR name = 'eval_single' OR name = 'plain_single'" \
+  --sort-by final_valid_loss --show name --format csv | tail -n +2 | tr '\n' ' ')
+check "registry: sorted by final_valid_loss (trained, initial weights, none last)" \
+  test "$order" = "eval_single zero plain_single "
+
 echo "bad input"
 BAD="$WORK/bad_runs"
 expect_fail() { # what, expected-substring, command...
@@ -173,6 +183,8 @@ expect_fail "negative eval_every" "training.eval_every = -1 is out of range" \
   "$LOOM" train "${bad[@]}" training.eval_every=-1
 expect_fail "val_fraction with vqa data" "data.val_fraction holds out a fraction of token shards" \
   "$LOOM" train "${bad[@]}" data.format=vqa data.vqa_path="$WORK" model.preset=tiny-qwen2.5-vl data.val_fraction=0.1
+expect_fail "vqa: evaluation asked for on an empty val split" "split 'val' of $WORK/vqa_noval holds no samples" \
+  "$LOOM" train "${VQA[@]}" run.output_dir="$BAD" data.vqa_path="$WORK/vqa_noval"
 expect_fail "vqa: training on the val split cannot validate on it" "data.split is val" \
   "$LOOM" train "${VQA[@]}" run.output_dir="$BAD" data.split=val
 check "bad validation setups: no run directory left behind" test ! -e "$BAD"
