@@ -162,6 +162,16 @@ static int load_config(loom_config *cfg, const char *dir, int argc, char **argv,
   }
   if (!rc && a->batches) cfg->training.eval_batches = atol(a->batches);
   if (!rc) rc = loom_config_validate(cfg);
+  const loom_config_parallel *p = &cfg->parallel;
+  long ranks = p->pp * p->dp * p->sp * p->tp;
+  if (!rc && ranks > 1 && loom_dist_world() == 1 &&
+      strcmp(cfg->vision_parallel.placement, "separate"))
+    rc = loom_err("the layout (the checkpoint's config.yaml and the overrides) is "
+                  "parallel.pp*dp*sp*tp = %ld*%ld*%ld*%ld = %ld ranks but this is one process: "
+                  "give --nproc %ld, or evaluate in one process with parallel.pp=1 "
+                  "parallel.dp=1 parallel.sp=1 parallel.tp=1 parallel.zero=0 (keep the batch "
+                  "with training.micro_batch_size=%ld: micro_batch_size x dp)", p->pp, p->dp,
+                  p->sp, p->tp, ranks, ranks, cfg->training.micro_batch_size * p->dp);
   return rc;
 }
 
