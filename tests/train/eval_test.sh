@@ -148,6 +148,25 @@ check "vqa: the validation line names the val split (8 samples)" grep -q "valida
 vq=$("$LOOM" eval "$(run_dir vqa_split)/final_checkpoint" --json | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p')
 check "vqa: loom eval = the run's last val loss" test "$vq" = "$(vals_of vqa_split | tail -1 | cut -d' ' -f2)"
 
+# token mean over batches, not a mean of batch means: at seq_len 32 some answers are cut, so
+# samples have 0..2 targets; 8 batches of one sample must score as one batch of 8 samples
+vc="$(run_dir vqa_split)/final_checkpoint"
+one=$("$LOOM" eval "$vc" --json training.seq_len=32 training.micro_batch_size=8 training.grad_accum=1)
+cum=""
+for k in 1 2 3 4 5 6 7 8; do
+  cum="$cum $("$LOOM" eval "$vc" --json training.seq_len=32 training.micro_batch_size=1 \
+    training.grad_accum=1 --batches $k | sed 's/.*"val_loss": \([^,]*\),.*"tokens": \([0-9]*\),.*/\1:\2/')"
+done
+echo "  one batch of 8: $(echo "$one" | sed 's/.*"val_loss": \([^,]*\),.*"tokens": \([0-9]*\),.*/\1:\2/'); first k of 8 batches of 1:$cum"
+check "vqa: 8 batches of 1 sample = 1 batch of 8 (token mean, 1e-6), and a mean of batch means would differ" \
+  awk -v one="$(echo "$one" | sed 's/.*"val_loss": \([^,]*\),.*"tokens": \([0-9]*\),.*/\1 \2/')" -v cum="$cum" 'BEGIN {
+    split(one, o, " "); n = split(cum, c, " "); ps = 0; pn = 0; means = 0; batches = 0; counts = ""
+    for (k = 1; k <= n; k++) { split(c[k], f, ":"); s = f[1] * f[2] - ps; t = f[2] - pn; ps = f[1] * f[2]; pn = f[2]
+      counts = counts " " t; if (t > 0) { means += s / t; batches++ } }
+    L = c[n]; split(L, f, ":"); r = (f[1] - o[1]) / o[1]; if (r < 0) r = -r
+    m = means / batches; d = (m - o[1]) / o[1]; if (d < 0) d = -d
+    printf "  targets per sample:%s; token mean rel diff %.1e; mean of batch means would be off by %.1e\n", counts, r, d
+    exit !(r <= 1e-6 && f[2] == o[2] && d > 1e-4) }'
 cp -r "$WORK/vqa" "$WORK/vqa_noval" && "$LOOM" data prepare "$WORK/vqa_noval" --split 1,0,0 >/dev/null 2>&1 ||
   fail "could not re-split the vqa data"
 train vqa_noval "${VQA[@]}" data.vqa_path="$WORK/vqa_noval" training.eval_every=0
