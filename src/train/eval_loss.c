@@ -71,21 +71,24 @@ int loom_evaluator_run(loom_evaluator *e, const loom_comm *job, loom_eval_loss_r
   loom_loader_state start = {0, 0};
   int rc = loom_data_set_state(e->data, &start);
   double sum = 0, count = 0;
-  for (long k = 0; k < e->batches && !rc; k++) {
-    rc = loom_data_next(e->data, e->tokens, e->targets, e->vqa);
-    if (rc) break;
+  bool failed = false;
+  for (long k = 0; k < e->batches; k++) {
+    if (!rc) rc = loom_data_next(e->data, e->tokens, e->targets, e->vqa);
+    /* data-parallel groups read different samples: a bad one stops every rank here, before
+     * the batch's collectives (a rank of the encoder only reads its group's samples too) */
+    if ((failed = loom_comm_any_failed(job, rc))) break;
     if (loom_data_is_vqa(e->data)) loom_exec_set_vision_batches(e->ex, e->vqa);
     double s, c;
     loom_exec_eval(e->ex, e->tokens, e->targets, &s, &c);
     sum += s;
     count += c;
   }
-  /* the same data on every rank of a data-parallel group: a failure is everybody's, but a
-   * rank of the encoder may not know; share the outcome and the figures from rank 0 */
-  if (loom_comm_any_failed(job, rc)) {
+  if (failed || rc) {
     loom_comm_counters = saved;
     return rc ? LOOM_ERR : loom_err("another rank failed to read the validation data");
   }
+  /* every rank of the text decoder has the sums; a rank of the encoder only has none: share
+   * rank 0's (a text rank) */
   double v[2] = {sum, count};
   loom_comm_bcast_bytes(job, v, sizeof v, 0);
   loom_comm_counters = saved;

@@ -207,6 +207,31 @@ expect_fail "vqa: evaluation asked for on an empty val split" "split 'val' of $W
 expect_fail "vqa: training on the val split cannot validate on it" "data.split is val" \
   "$LOOM" train "${VQA[@]}" run.output_dir="$BAD" data.split=val
 check "bad validation setups: no run directory left behind" test ! -e "$BAD"
+# a corrupt JPEG in the val split, read by one of two data-parallel ranks: every rank stops at
+# that batch (no hang in the next collective) and the error names the shard and sample
+"$LOOM" data synth-vqa --out "$WORK/vqabad" --samples 40 --shard-size 20 >/dev/null 2>&1
+"$PY" - "$WORK/vqabad/000001.tar" <<'PYEOF' || fail "could not corrupt the val shard"
+import io, sys, tarfile
+path = sys.argv[1]
+with tarfile.open(path) as t:
+    members = [(m, t.extractfile(m).read()) for m in t.getmembers()]
+done = False
+with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+    for m, data in members:
+        if m.name.endswith(".jpg") and not done:
+            data, done = data[: len(data) // 3], True
+        m.size = len(data)
+        t.addfile(m, io.BytesIO(data))
+PYEOF
+"$LOOM" data prepare "$WORK/vqabad" --split 1,1,0 >/dev/null 2>&1
+bad_sample=$(tar tf "$WORK/vqabad/000001.tar" | grep -m1 '\.jpg$' | sed 's/\.jpg$//')
+out=$(timeout 120 "$LOOM" train "${VQA[@]}" run.output_dir="$BAD/vqabad" data.vqa_path="$WORK/vqabad" \
+  data.tokenizer="$WORK/vqabad/tokenizer.json" training.micro_batch_size=2 training.grad_accum=1 \
+  training.steps=1 parallel.dp=2 --nproc 2 --quiet 2>&1); rc=$?
+check "corrupt val sample on one of 2 ranks: non-zero exit, no hang (rc $rc)" test "$rc" != 0 -a "$rc" != 124
+check "corrupt val sample: the error names the validation, shard and sample" \
+  grep -q "validation at step 1: .*000001.tar, sample $bad_sample" <<<"$out"
+echo "  $(grep -m1 "validation at step" <<<"$out")"
 expect_fail "loom eval of a missing checkpoint" "checkpoint '$WORK/nope' does not exist" "$LOOM" eval "$WORK/nope"
 expect_fail "loom eval of a directory that is not a checkpoint" "neither config.yaml" "$LOOM" eval "$WORK"
 expect_fail "loom eval without validation data" "no validation data: give --data" \
