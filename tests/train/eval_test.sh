@@ -93,9 +93,16 @@ check "loom eval of a 2-rank ZeRO-3 checkpoint in one process = the run's val lo
 
 echo "a resumed run evaluates as the uninterrupted one"
 train resumed data.val_shards="$WORK/val.bin" training.eval_every=5 training.eval_batches=3 \
-  checkpoint.every=6 --stop-after 7 &&
+  checkpoint.every=6 --stop-after 7 && cp -r "$(run_dir resumed)" "$WORK/edited_run" &&
   "$LOOM" train --resume "$(run_dir resumed)/checkpoint_6" --quiet >"$WORK/resume.log" 2>&1 ||
   fail "resume with evaluation failed: $(tail -2 "$WORK/resume.log")"
+# the evaluation at step 5 (before the checkpoint) is only in metrics.jsonl: set it to 0.25 in
+# a copy of the stopped run, resume the copy, and its min_valid_loss must be that 0.25
+sed -i 's/^{"step": 5, "val_loss": [^,]*,/{"step": 5, "val_loss": 0.25,/' "$WORK/edited_run/metrics.jsonl"
+"$LOOM" train --resume "$WORK/edited_run/checkpoint_6" --quiet >"$WORK/resume2.log" 2>&1 ||
+  fail "resume of the edited copy failed: $(tail -2 "$WORK/resume2.log")"
+check "resumed: min_valid_loss takes the evaluations in metrics.jsonl before the checkpoint" \
+  test "$(json_field "$WORK/edited_run/summary.json" min_valid_loss)" = 0.25
 check "resumed: losses and val losses bitwise those of the uninterrupted run" \
   test "$(steps_of resumed; vals_of resumed)" = "$(steps_of eval_single; vals_of eval_single)"
 check "resumed: min_valid_loss over the evaluations before and after the resume" \
