@@ -60,6 +60,8 @@ typedef struct {
   bool freeze_projector;       /* ... the merger / projector */
   bool freeze_lm;              /* ... the language model (two-stage training, seed 004) */
   long log_every;              /* train.log / progress cadence in steps (metrics: every step) */
+  long eval_every;             /* validation loss every N steps (0: only at the end) */
+  long eval_batches;           /* batches (a step's global batch each) per evaluation; 0 = all */
 } loom_config_training;
 
 typedef struct {
@@ -72,6 +74,8 @@ typedef struct {
   long image_min_pixels;           /* smart_resize lower bound (56*56) */
   long image_max_pixels;           /* smart_resize upper bound (28*28*1280) */
   bool skip_bad_samples;           /* skip and count bad samples instead of stopping */
+  char val_shards[LOOM_STR_MAX];   /* validation data: token shards, or (vqa) a dataset */
+  double val_fraction;             /* tokens: hold out this tail fraction of train_shards */
 } loom_config_data;
 
 /* Hybrid parallelism: a mesh (pp, dp, sp, tp; tp innermost) whose product is the number of

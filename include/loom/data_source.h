@@ -14,6 +14,15 @@ typedef struct loom_data_source loom_data_source;
 
 int loom_data_open(loom_data_source **out, const loom_config *cfg, const loom_model_spec *spec,
                    int dp_rank, int dp);
+/* Validation data, read as training reads (A micro-batches of B sequences per call, dealt
+ * to data-parallel ranks): token data from data.val_shards or the held-out tail of
+ * data.train_shards (data.val_fraction; training then reads only the head); vqa data from
+ * data.val_shards or the val split of a prepared data.vqa_path directory. *out = NULL and 0
+ * when there is none (an error when training.eval_every/eval_batches ask for evaluation). */
+int loom_data_open_val(loom_data_source **out, const loom_config *cfg,
+                       const loom_model_spec *spec, int dp_rank, int dp);
+/* Whole calls of loom_data_next (A micro-batches each) in one epoch of the data. */
+uint64_t loom_data_batches_per_epoch(const loom_data_source *s);
 /* tokens, targets (A, B, T); vqa receives A pointers to this step's vqa batches (valid until
  * the next call), or is left alone for token data. */
 int loom_data_next(loom_data_source *s, int32_t *tokens, int32_t *targets, const void **vqa);

@@ -29,6 +29,16 @@ int loom_exec_stage_split(const loom_config_parallel *p, int layers, int *first)
  * its tp/sp/pp peers). Fills loss (global token mean over every rank), grad norm, lr. */
 void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *targets,
                     loom_step_result *r);
+/* Forward only over one batch of tokens/targets (A, B, T) of this data-parallel rank, by
+ * the forward-only schedule (src/sched/generate_eval.c): pipeline stages pass activations,
+ * no backward, no gradient or optimizer state is touched (ZeRO-3 gathers and releases
+ * parameters as in a forward). Every rank of the text decoder gets the sum of the token
+ * losses over the whole batch (all dp/sp/tp/pp ranks) and the number of counted targets;
+ * a rank of the vision encoder only (placement separate) encodes and gets zeros. For a
+ * vision-language model, set the batch's micro-batches with loom_exec_set_vision_batches
+ * first. */
+void loom_exec_eval(loom_executor *ex, const int32_t *tokens, const int32_t *targets,
+                    double *loss_sum, double *count);
 /* Vision-language models: the micro-batches of the next step (A pointers; tokens and targets
  * passed to loom_exec_step must be their input_ids/targets). The first chunk runs the vision
  * encoder on each micro-batch's images and puts its tokens in place of the image pads; the

@@ -23,6 +23,7 @@
  * Memory: the shards are memory-mapped; the loader holds one W-entry order array. */
 #ifndef LOOM_LOADER_H
 #define LOOM_LOADER_H
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct loom_loader loom_loader;
@@ -35,6 +36,13 @@ typedef struct {
  * rank `rank` of `world`; seed fixes the shuffles. Starts at state (0, 0). */
 int loom_loader_open(loom_loader **out, const char *shards, int B, int T, int rank, int world,
                      uint64_t seed);
+/* A part of the stream: the N tokens split into a head of N - floor(N * held_out) tokens
+ * (validation false: what training reads) and the held-out tail of floor(N * held_out)
+ * tokens (validation true); each part is then a stream of its own with the semantics above
+ * (windows never cross from one part into the other, so the two are disjoint). held_out in
+ * (0, 1). */
+int loom_loader_open_part(loom_loader **out, const char *shards, int B, int T, int rank,
+                          int world, uint64_t seed, double held_out, bool validation);
 /* Fill inputs and targets, both (B, T) row-major int32; advances the state. */
 int loom_loader_next(loom_loader *l, int32_t *inputs, int32_t *targets);
 void loom_loader_get_state(const loom_loader *l, loom_loader_state *s);

@@ -57,6 +57,7 @@ int loom_registry_touch(loom_registry *r, const char *run_id, long step, double 
 typedef struct {
   long steps;
   double final_loss, min_loss, avg_step_time, tokens_per_s, peak_rss_mb; /* NAN = unknown */
+  double final_valid_loss, final_valid_perplexity, min_valid_loss;       /* NAN: no eval */
 } loom_registry_metrics;
 
 /* Read summary.json of a run directory (missing keys stay NAN / -1). 0, or -1 if unreadable. */

@@ -60,6 +60,13 @@ typedef struct {
  * requirement microbatches % pp == 0 is lifted where the generator handles remainders, else a
  * clear error). Errors name the argument and the numbers. */
 int loom_sched_generate(loom_schedule *s, const char *name, int pp, int vpp, int microbatches);
+/* The forward-only schedule of an evaluation ("forward", src/sched/generate_eval.c): each
+ * micro-batch forward through every virtual stage with its load / recv-act / send-act, in the
+ * order (mb, virtual stage) on every rank; no backward, reduce-grads or optimizer step. */
+int loom_sched_generate_forward(loom_schedule *s, int pp, int vpp, int microbatches);
+/* Validate a forward-only schedule: fields, matching, only forward-pass instructions, every
+ * forward exactly once after its input, no deadlock. */
+int loom_sched_validate_forward(const loom_schedule *s);
 /* Check the lists: every send matched by one recv (same boundary, mb, direction, peers
  * consistent with the chunk placement), every forward(c, mb) exactly once and before its
  * backward, each chunk's input available before its forward, no deadlock when sends are

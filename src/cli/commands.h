@@ -5,6 +5,7 @@
 #include <stdbool.h>
 int loom_cmd_train(int argc, char **argv);   /* src/cli/cmd_train.c */
 int loom_cmd_data(int argc, char **argv);    /* src/cli/cmd_data.c */
+int loom_cmd_eval(int argc, char **argv);    /* src/cli/cmd_eval.c */
 int loom_cmd_ckpt(int argc, char **argv);    /* src/cli/cmd_ckpt.c */
 int loom_cmd_config(int argc, char **argv);  /* src/cli/cmd_config.c */
 int loom_cmd_model(int argc, char **argv);   /* src/cli/cmd_model.c */

@@ -11,6 +11,7 @@ static const struct {
   const char *summary;
 } commands[] = {
     {"train", loom_cmd_train, "train a model from a YAML config (loom train run.yaml a.b=c ...)"},
+    {"eval", loom_cmd_eval, "validation loss and perplexity of a checkpoint (loom or Hugging Face)"},
     {"data", loom_cmd_data, "prepare data: synth-text, train-tokenizer, tokenize, encode, decode"},
     {"ckpt", loom_cmd_ckpt, "inspect checkpoints (tensors, dtypes, shapes, norms)"},
     {"config", loom_cmd_config, "show a resolved config or the schema of every key"},

@@ -14,7 +14,8 @@ struct loom_loader {
   loom_shard *shards;  /* (nshards) */
   uint64_t *start;     /* (nshards) global index of each shard's first token */
   size_t nshards;
-  uint64_t total;      /* N tokens */
+  uint64_t total;      /* N tokens (of the part read: see loom_loader_open_part) */
+  uint64_t base;       /* global index of the part's first token (0: whole stream) */
   int B, T, rank, world;
   uint64_t seed;
   uint64_t windows;    /* W */
@@ -137,8 +138,10 @@ static int check_enough(const loom_loader *l, const char *spec) {
                   (unsigned long long)need);
 }
 
-int loom_loader_open(loom_loader **out, const char *shards, int B, int T, int rank, int world,
-                     uint64_t seed) {
+/* part: 0 the whole stream; 1 its head (all but the held-out tail); 2 the held-out tail of
+ * floor(N * held_out) tokens. */
+static int open_part(loom_loader **out, const char *shards, int B, int T, int rank, int world,
+                     uint64_t seed, double held_out, int part) {
   *out = NULL;
   if (check_args(shards, B, T, rank, world)) return -1;
   loom_loader *l = calloc(1, sizeof *l);
@@ -148,9 +151,19 @@ int loom_loader_open(loom_loader **out, const char *shards, int B, int T, int ra
   int rc = resolve_shards(shards, &paths);
   if (rc == 0) rc = open_shards(l, &paths);
   strlist_free(&paths);
+  uint64_t all = l->total;
+  if (rc == 0 && part) {
+    uint64_t tail = (uint64_t)((double)l->total * held_out);
+    if (part == 1) l->total -= tail;
+    else l->base = l->total - tail, l->total = tail;
+  }
   if (rc == 0) {
     l->windows = l->total > 0 ? (l->total - 1) / (uint64_t)T : 0;
     rc = check_enough(l, shards);
+    if (rc && part)
+      loom_err_prefix("the %s (data.val_fraction %g of %llu tokens): ",
+                      part == 1 ? "training part" : "held-out validation part", held_out,
+                      (unsigned long long)all);
   }
   if (rc) {
     loom_loader_close(l);
@@ -163,6 +176,19 @@ int loom_loader_open(loom_loader **out, const char *shards, int B, int T, int ra
   scan_max_token(l);
   *out = l;
   return 0;
+}
+
+int loom_loader_open(loom_loader **out, const char *shards, int B, int T, int rank, int world,
+                     uint64_t seed) {
+  return open_part(out, shards, B, T, rank, world, seed, 0, 0);
+}
+
+int loom_loader_open_part(loom_loader **out, const char *shards, int B, int T, int rank,
+                          int world, uint64_t seed, double held_out, bool validation) {
+  if (!(held_out > 0 && held_out < 1))
+    return loom_err("data loader for '%s': held-out fraction %g must be in (0, 1)", shards,
+                    held_out);
+  return open_part(out, shards, B, T, rank, world, seed, held_out, validation ? 2 : 1);
 }
 
 void loom_loader_close(loom_loader *l) {
@@ -194,6 +220,7 @@ static void make_order(loom_loader *l, uint64_t epoch) {
 
 /* Copy global tokens [start, start + n) into out, crossing shard boundaries. */
 static void copy_tokens(const loom_loader *l, uint64_t start, uint64_t n, int32_t *out) {
+  start += l->base;
   size_t lo = 0, hi = l->nshards; /* last shard whose start <= start */
   while (hi - lo > 1) {
     size_t mid = (lo + hi) / 2;

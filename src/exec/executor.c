@@ -13,6 +13,7 @@ struct loom_executor {
   const loom_config *cfg;
   loom_mesh *mesh;
   loom_schedule sched;
+  loom_schedule eval_sched;    /* forward only (evaluation), same pp, vpp and micro-batches */
   loom_decoder *d;
   loom_grad_sync *gs;
   loom_adamw_state opt;
@@ -112,6 +113,9 @@ static int build_schedule(loom_executor *ex) {
   }
   if (loom_sched_validate(s))
     return p->schedule_file[0] ? loom_err_prefix("%s: ", p->schedule_file) : LOOM_ERR;
+  if (loom_sched_generate_forward(&ex->eval_sched, pp, vpp, A) ||
+      loom_sched_validate_forward(&ex->eval_sched))
+    return loom_err_prefix("the forward-only (evaluation) schedule: ");
   return 0;
 }
 
@@ -200,6 +204,7 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
 void loom_exec_free(loom_executor *ex) {
   if (!ex) return;
   loom_sched_free(&ex->sched);
+  loom_sched_free(&ex->eval_sched);
   loom_grad_sync_free(ex->gs); /* reads the decoder (ZeRO-3 units): free it first */
   loom_vmod_free(ex->vision);
   loom_decoder_free(ex->d);
@@ -420,6 +425,60 @@ void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *tar
   r->grad_norm = sc.norm;
   r->lr = sc.lr;
   if (ex->vision && loom_vmod_get_plan(ex->vision)->separate) share_result(ex, r);
+}
+
+/* Forward-only instruction of the evaluation schedule on a text rank; activation slots are
+ * released as soon as nothing needs them (the head chunk's loss is summed in run_forward,
+ * a sent output was copied for the send, a local hand-off has been copied). */
+static void eval_instr(loom_executor *ex, const loom_instr *in, step_ctx *sc) {
+  if (in->kind != LOOM_INSTR_FORWARD) {
+    LOOM_ASSERT(in->kind == LOOM_INSTR_LOAD_MB || in->kind == LOOM_INSTR_SEND_ACT ||
+                in->kind == LOOM_INSTR_RECV_ACT);
+    run_instr(ex, in, -1, sc);
+    return;
+  }
+  loom_decoder *d = ex->d;
+  run_forward(ex, in, sc);
+  if (ex->mesh->pp == 1 && in->chunk > 0) /* the previous chunk handed over locally */
+    loom_decoder_slot_release(d, loom_decoder_slot_find(d, in->chunk - 1, in->mb));
+  if (ex->mesh->pp > 1 || d->shard.chunk_head[in->chunk])
+    loom_decoder_slot_release(d, loom_decoder_slot_find(d, in->chunk, in->mb));
+}
+
+void loom_exec_eval(loom_executor *ex, const int32_t *tokens, const int32_t *targets,
+                    double *loss_sum, double *count) {
+  const loom_schedule *es = &ex->eval_sched;
+  *loss_sum = *count = 0;
+  if (!ex->mesh->member) { /* an encoder-only rank: encode at the first stage's forwards */
+    for (int i = 0; i < es->count[0]; i++) {
+      const loom_instr *in = &es->instr[0][i];
+      if (in->kind == LOOM_INSTR_FORWARD && in->chunk == 0)
+        loom_vmod_forward(ex->vision, ex->vqa[in->mb], in->mb);
+    }
+    return;
+  }
+  loom_decoder *d = ex->d;
+  const loom_mesh *m = ex->mesh;
+  step_ctx sc = {tokens, targets, (size_t)d->B * d->T, 0, 0, 0, 0};
+  size_t n = (size_t)ex->A * sc.mb_size;
+  double counts[1] = {0};
+  for (size_t i = 0; i < n; i++) counts[0] += targets[i] != LOOM_IGNORE_INDEX;
+  loom_comm_allreduce_f64(&m->dp_comm, counts, 1, LOOM_OP_SUM);
+  int rank = m->pp_rank;
+  for (int i = 0; i < es->count[rank]; i++) {
+    const loom_instr *in = &es->instr[rank][i];
+    double t0 = ex->trace ? loom_now() : 0;
+    eval_instr(ex, in, &sc);
+    if (ex->trace) ex->trace(ex->trace_ctx, in, t0, loom_now());
+  }
+  for (int i = 0; i < ex->n_reqs; i++) loom_comm_wait(&ex->reqs[i]);
+  ex->n_reqs = 0;
+  /* as in a step: summed over the dp x sp replicas on the head stage, then along the pipe */
+  double loss[1] = {sc.loss_sum};
+  loom_comm_allreduce_f64(&m->grad_comm, loss, 1, LOOM_OP_SUM);
+  loom_comm_allreduce_f64(&m->pp_comm, loss, 1, LOOM_OP_SUM);
+  *loss_sum = loss[0];
+  *count = counts[0];
 }
 
 const float *loom_exec_forward_only(loom_executor *ex, const int32_t *tokens, const void *vqa_batch) {

@@ -70,7 +70,7 @@ const loom_config_key loom_config_keys[] = {
      FIELD(model, init_std)},
 
     {"training.steps", I, "200", NULL,
-     "number of optimizer steps (0: no step; the final checkpoint holds the initial weights)",
+     "number of optimizer steps (0: no step: evaluate the initial weights on the validation data, if any, and save them as the final checkpoint)",
      FIELD(training, steps)},
     {"training.micro_batch_size", I, "8", NULL, "sequences per micro-batch (B)",
      FIELD(training, micro_batch_size)},
@@ -111,6 +111,14 @@ const loom_config_key loom_config_keys[] = {
      FIELD(training, freeze_lm)},
     {"training.log_every", I, "10", NULL, "train.log / progress cadence in steps",
      FIELD(training, log_every)},
+    {"training.eval_every", I, "0", NULL,
+     "validation loss and perplexity every N steps (0: only at the end; needs validation "
+     "data: data.val_shards, data.val_fraction or a vqa directory's val split)",
+     FIELD(training, eval_every)},
+    {"training.eval_batches", I, "0", NULL,
+     "batches per evaluation, each a step's global batch (micro_batch_size*grad_accum*dp "
+     "sequences), always the same ones (0: every whole batch of the validation data)",
+     FIELD(training, eval_batches)},
 
     {"data.train_shards", S, "data/demo/train.bin", NULL,
      "token shard file, directory or glob", FIELD(data, train_shards)},
@@ -133,6 +141,13 @@ const loom_config_key loom_config_keys[] = {
     {"data.skip_bad_samples", B, "false", NULL,
      "skip (and count) corrupt, missing or too-small samples instead of stopping",
      FIELD(data, skip_bad_samples)},
+    {"data.val_shards", S, "", NULL,
+     "validation data: token shard file, directory or glob (tokens), or a vqa dataset whose "
+     "val split (directory) or every sample (annotation file) is scored (vqa)",
+     FIELD(data, val_shards)},
+    {"data.val_fraction", F, "0", NULL,
+     "tokens: hold out this fraction of data.train_shards' tokens (the tail) as validation "
+     "data; training never reads it (0: none)", FIELD(data, val_fraction)},
 
     {"checkpoint.every", I, "0", NULL, "save checkpoint_<step>/ every N steps (0 = never)",
      FIELD(checkpoint, every)},

@@ -46,6 +46,9 @@ static const range_rule rules[] = {
     ABOVE("training.eps", 0),
     AT_LEAST("training.grad_clip", 0),
     AT_LEAST("training.log_every", 1),
+    AT_LEAST("training.eval_every", 0),
+    AT_LEAST("training.eval_batches", 0),
+    {"data.val_fraction", 0, 1, false, true},
     AT_LEAST("checkpoint.every", 0),
     AT_LEAST("checkpoint.keep_last", 0),
     AT_LEAST("training.global_batch_size", 0),
@@ -116,10 +119,23 @@ static int check_key(const loom_config *c, const loom_config_key *k) {
   return 0;
 }
 
+/* Validation data is one thing: its own shards or a held-out fraction of token shards. */
+static int check_val_data(const loom_config *c) {
+  if (c->data.val_shards[0] && c->data.val_fraction > 0)
+    return loom_err("data.val_shards ('%s') and data.val_fraction (%g) are both set; the "
+                    "validation data is one or the other: unset one of them",
+                    c->data.val_shards, c->data.val_fraction);
+  if (!strcmp(c->data.format, "vqa") && c->data.val_fraction > 0)
+    return loom_err("data.val_fraction holds out a fraction of token shards; vqa data is "
+                    "validated on the val split of data.vqa_path or on data.val_shards: set "
+                    "data.val_fraction=0");
+  return 0;
+}
+
 int loom_config_validate(const loom_config *c) {
   for (size_t i = 0; i < loom_config_nkeys; i++)
     if (check_key(c, &loom_config_keys[i])) return loom_err_prefix("invalid config: ");
-  if (check_ranges(c)) return loom_err_prefix("invalid config: ");
+  if (check_ranges(c) || check_val_data(c)) return loom_err_prefix("invalid config: ");
   return 0;
 }
 

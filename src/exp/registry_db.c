@@ -35,6 +35,10 @@ const loom_registry_column loom_registry_columns[] = {
     {"avg_step_time", "REAL", LOOM_RCOL_METRIC, "mean seconds per step, first step excluded"},
     {"tokens_per_s", "REAL", LOOM_RCOL_METRIC, "training throughput"},
     {"peak_rss_mb", "REAL", LOOM_RCOL_METRIC, "peak resident memory of rank 0 (MB)"},
+    {"final_valid_loss", "REAL", LOOM_RCOL_METRIC,
+     "validation loss (token mean) after the last step; NULL without validation data"},
+    {"final_valid_perplexity", "REAL", LOOM_RCOL_METRIC, "exp(final_valid_loss)"},
+    {"min_valid_loss", "REAL", LOOM_RCOL_METRIC, "lowest validation loss of the run's evaluations"},
 };
 const int loom_registry_ncolumns = sizeof loom_registry_columns / sizeof loom_registry_columns[0];
 

@@ -120,7 +120,8 @@ int loom_registry_finish(loom_registry *r, const char *run_id, const char *statu
   if (sqlite3_prepare_v2(r->db,
                          "UPDATE runs SET status=?, end_time=?, heartbeat=?, "
                          "steps=COALESCE(?, steps), final_loss=COALESCE(?, final_loss), "
-                         "min_loss=?, avg_step_time=?, tokens_per_s=?, peak_rss_mb=?, error=? "
+                         "min_loss=?, avg_step_time=?, tokens_per_s=?, peak_rss_mb=?, error=?, "
+                         "final_valid_loss=?, final_valid_perplexity=?, min_valid_loss=? "
                          "WHERE run_id=?", -1, &st, NULL))
     return loom_registry_sql_err(r, "preparing the final update");
   double now = loom_registry_now();
@@ -135,7 +136,10 @@ int loom_registry_finish(loom_registry *r, const char *run_id, const char *statu
   bind_real_or_null(st, 8, m ? m->tokens_per_s : NAN);
   bind_real_or_null(st, 9, m ? m->peak_rss_mb : NAN);
   bind_text_or_null(st, 10, error);
-  sqlite3_bind_text(st, 11, run_id, -1, SQLITE_TRANSIENT);
+  bind_real_or_null(st, 11, m ? m->final_valid_loss : NAN);
+  bind_real_or_null(st, 12, m ? m->final_valid_perplexity : NAN);
+  bind_real_or_null(st, 13, m ? m->min_valid_loss : NAN);
+  sqlite3_bind_text(st, 14, run_id, -1, SQLITE_TRANSIENT);
   return step_done(r, st, "recording the end of the run");
 }
 
@@ -147,6 +151,7 @@ static double json_num(json_t *o, const char *key) {
 int loom_registry_read_summary(const char *run_dir, loom_registry_metrics *m) {
   m->steps = -1;
   m->final_loss = m->min_loss = m->avg_step_time = m->tokens_per_s = m->peak_rss_mb = NAN;
+  m->final_valid_loss = m->final_valid_perplexity = m->min_valid_loss = NAN;
   char *path = loom_sprintf("%s/summary.json", run_dir);
   json_error_t e;
   json_t *o = json_load_file(path, 0, &e);
@@ -161,6 +166,9 @@ int loom_registry_read_summary(const char *run_dir, loom_registry_metrics *m) {
   m->avg_step_time = json_num(o, "avg_step_time");
   m->tokens_per_s = json_num(o, "tokens_per_s");
   m->peak_rss_mb = json_num(o, "peak_rss_mb");
+  m->final_valid_loss = json_num(o, "final_valid_loss");
+  m->final_valid_perplexity = json_num(o, "final_valid_perplexity");
+  m->min_valid_loss = json_num(o, "min_valid_loss");
   json_decref(o);
   return 0;
 }

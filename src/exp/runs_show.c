@@ -31,7 +31,7 @@ static void print_group(FILE *out, const loom_runs_table *t, int row, loom_col_k
     if (v->type == LOOM_VAL_NULL) continue;
     if (!any) fprintf(out, "%s\n", title);
     any = true;
-    fprintf(out, "  %-20s %s\n", t->cols[j].name, loom_value_text(v, buf, sizeof buf));
+    fprintf(out, "  %-22s %s\n", t->cols[j].name, loom_value_text(v, buf, sizeof buf));
   }
 }
 

@@ -2,6 +2,7 @@
  * are copied out of the loader (whose buffers live only until its next call) so that a step
  * can hold grad_accum of them. */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -29,21 +30,34 @@ struct loom_data_source {
   char describe[LOOM_STR_MAX + 64];
 };
 
-static int open_tokens(loom_data_source *s, const loom_model_spec *spec, int r, int w) {
+/* Token shards: the training data (path = data.train_shards, without the held-out tail when
+ * data.val_fraction > 0), or validation data (val: data.val_shards, or that tail). */
+static int open_tokens(loom_data_source *s, const loom_model_spec *spec, int r, int w,
+                       bool val) {
   const loom_config *cfg = s->cfg;
-  if (loom_loader_open(&s->text, cfg->data.train_shards, s->B, s->T, r, w, (uint64_t)cfg->run.seed))
-    return loom_err_prefix("data.train_shards: ");
+  double frac = cfg->data.val_fraction;
+  bool own = val && cfg->data.val_shards[0]; /* validation shards of their own */
+  const char *path = own ? cfg->data.val_shards : cfg->data.train_shards;
+  const char *key = own ? "data.val_shards" : "data.train_shards";
+  int rc = frac > 0 && !own ? loom_loader_open_part(&s->text, path, s->B, s->T, r, w,
+                                                    (uint64_t)cfg->run.seed, frac, val)
+                            : loom_loader_open(&s->text, path, s->B, s->T, r, w,
+                                               (uint64_t)cfg->run.seed);
+  if (rc) return loom_err_prefix("%s: ", key);
   int32_t max_tok = loom_loader_max_token(s->text);
   if (max_tok >= spec->vocab_size)
-    return loom_err("data.train_shards '%s' holds token id %d but the model's vocabulary has "
+    return loom_err("%s '%s' holds token id %d but the model's vocabulary has "
                     "%d tokens; set model.vocab_size >= %d (or use the matching tokenizer)",
-                    cfg->data.train_shards, max_tok, spec->vocab_size, max_tok + 1);
-  snprintf(s->describe, sizeof s->describe, "%s, %" PRIu64 " tokens", cfg->data.train_shards,
+                    key, path, max_tok, spec->vocab_size, max_tok + 1);
+  snprintf(s->describe, sizeof s->describe, "%s%s, %" PRIu64 " tokens", path,
+           frac > 0 && !own ? (val ? " (held-out tail)" : " (without the held-out tail)") : "",
            loom_loader_total_tokens(s->text));
   return 0;
 }
 
-static int open_vqa(loom_data_source *s, const loom_model_spec *spec, int r, int w) {
+/* VQA samples of `path` (its `split` for a prepared directory). */
+static int open_vqa(loom_data_source *s, const loom_model_spec *spec, int r, int w,
+                    const char *path, const char *split) {
   const loom_config *cfg = s->cfg;
   if (spec->vision.arch == LOOM_VISION_NONE)
     return loom_err("data.format is vqa but model.preset '%s' has no vision encoder; pick a "
@@ -65,33 +79,107 @@ static int open_vqa(loom_data_source *s, const loom_model_spec *spec, int r, int
   if (loom_tokenizer_vocab_size(s->tok) > spec->vocab_size)
     return loom_err("data.tokenizer '%s' has %d tokens but model.vocab_size is %d; raise it",
                     cfg->data.tokenizer, loom_tokenizer_vocab_size(s->tok), spec->vocab_size);
-  loom_vqa_options o = {cfg->data.vqa_path, cfg->data.split, s->tok, s->T, s->B,
+  loom_vqa_options o = {path, split, s->tok, s->T, s->B,
                         cfg->data.image_min_pixels, cfg->data.image_max_pixels, r, w,
                         (uint64_t)cfg->run.seed, cfg->data.skip_bad_samples,
                         llava ? v->image_size : 0};
-  if (loom_vqa_loader_open(&s->vqa, &o)) return loom_err_prefix("data.vqa_path: ");
+  if (loom_vqa_loader_open(&s->vqa, &o))
+    return loom_err_prefix("%s: ", path == cfg->data.vqa_path ? "data.vqa_path" : "data.val_shards");
   s->copies = calloc((size_t)s->A, sizeof *s->copies);
   s->ptrs = calloc((size_t)s->A, sizeof *s->ptrs);
-  snprintf(s->describe, sizeof s->describe, "%s (%s), %" PRIu64 " samples", cfg->data.vqa_path,
-           cfg->data.split, loom_vqa_loader_num_samples(s->vqa));
+  snprintf(s->describe, sizeof s->describe, "%s (%s), %" PRIu64 " samples", path,
+           loom_is_dir(path) ? split : "all", loom_vqa_loader_num_samples(s->vqa));
   return 0;
 }
 
-int loom_data_open(loom_data_source **out, const loom_config *cfg, const loom_model_spec *spec,
-                   int dp_rank, int dp) {
+static loom_data_source *new_source(const loom_config *cfg) {
   loom_data_source *s = calloc(1, sizeof *s);
+  if (!s) abort();
   s->cfg = cfg;
   s->A = (int)cfg->training.grad_accum;
   s->B = (int)cfg->training.micro_batch_size;
   s->T = (int)cfg->training.seq_len;
-  int rc = !strcmp(cfg->data.format, "vqa") ? open_vqa(s, spec, dp_rank, dp)
-                                             : open_tokens(s, spec, dp_rank, dp);
+  return s;
+}
+
+int loom_data_open(loom_data_source **out, const loom_config *cfg, const loom_model_spec *spec,
+                   int dp_rank, int dp) {
+  loom_data_source *s = new_source(cfg);
+  int rc = !strcmp(cfg->data.format, "vqa")
+               ? open_vqa(s, spec, dp_rank, dp, cfg->data.vqa_path, cfg->data.split)
+               : open_tokens(s, spec, dp_rank, dp, false);
   if (rc) {
     loom_data_close(s);
     return rc;
   }
   *out = s;
   return 0;
+}
+
+/* Samples in the val split of a prepared vqa directory (0 when it has none). */
+static int vqa_val_count(const loom_config *cfg, size_t *n) {
+  loom_vqa_dataset *d;
+  uint64_t bad = 0;
+  if (loom_vqa_dataset_open(&d, cfg->data.vqa_path, "val", cfg->data.skip_bad_samples, &bad))
+    return loom_err_prefix("data.vqa_path (val split): ");
+  *n = loom_vqa_dataset_count(d);
+  loom_vqa_dataset_close(d);
+  return 0;
+}
+
+int loom_data_open_val(loom_data_source **out, const loom_config *cfg,
+                       const loom_model_spec *spec, int dp_rank, int dp) {
+  *out = NULL;
+  const loom_config_data *dc = &cfg->data;
+  const loom_config_training *t = &cfg->training;
+  bool vqa = !strcmp(dc->format, "vqa"), asked = t->eval_every > 0 || t->eval_batches > 0;
+  /* both keys, or val_fraction with vqa data: refused by loom_config_validate */
+  const char *vqa_path = dc->val_shards[0] ? dc->val_shards : dc->vqa_path;
+  if (vqa && !dc->val_shards[0]) { /* a prepared directory's val split, if it has one */
+    size_t n = 0;
+    if (!loom_is_dir(dc->vqa_path) && asked)
+      return loom_err("training.eval_every/eval_batches are set but data.vqa_path '%s' is an "
+                      "annotation file with no val split; give validation samples with "
+                      "data.val_shards", dc->vqa_path);
+    if (!loom_is_dir(dc->vqa_path)) return 0;
+    if (!strcmp(dc->split, "val"))
+      return asked ? loom_err("data.split is val: training reads the val split, so it cannot "
+                              "also be the validation data; train on the train split or give "
+                              "data.val_shards") : 0;
+    if (vqa_val_count(cfg, &n)) { /* e.g. an empty val split: an error only when asked */
+      if (asked) return LOOM_ERR;
+      loom_err_clear();
+      return 0;
+    }
+    if (n == 0 && asked)
+      return loom_err("training.eval_every/eval_batches are set but the val split of "
+                      "data.vqa_path '%s' is empty; prepare the data with a val ratio or "
+                      "give data.val_shards", dc->vqa_path);
+    /* no evaluation asked for: a val split smaller than one batch is no validation data */
+    size_t batch = (size_t)t->micro_batch_size * (size_t)t->grad_accum * (size_t)dp;
+    if (n < batch && !asked) return 0;
+  } else if (!vqa && !dc->val_shards[0] && dc->val_fraction <= 0) {
+    if (asked)
+      return loom_err("training.eval_every/eval_batches are set but there is no validation "
+                      "data; set data.val_shards (token shards) or data.val_fraction (a "
+                      "held-out fraction of data.train_shards)");
+    return 0;
+  }
+  loom_data_source *s = new_source(cfg);
+  int rc = vqa ? open_vqa(s, spec, dp_rank, dp, vqa_path, "val")
+               : open_tokens(s, spec, dp_rank, dp, true);
+  if (rc) {
+    loom_data_close(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+uint64_t loom_data_batches_per_epoch(const loom_data_source *s) {
+  uint64_t calls = s->text ? loom_loader_batches_per_epoch(s->text)
+                           : loom_vqa_loader_batches_per_epoch(s->vqa);
+  return calls / (uint64_t)s->A;
 }
 
 #define GROW(ptr, n) ((ptr) = realloc((ptr), (size_t)(n) * sizeof *(ptr)))

@@ -48,11 +48,12 @@ void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
   double mfu = p->peak_flops > 0 ? tps * p->flops_per_token / p->peak_flops : 0;
   char eta[32];
   fmt_eta(eta, sizeof eta, remaining_seconds);
-  char line[256];
+  char line[288], val[40] = "";
+  if (p->has_val) snprintf(val, sizeof val, " | val loss %.4f", p->val_loss);
   snprintf(line, sizeof line,
-           "step %*ld/%ld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
+           "step %*ld/%ld | loss %.4f%s | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
            "ETA %s", (int)snprintf(NULL, 0, "%ld", p->total_steps), step, p->total_steps,
-           r->loss, r->lr, r->grad_norm, tps, 100 * mfu, eta);
+           r->loss, val, r->lr, r->grad_norm, tps, 100 * mfu, eta);
   bool due = step % p->log_every == 0 || step == p->total_steps || step == 1;
   if (due && p->log) {
     char ts[32];
@@ -85,5 +86,7 @@ void loom_progress_note(loom_progress *p, const char *fmt, ...) {
     fprintf(p->log, "[%s] %s\n", ts, msg);
     fflush(p->log);
   }
-  if (!p->quiet) fprintf(stderr, "%s\n", msg);
+  if (p->quiet) return;
+  if (p->tty) fputs("\r\033[K", stderr); /* over the live step line, redrawn at the next step */
+  fprintf(stderr, "%s\n", msg);
 }

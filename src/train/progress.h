@@ -15,6 +15,8 @@ typedef struct {
   long log_every;
   double flops_per_token;
   double peak_flops;    /* measured sgemm FLOP/s of this machine (for the MFU estimate) */
+  bool has_val;         /* a validation loss was measured: the step line shows the latest */
+  double val_loss;
 } loom_progress;
 
 /* Measure this machine's fp32 GEMM throughput quickly (~0.1 s) for MFU estimates. */

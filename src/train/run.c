@@ -25,6 +25,7 @@
 #include "loom/train.h"
 #include "train/eval_final.h"
 #include "train/init_from.h"
+#include "train/eval_track.h"
 #include "train/progress.h"
 
 typedef struct {
@@ -37,6 +38,7 @@ typedef struct {
   loom_data_source *data;
   const void **vqa;      /* (A) this step's vision-language batches (vqa data) */
   loom_eval_vqa_result val; /* vision-language: answer accuracy on the val split */
+  loom_eval_track evals;     /* validation loss (data.val_shards / val_fraction / val split) */
   loom_executor *exec;
   loom_train_state state;
   FILE *metrics;
@@ -231,6 +233,8 @@ static int write_summary(run_ctx *c, bool stepped, double final_loss, double min
     snprintf(timing, sizeof timing,
              "  \"avg_step_time\": %.6f,\n  \"timed_steps\": %ld,\n  \"tokens_per_s\": %.1f,",
              avg_step, timed_steps, avg_step > 0 ? tokens_per_step / avg_step : 0.0);
+  size_t used = strlen(accuracy); /* validation loss: final_valid_loss, ... */
+  loom_eval_track_summary(&c->evals, accuracy + used, sizeof accuracy - used);
   char *text = loom_sprintf("{\n  \"steps\": %ld,%s\n%s\n  \"peak_rss_mb\": %.1f%s\n}\n",
                             c->state.step, head, timing, (double)ru.ru_maxrss / 1024.0, accuracy);
   char *path = loom_sprintf("%s/summary.json", c->run_dir);
@@ -314,6 +318,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
     return LOOM_ERR;
   if (loom_exec_create(&c->exec, cfg, &c->spec, &c->mesh)) return LOOM_ERR;
   if (open_data(c)) return LOOM_ERR;
+  if (loom_eval_track_open(&c->evals, cfg, &c->spec, c->exec, &c->mesh)) return LOOM_ERR;
   if (o->resume && !loom_is_dir(o->resume))
     return loom_err("--resume: checkpoint '%s' is not a directory (expected "
                     "runs/<id>/checkpoint_<step> or final_checkpoint)", o->resume);
@@ -370,6 +375,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                        cfg->parallel.zero);
   }
   loom_progress_note(&c->progress, "data: %s", loom_data_describe(c->data));
+  loom_eval_track_note(&c->evals, &c->progress);
   report_memory(c);
   loom_decoder *d = loom_exec_decoder(c->exec);
   int rc = 0;
@@ -408,6 +414,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   if (!c->lead) return 0;
   char *mpath = loom_sprintf("%s/metrics.jsonl", c->run_dir);
   rc = o->resume ? truncate_metrics(mpath, c->state.step) : 0;
+  if (!rc && o->resume) rc = loom_eval_track_resume(&c->evals, mpath);
   c->metrics = rc ? NULL : fopen(mpath, o->resume ? "a" : "w");
   if (!rc && !c->metrics) rc = loom_err("cannot open '%s': %s", mpath, strerror(errno));
   free(mpath);
@@ -469,7 +476,7 @@ static int write_comm_stats(run_ctx *c, long steps) {
 static int loop(run_ctx *c, const loom_train_opts *o) {
   const loom_config *cfg = c->cfg;
   const loom_config_training *t = &cfg->training;
-  double run_start = loom_now() - c->state.elapsed, timed = 0, min_loss = 1e300, last = 0;
+  double run_start = loom_now() - c->state.elapsed, timed = 0, min_loss = NAN, last = NAN;
   long timed_steps = 0;
   long first = c->state.step;
   loom_comm_stats_reset();
@@ -491,7 +498,7 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
       timed += dt;
       timed_steps++;
     }
-    if (r.loss < min_loss) min_loss = r.loss;
+    if (r.loss < min_loss || min_loss != min_loss) min_loss = r.loss;
     last = r.loss;
     write_metrics(c, &r, dt, c->state.elapsed);
     loom_registry_run_heartbeat(c->registry, c->state.step, r.loss); /* rate-limited */
@@ -503,6 +510,9 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
       return loom_err("loss became NaN at step %ld; lower training.lr or enable "
                       "training.grad_clip", c->state.step);
     }
+    if (loom_eval_track_due(&c->evals, c->state.step, t->steps) &&
+        loom_eval_track_run(&c->evals, &c->job.world_comm, c->state.step, c->metrics, &c->progress))
+      return LOOM_ERR;
     bool stop = o->stop_after > 0 && c->state.step >= o->stop_after;
     if (cfg->checkpoint.every > 0 && c->state.step % cfg->checkpoint.every == 0 &&
         c->state.step < t->steps) {
@@ -527,6 +537,9 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
     loom_progress_note(&c->progress, "stopping after step %ld as asked", c->state.step);
     return 0;
   }
+  if (c->evals.ev && c->evals.last_step != c->state.step && /* no step ran (steps = 0) */
+      loom_eval_track_run(&c->evals, &c->job.world_comm, c->state.step, c->metrics, &c->progress))
+    return LOOM_ERR;
   if (cfg->checkpoint.save_final && save_checkpoint(c, "final_checkpoint")) return LOOM_ERR;
   if (loom_data_is_vqa(c->data)) {
     char *final = cfg->checkpoint.save_final ? loom_sprintf("%s/final_checkpoint", c->run_dir) : NULL;
@@ -576,6 +589,7 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   if (c.metrics) fclose(c.metrics);
   if (c.progress.log) fclose(c.progress.log);
   loom_data_close(c.data);
+  loom_eval_track_free(&c.evals);
   free(c.vqa);
   loom_exec_free(c.exec);
   loom_mesh_free(&c.mesh);

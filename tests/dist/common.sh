@@ -29,6 +29,21 @@ close_losses() {
   if [ $? = 0 ]; then pass; echo "  $2: worst relative loss difference $worst (tolerance $3)";
   else fail "$2: losses differ from $1 by $worst relative (tolerance $3)"; fi
 }
+# validation losses of a run, "step loss" per line (metrics.jsonl lines of the evaluations)
+val_losses() { sed -n 's/^{"step": \([0-9]*\), "val_loss": \([^,]*\),.*/\1 \2/p' "$1/metrics.jsonl"; }
+# close_val_losses A B RTOL: run B evaluated at the same steps as run A, every validation loss
+# within RTOL (relative); run A must have evaluated at least once
+close_val_losses() {
+  local a b
+  a=$(val_losses "$(run_dir "$1")") b=$(val_losses "$(run_dir "$2")")
+  if [ -z "$a" ] || [ "$(echo "$a" | cut -d' ' -f1)" != "$(echo "$b" | cut -d' ' -f1)" ]; then
+    fail "$2: evaluated at steps '$(echo "$b" | cut -d' ' -f1 | tr '\n' ' ')', $1 at '$(echo "$a" | cut -d' ' -f1 | tr '\n' ' ')'"; return; fi
+  local worst
+  worst=$(paste -d' ' <(echo "$a") <(echo "$b") | awk -v t="$3" '
+    { r = ($2 - $4) / $2; if (r < 0) r = -r; if (r > w) w = r } END { printf "%.2e", w; exit (w > t) }')
+  if [ $? = 0 ]; then pass; echo "  $2: worst relative val loss difference $worst over $(echo "$a" | wc -l) evaluations (tolerance $3)";
+  else fail "$2: val losses differ from $1 by $worst relative (tolerance $3)"; fi
+}
 # close_weights A B RTOL: final weights (loaded into the whole model) within RTOL rel. norm.
 # attn.k.bias is skipped: its gradient is exactly zero in exact arithmetic (adding a constant
 # to every key shifts each score row by a constant, which softmax ignores), so AdamW moves it

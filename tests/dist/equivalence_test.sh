@@ -5,6 +5,10 @@
 # windows to data-parallel ranks so that dp ranks x micro-batch together see what one process
 # sees in one step).
 #
+# Validation (data.val_fraction, every 2 steps and at the end) runs the forward-only schedule in
+# every layout — pipelines pass activations, ZeRO-3 gathers parameters — and its losses at each
+# evaluation equal one process's within the per-step loss tolerance (same sums reordered).
+#
 # Tolerances (fp32): per-step loss 1e-5 relative, final weights 1e-4 relative norm per tensor.
 # The strategies change only the order of floating-point sums (tensor-parallel partial sums,
 # data-parallel and ZeRO reductions, vocab-parallel softmax statistics): fp32 rounding of such
@@ -20,17 +24,20 @@ make_data || { echo "could not make test data"; exit 1; }
 
 GPT2=(model.preset=tiny-gpt2 model.vocab_size=300 model.layers=4 model.hidden=64
   model.intermediate=128 training.seq_len=32 training.steps=4 training.warmup_steps=2
-  data.train_shards="$WORK/train.bin" checkpoint.every=0)
+  data.train_shards="$WORK/train.bin" checkpoint.every=0 data.val_fraction=0.1
+  training.eval_every=2 training.eval_batches=2)
 LLAMA=(model.preset=tiny-llama model.vocab_size=301 model.vocab_pad_multiple=1 model.layers=3
   model.hidden=64 model.heads=4 model.kv_heads=2 model.intermediate=96 training.seq_len=32
-  training.steps=4 training.warmup_steps=2 data.train_shards="$WORK/train.bin")
+  training.steps=4 training.warmup_steps=2 data.train_shards="$WORK/train.bin"
+  data.val_fraction=0.1 training.eval_every=2 training.eval_batches=2)
 FP32=1e-5 W32=1e-4 BF16=2e-3
 
 echo "GPT-2, 4 layers, 2 micro-batches of 4 sequences per step"
 train g_single 1 "${GPT2[@]}" training.micro_batch_size=4 training.grad_accum=2
 check_case() { # name np overrides...
   local name=$1 np=$2; shift 2
-  train "$name" "$np" "$@" && { close_losses "$BASE" "$name" "$TOL"; close_weights "$BASE" "$name" "$WTOL"; }
+  train "$name" "$np" "$@" && { close_losses "$BASE" "$name" "$TOL"; close_weights "$BASE" "$name" "$WTOL"
+    close_val_losses "$BASE" "$name" "$TOL"; }
 }
 BASE=g_single TOL=$FP32 WTOL=$W32
 check_case g_dp2 2 "${GPT2[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2

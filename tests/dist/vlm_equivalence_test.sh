@@ -5,6 +5,9 @@
 # and their gradients handed back. Same per-step losses and same final weights (every tensor
 # of both modules) as the single-process run, from the same initial weights and data.
 #
+# The validation loss on the val split (every 2 steps and at the end; forward-only, the encoder
+# on its ranks handing tokens over as in training) equals one process's too.
+#
 # Tolerances as in equivalence_test.sh and for the same reasons (fp32 sums reordered by the
 # split: ~1e-7 relative per reduction): per-step loss 1e-5 relative, final weights 1e-4
 # relative norm per tensor (AdamW turns rounding-level gradient differences of near-zero
@@ -29,7 +32,7 @@ done
 VLM=(model.preset=tiny-qwen2.5-vl model.vocab_size=384 training.seq_len=48 training.steps=4
   training.warmup_steps=1 training.lr=2e-3 data.format=vqa data.vqa_path="$WORK/vqa"
   data.tokenizer="$WORK/vqa/tokenizer.json" data.image_min_pixels=12544
-  data.image_max_pixels=12544 checkpoint.every=0)
+  data.image_max_pixels=12544 checkpoint.every=0 training.eval_every=2)
 # the answer accuracy at the end is computed in every layout (directly when the text decoder
 # is only data parallel, else by rank 0 from the final checkpoint): same samples, same result
 same_eval() {
@@ -41,7 +44,7 @@ same_eval() {
 check_case() { # name np overrides...
   local name=$1 np=$2; shift 2
   train "$name" "$np" "$@" && { close_losses v_single "$name" 1e-5; close_weights v_single "$name" 1e-4
-    same_eval v_single "$name"; }
+    same_eval v_single "$name"; close_val_losses v_single "$name" 1e-5; }
 }
 
 echo "tiny Qwen2.5-VL, 2 micro-batches of 4 samples per step"
@@ -86,7 +89,25 @@ for c in "l_v_sp2_zero1__text_tp2|parallel.tp=2 vision.parallel.sp=2 vision.para
   name=${c%%|*}
   # shellcheck disable=SC2086
   train "$name" 2 "${LLAVA[@]}" ${c#*|} && { close_losses l_single "$name" 1e-5
-    close_weights l_single "$name" 1e-4; same_eval l_single "$name"; }
+    close_weights l_single "$name" 1e-4; same_eval l_single "$name"; close_val_losses l_single "$name" 1e-5; }
+done
+
+echo "loom eval of a vision-language checkpoint, in the layout it was written in and in others"
+vsep=$(run_dir v_separate_sp2_zero1__text_pp2)
+run_val=$(val_losses "$vsep" | tail -1 | cut -d' ' -f2)
+eval_val() { "$LOOM" eval "$@" --json 2>"$WORK/eval.err" | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p'; }
+same=$(eval_val "$vsep/final_checkpoint" --nproc 4)
+check "loom eval in the run's layout (encoder separate, text pp2) = its last val loss, every digit" \
+  test -n "$same" -a "$same" = "$run_val"
+for layout in "1" "2 parallel.pp=1 parallel.tp=2 vision.parallel.placement=collocated vision.parallel.sp=2" \
+    "3 parallel.pp=1 parallel.tp=2 vision.parallel.sp=1 vision.parallel.tp=1"; do
+  set -- $layout
+  np=$1; shift
+  if [ "$np" = 1 ]; then other=$(eval_val "$vsep/final_checkpoint" parallel.pp=1 vision.parallel.placement=collocated vision.parallel.sp=0 vision.parallel.zero=-1)
+  else other=$(eval_val "$vsep/final_checkpoint" --nproc "$np" "$@"); fi
+  if [ -n "$other" ] && awk -v a="$other" -v b="$run_val" 'BEGIN { r = (a - b) / b; if (r < 0) r = -r; exit !(r <= 1e-5) }'; then
+    pass; echo "  $np rank(s) $*: $other (run $run_val)"
+  else fail "loom eval on $np ranks $*: '$other', run $run_val: $(tail -2 "$WORK/eval.err")"; fi
 done
 
 echo "checkpoints of both modules reshard: written as vision sp2 ZeRO-1 + text tp2, resumed elsewhere"

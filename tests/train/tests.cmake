@@ -12,3 +12,14 @@ foreach(t ${LOOM_TRAIN_SCRIPT_TESTS})
   set_tests_properties(train_${t} PROPERTIES TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
 endforeach()
+# Validation loss in training and `loom eval` (eval_test.sh starts 2-rank runs with mpirun,
+# whose start-up allocations LeakSanitizer would report).
+add_test(NAME train_eval_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/train/eval_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(train_eval_test PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
+# `loom eval` of HF-exported models against the same loss computed by PyTorch (and 2-rank
+# tensor / pipeline parallel evaluations against it).
+add_test(NAME train_eval_torch_check
+  COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/train/eval_torch_check.py $<TARGET_FILE:loom>)
+set_tests_properties(train_eval_torch_check PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")

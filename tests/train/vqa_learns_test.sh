@@ -56,4 +56,11 @@ check "accuracy $acc >= majority baseline $base + 0.25" at_least "$acc" "$base" 
 check "blank-image accuracy $acc_blank near the prior (<= $chance + 0.05)" \
   at_least "$chance" "$acc_blank" -0.05
 check "images add >= 0.25 over blank images ($acc vs $acc_blank)" at_least "$acc" "$acc_blank" 0.25
+# the validation loss (answer tokens of the val split, every 500 steps) tells the same story
+vl=$(json "$run_images/summary.json" final_valid_loss 2>/dev/null || echo 99)
+vl_blank=$(json "$run_blank/summary.json" final_valid_loss 2>/dev/null || echo -99)
+vl_first=$(sed -n 's/^{"step": 500, "val_loss": \([^,]*\),.*/\1/p' "$run_images/metrics.jsonl")
+echo "val loss after $STEPS steps: $vl with images (${vl_first:-none} at step 500), $vl_blank with blank images"
+check "val loss with images $vl below blank images $vl_blank by >= 0.1" at_least "$vl_blank" "$vl" 0.1
+check "val loss fell from step 500 (${vl_first:-none}) to the end ($vl)" at_least "${vl_first:-0}" "$vl" 0
 finish
