@@ -13,7 +13,8 @@ DEMO_DATA := data/demo
 # librsvg2-dev: PNG plots; clang + libclang-rt: libFuzzer for make fuzz).
 DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjansson-dev \
   libopenblas-dev libsqlite3-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy \
-  libjpeg62-turbo-dev python3-pil libdnnl-dev librsvg2-dev clang libclang-rt-14-dev
+  libjpeg62-turbo-dev python3-pil libdnnl-dev librsvg2-dev clang libclang-rt-14-dev \
+  libmicrohttpd-dev chromium python3-websocket
 
 .PHONY: all build deps demo demo-data demo-vqa test test-asan fuzz clean
 

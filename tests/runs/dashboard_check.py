@@ -1,0 +1,288 @@
+#!/usr/bin/python3
+"""Drives the `loom runs serve` page in headless Chromium (Debian's chromium) over the DevTools
+protocol (python3-websocket) and checks what a user sees against the CLI and the run files:
+
+  - the page loads and runs without console errors or uncaught exceptions;
+  - the table's rows equal `loom runs --format json` for the same filter, typed into the page
+    (and for a sort and a --show column list);
+  - the loss and grad_norm points the chart drew for a ticked run equal its metrics.jsonl
+    (bit for bit: the server sends 17 significant digits, JSON round-trips doubles), and the
+    x = tokens view draws the tokens column;
+  - the curve of a running run grows between two reads (the page polls every 2 s);
+  - the config diff lists exactly the keys `loom runs compare` lists;
+  - a bad filter shows the parser's message (the server answers 400 with it);
+  - a screenshot is saved.
+Every wait is bounded; only loopback addresses are used. Prints one line per check; exit 1 on
+any failure.
+
+usage: dashboard_check.py --url URL --loom BIN --runs-dir DIR --finished ID --running ID
+                          --diff ID ID --filter EXPR --screenshot FILE.png
+"""
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import websocket
+
+FAILED = []
+
+
+def check(what, ok, detail=""):
+    print(("ok   " if ok else "FAIL ") + what + ("" if ok else ": " + detail), flush=True)
+    if not ok:
+        FAILED.append(what)
+
+
+class Browser:
+    """One headless Chromium with one page, driven over the DevTools websocket."""
+
+    def __init__(self, width=1440, height=1300):
+        self.profile = tempfile.mkdtemp(prefix="loom-chromium-")
+        self.log = open(os.path.join(self.profile, "stderr.txt"), "w+")
+        exe = shutil.which("chromium") or "/usr/bin/chromium"
+        self.proc = subprocess.Popen(
+            [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-extensions", "--disable-background-networking", "--disable-sync",
+             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+             "--user-data-dir=" + self.profile, "--window-size=%d,%d" % (width, height),
+             "about:blank"], stdout=subprocess.DEVNULL, stderr=self.log)
+        port_file = os.path.join(self.profile, "DevToolsActivePort")
+        deadline = time.time() + 60
+        while not os.path.exists(port_file) or not open(port_file).read().strip():
+            if time.time() > deadline or self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError("chromium did not start: " + self.log.read()[-2000:])
+            time.sleep(0.1)
+        port = int(open(port_file).read().split()[0])
+        pages = []
+        while not pages and time.time() < deadline:
+            with urllib.request.urlopen("http://127.0.0.1:%d/json/list" % port, timeout=10) as r:
+                pages = [t for t in json.load(r) if t["type"] == "page"]
+            time.sleep(0.1)
+        self.ws = websocket.create_connection(pages[0]["webSocketDebuggerUrl"], timeout=30,
+                                              suppress_origin=True)
+        self.next_id = 0
+        self.errors = []  # console errors, uncaught exceptions, failed loads
+        for m in ("Runtime.enable", "Log.enable", "Page.enable"):
+            self.call(m)
+
+    def _event(self, msg):
+        m, p = msg.get("method"), msg.get("params", {})
+        if m == "Runtime.exceptionThrown":
+            d = p["exceptionDetails"]
+            self.errors.append("exception: " + d.get("exception", {}).get("description", d.get("text", "")))
+        elif m == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
+            self.errors.append("console.%s: %s" % (p["type"], " ".join(str(a.get("value", a.get("description"))) for a in p["args"])))
+        elif m == "Log.entryAdded" and p["entry"]["level"] == "error":
+            self.errors.append("log: %s %s" % (p["entry"]["text"], p["entry"].get("url", "")))
+
+    def call(self, method, **params):
+        self.next_id += 1
+        me = self.next_id
+        self.ws.send(json.dumps({"id": me, "method": method, "params": params}))
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == me:
+                if "error" in msg:
+                    raise RuntimeError("%s: %s" % (method, msg["error"]))
+                return msg.get("result", {})
+            self._event(msg)
+        raise RuntimeError(method + " got no answer in 30 s")
+
+    def js(self, expr):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError("evaluating %s: %s" % (expr, r["exceptionDetails"]))
+        return r["result"].get("value")
+
+    def pump(self, seconds):
+        """Receive events for a while (errors that arrive between calls)."""
+        self.ws.settimeout(0.2)
+        end = time.time() + seconds
+        while time.time() < end:
+            try:
+                self._event(json.loads(self.ws.recv()))
+            except websocket.WebSocketTimeoutException:
+                pass
+        self.ws.settimeout(30)
+
+    def wait(self, expr, seconds, what):
+        end = time.time() + seconds
+        while time.time() < end:
+            if self.js(expr):
+                return True
+            self.pump(0.2)
+        check(what, False, "not true within %d s: %s" % (seconds, expr))
+        return False
+
+    def close(self):
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def loom_json(loom, runs_dir, *args):
+    out = subprocess.run([loom, "runs", "--runs-dir", runs_dir, "--format", "json", *args],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout)
+
+
+def metrics_columns(run_dir):
+    """step/tokens/loss/grad_norm of metrics.jsonl, read independently of the server."""
+    cols = {"step": [], "tokens": [], "loss": [], "grad_norm": []}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            try:
+                o = json.loads(line)
+            except ValueError:
+                continue
+            for k in cols:
+                cols[k].append(o.get(k))
+    return cols
+
+
+def pairs(cols, xk, yk):
+    return [(x, y) for x, y in zip(cols[xk], cols[yk]) if x is not None and y is not None]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--loom", required=True)
+    ap.add_argument("--runs-dir", required=True)
+    ap.add_argument("--finished", required=True)
+    ap.add_argument("--running", required=True)
+    ap.add_argument("--diff", nargs=2, required=True)
+    ap.add_argument("--filter", required=True)
+    ap.add_argument("--screenshot", required=True)
+    a = ap.parse_args()
+    assert re.match(r"^http://(127\.0\.0\.1|\[::1\]):\d+/$", a.url), "loopback URLs only"
+
+    b = Browser()
+    try:
+        b.call("Page.navigate", url=a.url)
+        if not b.wait("!!(window.loomDashboard && window.loomDashboard.ready)", 30, "page ready"):
+            return 1
+        everything = loom_json(a.loom, a.runs_dir)
+        check("unfiltered table has the %d rows of `loom runs`" % len(everything),
+              b.js("loomDashboard.rowCount()") == len(everything),
+              "page %s" % b.js("loomDashboard.rowCount()"))
+
+        # the filter, typed into the page and applied as a user would
+        want = [r["run_id"] for r in loom_json(a.loom, a.runs_dir, "--filter", a.filter)]
+        b.js("document.getElementById('filter').value = %s; document.getElementById('apply').click()" % json.dumps(a.filter))
+        b.wait("loomDashboard.state.query.filter === %s && loomDashboard.state.table && "
+               "loomDashboard.state.table.count === %d" % (json.dumps(a.filter), len(want)), 10, "filtered table arrives")
+        got = b.js("[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run)")
+        check("filter %r: %d rows, the runs `loom runs --filter` lists (in order)" % (a.filter, len(want)),
+              got == want and len(want) > 0, "page %s vs cli %s" % (got, want))
+
+        # sort by a column, descending, and narrow the columns with show
+        want = [r["run_id"] for r in loom_json(a.loom, a.runs_dir, "--filter", a.filter, "--sort-by",
+                                               "training.lr", "--descending")]
+        b.js("document.getElementById('sort').value = 'training.lr'; document.getElementById('desc').checked = true;"
+             "document.getElementById('show').value = 'run_id,training.lr,status'; document.getElementById('apply').click()")
+        b.wait("loomDashboard.state.query.sort === 'training.lr' && document.querySelectorAll('#runs thead th').length === 4",
+               10, "sorted table arrives")
+        got = b.js("[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run)")
+        check("sort by training.lr descending = `loom runs --sort-by training.lr --descending`", got == want,
+              "page %s vs cli %s" % (got, want))
+        heads = b.js("[...document.querySelectorAll('#runs thead th')].slice(1).map(h => h.firstChild.textContent.replace(/ [\\u25b4\\u25be]$/, ''))")
+        check("--show run_id,training.lr,status: exactly those columns", heads == ["run_id", "training.lr", "status"], str(heads))
+
+        # back to every run, then tick one finished run and compare what the chart drew
+        b.js("for (const id of ['filter','show']) document.getElementById(id).value = '';"
+             "document.getElementById('sort').value = ''; document.getElementById('desc').checked = false;"
+             "document.getElementById('apply').click()")
+        b.wait("loomDashboard.rowCount() === %d" % len(everything), 10, "unfiltered table again")
+        run_dir = {r["run_id"]: r for r in loom_json(a.loom, a.runs_dir, "--show", "run_id,run_dir")}
+        fin = metrics_columns(run_dir[a.finished]["run_dir"])
+        b.js("document.querySelector('input[data-run=\"%s\"]').click()" % a.finished)
+        b.wait("(loomDashboard.plotted('loss') || []).length === 1 && loomDashboard.plotted('loss')[0].x.length > 0",
+               10, "loss curve drawn")
+        for key in ("loss", "grad_norm"):
+            p = b.js("loomDashboard.plotted('%s')" % key)
+            drawn = list(zip(p[0]["x"], p[0]["y"])) if p else []
+            want = pairs(fin, "step", key)
+            check("%s curve of %s: the %d (step, %s) points of metrics.jsonl, exactly" % (key, a.finished, len(want), key),
+                  drawn == [(float(x), float(y)) for x, y in want] and len(want) > 0,
+                  "drawn %s vs file %s" % (drawn[:4], want[:4]))
+        b.js("{ const s = document.getElementById('xkey'); s.value = 'tokens'; s.dispatchEvent(new Event('change')) }")
+        p = b.js("loomDashboard.plotted('loss')")
+        want = pairs(fin, "tokens", "loss")
+        check("x = tokens: the (tokens, loss) points of metrics.jsonl", p and list(zip(p[0]["x"], p[0]["y"])) ==
+              [(float(x), float(y)) for x, y in want], "drawn %s" % (p and p[0]["x"][:4]))
+        b.js("{ const s = document.getElementById('xkey'); s.value = 'step'; s.dispatchEvent(new Event('change')) }")
+
+        # a running run: its curve grows between two reads
+        b.js("document.querySelector('input[data-run=\"%s\"]').click()" % a.running)
+        grow = "((loomDashboard.plotted('loss') || []).find(s => s.id === %s) || {x: []}).x.length" % json.dumps(a.running)
+        b.wait(grow + " > 0", 15, "running run's curve drawn")
+        n1, polls = b.js(grow), b.js("loomDashboard.polls()")
+        b.wait("loomDashboard.polls() >= %d && %s > %d" % (polls + 2, grow, n1), 20, "running curve grows")
+        n2 = b.js(grow)
+        check("running run's curve grows while the page polls (%d -> %d points)" % (n1, n2), n2 > n1 > 0)
+        status = b.js("loomDashboard.state.metrics[%s].status" % json.dumps(a.running))
+        check("running run reported as running", status == "running", str(status))
+
+        # config diff against `loom runs compare`
+        cmp = subprocess.run([a.loom, "runs", "--runs-dir", a.runs_dir, "compare", *a.diff],
+                             capture_output=True, text=True, timeout=60).stdout
+        section = cmp.split("config differences:")[1].split("metrics:")[0].strip().splitlines()[1:]
+        want = [line.split()[0] for line in section if line.strip()]
+        b.js("document.getElementById('diff-a').value = %s; document.getElementById('diff-b').value = %s;"
+             "document.getElementById('diff-go').click()" % (json.dumps(a.diff[0]), json.dumps(a.diff[1])))
+        b.wait("!!document.querySelector('#diff-table')", 10, "diff table shown")
+        got = b.js("[...document.querySelectorAll('#diff-table tbody tr')].map(r => r.cells[0].textContent)")
+        check("config diff keys = `loom runs compare` (%s)" % ", ".join(want), got == want and len(want) > 0,
+              "page %s vs cli %s" % (got, want))
+
+        b.pump(1.0)
+        check("no console errors or exceptions", not b.errors, "; ".join(b.errors))
+
+        # a sweep's summary is shown
+        if b.js("document.querySelectorAll('#sweeps tbody tr').length") > 0:
+            b.js("document.querySelector('#sweeps tbody a').click()")
+            b.wait("!!document.querySelector('#sweep-summary')", 10, "sweep summary shown")
+
+        # zoom in and log y for the screenshot, the way a user would look at it
+        b.js("document.getElementById('logy').click()")
+        shot = b.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        with open(a.screenshot, "wb") as f:
+            f.write(base64.b64decode(shot["data"]))
+        check("screenshot saved to " + a.screenshot, os.path.getsize(a.screenshot) > 10000)
+
+        # a bad filter: the parser's message in the page (its 400 is the one expected error)
+        bad = "training.lr >> 1"
+        cli = subprocess.run([a.loom, "runs", "--runs-dir", a.runs_dir, "--filter", bad],
+                             capture_output=True, text=True, timeout=60)
+        b.js("document.getElementById('filter').value = %s; document.getElementById('apply').click()" % json.dumps(bad))
+        b.wait("!document.getElementById('error').hidden", 10, "error shown for a bad filter")
+        shown = b.js("document.getElementById('error').textContent")
+        check("bad filter: the page shows the parser's message, as the CLI prints it",
+              cli.returncode != 0 and shown and shown in cli.stderr and "expected" in shown,
+              "page %r, cli %r" % (shown, cli.stderr))
+        check("bad filter: the last good table stays", b.js("loomDashboard.rowCount()") == len(everything))
+    finally:
+        b.close()
+    print("dashboard_check: %d failed" % len(FAILED))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
