@@ -132,9 +132,18 @@ static void api_runs(const loom_serve_opts *o, loom_serve_arg_fn arg, void *ctx,
     json_array_append_new(ids, id ? json_string(id) : json_null());
     json_array_append_new(status, st ? json_string(st) : json_null());
   }
-  json_t *j = json_pack("{s:o,s:o,s:o,s:o,s:i,s:o,s:s}", "columns", cols, "rows", rows, "run_ids", ids,
-                        "statuses", status, "count", v.nrows, "all_columns", every, "registry",
-                        o->db_path);
+  json_t *sweeps = json_array(); /* every sweep name of the registry, for the sweep menu */
+  int sc = loom_runs_find_column(&s.t, "sweep");
+  for (int i = 0; sc >= 0 && i < s.t.nrows; i++) {
+    const loom_value *x = loom_runs_cell(&s.t, i, sc);
+    bool seen = x->type != LOOM_VAL_TEXT;
+    for (size_t k = 0; !seen && k < json_array_size(sweeps); k++)
+      seen = !strcmp(json_string_value(json_array_get(sweeps, k)), x->s);
+    if (!seen) json_array_append_new(sweeps, json_string(x->s));
+  }
+  json_t *j = json_pack("{s:o,s:o,s:o,s:o,s:i,s:o,s:o,s:s}", "columns", cols, "rows", rows, "run_ids",
+                        ids, "statuses", status, "count", v.nrows, "all_columns", every, "sweeps",
+                        sweeps, "registry", o->db_path);
   loom_runs_view_free(&v);
   serve_runs_free(&s);
   serve_reply_json(out, 200, j);

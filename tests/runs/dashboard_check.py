@@ -252,20 +252,55 @@ def main():
         check("config diff keys = `loom runs compare` (%s)" % ", ".join(want), got == want and len(want) > 0,
               "page %s vs cli %s" % (got, want))
 
-        b.pump(1.0)
-        check("no console errors or exceptions", not b.errors, "; ".join(b.errors))
-
         # a sweep's summary is shown
         if b.js("document.querySelectorAll('#sweeps tbody tr').length") > 0:
             b.js("document.querySelector('#sweeps tbody a').click()")
             b.wait("!!document.querySelector('#sweep-summary')", 10, "sweep summary shown")
 
-        # zoom in and log y for the screenshot, the way a user would look at it
+        # zoom: drag the mouse across the first quarter of the loss chart, as a user would
+        rect = b.js("(() => { const c = document.querySelector('#charts .chart canvas'); c.scrollIntoView();"
+                    " const r = c.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()")
+        x0, y = rect[0] + 50, rect[1] + rect[3] / 2  # from the left margin: step 1 stays in
+        x1 = rect[0] + 62 + (rect[2] - 76) * 0.25
+        b.call("Input.dispatchMouseEvent", type="mousePressed", x=x0, y=y, button="left", clickCount=1)
+        for k in range(1, 6):
+            b.call("Input.dispatchMouseEvent", type="mouseMoved", x=x0 + (x1 - x0) * k / 5, y=y, button="left")
+        b.call("Input.dispatchMouseEvent", type="mouseReleased", x=x1, y=y, button="left", clickCount=1)
+        zoom = b.js("loomDashboard.state.zoom")
+        p = b.js("loomDashboard.plotted('loss')")
+        inside = zoom and all(zoom[0] <= x <= zoom[1] for s in p for x in s["x"])
+        want = [(float(x), float(y)) for x, y in pairs(fin, "step", "loss") if zoom and zoom[0] <= x <= zoom[1]]
+        got = [(x, y) for s in p if s["id"] == a.finished for x, y in zip(s["x"], s["y"])]
+        longest = max(len(s["x"]) for s in p)
+        check("drag-zoom on x: every drawn point inside the range, the finished run's points there = metrics.jsonl",
+              bool(zoom) and zoom[1] > zoom[0] and inside and got == want and len(want) > 0,
+              "zoom %s, drawn %s" % (zoom, got[:3]))
+        total = b.js("loomDashboard.state.metrics[%s].fields.loss.length" % json.dumps(a.running))
+        check("drag-zoom: the running run drawn only in part (%d of %d points)" % (longest, total),
+              0 < longest < total)
+        for clicks in (1, 2):
+            for kind in ("mousePressed", "mouseReleased"):
+                b.call("Input.dispatchMouseEvent", type=kind, x=x0 + 20, y=y, button="left", clickCount=clicks)
+        check("double-click zooms out", b.js("loomDashboard.state.zoom") is None, str(b.js("loomDashboard.state.zoom")))
+
+        # log y for the screenshot: the finished runs' early steps next to the long run
         b.js("document.getElementById('logy').click()")
+        p = b.js("loomDashboard.plotted('loss')")
+        check("log y: the same points drawn (losses are > 0)",
+              [(x, y) for s in p if s["id"] == a.finished for x, y in zip(s["x"], s["y"])] ==
+              [(float(x), float(y)) for x, y in pairs(fin, "step", "loss")])
+        b.js("window.scrollTo(0, 0)")
         shot = b.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         with open(a.screenshot, "wb") as f:
             f.write(base64.b64decode(shot["data"]))
         check("screenshot saved to " + a.screenshot, os.path.getsize(a.screenshot) > 10000)
+        b.pump(1.0)
+        check("no console errors or exceptions", not b.errors, "; ".join(b.errors))
+        # the collector itself works: an uncaught exception in the page is seen
+        b.js("setTimeout(() => { throw new Error('probe of the error collector') }, 0)")
+        b.pump(1.0)
+        check("an uncaught exception would be caught", any("probe of the error collector" in e for e in b.errors),
+              str(b.errors))
 
         # a bad filter: the parser's message in the page (its 400 is the one expected error)
         bad = "training.lr >> 1"

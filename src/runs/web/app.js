@@ -106,6 +106,7 @@ async function loadRuns() {
   $('registry').textContent = r.data.registry;
   renderTable(r.data);
   fillSortOptions(r.data.all_columns);
+  fillSweepOptions(r.data.sweeps);
   return true;
 }
 
@@ -114,6 +115,14 @@ function fillSortOptions(cols) {
   if (sel.options.length === cols.length + 1) return;
   sel.replaceChildren(el('option', { value: '', text: 'start time' }));
   for (const c of cols) sel.append(el('option', { value: c.name, text: c.name }));
+  sel.value = keep;
+}
+
+function fillSweepOptions(names) {
+  const sel = $('sweep'), keep = state.query.sweep;
+  const all = [...new Set([...names, ...(keep ? [keep] : [])])];
+  if ([...sel.options].slice(1).map(o => o.value).join('\n') === all.join('\n')) return;
+  sel.replaceChildren(el('option', { value: '', text: 'all' }), ...all.map(n => el('option', { value: n, text: n })));
   sel.value = keep;
 }
 
@@ -261,11 +270,7 @@ async function showRun(id) {
 async function loadSweeps() {
   const r = await api('/api/sweeps');
   if (!r.ok) return;
-  const list = r.data.sweeps, sel = $('sweep'), keep = state.query.sweep;
-  const names = [...new Set(list.map(s => s.sweep).filter(Boolean))];
-  if (keep && !names.includes(keep)) names.push(keep);
-  sel.replaceChildren(el('option', { value: '', text: 'all' }), ...names.map(n => el('option', { value: n, text: n })));
-  sel.value = keep;
+  const list = r.data.sweeps;
   $('sweeps-note').textContent = list.length ? '' : 'no sweep directories under the runs dir (loom runs serve --sweeps-dir logs)';
   if (!list.length) { $('sweeps').replaceChildren(); return; }
   const rows = list.map(s => el('tr', null,
@@ -335,7 +340,6 @@ async function start() {
   $('diff-go').addEventListener('click', showDiff);
   window.addEventListener('resize', renderCharts);
   await loadSweeps();
-  $('sweep').value = state.query.sweep;
   await loadRuns();
   await refreshCurves();
   window.loomDashboard.ready = true;
