@@ -237,6 +237,14 @@ def main():
         b.wait("loomDashboard.polls() >= %d && %s > %d" % (polls + 2, grow, n1), 20, "running curve grows")
         n2 = b.js(grow)
         check("running run's curve grows while the page polls (%d -> %d points)" % (n1, n2), n2 > n1 > 0)
+        # what the page assembled from its incremental reads is the file's first lines, exactly
+        p = [s for s in b.js("loomDashboard.plotted('loss')") if s["id"] == a.running][0]
+        run_file = pairs(metrics_columns(run_dir[a.running]["run_dir"]), "step", "loss")
+        drawn = list(zip(p["x"], p["y"]))
+        appends = b.js("loomDashboard.state.appends")
+        check("running curve after %d incremental reads = the first %d lines of its metrics.jsonl" % (appends, len(drawn)),
+              appends > 0 and len(drawn) > n1 and drawn == [(float(x), float(y)) for x, y in run_file[:len(drawn)]],
+              "%d drawn, %d in file" % (len(drawn), len(run_file)))
         status = b.js("loomDashboard.state.metrics[%s].status" % json.dumps(a.running))
         check("running run reported as running", status == "running", str(status))
 

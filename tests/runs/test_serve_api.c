@@ -2,7 +2,8 @@
  * written here: the run table equals loom_runs_select for the same query and a bad filter is
  * a 400 carrying the parser's message; metrics.jsonl becomes columns aligned by line (a field
  * only some lines have, such as val_loss, is null elsewhere; a null loss stays null; a line
- * that is not JSON is skipped and counted; a cut last line is left out and reported); the
+ * that is not JSON is skipped and counted; a cut last line is left out and reported; a running
+ * run is read on from the previous reply's next_offset); the
  * config diff; sweep discovery from state.tsv and summary.csv with RFC 4180 quoting; trace
  * files recognised by content, never by a path the client makes up; the embedded assets are
  * the bytes of src/runs/web. */
@@ -45,7 +46,7 @@ static void write_text(const char *path, const char *text) {
   LOOM_ASSERT(loom_write_file_atomic(path, text, strlen(text)) == 0);
 }
 
-static void add_run(loom_registry *r, const char *id, double lr, const char *metrics) {
+static void add_run(loom_registry *r, const char *id, double lr, const char *metrics, bool finish) {
   loom_config c;
   loom_config_defaults(&c);
   c.training.lr = lr;
@@ -57,7 +58,7 @@ static void add_run(loom_registry *r, const char *id, double lr, const char *met
   LOOM_ASSERT(loom_registry_insert(r, &c, &info) == 0);
   loom_registry_metrics m = {.steps = 4, .final_loss = 2.0, .min_loss = 1.5, .avg_step_time = NAN,
                              .tokens_per_s = NAN, .peak_rss_mb = NAN};
-  LOOM_ASSERT(loom_registry_finish(r, id, "finished", &m, NULL) == 0);
+  if (finish) LOOM_ASSERT(loom_registry_finish(r, id, "finished", &m, NULL) == 0);
   free(rd), free(mp);
 }
 
@@ -139,6 +140,47 @@ static void metrics(void) {
   j = get("/api/metrics", (args){{NULL}, {NULL}}, &st);
   CHECK(st == 400, "no run: 400");
   json_decref(j);
+}
+
+/* A running run: an unterminated last line is held back even when it parses; offset=next_offset
+ * gives only the lines written since; an offset past the end (file rewritten) starts over. */
+static void incremental(void) {
+  int st;
+  char *path = loom_sprintf("%s/d/metrics.jsonl", dir);
+  const char *two = "{\"step\": 1, \"loss\": 3}\n{\"step\": 2, \"loss\": 2.5}\n";
+  json_t *j = get("/api/metrics", (args){{"run"}, {"d"}}, &st);
+  CHECK(st == 200 && !strcmp(json_string_value(json_object_get(j, "status")), "running"), "d is running");
+  CHECK(json_integer_value(json_object_get(j, "lines")) == 2 && json_is_true(json_object_get(j, "partial_last_line")) &&
+            json_integer_value(json_object_get(j, "next_offset")) == (json_int_t)strlen(two),
+        "2 lines, the unterminated third held back, next_offset after line 2");
+  json_decref(j);
+  char off[32];
+  snprintf(off, sizeof off, "%zu", strlen(two));
+  FILE *f = fopen(path, "a");
+  fputs("\n{\"step\": 4, \"loss\": 1.25, \"val_loss\": 1.5}\n", f); /* the writer finishes line 3, adds 4 */
+  fclose(f);
+  j = get("/api/metrics", (args){{"run", "offset"}, {"d", off}}, &st);
+  json_t *fl = json_object_get(j, "fields");
+  CHECK(st == 200 && json_integer_value(json_object_get(j, "offset")) == (json_int_t)strlen(two) &&
+            json_integer_value(json_object_get(j, "lines")) == 2 && !json_is_true(json_object_get(j, "partial_last_line")),
+        "from the offset: the 2 new lines");
+  CHECK(num(json_object_get(fl, "step"), 0) == 3 && num(json_object_get(fl, "loss"), 1) == 1.25 &&
+            json_is_null(json_array_get(json_object_get(fl, "val_loss"), 0)) && num(json_object_get(fl, "val_loss"), 1) == 1.5,
+        "steps 3 and 4, val_loss on 4 only");
+  json_decref(j);
+  j = get("/api/metrics", (args){{"run", "offset"}, {"d", "100000"}}, &st);
+  CHECK(st == 200 && json_integer_value(json_object_get(j, "offset")) == 0 && json_integer_value(json_object_get(j, "lines")) == 4,
+        "offset past the end: read from 0 again");
+  json_decref(j);
+  j = get("/api/metrics", (args){{"run", "offset"}, {"d", "-1"}}, &st);
+  CHECK(st == 400, "negative offset: 400");
+  json_decref(j);
+  /* a finished run whose file lacks the final newline: the last line counts */
+  j = get("/api/metrics", (args){{"run"}, {"e"}}, &st);
+  CHECK(st == 200 && json_integer_value(json_object_get(j, "lines")) == 2 && !json_is_true(json_object_get(j, "partial_last_line")),
+        "finished run: unterminated valid last line counted");
+  json_decref(j);
+  free(path);
 }
 
 static void diff(void) {
@@ -254,13 +296,16 @@ int main(void) {
           "{\"step\": 3, \"loss\": nan}\n"
           "{\"step\": 3, \"loss\": 0.30000000000000004}\n"
           "{\"step\": 4, \"loss\": 4.0000000000000009, \"val_loss\": 6}\n"
-          "{\"step\": 5, \"loss\": 3.9");
-  add_run(r, "b", 3e-4, NULL);
-  add_run(r, "c", 1e-3, "{\"step\": 1, \"loss\": 1}\n");
+          "{\"step\": 5, \"loss\": 3.9", true);
+  add_run(r, "b", 3e-4, NULL, true);
+  add_run(r, "c", 1e-3, "{\"step\": 1, \"loss\": 1}\n", true);
+  add_run(r, "d", 1e-4, "{\"step\": 1, \"loss\": 3}\n{\"step\": 2, \"loss\": 2.5}\n{\"step\": 3, \"loss\": 2}", false);
+  add_run(r, "e", 1e-4, "{\"step\": 1, \"loss\": 3}\n{\"step\": 2, \"loss\": 2.5}", true);
   loom_registry_close(r);
   opts = (loom_serve_opts){.host = "127.0.0.1", .db_path = db, .runs_dir = dir, .heartbeat_timeout = 1e9};
   table_matches_cli();
   metrics();
+  incremental();
   diff();
   sweeps_and_traces();
   assets();

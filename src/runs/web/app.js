@@ -32,7 +32,7 @@ const state = {
   metrics: {},             /* run id -> /api/metrics reply */
   names: {},               /* run id -> name (for labels) */
   xKey: 'step', logY: false, zoom: null,
-  table: null, polls: 0, busy: false, lastError: null,
+  table: null, polls: 0, appends: 0, busy: false, lastError: null,
 };
 const charts = {};
 
@@ -176,11 +176,21 @@ function select(id, on) {
 }
 
 /* ---- curves ---------------------------------------------------------------------------- */
+/* A run's metrics.jsonl: in full the first time, then only the lines written since (the
+   reply's next_offset); a reply read from offset 0 (first time, or the file was rewritten)
+   replaces what the page had. */
 async function loadMetrics(ids) {
   await Promise.all(ids.map(async id => {
-    const r = await api('/api/metrics', { run: id });
-    if (r.ok) state.metrics[id] = r.data;
-    else state.metrics[id] = { error: r.data.error, fields: {} };
+    const old = state.metrics[id], from = old && old.fields && !old.error ? old.next_offset || 0 : 0;
+    const r = await api('/api/metrics', { run: id, offset: from ? String(from) : '' });
+    if (!r.ok) { state.metrics[id] = { error: r.data.error, fields: {} }; return; }
+    const d = r.data;
+    if (!(old && from && d.offset === from)) { state.metrics[id] = d; return; }
+    for (const k of Object.keys(d.fields)) if (!old.fields[k]) old.fields[k] = new Array(old.lines).fill(null);
+    for (const k of Object.keys(old.fields)) old.fields[k] = old.fields[k].concat(d.fields[k] || new Array(d.lines).fill(null));
+    old.lines += d.lines;
+    state.appends++;
+    for (const k of ['status', 'next_offset', 'partial_last_line', 'missing']) old[k] = d[k];
   }));
 }
 
