@@ -9,14 +9,15 @@ protocol (python3-websocket) and checks what a user sees against the CLI and the
     (bit for bit: the server sends 17 significant digits, JSON round-trips doubles), and the
     x = tokens view draws the tokens column;
   - the curve of a running run grows between two reads (the page polls every 2 s);
-  - the config diff lists exactly the keys `loom runs compare` lists;
+  - the config diff lists exactly the keys `loom runs compare` lists; a run's trace link
+    downloads its trace file; drag-zoom, log y and smoothing keep the raw points;
   - a bad filter shows the parser's message (the server answers 400 with it);
   - a screenshot is saved.
 Every wait is bounded; only loopback addresses are used. Prints one line per check; exit 1 on
 any failure.
 
 usage: dashboard_check.py --url URL --loom BIN --runs-dir DIR --finished ID --running ID
-                          --diff ID ID --filter EXPR --screenshot FILE.png
+                          --diff ID ID --filter EXPR --traced ID --screenshot FILE.png
 """
 import argparse
 import base64
@@ -169,6 +170,7 @@ def main():
     ap.add_argument("--running", required=True)
     ap.add_argument("--diff", nargs=2, required=True)
     ap.add_argument("--filter", required=True)
+    ap.add_argument("--traced", required=True, help="a run with a Chrome trace in its directory")
     ap.add_argument("--screenshot", required=True)
     a = ap.parse_args()
     assert re.match(r"^http://(127\.0\.0\.1|\[::1\]):\d+/$", a.url), "loopback URLs only"
@@ -297,6 +299,31 @@ def main():
         check("log y: the same points drawn (losses are > 0)",
               [(x, y) for s in p if s["id"] == a.finished for x, y in zip(s["x"], s["y"])] ==
               [(float(x), float(y)) for x, y in pairs(fin, "step", "loss")])
+        # a run's detail panel and its Chrome trace link
+        b.js("[...document.querySelectorAll('#runs a.runid')].find(x => x.textContent === %s).click()" % json.dumps(a.traced))
+        b.wait("!!document.querySelector('#detail a[download]')", 10, "trace link shown")
+        href = b.js("document.querySelector('#detail a[download]').getAttribute('href')")
+        size = b.js("fetch(%s).then(r => r.arrayBuffer()).then(x => x.byteLength)" % json.dumps(href))
+        trace = os.path.join(run_dir[a.traced]["run_dir"], "trace.json")
+        check("run detail: the trace link downloads the run's trace.json (%s bytes)" % size,
+              size == os.path.getsize(trace) and "file=trace.json" in href, "%s: %s bytes" % (href, size))
+
+        # smoothing: an EMA with bias correction drawn over the raw curve; the raw points stay
+        b.js("{ const s = document.getElementById('smooth'); s.value = '0.9'; s.dispatchEvent(new Event('input')) }")
+        p = b.js("loomDashboard.plotted('loss')")
+        raw = [(x, y) for s in p if s["id"] == a.finished for x, y in zip(s["x"], s["y"])]
+        check("smoothing on: the raw points are still what is plotted", raw == [(float(x), float(y)) for x, y in pairs(fin, "step", "loss")])
+        ys = [float(y) for _, y in pairs(fin, "step", "loss")]
+        acc = norm = 0.0
+        want = []
+        for y in ys:  # the same recurrence in Python doubles
+            acc = acc * 0.9 + (1 - 0.9) * y
+            norm = norm * 0.9 + (1 - 0.9)
+            want.append(acc / norm)
+        got = b.js("LoomPlot.ema(%s, 0.9)" % json.dumps(ys))
+        # same IEEE double operations in the same order: equal to rounding, 1e-15 relative
+        check("smoothing = EMA with bias correction (w 0.9), to 1e-15 relative",
+              len(got) == len(want) and all(abs(g - w) <= 1e-15 * abs(w) for g, w in zip(got, want)), "%s vs %s" % (got[:3], want[:3]))
         b.js("window.scrollTo(0, 0)")
         shot = b.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         with open(a.screenshot, "wb") as f:

@@ -144,7 +144,7 @@ check "bad port: says so" grep -q "port takes a number 0..65535" "$WORK/port.err
 mkdir -p "$(dirname "$SHOT")"
 timeout 150 /usr/bin/python3 "$HERE/dashboard_check.py" --url "$URL" --loom "$LOOM" --runs-dir "$RUNS" \
   --finished "$(id_of lr1e-2)" --running "$LONG" --diff "$(id_of lr1e-3)" "$(id_of lr1e-2)" \
-  --filter "training.lr >= 1e-3" --screenshot "$SHOT" > "$WORK/page.out" 2>&1
+  --filter "training.lr >= 1e-3" --traced "$TRACED" --screenshot "$SHOT" > "$WORK/page.out" 2>&1
 check "dashboard in Chromium (see below)" test $? = 0
 cat "$WORK/page.out"
 

@@ -31,7 +31,7 @@ const state = {
   colors: {},              /* run id -> colour */
   metrics: {},             /* run id -> /api/metrics reply */
   names: {},               /* run id -> name (for labels) */
-  xKey: 'step', logY: false, zoom: null,
+  xKey: 'step', logY: false, smoothing: 0, zoom: null,
   table: null, polls: 0, appends: 0, busy: false, lastError: null,
 };
 const charts = {};
@@ -72,6 +72,7 @@ function saveHash() {
   if (state.selected.length) p.set('runs', state.selected.join(','));
   if (state.xKey !== 'step') p.set('x', state.xKey);
   if (state.logY) p.set('logy', '1');
+  if (state.smoothing) p.set('smooth', String(state.smoothing));
   history.replaceState(null, '', p.toString() ? '#' + p : location.pathname);
 }
 function loadHash() {
@@ -80,9 +81,11 @@ function loadHash() {
   if (p.get('runs')) for (const id of p.get('runs').split(',')) select(id, true);
   if (p.get('x')) state.xKey = p.get('x');
   state.logY = p.get('logy') === '1';
+  state.smoothing = Math.min(0.99, Math.max(0, Number(p.get('smooth')) || 0));
   $('filter').value = q.filter; $('desc').checked = q.desc; $('show').value = q.show;
   $('hide').value = q.hide; $('all').checked = q.all; $('limit').value = q.limit;
   $('xkey').value = state.xKey; $('logy').checked = state.logY;
+  $('smooth').value = String(state.smoothing); $('smooth-value').textContent = String(state.smoothing);
 }
 
 /* ---- the run table --------------------------------------------------------------------- */
@@ -218,7 +221,7 @@ function renderCharts() {
       const f = state.metrics[id].fields;
       return { id, label: label(id), color: state.colors[id], x: f[state.xKey] || [], y: f[key] || [] };
     });
-    charts[key].set(series, { logY: state.logY, xLabel: state.xKey, xRange: state.zoom,
+    charts[key].set(series, { logY: state.logY, xLabel: state.xKey, xRange: state.zoom, smoothing: state.smoothing,
                               onZoom: r => { state.zoom = r; renderCharts(); } });
   }
   /* keep the charts in the METRICS order */
@@ -346,6 +349,12 @@ async function start() {
   for (const id of ['sweep', 'sort', 'desc', 'all']) $(id).addEventListener('change', () => { readForm(); saveHash(); loadRuns(); });
   $('xkey').addEventListener('change', e => { state.xKey = e.target.value; state.zoom = null; saveHash(); renderCharts(); });
   $('logy').addEventListener('change', e => { state.logY = e.target.checked; saveHash(); renderCharts(); });
+  $('smooth').addEventListener('input', e => {
+    state.smoothing = Number(e.target.value);
+    $('smooth-value').textContent = e.target.value;
+    saveHash();
+    renderCharts();
+  });
   $('reset-zoom').addEventListener('click', () => { state.zoom = null; renderCharts(); });
   $('diff-go').addEventListener('click', showDiff);
   window.addEventListener('resize', renderCharts);

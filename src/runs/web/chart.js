@@ -1,7 +1,8 @@
 /* chart.js: the dashboard's line chart, plain canvas. One LoomChart draws one metric of several
  * runs overlaid: linear or log y, ticks at round values (1, 2, 5 x 10^k; decades on log y),
- * drag across to zoom x, double-click to zoom out, hover for the values at a step. What it
- * drew is kept in chart.plotted (the test reads it: the points must equal metrics.jsonl). */
+ * drag across to zoom x, double-click to zoom out, hover for the values at a step, optional
+ * smoothing (an EMA drawn over the faint raw curve). The points it drew (raw, before any
+ * smoothing) are kept in chart.plotted (the test reads them: they must equal metrics.jsonl). */
 'use strict';
 
 const LoomPlot = (() => {
@@ -39,6 +40,18 @@ const LoomPlot = (() => {
           out.push({ v, label: e >= -3 && e <= 5 ? trim(v.toFixed(Math.max(0, -e))) : m + 'e' + e });
       }
     return out.length >= 2 ? out : linearTicks(lo, hi, 4).filter(t => t.v > 0);
+  }
+  /* exponential moving average with bias correction (TensorBoard's smoothing): weight w of the
+     past, 0 <= w < 1 */
+  function ema(ys, w) {
+    const out = new Array(ys.length);
+    let acc = 0, norm = 0;
+    for (let i = 0; i < ys.length; i++) {
+      acc = acc * w + (1 - w) * ys[i];
+      norm = norm * w + (1 - w);
+      out[i] = acc / norm;
+    }
+    return out;
   }
   function formatValue(v) {
     if (v === null || v === undefined || !isFinite(v)) return '-';
@@ -164,12 +177,16 @@ const LoomPlot = (() => {
       /* curves, clipped to the plot area */
       ctx.save();
       ctx.beginPath(); ctx.rect(L, T, pw, ph); ctx.clip();
+      const smooth = this.opts.smoothing || 0;
       for (const s of vis) {
-        ctx.strokeStyle = s.color;
-        ctx.lineWidth = 1.6;
-        ctx.beginPath();
-        for (let i = 0; i < s.x.length; i++) (i ? ctx.lineTo : ctx.moveTo).call(ctx, sx(s.x[i]), sy(s.y[i]));
-        ctx.stroke();
+        if (smooth > 0) { /* the raw curve faint, the smoothed one over it */
+          ctx.globalAlpha = 0.25;
+          this.line(ctx, s.x, s.y, sx, sy, s.color, pw);
+          ctx.globalAlpha = 1;
+          this.line(ctx, s.x, ema(s.y, smooth), sx, sy, s.color, pw);
+        } else {
+          this.line(ctx, s.x, s.y, sx, sy, s.color, pw);
+        }
         if (s.x.length < 40) { /* short curves: mark the points */
           ctx.fillStyle = s.color;
           for (let i = 0; i < s.x.length; i++) { ctx.beginPath(); ctx.arc(sx(s.x[i]), sy(s.y[i]), 2.2, 0, 7); ctx.fill(); }
@@ -185,6 +202,30 @@ const LoomPlot = (() => {
         ctx.strokeStyle = 'rgba(29, 35, 48, 0.35)';
         ctx.beginPath(); ctx.moveTo(this.hoverPx + 0.5, T); ctx.lineTo(this.hoverPx + 0.5, T + ph); ctx.stroke();
       }
+    }
+
+    /* one polyline; past 3 points per pixel column, each column is drawn as its first, lowest,
+       highest and last point (what the full line would show at this width, far faster) */
+    line(ctx, xs, ys, sx, sy, color, pw) {
+      ctx.strokeStyle = color;
+      ctx.lineWidth = 1.6;
+      ctx.beginPath();
+      if (xs.length <= pw * 3) {
+        for (let i = 0; i < xs.length; i++) (i ? ctx.lineTo : ctx.moveTo).call(ctx, sx(xs[i]), sy(ys[i]));
+      } else {
+        let col = null, lo = 0, hi = 0, last = 0, started = false;
+        const flush = () => { ctx.lineTo(col, lo); ctx.lineTo(col, hi); ctx.lineTo(col, last); };
+        for (let i = 0; i < xs.length; i++) {
+          const px = Math.round(sx(xs[i])), py = sy(ys[i]);
+          if (px !== col) {
+            if (col !== null) flush();
+            if (!started) { ctx.moveTo(px, py); started = true; } else ctx.lineTo(px, py);
+            col = px; lo = hi = last = py;
+          } else { lo = Math.min(lo, py); hi = Math.max(hi, py); last = py; }
+        }
+        if (col !== null) flush();
+      }
+      ctx.stroke();
     }
 
     toData(px) { const s = this.scale; return s.x0 + (px - s.L) / s.pw * (s.x1 - s.x0); }
@@ -220,5 +261,5 @@ const LoomPlot = (() => {
       } else this.draw();
     }
   }
-  return { Chart, linearTicks, logTicks, formatValue };
+  return { Chart, linearTicks, logTicks, formatValue, ema };
 })();
