@@ -1,7 +1,8 @@
 /* The HTTP side of `loom runs serve`: binds the listening socket itself (so "port in use" and
  * "not an address" are clear errors, and port 0 picks a free one that is printed), hands it to
  * libmicrohttpd (one internal polling thread, so requests are answered one at a time), serves
- * GET of the embedded page assets and of /api/ (loom_serve_api), and stops on SIGINT/SIGTERM. */
+ * GET of the embedded page assets and of /api/ (loom_serve_api) to requests whose Host is an
+ * address or localhost (no DNS rebinding), and stops on SIGINT/SIGTERM. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -43,6 +44,28 @@ static enum MHD_Result send_buffer(struct MHD_Connection *conn, int status, cons
   return ok;
 }
 
+/* Host header of a request to this server: an address literal or localhost (with any port).
+ * A page on another site that rebinds its own name to 127.0.0.1 sends its name here and is
+ * refused, so only pages opened from this server's address read the registry. */
+static bool host_ok(const char *host) {
+  if (!host) return true; /* HTTP/1.0 clients send none */
+  char name[256];
+  size_t n = strlen(host);
+  if (n >= sizeof name) return false;
+  memcpy(name, host, n + 1);
+  if (name[0] == '[') { /* [v6]:port */
+    char *end = strchr(name, ']');
+    if (!end) return false;
+    *end = 0;
+    struct in6_addr a6;
+    return inet_pton(AF_INET6, name + 1, &a6) == 1;
+  }
+  char *colon = strrchr(name, ':');
+  if (colon) *colon = 0;
+  struct in_addr a4;
+  return !strcmp(name, "localhost") || inet_pton(AF_INET, name, &a4) == 1;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **state) {
@@ -51,6 +74,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     static int seen;
     *state = &seen;
     return MHD_YES;
+  }
+  if (!host_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))) {
+    static char msg[] = "{\"error\":\"this server answers requests to its address only (Host header)\"}";
+    return send_buffer(conn, 403, "application/json", msg, strlen(msg), MHD_RESPMEM_PERSISTENT,
+                       NULL, false);
   }
   if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
     static char msg[] = "{\"error\":\"only GET is served\"}";

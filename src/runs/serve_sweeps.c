@@ -30,7 +30,7 @@ static char **list_dir(const char *dir, int *n) {
     names[(*n)++] = loom_strdup(e->d_name);
   }
   closedir(d);
-  qsort(names, (size_t)*n, sizeof(char *), by_name);
+  if (*n > 1) qsort(names, (size_t)*n, sizeof(char *), by_name);
   return names;
 }
 

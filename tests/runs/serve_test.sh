@@ -64,6 +64,8 @@ check "page served" test "$(get '')" = 200
 check "page is the dashboard" grep -q "<title>loom runs</title>" "$WORK/body"
 check "chart.js embedded" test "$(get chart.js)" = 200
 check "unknown file is 404" test "$(get nothing.js)" = 404
+check "a Host that is a name (DNS rebinding) is refused (403)" test "$(curl -sS --max-time 20 -o /dev/null -w '%{http_code}' -H 'Host: evil.example:80' "${URL}api/runs")" = 403
+check "Host localhost is served" test "$(curl -sS --max-time 20 -o /dev/null -w '%{http_code}' -H "Host: localhost:$PORT" "${URL}api/runs")" = 200
 check "POST is refused (405)" test "$(curl -sS --max-time 20 -o /dev/null -w '%{http_code}' -X POST "${URL}api/runs")" = 405
 
 FILTER="training.lr >= 1e-3 AND status = 'finished'"
