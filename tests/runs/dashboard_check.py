@@ -207,6 +207,46 @@ def main():
         heads = b.js("[...document.querySelectorAll('#runs thead th')].slice(1).map(h => h.firstChild.textContent.replace(/ [\\u25b4\\u25be]$/, ''))")
         check("--show run_id,training.lr,status: exactly those columns", heads == ["run_id", "training.lr", "status"], str(heads))
 
+        # sweep menu, all columns, hide and limit together, against the CLI's JSON
+        sweeps = b.js("[...document.getElementById('sweep').options].map(o => o.value).filter(Boolean)")
+        check("the sweep menu lists the registry's sweeps", len(sweeps) > 0, str(sweeps))
+        b.js("document.getElementById('sort').value = ''; document.getElementById('desc').checked = false;"
+             "document.getElementById('filter').value = ''")
+        if sweeps:
+            cli = loom_json(a.loom, a.runs_dir, "--sweep", sweeps[0], "--all-columns", "--hide", "status",
+                            "--limit", "1")
+            b.js("document.getElementById('sweep').value = %s; document.getElementById('all').checked = true;"
+                 "document.getElementById('show').value = ''; document.getElementById('hide').value = 'status';"
+                 "document.getElementById('limit').value = '1'; document.getElementById('apply').click()" % json.dumps(sweeps[0]))
+            b.wait("loomDashboard.state.query.limit === '1' && loomDashboard.state.table.count === 1", 10, "sweep query arrives")
+            heads = b.js("[...document.querySelectorAll('#runs thead th')].slice(1).map(h => h.firstChild.textContent)")
+            rows = b.js("[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run)")
+            check("--sweep %s --all-columns --hide status --limit 1: the CLI's row and its %d columns" % (sweeps[0], len(cli[0])),
+                  rows == [cli[0]["run_id"]] and heads == list(cli[0].keys()), "page %s %s" % (rows, heads[:5]))
+            # the view lives in the URL: a reload shows the same query
+            b.js("window.beforeReload = true")
+            b.call("Page.reload")
+            b.wait("!window.beforeReload && !!(window.loomDashboard && window.loomDashboard.ready)", 30, "page ready after reload")
+            again = b.js("[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run)")
+            check("reload keeps the view from the URL (sweep, limit, hide)", again == rows and
+                  b.js("document.getElementById('hide').value") == "status", "%s" % again)
+            b.js("document.getElementById('sweep').value = ''; document.getElementById('all').checked = false;"
+                 "document.getElementById('hide').value = ''; document.getElementById('limit').value = '';"
+                 "document.getElementById('apply').click()")
+            b.wait("loomDashboard.rowCount() === %d" % len(everything), 10, "unfiltered table again")
+
+        # clicking a column header sorts by it; a second click reverses
+        want = [r["run_id"] for r in loom_json(a.loom, a.runs_dir, "--sort-by", "name")]
+        b.js("[...document.querySelectorAll('#runs thead th')].find(h => h.firstChild.textContent === 'name').click()")
+        b.wait("loomDashboard.state.query.sort === 'name' && !loomDashboard.state.query.desc", 10, "header sort")
+        b.wait("[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run).join() === %s" % json.dumps(",".join(want)),
+               10, "header click sorts like --sort-by name")
+        b.js("[...document.querySelectorAll('#runs thead th')].find(h => h.firstChild.textContent.startsWith('name')).click()")
+        want = [r["run_id"] for r in loom_json(a.loom, a.runs_dir, "--sort-by", "name", "--descending")]
+        ok = b.wait("[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run).join() === %s" % json.dumps(",".join(want)),
+                    10, "second header click sorts like --sort-by name --descending")
+        check("column header clicks sort as --sort-by name [--descending]", ok)
+
         # back to every run, then tick one finished run and compare what the chart drew
         b.js("for (const id of ['filter','show']) document.getElementById(id).value = '';"
              "document.getElementById('sort').value = ''; document.getElementById('desc').checked = false;"
