@@ -5,7 +5,8 @@
 #   - the JSON API against the CLI: rows of a filter and a sort equal `loom runs --format json`,
 #     a bad filter answers 400 with the parser's message (the CLI's), metrics equal
 #     metrics.jsonl and a cut last line is tolerated, config diff, sweep summary, trace file;
-#   - CLI errors: port in use, registry missing, bad host/port, exit codes; SIGTERM stops it;
+#   - CLI errors: port in use, registry missing, bad host/port/--sweeps-dir, exit codes; --db
+#     on IPv6 loopback and the registry deleted under the server (500); SIGTERM stops it;
 #   - the page in headless Chromium (dashboard_check.py): no console errors, row counts, the
 #     plotted points, a growing running curve, config diff, bad filter; a screenshot saved.
 # usage: serve_test.sh path/to/loom SCREENSHOT.png
@@ -138,6 +139,24 @@ check "registry missing: says where" grep -q "no run registry at '$WORK/none/reg
 "$LOOM" runs serve --runs-dir "$RUNS" --host nowhere.example > /dev/null 2> "$WORK/host.err"
 check "bad host: exit 1" test $? = 1
 check "bad host: says so" grep -q "is not an IPv4 or IPv6 address" "$WORK/host.err"
+"$LOOM" runs serve --runs-dir "$RUNS" --sweeps-dir "$WORK/nodir" > /dev/null 2> "$WORK/sd.err"
+check "--sweeps-dir not a directory: exit 1" test $? = 1
+check "--sweeps-dir not a directory: says so" grep -q "sweeps-dir '$WORK/nodir' is not a directory" "$WORK/sd.err"
+# --db on a copy of the registry, on IPv6 loopback; the file deleted under the server: 500
+/usr/bin/python3 -c "import sqlite3, sys; s = sqlite3.connect(sys.argv[1]); d = sqlite3.connect(sys.argv[2]); s.backup(d); d.close()" \
+  "$RUNS/registry.db" "$WORK/copy.db"
+"$LOOM" runs serve --db "$WORK/copy.db" --host ::1 --port 0 > "$WORK/v6.out" 2>&1 &
+V6=$!
+PIDS+=($V6)
+for _ in $(seq 100); do grep -q "^loom runs serve: http://" "$WORK/v6.out" && break; sleep 0.1; done
+V6URL=$(sed -n 's|^loom runs serve: \(http://\[::1\]:[0-9]*/\) .*|\1|p' "$WORK/v6.out")
+check "--host ::1: an IPv6 loopback URL" test -n "$V6URL"
+code=$(curl -sS --max-time 20 -o "$WORK/body" -w '%{http_code}' "${V6URL}api/runs")
+check "--db copy over IPv6: 200 and every run" test "$code:$(jq_py "d['count']")" = "200:$("$LOOM" runs --db "$WORK/copy.db" --format json | /usr/bin/python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')"
+rm -f "$WORK"/copy.db*
+code=$(curl -sS --max-time 20 -o "$WORK/body" -w '%{http_code}' "${V6URL}api/runs")
+check "registry deleted while serving: 500 saying so" test "$code:$(jq_py "'is gone' in d['error']")" = "500:True"
+kill -TERM $V6
 "$LOOM" runs serve --runs-dir "$RUNS" --port 70000 > /dev/null 2> "$WORK/port.err"
 check "bad port: exit 2" test $? = 2
 check "bad port: says so" grep -q "port takes a number 0..65535" "$WORK/port.err"
