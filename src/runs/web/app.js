@@ -236,6 +236,8 @@ function fillDiffOptions() {
   if (state.table) for (const id of state.table.run_ids) if (!ids.includes(id)) ids.push(id);
   for (const [sel, k] of [[$('diff-a'), 0], [$('diff-b'), 1]]) {
     const keep = sel.value;
+    /* rebuilt only when the runs change: a menu the user has open stays open across polls */
+    if ([...sel.options].map(o => o.value + '\t' + o.textContent).join('\n') === ids.map(id => id + '\t' + label(id)).join('\n')) continue;
     sel.replaceChildren(...ids.map(id => el('option', { value: id, text: label(id) })));
     sel.value = ids.includes(keep) ? keep : (ids[k] || '');
   }
