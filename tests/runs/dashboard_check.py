@@ -302,10 +302,20 @@ def main():
         check("config diff keys = `loom runs compare` (%s)" % ", ".join(want), got == want and len(want) > 0,
               "page %s vs cli %s" % (got, want))
 
-        # a sweep's summary is shown
+        # a sweep's summary table, and the simulator's trace link of its row
+        check("the sweeps panel lists a sweep", b.js("document.querySelectorAll('#sweeps tbody tr').length") > 0)
         if b.js("document.querySelectorAll('#sweeps tbody tr').length") > 0:
             b.js("document.querySelector('#sweeps tbody a').click()")
             b.wait("!!document.querySelector('#sweep-summary')", 10, "sweep summary shown")
+            sdir = b.js("loomDashboard.state.sweepDir")
+            csv_rows = sum(1 for _ in open(os.path.join(sdir, "summary.csv"))) - 1 if sdir else -1
+            check("sweep summary: one table row per summary.csv row (%d)" % csv_rows,
+                  b.js("document.querySelectorAll('#sweep-summary tbody tr').length") == csv_rows > 0)
+            href = b.js("(document.querySelector('#sweeps tbody a[download]') || {getAttribute: () => null}).getAttribute('href')")
+            size = b.js("fetch(%s).then(r => r.arrayBuffer()).then(x => x.byteLength)" % json.dumps(href)) if href else None
+            check("sweep row: the trace link downloads the sweep's sim_trace.json",
+                  href is not None and sdir is not None and size == os.path.getsize(os.path.join(sdir, "sim_trace.json")),
+                  "%s: %s bytes" % (href, size))
 
         # zoom: drag the mouse across the first quarter of the loss chart, as a user would
         rect = b.js("(() => { const c = document.querySelector('#charts .chart canvas'); c.scrollIntoView();"

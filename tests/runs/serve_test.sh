@@ -36,6 +36,9 @@ YAML
 (cd "$WORK" && "$LOOM" sweep run grid.yaml --log-dir "$RUNS/sweeps" > "$WORK/sweep.out" 2>&1)
 check "grid sweep runs" test $? = 0
 SWEEP=$(basename "$(ls -d "$RUNS"/sweeps/sweep_*)")
+# the simulator's Chrome trace of the base config, kept with the sweep
+"$LOOM" sim "$WORK/base.yaml" --hardware h100-sxm --trace "$RUNS/sweeps/$SWEEP/sim_trace.json" > "$WORK/sim.out" 2>&1
+check "loom sim writes a trace" test -s "$RUNS/sweeps/$SWEEP/sim_trace.json"
 "$LOOM" train "$WORK/base.yaml" run.name=traced --trace "$WORK/trace.json" > "$WORK/traced.out" 2>&1
 check "traced run" test $? = 0
 id_of() { "$LOOM" runs --runs-dir "$RUNS" --filter "name = '$1'" --show run_id --format csv | tail -n 1; }
@@ -120,6 +123,9 @@ check "sweep: final_loss column as in summary.csv" test "$(jq_py "[r[d['summary_
 check "sweep: its 2 registered runs" test "$(jq_py "sorted(d['run_ids'])")" = \
   "$("$LOOM" runs --runs-dir "$RUNS" --sweep lrgrid --format json | /usr/bin/python3 -c 'import json, sys; print(sorted(r["run_id"] for r in json.load(sys.stdin)))')"
 check "unknown sweep: 404" test "$(get "api/sweep?dir=../..")" = 404
+check "sweep lists the simulator's trace" test "$(get "api/sweep?dir=$SWEEP")$(jq_py "d['traces']")" = "200['sim_trace.json']"
+check "sweep trace download: 200" test "$(get "api/trace?sweep=$SWEEP&file=sim_trace.json")" = 200
+check "sweep trace download: the simulator's bytes" cmp -s "$WORK/body" "$RUNS/sweeps/$SWEEP/sim_trace.json"
 
 # the trace of a run
 check "run detail: 200" test "$(get "api/run?id=$TRACED")" = 200

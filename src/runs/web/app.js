@@ -303,6 +303,7 @@ async function showSweep(id) {
   const out = $('sweep-detail');
   if (!r.ok) { out.replaceChildren(el('div', { class: 'error', text: r.data.error })); return; }
   const s = r.data, parts = [el('h3', { text: id + ' \u2014 ' + (s.sweep || '') + ' (' + s.dir + ')' })];
+  state.sweepDir = s.dir;
   if (s.run_ids.length)
     parts.push(el('p', null, el('button', { type: 'button', text: 'plot its ' + s.run_ids.length + ' runs',
       onclick: () => { for (const rid of s.run_ids) select(rid, true); refreshCurves(); } }), ' ',
