@@ -276,8 +276,10 @@ async function showRun(id) {
   $('detail-title').textContent = id;
   if (!r.ok) { $('detail').replaceChildren(el('div', { class: 'error', text: r.data.error })); return; }
   const f = r.data.fields, parts = [traceLinks(r.data.traces, 'run', id)];
-  for (const [k, title] of [['run', 'run'], ['metric', 'metrics'], ['custom', 'custom metrics'], ['config', 'config']])
+  for (const [k, title] of [['run', 'run'], ['metric', 'metrics'], ['custom', 'custom metrics']])
     if (Object.keys(f[k]).length) parts.push(el('h3', { text: title }), kvTable(f[k]));
+  if (Object.keys(f.config).length) /* long: folded */
+    parts.push(el('details', null, el('summary', { text: 'config (' + Object.keys(f.config).length + ' keys)' }), kvTable(f.config)));
   $('detail').replaceChildren(...parts.filter(Boolean));
 }
 
