@@ -349,6 +349,28 @@ def main():
         check("log y: the same points drawn (losses are > 0)",
               [(x, y) for s in p if s["id"] == a.finished for x, y in zip(s["x"], s["y"])] ==
               [(float(x), float(y)) for x, y in pairs(fin, "step", "loss")])
+        # axis ticks: every label reads as the value it is drawn at (no "2" at 2.5, no 6.31 on a
+        # log axis), linear ticks are evenly spaced round numbers inside the range
+        def label_value(text):
+            m = {"k": 1e3, "M": 1e6}.get(text[-1], 1)
+            return float(text[:-1] if m != 1 else text) * m
+        bad = []
+        for lo, hi, n in ((0, 10, 5), (1, 6, 4), (0.3, 5.9, 6), (1, 12345, 5), (-2.5, 7.25, 6), (0, 2.4e6, 4),
+                          (4.6, 5.7, 5), (0.00012, 0.00031, 4), (1, 1e5, 6)):
+            ticks = b.js("LoomPlot.linearTicks(%r, %r, %d)" % (lo, hi, n))
+            vals = [t["v"] for t in ticks]
+            steps = {round(v2 - v1, 12) for v1, v2 in zip(vals, vals[1:])}
+            if (len(ticks) < 2 or len(steps) != 1 or any(not (lo - 1e-12 <= v <= hi + 1e-12) for v in vals) or
+                    any(abs(label_value(t["label"]) - t["v"]) > 1e-9 * max(1, abs(t["v"])) for t in ticks)):
+                bad.append(("linear", lo, hi, ticks))
+        for lo, hi in ((0.2, 6), (1.5, 5.5), (1e-4, 10), (3, 3000), (0.9, 1.3)):
+            ticks = b.js("LoomPlot.logTicks(%r, %r)" % (lo, hi))
+            if len(ticks) < 2 or any(abs(label_value(t["label"].replace("e", "E") if "e" in t["label"] and not t["label"][-1].isalpha()
+                                                  else t["label"]) - t["v"]) > 1e-9 * abs(t["v"]) or not lo <= t["v"] <= hi
+                                     for t in ticks):
+                bad.append(("log", lo, hi, ticks))
+        check("axis tick labels equal the values they mark (linear and log)", not bad, str(bad)[:600])
+
         # a run's detail panel and its Chrome trace link
         b.js("[...document.querySelectorAll('#runs a.runid')].find(x => x.textContent === %s).click()" % json.dumps(a.traced))
         b.wait("!!document.querySelector('#detail a[download]')", 10, "trace link shown")
