@@ -88,13 +88,13 @@ void serve_api_metrics(const loom_serve_opts *o, loom_serve_arg_fn arg, void *ct
     return;
   }
   const char *dir = serve_runs_text(&s, row, "run_dir"), *status = serve_runs_text(&s, row, "status");
-  char *path = loom_sprintf("%s/metrics.jsonl", dir ? dir : ".");
+  char *path = dir ? loom_sprintf("%s/metrics.jsonl", dir) : loom_strdup("(the run has no run_dir)");
   json_t *fields = json_object();
   int lines = 0, skipped = 0;
   long next = 0;
   bool partial = false;
   bool running = status && !strcmp(status, "running");
-  bool missing = read_metrics(path, running, &offset, &next, fields, &lines, &skipped, &partial) != 0;
+  bool missing = !dir || read_metrics(path, running, &offset, &next, fields, &lines, &skipped, &partial) != 0;
   if (missing) loom_err_clear(), offset = 0; /* nothing logged yet: no points, not an error */
   json_t *j = json_pack("{s:s,s:s?,s:s,s:b,s:I,s:I,s:i,s:i,s:b,s:o}", "run_id",
                         serve_runs_text(&s, row, "run_id"), "status", status, "path", path,

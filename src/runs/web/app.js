@@ -209,7 +209,7 @@ function renderCharts() {
   $('selection').textContent = sel.length ? sel.length + ' run' + (sel.length === 1 ? '' : 's') + ' plotted' : 'tick runs in the table to plot them';
   $('legend').replaceChildren(...sel.map(id => {
     const m = state.metrics[id] || {}, live = m.status === 'running' ? ' (running)' : '';
-    const err = m.error ? ' \u2014 ' + m.error : m.missing ? ' \u2014 no metrics.jsonl yet' : '';
+    const err = m.error ? ' \u2014 ' + m.error : m.missing ? ' \u2014 no ' + m.path + ' (yet)' : '';
     return el('span', null, el('span', { class: 'swatch', style: 'background:' + state.colors[id] }),
               label(id) + live + err);
   }));
