@@ -5,7 +5,7 @@ protocol (python3-websocket) and checks what a user sees against the CLI and the
   - the page loads and runs without console errors or uncaught exceptions;
   - the table's rows equal `loom runs --format json` for the same filter, typed into the page
     (and for a sort and a --show column list);
-  - the loss and grad_norm points the chart drew for a ticked run equal its metrics.jsonl
+  - the loss, grad_norm and val_loss points the charts drew for a ticked run equal its metrics.jsonl
     (bit for bit: the server sends 17 significant digits, JSON round-trips doubles), and the
     x = tokens view draws the tokens column;
   - the curve of a running run grows between two reads (the page polls every 2 s);
@@ -143,9 +143,9 @@ def loom_json(loom, runs_dir, *args):
     return json.loads(out.stdout)
 
 
-def metrics_columns(run_dir):
-    """step/tokens/loss/grad_norm of metrics.jsonl, read independently of the server."""
-    cols = {"step": [], "tokens": [], "loss": [], "grad_norm": []}
+def metrics_columns(run_dir, keys=("step", "tokens", "loss", "grad_norm")):
+    """Columns of metrics.jsonl (None where a line lacks the key), read independently of the server."""
+    cols = {k: [] for k in keys}
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
             try:
@@ -171,6 +171,7 @@ def main():
     ap.add_argument("--diff", nargs=2, required=True)
     ap.add_argument("--filter", required=True)
     ap.add_argument("--traced", required=True, help="a run with a Chrome trace in its directory")
+    ap.add_argument("--val-run", required=True, help="a run whose metrics.jsonl has val_loss lines")
     ap.add_argument("--screenshot", required=True)
     a = ap.parse_args()
     assert re.match(r"^http://(127\.0\.0\.1|\[::1\]):\d+/$", a.url), "loopback URLs only"
@@ -270,6 +271,18 @@ def main():
         check("x = tokens: the (tokens, loss) points of metrics.jsonl", p and list(zip(p[0]["x"], p[0]["y"])) ==
               [(float(x), float(y)) for x, y in want], "drawn %s" % (p and p[0]["x"][:4]))
         b.js("{ const s = document.getElementById('xkey'); s.value = 'step'; s.dispatchEvent(new Event('change')) }")
+
+        # val_loss: its chart appears when a ticked run's lines carry one, with exactly those points
+        check("no validation chart while no ticked run has val_loss", b.js("loomDashboard.plotted('val_loss')") is None)
+        b.js("document.querySelector('input[data-run=\"%s\"]').click()" % a.val_run)
+        b.wait("(loomDashboard.plotted('val_loss') || []).some(s => s.id === %s)" % json.dumps(a.val_run), 10, "val_loss chart")
+        vcols = metrics_columns(run_dir[a.val_run]["run_dir"], ("step", "val_loss"))
+        p = [s for s in (b.js("loomDashboard.plotted('val_loss')") or []) if s["id"] == a.val_run]
+        want = [(float(x), float(y)) for x, y in pairs(vcols, "step", "val_loss")]
+        check("val_loss chart: the %d (step, val_loss) points of metrics.jsonl" % len(want),
+              p and list(zip(p[0]["x"], p[0]["y"])) == want and len(want) > 0, str(p)[:300])
+        b.js("document.querySelector('input[data-run=\"%s\"]').click()" % a.val_run)
+        b.wait("loomDashboard.plotted('val_loss') === null", 10, "validation chart gone with its run")
 
         # a running run: its curve grows between two reads
         b.js("document.querySelector('input[data-run=\"%s\"]').click()" % a.running)

@@ -103,6 +103,12 @@ printf '{"step": 7, "loss": 5.1' >> "$D3/metrics.jsonl"
 check "metrics with a cut last line: 200" test "$(get "api/metrics?run=$LR3")" = 200
 check "cut last line left out: 6 lines" test "$(jq_py "d['lines']")" = 6
 check "cut last line reported" test "$(jq_py "d['partial_last_line']")" = True
+# the writer completes the line, with a validation loss: now 7 lines, val_loss on the last only
+printf ', "val_loss": 5.4, "tokens": 224}\n' >> "$D3/metrics.jsonl"
+get "api/metrics?run=$LR3" > /dev/null
+check "completed line: 7 lines, none partial" test "$(jq_py "(d['lines'], d['partial_last_line'])")" = "(7, False)"
+check "val_loss column: null on the 6 lines without it, 5.4 on the 7th" test "$(jq_py "d['fields']['val_loss']")" = \
+  "[None, None, None, None, None, None, 5.4]"
 check "unknown run: 404" test "$(get "api/metrics?run=nope")" = 404
 check "unknown run: says so" grep -q "nope" "$WORK/body"
 
@@ -171,7 +177,7 @@ check "bad port: says so" grep -q "port takes a number 0..65535" "$WORK/port.err
 mkdir -p "$(dirname "$SHOT")"
 timeout 150 /usr/bin/python3 "$HERE/dashboard_check.py" --url "$URL" --loom "$LOOM" --runs-dir "$RUNS" \
   --finished "$(id_of lr1e-2)" --running "$LONG" --diff "$(id_of lr1e-3)" "$(id_of lr1e-2)" \
-  --filter "training.lr >= 1e-3" --traced "$TRACED" --screenshot "$SHOT" > "$WORK/page.out" 2>&1
+  --filter "training.lr >= 1e-3" --traced "$TRACED" --val-run "$LR3" --screenshot "$SHOT" > "$WORK/page.out" 2>&1
 check "dashboard in Chromium (see below)" test $? = 0
 cat "$WORK/page.out"
 
