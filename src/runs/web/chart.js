@@ -6,10 +6,13 @@
 'use strict';
 
 const LoomPlot = (() => {
+  /* 1, 2 or 5 x 10^k whose tick count over span is nearest the target (in ratio) */
   function niceStep(span, target) {
     const raw = span / Math.max(1, target), mag = Math.pow(10, Math.floor(Math.log10(raw)));
-    for (const m of [1, 2, 5, 10]) if (m * mag >= raw * (1 - 1e-9)) return m * mag;
-    return 10 * mag;
+    let best = mag;
+    for (const m of [1, 2, 5, 10])
+      if (Math.abs(Math.log(m * mag / raw)) < Math.abs(Math.log(best / raw))) best = m * mag;
+    return best;
   }
   function decimalsOf(step) { return Math.max(0, Math.min(12, -Math.floor(Math.log10(step) + 1e-9))); }
 
