@@ -61,16 +61,17 @@ URL=$(sed -n 's|^loom runs serve: \(http://127\.0\.0\.1:[0-9]*/\) .*|\1|p' "$WOR
 PORT=$(echo "$URL" | sed 's|.*:\([0-9]*\)/|\1|')
 check "serve prints its loopback URL" test -n "$URL"
 [ -n "$URL" ] || { cat "$WORK/serve.err"; finish; exit 1; }
-get() { curl -sS --max-time 20 -o "$WORK/body" -w '%{http_code}' "$URL$1"; }
+http() { /usr/bin/python3 "$HERE/http_get.py" "$@"; } # URL OUT [--method M] [--host H] -> status
+get() { http "$URL$1" "$WORK/body"; }
 jq_py() { /usr/bin/python3 -c "import json, sys; d = json.load(open('$WORK/body')); print($1)"; }
 
 check "page served" test "$(get '')" = 200
 check "page is the dashboard" grep -q "<title>loom runs</title>" "$WORK/body"
 check "chart.js embedded" test "$(get chart.js)" = 200
 check "unknown file is 404" test "$(get nothing.js)" = 404
-check "a Host that is a name (DNS rebinding) is refused (403)" test "$(curl -sS --max-time 20 -o /dev/null -w '%{http_code}' -H 'Host: evil.example:80' "${URL}api/runs")" = 403
-check "Host localhost is served" test "$(curl -sS --max-time 20 -o /dev/null -w '%{http_code}' -H "Host: localhost:$PORT" "${URL}api/runs")" = 200
-check "POST is refused (405)" test "$(curl -sS --max-time 20 -o /dev/null -w '%{http_code}' -X POST "${URL}api/runs")" = 405
+check "a Host that is a name (DNS rebinding) is refused (403)" test "$(http "${URL}api/runs" /dev/null --host evil.example:80)" = 403
+check "Host localhost is served" test "$(http "${URL}api/runs" /dev/null --host "localhost:$PORT")" = 200
+check "POST is refused (405)" test "$(http "${URL}api/runs" /dev/null --method POST)" = 405
 
 FILTER="training.lr >= 1e-3 AND status = 'finished'"
 Q=$(/usr/bin/python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$FILTER")
@@ -163,10 +164,10 @@ PIDS+=($V6)
 for _ in $(seq 100); do grep -q "^loom runs serve: http://" "$WORK/v6.out" && break; sleep 0.1; done
 V6URL=$(sed -n 's|^loom runs serve: \(http://\[::1\]:[0-9]*/\) .*|\1|p' "$WORK/v6.out")
 check "--host ::1: an IPv6 loopback URL" test -n "$V6URL"
-code=$(curl -sS --max-time 20 -o "$WORK/body" -w '%{http_code}' "${V6URL}api/runs")
+code=$(http "${V6URL}api/runs" "$WORK/body")
 check "--db copy over IPv6: 200 and every run" test "$code:$(jq_py "d['count']")" = "200:$("$LOOM" runs --db "$WORK/copy.db" --format json | /usr/bin/python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')"
 rm -f "$WORK"/copy.db*
-code=$(curl -sS --max-time 20 -o "$WORK/body" -w '%{http_code}' "${V6URL}api/runs")
+code=$(http "${V6URL}api/runs" "$WORK/body")
 check "registry deleted while serving: 500 saying so" test "$code:$(jq_py "'is gone' in d['error']")" = "500:True"
 kill -TERM $V6
 "$LOOM" runs serve --runs-dir "$RUNS" --port 70000 > /dev/null 2> "$WORK/port.err"
