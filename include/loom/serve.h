@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "loom/runs.h"
+
 typedef struct {
   const char *host;        /* address to bind (default 127.0.0.1) */
   int port;                /* 0 = any free port (printed) */
@@ -23,6 +25,7 @@ typedef struct {
   const char *runs_dir;    /* where run and sweep directories are looked for (may be NULL) */
   const char *sweeps_dir;  /* another directory holding sweep_<ts>/ (e.g. logs), or NULL */
   double heartbeat_timeout;
+  const char *view;        /* URL fragment of the view to open (loom_serve_view_fragment), or NULL */
 } loom_serve_opts;
 
 /* One HTTP answer of the API: status, content type and a malloc'd body. */
@@ -49,6 +52,10 @@ typedef struct {
   size_t len;
 } loom_serve_asset;
 const loom_serve_asset *loom_serve_find_asset(const char *path);
+
+/* The list options of a command line (--filter, --sort-by, --show, ...) as the page's URL
+ * fragment, percent-encoded (malloc'd); NULL when none is set. */
+char *loom_serve_view_fragment(const loom_runs_query *q);
 
 /* Serve until SIGINT/SIGTERM. Returns 0, or -1 with the error (port in use, bad host,
  * registry missing) in loom_errmsg(). */

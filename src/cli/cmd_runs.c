@@ -23,8 +23,9 @@ static void usage(FILE *out) {
           "       loom runs export --csv FILE [list options]   the table for pandas\n"
           "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--output F.svg|F.png]\n"
           "                        [--log-y] [--title TEXT]   curves of several runs (SVG)\n"
-          "       loom runs serve [--port 8765] [--host 127.0.0.1] [--sweeps-dir DIR]\n"
-          "                        live web dashboard of the registry (--port 0: any free port)\n\n"
+          "       loom runs serve [--port 8765] [--host 127.0.0.1] [--sweeps-dir DIR] [list options]\n"
+          "                        live web dashboard of the registry (--port 0: any free port;\n"
+          "                        list options: the view the printed link opens)\n\n"
           "ID: a run id, a unique prefix of one, or a unique run name.\n\n"
           "registry (default runs/registry.db, or $LOOM_REGISTRY):\n"
           "  --runs-dir DIR          use DIR/registry.db (the runs' run.output_dir)\n"
@@ -281,9 +282,8 @@ static int do_plot(runs_args *a, loom_registry *r, loom_runs_table *t) {
 }
 
 /* The dashboard; runs until SIGINT/SIGTERM. The registry was opened by load(): a missing one
- * is an error before any port is bound. */
+ * is an error before any port is bound, and so is a bad filter, sort or column. */
 static int do_serve(runs_args *a, loom_registry *r, loom_runs_table *t) {
-  (void)t;
   if (a->nids) return loom_err("serve takes no run ids ('%s')", a->ids[0]);
   char *db = loom_strdup(loom_registry_db_path(r));
   char *runs_dir = a->runs_dir ? loom_strdup(a->runs_dir) : loom_strdup(db);
@@ -296,9 +296,17 @@ static int do_serve(runs_args *a, loom_registry *r, loom_runs_table *t) {
     free(db), free(runs_dir);
     return loom_err("--sweeps-dir '%s' is not a directory", a->sweeps_dir);
   }
-  loom_serve_opts o = {a->host, (int)a->port, db, runs_dir, a->sweeps_dir, a->timeout};
+  /* list options open the page on that view; checked here so a bad filter is a CLI error */
+  loom_runs_view v;
+  if (loom_runs_select(t, &a->q, &v)) {
+    free(db), free(runs_dir);
+    return -1;
+  }
+  loom_runs_view_free(&v);
+  char *view = loom_serve_view_fragment(&a->q);
+  loom_serve_opts o = {a->host, (int)a->port, db, runs_dir, a->sweeps_dir, a->timeout, view};
   int rc = loom_serve_run(&o);
-  free(db), free(runs_dir);
+  free(db), free(runs_dir), free(view);
   return rc;
 }
 

@@ -160,6 +160,9 @@ int loom_serve_run(const loom_serve_opts *o) {
   bool v6 = strchr(o->host, ':') != NULL;
   printf("loom runs serve: http://%s%s%s:%d/  (registry %s; Ctrl-C stops)\n", v6 ? "[" : "",
          o->host, v6 ? "]" : "", port, o->db_path);
+  if (o->view)
+    printf("  the view of this command line: http://%s%s%s:%d/#%s\n", v6 ? "[" : "", o->host,
+           v6 ? "]" : "", port, o->view);
   fflush(stdout);
   int sig = 0;
   sigwait(&stop, &sig);

@@ -53,13 +53,17 @@ LONG=$(id_of long)
 check "long run registered and logging" test -s "$(dir_of long)/metrics.jsonl"
 
 # ---- the server ------------------------------------------------------------------------------
-"$LOOM" runs serve --runs-dir "$RUNS" --port 0 > "$WORK/serve.out" 2> "$WORK/serve.err" &
+VIEW_ARGS=(--filter "training.lr >= 1e-3" --sort-by training.lr --descending --show run_id,name training.lr --limit 3)
+"$LOOM" runs serve --runs-dir "$RUNS" --port 0 "${VIEW_ARGS[@]}" > "$WORK/serve.out" 2> "$WORK/serve.err" &
 SERVER=$!
 PIDS+=($SERVER)
 for _ in $(seq 100); do grep -q "^loom runs serve: http://" "$WORK/serve.out" && break; sleep 0.1; done
 URL=$(sed -n 's|^loom runs serve: \(http://127\.0\.0\.1:[0-9]*/\) .*|\1|p' "$WORK/serve.out")
 PORT=$(echo "$URL" | sed 's|.*:\([0-9]*\)/|\1|')
 check "serve prints its loopback URL" test -n "$URL"
+VIEW_URL=$(sed -n 's|^  the view of this command line: \(http://127\.0\.0\.1:[0-9]*/#.*\)$|\1|p' "$WORK/serve.out")
+check "serve prints the link of its list options' view" test "$VIEW_URL" = \
+  "${URL}#filter=training.lr%20%3E%3D%201e-3&sort=training.lr&desc=1&show=run_id%2Cname%2Ctraining.lr&limit=3"
 [ -n "$URL" ] || { cat "$WORK/serve.err"; finish; exit 1; }
 http() { /usr/bin/python3 "$HERE/http_get.py" "$@"; } # URL OUT [--method M] [--host H] -> status
 get() { http "$URL$1" "$WORK/body"; }
@@ -170,6 +174,9 @@ rm -f "$WORK"/copy.db*
 code=$(http "${V6URL}api/runs" "$WORK/body")
 check "registry deleted while serving: 500 saying so" test "$code:$(jq_py "'is gone' in d['error']")" = "500:True"
 kill -TERM $V6
+"$LOOM" runs serve --runs-dir "$RUNS" --port 0 --filter "training.lr >> 1" > /dev/null 2> "$WORK/bf.err"
+check "serve --filter with a bad filter: exit 1 before serving" test $? = 1
+check "serve --filter with a bad filter: the parser's message" grep -q "loom runs serve: --filter: column 14: expected a value" "$WORK/bf.err"
 "$LOOM" runs serve --runs-dir "$RUNS" --port 70000 > /dev/null 2> "$WORK/port.err"
 check "bad port: exit 2" test $? = 2
 check "bad port: says so" grep -q "port takes a number 0..65535" "$WORK/port.err"
@@ -178,7 +185,8 @@ check "bad port: says so" grep -q "port takes a number 0..65535" "$WORK/port.err
 mkdir -p "$(dirname "$SHOT")"
 timeout 150 /usr/bin/python3 "$HERE/dashboard_check.py" --url "$URL" --loom "$LOOM" --runs-dir "$RUNS" \
   --finished "$(id_of lr1e-2)" --running "$LONG" --diff "$(id_of lr1e-3)" "$(id_of lr1e-2)" \
-  --filter "training.lr >= 1e-3" --traced "$TRACED" --val-run "$LR3" --screenshot "$SHOT" > "$WORK/page.out" 2>&1
+  --filter "training.lr >= 1e-3" --traced "$TRACED" --val-run "$LR3" --screenshot "$SHOT" \
+  --view-url "$VIEW_URL" --view-args "$(/usr/bin/python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${VIEW_ARGS[@]}")" > "$WORK/page.out" 2>&1
 check "dashboard in Chromium (see below)" test $? = 0
 cat "$WORK/page.out"
 
