@@ -267,6 +267,18 @@ def main():
             check("%s curve of %s: the %d (step, %s) points of metrics.jsonl, exactly" % (key, a.finished, len(want), key),
                   drawn == [(float(x), float(y)) for x, y in want] and len(want) > 0,
                   "drawn %s vs file %s" % (drawn[:4], want[:4]))
+        # hovering at a step shows the run's value there (7 significant digits)
+        mid = pairs(fin, "step", "loss")[len(pairs(fin, "step", "loss")) // 2]
+        # (a mouse event on the canvas at the pixel of that step, computed in the same script so
+        # that no layout change can move the chart in between)
+        tip = b.js("(() => { const c = loomDashboard.chart('loss'), r = c.canvas.getBoundingClientRect();"
+                   " c.canvas.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + c.scale.sx(%r), clientY: r.top + r.height / 2}));"
+                   " return c.tip.textContent; })()" % float(mid[0]))
+        want = "%.7g" % mid[1]
+        check("hover at step %s shows loss %s" % (mid[0], want),
+              tip.startswith("step %s\n" % mid[0]) and tip.rstrip().endswith(": " + repr(float(want))), repr(tip))
+        b.js("loomDashboard.chart('loss').canvas.dispatchEvent(new MouseEvent('mouseleave'))")
+
         b.js("{ const s = document.getElementById('xkey'); s.value = 'tokens'; s.dispatchEvent(new Event('change')) }")
         p = b.js("loomDashboard.plotted('loss')")
         want = pairs(fin, "tokens", "loss")

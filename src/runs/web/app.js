@@ -376,6 +376,7 @@ window.loomDashboard = {
   state,
   rowCount: () => $('runs').tBodies[0].rows.length,
   plotted: key => charts[key] ? charts[key].plotted.map(s => ({ id: s.id, x: s.x.slice(), y: s.y.slice() })) : null,
+  chart: key => charts[key] || null,
   polls: () => state.polls,
 };
 start();
