@@ -338,6 +338,11 @@ def main():
             csv_rows = sum(1 for _ in open(os.path.join(sdir, "summary.csv"))) - 1 if sdir else -1
             check("sweep summary: one table row per summary.csv row (%d)" % csv_rows,
                   b.js("document.querySelectorAll('#sweep-summary tbody tr').length") == csv_rows > 0)
+            sweep_runs = [r["run_id"] for r in loom_json(a.loom, a.runs_dir, "--filter", "sweep_id = '%s'" % os.path.basename(sdir))]
+            b.js("[...document.querySelectorAll('#sweep-detail button')].find(x => x.textContent.startsWith('plot its')).click()")
+            b.wait("%s.every(id => loomDashboard.state.selected.includes(id))" % json.dumps(sweep_runs), 10, "sweep runs ticked")
+            check("'plot its runs' ticks the sweep's %d registered runs" % len(sweep_runs),
+                  len(sweep_runs) > 0 and all(x in b.js("loomDashboard.state.selected") for x in sweep_runs))
             href = b.js("(document.querySelector('#sweeps tbody a[download]') || {getAttribute: () => null}).getAttribute('href')")
             size = b.js("fetch(%s).then(r => r.arrayBuffer()).then(x => x.byteLength)" % json.dumps(href)) if href else None
             check("sweep row: the trace link downloads the sweep's sim_trace.json",
@@ -436,6 +441,13 @@ def main():
         check("an uncaught exception would be caught", any("probe of the error collector" in e for e in b.errors),
               str(b.errors))
         b.errors = [e for e in b.errors if "probe of the error collector" not in e]
+
+        # "live" off: no more polls
+        b.js("document.getElementById('live').click()")
+        b.pump(2.5)
+        polls = b.js("loomDashboard.polls()")
+        b.pump(4.5)
+        check("live off: the page stops polling", b.js("loomDashboard.polls()") == polls, "%d -> %d" % (polls, b.js("loomDashboard.polls()")))
 
         # the link of `loom runs serve --filter .. --sort-by .. --show .. --limit ..` opens that view
         args = json.loads(a.view_args)
