@@ -12,6 +12,7 @@
 #include "loom/plot.h"
 #include "loom/registry.h"
 #include "loom/runs.h"
+#include "loom/serve.h"
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -21,7 +22,10 @@ static void usage(FILE *out) {
           "       loom runs set-metric ID KEY=VALUE...  add custom metrics to a run\n"
           "       loom runs export --csv FILE [list options]   the table for pandas\n"
           "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--output F.svg|F.png]\n"
-          "                        [--log-y] [--title TEXT]   curves of several runs (SVG)\n\n"
+          "                        [--log-y] [--title TEXT]   curves of several runs (SVG)\n"
+          "       loom runs serve [--port 8765] [--host 127.0.0.1] [--sweeps-dir DIR] [list options]\n"
+          "                        live web dashboard of the registry (--port 0: any free port;\n"
+          "                        list options: the view the printed link opens)\n\n"
           "ID: a run id, a unique prefix of one, or a unique run name.\n\n"
           "registry (default runs/registry.db, or $LOOM_REGISTRY):\n"
           "  --runs-dir DIR          use DIR/registry.db (the runs' run.output_dir)\n"
@@ -56,6 +60,9 @@ typedef struct {
   bool log_y;
   char **ids;
   int nids;
+  /* serve */
+  const char *host, *sweeps_dir;
+  long port;
 } runs_args;
 
 static int bad(const char *fmt, const char *a) {
@@ -82,12 +89,15 @@ static int parse(int argc, char **argv, int first, runs_args *a) {
   a->timeout = loom_registry_heartbeat_timeout();
   a->metric = "loss";
   a->x = "step";
+  a->host = "127.0.0.1";
+  a->port = 8765;
   for (int i = first; i < argc; i++) {
     const char *o = argv[i];
     static const char *const with_value[] = {"--db", "--runs-dir", "--filter", "--sweep",
                                              "--sort-by", "--csv", "--metric", "--x", "--output",
                                              "-o", "--title", "--limit", "--heartbeat-timeout",
-                                             "--format", NULL};
+                                             "--format", "--port", "--host", "--sweeps-dir",
+                                             NULL};
     for (int k = 0; with_value[k]; k++)
       if (!strcmp(o, with_value[k]) && i + 1 >= argc) return bad("%s needs a value", o);
 #define VAL(name) (!strcmp(o, name))
@@ -101,6 +111,14 @@ static int parse(int argc, char **argv, int first, runs_args *a) {
     else if (VAL("--x")) a->x = argv[++i];
     else if (VAL("--output") || VAL("-o")) a->output = argv[++i];
     else if (VAL("--title")) a->title = argv[++i];
+    else if (VAL("--host")) a->host = argv[++i];
+    else if (VAL("--sweeps-dir")) a->sweeps_dir = argv[++i];
+    else if (VAL("--port")) {
+      char *end;
+      a->port = strtol(argv[++i], &end, 10);
+      if (*end || !argv[i][0] || a->port < 0 || a->port > 65535)
+        return bad("--port takes a number 0..65535 (0: any free port), not '%s'", argv[i]);
+    }
     else if (VAL("--limit")) {
       char *end;
       a->q.limit = strtol(argv[++i], &end, 10);
@@ -263,13 +281,43 @@ static int do_plot(runs_args *a, loom_registry *r, loom_runs_table *t) {
   return rc;
 }
 
+/* The dashboard; runs until SIGINT/SIGTERM. The registry was opened by load(): a missing one
+ * is an error before any port is bound, and so is a bad filter, sort or column. */
+static int do_serve(runs_args *a, loom_registry *r, loom_runs_table *t) {
+  if (a->nids) return loom_err("serve takes no run ids ('%s')", a->ids[0]);
+  char *db = loom_strdup(loom_registry_db_path(r));
+  char *runs_dir = a->runs_dir ? loom_strdup(a->runs_dir) : loom_strdup(db);
+  if (!a->runs_dir) { /* the directory holding the database */
+    char *slash = strrchr(runs_dir, '/');
+    if (slash) *slash = 0;
+    else strcpy(runs_dir, ".");
+  }
+  if (a->sweeps_dir && !loom_is_dir(a->sweeps_dir)) {
+    free(db), free(runs_dir);
+    return loom_err("--sweeps-dir '%s' is not a directory", a->sweeps_dir);
+  }
+  /* list options open the page on that view; checked here so a bad filter is a CLI error */
+  loom_runs_view v;
+  if (loom_runs_select(t, &a->q, &v)) {
+    free(db), free(runs_dir);
+    return -1;
+  }
+  loom_runs_view_free(&v);
+  char *view = loom_serve_view_fragment(&a->q);
+  loom_serve_opts o = {a->host, (int)a->port, db, runs_dir, a->sweeps_dir, a->timeout, view};
+  int rc = loom_serve_run(&o);
+  free(db), free(runs_dir), free(view);
+  return rc;
+}
+
 int loom_cmd_runs(int argc, char **argv) {
   if (loom_cli_wants_help(argc, argv)) return usage(stdout), 0;
   static const struct {
     const char *name;
     int (*fn)(runs_args *, loom_registry *, loom_runs_table *);
   } subs[] = {{"list", do_list},         {"show", do_show},   {"compare", do_compare},
-              {"set-metric", do_set_metric}, {"export", do_list}, {"plot", do_plot}};
+              {"set-metric", do_set_metric}, {"export", do_list}, {"plot", do_plot},
+              {"serve", do_serve}};
   runs_args a = {0};
   int rc = parse(argc, argv, 1, &a), sub = 0;
   bool named = false; /* the first positional argument may name a subcommand */

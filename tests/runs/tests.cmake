@@ -1,0 +1,9 @@
+# Tests of the runs area (src/runs):
+#   runs_serve   `loom runs serve` end to end: the JSON API against the CLI on real tiny runs
+#                and a sweep, CLI errors, and the page in headless Chromium (Debian chromium +
+#                python3-websocket): no console errors, rows = `loom runs`, plotted points =
+#                metrics.jsonl, a running run's curve grows; screenshot in the build directory
+add_test(NAME runs_serve COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runs/serve_test.sh $<TARGET_FILE:loom>
+         ${CMAKE_BINARY_DIR}/runs_serve_screenshot.png)
+set_tests_properties(runs_serve PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
