@@ -142,6 +142,7 @@ static int parse_ids(const char *text, int32_t **ids, int *n, int vocab) {
     long v = strtol(p, &end, 10);
     if (end == p || errno || v < 0 || v >= vocab) {
       free(*ids);
+      *ids = NULL;
       return loom_err("--prompt-ids: '%s' is not a token id in [0, %d)", p, vocab);
     }
     if (*n == cap) {
@@ -153,7 +154,11 @@ static int parse_ids(const char *text, int32_t **ids, int *n, int vocab) {
     p = end;
     while (*p == ',' || *p == ' ') p++;
   }
-  if (*n == 0) return loom_err("--prompt-ids: an empty row (no token ids)");
+  if (*n == 0) {
+    free(*ids);
+    *ids = NULL;
+    return loom_err("--prompt-ids: an empty row (no token ids)");
+  }
   return 0;
 }
 
@@ -250,12 +255,12 @@ int loom_cmd_generate(int argc, char **argv) {
   }
   int given = (prompt != NULL) + (prompts_file != NULL) + (prompt_ids != NULL);
   if (!rc && !ckpt) rc = loom_err("missing CKPT (a checkpoint directory)");
+  else if (!rc && image && !prompt)
+    rc = loom_err("--image needs the question as --prompt TEXT");
   else if (!rc && given != 1)
     rc = loom_err("give exactly one of --prompt, --prompts FILE and --prompt-ids");
   else if (!rc && prompt && !prompt[0])
     rc = loom_err("the prompt is empty: give some text with --prompt");
-  else if (!rc && image && !prompt)
-    rc = loom_err("--image needs the question as --prompt TEXT");
   if (rc) {
     fprintf(stderr, "loom generate: %s\n", loom_errmsg());
     free(stops);

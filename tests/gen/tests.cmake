@@ -15,3 +15,7 @@ add_test(NAME gen_vlm_answer
           $<TARGET_FILE:gen_vqa_helper>)
 set_tests_properties(gen_vlm_answer PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1" TIMEOUT 300)
+add_test(NAME gen_cli
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/generate_cli_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(gen_cli PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1" TIMEOUT 300)
