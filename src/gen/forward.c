@@ -140,7 +140,8 @@ void loom_gen_ctx_free(loom_gen_ctx *g) {
 
 loom_kv_cache *loom_gen_ctx_cache(loom_gen_ctx *g) { return &g->cache; }
 
-/* y (M,N) = x (M,K) @ W (N,K)^T + b */
+/* y (M,N) = x (M,K) @ W (N,K)^T + b on the GEMM backend (oneDNN: for the one-row products of
+ * decoding it streams the weights at about the memory bandwidth of a core) */
 static void linear(float *y, const float *x, const float *w, const float *b, int M, int K, int N) {
   loom_gemm_f32(0, 1, M, N, K, x, K, w, K, b, 0.0f, y, N);
 }
