@@ -4,6 +4,8 @@
  * new token attends to the slots of its own row up to its own (causal). Only the logits the
  * caller needs are computed (last token of each row, or all new tokens).
  * Shapes: M new tokens, C hidden, D head dim, Hq/Hkv heads, I intermediate, V real vocab. */
+#include <cblas.h>
+#undef I /* complex.h, through OpenBLAS cblas.h */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -140,9 +142,15 @@ void loom_gen_ctx_free(loom_gen_ctx *g) {
 
 loom_kv_cache *loom_gen_ctx_cache(loom_gen_ctx *g) { return &g->cache; }
 
-/* y (M,N) = x (M,K) @ W (N,K)^T + b on the GEMM backend (oneDNN: for the one-row products of
- * decoding it streams the weights at about the memory bandwidth of a core) */
+/* y (M,N) = x (M,K) @ W (N,K)^T + b: one row (a single-stream decode step) by BLAS sgemv,
+ * which streams W without packing it (2-5x faster than a one-row GEMM of oneDNN on GPT-2's
+ * matrices, see docs/PERFORMANCE.md); more rows by the GEMM backend */
 static void linear(float *y, const float *x, const float *w, const float *b, int M, int K, int N) {
+  if (M == 1) {
+    if (b) memcpy(y, b, (size_t)N * sizeof(float));
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, w, K, x, 1, b ? 1.0f : 0.0f, y, 1);
+    return;
+  }
   loom_gemm_f32(0, 1, M, N, K, x, K, w, K, b, 0.0f, y, N);
 }
 
