@@ -3,8 +3,8 @@ over a Hugging Face export (GPT2LMHeadModel names, Conv1D (in, out) weights), wi
 like loom's: the prompt batch is prefilled once, then one token per step attends to the cached
 keys/values (softmax(q k^T / sqrt(D)) v over the cache; torch 1.13 of Debian has no
 scaled_dot_product_attention); greedy; fp32; torch threads
-set to --threads. Prints one JSON line: prefill/decode seconds and tokens, and the ids.
-usage: generate_torch.py HF_DIR --prompts 'ids;ids;...' --new N --threads T"""
+set to --threads; --dtype bf16 runs the whole model in torch.bfloat16. Prints one JSON line: prefill/decode seconds and tokens, and the ids.
+usage: generate_torch.py HF_DIR --prompts 'ids;ids;...' --new N --threads T [--dtype bf16]"""
 import argparse
 import json
 import math
@@ -33,7 +33,7 @@ def read_safetensors(path):
 
 
 class CachedGPT2:
-    def __init__(self, hf_dir):
+    def __init__(self, hf_dir, dtype):
         with open(os.path.join(hf_dir, "config.json")) as f:
             self.cfg = json.load(f)
         self.sd = read_safetensors(os.path.join(hf_dir, "model.safetensors"))
@@ -45,6 +45,9 @@ class CachedGPT2:
         for name in list(self.sd):
             if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
                 self.sd[name] = self.sd[name].t().contiguous()
+        for name in self.sd:
+            self.sd[name] = self.sd[name].to(dtype)
+        self.head = self.head.to(dtype)
 
     @staticmethod
     def lin(x, w, b):
@@ -96,15 +99,17 @@ def main():
     ap.add_argument("--prompts", required=True)
     ap.add_argument("--new", type=int, required=True)
     ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    m = CachedGPT2(a.hf_dir)
+    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    m = CachedGPT2(a.hf_dir, dt)
     prompts = [[int(t) for t in p.split(",")] for p in a.prompts.split(";")]
     assert len({len(p) for p in prompts}) == 1, "the PyTorch peer takes prompts of one length"
     B, n, S = len(prompts), len(prompts[0]), len(prompts[0]) + a.new
     with torch.inference_mode():
-        kc = [torch.zeros(B, m.H, S, m.D) for _ in range(m.L)]
-        vc = [torch.zeros(B, m.H, S, m.D) for _ in range(m.L)]
+        kc = [torch.zeros(B, m.H, S, m.D, dtype=dt) for _ in range(m.L)]
+        vc = [torch.zeros(B, m.H, S, m.D, dtype=dt) for _ in range(m.L)]
         tok = torch.tensor(prompts)
         t0 = time.perf_counter()
         nxt = m.forward(tok, 0, kc, vc).argmax(-1)

@@ -3,17 +3,20 @@
 # model is made by `loom train` (gpt2-124m, one step from its initialisation) and exported with
 # `loom ckpt export`; bench/generate_torch.py runs a hand-written GPT-2 with a KV cache in
 # PyTorch on that export, greedy, fp32, with the same threads. Cases: single stream (1 prompt)
-# and batched (--batch prompts of one length). Prefill and decode tokens/s as each side
+# and batched (--batch prompts of one length), in fp32 and then in bf16 (loom --dtype bf16:
+# bf16 weights and matmul inputs, fp32 accumulation and everything else fp32; PyTorch: the
+# whole model in torch.bfloat16). Prefill and decode tokens/s as each side
 # reports them (model loading excluded), the median of --repeats runs, and whether the two
-# produced the same token ids. Not a CTest test: a benchmark on a possibly shared machine.
+# produced the same token ids (expected in fp32; in bf16 the two round differently). Not a CTest test: a benchmark on a possibly shared machine.
 #
 # usage: bench/generate_vs_pytorch.sh [path/to/loom] [--threads N] [--new N] [--batch B]
-#                                     [--prompt-len P] [--repeats R]
-#   defaults: threads = nproc, new = 64 tokens, batch = 8, prompt-len = 16, repeats = 3
+#                                     [--prompt-len P] [--repeats R] [--dtypes fp32,bf16]
+#   defaults: threads = nproc, new = 64 tokens, batch = 8, prompt-len = 16, repeats = 3,
+#             dtypes fp32,bf16
 set -u
 LOOM=${1:-build/loom}
 [ $# -gt 0 ] && shift
-THREADS=$(nproc) NEW=64 BATCH=8 PLEN=16 REPEATS=3
+THREADS=$(nproc) NEW=64 BATCH=8 PLEN=16 REPEATS=3 DTYPES=fp32,bf16
 while [ $# -gt 0 ]; do
   case $1 in
     --threads) THREADS=$2; shift 2 ;;
@@ -21,6 +24,7 @@ while [ $# -gt 0 ]; do
     --batch) BATCH=$2; shift 2 ;;
     --prompt-len) PLEN=$2; shift 2 ;;
     --repeats) REPEATS=$2; shift 2 ;;
+    --dtypes) DTYPES=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -53,14 +57,15 @@ printf "\n%-14s %14s %14s %14s %14s %9s %9s\n" case "loom prefill" "torch prefil
   "loom decode" "torch decode" "decode x" "same ids"
 printf "%-14s %14s %14s %14s %14s %9s %9s\n" "" "tokens/s" "tokens/s" "tokens/s" "tokens/s" \
   "loom/pt" ""
+for dt in ${DTYPES//,/ }; do
 for B in 1 "$BATCH"; do
   P=$(prompts "$B")
   lp=() ld=() tp=() td=() same=yes
   for ((r = 0; r < REPEATS; r++)); do
-    "$LOOM" generate "$CK" --prompt-ids "$P" --max-new-tokens "$NEW" --ignore-eos --json \
+    "$LOOM" generate "$CK" --prompt-ids "$P" --max-new-tokens "$NEW" --ignore-eos --json --dtype "$dt" \
       >"$WORK/loom.json" 2>"$WORK/loom.err" || { cat "$WORK/loom.err" >&2; exit 1; }
     /usr/bin/python3 "$HERE/generate_torch.py" "$WORK/hf" --prompts "$P" --new "$NEW" \
-      --threads "$THREADS" >"$WORK/torch.json" || exit 1
+      --threads "$THREADS" --dtype "$dt" >"$WORK/torch.json" || exit 1
     read -r a b c d s < <(python3 - "$WORK" <<'PY'
 import json, re, sys
 w = sys.argv[1]
@@ -78,9 +83,10 @@ PY
   done
   mlp=$(median "${lp[@]}") mld=$(median "${ld[@]}") mtp=$(median "${tp[@]}") mtd=$(median "${td[@]}")
   ratio=$(python3 -c "print('%.2f' % ($mld / $mtd))")
-  name=$([ "$B" = 1 ] && echo "single" || echo "batch $B")
+  name=$([ "$B" = 1 ] && echo "single $dt" || echo "batch $B $dt")
   printf "%-14s %14s %14s %14s %14s %9s %9s\n" "$name" "$mlp" "$mtp" "$mld" "$mtd" "$ratio" "$same"
 done
+done
 echo
-echo "gpt2-124m fp32, prompts of $PLEN tokens, $NEW new tokens (greedy), median of $REPEATS runs;"
+echo "gpt2-124m, prompts of $PLEN tokens, $NEW new tokens (greedy), median of $REPEATS runs;"
 echo "decode tokens/s = tokens fed to decode steps / decode time (sampling included)"

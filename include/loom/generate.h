@@ -28,6 +28,9 @@ typedef struct {
                             unused by generation (the vision encoder reads d) */
   char *dir;             /* the checkpoint directory given */
   bool from_hf;          /* dir is a Hugging Face directory (config.json, no config.yaml) */
+  bool bf16;             /* run the matmuls on bf16 weights and inputs (fp32 accumulation,
+                            everything else fp32), as training.dtype=bf16 does; set before
+                            loom_gen_ctx_create. Needs native bf16 GEMMs (oneDNN) */
 } loom_gen_model;
 
 /* A loom checkpoint directory (config.yaml + model.safetensors, or multi-rank pieces) or a

@@ -16,7 +16,7 @@ static void usage(FILE *out) {
       "usage: loom generate CKPT (--prompt TEXT | --prompts FILE | --prompt-ids IDS)\n"
       "                     [--image FILE.jpg] [--max-new-tokens N] [--temperature T]\n"
       "                     [--top-k K] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos]\n"
-      "                     [--tokenizer tokenizer.json] [--json]\n\n"
+      "                     [--tokenizer tokenizer.json] [--dtype fp32|bf16] [--json]\n\n"
       "Generate from a loom checkpoint directory (single-file or multi-rank pieces, loaded\n"
       "whole into this process) or a Hugging Face directory (config.json + safetensors).\n"
       "The prompt is run once (prefill) and every new token reuses the cached keys/values.\n"
@@ -40,6 +40,9 @@ static void usage(FILE *out) {
       "  --stop STR            stop when the text contains STR (repeatable; STR not printed)\n"
       "  --ignore-eos          do not stop at <|endoftext|> / <|im_end|>\n"
       "  --tokenizer FILE      tokenizer.json to encode prompts and decode output\n"
+      "  --dtype fp32|bf16     matmuls on fp32 weights (default) or on bf16-rounded weights\n"
+      "                        and inputs with fp32 accumulation (half the weight bytes per\n"
+      "                        token; needs a CPU with native bf16 GEMMs)\n"
       "  --json                print one JSON object per prompt (prompt_ids, ids, text, stop)\n"
       "                        instead of the text\n"
       "  -h, --help            this text\n");
@@ -218,7 +221,7 @@ static const char *stop_name(int s) {
 int loom_cmd_generate(int argc, char **argv) {
   if (loom_cli_wants_help(argc, argv)) return usage(stdout), 0;
   const char *ckpt = NULL, *prompt = NULL, *prompts_file = NULL, *prompt_ids = NULL;
-  const char *image = NULL, *tok_flag = NULL, *v;
+  const char *image = NULL, *tok_flag = NULL, *dtype = "fp32", *v;
   const char **stops = calloc((size_t)argc + 1, sizeof *stops);
   int n_stops = 0;
   bool json = false, ignore_eos = false;
@@ -232,6 +235,7 @@ int loom_cmd_generate(int argc, char **argv) {
     else if ((v = opt_value(argc, argv, &i, "--prompt", &missing))) prompt = v;
     else if ((v = opt_value(argc, argv, &i, "--image", &missing))) image = v;
     else if ((v = opt_value(argc, argv, &i, "--tokenizer", &missing))) tok_flag = v;
+    else if ((v = opt_value(argc, argv, &i, "--dtype", &missing))) dtype = v;
     else if ((v = opt_value(argc, argv, &i, "--stop", &missing))) stops[n_stops++] = v;
     else if ((v = opt_value(argc, argv, &i, "--max-new-tokens", &missing)))
       rc = parse_long("--max-new-tokens", v, 1, 1 << 20, &max_new);
@@ -255,6 +259,8 @@ int loom_cmd_generate(int argc, char **argv) {
   }
   int given = (prompt != NULL) + (prompts_file != NULL) + (prompt_ids != NULL);
   if (!rc && !ckpt) rc = loom_err("missing CKPT (a checkpoint directory)");
+  else if (!rc && strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))
+    rc = loom_err("--dtype must be fp32 or bf16, not '%s'", dtype);
   else if (!rc && image && !prompt)
     rc = loom_err("--image needs the question as --prompt TEXT");
   else if (!rc && given != 1)
@@ -279,6 +285,7 @@ int loom_cmd_generate(int argc, char **argv) {
     free(stops);
     return 1;
   }
+  m.bf16 = !strcmp(dtype, "bf16");
   char *why = NULL;
   tok_path = find_tokenizer(&m, tok_flag, &why);
   if (tok_path && loom_tokenizer_load(&tok, tok_path)) {

@@ -33,6 +33,8 @@ struct loom_gen_ctx {
   float *hsel;             /* (M, C) final-norm rows whose logits are wanted */
   int n_threads;
   float *scores;           /* (threads, S) */
+  uint16_t *w16;           /* bf16 mode: (layout.total) bf16 copy of the parameters */
+  uint16_t *x16;           /* bf16 mode: (M, max(C, Hq*D, I)) bf16 matmul inputs */
 };
 
 static const float *param(const loom_decoder *d, const char *fmt, int l) {
@@ -45,6 +47,10 @@ static const float *param(const loom_decoder *d, const char *fmt, int l) {
 int loom_gen_ctx_create(loom_gen_ctx **out, const loom_gen_model *m, int batch, int max_seq) {
   *out = NULL;
   const loom_model_spec *s = &m->spec;
+  if (m->bf16 && !loom_gemm_bf16_native())
+    return loom_err("bf16 generation needs native bf16 GEMMs (oneDNN on a CPU with AVX512-BF16 "
+                    "or AMX, backend '%s' here): run in fp32", loom_gemm_backend_name(
+                    loom_gemm_get_backend()));
   if (max_seq > s->max_seq)
     return loom_err("generation needs %d positions but the model has max_seq %d", max_seq,
                     s->max_seq);
@@ -90,6 +96,10 @@ int loom_gen_ctx_create(loom_gen_ctx **out, const loom_gen_model *m, int batch, 
   for (int i = 0; i < half; i++) g->inv_freq[i] = pow(s->rope_theta, -2.0 * i / s->head_dim);
   g->n_threads = omp_get_max_threads();
   g->scores = loom_alloc((size_t)g->n_threads * max_seq * sizeof(float));
+  if (m->bf16) {
+    g->w16 = loom_alloc(d->layout.total * sizeof(uint16_t));
+    loom_f32_to_bf16_n(g->w16, d->params, d->layout.total);
+  }
   *out = g;
   return 0;
 }
@@ -100,6 +110,7 @@ static void free_scratch(loom_gen_ctx *g) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) loom_free(bufs[i]);
   free(g->slot);
   free(g->crow);
+  loom_free(g->x16);
 }
 
 /* scratch for M new tokens */
@@ -124,6 +135,11 @@ static void reserve(loom_gen_ctx *g, int M) {
   g->rstd = loom_alloc(Mz * sizeof(float));
   g->cosv = loom_alloc(Mz * (half ? half : 1) * sizeof(float));
   g->sinv = loom_alloc(Mz * (half ? half : 1) * sizeof(float));
+  if (g->w16) {
+    size_t wide = C > QD ? C : QD;
+    wide = wide > I ? wide : I;
+    g->x16 = loom_alloc(Mz * wide * sizeof(uint16_t));
+  }
   g->slot = calloc(Mz, sizeof(int));
   g->crow = calloc(Mz, sizeof(int));
   LOOM_ASSERT(g->slot && g->crow);
@@ -137,15 +153,24 @@ void loom_gen_ctx_free(loom_gen_ctx *g) {
   free(g->lw);
   free(g->inv_freq);
   loom_free(g->scores);
+  loom_free(g->w16);
   free(g);
 }
 
 loom_kv_cache *loom_gen_ctx_cache(loom_gen_ctx *g) { return &g->cache; }
 
-/* y (M,N) = x (M,K) @ W (N,K)^T + b: one row (a single-stream decode step) by BLAS sgemv,
- * which streams W without packing it (2-5x faster than a one-row GEMM of oneDNN on GPT-2's
- * matrices, see docs/PERFORMANCE.md); more rows by the GEMM backend */
-static void linear(float *y, const float *x, const float *w, const float *b, int M, int K, int N) {
+/* y (M,N) = x (M,K) @ W (N,K)^T + b. fp32: one row (a single-stream decode step) by BLAS
+ * sgemv, which streams W without packing it (2-5x faster than a one-row GEMM of oneDNN on
+ * GPT-2's matrices, see docs/PERFORMANCE.md); more rows by the GEMM backend. bf16: x rounded
+ * to bf16, W from the bf16 copy (half the bytes to stream), fp32 accumulation (oneDNN). */
+static void linear(loom_gen_ctx *g, float *y, const float *x, const float *w, const float *b,
+                   int M, int K, int N) {
+  if (g->w16) {
+    const uint16_t *w16 = g->w16 + (w - g->m->d->params);
+    loom_f32_to_bf16_n(g->x16, x, (size_t)M * K);
+    loom_gemm_bf16(0, 1, M, N, K, g->x16, K, w16, K, b, 0.0f, y, N);
+    return;
+  }
   if (M == 1) {
     if (b) memcpy(y, b, (size_t)N * sizeof(float));
     cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, w, K, x, 1, b ? 1.0f : 0.0f, y, 1);
@@ -290,28 +315,28 @@ int loom_gen_forward(loom_gen_ctx *g, const loom_gen_batch *b, float *logits) {
   for (int l = 0; l < s->layers; l++) {
     const layer_w *w = &g->lw[l];
     norm(g, g->h, g->x, w->n1w, w->n1b, M);
-    linear(g->q, g->h, w->qw, w->qb, M, C, QD);
-    linear(g->k, g->h, w->kw, w->kb, M, C, KD);
-    linear(g->v, g->h, w->vw, w->vb, M, C, KD);
+    linear(g, g->q, g->h, w->qw, w->qb, M, C, QD);
+    linear(g, g->k, g->h, w->kw, w->kb, M, C, KD);
+    linear(g, g->v, g->h, w->vw, w->vb, M, C, KD);
     if (llama) {
       rope_apply(g, g->q, M, s->heads);
       rope_apply(g, g->k, M, s->kv_heads);
     }
     cache_store(g, l, M);
     attention(g, l, M);
-    linear(g->tmp, g->att, w->ow, NULL, M, QD, C);
+    linear(g, g->tmp, g->att, w->ow, NULL, M, QD, C);
     /* x = x + attention + bias; h = norm(x) */
     loom_add_norm_forward_f32(g->x, g->h, llama ? NULL : g->mean, g->rstd, g->x, g->tmp, w->ob,
                               w->n2w, w->n2b, M, C, (float)s->norm_eps);
     if (llama) {
-      linear(g->gate, g->h, w->gw, NULL, M, C, I);
-      linear(g->up, g->h, w->uw, NULL, M, C, I);
+      linear(g, g->gate, g->h, w->gw, NULL, M, C, I);
+      linear(g, g->up, g->h, w->uw, NULL, M, C, I);
       loom_swiglu_forward_fast_f32(g->act, g->gate, g->up, (size_t)M * I);
     } else {
-      linear(g->up, g->h, w->uw, NULL, M, C, I);
+      linear(g, g->up, g->h, w->uw, NULL, M, C, I);
       loom_bias_gelu_forward_f32(g->up, g->act, w->ub, M, I);
     }
-    linear(g->tmp, g->act, w->dw, NULL, M, I, C);
+    linear(g, g->tmp, g->act, w->dw, NULL, M, I, C);
     loom_residual_add_f32(g->x, g->x, g->tmp, w->db, M, C);
   }
   for (int i = 0; i < b->n_rows; i++) g->cache.len[b->row[i]] += b->count[i];
@@ -327,6 +352,6 @@ int loom_gen_forward(loom_gen_ctx *g, const loom_gen_batch *b, float *logits) {
     }
   }
   norm(g, g->h, g->hsel, g->fnw, g->fnb, R);
-  linear(logits, g->h, g->head, NULL, R, C, V);
+  linear(g, logits, g->h, g->head, NULL, R, C, V);
   return 0;
 }
