@@ -2,7 +2,7 @@
  * cache: prompts from --prompt / --prompts FILE (batched) / --prompt-ids, or a question about
  * an image (--image) for a vision-language model; greedy or temperature / top-k / top-p with a
  * seed; stop tokens (end of text) and stop strings; text streamed to stdout as it comes (one
- * prompt) or each row when it ends (several); --json for ids; tokens/s to stderr. */
+ * prompt) or every row in order at the end (several); --json for ids; tokens/s to stderr. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -23,8 +23,8 @@ static void usage(FILE *out) {
       "Text is decoded with the run's tokenizer (data.tokenizer of the checkpoint's\n"
       "config.yaml, tokenizer.json of a Hugging Face directory) unless --tokenizer is given.\n"
       "With one prompt the text is streamed as it is generated; with several (--prompts, one\n"
-      "per line, run as one batch) each is printed when it ends, as '[N] text'. Prefill and\n"
-      "decode tokens/s go to stderr.\n\n"
+      "per line, run as one batch) they are printed in order when the batch ends, as\n"
+      "'[N] text'. Prefill and decode tokens/s go to stderr.\n\n"
       "options:\n"
       "  --prompt TEXT         the prompt\n"
       "  --prompts FILE        one prompt per line (empty lines are an error), batched\n"
