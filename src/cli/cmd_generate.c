@@ -213,6 +213,48 @@ static char *find_tokenizer(const loom_gen_model *m, const char *flag, char **wh
   return NULL;
 }
 
+/* text as valid UTF-8 for JSON: each maximal ill-formed subsequence becomes U+FFFD (the
+ * Unicode "maximal subpart" practice, as Python's bytes.decode("utf-8", "replace")); malloc'd */
+static char *utf8_sanitize(const char *t) {
+  size_t n = strlen(t), o = 0;
+  char *out = malloc(3 * n + 1);
+  LOOM_ASSERT(out);
+  const unsigned char *u = (const unsigned char *)t;
+  for (size_t i = 0; i < n;) {
+    unsigned b = u[i];
+    int need = b < 0x80 ? 0 : b >= 0xC2 && b <= 0xDF ? 1 : b >= 0xE0 && b <= 0xEF ? 2
+             : b >= 0xF0 && b <= 0xF4 ? 3 : -1;
+    if (need == 0) {
+      out[o++] = (char)b;
+      i++;
+      continue;
+    }
+    size_t k = 1;
+    if (need > 0)
+      for (; k <= (size_t)need && i + k < n; k++) {
+        unsigned c = u[i + k], lo = 0x80, hi = 0xBF;
+        if (k == 1) { /* the second byte's range depends on the lead */
+          if (b == 0xE0) lo = 0xA0;
+          else if (b == 0xED) hi = 0x9F;
+          else if (b == 0xF0) lo = 0x90;
+          else if (b == 0xF4) hi = 0x8F;
+        }
+        if (c < lo || c > hi) break;
+      }
+    if (need > 0 && k == (size_t)need + 1) { /* a whole valid sequence */
+      memcpy(out + o, t + i, k);
+      o += k;
+      i += k;
+    } else {
+      memcpy(out + o, "\xEF\xBF\xBD", 3);
+      o += 3;
+      i += k;
+    }
+  }
+  out[o] = 0;
+  return out;
+}
+
 static const char *stop_name(int s) {
   static const char *names[] = {"max_new_tokens", "eos", "stop_string", "max_seq"};
   return names[s];
@@ -368,7 +410,11 @@ int loom_cmd_generate(int argc, char **argv) {
           json_object_set_new(j, "prompt", json_integer(i));
           json_object_set_new(j, "prompt_ids", pi);
           json_object_set_new(j, "ids", gi);
-          if (out[i].text) json_object_set_new(j, "text", json_string(out[i].text));
+          if (out[i].text) {
+            char *clean = utf8_sanitize(out[i].text);
+            json_object_set_new(j, "text", json_string(clean));
+            free(clean);
+          }
           json_object_set_new(j, "stop", json_string(stop_name(out[i].stop)));
           char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
           printf("%s\n", s);
