@@ -2,12 +2,25 @@
  * or the multi-rank pieces of a parallel run, assembled into one process) or a Hugging Face
  * directory (config.json + safetensors, converted by the `loom ckpt import` code into a
  * temporary loom checkpoint that is removed after loading). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "loom/checkpoint.h"
 #include "loom/generate.h"
 #include "loom/hf.h"
+
+/* Generation never touches the decoder's gradient buffer (as large as the weights): hand its
+ * whole pages back to the OS (they read as zeros if ever touched again), as ZeRO-3 does with
+ * parameters it does not hold. */
+static void release_grads(loom_decoder *d) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = (uintptr_t)d->grads, b = a + d->layout.total * sizeof(float);
+  uintptr_t first = (a + page - 1) & ~(uintptr_t)(page - 1), last = b & ~(uintptr_t)(page - 1);
+  if (last > first) madvise((void *)first, last - first, MADV_DONTNEED);
+}
 
 static int load_loom_dir(loom_gen_model *m, const char *dir) {
   char *cfg_path = loom_sprintf("%s/config.yaml", dir);
@@ -18,6 +31,7 @@ static int load_loom_dir(loom_gen_model *m, const char *dir) {
   free(cfg_path);
   if (rc) return rc;
   if (loom_decoder_create(&m->d, &m->spec, 1, 1, false, false)) return LOOM_ERR;
+  release_grads(m->d);
   if (loom_ckpt_load_weights(dir, m->d)) return loom_err_prefix("loading weights of %s: ", dir);
   return 0;
 }
