@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "cli/commands.h"
+#include "cli/generate_io.h"
 #include "loom/generate.h"
 
 static void usage(FILE *out) {
@@ -80,126 +81,6 @@ static int parse_long(const char *opt, const char *v, long lo, long hi, long *ou
   return 0;
 }
 
-/* ---- streaming ----------------------------------------------------------------------------
- * Bytes of each row's tokens as they come; a row's text is printed up to the point where no
- * stop string could still begin (held back until it is known), and cut before a stop string. */
-typedef struct {
-  const loom_tokenizer *tok;
-  const char *const *stop;
-  int n_stop;
-  bool stream;          /* print row 0 as it comes */
-  char **buf;           /* (rows) bytes so far */
-  size_t *len, *cap, *printed;
-  bool *cut;            /* a stop string was found: nothing more to print */
-} streamer;
-
-static void on_token(void *ctx, int row, int32_t id) {
-  streamer *st = ctx;
-  size_t n;
-  const char *bytes = loom_tokenizer_token_bytes(st->tok, id, &n);
-  if (!bytes || st->cut[row]) return;
-  if (st->len[row] + n + 1 > st->cap[row]) {
-    st->cap[row] = 2 * (st->len[row] + n + 1);
-    st->buf[row] = realloc(st->buf[row], st->cap[row]);
-    LOOM_ASSERT(st->buf[row]);
-  }
-  memcpy(st->buf[row] + st->len[row], bytes, n);
-  st->len[row] += n;
-  st->buf[row][st->len[row]] = 0;
-  if (!st->stream || row != 0) return;
-  char *b = st->buf[row];
-  size_t safe = st->len[row];
-  for (int i = 0; i < st->n_stop; i++) {
-    const char *s = st->stop[i];
-    size_t sl = strlen(s);
-    if (!sl) continue;
-    char *hit = strstr(b, s);
-    if (hit) {
-      st->cut[row] = true;
-      if ((size_t)(hit - b) < safe) safe = (size_t)(hit - b);
-      continue;
-    }
-    /* the longest suffix of b that is a prefix of s may still become s */
-    for (size_t k = sl - 1; k > 0; k--)
-      if (k <= st->len[row] && !memcmp(b + st->len[row] - k, s, k)) {
-        if (st->len[row] - k < safe) safe = st->len[row] - k;
-        break;
-      }
-  }
-  if (safe > st->printed[row]) {
-    fwrite(b + st->printed[row], 1, safe - st->printed[row], stdout);
-    fflush(stdout);
-    st->printed[row] = safe;
-  }
-}
-
-/* ---- prompts ----------------------------------------------------------------------------- */
-static int parse_ids(const char *text, int32_t **ids, int *n, int vocab) {
-  *ids = NULL;
-  *n = 0;
-  const char *p = text;
-  int cap = 0;
-  while (*p) {
-    char *end;
-    errno = 0;
-    long v = strtol(p, &end, 10);
-    if (end == p || errno || v < 0 || v >= vocab) {
-      free(*ids);
-      *ids = NULL;
-      return loom_err("--prompt-ids: '%s' is not a token id in [0, %d)", p, vocab);
-    }
-    if (*n == cap) {
-      cap = cap ? 2 * cap : 64;
-      *ids = realloc(*ids, (size_t)cap * sizeof **ids);
-      LOOM_ASSERT(*ids);
-    }
-    (*ids)[(*n)++] = (int32_t)v;
-    p = end;
-    while (*p == ',' || *p == ' ') p++;
-  }
-  if (*n == 0) {
-    free(*ids);
-    *ids = NULL;
-    return loom_err("--prompt-ids: an empty row (no token ids)");
-  }
-  return 0;
-}
-
-/* lines of FILE (without the newline); empty lines are an error naming the line */
-static int read_lines(const char *path, char ***lines, int *n) {
-  char *data;
-  size_t len;
-  *lines = NULL;
-  *n = 0;
-  if (loom_read_file(path, &data, &len)) return loom_err_prefix("--prompts: ");
-  int cap = 0, line = 0, rc = 0;
-  char *p = data;
-  while (*p && !rc) {
-    char *e = strchr(p, '\n');
-    if (e) *e = 0;
-    line++;
-    size_t l = strlen(p);
-    if (l && p[l - 1] == '\r') p[--l] = 0;
-    if (!l) {
-      rc = loom_err("--prompts %s: line %d is empty: one non-empty prompt per line", path, line);
-      break;
-    }
-    if (*n == cap) {
-      cap = cap ? 2 * cap : 16;
-      *lines = realloc(*lines, (size_t)cap * sizeof **lines);
-      LOOM_ASSERT(*lines);
-    }
-    (*lines)[(*n)++] = loom_strdup(p);
-    if (!e) break;
-    p = e + 1;
-  }
-  free(data);
-  if (!rc && *n == 0) rc = loom_err("--prompts %s: the file holds no prompts", path);
-  return rc;
-}
-
-/* The tokenizer: --tokenizer, else tokenizer.json of a Hugging Face directory, else the run's
- * data.tokenizer when that file exists. NULL (with *why saying what was looked for) when none. */
 static char *find_tokenizer(const loom_gen_model *m, const char *flag, char **why) {
   *why = NULL;
   if (flag) return loom_strdup(flag);
@@ -211,48 +92,6 @@ static char *find_tokenizer(const loom_gen_model *m, const char *flag, char **wh
                                    "exist", m->dir, p);
   free(p);
   return NULL;
-}
-
-/* text as valid UTF-8 for JSON: each maximal ill-formed subsequence becomes U+FFFD (the
- * Unicode "maximal subpart" practice, as Python's bytes.decode("utf-8", "replace")); malloc'd */
-static char *utf8_sanitize(const char *t) {
-  size_t n = strlen(t), o = 0;
-  char *out = malloc(3 * n + 1);
-  LOOM_ASSERT(out);
-  const unsigned char *u = (const unsigned char *)t;
-  for (size_t i = 0; i < n;) {
-    unsigned b = u[i];
-    int need = b < 0x80 ? 0 : b >= 0xC2 && b <= 0xDF ? 1 : b >= 0xE0 && b <= 0xEF ? 2
-             : b >= 0xF0 && b <= 0xF4 ? 3 : -1;
-    if (need == 0) {
-      out[o++] = (char)b;
-      i++;
-      continue;
-    }
-    size_t k = 1;
-    if (need > 0)
-      for (; k <= (size_t)need && i + k < n; k++) {
-        unsigned c = u[i + k], lo = 0x80, hi = 0xBF;
-        if (k == 1) { /* the second byte's range depends on the lead */
-          if (b == 0xE0) lo = 0xA0;
-          else if (b == 0xED) hi = 0x9F;
-          else if (b == 0xF0) lo = 0x90;
-          else if (b == 0xF4) hi = 0x8F;
-        }
-        if (c < lo || c > hi) break;
-      }
-    if (need > 0 && k == (size_t)need + 1) { /* a whole valid sequence */
-      memcpy(out + o, t + i, k);
-      o += k;
-      i += k;
-    } else {
-      memcpy(out + o, "\xEF\xBF\xBD", 3);
-      o += 3;
-      i += k;
-    }
-  }
-  out[o] = 0;
-  return out;
 }
 
 static const char *stop_name(int s) {
@@ -343,7 +182,7 @@ int loom_cmd_generate(int argc, char **argv) {
                   loom_tokenizer_vocab_size(tok), m.spec.vocab_size);
   }
   free(why);
-  if (!rc && prompts_file) rc = read_lines(prompts_file, &lines, &n_lines);
+  if (!rc && prompts_file) rc = loom_gen_cli_read_lines(prompts_file, &lines, &n_lines);
   /* the prompts as token ids */
   if (!rc) {
     if (prompt_ids) {
@@ -363,7 +202,7 @@ int loom_cmd_generate(int argc, char **argv) {
   } else if (!rc && prompt_ids) {
     char *copy = loom_strdup(prompt_ids), *save = NULL, *part = strtok_r(copy, ";", &save);
     for (int i = 0; i < n && !rc; i++, part = strtok_r(NULL, ";", &save)) {
-      rc = parse_ids(part ? part : "", &ids[i], &prompts[i].n, m.spec.vocab_size);
+      rc = loom_gen_cli_parse_ids(part ? part : "", &ids[i], &prompts[i].n, m.spec.vocab_size);
       prompts[i].ids = ids[i];
     }
     free(copy);
@@ -388,7 +227,7 @@ int loom_cmd_generate(int argc, char **argv) {
     }
   }
   if (!rc && n_stops && !tok) rc = loom_err("--stop needs a tokenizer (--tokenizer)");
-  streamer st = {tok, stops, n_stops, !json && n == 1, NULL, NULL, NULL, NULL, NULL};
+  loom_gen_streamer st = {tok, stops, n_stops, !json && n == 1, NULL, NULL, NULL, NULL, NULL};
   if (!rc) {
     st.buf = calloc((size_t)n, sizeof *st.buf);
     st.len = calloc((size_t)n, sizeof *st.len);
@@ -398,7 +237,7 @@ int loom_cmd_generate(int argc, char **argv) {
     out = calloc((size_t)n, sizeof *out);
     loom_gen_options o = {{temperature, (int)top_k, top_p}, (uint64_t)seed, (int)max_new,
                           stop_ids, n_stop_ids, stops, n_stops, tok,
-                          tok ? on_token : NULL, &st};
+                          tok ? loom_gen_cli_on_token : NULL, &st};
     loom_gen_stats stats;
     rc = loom_generate(&m, prompts, n, &o, out, &stats);
     if (!rc) {
@@ -411,7 +250,7 @@ int loom_cmd_generate(int argc, char **argv) {
           json_object_set_new(j, "prompt_ids", pi);
           json_object_set_new(j, "ids", gi);
           if (out[i].text) {
-            char *clean = utf8_sanitize(out[i].text);
+            char *clean = loom_gen_cli_utf8(out[i].text);
             json_object_set_new(j, "text", json_string(clean));
             free(clean);
           }
