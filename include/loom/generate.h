@@ -73,6 +73,8 @@ typedef struct {
 } loom_gen_batch;
 
 typedef struct loom_gen_ctx loom_gen_ctx;
+/* A cache of `batch` rows of max_seq slots (at most the model's max_seq) and the scratch of
+ * the forward (grown to the largest call); bf16 copy of the weights when m->bf16. */
 int loom_gen_ctx_create(loom_gen_ctx **g, const loom_gen_model *m, int batch, int max_seq);
 void loom_gen_ctx_free(loom_gen_ctx *g);
 loom_kv_cache *loom_gen_ctx_cache(loom_gen_ctx *g);
@@ -93,7 +95,7 @@ int32_t loom_sample_token(const float *logits, int V, const loom_sampler *s, loo
 /* ---- the generation loop (src/gen/generate.c) -------------------------------------------- */
 typedef struct {
   loom_sampler sampler;
-  uint64_t seed;
+  uint64_t seed;            /* row r draws from a generator seeded with seed + r */
   int max_new_tokens;
   const int32_t *stop_ids; /* tokens that end a row (not emitted), n_stop_ids of them */
   int n_stop_ids;
@@ -124,8 +126,10 @@ typedef struct {
 } loom_gen_output;
 
 typedef struct {
-  double prefill_s, decode_s;
-  long prefill_tokens, decode_tokens;
+  double prefill_s, decode_s;  /* the prefill forward; everything after it (decode forwards
+                                  and sampling) */
+  long prefill_tokens;         /* prompt tokens of all rows */
+  long decode_tokens;          /* tokens fed to decode forwards (one per running row a step) */
 } loom_gen_stats;
 
 /* Generate for n prompts as one batch. out (n) filled (free with loom_gen_output_free). */
