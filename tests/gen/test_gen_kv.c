@@ -1,9 +1,10 @@
 /* The KV-cache forward of generation against the training decoder's forward (no cache, the
  * whole sequence at once) on random models: GPT-2 with hidden 96 and 3 heads, Llama GQA
  * (4 q / 2 kv heads) with q/k/v biases and an untied head, Llama with head_dim 12 and one
- * kv head, tied; sequences of 13 tokens (not a power of two). Row 0 is prefilled with 5
- * tokens and then fed one token per step; row 1 (other tokens) is prefilled whole in the same
- * ragged call as row 0's prefill. Every position's logits must match.
+ * kv head, tied; sequences of 13 tokens (not a power of two), and 70 (many cached keys per
+ * query). Row 0 is prefilled with 5 (33) tokens and then fed one token per step; row 1 (other
+ * tokens) is prefilled whole in the same ragged call as row 0's prefill. Every position's
+ * logits must match, and one token more than the cache holds is refused.
  *
  * Tolerance: 1e-4 * max(1, |logit|). Both sides are fp32 with the same weights; they differ
  * only in summation order (GEMMs of 1, 5 or 18 rows vs 26; a two-pass softmax over cached
@@ -22,15 +23,16 @@
 #include "loom/generate.h"
 #include "loom/kernels.h"
 
-enum { T = 13, PRE = 5 };
 #define BF16_TOL 1e-2
 
-static void check_model(const char *what, loom_model_spec s, bool bf16, double tol) {
+static void check_model(const char *what, loom_model_spec s, bool bf16, double tol, int T,
+                        int PRE) {
   loom_decoder *d;
   setenv("LOOM_KEEP_LOGITS", "1", 1);
   CHECK(loom_decoder_create(&d, &s, 2, T, bf16, false) == 0, "%s", loom_errmsg());
   loom_decoder_init_params(d, 5);
-  int32_t tok[2 * T];
+  int32_t *tok = malloc(2 * (size_t)T * sizeof *tok);
+  int32_t *pre = malloc((size_t)(PRE + T) * sizeof *pre);
   loom_rng r;
   loom_rng_seed(&r, 9);
   for (int i = 0; i < 2 * T; i++) tok[i] = (int32_t)loom_rng_below(&r, (uint64_t)s.vocab_size);
@@ -45,7 +47,6 @@ static void check_model(const char *what, loom_model_spec s, bool bf16, double t
   loom_gen_ctx *g;
   CHECK(loom_gen_ctx_create(&g, &m, 2, T) == 0, "%s", loom_errmsg());
   float *got = malloc((size_t)(T + PRE) * V * sizeof(float));
-  int32_t pre[PRE + T];
   memcpy(pre, tok, PRE * sizeof *pre);
   memcpy(pre + PRE, tok + T, T * sizeof *pre);
   int rows[2] = {0, 1}, counts[2] = {PRE, T};
@@ -81,11 +82,13 @@ static void check_model(const char *what, loom_model_spec s, bool bf16, double t
   /* one more token does not fit: an error naming the numbers, nothing written */
   int one = 1, row1 = 1;
   loom_gen_batch s2 = {1, &row1, &one, tok, NULL, NULL, NULL, NULL, false};
-  CHECK(loom_gen_forward(g, &s2, got) != 0 && strstr(loom_errmsg(), "14 tokens"),
+  char want_msg[32];
+  snprintf(want_msg, sizeof want_msg, "%d tokens", T + 1);
+  CHECK(loom_gen_forward(g, &s2, got) != 0 && strstr(loom_errmsg(), want_msg),
         "%s: overflow not refused: %s", what, loom_errmsg());
   printf("%-44s worst relative logit difference %.3g over %d positions\n", what, worst,
          2 * T);
-  free(got);
+  free(got), free(tok), free(pre);
   loom_gen_ctx_free(g);
   loom_decoder_free(d);
 }
@@ -104,17 +107,20 @@ static loom_model_spec base(loom_arch arch) {
 int main(void) {
   loom_model_spec s = base(LOOM_ARCH_GPT2);
   s.hidden = 96, s.heads = s.kv_heads = 3, s.head_dim = 32, s.intermediate = 384;
-  check_model("gpt2 hidden 96, 3 heads", s, false, 1e-4);
-  if (loom_gemm_bf16_native()) check_model("gpt2 hidden 96, 3 heads, bf16", s, true, BF16_TOL);
+  check_model("gpt2 hidden 96, 3 heads", s, false, 1e-4, 13, 5);
+  if (loom_gemm_bf16_native()) check_model("gpt2 hidden 96, 3 heads, bf16", s, true, BF16_TOL, 13, 5);
   s = base(LOOM_ARCH_LLAMA);
   s.hidden = 64, s.heads = 4, s.kv_heads = 2, s.head_dim = 16, s.intermediate = 96;
   s.qkv_bias = true, s.tied_embeddings = false;
-  check_model("llama GQA 4/2, q/k/v bias, untied", s, false, 1e-4);
+  check_model("llama GQA 4/2, q/k/v bias, untied", s, false, 1e-4, 13, 5);
+  s.max_seq = 80; /* many cached keys per query, a 33-token prefill */
+  check_model("llama GQA 4/2, 70 tokens", s, false, 1e-4, 70, 33);
+  s.max_seq = 40;
   if (loom_gemm_bf16_native())
-    check_model("llama GQA 4/2, q/k/v bias, untied, bf16", s, true, BF16_TOL);
+    check_model("llama GQA 4/2, q/k/v bias, untied, bf16", s, true, BF16_TOL, 13, 5);
   s = base(LOOM_ARCH_LLAMA);
   s.hidden = 48, s.heads = 4, s.kv_heads = 1, s.head_dim = 12, s.intermediate = 80;
   s.layers = 3, s.qkv_bias = false, s.tied_embeddings = true, s.rope_theta = 1e6;
-  check_model("llama head_dim 12, 1 kv head, tied, 3 layers", s, false, 1e-4);
+  check_model("llama head_dim 12, 1 kv head, tied, 3 layers", s, false, 1e-4, 13, 5);
   return harness_finish("test_gen_kv");
 }
