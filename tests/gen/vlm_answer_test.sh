@@ -23,7 +23,7 @@ vlm_case() { # name steps overrides...
   local name=$1 steps=$2; shift 2
   "$LOOM" train "$ROOT/configs/vqa_demo.yaml" run.output_dir="$WORK/runs_$name" \
     data.vqa_path="$WORK/vqa" data.tokenizer="$WORK/vqa/tokenizer.json" \
-    training.steps="$steps" training.log_every=1000 "$@" --quiet >"$WORK/train_$name.log" 2>&1 ||
+    training.steps="$steps" training.log_every=1000 training.eval_every=0 training.eval_batches=0 "$@" --quiet >"$WORK/train_$name.log" 2>&1 ||
     { fail "$name: training"; tail -5 "$WORK/train_$name.log" >&2; return; }
   local ck
   ck=$(ls -d "$WORK"/runs_"$name"/*/final_checkpoint)
