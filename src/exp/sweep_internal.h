@@ -46,7 +46,9 @@ void loom_point_results_free(loom_point_result *res, int n);
 /* The line of a failed point's log that says why (into out, "" when the log has none): the
  * last line loom itself printed ("loom train: ..."), else the headline of the last Open MPI /
  * srun message block (the first line after a row of dashes, e.g. "mpirun has detected an
- * attempt to run as root."), else the last non-empty line. Reads the log's last 64 KiB. */
+ * attempt to run as root."), else the last line with "error" in it (any case: "mpirun: Error:
+ * unknown option", "srun: error: ..."), else the last non-empty line. Reads the log's last
+ * 64 KiB. */
 void loom_sweep_log_error(const char *log_path, char *out, size_t n);
 
 /* summary.txt and summary.csv from each run's summary.json / metrics.jsonl. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -403,7 +404,7 @@ void loom_sweep_log_error(const char *log_path, char *out, size_t n) {
   size_t len = fread(buf, 1, TAIL, f);
   fclose(f);
   buf[len] = 0;
-  const char *own = NULL, *headline = NULL, *last = NULL;
+  const char *own = NULL, *headline = NULL, *error = NULL, *last = NULL;
   bool after_dashes = false;
   for (char *line = buf, *next; line && *line; line = next) {
     next = strchr(line, '\n');
@@ -416,12 +417,15 @@ void loom_sweep_log_error(const char *log_path, char *out, size_t n) {
       after_dashes = true;
       continue;
     }
-    if (!strncmp(t, "loom ", 5) || !strncmp(t, "loom:", 5)) own = t;
+    /* loom's own line; ranks' output can interleave ("loom: " + mpirun's row of dashes) */
+    if ((!strncmp(t, "loom ", 5) || !strncmp(t, "loom:", 5)) && !dashes(t + 5)) own = t;
     if (after_dashes) headline = t;
     after_dashes = false;
+    for (const char *c = t; *c && error != t; c++) /* "error", any case */
+      if (!strncasecmp(c, "error", 5)) error = t;
     last = t;
   }
-  const char *pick = own ? own : headline ? headline : last;
+  const char *pick = own ? own : headline ? headline : error ? error : last;
   if (pick) snprintf(out, n, "%s", pick);
   free(buf);
 }
