@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "exp/sweep_internal.h"
+#include "exp/sweep_launch.h"
 #include "loom/core.h"
 #include "loom/decoder.h"
 #include "loom/model.h"
@@ -145,10 +146,26 @@ static void collect(const loom_sweep_info *info, const loom_sweep_point *p,
   if (have) simulator_keys(m->run_dir, m);
 }
 
-/* Status shown in the summary: for batch jobs, what the registry says by now. */
+/* A batch job's exit status from the last line its script wrote to the log, -1 if none. */
+static int job_exit_status(const char *log_path) {
+  FILE *f = log_path ? fopen(log_path, "r") : NULL;
+  if (!f) return -1;
+  char line[512];
+  int status = -1;
+  size_t k = strlen(LOOM_SWEEP_EXIT_MARK);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, LOOM_SWEEP_EXIT_MARK, k) && line[k] == ' ') status = atoi(line + k + 1);
+  fclose(f);
+  return status;
+}
+
+/* Status shown in the summary: for batch jobs, what the registry says by now, or the job's
+ * own exit status when it failed (e.g. before its run registered). */
 static const char *shown_status(const loom_point_result *r, const point_metrics *m) {
   if (r->status != LOOM_PT_SUBMITTED) return loom_point_status_label(r->status);
-  if (!m->run_status) return "PENDING";
+  int exit_status = job_exit_status(r->log_path);
+  if (exit_status > 0) return "FAILED";
+  if (!m->run_status) return exit_status == 0 ? "SUCCESS" : "PENDING";
   if (!strcmp(m->run_status, "finished")) return "SUCCESS";
   if (!strcmp(m->run_status, "running")) return "RUNNING";
   return "FAILED";

@@ -19,3 +19,6 @@ foreach(t sweep crash sweep_multirank sweep_sim sweep_vl_real runs_diff sweep_en
   set_tests_properties(exp_${t} PROPERTIES TIMEOUT 120
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
 endforeach()
+add_test(NAME exp_sweep_slurm COMMAND bash ${CMAKE_SOURCE_DIR}/tests/exp/sweep_slurm_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(exp_sweep_slurm PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
