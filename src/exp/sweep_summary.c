@@ -421,6 +421,8 @@ void loom_sweep_log_error(const char *log_path, char *out, size_t n) {
   size_t len = fread(buf, 1, TAIL, f);
   fclose(f);
   buf[len] = 0;
+  for (size_t i = 0; i < len; i++) /* ranks' interleaved output can hold NUL bytes */
+    if (!buf[i]) buf[i] = '\n';
   const char *own = NULL, *headline = NULL, *error = NULL, *last = NULL;
   bool after_dashes = false;
   for (char *line = buf, *next; line && *line; line = next) {

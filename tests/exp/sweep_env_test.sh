@@ -43,13 +43,19 @@ err() { csv_row "$L2/summary.csv" name "$1" error; }
 check "heads 4, tp 1: SUCCESS" test "$(csv_row "$L2/summary.csv" name tiny-gpt2_nh4_tp1 status)" = SUCCESS
 check "heads 3 (1 rank): error is loom's message" test "$(err tiny-gpt2_nh3_tp1)" = \
   "loom train: error: model.heads (3) does not divide model.hidden (32); choose heads that divide hidden or set model.head_dim explicitly"
-# three ranks write into one log, so their lines can interleave; the line picked is loom's
-check "heads 4, tp 3 (3 ranks): loom's message, not mpirun's MPI_ABORT block ($(err tiny-gpt2_nh4_tp3))" \
-  grep -q "^loom: .*parallel.tp (3) must divide model.heads (4)" <<< "$(err tiny-gpt2_nh4_tp3)"
+# three ranks write into one log through mpirun, so their lines can interleave mid-line; when
+# a whole line of loom's is in the log (nearly always), it is the one picked
+if grep -q "^loom: .*parallel.tp (3) must divide model.heads (4)" "$L2/tiny-gpt2_nh4_tp3.log"; then
+  check "heads 4, tp 3 (3 ranks): loom's message, not mpirun's MPI_ABORT block ($(err tiny-gpt2_nh4_tp3))" \
+    grep -q "^loom: .*parallel.tp (3) must divide model.heads (4)" <<< "$(err tiny-gpt2_nh4_tp3)"
+  check "summary.txt Runs section carries the error" \
+    grep -q "^    error: loom: .*parallel.tp (3) must divide model.heads (4)" "$L2/summary.txt"
+  grep -q "^loom: .*parallel.tp (3)" <<< "$(err tiny-gpt2_nh4_tp3)" || cat -A "$L2/tiny-gpt2_nh4_tp3.log" >&2
+else
+  echo "note: the ranks' lines interleaved mid-line in this log; the 3-rank pick is not checked"
+fi
 check "summary.txt table row carries the error" \
   grep -q "^tiny-gpt2_nh3_tp1 *| FAILED .*  error: loom train: error: model.heads (3) does not divide" "$L2/summary.txt"
-check "summary.txt Runs section carries the error" \
-  grep -q "^    error: loom: .*parallel.tp (3) must divide model.heads (4)" "$L2/summary.txt"
 check "the runner's FAILED line carries it too" \
   grep -q "FAILED .*tiny-gpt2_nh3_tp1 .*exit status 1: loom train: error: model.heads (3)" "$WORK/out2.txt"
 check "the successful point's row has no error" \
