@@ -103,7 +103,7 @@ check "three jobs submitted ($jobs)" test "$(echo "$jobs" | tr , '\n' | grep -c 
 for k in $(seq 600); do # up to 120 s for the jobs to leave the queue
   [ -z "$(squeue -h -j "$jobs" 2>/dev/null)" ] && break; sleep 0.2; done
 check "jobs finished within 120 s" test -z "$(squeue -h -j "$jobs" 2>/dev/null)"
-"$LOOM" sweep summary "$LOG" > /dev/null && "$LOOM" sweep summary "$BAD" > /dev/null
+(cd "$WORK" && "$LOOM" sweep summary "$LOG" > /dev/null && "$LOOM" sweep summary "$BAD" > /dev/null)
 check "sweep summary exits 0" test $? = 0
 for n in tiny-gpt2_dp1_bs1 tiny-gpt2_dp2_bs1; do
   dp=${n#tiny-gpt2_dp}; dp=${dp%%_*}
