@@ -2,7 +2,8 @@
 # The sweep runner gives multi-rank points what `loom train --nproc` gives mpirun
 # (loom/mpi_env.h): run WITHOUT Open MPI's root consent in the environment, a sweep's dp=2
 # point succeeds (as root, mpirun refuses to start without OMPI_ALLOW_RUN_AS_ROOT*; before the
-# shared function, such points failed with "exit status 1"). Failed points carry the line of
+# shared function, such points failed with "exit status 1"), and so does `loom train --nproc 2`
+# through the same function. Failed points carry the line of
 # their log that says why, in summary.txt (table row and Runs section) and summary.csv
 # (error column): loom's own message for a bad config (one rank, and three ranks where
 # mpirun adds its MPI_ABORT block after it), mpirun's message when mpirun itself fails.
@@ -28,6 +29,13 @@ L1=$(ls -d "$WORK"/logs1/sweep_*)
 check "dp=2 point SUCCESS with 2 ranks" test "$(csv_row "$L1/summary.csv" name tiny-gpt2_dp2_bs1 status),$(csv_row "$L1/summary.csv" name tiny-gpt2_dp2_bs1 ranks)" = SUCCESS,2
 check "the point ran under mpirun" grep -q "command: 'mpirun' '-np' '2'" "$L1/tiny-gpt2_dp2_bs1.log"
 check "no error recorded for a successful point" test -z "$(csv_row "$L1/summary.csv" name tiny-gpt2_dp2_bs1 error)"
+
+# the same function serves `loom train --nproc` (src/cli/util.c)
+"$LOOM" train "$WORK/base.yaml" run.name=nproc parallel.dp=2 training.micro_batch_size=1 --nproc 2 \
+  --quiet > "$WORK/nproc.log" 2>&1
+check "loom train --nproc 2 without the consent in the environment exits 0" test $? = 0
+check "... and ran 2 ranks" test "$("$LOOM" runs --runs-dir "$WORK/runs" --filter "name = 'nproc'" \
+  --format csv --show ranks | tail -1)" = 2
 
 cat > "$WORK/bad.yaml" <<'YAML'
 name: bad
