@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "exp/config_quote.h"
 #include "loom/config.h"
 
 typedef enum {
@@ -71,12 +72,6 @@ bool loom_config_key_equal(const loom_config *a, const loom_config *b, const loo
 char *loom_config_key_format(const loom_config *c, const loom_config_key *k);
 /* A float as the shortest of %.15g / %.17g that round-trips, always with '.' or 'e'. */
 void loom_config_format_double(double v, char *buf, size_t n);
-/* 1-based offset of the first byte of s[0..len) that is not part of a valid UTF-8 character
- * (overlong forms, surrogates and code points past U+10FFFF included), or 0 when all is. */
-size_t loom_config_utf8_error(const char *s, size_t len);
-/* s as a double-quoted YAML scalar (libyaml's emitter: every character a reader would not
- * return unchanged is escaped), malloc'd. s must be UTF-8 for an exact round trip. */
-char *loom_config_yaml_quote(const char *s);
 /* Short, quoted-for-messages rendering of user text (truncated past 60 chars). */
 const char *loom_config_show_text(const char *text, char *buf, size_t n);
 

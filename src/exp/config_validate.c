@@ -105,9 +105,10 @@ static bool is_long_key(const char *name) {
 }
 
 static int check_int_width(const loom_config *c, const loom_config_key *k) {
-  long v = *(const long *)((const char *)c + k->offset);
-  if (k->type != LOOM_KEY_INT || is_long_key(k->name) || (v >= INT_MIN && v <= INT_MAX))
-    return 0;
+  if (k->type != LOOM_KEY_INT || is_long_key(k->name)) return 0;
+  long v;
+  memcpy(&v, (const char *)c + k->offset, sizeof v);
+  if (v >= INT_MIN && v <= INT_MAX) return 0;
   return loom_err("%s = %ld is out of range: it must be between %d and %d (loom holds it in a "
                   "32-bit int)", k->name, v, INT_MIN, INT_MAX);
 }

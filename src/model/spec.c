@@ -248,16 +248,17 @@ int loom_model_spec_check(const loom_model_spec *s) {
     if (pos[i].v <= 0)
       return loom_err("%s must be positive, found %ld (set it, or pick a model.preset)",
                       pos[i].key, pos[i].v);
+  if (size_check(s)) return LOOM_ERR;
   if (s->heads % s->kv_heads)
     return loom_err("model.kv_heads (%d) must divide model.heads (%d) for grouped-query "
                     "attention", s->kv_heads, s->heads);
   if (s->arch == LOOM_ARCH_LLAMA && s->head_dim % 2)
     return loom_err("model.head_dim (%d) must be even for rotary embeddings", s->head_dim);
-  if (s->arch == LOOM_ARCH_GPT2 && s->head_dim * s->heads != s->hidden)
+  if (s->arch == LOOM_ARCH_GPT2 && (long)s->head_dim * s->heads != s->hidden)
     return loom_err("gpt2 needs heads * head_dim == hidden, found %d * %d != %d", s->heads,
                     s->head_dim, s->hidden);
   if (s->padded_vocab < s->vocab_size)
     return loom_err("padded vocabulary %d smaller than vocab_size %d", s->padded_vocab,
                     s->vocab_size);
-  return size_check(s);
+  return 0;
 }
