@@ -28,8 +28,17 @@ typedef struct {
   int nesting;        /* open parentheses, NOTs and unary minuses around the current token */
 } parser;
 
+/* A long expression is shown as the 60 characters either side of the column, with "..." where
+ * it was cut, so that the caret line survives in the message. */
 int loom_expr_error_at(const char *what, const char *text, int pos, const char *msg) {
-  return loom_err("%s: column %d: %s\n  %s\n  %*s^", what, pos, msg, text, pos - 1, "");
+  int len = (int)strlen(text);
+  if (len <= 160)
+    return loom_err("%s: column %d: %s\n  %s\n  %*s^", what, pos, msg, text, pos - 1, "");
+  int at = pos - 1 < len ? pos - 1 : len, start = at > 60 ? at - 60 : 0;
+  int end = at + 60 < len ? at + 60 : len;
+  const char *pre = start > 0 ? "..." : "";
+  return loom_err("%s: column %d: %s\n  %s%.*s%s\n  %*s^", what, pos, msg, pre, end - start,
+                  text + start, end < len ? "..." : "", (int)strlen(pre) + at - start, "");
 }
 
 static int perr(parser *p, int pos, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
