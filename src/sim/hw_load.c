@@ -298,6 +298,9 @@ int loom_hw_parse(loom_hw_profile *hw, const char *text, const char *filename) {
 int loom_hw_load_file(loom_hw_profile *hw, const char *path) {
   char *text;
   size_t len;
+  if (loom_is_dir(path))
+    return loom_err("hardware profile '%s' is a directory; give the path of a profile YAML file "
+                    "(e.g. configs/hardware/h100-sxm.yaml) or a profile name", path);
   if (loom_read_file(path, &text, &len)) return -1;
   int rc = loom_hw_parse(hw, text, path);
   free(text);

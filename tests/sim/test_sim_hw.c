@@ -109,6 +109,12 @@ static void test_fuzz_limits(void) {
   snprintf(text, sizeof text, "%s  attention: loom\n  attention_gunits_per_s: {fwd: 1, bwd: -1}\n", dev);
   bad(text, "device.attention_gunits_per_s.bwd must be a finite number >= 0", "-1");
 
+  loom_mkdir_p("sim-hw.tmp/dir.yaml"); /* malloc(INT64_MAX) abort before */
+  loom_hw_profile d;
+  CHECK(loom_hw_load_file(&d, "sim-hw.tmp/dir.yaml") != 0 &&
+            strstr(loom_errmsg(), "hardware profile 'sim-hw.tmp/dir.yaml' is a directory"),
+        "directory: %s", loom_errmsg());
+
   /* quotes, backslashes, controls and non-ASCII in the names; numbers that %.4g would round */
   loom_hw_profile a, b;
   const char *src = "name: \"h\\\"x\"\n"
