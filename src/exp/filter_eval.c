@@ -104,6 +104,8 @@ static int eval_arith(const eval_ctx *x, const loom_expr_node *n, loom_value *ou
 
 static int compare(const loom_value *a, const loom_value *b) {
   double x, y;
+  /* two integers compare exactly (as doubles, 2^63 - 1 and 2^63 - 2 would be equal) */
+  if (a->type == LOOM_VAL_INT && b->type == LOOM_VAL_INT) return a->i < b->i ? -1 : a->i > b->i;
   if (loom_value_number(a, &x) && loom_value_number(b, &y)) return x < y ? -1 : x > y;
   char ba[64], bb[64];
   return strcmp(loom_value_text(a, ba, sizeof ba), loom_value_text(b, bb, sizeof bb));

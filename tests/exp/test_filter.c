@@ -183,6 +183,10 @@ static void values(void) {
   CHECK(loom_value_cmp(&n, &i) > 0 && loom_value_cmp(&i, &n) < 0, "NULL sorts last");
   CHECK(loom_value_cmp(&i, &t) < 0, "numbers before text");
   CHECK(loom_value_cmp(&i, &s5) == 0, "5 = '5'");
+  loom_value big = {.type = LOOM_VAL_INT, .i = 9223372036854775807LL},
+             big1 = {.type = LOOM_VAL_INT, .i = 9223372036854775806LL};
+  CHECK(loom_value_cmp(&big1, &big) < 0 && loom_value_cmp(&big, &big1) > 0,
+        "64-bit integers sort exactly");
   double d;
   loom_value inf = {.type = LOOM_VAL_TEXT, .s = "info"};
   CHECK(!loom_value_number(&inf, &d), "'info' is text");
@@ -223,6 +227,9 @@ static void limits(void) {
   CHECK(truth_of("-9223372036854775807 - 2 < -9223372036854775000") == 1, "MIN - 1");
   CHECK(truth_of("(-9223372036854775807 - 1) / -2 = 4611686018427387904") == 1, "exact division");
   CHECK(truth_of("7 / 2 = 3.5 AND 6 / 3 = 2") == 1, "division");
+  CHECK(truth_of("9223372036854775807 > 9223372036854775806 AND "
+                 "9223372036854775807 - 1 = 9223372036854775806") == 1,
+        "64-bit integers compare exactly, not as doubles");
   CHECK(truth_of("1e308 * 10 > 0") == -1 && strstr(loom_errmsg(), "column 7: the result is too "
                                                    "large for a number"),
         "double overflow is an error: %s", loom_errmsg());
