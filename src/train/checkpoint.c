@@ -257,6 +257,11 @@ static int add_file(file_set *fs, const char *path) {
     return loom_err("%s: metadata 'loom.pieces' is not valid JSON; the checkpoint is damaged",
                     path);
   }
+  if (fs->pieces[fs->n] && loom_ckpt_pieces_check(fs->pieces[fs->n], path)) { /* checkpoint_meta.c */
+    json_decref(fs->pieces[fs->n]);
+    loom_st_close(fs->f[fs->n]);
+    return LOOM_ERR;
+  }
   fs->n++;
   return 0;
 }

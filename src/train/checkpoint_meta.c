@@ -3,6 +3,7 @@
  * NULL dereference, a negative step reaching the optimizer, or a path outside the
  * checkpoint). The writers are in checkpoint.c (state_json, write_index). */
 #include <ctype.h>
+#include <limits.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -141,4 +142,39 @@ int loom_ckpt_index_parse(const char *text, size_t len, const char *path, const 
   }
   json_decref(o);
   return rc;
+}
+
+/* json integer v in [lo, hi] */
+static bool int_in(json_t *v, json_int_t lo, json_int_t hi) {
+  return json_is_integer(v) && json_integer_value(v) >= lo && json_integer_value(v) <= hi;
+}
+
+int loom_ckpt_pieces_check(const void *pieces_json, const char *path) {
+  json_t *o = (json_t *)pieces_json;
+  if (!json_is_object(o))
+    return loom_err("%s: metadata 'loom.pieces' is not a JSON object; the checkpoint is damaged",
+                    path);
+  const char *key;
+  json_t *d;
+  json_object_foreach(o, key, d) {
+    const char *bad = NULL;
+    json_t *gs = json_object_get(d, "gshape"), *ls = json_object_get(d, "lshape");
+    if (!json_is_object(d)) bad = "the entry";
+    else if (!json_is_string(json_object_get(d, "tensor"))) bad = "tensor";
+    else if (!json_is_array(ls) || json_array_size(ls) != 2 || !int_in(json_array_get(ls, 0), 0, INT_MAX) ||
+             !int_in(json_array_get(ls, 1), 0, INT_MAX))
+      bad = "lshape";
+    else if (gs && (!json_is_array(gs) || json_array_size(gs) != 2 ||
+                    !int_in(json_array_get(gs, 0), 0, INT_MAX) ||
+                    !int_in(json_array_get(gs, 1), 0, INT_MAX)))
+      bad = "gshape";
+    else if (!int_in(json_object_get(d, "split_dim"), -1, 1)) bad = "split_dim";
+    else if (!int_in(json_object_get(d, "split_start"), 0, INT_MAX)) bad = "split_start";
+    else if (!int_in(json_object_get(d, "begin"), 0, LLONG_MAX)) bad = "begin";
+    if (bad)
+      return loom_err("%s: metadata 'loom.pieces' entry '%.200s': %s is missing or out of range "
+                      "(see docs/FORMATS-checkpoint.md); the checkpoint is damaged", path, key,
+                      bad);
+  }
+  return 0;
 }

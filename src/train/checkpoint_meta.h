@@ -22,4 +22,10 @@ int loom_ckpt_index_parse(const char *text, size_t len, const char *path, const 
                           char ***names, int *n);
 void loom_ckpt_names_free(char **names, int n);
 
+/* The "loom.pieces" metadata of a checkpoint file (parsed JSON; path names the file): an object
+ * mapping entry names to {"tensor": name, "gshape": [r, c], "lshape": [r, c], "split_dim": -1|0|1,
+ * "split_start": n, "begin": n} with every number an integer in 0..INT_MAX (split_dim -1..1,
+ * begin >= 0). Errors name the file, the entry and the field. */
+int loom_ckpt_pieces_check(const void *pieces_json, const char *path);
+
 #endif

@@ -1,9 +1,11 @@
 /* Fuzz harness: a checkpoint's JSON metadata as `loom train --resume` reads it:
- * trainer_state.json (step, loader position, rng words, config hash) and the file lists of
- * index.json. Input: one selector byte (even: trainer_state.json, odd: index.json), then the
- * JSON text. Invariants beyond memory safety: a trainer state that parses has step >= 1,
+ * trainer_state.json (step, loader position, rng words, config hash), the file lists of
+ * index.json and the loom.pieces metadata of a sharded file. Input: one selector byte (mod 3:
+ * 0 trainer_state.json, 1 index.json, 2 loom.pieces), then the JSON text. Invariants beyond memory safety: a trainer state that parses has step >= 1,
  * non-negative counters, a finite elapsed time and a non-zero rng state (what the optimizer
  * and the loader assume); every listed file name stays inside the checkpoint directory. */
+#include <jansson.h>
+#include <limits.h>
 #include <math.h>
 
 #include "fuzz_util.h"
@@ -14,7 +16,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   const char *text = (const char *)data + 1;
   size_t len = size - 1;
-  if (data[0] % 2 == 0) {
+  if (data[0] % 3 == 2) {
+    json_t *o = json_loadb(text, len, 0, NULL);
+    if (o && loom_ckpt_pieces_check(o, "model.safetensors") == 0) {
+      const char *key;
+      json_t *d;
+      json_object_foreach(o, key, d) {
+        json_int_t r = json_integer_value(json_array_get(json_object_get(d, "lshape"), 0));
+        json_int_t sd = json_integer_value(json_object_get(d, "split_dim"));
+        if (r < 0 || r > INT_MAX || sd < -1 || sd > 1)
+          FUZZ_FINDING("piece '%s' accepted with lshape[0] %lld, split_dim %lld", key,
+                       (long long)r, (long long)sd);
+      }
+    }
+    json_decref(o);
+  } else if (data[0] % 3 == 0) {
     loom_train_state ts;
     if (loom_ckpt_state_parse(text, len, "trainer_state.json", &ts) == 0) {
       if (ts.step < 1 || ts.tokens_seen < 0 || ts.skipped_bad < 0 || ts.loader_batch_windows < 0 ||
@@ -29,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char *const kinds[] = {"model", "optimizer", "gradients"};
     char **names;
     int n;
-    if (loom_ckpt_index_parse(text, len, "index.json", kinds[data[0] / 2 % 3], &names, &n) == 0) {
+    if (loom_ckpt_index_parse(text, len, "index.json", kinds[data[0] / 3 % 3], &names, &n) == 0) {
       for (int i = 0; i < n; i++)
         if (!names[i][0] || strchr(names[i], '/') || !strcmp(names[i], "..") ||
             !strcmp(names[i], "."))

@@ -2,6 +2,8 @@
  * index.json written by loom parses back field for field, and every kind of damage found by
  * fuzzing (tests/fuzz/regress/ckpt_meta) is an error naming the file and the field rather
  * than a crash, an internal error in the optimizer or a path outside the checkpoint. */
+#include <jansson.h>
+
 #include "harness.h"
 #include "loom/core.h"
 #include "train/checkpoint_meta.h"
@@ -101,8 +103,51 @@ static void test_index(void) {
         "a NUL in a file name: %s", loom_errmsg());
 }
 
+/* loom.pieces metadata text -> 0 / -1 from loom_ckpt_pieces_check */
+static int pieces(const char *text) {
+  json_t *o = json_loads(text, 0, NULL);
+  int rc = loom_ckpt_pieces_check(o, "ck/model-r1.safetensors");
+  json_decref(o);
+  return rc;
+}
+
+static void test_pieces(void) {
+  CHECK(pieces("{\"layers.0.attn.q.weight\": {\"tensor\": \"layers.0.attn.q.weight\", "
+               "\"gshape\": [128, 128], \"lshape\": [64, 128], \"split_dim\": 0, "
+               "\"split_start\": 64, \"begin\": 0}}") == 0,
+        "a piece as loom writes it: %s", loom_errmsg());
+  static const struct {
+    const char *json, *field;
+  } bad[] = {
+      {"{\"x\": {\"tensor\": \"x\", \"lshape\": [-1, 4], \"split_dim\": 0, \"split_start\": 0, "
+       "\"begin\": 0}}", "lshape"},
+      {"{\"x\": {\"tensor\": \"x\", \"lshape\": [4294967296, 4], \"split_dim\": 0, "
+       "\"split_start\": 0, \"begin\": 0}}", "lshape"},
+      {"{\"x\": {\"tensor\": \"x\", \"lshape\": [1, 4], \"split_dim\": 7, \"split_start\": 0, "
+       "\"begin\": 0}}", "split_dim"},
+      {"{\"x\": {\"tensor\": \"x\", \"lshape\": [1, 4], \"split_dim\": 0, \"split_start\": -3, "
+       "\"begin\": 0}}", "split_start"},
+      {"{\"x\": {\"tensor\": \"x\", \"lshape\": [1, 4], \"split_dim\": 0, \"split_start\": 0, "
+       "\"begin\": -1}}", "begin"},
+      {"{\"x\": {\"lshape\": [1, 4], \"split_dim\": 0, \"split_start\": 0, \"begin\": 0}}",
+       "tensor"},
+      {"{\"x\": 5}", "the entry"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK(pieces(bad[i].json) != 0, "accepted: %s", bad[i].json);
+    char want[96];
+    snprintf(want, sizeof want, "entry 'x': %s is missing or out of range", bad[i].field);
+    CHECK(strstr(loom_errmsg(), "ck/model-r1.safetensors: metadata 'loom.pieces'") &&
+              strstr(loom_errmsg(), want),
+          "want \"%s\" in: %s", want, loom_errmsg());
+  }
+  CHECK(pieces("[1]") != 0 && strstr(loom_errmsg(), "is not a JSON object"), "array: %s",
+        loom_errmsg());
+}
+
 int main(void) {
   test_state();
   test_index();
+  test_pieces();
   return harness_finish("test_ckpt_meta");
 }
