@@ -160,20 +160,25 @@ int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *
 static int vision_check(const loom_model_spec *s) {
   const loom_vision_spec *v = &s->vision;
   if (v->arch == LOOM_VISION_NONE) return 0;
-  if (v->hidden <= 0 || v->depth <= 0 || v->heads <= 0 || v->intermediate <= 0 || v->patch <= 0)
-    return loom_err("vision: hidden, depth, heads, intermediate and patch must be positive");
+  if (v->hidden <= 0 || v->depth <= 0 || v->heads <= 0 || v->intermediate <= 0 || v->patch <= 0 ||
+      v->merge <= 0)
+    return loom_err("vision: hidden, depth, heads, intermediate, patch and merge must be positive");
+  int max_full = (int)(sizeof v->full_layers / sizeof v->full_layers[0]);
+  if (v->n_full < 0 || v->n_full > max_full)
+    return loom_err("vision: %d full-attention blocks listed, at most %d", v->n_full, max_full);
   if (v->hidden % v->heads)
     return loom_err("vision.heads (%d) must divide vision.hidden (%d)", v->heads, v->hidden);
   int D = v->hidden / v->heads;
   if (v->arch == LOOM_VISION_QWEN && D % 4)
     return loom_err("vision head size %d must be a multiple of 4 for 2D rotary positions", D);
-  int sum = v->mrope_section[0] + v->mrope_section[1] + v->mrope_section[2];
+  long sum = (long)v->mrope_section[0] + v->mrope_section[1] + v->mrope_section[2];
   if (sum && sum != s->head_dim / 2)
     return loom_err("multimodal rotary sections %d+%d+%d must add up to head_dim/2 = %d",
                     v->mrope_section[0], v->mrope_section[1], v->mrope_section[2], s->head_dim / 2);
-  if (v->arch == LOOM_VISION_QWEN && (v->window % (v->patch * v->merge)))
-    return loom_err("vision window %d px must be a multiple of patch*merge = %d", v->window,
-                    v->patch * v->merge);
+  long unit = (long)v->patch * v->merge;
+  if (v->arch == LOOM_VISION_QWEN && (v->window % unit))
+    return loom_err("vision window %d px must be a multiple of patch*merge = %ld", v->window,
+                    unit);
   if (v->arch == LOOM_VISION_LLAVA && (v->image_size <= 0 || v->image_size % v->patch))
     return loom_err("llava vision image size %d must be a positive multiple of the patch %d",
                     v->image_size, v->patch);
