@@ -235,6 +235,14 @@ static int parse_added_token(loom_tokenizer *t, json_t *a, size_t k) {
   if (json_flag(a, "single_word", 0))
     return loom_err("%s: added_tokens[%zu] ('%s') sets single_word, which loom does not "
                     "support; set it to false", t->path, k, json_string_value(content));
+  int32_t aid = (int32_t)json_integer_value(id);
+  size_t have_len;
+  const char *have = loom_tokenizer_token_bytes(t, aid, &have_len);
+  if (have && (have_len != json_string_length(content) ||
+               memcmp(have, json_string_value(content), have_len)))
+    return loom_err("%s: added_tokens[%zu] ('%s') has id %d, which is already the id of "
+                    "another token ('%.*s'); give it an unused id", t->path, k,
+                    json_string_value(content), (int)aid, (int)have_len, have);
   added_token *at = &t->added[t->n_added++];
   at->len = json_string_length(content);
   at->content = malloc(at->len + 1);

@@ -21,3 +21,12 @@ add_test(NAME data_vqa_python
   COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/vqa_check.py $<TARGET_FILE:loom>
           $<TARGET_FILE:vqa_dump> ${CMAKE_BINARY_DIR}/data_vqa_python)
 set_tests_properties(data_vqa_python PROPERTIES TIMEOUT 120)
+
+# Pre-tokenizer split against Python's `regex` module (the GPT-2 reference) on every Unicode
+# whitespace / separator code point and a sample of every general category, for the GPT-2
+# and Qwen2 patterns (tests/data/pretok_check.py; needs python3-regex).
+add_executable(pretok_dump ${CMAKE_SOURCE_DIR}/tests/data/pretok_dump.c)
+target_link_libraries(pretok_dump PRIVATE loomlib)
+add_test(NAME data_pretok_python
+  COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/pretok_check.py $<TARGET_FILE:pretok_dump>)
+set_tests_properties(data_pretok_python PROPERTIES TIMEOUT 300)
