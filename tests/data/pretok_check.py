@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """loom's pre-tokenizer split against the reference: Python's `regex` module (what OpenAI's
 GPT-2 encoder.py uses; Debian python3-regex) running the same GPT-2 and Qwen2 patterns.
-    pretok_check.py PRETOK_DUMP
+    pretok_check.py PRETOK_DUMP [GPT2_TOKENIZER_JSON]
+With GPT-2's tokenizer.json (built by the data_node_setup test from js-tiktoken's ranks), the
+token ids of the whitespace/separator texts are also compared with OpenAI's encoder.py
+algorithm (regex pre-split, then BPE by merge rank) written out below; `a \u180eb` must give
+64 28053 254 236 65 as OpenAI's encoder and js-tiktoken do.
 Texts: every Unicode whitespace / separator / format code point that matters for \\s (all of
 Zs, Zl, Zp, Cc, White_Space, U+180E, U+200B..U+200D, U+2060, U+FEFF, U+0085 and their
 neighbours) in 16 contexts each (next to letters, digits, punctuation, spaces, newlines,
@@ -115,7 +119,80 @@ def main():
             print(f"FAIL: {name}: {len(got_lines)} lines back for {len(cases)} texts")
             return 1
     print(f"{'FAIL' if fails else 'OK'}: {fails} texts split differently")
+    if len(sys.argv) > 2:
+        fails += check_gpt2_ids(sys.argv[2], [t for t in cases[:len(seps) * len(SEP_CTX)]])
     return 1 if fails else 0
+
+
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character map (encoder.py)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def check_gpt2_ids(tok_path, texts):
+    """Token ids of loom_tokenizer_encode vs OpenAI's encoder.py (regex split + BPE)."""
+    import json
+    tj = json.load(open(tok_path, encoding="utf-8"))
+    vocab = tj["model"]["vocab"]
+    ranks = {}
+    for i, m in enumerate(tj["model"]["merges"]):
+        a, b = m.split(" ") if isinstance(m, str) else m
+        ranks.setdefault((a, b), i)
+    b2u, rx = bytes_to_unicode(), regex.compile(GPT2)
+
+    def bpe(word):
+        word = list(word)
+        while len(word) > 1:
+            pairs = [(ranks.get((word[i], word[i + 1]), 1 << 60), i) for i in range(len(word) - 1)]
+            r, _ = min(pairs)
+            if r == 1 << 60:
+                break
+            first = [i for rr, i in pairs if rr == r][0]
+            a, b = word[first], word[first + 1]
+            out, i = [], 0
+            while i < len(word):  # merge every occurrence, left to right (encoder.py)
+                if i < len(word) - 1 and word[i] == a and word[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            word = out
+        return word
+
+    def encode(text):
+        ids = []
+        for piece in rx.findall(text):
+            ids += [vocab[t] for t in bpe("".join(b2u[b] for b in piece.encode("utf-8")))]
+        return ids
+
+    texts = ["a \u180eb"] + texts
+    inp = "".join(t.encode("utf-8").hex() + "\n" for t in texts)
+    r = subprocess.run([dump, "--tokenizer", tok_path], input=inp.encode(), capture_output=True,
+                       check=True)
+    got = r.stdout.decode().split("\n")[1:]  # after the PCRE2 version line
+    fails = 0
+    for text, line in zip(texts, got):
+        want, have = encode(text), [int(x) for x in line.split()]
+        if have != want:
+            fails += 1
+            if fails <= 10:
+                print(f"  MISMATCH ids {text!r}: loom {have} encoder.py {want}")
+    first = [int(x) for x in got[0].split()]
+    if first != [64, 28053, 254, 236, 65]:
+        print(f"FAIL: 'a \\u180eb' encodes as {first}, OpenAI's encoder gives 64 28053 254 236 65")
+        fails += 1
+    print(f"{'FAIL' if fails else 'OK'}: GPT-2 ids of {len(texts)} texts, {fails} differ from "
+          f"encoder.py's")
+    return fails
 
 
 sys.exit(main())

@@ -1,7 +1,9 @@
 /* Test helper of tests/data/pretok_check.py: loom's pre-tokenizer split (loom_regex_split, the
  * function the tokenizer and the trainer use) on many texts. argv[1]: gpt2 | qwen2. First
  * output line: PCRE2's Unicode version. Then for each stdin line (one text, hex-encoded) one
- * output line: the pieces, each hex-encoded, separated by spaces. */
+ * output line: the pieces, each hex-encoded, separated by spaces.
+ * `pretok_dump --tokenizer tokenizer.json`: the same, but each output line holds the token
+ * ids loom_tokenizer_encode gives (decimal, separated by spaces). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdio.h>
@@ -19,12 +21,16 @@ static int print_piece(void *first, const char *p, size_t n) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2 || (strcmp(argv[1], "gpt2") && strcmp(argv[1], "qwen2"))) {
-    fprintf(stderr, "usage: pretok_dump gpt2|qwen2 < hex lines\n");
+  int ids_mode = argc == 3 && !strcmp(argv[1], "--tokenizer");
+  if (!ids_mode && (argc != 2 || (strcmp(argv[1], "gpt2") && strcmp(argv[1], "qwen2")))) {
+    fprintf(stderr, "usage: pretok_dump gpt2|qwen2 | --tokenizer FILE  < hex lines\n");
     return 2;
   }
-  loom_regex *re;
-  if (loom_regex_compile(&re, !strcmp(argv[1], "gpt2") ? LOOM_GPT2_PATTERN : LOOM_QWEN2_PATTERN)) {
+  loom_regex *re = NULL;
+  loom_tokenizer *tok = NULL;
+  if (ids_mode ? loom_tokenizer_load(&tok, argv[2])
+               : loom_regex_compile(&re, !strcmp(argv[1], "gpt2") ? LOOM_GPT2_PATTERN
+                                                                 : LOOM_QWEN2_PATTERN)) {
     fprintf(stderr, "%s\n", loom_errmsg());
     return 1;
   }
@@ -48,7 +54,16 @@ int main(int argc, char **argv) {
       text[len++] = (char)v;
     }
     int first = 1;
-    if (loom_regex_split(re, text, len, print_piece, &first)) {
+    if (tok) {
+      int32_t *ids;
+      size_t nid;
+      if (loom_tokenizer_encode(tok, text, len, &ids, &nid)) {
+        fprintf(stderr, "%s\n", loom_errmsg());
+        return 1;
+      }
+      for (size_t i = 0; i < nid; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+      free(ids);
+    } else if (loom_regex_split(re, text, len, print_piece, &first)) {
       fprintf(stderr, "%s\n", loom_errmsg());
       return 1;
     }
@@ -57,5 +72,6 @@ int main(int argc, char **argv) {
   free(line);
   free(text);
   loom_regex_free(re);
+  loom_tokenizer_free(tok);
   return 0;
 }
