@@ -10,10 +10,12 @@ DEMO_DATA := data/demo
 # Debian packages needed to build and test (python3-torch: the PyTorch reference checks;
 # nodejs/npm: the JavaScript tokenizer cross-checks; Open MPI: ranks; libjpeg-turbo: images;
 # python3-pil: the image-preprocessing reference check; libdnnl-dev: oneDNN GEMMs;
-# librsvg2-dev: PNG plots; clang + libclang-rt: libFuzzer for make fuzz).
+# librsvg2-dev: PNG plots; clang + libclang-rt: libFuzzer for make fuzz; python3-regex: the
+# tokenizer pre-split reference check).
 DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjansson-dev \
   libopenblas-dev libsqlite3-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy \
-  libjpeg62-turbo-dev python3-pil libdnnl-dev librsvg2-dev clang libclang-rt-14-dev
+  libjpeg62-turbo-dev python3-pil libdnnl-dev librsvg2-dev clang libclang-rt-14-dev \
+  python3-regex
 
 .PHONY: all build deps demo demo-data demo-vqa test test-asan fuzz clean
 
