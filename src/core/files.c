@@ -51,8 +51,10 @@ int loom_mkdir_p(const char *path) {
 
 /* Reads the whole of `path` into a NUL-terminated buffer. fstat first: a directory is named
  * as such (lseek/ftell of a directory on ext4 reports INT64_MAX), a regular file is read by its
- * stat size, anything else (pipe, character device) in chunks until EOF. No size is trusted for
- * an allocation without a check: a failed allocation is an error, never an abort. */
+ * stat size (or longer, if it grew), anything else (pipe, character device) in chunks until
+ * EOF, at most 1 GiB. A failed allocation is an error, never an abort. */
+#define READ_STREAM_MAX (1 << 30) /* most bytes read from a pipe or device */
+
 int loom_read_file(const char *path, char **data, size_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return loom_err("cannot open '%s': %s", path, strerror(errno));
@@ -94,6 +96,12 @@ int loom_read_file(const char *path, char **data, size_t *len) {
     }
     if (r == 0) break;
     if (full) {
+      if (!S_ISREG(st.st_mode) && n >= READ_STREAM_MAX) { /* e.g. /dev/zero never ends */
+        free(buf);
+        close(fd);
+        return loom_err("'%s' is not a regular file and gave more than %d MiB without ending; "
+                        "pass a regular file", path, READ_STREAM_MAX >> 20);
+      }
       size_t want = cap > SIZE_MAX / 2 ? 0 : cap * 2;
       if (want && want < n + (size_t)r + 1) want = n + (size_t)r + 1;
       char *nb = want ? realloc(buf, want) : NULL;
