@@ -191,6 +191,20 @@ static void shard_token_bound(void) {
   CHECK(r.status == 1 && contains(r.err, "index 3 (byte offset 76)") &&
             contains(r.err, "loom data tokenize"), "inspect-shard: exit %d: %s", r.status, r.err);
   run_done(&r);
+  /* training: the shard is refused before any step (it used to exit 0 after reading outside
+   * the embedding table); a valid shard whose ids exceed the model's vocabulary too */
+  r = run_loom(DIR_, "train model.preset=tiny-gpt2 data.train_shards=" DIR_ "/neg.bin "
+                     "training.steps=1 run.output_dir=" DIR_ "/runs --quiet");
+  CHECK(r.status == 1 && contains(r.err, "data.train_shards") &&
+            contains(r.err, "token 2147483648 at index 3"), "train: exit %d: %s", r.status,
+        r.err);
+  run_done(&r);
+  r = run_loom(DIR_, "train model.preset=tiny-gpt2 data.train_shards=" DIR_ "/edge.bin "
+                     "training.steps=1 training.seq_len=4 training.micro_batch_size=1 "
+                     "run.output_dir=" DIR_ "/runs --quiet");
+  CHECK(r.status == 1 && contains(r.err, "holds token id 99999 but the model's vocabulary has"),
+        "train, ids above the model's vocabulary: exit %d: %s", r.status, r.err);
+  run_done(&r);
 }
 
 static void directory_as_file(void) {
