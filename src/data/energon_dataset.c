@@ -185,9 +185,9 @@ static int read_part(const energon *e, const shard *sh, const char *where, const
 }
 
 /* json[a][b] -> the string at that path of the parsed part. */
-static char *json_field(const char *where, const char *spec, const char *text) {
+static char *json_field(const char *where, const char *spec, const char *text, size_t len) {
   json_error_t je;
-  json_t *root = json_loads(text, JSON_DECODE_ANY, &je), *v = root;
+  json_t *root = json_loadb(text, len, JSON_DECODE_ANY, &je), *v = root; /* a NUL is an error */
   if (!root) {
     loom_err("%s: its json part is not valid JSON (%s): fix the sample or set "
              "data.skip_bad_samples: true", where, je.text);
@@ -213,7 +213,15 @@ static char *json_field(const char *where, const char *spec, const char *text) {
 
 /* A text field: the txt bytes (trailing whitespace trimmed) or a json path. */
 static char *text_field(const char *where, const char *spec, uint8_t *data, size_t len) {
-  if (!strncmp(spec, "json", 4) && spec[4] == '[') return json_field(where, spec, (char *)data);
+  if (!strncmp(spec, "json", 4) && spec[4] == '[')
+    return json_field(where, spec, (char *)data, len);
+  const uint8_t *nul = memchr(data, 0, len);
+  if (nul) {
+    loom_err("%s: its %s part holds a NUL byte at offset %zu (text parts are UTF-8 text): fix "
+             "the sample or set data.skip_bad_samples: true", where, spec,
+             (size_t)(nul - data));
+    return NULL;
+  }
   while (len && (data[len - 1] == '\n' || data[len - 1] == '\r' || data[len - 1] == ' '))
     len--;
   return loom_sprintf("%.*s", (int)len, (char *)data);

@@ -2,8 +2,8 @@
  * error it must give: a JPEG declaring more pixels than the limit (refused before decoding;
  * skip_bad_samples skips it), tokenizer ids beyond what the file defines, token ids >= the
  * shard header's vocab_size (uint32 >= 2^31 included), a directory given as a file,
- * malformed PAX records, Energon part offsets outside the shard, a NUL byte in LLaVA
- * annotations, a safetensors shape whose partial product overflows. */
+ * malformed PAX records, Energon part offsets outside the shard and NUL bytes in text parts,
+ * a NUL byte in LLaVA annotations, a safetensors shape whose partial product overflows. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -300,6 +300,19 @@ static void energon_offsets(loom_tokenizer *tok) {
   loom_vqa_dataset_close(d);
   write_text(DIR_ "/synth/.nv-meta/index.json", ix);
   free(bad);
+  /* a NUL byte inside sample 0's txt part (the answer): an error, not a shorter answer */
+  char *txt = strstr(ix, "\"txt\":[");
+  long off = txt ? atol(txt + 7) : 0;
+  CHECK(off >= 512, "index.json gives the txt part's offset: %ld", off);
+  FILE *f = fopen(DIR_ "/synth/000000.tar", "r+b");
+  CHECK(f && fseek(f, off + 1, SEEK_SET) == 0 && fputc(0, f) == 0 && fclose(f) == 0,
+        "patch the shard in place");
+  CHECK(loom_vqa_dataset_open(&d, DIR_ "/synth", "train", false, NULL) == 0, "%s",
+        loom_errmsg());
+  CHECK(loom_vqa_dataset_get(d, 0, &s) != 0 &&
+            contains(loom_errmsg(), "sample 00000000: its txt part holds a NUL byte at offset 1"),
+        "a NUL byte in a text part: %s", loom_errmsg());
+  loom_vqa_dataset_close(d);
   free(ix);
 }
 
