@@ -17,11 +17,15 @@ static void write_part(const char *path, const uint8_t *p, size_t n) {
   if (!f || (n && fwrite(p, 1, n, f) != n) || fclose(f)) abort();
 }
 
+static char root[64];
+
+static void remove_root(void) { loom_rm_rf(root); }
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static char root[64];
   if (!root[0]) {
     snprintf(root, sizeof root, "/tmp/loom-fuzz-energon.XXXXXX");
     if (!mkdtemp(root)) abort();
+    atexit(remove_root);
     char *meta = loom_sprintf("%s/.nv-meta", root);
     if (mkdir(meta, 0755)) abort();
     free(meta);
