@@ -62,6 +62,11 @@ def sep_points():
 SEP_CTX = ["{c}", "a{c}b", "a {c}b", "a{c} b", "a {c} b", "{c}{c}{c}x", "1{c}2", "x {c}{c}",
            "!{c}?", "{c}\n", "\n{c}", "'s{c}'ll", "a  {c}  b", "{c} 'S", "\u00e9{c}\u4e00", " {c}"]
 CAT_CTX = ["{c}", "a {c}b", " {c}{c} 1", "'{c}s x"]
+# Contractions in both cases and with the characters whose case folding reaches s, k, l, m, d,
+# t (Qwen2's (?i:...) group): U+017F LONG S, U+212A KELVIN SIGN, U+0130 / U+0131 dotted and
+# dotless i, fullwidth letters.
+EXTRA = ["it's I'M we'LL you'Ve they'D 'RE 'T", "'\u017f", "x'\u017ft", "'\u212a", "'\u0130",
+         "'\u0131", "'\uff53", "a'\u017f'\u212a'L", "'s's's", "''s", "' s", "'\u00df"]
 
 
 def texts():
@@ -78,6 +83,7 @@ def texts():
             skipped.append(cp)
             continue
         by_cat.setdefault(unicodedata.category(chr(cp)), []).append(cp)
+    out += EXTRA
     rng = random.Random(11)
     for cat, cps in sorted(by_cat.items()):
         pick = cps if len(cps) <= 400 else rng.sample(cps, 400)
