@@ -74,6 +74,9 @@ static char *parse_entry(const loom_llava *a, json_t *obj, entry *e) {
     e->turns[e->n_turns].role = role;
     e->turns[e->n_turns++].text = loom_strdup(json_string_value(value));
   }
+  if (e->n_turns == 0) /* only system turns: nothing of the conversation would remain */
+    return loom_strdup("has only system turns in \"conversations\" (it needs human and gpt "
+                       "turns)");
   return NULL;
 }
 

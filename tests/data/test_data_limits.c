@@ -3,7 +3,8 @@
  * skip_bad_samples skips it), tokenizer ids beyond what the file defines, token ids >= the
  * shard header's vocab_size (uint32 >= 2^31 included), a directory given as a file,
  * malformed PAX records, Energon part offsets outside the shard and NUL bytes in text parts,
- * a NUL byte in LLaVA annotations, a safetensors shape whose partial product overflows. */
+ * a NUL byte or a system-only conversation in LLaVA annotations, a safetensors shape whose
+ * partial product overflows. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -328,6 +329,14 @@ static void llava_nul(void) {
   loom_write_file_atomic(DIR_ "/nul.json", "[{}]\0[]", 7);
   CHECK(loom_llava_open(&a, DIR_ "/nul.json") != 0 && contains(loom_errmsg(), "not valid JSON"),
         "a NUL byte in .json: %s", loom_errmsg());
+  /* found by fuzz_llava: a conversation of system turns only read as a sample of no turns */
+  write_text(DIR_ "/sys.json", "[{\"id\": \"s\", \"conversations\": [{\"from\": \"system\", "
+                               "\"value\": \"be brief\"}]}]");
+  loom_vqa_sample s;
+  CHECK(loom_llava_open(&a, DIR_ "/sys.json") == 0 && loom_llava_get(a, 0, &s) != 0 &&
+            contains(loom_errmsg(), "sys.json entry 0 (id \"s\"): has only system turns"),
+        "system turns only: %s", loom_errmsg());
+  loom_llava_close(a);
 }
 
 static void safetensors_partial_product(void) {
