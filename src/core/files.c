@@ -2,6 +2,8 @@
  * recursive removal, atomic directory replacement, monotonic clock. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -47,30 +49,77 @@ int loom_mkdir_p(const char *path) {
   return rc;
 }
 
+/* Reads the whole of `path` into a NUL-terminated buffer. fstat first: a directory is named
+ * as such (lseek/ftell of a directory on ext4 reports INT64_MAX), a regular file is read by its
+ * stat size (or longer, if it grew), anything else (pipe, character device) in chunks until
+ * EOF, at most 1 GiB. A failed allocation is an error, never an abort. */
+#define READ_STREAM_MAX (1 << 30) /* most bytes read from a pipe or device */
+
 int loom_read_file(const char *path, char **data, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return loom_err("cannot open '%s': %s", path, strerror(errno));
-  if (fseek(f, 0, SEEK_END) != 0) {
-    fclose(f);
-    return loom_err("cannot seek in '%s' (is it a regular file?)", path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return loom_err("cannot open '%s': %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return loom_err("cannot stat '%s': %s", path, strerror(e));
   }
-  long n = ftell(f);
-  if (n < 0) {
-    fclose(f);
-    return loom_err("cannot read '%s' (is it a regular file?)", path);
+  if (S_ISDIR(st.st_mode)) {
+    close(fd);
+    return loom_err("'%s' is a directory, not a file", path);
   }
-  rewind(f);
-  char *buf = malloc((size_t)n + 1);
-  if (!buf) abort();
-  if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    fclose(f);
-    free(buf);
-    return loom_err("short read from '%s'", path);
+  size_t cap = 65536;
+  if (S_ISREG(st.st_mode)) {
+    if (st.st_size < 0 || (unsigned long long)st.st_size >= (unsigned long long)SIZE_MAX) {
+      close(fd);
+      return loom_err("cannot read '%s': its size %lld does not fit in memory", path,
+                      (long long)st.st_size);
+    }
+    cap = (size_t)st.st_size + 1;
   }
-  fclose(f);
+  char *buf = malloc(cap);
+  if (!buf) {
+    close(fd);
+    return loom_err("cannot read '%s': out of memory for %zu bytes", path, cap);
+  }
+  size_t n = 0;
+  for (;;) {
+    char probe[4096]; /* once the buffer is full: is there more (the file grew, or a pipe)? */
+    bool full = n + 1 >= cap;
+    ssize_t r = full ? read(fd, probe, sizeof probe) : read(fd, buf + n, cap - 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      free(buf);
+      close(fd);
+      return loom_err("cannot read '%s': %s", path, strerror(e));
+    }
+    if (r == 0) break;
+    if (full) {
+      if (!S_ISREG(st.st_mode) && n >= READ_STREAM_MAX) { /* e.g. /dev/zero never ends */
+        free(buf);
+        close(fd);
+        return loom_err("'%s' is not a regular file and gave more than %d MiB without ending; "
+                        "pass a regular file", path, READ_STREAM_MAX >> 20);
+      }
+      size_t want = cap > SIZE_MAX / 2 ? 0 : cap * 2;
+      if (want && want < n + (size_t)r + 1) want = n + (size_t)r + 1;
+      char *nb = want ? realloc(buf, want) : NULL;
+      if (!nb) {
+        free(buf);
+        close(fd);
+        return loom_err("cannot read '%s': out of memory after %zu bytes", path, n);
+      }
+      buf = nb;
+      cap = want;
+      memcpy(buf + n, probe, (size_t)r);
+    }
+    n += (size_t)r;
+  }
+  close(fd);
   buf[n] = 0;
   *data = buf;
-  if (len) *len = (size_t)n;
+  if (len) *len = n;
   return 0;
 }
 
