@@ -48,6 +48,7 @@ static const range_rule rules[] = {
     AT_LEAST("training.log_every", 1),
     AT_LEAST("checkpoint.every", 0),
     AT_LEAST("checkpoint.keep_last", 0),
+    AT_LEAST("run.max_restarts", 0),
     AT_LEAST("training.global_batch_size", 0),
     AT_LEAST("parallel.dp", 1),
     AT_LEAST("parallel.tp", 1),
