@@ -75,6 +75,18 @@ static long env_rank(void) {
   return 0;
 }
 
+/* The error line, once; and to the supervisor (LOOM_REPORT_FILE): loom reported it itself,
+ * so the job is not relaunched (a bad config or a full disk fails again). */
+static void report_error(const char *msg) {
+  fprintf(stderr, "loom train: error: %s\n", msg);
+  fflush(stderr);
+  const char *path = getenv("LOOM_REPORT_FILE");
+  FILE *f = path && *path ? fopen(path, "a") : NULL;
+  if (!f) return;
+  fprintf(f, "failed\n");
+  fclose(f);
+}
+
 static bool under_launcher(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ||
          getenv("SLURM_PROCID");
@@ -133,7 +145,7 @@ int loom_cmd_train(int argc, char **argv) {
   }
   if (!rc) rc = load_config(&cfg, config_path, argc, argv);
   if (rc) {
-    if (!quiet_rank) fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
+    if (!quiet_rank) report_error(loom_errmsg());
     free(run_dir), free(ckpt), free(cfg_file);
     return 1;
   }
@@ -163,7 +175,7 @@ int loom_cmd_train(int argc, char **argv) {
       fflush(stderr);
       loom_dist_abort_quiet(1);
     }
-    if (loom_dist_rank() == 0) fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
+    if (loom_dist_rank() == 0) report_error(loom_errmsg());
     loom_dist_finalize();
     return 1;
   }

@@ -6,4 +6,7 @@
  * "marker" (rank 0: COMPLETE written, directory not yet renamed), "prune" (rank 0: an old
  * checkpoint renamed to *.pruned.tmp, not yet deleted); step: the checkpoint's step. */
 void loom_fault_point(const char *where, long step);
+/* LOOM_FAULT_ONCE=FILE: true only for the first caller (creates FILE); true when unset. */
+#include <stdbool.h>
+bool loom_fault_fire_once(void);
 #endif

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -24,6 +25,7 @@
 #include "loom/registry.h"
 #include "loom/train.h"
 #include "train/eval_final.h"
+#include "train/fault.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
 
@@ -457,16 +459,19 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
 }
 
 /* Fault injection for the failure tests: LOOM_FAULT=exit:RANK:STEP makes that rank die (as a
- * crash would) before that step, LOOM_FAULT=hang:RANK:STEP makes it stop answering. */
+ * crash would) before that step, LOOM_FAULT=hang:RANK:STEP makes it stop answering,
+ * LOOM_FAULT=kill:RANK:STEP makes it SIGKILL itself; kill-<point>:RANK:STEP is fault.c's. */
 static void inject_fault(const run_ctx *c) {
   const char *f = getenv("LOOM_FAULT");
   char kind[8];
   int rank;
   long step;
   if (!f || sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3) return;
-  if (rank != c->job.rank || step != c->state.step + 1) return;
+  if (rank != c->job.rank || step != c->state.step + 1 || !loom_fault_fire_once()) return;
   fprintf(stderr, "loom: LOOM_FAULT: rank %d %s before step %ld\n", rank, kind, step);
+  fflush(stderr);
   if (!strcmp(kind, "exit")) _exit(3);
+  if (!strcmp(kind, "kill")) kill(getpid(), SIGKILL);
   if (!strcmp(kind, "hang"))
     for (;;) pause();
 }
