@@ -3,6 +3,9 @@
 # mismatches are reported on rank 0 before any work starts (with the numbers); an invalid
 # schedule file is rejected with the rank, instruction and reason; a rank that dies takes the
 # job down; a rank that stops answering makes the others abort after parallel.timeout_s.
+# One report per failure: a layout error on 4 ranks is one line (under mpirun, next to Open
+# MPI's own notice; under `loom train --nproc`, the only line); a rank killed under --nproc
+# leaves its error in train.log, summary.json (status failed) and the registry (failed).
 . "$(dirname "$0")/common.sh"
 make_data || { echo "could not make test data"; exit 1; }
 RUNS="$WORK/runs"
@@ -32,6 +35,24 @@ expect_fail "bad stage split" "adds up to 3 layers" 2 "${M[@]}" parallel.pp=2 'p
 expect_fail "deadlocking schedule file" "deadlock" 2 "${M[@]}" parallel.pp=2 training.grad_accum=1 \
   parallel.schedule_file="$(cd "$(dirname "$0")/../sched/fixtures" && pwd)/bad_deadlock.txt"
 no_runs "layout errors"
+out=$(timeout 120 "${MPIRUN[@]}" -np 4 "$LOOM" train "${M[@]}" parallel.tp=3 2>&1)
+check "layout error on 4 ranks: one loom line under mpirun" test "$(echo "$out" | grep -c 'loom')" = 1
+check "layout error: not doubled" test "$(echo "$out" | grep -c 'loom: loom')" = 0
+out=$(timeout 120 "$LOOM" train "${M[@]}" parallel.tp=3 --nproc 4 2>&1); rc=$?
+check "layout error on 4 ranks under --nproc: exit 1" test $rc = 1
+check "layout error under --nproc: exactly one line" test "$(echo "$out" | wc -l)" = 1
+echo "  4 ranks, bad layout, --nproc: $out"
+no_runs "layout errors"
+unset LOOM_REGISTRY
+out=$(LOOM_FAULT=kill:1:3 timeout 120 "$LOOM" train "${M[@]}" parallel.dp=2 training.micro_batch_size=1 --nproc 2 2>&1); rc=$?
+run=$(ls -d "$RUNS"/*/ | head -1)
+check "killed rank under --nproc: exit 1" test $rc = 1
+check "killed rank: named on the terminal" grep -q "rank 1 was killed by signal 9" <<<"$out"
+check "killed rank: error in train.log" grep -q "error: the job ended without a report from loom: rank 1 was killed by signal 9" "$run/train.log"
+check "killed rank: summary.json status failed" grep -q '"status": "failed"' "$run/summary.json"
+check "killed rank: registry row failed" test "$("$LOOM" runs --runs-dir "$RUNS" --format csv --show status 2>/dev/null | tail -1)" = failed
+echo "  killed rank under --nproc: $(echo "$out" | grep -v '^loom: LOOM_FAULT' | head -2 | tr '\n' ' ')"
+rm -rf "$RUNS"
 LOOM_FAULT=exit:1:2 expect_fail "a rank dies at step 2" "rank 1 exit before step 2" 2 "${M[@]}" parallel.dp=2 training.micro_batch_size=1
 LOOM_FAULT=hang:1:2 expect_fail "a rank hangs at step 2" "no progress for 3 s" 2 "${M[@]}" parallel.dp=2 training.micro_batch_size=1 parallel.timeout_s=3
 finish
