@@ -52,8 +52,10 @@ static bool valued_option(const char *a) {
          !strcmp(a, "--trace") || !strcmp(a, "--max-restarts");
 }
 
-/* defaults, the config file (if any), then the KEY=VALUE overrides in order, validated */
-static int load_config(loom_config *cfg, const char *path, int argc, char **argv) {
+/* defaults, the config file (if any), then the KEY=VALUE overrides in order; validated
+ * unless only run.output_dir is wanted (to find `--resume latest`) */
+static int load_config(loom_config *cfg, const char *path, int argc, char **argv,
+                       bool validate) {
   loom_config_defaults(cfg);
   int rc = path ? loom_config_load(cfg, path) : 0;
   for (int i = 1; i < argc && !rc; i++) {
@@ -63,7 +65,7 @@ static int load_config(loom_config *cfg, const char *path, int argc, char **argv
     }
     if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(cfg, argv[i]);
   }
-  return rc ? rc : loom_config_validate(cfg);
+  return rc || !validate ? rc : loom_config_validate(cfg);
 }
 
 /* This process's rank under mpirun/srun, before MPI is started (0 without a launcher). */
@@ -137,13 +139,13 @@ int loom_cmd_train(int argc, char **argv) {
   int rc = 0;
   char *run_dir = NULL, *ckpt = NULL, *cfg_file = NULL;
   if (opts.resume) { /* which run and checkpoint; "latest" needs run.output_dir first */
-    rc = load_config(&cfg, config_path, argc, argv);
+    rc = load_config(&cfg, config_path, argc, argv, false);
     if (!rc) rc = loom_run_dir_resolve(opts.resume, cfg.run.output_dir,
                                        getenv("LOOM_RESTART") != NULL, &run_dir, &ckpt);
     if (!rc && !config_path) /* the checkpoint's config (or the run's, before any checkpoint) */
       config_path = cfg_file = loom_sprintf("%s/config.yaml", ckpt ? ckpt : run_dir);
   }
-  if (!rc) rc = load_config(&cfg, config_path, argc, argv);
+  if (!rc) rc = load_config(&cfg, config_path, argc, argv, true);
   if (rc) {
     if (!quiet_rank) report_error(loom_errmsg());
     free(run_dir), free(ckpt), free(cfg_file);

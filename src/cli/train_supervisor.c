@@ -23,6 +23,7 @@ typedef struct {
   char *run_dir;   /* from the report file, NULL when rank 0 never got that far */
   bool reported;   /* loom reported the failure itself (train.log, summary.json, registry) */
   char reason[512];/* what ended the job, when loom did not report it */
+  int exited_rank; /* from Open MPI's "Process name: [[job,1],RANK]" line, -1 if none */
 } attempt_result;
 
 static void log_line(const char *run_dir, const char *text) {
@@ -49,7 +50,14 @@ static bool is_dashes(const char *s) {
 }
 
 static void note_reason(const char *line, attempt_result *res) {
-  int rank, sig;
+  int rank, sig, code;
+  const char *q = strstr(line, "Process name: [[");
+  if (q && (q = strchr(q + 16, ',')) && (q = strchr(q + 1, ',')) && sscanf(q + 1, "%d", &rank) == 1)
+    res->exited_rank = rank;
+  q = strstr(line, "Exit code:");
+  if (q && res->exited_rank >= 0 && !res->reason[0] && sscanf(q, "Exit code: %d", &code) == 1)
+    snprintf(res->reason, sizeof res->reason, "rank %d exited with status %d without loom's "
+             "report", res->exited_rank, code);
   const char *p = strstr(line, "process rank ");
   if (p && sscanf(p, "process rank %d", &rank) == 1) {
     const char *s = strstr(line, "on signal ");
@@ -113,6 +121,14 @@ static void read_report(const char *path, attempt_result *res) {
   fclose(f);
 }
 
+/* SIGINT/SIGTERM/SIGHUP to the launcher go on to the job (mpirun passes them to the ranks). */
+static volatile pid_t running_child = 0;
+static volatile sig_atomic_t stop_signal = 0; /* a stop was asked for: no restart */
+static void forward_signal(int sig) {
+  stop_signal = sig;
+  if (running_child > 0) kill(running_child, sig);
+}
+
 /* One launch; returns the exit status (128 + signal when killed). */
 static int launch(char **args, const char *report, bool restart, attempt_result *res) {
   int pipefd[2];
@@ -140,13 +156,36 @@ static int launch(char **args, const char *report, bool restart, attempt_result 
     _exit(127);
   }
   close(pipefd[1]);
+  running_child = pid;
   forward_output(pipefd[0], res);
   int status;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  running_child = 0;
   read_report(report, res);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WEXITSTATUS(status);
+}
+
+/* The registry: the run failed (status, reason), or a restart count as custom metric. */
+static void registry_update(const char *output_dir, const char *run_dir, const char *reason,
+                            long restarts) {
+  const char *env = getenv("LOOM_REGISTRY");
+  if (env && !strcmp(env, "off")) return;
+  char *db = loom_registry_path(output_dir);
+  loom_registry *reg = NULL;
+  if (loom_registry_open(&reg, db) == 0) {
+    const char *slash = strrchr(run_dir, '/');
+    const char *id = slash ? slash + 1 : run_dir;
+    char count[32];
+    snprintf(count, sizeof count, "%ld", restarts);
+    int rc = reason ? loom_registry_finish(reg, id, "failed", NULL, reason)
+                    : loom_registry_set_metric(reg, id, "restarts", count);
+    if (rc) fprintf(stderr, "loom train: warning: run registry: %s\n", loom_errmsg());
+    loom_registry_close(reg);
+  }
+  free(db);
+  loom_err_clear();
 }
 
 /* The job ended without loom's report: train.log, summary.json and the registry say so. */
@@ -164,18 +203,7 @@ static void record_unreported(const char *output_dir, const char *run_dir, const
   free(body);
   free(path);
   free(text);
-  const char *env = getenv("LOOM_REGISTRY");
-  if (env && !strcmp(env, "off")) return;
-  char *db = loom_registry_path(output_dir);
-  loom_registry *reg = NULL;
-  if (loom_registry_open(&reg, db) == 0) {
-    const char *slash = strrchr(run_dir, '/');
-    if (loom_registry_finish(reg, slash ? slash + 1 : run_dir, "failed", NULL, reason))
-      fprintf(stderr, "loom train: warning: run registry: %s\n", loom_errmsg());
-    loom_registry_close(reg);
-  }
-  free(db);
-  loom_err_clear();
+  registry_update(output_dir, run_dir, reason, 0);
 }
 
 int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_restarts,
@@ -192,6 +220,13 @@ int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
   signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = forward_signal;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
   char **args = calloc((size_t)argc + 12, sizeof(char *));
   char report[] = "/tmp/loom-report.XXXXXX";
   int rc = 1;
@@ -230,7 +265,7 @@ int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_
       break;
     }
     close(fd);
-    attempt_result res = {0};
+    attempt_result res = {.exited_rank = -1};
     int status = launch(args, report, attempt > 0 && run_dir, &res);
     unlink(report);
     strcpy(report, "/tmp/loom-report.XXXXXX");
@@ -248,6 +283,11 @@ int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_
                status == 1 ? " (a rank aborted: see its message above)" : "");
     fprintf(stderr, "loom train: the job failed: %s\n", res.reason);
     if (run_dir) record_unreported(output_dir, run_dir, res.reason);
+    if (stop_signal) {
+      fprintf(stderr, "loom train: stopped by signal %d (%s); not restarting\n", (int)stop_signal,
+              strsignal(stop_signal));
+      break;
+    }
     if (attempt >= max_restarts) {
       if (max_restarts > 0)
         fprintf(stderr, "loom train: giving up after %ld restart%s\n", max_restarts,
@@ -263,6 +303,7 @@ int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_
                                                     : "the run directory was not created yet");
     fprintf(stderr, "loom train: %s\n", line);
     if (run_dir) log_line(run_dir, line);
+    if (run_dir) registry_update(output_dir, run_dir, NULL, attempt + 1);
     free(line);
     free(ckpt);
   }

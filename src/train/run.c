@@ -49,6 +49,7 @@ typedef struct {
   bool agreed;         /* the failure is known to every rank (fail holds it) */
   loom_failure fail;
   char *deferred;      /* lead: an error of a write after the step's agreement (pruning) */
+  char *cleaned;       /* lead: what the resume removed from the run directory, for the log */
   int32_t *tokens, *targets; /* (A, B, T) */
 } run_ctx;
 
@@ -135,7 +136,7 @@ static int open_run_dir_lead(run_ctx *c, const loom_train_opts *o) {
   char *line = loom_sprintf("run %s", c->run_dir);
   report_to_supervisor(line);
   free(line);
-  if (removed && *removed) c->deferred = loom_sprintf("removed what an interrupted job left: %s", removed);
+  if (removed && *removed) c->cleaned = loom_sprintf("removed what an interrupted job left: %s", removed);
   free(removed);
   return rc;
 }
@@ -408,11 +409,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   c->progress.peak_flops = c->lead ? loom_progress_measure_peak() : 0;
   if (o->command_line) loom_progress_note(&c->progress, "command: %s", o->command_line);
   loom_progress_note(&c->progress, "run directory: %s", c->run_dir);
-  if (c->deferred) {
-    loom_progress_note(&c->progress, "%s", c->deferred);
-    free(c->deferred);
-    c->deferred = NULL;
-  }
+  if (c->cleaned) loom_progress_note(&c->progress, "%s", c->cleaned);
   loom_progress_note(&c->progress,
                      "model: %s, %zu parameters (%zu with vocab padding), vocab %d padded to "
                      "%d; %s%s; B=%ld T=%ld grad_accum=%ld",
@@ -546,16 +543,14 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
     loom_progress_step(&c->progress, c->state.step, &r, dt, c->state.elapsed,
                        avg * (double)(t->steps - c->state.step));
     if (!wrc && c->deferred) wrc = loom_err("%s", c->deferred); /* the last pruning failed */
+    if (!wrc && r.loss != r.loss)
+      wrc = loom_err("loss became NaN at step %ld; lower training.lr or enable "
+                     "training.grad_clip", c->state.step);
     /* a failed write (full disk) stops every rank here, before the next checkpoint could
      * be attempted: the newest complete checkpoint stays as it is */
     if (agree(c, wrc)) {
       loom_progress_finish(&c->progress);
       return LOOM_ERR;
-    }
-    if (r.loss != r.loss) { /* the same loss on every rank */
-      loom_progress_finish(&c->progress);
-      return loom_err("loss became NaN at step %ld; lower training.lr or enable "
-                      "training.grad_clip", c->state.step);
     }
     bool stop = o->stop_after > 0 && c->state.step >= o->stop_after;
     if (cfg->checkpoint.every > 0 && c->state.step % cfg->checkpoint.every == 0 &&
@@ -684,5 +679,6 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   free(c.run_dir);
   free(c.metrics_path);
   free(c.deferred);
+  free(c.cleaned);
   return rc;
 }

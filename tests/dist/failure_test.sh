@@ -53,6 +53,23 @@ check "killed rank: summary.json status failed" grep -q '"status": "failed"' "$r
 check "killed rank: registry row failed" test "$("$LOOM" runs --runs-dir "$RUNS" --format csv --show status 2>/dev/null | tail -1)" = failed
 echo "  killed rank under --nproc: $(echo "$out" | grep -v '^loom: LOOM_FAULT' | head -2 | tr '\n' ' ')"
 rm -rf "$RUNS"
+# --max-restarts: a collective timeout (a hung rank) is restarted; a rank dying every time
+# is restarted exactly K times, then the launcher gives up
+out=$(LOOM_FAULT_ONCE="$WORK/once" LOOM_FAULT=hang:1:2 timeout 120 "$LOOM" train "${M[@]}" parallel.dp=2 \
+  training.micro_batch_size=1 parallel.timeout_s=3 --nproc 2 --max-restarts 1 2>&1); rc=$?
+run=$(ls -d "$RUNS"/*/ | head -1)
+check "hung rank, --max-restarts 1: completes" test $rc = 0
+check "hung rank: the restart is in train.log" grep -q "restart 1 of 1 after: " "$run/train.log"
+check "hung rank: completed summary" grep -q '"status": "completed"' "$run/summary.json"
+rm -rf "$RUNS"
+out=$(LOOM_FAULT=exit:0:3 timeout 120 "$LOOM" train "${M[@]}" parallel.dp=2 training.micro_batch_size=1 \
+  --nproc 2 --max-restarts 2 2>&1); rc=$?
+run=$(ls -d "$RUNS"/*/ | head -1)
+check "always dying, --max-restarts 2: exit 1" test $rc = 1
+check "always dying: exactly 2 restarts logged" test "$(grep -c "restart [0-9] of 2 after" "$run/train.log")" = 2
+check "always dying: the launcher gives up" grep -q "giving up after 2 restarts" <<<"$out"
+check "always dying: registry counts the restarts" test "$("$LOOM" runs --runs-dir "$RUNS" --format csv --show restarts 2>/dev/null | tail -1)" = 2
+rm -rf "$RUNS"
 LOOM_FAULT=exit:1:2 expect_fail "a rank dies at step 2" "rank 1 exit before step 2" 2 "${M[@]}" parallel.dp=2 training.micro_batch_size=1
 LOOM_FAULT=hang:1:2 expect_fail "a rank hangs at step 2" "no progress for 3 s" 2 "${M[@]}" parallel.dp=2 training.micro_batch_size=1 parallel.timeout_s=3
 finish
