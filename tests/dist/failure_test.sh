@@ -53,6 +53,19 @@ check "killed rank: summary.json status failed" grep -q '"status": "failed"' "$r
 check "killed rank: registry row failed" test "$("$LOOM" runs --runs-dir "$RUNS" --format csv --show status 2>/dev/null | tail -1)" = failed
 echo "  killed rank under --nproc: $(echo "$out" | grep -v '^loom: LOOM_FAULT' | head -2 | tr '\n' ' ')"
 rm -rf "$RUNS"
+# an error every rank meets after the run started (NaN loss): one line, in train.log once,
+# summary.json and the registry as failed with the error; loom reported it: no restart
+out=$(timeout 120 "$LOOM" train "${M[@]}" parallel.dp=2 training.micro_batch_size=1 training.lr=1e30 \
+  training.grad_clip=0 --nproc 2 --max-restarts 2 2>&1); rc=$?
+run=$(ls -d "$RUNS"/*/ | head -1)
+check "NaN on 2 ranks: exit 1" test $rc = 1
+check "NaN: exactly one line on the terminal" test "$(echo "$out" | wc -l)" = 1
+check "NaN: one error line in train.log" test "$(grep -c 'error: loss became NaN at step' "$run/train.log")" = 1
+check "NaN: summary.json failed with the error" grep -q '"error": "loss became NaN at step' "$run/summary.json"
+check "NaN: registry row failed" test "$("$LOOM" runs --runs-dir "$RUNS" --format csv --show status 2>/dev/null | tail -1)" = failed
+check "NaN: not restarted" test "$(grep -c 'restart' "$run/train.log")" = 0
+echo "  NaN on 2 ranks under --nproc: $out"
+rm -rf "$RUNS"
 # --max-restarts: a collective timeout (a hung rank) is restarted; a rank dying every time
 # is restarted exactly K times, then the launcher gives up
 out=$(LOOM_FAULT_ONCE="$WORK/once" LOOM_FAULT=hang:1:2 timeout 120 "$LOOM" train "${M[@]}" parallel.dp=2 \

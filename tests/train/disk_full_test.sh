@@ -4,7 +4,7 @@
 # checkpoint save. Each time the run must stop with an error naming the file and the cause,
 # leave metrics.jsonl ending in a whole line, keep the newest complete checkpoint loadable and
 # publish no partial one; after space is freed, `--resume latest` must finish with losses
-# bitwise equal to an uninterrupted run. Needs root (mount); exits 77 (ctest: skipped) when
+# bitwise equal to an uninterrupted run; (3) as (1) on two ranks. Needs root (mount); exits 77 (ctest: skipped) when
 # the mount is refused.
 . "$(dirname "$0")/common.sh"
 make_data || { echo "could not make test data"; exit 1; }
@@ -20,7 +20,10 @@ M=(model.preset=tiny-gpt2 model.vocab_size=300 model.layers=2 model.hidden=64
   training.seq_len=32 training.micro_batch_size=2 training.steps=60 training.log_every=1
   data.train_shards="$WORK/train.bin" --quiet)
 
-"$LOOM" train "${M[@]}" run.output_dir="$WORK/ref" >/dev/null || { echo "reference run failed"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+RUN=("$LOOM") # the job: one process, or (case 3) two ranks under mpirun
+train() { "${RUN[@]}" train "${M[@]}" "$@"; }
+train run.output_dir="$WORK/ref" >/dev/null || { echo "reference run failed"; exit 1; }
 REF=$(ls -d "$WORK"/ref/*/)
 
 fill() { # leave about $1 KiB free on the tmpfs
@@ -44,20 +47,21 @@ whole_lines() { # every line of the file is a JSON object ending in a newline
 case_run() { # name, KiB left free, checkpoint.every for the resumed part, expected file
   local name=$1 free=$2 every=$3 want=$4 out="$DISK/$1"
   rm -rf "${DISK:?}"/*
-  "$LOOM" train "${M[@]}" run.output_dir="$out" checkpoint.every=4 --stop-after 4 >/dev/null ||
+  train run.output_dir="$out" checkpoint.every=4 --stop-after 4 >/dev/null ||
     { fail "$name: first part failed"; return; }
   local run
   run=$(ls -d "$out"/*/)
   run=${run%/}
   fill "$free"
   local err rc
-  err=$("$LOOM" train "${M[@]}" run.output_dir="$out" checkpoint.every="$every" checkpoint.keep_last=1 --resume latest 2>&1 >/dev/null)
+  err=$(train run.output_dir="$out" checkpoint.every="$every" checkpoint.keep_last=1 --resume latest 2>&1 >/dev/null)
   rc=$?
   echo "  $name: exit $rc: $(echo "$err" | grep -m1 error | cut -c1-220)"
   check "$name: the run fails" test $rc != 0
   if [[ "$err" == *"cannot write '$run/"*"$want"*"No space left on device"* ]]; then pass; else
     fail "$name: the error does not name $want and the full disk: $err"; fi
-  check "$name: exactly one error line" test "$(echo "$err" | grep -c 'error')" = 1
+  check "$name: exactly one error line" test "$(echo "$err" | grep -c 'loom train: error')" = 1
+  check "$name: no abort" test "$(echo "$err" | grep -c 'MPI_ABORT')" = 0
   check "$name: metrics.jsonl ends in a whole line" whole_lines "$run/metrics.jsonl"
   check "$name: checkpoint_4 still loadable" loadable "$run/checkpoint_4"
   check "$name: no partial checkpoint published" test -z "$(ls -d "$run"/checkpoint_* | grep -v '/checkpoint_4$')"
@@ -65,11 +69,13 @@ case_run() { # name, KiB left free, checkpoint.every for the resumed part, expec
   reached=$(losses "$run" | wc -l)
   echo "  $name: stopped with $reached metrics lines"
   rm -f "$DISK/fill"
-  "$LOOM" train "${M[@]}" run.output_dir="$out" checkpoint.every="$every" checkpoint.keep_last=1 --resume latest >/dev/null 2>"$WORK/$name.err" ||
+  train run.output_dir="$out" checkpoint.every="$every" checkpoint.keep_last=1 --resume latest >/dev/null 2>"$WORK/$name.err" ||
     { fail "$name: resume after freeing space failed: $(tail -2 "$WORK/$name.err")"; return; }
   if [ "$(losses "$REF")" = "$(losses "$run")" ]; then pass; else
     fail "$name: losses after the resume differ from the uninterrupted run"; fi
-  check "$name: final weights identical" cmp -s "$REF/final_checkpoint/model.safetensors" "$run/final_checkpoint/model.safetensors"
+  local f same=1
+  for f in "$REF"/final_checkpoint/*.safetensors; do cmp -s "$f" "$run/final_checkpoint/${f##*/}" || same=0; done
+  check "$name: final weights identical" test $same = 1
   check "$name: no temporary entries left" test -z "$(find "$run" -name '*.tmp' -o -name '*.tmp.*')"
 }
 
@@ -78,4 +84,12 @@ case_run() { # name, KiB left free, checkpoint.every for the resumed part, expec
 case_run between 4 50 ""
 # (2) 1 MiB left: the logs fit, the checkpoint at step 8 (~2.4 MB) does not
 case_run during 1024 8 "checkpoint_8.tmp/"
+# (3) two ranks (dp=2): the failed append on rank 0 stops both ranks at the same step, with
+# one error line and a clean exit (no MPI_Abort)
+RUN=(mpirun --oversubscribe --bind-to none -np 2 "$LOOM")
+M+=(parallel.dp=2 training.micro_batch_size=1)
+rm -rf "$WORK/ref"
+train run.output_dir="$WORK/ref" >/dev/null || { echo "2-rank reference run failed"; exit 1; }
+REF=$(ls -d "$WORK"/ref/*/)
+case_run two-ranks 4 50 ""
 finish
