@@ -54,6 +54,10 @@ static void note_reason(const char *line, attempt_result *res) {
   const char *q = strstr(line, "Process name: [[");
   if (q && (q = strchr(q + 16, ',')) && (q = strchr(q + 1, ',')) && sscanf(q + 1, "%d", &rank) == 1)
     res->exited_rank = rank;
+  q = strstr(line, "MPI_ABORT was invoked on rank ");
+  if (q && !res->reason[0] && sscanf(q, "MPI_ABORT was invoked on rank %d", &rank) == 1)
+    snprintf(res->reason, sizeof res->reason, "rank %d aborted the job (its message is above)",
+             rank);
   q = strstr(line, "Exit code:");
   if (q && res->exited_rank >= 0 && !res->reason[0] && sscanf(q, "Exit code: %d", &code) == 1)
     snprintf(res->reason, sizeof res->reason, "rank %d exited with status %d without loom's "

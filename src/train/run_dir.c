@@ -128,7 +128,9 @@ int loom_run_dir_resolve(const char *arg, const char *output_dir, bool allow_non
     dir = strip_slashes(arg);
     char *state = loom_sprintf("%s/trainer_state.json", dir);
     char *marker = loom_sprintf("%s/" LOOM_CKPT_MARKER, dir);
-    bool is_ckpt = loom_path_exists(state) || loom_path_exists(marker);
+    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    bool is_ckpt = loom_path_exists(state) || loom_path_exists(marker) ||
+                   checkpoint_number(base) >= 0 || !strcmp(base, "final_checkpoint");
     free(state);
     free(marker);
     if (is_ckpt) { /* a checkpoint: it must be complete; its run is the parent */
