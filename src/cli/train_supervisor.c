@@ -73,40 +73,81 @@ static void note_reason(const char *line, attempt_result *res) {
   }
 }
 
+typedef struct {
+  char *block;      /* a dashes-delimited block being collected */
+  size_t blen;
+  bool in_block;
+} filter_state;
+
+static void handle_line(const char *line, filter_state *st, attempt_result *res) {
+  if (!st->in_block && is_dashes(line)) {
+    st->in_block = true;
+    st->blen = 0;
+  }
+  note_reason(line, res);
+  if (st->in_block) {
+    size_t n = strlen(line);
+    st->block = realloc(st->block, st->blen + n + 1);
+    memcpy(st->block + st->blen, line, n + 1);
+    st->blen += n;
+    if (is_dashes(line) && st->blen > n) { /* the closing line */
+      st->in_block = false;
+      bool mpi = strstr(st->block, "mpirun") || strstr(st->block, "prterun") ||
+                 strstr(st->block, "MPI_ABORT") || strstr(st->block, "MPI_COMM_WORLD") ||
+                 strstr(st->block, "Primary job");
+      if (!mpi) fputs(st->block, stderr);
+    }
+    return;
+  }
+  if (strstr(line, "mpirun noticed") || strstr(line, "prterun noticed")) return;
+  fputs(line, stderr);
+}
+
+/* Forward the job's stderr line by line through the filter; a live progress line (redrawn
+ * with "\r", no newline) goes through at once. */
 static void forward_output(int fd, attempt_result *res) {
-  FILE *in = fdopen(fd, "r");
-  char *line = NULL, *block = NULL;
-  size_t cap = 0, blen = 0;
-  bool in_block = false;
-  while (getline(&line, &cap, in) > 0) {
-    if (!in_block && is_dashes(line)) {
-      in_block = true;
-      blen = 0;
-    }
-    if (in_block) {
-      size_t n = strlen(line);
-      block = realloc(block, blen + n + 1);
-      memcpy(block + blen, line, n + 1);
-      blen += n;
-      note_reason(line, res);
-      if (is_dashes(line) && blen > n) { /* the closing line */
-        in_block = false;
-        bool mpi = strstr(block, "mpirun") || strstr(block, "prterun") ||
-                   strstr(block, "MPI_ABORT") || strstr(block, "MPI_COMM_WORLD") ||
-                   strstr(block, "Primary job");
-        if (!mpi) fputs(block, stderr);
+  filter_state st = {0};
+  char buf[4096], *line = NULL;
+  size_t len = 0, cap = 0;
+  bool live = false; /* the current line is a live progress line: passed straight through */
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; i++) {
+      char ch = buf[i];
+      if (live) {
+        fputc(ch, stderr);
+        if (ch == '\n') live = false;
+        continue;
       }
-      continue;
+      if (len + 2 > cap) {
+        cap = 2 * cap + 256;
+        line = realloc(line, cap);
+      }
+      line[len++] = ch;
+      line[len] = 0;
+      if (ch == '\n') {
+        handle_line(line, &st, res);
+        len = 0;
+      }
     }
-    note_reason(line, res);
-    if (strstr(line, "mpirun noticed") || strstr(line, "prterun noticed")) continue;
-    fputs(line, stderr);
+    if (len && !st.in_block && line[0] == '\r') { /* the progress line being redrawn */
+      fputs(line, stderr);
+      live = true;
+      len = 0;
+    }
     fflush(stderr);
   }
-  if (in_block && blen) fputs(block, stderr);
+  if (len) {
+    line[len] = 0;
+    handle_line(line, &st, res);
+  }
+  if (st.in_block && st.blen) fputs(st.block, stderr);
+  fflush(stderr);
   free(line);
-  free(block);
-  fclose(in);
+  free(st.block);
+  close(fd);
 }
 
 static void read_report(const char *path, attempt_result *res) {
@@ -149,10 +190,12 @@ static int launch(char **args, const char *report, bool restart, attempt_result 
   }
   if (pid == 0) {
     close(pipefd[0]);
+    bool tty = isatty(STDERR_FILENO);
     dup2(pipefd[1], STDERR_FILENO);
     close(pipefd[1]);
     setenv("LOOM_SUPERVISED", "1", 1);
     setenv("LOOM_REPORT_FILE", report, 1);
+    setenv("LOOM_SUPERVISOR_TTY", tty ? "1" : "0", 1);
     if (restart) setenv("LOOM_RESTART", "1", 1);
     execvp(args[0], args);
     fprintf(stderr, "loom train: cannot run %s (%s)%s\n", args[0], strerror(errno),

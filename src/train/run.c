@@ -400,7 +400,9 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
     if (!rc && !c->metrics) rc = loom_err("cannot open '%s': %s", mpath, strerror(errno));
   }
   if (agree(c, rc)) return LOOM_ERR;
-  c->progress.tty = isatty(STDERR_FILENO);
+  /* under the supervisor stderr is a pipe to it; it says whether its own is a terminal */
+  const char *sup_tty = getenv("LOOM_SUPERVISOR_TTY");
+  c->progress.tty = sup_tty ? !strcmp(sup_tty, "1") : isatty(STDERR_FILENO);
   c->progress.quiet = o->quiet || !c->lead;
   c->progress.total_steps = t->steps;
   c->progress.log_every = t->log_every;
