@@ -359,6 +359,13 @@ static int load_resume(run_ctx *c, const loom_train_opts *o) {
   if (agree(c, rc)) return loom_err_prefix("--resume: ");
   rc = loom_ckpt_load(o->resume, c->exec, &c->mesh, &c->state);
   if (agree(c, rc)) return loom_err_prefix("--resume: ");
+  if (c->state.step >= t->steps) { /* the same on every rank */
+    c->agreed = true;
+    c->fail.rank = -1;
+    return loom_err("--resume: '%s' is at step %ld and training.steps is %ld: nothing left to "
+                    "train (raise training.steps to continue the run)", o->resume,
+                    c->state.step, t->steps);
+  }
   long now = t->micro_batch_size * c->mesh.dp, then = c->state.loader_batch_windows;
   if (then > 0 && then != now) { /* another data-parallel layout: same position in windows */
     uint64_t windows = c->state.loader.index * (uint64_t)then;

@@ -7,10 +7,10 @@
 # at the end every trial's losses equal the uninterrupted run's bitwise (exact decimal text),
 # its final weights and surviving checkpoints are byte-identical to the uninterrupted run's,
 # no temporary entries are left and keep_last holds.
-#   LOOM_CRASH_TRIALS (default 16; bench/crash_campaign.sh runs more), LOOM_CRASH_SEED (default 12)
+#   LOOM_CRASH_TRIALS (default 24; bench/crash_campaign.sh runs more), LOOM_CRASH_SEED (default 12)
 . "$(dirname "$0")/common.sh"
 make_data || { echo "could not make test data"; exit 1; }
-TRIALS=${LOOM_CRASH_TRIALS:-16}
+TRIALS=${LOOM_CRASH_TRIALS:-24}
 RANDOM=${LOOM_CRASH_SEED:-12}
 export LOOM_REGISTRY=off
 STEPS=12 EVERY=2 KEEP=2

@@ -77,4 +77,7 @@ if [ "$(losses "$REF")" = "$(losses "$RUN")" ]; then pass; else
   fail "losses after the resumes differ from the uninterrupted run"; diff <(losses "$REF") <(losses "$RUN") >&2; fi
 check "final weights identical" cmp -s "$REF/final_checkpoint/model.safetensors" "$RUN/final_checkpoint/model.safetensors"
 check "summary.json says completed" grep -q '"status": "completed"' "$RUN/summary.json"
+# a finished run: --resume latest has nothing to do and changes nothing
+BEFORE=$(state)
+untouched "finished run" "nothing left to train (raise training.steps" --resume latest run.output_dir="$RUNS" --quiet
 finish
