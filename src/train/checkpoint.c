@@ -631,7 +631,8 @@ static int load_module(const char *dir, const module *mo) {
 int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_train_state *ts) {
   module mods[2];
   int nmod = modules_of(ex, m, mods);
-  int rc = 0;
+  long marked;
+  int rc = loom_ckpt_check_complete(dir, &marked); /* never a partly written checkpoint */
   for (int i = 0; i < nmod && !rc; i++) rc = load_module(dir, &mods[i]);
   if (!rc) {
     char *p = loom_sprintf("%s/trainer_state.json", dir);
