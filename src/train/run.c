@@ -50,6 +50,7 @@ typedef struct {
   loom_failure fail;
   char *deferred;      /* lead: an error of a write after the step's agreement (pruning) */
   char *cleaned;       /* lead: what the resume removed from the run directory, for the log */
+  char *resumed_from;  /* the checkpoint loaded (--resume's, or an earlier one: resume_from) */
   int32_t *tokens, *targets; /* (A, B, T) */
 } run_ctx;
 
@@ -123,6 +124,11 @@ static int open_run_dir_lead(run_ctx *c, const loom_train_opts *o) {
   if (o->resume_run) { /* the checkpoint is validated and loaded: now the run may change */
     c->run_dir = loom_strdup(o->resume_run);
     if (loom_run_dir_clean(c->run_dir, &removed)) return LOOM_ERR;
+    /* a prune interrupted after the last save: keep_last holds from the start */
+    if (loom_run_dir_prune(c->run_dir, c->cfg->checkpoint.keep_last)) {
+      free(removed);
+      return LOOM_ERR;
+    }
   } else {
     c->run_dir = new_run_dir(c->cfg);
   }
@@ -353,19 +359,12 @@ static int setup_local(run_ctx *c) {
 
 /* Resume: validate the checkpoint (marker, trainer state, tensor shapes) on the lead, then
  * load it everywhere and position the data. Nothing of the run is written here. */
-static int load_resume(run_ctx *c, const loom_train_opts *o) {
+static int load_resume(run_ctx *c, const char *ckpt) {
   const loom_config_training *t = &c->cfg->training;
-  int rc = c->lead ? loom_ckpt_validate(o->resume, &c->spec) : 0;
+  int rc = c->lead ? loom_ckpt_validate(ckpt, &c->spec) : 0;
   if (agree(c, rc)) return loom_err_prefix("--resume: ");
-  rc = loom_ckpt_load(o->resume, c->exec, &c->mesh, &c->state);
+  rc = loom_ckpt_load(ckpt, c->exec, &c->mesh, &c->state);
   if (agree(c, rc)) return loom_err_prefix("--resume: ");
-  if (c->state.step >= t->steps) { /* the same on every rank */
-    c->agreed = true;
-    c->fail.rank = -1;
-    return loom_err("--resume: '%s' is at step %ld and training.steps is %ld: nothing left to "
-                    "train (raise training.steps to continue the run)", o->resume,
-                    c->state.step, t->steps);
-  }
   long now = t->micro_batch_size * c->mesh.dp, then = c->state.loader_batch_windows;
   if (then > 0 && then != now) { /* another data-parallel layout: same position in windows */
     uint64_t windows = c->state.loader.index * (uint64_t)then;
@@ -377,10 +376,46 @@ static int load_resume(run_ctx *c, const loom_train_opts *o) {
       c->state.loader.index = windows / (uint64_t)now;
   }
   if (!rc) rc = loom_data_set_state(c->data, &c->state.loader);
-  if (agree(c, rc)) return LOOM_ERR;
-  if (c->mesh.member && c->mesh.rank == 0) /* counted once in the sum over dp */
-    loom_data_add_skipped(c->data, (uint64_t)c->state.skipped_bad);
-  return 0;
+  return agree(c, rc);
+}
+
+/* The run's summary.json says it completed. */
+static bool run_completed(const char *run_dir) {
+  char *path = loom_sprintf("%s/summary.json", run_dir);
+  json_t *o = json_load_file(path, 0, NULL);
+  free(path);
+  bool done = o && json_is_string(json_object_get(o, "status")) &&
+              !strcmp(json_string_value(json_object_get(o, "status")), "completed");
+  json_decref(o);
+  return done;
+}
+
+/* Load the checkpoint to resume from. A final_checkpoint of a run that did not complete (the
+ * job was killed after saving it, before summary.json): nothing is left to train from it,
+ * so the last steps are redone from the newest periodic checkpoint (same results). Every
+ * rank decides alike from the same files. */
+static int resume_from(run_ctx *c, const loom_train_opts *o) {
+  const loom_config_training *t = &c->cfg->training;
+  if (load_resume(c, o->resume)) return LOOM_ERR;
+  c->resumed_from = loom_strdup(o->resume);
+  char *redo = NULL;
+  long step = -1;
+  if (c->state.step >= t->steps && o->resume_run && !run_completed(o->resume_run) &&
+      loom_run_dir_newest_periodic(o->resume_run, t->steps, &redo, &step) == 0 && redo) {
+    free(c->resumed_from);
+    c->resumed_from = redo;
+    if (load_resume(c, redo)) return LOOM_ERR;
+  }
+  if (c->state.step < t->steps) {
+    if (c->mesh.member && c->mesh.rank == 0) /* counted once in the sum over dp */
+      loom_data_add_skipped(c->data, (uint64_t)c->state.skipped_bad);
+    return 0;
+  }
+  c->agreed = true; /* the same on every rank */
+  c->fail.rank = -1;
+  return loom_err("--resume: '%s' is at step %ld and training.steps is %ld: nothing left to "
+                  "train (raise training.steps to continue the run)", o->resume,
+                  c->state.step, t->steps);
 }
 
 static int setup(run_ctx *c, const loom_train_opts *o) {
@@ -390,7 +425,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   memset(&c->state, 0, sizeof c->state);
   c->state.config_hash = loom_config_hash(cfg);
   loom_rng_seed(&c->state.rng, (uint64_t)cfg->run.seed);
-  if (o->resume && load_resume(c, o)) return LOOM_ERR;
+  if (o->resume && resume_from(c, o)) return LOOM_ERR;
   /* every check that can fail on bad input is done: only now create (or change) the run */
   int rc = open_run_dir(c, o);
   if (agree(c, rc)) return LOOM_ERR;
@@ -452,7 +487,10 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
       loom_progress_note(&c->progress, "note: the config differs from the one the checkpoint "
                                        "was written with");
     c->state.config_hash = loom_config_hash(cfg);
-    loom_progress_note(&c->progress, "resumed from %s at step %ld", o->resume, c->state.step);
+    if (strcmp(c->resumed_from, o->resume))
+      loom_progress_note(&c->progress, "%s is complete but the run did not finish (no "
+                         "summary.json): redoing the last steps", o->resume);
+    loom_progress_note(&c->progress, "resumed from %s at step %ld", c->resumed_from, c->state.step);
   } else {
     if (o->resume_run)
       loom_progress_note(&c->progress, "no complete checkpoint yet: starting again from step 0");
@@ -689,5 +727,6 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   free(c.metrics_path);
   free(c.deferred);
   free(c.cleaned);
+  free(c.resumed_from);
   return rc;
 }

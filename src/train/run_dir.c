@@ -108,6 +108,29 @@ int loom_run_dir_newest_checkpoint(const char *run_dir, char **ckpt, long *step)
   return 0;
 }
 
+int loom_run_dir_newest_periodic(const char *run_dir, long below, char **ckpt, long *step) {
+  *ckpt = NULL;
+  *step = -1;
+  DIR *d = opendir(run_dir);
+  if (!d) return loom_err("cannot read the run directory '%s': %s", run_dir, strerror(errno));
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long n = checkpoint_number(e->d_name), s;
+    if (n < 0 || n >= below || n <= *step) continue;
+    char *dir = loom_sprintf("%s/%s", run_dir, e->d_name);
+    if (loom_ckpt_check_complete(dir, &s) == 0) {
+      free(*ckpt);
+      *ckpt = dir;
+      *step = n;
+    } else {
+      free(dir);
+    }
+  }
+  closedir(d);
+  loom_err_clear();
+  return 0;
+}
+
 static char *strip_slashes(const char *path) {
   char *p = loom_strdup(path);
   size_t n = strlen(p);

@@ -14,6 +14,9 @@ int loom_run_dir_latest(const char *output_dir, char **run_dir);
  * has none. */
 int loom_run_dir_newest_checkpoint(const char *run_dir, char **ckpt, long *step);
 
+/* The complete checkpoint_<N> of run_dir with the highest N < below (*ckpt NULL if none). */
+int loom_run_dir_newest_periodic(const char *run_dir, long below, char **ckpt, long *step);
+
 /* What `--resume ARG` names: "latest" (the newest run under output_dir), a run directory, or
  * a checkpoint directory. Sets *run_dir and *ckpt (malloc'd); *ckpt is the newest complete
  * checkpoint of a run directory, NULL when it has none and allow_none is set (a restart

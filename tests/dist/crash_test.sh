@@ -5,7 +5,8 @@
 # `--max-restarts`. After every kill no directory named checkpoint_<N> may be unloadable
 # (COMPLETE marker present, every listed file at its listed size, every tensor file valid);
 # at the end every trial's losses equal the uninterrupted run's bitwise (exact decimal text),
-# its final weights and surviving checkpoints are byte-identical to the uninterrupted run's,
+# its final weights and surviving checkpoints are byte-identical to the uninterrupted run's
+# (in the same layout: dp+ZeRO-1, tp, pp or ZeRO-3, one picked per trial),
 # no temporary entries are left and keep_last holds.
 #   LOOM_CRASH_TRIALS (default 24; bench/crash_campaign.sh runs more), LOOM_CRASH_SEED (default 12)
 . "$(dirname "$0")/common.sh"
@@ -15,16 +16,30 @@ RANDOM=${LOOM_CRASH_SEED:-12}
 export LOOM_REGISTRY=off
 STEPS=12 EVERY=2 KEEP=2
 M=(model.preset=tiny-gpt2 model.vocab_size=300 model.layers=2 model.hidden=64
-  training.seq_len=32 training.micro_batch_size=1 training.steps=$STEPS training.log_every=1
-  checkpoint.every=$EVERY checkpoint.keep_last=$KEEP parallel.dp=2 parallel.zero=1
-  data.train_shards="$WORK/train.bin" --quiet)
+  training.seq_len=32 training.steps=$STEPS training.log_every=1
+  checkpoint.every=$EVERY checkpoint.keep_last=$KEEP data.train_shards="$WORK/train.bin" --quiet)
+# 2-rank layouts, one per trial (each compared with its own uninterrupted run): data parallel
+# with ZeRO-1 (one optimizer shard per rank), tensor parallel, pipeline, ZeRO-3 (sharded
+# parameters: a model file per rank)
+LAYOUTS=("parallel.dp=2 parallel.zero=1 training.micro_batch_size=1"
+  "parallel.tp=2 training.micro_batch_size=2"
+  "parallel.pp=2 training.micro_batch_size=2 training.grad_accum=2"
+  "parallel.dp=2 parallel.zero=3 training.micro_batch_size=1")
+LA=()
 # the 2-rank job: mpirun directly (whole-job kills), or the supervising launcher
-job() { "${MPIRUN[@]}" -np 2 "$LOOM" train "${M[@]}" "$@"; }
-supervised() { "$LOOM" train "${M[@]}" --nproc 2 "$@"; }
+job() { "${MPIRUN[@]}" -np 2 "$LOOM" train "${M[@]}" "${LA[@]}" "$@"; }
+supervised() { "$LOOM" train "${M[@]}" "${LA[@]}" --nproc 2 "$@"; }
 
-job run.output_dir="$WORK/ref" >/dev/null 2>"$WORK/ref.err" || { cat "$WORK/ref.err"; exit 1; }
-REF=$(ls -d "$WORK"/ref/*/)
-REF_LOSSES=$(losses "$REF")
+declare -A REFS
+use_layout() { # index: sets LA, REF, REF_LOSSES (the uninterrupted run, made once per layout)
+  read -r -a LA <<<"${LAYOUTS[$1]}"
+  if [ -z "${REFS[$1]:-}" ]; then
+    job run.output_dir="$WORK/ref$1" >/dev/null 2>"$WORK/ref$1.err" || { cat "$WORK/ref$1.err"; exit 1; }
+    REFS[$1]=$(ls -d "$WORK"/ref$1/*/)
+  fi
+  REF=${REFS[$1]}
+  REF_LOSSES=$(losses "$REF")
+}
 
 # every checkpoint_<N> of a run directory is complete and loadable
 check_loadable() { # what, run_dir
@@ -107,15 +122,20 @@ verify() { # what, output_dir
   check "$what: at most keep_last=$KEEP periodic checkpoints" test "$(ls -d "$d"/checkpoint_* 2>/dev/null | wc -l)" -le $KEEP
 }
 
-declare -A KINDS
+declare -A KINDS LAYS
 HIT=0 # random-time kills that landed while the job ran (the others came after its end)
 start=$SECONDS
 for t in $(seq 1 "$TRIALS"); do
   out="$WORK/t$t"
-  kind=$((RANDOM % 6))
+  kind=$(( (t - 1) % 6 )) # every kind in turn; what, where and when are drawn
   rank=$((RANDOM % 2))
-  ck=$(( (RANDOM % (STEPS / EVERY - 1) + 1) * EVERY ))   # a periodic checkpoint step
+  ck=$(( (RANDOM % (STEPS / EVERY)) * EVERY + EVERY ))   # a periodic checkpoint, or the final one
+  ckname=checkpoint_$ck
+  [ "$ck" = "$STEPS" ] && ckname=final_checkpoint
   ms=$((RANDOM % 900 + 100))
+  lay=$((RANDOM % ${#LAYOUTS[@]}))
+  use_layout "$lay"
+  LAYS[$lay]=$(( ${LAYS[$lay]:-0} + 1 ))
   case $kind in
     0) what="t$t: whole job killed after ${ms} ms, --resume latest"
        kill_job_after "$ms" "$out"
@@ -130,12 +150,12 @@ for t in $(seq 1 "$TRIALS"); do
     1) what="t$t: rank $rank killed after ${ms} ms, --max-restarts 3"
        mkdir -p "$out"; kill_rank_after "$ms" "$rank" "$out" || fail "$what: exit $? ($(tail -2 "$out.err"))"
        grep -q "restart 1 of 3" "$out"/*/train.log 2>/dev/null && HIT=$((HIT + 1)) ;;
-    2) what="t$t: rank $rank killed while writing checkpoint_$ck, --resume latest"
+    2) what="t$t: rank $rank killed while writing $ckname, --resume latest"
        LOOM_FAULT=kill-save:$rank:$ck job run.output_dir="$out" >/dev/null 2>&1
        for r in "$out"/*/; do check_loadable "$what (after kill)" "$r"; done
-       check "$what: the killed checkpoint is not visible" test ! -e "$(ls -d "$out"/*/ | head -1)checkpoint_$ck"
+       check "$what: the killed checkpoint is not visible" test ! -e "$(ls -d "$out"/*/ | head -1)$ckname"
        finish_by_resume "$out" "$what" ;;
-    3) what="t$t: rank 0 killed between COMPLETE and the rename of checkpoint_$ck, --max-restarts 2"
+    3) what="t$t: rank 0 killed between COMPLETE and the rename of $ckname, --max-restarts 2"
        rm -f "$WORK/once$t"
        LOOM_FAULT_ONCE="$WORK/once$t" LOOM_FAULT=kill-marker:0:$ck supervised --max-restarts 2 \
          run.output_dir="$out" >/dev/null 2>"$out.err" || fail "$what: exit $? ($(tail -2 "$out.err"))"
@@ -154,8 +174,9 @@ for t in $(seq 1 "$TRIALS"); do
        check "$what: the restart is in train.log" grep -q "restart 1 of 1 after: rank $rank was killed by signal 9" "$d/train.log" ;;
   esac
   KINDS[$kind]=$(( ${KINDS[$kind]:-0} + 1 ))
-  verify "$what" "$out"
+  verify "$what [${LAYOUTS[$lay]}]" "$out"
 done
 echo "  random-time kills that interrupted a job: $HIT of $(( ${KINDS[0]:-0} + ${KINDS[1]:-0} ))"
+echo "  by layout: $(for l in "${!LAYOUTS[@]}"; do printf '[%s]=%s ' "${LAYOUTS[$l]}" "${LAYS[$l]:-0}"; done)"
 echo "  $TRIALS trials in $((SECONDS - start)) s; by kind (0 job kill, 1 rank kill, 2 in save, 3 before rename, 4 in prune, 5 at a step): $(for k in 0 1 2 3 4 5; do printf '%s=%s ' $k "${KINDS[$k]:-0}"; done)"
 finish
