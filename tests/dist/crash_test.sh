@@ -88,6 +88,8 @@ kill_rank_after() { # ms, rank index (0/1), output_dir
 # resume the newest run until it completes (a fresh start when no checkpoint was completed)
 finish_by_resume() { # output_dir, what
   local out=$1 tries=0 err
+  # the kill came after the end: the run is complete (and --resume would refuse it)
+  grep -qs '"status": "completed"' "$(ls -td "$out"/*/ 2>/dev/null | head -1)summary.json" && return 0
   while [ $tries -lt 4 ]; do
     tries=$((tries + 1))
     if err=$(job run.output_dir="$out" --resume latest 2>&1 >/dev/null); then return 0; fi
@@ -96,7 +98,7 @@ finish_by_resume() { # output_dir, what
         rm -rf "$out"; job run.output_dir="$out" >/dev/null 2>&1 && return 0 ;;
     esac
   done
-  fail "$2: could not finish by --resume latest: $(echo "$err" | tail -2)"
+  fail "$2: could not finish by --resume latest: $(echo "$err" | grep -m2 "loom")"
   return 1
 }
 
