@@ -43,6 +43,7 @@ typedef struct {
  * communicator of every rank (rank 0 writes the trainer state and index). */
 int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m, const loom_comm *job,
                    const loom_train_state *ts, const loom_config *cfg);
+/* Refuses a checkpoint without a valid COMPLETE marker (loom_ckpt_check_complete). */
 int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_train_state *ts);
 #define LOOM_CKPT_MARKER "COMPLETE"
 /* 0 when dir holds a valid COMPLETE marker and every file it lists has the listed size
