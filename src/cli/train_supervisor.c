@@ -325,6 +325,9 @@ int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_
       if (status == 0) rc = 0;
       break;
     }
+    if (!res.reason[0] && status > 128) /* one process (no mpirun), killed by a signal */
+      snprintf(res.reason, sizeof res.reason, "the process was killed by signal %d (%s)",
+               status - 128, strsignal(status - 128));
     if (!res.reason[0])
       snprintf(res.reason, sizeof res.reason, "the job exited with status %d%s", status,
                status == 1 ? " (a rank aborted: see its message above)" : "");

@@ -90,4 +90,15 @@ if [ "$(losses "$REF")" = "$(losses "$RUN")" ]; then pass; else fail "redo: loss
 # a finished run: --resume latest has nothing to do and changes nothing
 BEFORE=$(state)
 untouched "finished run" "nothing left to train (raise training.steps" --resume latest run.output_dir="$RUNS" --quiet
+
+# one process under --max-restarts (no mpirun): killed with SIGKILL before step 5, relaunched
+# from checkpoint_3, the same losses and weights as the uninterrupted run
+rm -f "$WORK/once"
+out=$(LOOM_FAULT_ONCE="$WORK/once" LOOM_FAULT=kill:0:5 "$LOOM" train "${M[@]}" run.output_dir="$WORK/sup" \
+  --max-restarts 1 2>&1 >/dev/null) || fail "one process, --max-restarts 1: failed: $out"
+SUP=$(ls -d "$WORK"/sup/*/)
+check "one process: killed once" test -e "$WORK/once"
+check "one process: the restart is in train.log" grep -q "restart 1 of 1 after: .*signal 9.*resuming from ${SUP}checkpoint_3" "$SUP/train.log"
+if [ "$(losses "$REF")" = "$(losses "$SUP")" ]; then pass; else fail "one process restart: losses differ"; fi
+check "one process restart: same final weights" cmp -s "$REF/final_checkpoint/model.safetensors" "$SUP/final_checkpoint/model.safetensors"
 finish
