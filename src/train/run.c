@@ -51,6 +51,7 @@ typedef struct {
   char *deferred;      /* lead: an error of a write after the step's agreement (pruning) */
   char *cleaned;       /* lead: what the resume removed from the run directory, for the log */
   char *resumed_from;  /* the checkpoint loaded (--resume's, or an earlier one: resume_from) */
+  int lock_fd;         /* lead: holds the run directory's lock (-1: none) */
   int32_t *tokens, *targets; /* (A, B, T) */
 } run_ctx;
 
@@ -123,6 +124,7 @@ static int open_run_dir_lead(run_ctx *c, const loom_train_opts *o) {
   char *removed = NULL;
   if (o->resume_run) { /* the checkpoint is validated and loaded: now the run may change */
     c->run_dir = loom_strdup(o->resume_run);
+    if (loom_run_dir_lock(c->run_dir, &c->lock_fd)) return LOOM_ERR; /* before cleaning up */
     if (loom_run_dir_clean(c->run_dir, &removed)) return LOOM_ERR;
     /* a prune interrupted after the last save: keep_last holds from the start */
     if (loom_run_dir_prune(c->run_dir, c->cfg->checkpoint.keep_last)) {
@@ -131,10 +133,7 @@ static int open_run_dir_lead(run_ctx *c, const loom_train_opts *o) {
     }
   } else {
     c->run_dir = new_run_dir(c->cfg);
-  }
-  if (loom_mkdir_p(c->run_dir)) {
-    free(removed);
-    return LOOM_ERR;
+    if (loom_mkdir_p(c->run_dir) || loom_run_dir_lock(c->run_dir, &c->lock_fd)) return LOOM_ERR;
   }
   char *cfg_path = loom_sprintf("%s/config.yaml", c->run_dir);
   int rc = loom_config_save(c->cfg, cfg_path);
@@ -695,6 +694,7 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   run_ctx c;
   memset(&c, 0, sizeof c);
   c.cfg = cfg;
+  c.lock_fd = -1;
   int rc = setup(&c, o);
   char *setup_error = rc ? loom_strdup(loom_errmsg()) : NULL; /* the registry may reset it */
   if (c.lead && c.run_dir && loom_is_dir(c.run_dir)) /* run registry: runs/registry.db */
@@ -728,5 +728,6 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   free(c.deferred);
   free(c.cleaned);
   free(c.resumed_from);
+  if (c.lock_fd >= 0) close(c.lock_fd); /* after the last write of the run */
   return rc;
 }

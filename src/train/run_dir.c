@@ -4,10 +4,13 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "loom/checkpoint.h"
 #include "loom/core.h"
@@ -275,5 +278,24 @@ int loom_run_dir_prune(const char *run_dir, long keep_last) {
     free(gone);
   }
   free(steps);
+  return rc;
+}
+
+int loom_run_dir_lock(const char *run_dir, int *fd) {
+  char *path = loom_sprintf("%s/.lock", run_dir);
+  *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int rc = 0;
+  if (*fd < 0) {
+    rc = loom_err("cannot open '%s': %s", path, strerror(errno));
+  } else if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    close(*fd);
+    *fd = -1;
+    rc = e == EWOULDBLOCK
+             ? loom_err("run '%s' is in use by another loom job (it holds %s); wait for it to "
+                        "end or stop it first", run_dir, path)
+             : loom_err("cannot lock '%s': %s", path, strerror(e));
+  }
+  free(path);
   return rc;
 }

@@ -35,4 +35,8 @@ int loom_run_dir_clean(const char *run_dir, char **removed);
  * to checkpoint_<N>.pruned.tmp (atomic: it is never seen half-deleted under its name), the
  * directory synced, then deleted. keep_last <= 0 keeps all. */
 int loom_run_dir_prune(const char *run_dir, long keep_last);
+/* One job per run directory: an exclusive flock on <run_dir>/.lock, held while *fd stays
+ * open (released by the kernel when the process ends, also on SIGKILL). Error when another
+ * job holds it. */
+int loom_run_dir_lock(const char *run_dir, int *fd);
 #endif

@@ -101,4 +101,22 @@ check "one process: killed once" test -e "$WORK/once"
 check "one process: the restart is in train.log" grep -q "restart 1 of 1 after: .*signal 9.*resuming from ${SUP}checkpoint_3" "$SUP/train.log"
 if [ "$(losses "$REF")" = "$(losses "$SUP")" ]; then pass; else fail "one process restart: losses differ"; fi
 check "one process restart: same final weights" cmp -s "$REF/final_checkpoint/model.safetensors" "$SUP/final_checkpoint/model.safetensors"
+
+# one job per run directory: a resume while the run's job is still running is refused
+# (before it could clean up the running job's checkpoint_<N>.tmp), and the job is undisturbed
+"$LOOM" train "${M[@]}" run.output_dir="$WORK/busy" training.steps=1000000 checkpoint.every=200 \
+  checkpoint.keep_last=0 >/dev/null 2>"$WORK/busy.err" &
+busy=$!
+for _ in $(seq 600); do [ -n "$(ls -d "$WORK"/busy/*/checkpoint_200 2>/dev/null)" ] && break; sleep 0.05; done
+ck=$(ls -d "$WORK"/busy/*/checkpoint_200 2>/dev/null)
+if [ -n "$ck" ]; then
+  err=$("$LOOM" train --resume "$ck" --quiet 2>&1 >/dev/null)
+  if [[ "$err" == *"is in use by another loom job"* ]]; then pass; else fail "resume of a running job: $err"; fi
+  check "the running job is undisturbed" kill -0 $busy
+  check "its checkpoint is still complete" "$LOOM" ckpt compare "$ck" "$ck" >/dev/null
+else
+  fail "the busy run did not reach checkpoint_200: $(cat "$WORK/busy.err")"
+fi
+kill $busy 2>/dev/null
+wait $busy 2>/dev/null
 finish
