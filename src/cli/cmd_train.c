@@ -20,10 +20,17 @@ static void usage(FILE *out) {
           "metrics.jsonl, train.log, checkpoint_<step>/ and final_checkpoint/.\n\n"
           "  CONFIG.yaml         run config (every key has a default: 'loom config schema')\n"
           "  KEY=VALUE           override a key (training.lr=1e-3, +key=v, ~key to reset)\n"
-          "  --resume DIR        continue from a checkpoint directory; without CONFIG, the\n"
-          "                      checkpoint's config.yaml is used. Losses continue bitwise\n"
-          "                      identically to an uninterrupted run.\n"
-          "  --nproc N           start N ranks with mpirun (same as 'mpirun -np N loom train ...')\n"
+          "  --resume WHAT       continue a run: 'latest' (the newest run under run.output_dir),\n"
+          "                      a run directory (its newest complete checkpoint) or a\n"
+          "                      checkpoint directory; without CONFIG, the checkpoint's\n"
+          "                      config.yaml is used. Losses continue bitwise identically to\n"
+          "                      an uninterrupted run. A checkpoint that fails validation\n"
+          "                      leaves the run untouched.\n"
+          "  --nproc N           start N ranks with mpirun and supervise them: a job that ends\n"
+          "                      without loom's report (a rank killed) is recorded as failed\n"
+          "  --max-restarts K    relaunch the job up to K times after a rank dies or a\n"
+          "                      collective times out, from the newest complete checkpoint\n"
+          "                      (config key run.max_restarts; default 0; docs/RELIABILITY.md)\n"
           "  --stop-after N      stop after step N (as if interrupted; for testing resume)\n"
           "  --trace FILE        write a Chrome trace (one row per rank: instructions, and\n"
           "                      collectives with their bytes); open in chrome://tracing\n"
@@ -31,7 +38,9 @@ static void usage(FILE *out) {
           "  -h, --help          this text\n\n"
           "examples:\n"
           "  loom train configs/demo.yaml training.steps=50 training.dtype=bf16\n"
-          "  mpirun -np 4 loom train configs/demo.yaml parallel.dp=2 parallel.tp=2\n");
+          "  mpirun -np 4 loom train configs/demo.yaml parallel.dp=2 parallel.tp=2\n"
+          "  loom train configs/demo.yaml --nproc 4 parallel.dp=4 --max-restarts 3\n"
+          "  loom train --resume latest\n");
 }
 
 
