@@ -1,5 +1,6 @@
-/* File-system helpers: mkdir -p, whole-file read, atomic write (temp file + rename),
- * recursive removal, atomic directory replacement, monotonic clock. */
+/* File-system helpers: mkdir -p, whole-file read, atomic write (temp file + fsync + rename),
+ * checked appends, fsync of files and directories, recursive removal, atomic directory
+ * replacement, monotonic clock. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -135,14 +136,22 @@ int loom_write_file_atomic(const char *path, const void *data, size_t len) {
     free(tmp);
     return loom_err("cannot write '%s': %s", path, strerror(e));
   }
+  errno = 0;
   bool ok = fwrite(data, 1, len, f) == len;
-  ok = (fflush(f) == 0) && ok;
+  ok = ok && fflush(f) == 0;
+  ok = ok && fsync(fileno(f)) == 0; /* the data reaches the disk before the name does */
+  int e = errno;
   ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    int e = errno;
+  if (!e) e = errno;
+  if (ok && rename(tmp, path) != 0) {
+    ok = false;
+    e = errno;
+  }
+  if (!ok) {
     unlink(tmp);
     free(tmp);
-    return loom_err("cannot write '%s': %s (disk full?)", path, strerror(e));
+    return loom_err("cannot write '%s': %s%s", path, strerror(e ? e : EIO),
+                    e == ENOSPC || e == EDQUOT ? " (the disk is full)" : "");
   }
   free(tmp);
   return 0;
@@ -193,4 +202,30 @@ int loom_rename_dir_atomic(const char *tmp_dir, const char *final_dir) {
   if (old) rc = loom_rm_rf(old);
   free(old);
   return rc;
+}
+
+int loom_fsync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return loom_err("cannot open '%s' to sync it: %s", path, strerror(errno));
+  int rc = 0;
+  if (fsync(fd) != 0 && errno != EINVAL) /* EINVAL: the file system cannot sync directories */
+    rc = loom_err("cannot sync '%s' to disk: %s", path, strerror(errno));
+  close(fd);
+  return rc;
+}
+
+int loom_append_checked(FILE *f, const char *path, const char *text, size_t len) {
+  if (!f) return loom_err("cannot write '%s': the file is not open", path);
+  long before = ftell(f);
+  errno = 0;
+  bool ok = fwrite(text, 1, len, f) == len;
+  ok = fflush(f) == 0 && ok;
+  if (ok) return 0;
+  int e = errno ? errno : EIO;
+  clearerr(f);
+  /* cut what reached the file of this record, so that the file ends in a whole record */
+  if (before >= 0 && ftruncate(fileno(f), before) == 0) fseek(f, before, SEEK_SET);
+  return loom_err("cannot write '%s': %s%s", path, strerror(e),
+                  e == ENOSPC || e == EDQUOT ? " (the disk is full; free space, then resume with "
+                                               "'loom train --resume latest')" : "");
 }
