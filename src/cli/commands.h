@@ -17,6 +17,7 @@ int loom_cmd_sim(int argc, char **argv);     /* src/cli/cmd_sim.c */
 int loom_cmd_bench(int argc, char **argv);   /* src/cli/cmd_bench.c */
 int loom_cmd_bench_model(int argc, char **argv); /* src/cli/cmd_bench_model.c: loom bench model */
 int loom_cmd_plan(int argc, char **argv);    /* src/cli/cmd_plan.c */
+int loom_cmd_generate(int argc, char **argv); /* src/cli/cmd_generate.c */
 /* true when argv holds -h or --help */
 int loom_cli_wants_help(int argc, char **argv);
 /* --nproc N: re-run `loom <command> argv...` (without --nproc) under mpirun with N ranks
