@@ -60,6 +60,12 @@ expect_fail "missing train shards" "data.train_shards: $WORK/none.bin: no token 
 expect_fail "missing train shards, 4 ranks" "data.train_shards: $WORK/none.bin: no token shard matches" \
   "$LOOM" train "${GPT2[@]}" data.train_shards="$WORK/none.bin" run.output_dir="$RUNS" --quiet \
   --nproc 4 parallel.dp=2 parallel.tp=2
+# every rank that reports it prints whole lines (one write each), not interleaved pieces
+err=$("$LOOM" train "${GPT2[@]}" data.train_shards="$WORK/none.bin" run.output_dir="$RUNS" --quiet \
+  --nproc 4 parallel.dp=2 parallel.tp=2 2>&1 >/dev/null)
+check "missing train shards, 4 ranks: every error line is whole ($(grep -c 'error:' <<<"$err") lines)" \
+  test "$(grep 'error:' <<<"$err" | grep -vc "^loom: train: rank [0-3]: error: data.train_shards: $WORK/none.bin: no token shard matches (not a file, a directory or a glob with matches); create shards with 'loom data tokenize'$")" = 0 -a \
+  "$(grep -c 'error:' <<<"$err")" -ge 1
 expect_fail "missing val shards" "data.val_shards: $WORK/none.bin: no token shard matches" \
   "$LOOM" train "${GPT2[@]}" data.val_shards="$WORK/none.bin" training.eval_every=1 run.output_dir="$RUNS" --quiet
 expect_fail "init_from a missing checkpoint" "checkpoint.init_from: '$WORK/none' does not exist" \
@@ -107,6 +113,12 @@ expect_fail "--tokenizer missing" "$WORK/none.json: no such file" \
   fail "a run whose tokenizer is gone (token shards need none to train)"
 expect_fail "the run's data.tokenizer is gone" "data.tokenizer of $WORK/notok/" \
   "$LOOM" generate "$(ls -d "$WORK"/notok/*/final_checkpoint)" --prompt "Once"
+"$LOOM" ckpt export "$(ls -d "$WORK"/notok/*/final_checkpoint)" --out "$WORK/notok.hf" >/dev/null 2>"$WORK/notok.err" ||
+  fail "export of a run whose tokenizer is gone"
+check "export of a run whose tokenizer is gone: a note, no tokenizer.json" \
+  bash -c "grep -q \"note: the run's tokenizer (data.tokenizer '$WORK/gone.json') does not exist\" '$WORK/notok.err' && test ! -e '$WORK/notok.hf/tokenizer.json'"
+expect_fail "generate from an export without tokenizer.json" "$WORK/notok.hf has no tokenizer.json; pass --tokenizer" \
+  "$LOOM" generate "$WORK/notok.hf" --prompt "Once"
 long=$(head -c 400 "$WORK/corpus.txt")
 expect_fail "a prompt longer than max_seq" "but the model's max_seq is 64: at most 63 prompt tokens leave room for one new token; shorten the prompt" \
   "$LOOM" generate "$CK" --prompt "$long"
@@ -117,6 +129,6 @@ expect_fail "a prompt longer than max_seq, Hugging Face directory" "but the mode
 expect_fail "--image with a text-only model" "is a text-only model (model.preset 'tiny-gpt2' has no vision encoder): drop --image" \
   "$LOOM" generate "$CK" --image "$WORK/00000000.jpg" --prompt "What colour is the circle?"
 expect_fail "--image with a text-only Hugging Face model" "text-only model" \
-  "$LOOM" generate "$WORK/gpt2.hf" --tokenizer "$WORK/tok.json" --image "$WORK/00000000.jpg" --prompt "What colour is the circle?"
+  "$LOOM" generate "$WORK/gpt2.hf" --image "$WORK/00000000.jpg" --prompt "What colour is the circle?"
 nothing "generate" "$WORK/none"
 finish

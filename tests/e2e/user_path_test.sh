@@ -67,8 +67,11 @@ path() {
     { fail "$name: export: $(cat "$WORK/$name.export.err")"; return 1; }
   check "$name: the export has config.json and model.safetensors" \
     test -f "$WORK/$name.hf/config.json" -a -f "$WORK/$name.hf/model.safetensors"
+  check "$name: the export carries the run's tokenizer as tokenizer.json" cmp -s "$TOK" "$WORK/$name.hf/tokenizer.json"
   "$LOOM" ckpt import "$WORK/$name.hf" --out "$WORK/$name.imported" >/dev/null 2>"$WORK/$name.import.err" ||
     { fail "$name: import: $(cat "$WORK/$name.import.err")"; return 1; }
+  check "$name: the import carries tokenizer.json and names it in data.tokenizer" \
+    grep -q "^  tokenizer: $WORK/$name.imported/tokenizer.json$" "$WORK/$name.imported/config.yaml"
   # the imported weights score the pretrain's validation data exactly as the run's checkpoint
   # (f32 export and import copy the bytes: no tolerance)
   local e_ck e_imp
@@ -134,10 +137,11 @@ generate_vs_torch() { # name prompt min_distinct
   check "$name: loom generate greedy = PyTorch greedy of the export ($N tokens)" test -n "$ids" -a "$ids" = "$want"
   check "$name: the greedy output holds >= $min distinct ids" \
     test "$(tr ',' '\n' <<<"$ids" | sort -u | wc -l)" -ge "$min"
-  local hf_ids
-  hf_ids=$("$LOOM" generate "$FT_HF" --prompt-ids "$pids" --max-new-tokens $N --ignore-eos --json 2>/dev/null |
-    sed -n 's/.*"ids":\[\([0-9,]*\)\].*/\1/p')
-  check "$name: loom generate from the exported directory = from the checkpoint" test "$hf_ids" = "$ids"
+  # the exported directory holds the tokenizer: the same prompt (text or ids) needs nothing else
+  local hf_out
+  hf_out=$("$LOOM" generate "$FT_HF" "${what[@]}" --max-new-tokens $N --ignore-eos --json 2>/dev/null)
+  check "$name: loom generate from the exported directory = from the checkpoint (prompt, ids, text)" \
+    test -n "$hf_out" -a "$hf_out" = "$out"
 }
 
 echo "== data: two synthetic corpora, one tokenizer"
@@ -158,6 +162,7 @@ pre=(training.steps=120 training.eval_every=40 training.micro_batch_size=8 train
   data.train_shards="$WORK/a.bin" data.val_shards="$WORK/a_val.bin")
 ft=(training.steps=30 training.eval_every=10 training.micro_batch_size=4 training.lr=1e-3
   data.train_shards="$WORK/b.bin" data.val_shards="$WORK/b_val.bin")
+TOK="$WORK/tok.json"
 pre_eval=(--data "$WORK/a_val.bin" training.seq_len=32 training.micro_batch_size=8 training.eval_batches=4)
 
 gpt2=(model.preset=tiny-gpt2 model.intermediate=128 "${common[@]}")
@@ -172,6 +177,7 @@ echo "== tiny Qwen2.5-VL: synthetic VQA data, its tokenizer for both datasets"
 { "$LOOM" data synth-vqa --out "$WORK/vqa" --samples 600 --shard-size 100 --types colour,count &&
   "$LOOM" data synth-vqa --out "$WORK/vqa2" --samples 500 --shard-size 50 --seed 2 --types colour,count
 } >"$WORK/vqa.log" 2>&1 || { fail "synth-vqa: $(tail -3 "$WORK/vqa.log")"; finish; exit 1; }
+TOK="$WORK/vqa/tokenizer.json"
 vlm=("$ROOT/configs/vqa_demo.yaml" data.tokenizer="$WORK/vqa/tokenizer.json" training.eval_batches=3)
 vpre=(data.vqa_path="$WORK/vqa" training.steps=300 training.eval_every=100)
 vft=(data.vqa_path="$WORK/vqa2" training.steps=40 training.eval_every=20 training.warmup_steps=5
