@@ -13,7 +13,6 @@
 
 #include <immintrin.h>
 
-#include "kernels/fast_internal.h"
 #include "loom/generate.h"
 #include "loom/kernels.h"
 
@@ -299,7 +298,7 @@ static void attention(loom_gen_ctx *g, int l, int M) {
   const loom_model_spec *s = &g->m->spec;
   int Hq = s->heads, Hkv = s->kv_heads, D = s->head_dim, group = Hq / Hkv, S = g->cache.max_seq;
   float scale = (float)(1.0 / sqrt((double)D));
-  bool vec = fast_avx512() && D <= 256;
+  bool vec = !strcmp(loom_kernels_simd(), "avx512") && D <= 256; /* the fast kernels' choice */
   long work = 0;
   for (int m = 0; m < M; m++) work += (long)(g->slot[m] + 1) * Hq * D;
 #pragma omp parallel if (work >= 32768)

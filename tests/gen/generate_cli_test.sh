@@ -60,6 +60,10 @@ g=$("${G[@]}" --prompt "The" --max-new-tokens 24 --ignore-eos --json 2>/dev/null
 k=$("${G[@]}" "${S[@]}" --top-k 1 --seed 3 2>/dev/null | field ids)
 check "top-k 1 = greedy" [ -n "$g" ] && [ "$g" = "$k" ]
 
+# --dtype bf16 runs (its ids may differ from fp32: other rounding)
+n=$("${G[@]}" --prompt "The" --max-new-tokens 12 --ignore-eos --dtype bf16 --json 2>/dev/null | field ids | python3 -c 'import json,sys; print(len(json.loads(sys.stdin.read())))')
+check "--dtype bf16: 12 ids" [ "$n" = 12 ]
+
 # --prompts: a batch; each row equals its prompt alone
 printf 'Once upon a time\nThe dog\nShe said that the little bird was\n' >"$WORK/p.txt"
 "${G[@]}" --prompts "$WORK/p.txt" --max-new-tokens 12 --ignore-eos --json >"$WORK/batch.json" 2>/dev/null
@@ -117,6 +121,7 @@ bad "tokenizer file gone" "data.tokenizer of $WORK/notok/config.yaml is '$WORK/g
   "$WORK/notok" --prompt "Hi"
 bad "no tokenizer, --stop with ids" "no tokenizer" "$WORK/notok" --prompt-ids 5,6 --stop x
 bad "bad --top-p" "--top-p must be a number" "$CK" --prompt "Hi" --top-p 1.5
+bad "bad --dtype" "--dtype must be fp32 or bf16, not 'fp16'" "$CK" --prompt "Hi" --dtype fp16
 bad "bad token id" "is not a token id in [0, 300)" "$CK" --prompt-ids 5,300
 
 # the VLM cases of bad input
