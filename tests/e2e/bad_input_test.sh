@@ -77,6 +77,12 @@ expect_fail "init_from GPT-2 weights into a Qwen2 config, tp2 x pp2" \
 expect_fail "init_from a GPT-2 Hugging Face directory into a Qwen2 config" \
   "holds gpt2 weights but this run's model is qwen2" \
   "$LOOM" train "${QWEN2[@]}" checkpoint.init_from="$WORK/gpt2.hf" run.output_dir="$RUNS" --quiet
+# a Hugging Face directory is imported by rank 0 under run.output_dir: removed before any
+# rank aborts the job (src/train/init_from.c)
+expect_fail "init_from a GPT-2 Hugging Face directory into a Qwen2 config, tp2 x pp2" \
+  "holds gpt2 weights but this run's model is qwen2" \
+  "$LOOM" train "${QWEN2[@]}" checkpoint.init_from="$WORK/gpt2.hf" run.output_dir="$RUNS" --quiet \
+  --nproc 4 parallel.tp=2 parallel.pp=2
 expect_fail "the fix is named" "set model.preset (or model.arch) to the weights' model" \
   "$LOOM" train "${QWEN2[@]}" checkpoint.init_from="$WORK/gpt2.hf" run.output_dir="$RUNS" --quiet
 nothing "bad training input" "$RUNS"
