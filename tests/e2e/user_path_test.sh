@@ -145,14 +145,14 @@ generate_vs_torch() { # name prompt min_distinct
 }
 
 echo "== data: two synthetic corpora, one tokenizer"
-{ "$LOOM" data synth-text --out "$WORK/a.txt" --bytes 60000 --seed 3 &&
+( "$LOOM" data synth-text --out "$WORK/a.txt" --bytes 60000 --seed 3 &&
   "$LOOM" data synth-text --out "$WORK/a_val.txt" --bytes 12000 --seed 4 &&
   "$LOOM" data synth-text --out "$WORK/b.txt" --bytes 60000 --seed 7 &&
   "$LOOM" data synth-text --out "$WORK/b_val.txt" --bytes 12000 --seed 8 &&
   "$LOOM" data train-tokenizer --vocab-size 300 --out "$WORK/tok.json" "$WORK/a.txt" &&
   for f in a a_val b b_val; do
     "$LOOM" data tokenize --tokenizer "$WORK/tok.json" --out "$WORK/$f.bin" "$WORK/$f.txt" || exit 1
-  done; } >"$WORK/data.log" 2>&1 || { fail "data: $(tail -3 "$WORK/data.log")"; finish; exit 1; }
+  done ) >"$WORK/data.log" 2>&1 || { fail "data: $(tail -3 "$WORK/data.log")"; finish; exit 1; }
 check "the corpora differ (other data for the fine-tune)" bash -c "! cmp -s '$WORK/a.txt' '$WORK/b.txt'"
 check "tokenizer and 4 token shards written" test -s "$WORK/tok.json" -a -s "$WORK/a.bin" -a -s "$WORK/b_val.bin"
 
