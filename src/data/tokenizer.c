@@ -8,6 +8,9 @@
 #include "loom/core.h"
 #include "loom/tokenizer.h"
 
+/* How many unused ids a tokenizer.json may leave below its largest id. */
+#define LOOM_TOKENIZER_ID_GAPS 65536
+
 typedef struct {
   char *content; /* verbatim bytes matched in the text */
   size_t len;
@@ -21,7 +24,8 @@ typedef struct {
 struct loom_tokenizer {
   char *path;
   int vocab_size;        /* 1 + largest id */
-  size_t id_limit;       /* ids must lie below: vocab entries + added tokens (set before parsing) */
+  size_t id_limit;       /* ids must lie below: vocab entries + added tokens + LOOM_TOKENIZER_ID_GAPS
+                          * (set before parsing) */
   loom_strtab *by_str;   /* tokenizer.json spelling -> index into str_ids */
   int32_t *str_ids;      /* (strtab count) */
   size_t str_ids_cap;
@@ -91,9 +95,9 @@ static int parse_vocab(loom_tokenizer *t, json_t *vocab) {
     if (id < 0 || (size_t)id >= t->id_limit)
       return loom_err("%s: model.vocab['%s'] = %lld is not an id in [0, %zu): ids must be below "
                       "the number of tokens the file defines (model.vocab entries + "
-                      "added_tokens); renumber the vocabulary densely from 0", t->path, key,
+                      "added_tokens) plus %d for gaps; renumber the vocabulary from 0", t->path, key,
                       (long long)(json_is_integer(val) ? json_integer_value(val) : -1),
-                      t->id_limit);
+                      t->id_limit, LOOM_TOKENIZER_ID_GAPS);
     if (id > max_id) max_id = id;
     str_register(t, key, strlen(key), (int32_t)id);
   }
@@ -230,8 +234,8 @@ static int parse_added_token(loom_tokenizer *t, json_t *a, size_t k) {
   if (json_integer_value(id) < 0 || (size_t)json_integer_value(id) >= t->id_limit)
     return loom_err("%s: added_tokens[%zu] ('%s') has id %lld, not in [0, %zu): ids must be "
                     "below the number of tokens the file defines (model.vocab entries + "
-                    "added_tokens)", t->path, k, json_string_value(content),
-                    (long long)json_integer_value(id), t->id_limit);
+                    "added_tokens) plus %d for gaps", t->path, k, json_string_value(content),
+                    (long long)json_integer_value(id), t->id_limit, LOOM_TOKENIZER_ID_GAPS);
   if (json_flag(a, "single_word", 0))
     return loom_err("%s: added_tokens[%zu] ('%s') sets single_word, which loom does not "
                     "support; set it to false", t->path, k, json_string_value(content));
@@ -376,9 +380,13 @@ static int parse_normalizer(loom_tokenizer *t, json_t *root) {
 static int parse_root(loom_tokenizer *t, json_t *root) {
   if (!json_is_object(root)) return loom_err("%s: top level is not a JSON object", t->path);
   /* Every id indexes tables sized by the largest id: bound ids by what the file defines, so
-   * a small file cannot ask for a huge table (a 108-byte file with id 2^30-1 meant 8 GiB). */
+   * a small file cannot ask for a huge table (a 108-byte file with id 2^30-1 meant 8 GiB).
+   * Gaps are legal (a trained vocabulary smaller than asked for, with special tokens appended
+   * at fixed ids after it, as `loom data synth-vqa` does): up to LOOM_TOKENIZER_ID_GAPS
+   * unused ids, a few hundred KiB of tables at most. */
   json_t *model = json_object_get(root, "model"), *added = json_object_get(root, "added_tokens");
-  t->id_limit = json_object_size(json_object_get(model, "vocab")) + json_array_size(added);
+  t->id_limit = json_object_size(json_object_get(model, "vocab")) + json_array_size(added) +
+                LOOM_TOKENIZER_ID_GAPS;
   if (t->id_limit > (1u << 30)) t->id_limit = 1u << 30;
   if (parse_model(t, root) || parse_added_tokens(t, json_object_get(root, "added_tokens")) ||
       parse_pre_tokenizer(t, root) || parse_normalizer(t, root))

@@ -126,10 +126,11 @@ static void tokenizer_id_bound(void) {
              "\"merges\": []}}");
   loom_tokenizer *t;
   CHECK(loom_tokenizer_load(&t, DIR_ "/big-id.json") != 0 &&
-            contains(loom_errmsg(), "model.vocab['a'] = 1073741823 is not an id in [0, 2)"),
+            contains(loom_errmsg(), "model.vocab['a'] = 1073741823 is not an id in [0, 65538)"),
         "an id beyond the defined tokens: %s", loom_errmsg());
-  /* ids up to (vocab entries + added tokens - 1) are fine: an added token right after the
-   * vocab (as Qwen2's are) loads; one past it does not */
+  /* ids up to (vocab entries + added tokens + 65536 gaps - 1) are fine: an added token right
+   * after the vocab (as Qwen2's are) loads, so does one after a gap (synth-vqa's chat tokens
+   * after a trained vocabulary smaller than asked for); one past the gap allowance does not */
   char *j = tiny_tokenizer_json(NULL, 0, 0, "BPE", GPT2_PRETOK); /* 257 entries, eot 256 */
   char *k = strstr(j, "\"id\": 256");
   CHECK(k != NULL, "eot at 256 in the tiny tokenizer");
@@ -139,11 +140,17 @@ static void tokenizer_id_bound(void) {
         "added token at id 257 (259 ids defined): %s", loom_errmsg());
   loom_tokenizer_free(t);
   free(moved);
-  moved = loom_sprintf("%.*s\"id\": 259, \"content\": \"<|x|>\"}, {%s", (int)(k - j), j, k);
-  write_text(DIR_ "/added-far.json", moved); /* 257 vocab entries + 2 added tokens */
+  moved = loom_sprintf("%.*s\"id\": 300, \"content\": \"<|x|>\"}, {%s", (int)(k - j), j, k);
+  write_text(DIR_ "/added-gap.json", moved); /* ids 257..299 unused */
+  CHECK(loom_tokenizer_load(&t, DIR_ "/added-gap.json") == 0 && loom_tokenizer_vocab_size(t) == 301,
+        "added token after a gap (id 300): %s", loom_errmsg());
+  loom_tokenizer_free(t);
+  free(moved);
+  moved = loom_sprintf("%.*s\"id\": 65795, \"content\": \"<|x|>\"}, {%s", (int)(k - j), j, k);
+  write_text(DIR_ "/added-far.json", moved); /* 257 vocab entries + 2 added tokens + 65536 */
   CHECK(loom_tokenizer_load(&t, DIR_ "/added-far.json") != 0 &&
-            contains(loom_errmsg(), "added_tokens[0] ('<|x|>') has id 259, not in [0, 259)"),
-        "added token past the defined ids: %s", loom_errmsg());
+            contains(loom_errmsg(), "added_tokens[0] ('<|x|>') has id 65795, not in [0, 65795)"),
+        "added token past the defined ids and the gap allowance: %s", loom_errmsg());
   free(moved);
   moved = loom_sprintf("%.*s\"id\": 65, \"content\": \"<|x|>\"}, {%s", (int)(k - j), j, k);
   write_text(DIR_ "/added-clash.json", moved);
