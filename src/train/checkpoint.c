@@ -8,6 +8,7 @@
 #include "exec/vision_module.h"
 #include "loom/checkpoint.h"
 #include "loom/safetensors.h"
+#include "train/checkpoint_meta.h"
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
@@ -256,6 +257,11 @@ static int add_file(file_set *fs, const char *path) {
     return loom_err("%s: metadata 'loom.pieces' is not valid JSON; the checkpoint is damaged",
                     path);
   }
+  if (fs->pieces[fs->n] && loom_ckpt_pieces_check(fs->pieces[fs->n], path)) { /* checkpoint_meta.c */
+    json_decref(fs->pieces[fs->n]);
+    loom_st_close(fs->f[fs->n]);
+    return LOOM_ERR;
+  }
   fs->n++;
   return 0;
 }
@@ -266,22 +272,20 @@ static int open_set(const char *dir, const char *kind, file_set *fs) {
   char *index = loom_sprintf("%s/index.json", dir);
   int rc = 0;
   if (loom_path_exists(index)) {
-    json_error_t e;
-    json_t *o = json_load_file(index, 0, &e);
-    char key[64];
-    snprintf(key, sizeof key, "%s_files", kind);
-    json_t *list = o ? json_object_get(o, key) : NULL;
-    if (!json_is_array(list)) {
-      rc = loom_err("%s: %s; the checkpoint index is damaged", index,
-                    o ? "missing file list" : e.text);
-    } else {
-      for (size_t i = 0; i < json_array_size(list) && !rc; i++) {
-        char *p = loom_sprintf("%s/%s", dir, json_string_value(json_array_get(list, i)));
-        rc = add_file(fs, p);
-        free(p);
-      }
+    char *text, **names = NULL;
+    size_t len;
+    int n = 0;
+    rc = loom_read_file(index, &text, &len);
+    if (!rc) {
+      rc = loom_ckpt_index_parse(text, len, index, kind, &names, &n); /* checkpoint_meta.c */
+      free(text);
     }
-    json_decref(o);
+    for (int i = 0; i < n && !rc; i++) {
+      char *p = loom_sprintf("%s/%s", dir, names[i]);
+      rc = add_file(fs, p);
+      free(p);
+    }
+    loom_ckpt_names_free(names, n);
   } else {
     char *p = loom_sprintf("%s/%s.safetensors", dir, kind);
     rc = add_file(fs, p);
@@ -389,38 +393,6 @@ static int assemble(const file_set *fs, const char *prefix, const loom_decoder *
   return 0;
 }
 
-static int parse_state(const char *path, loom_train_state *ts) {
-  json_error_t e;
-  json_t *o = json_load_file(path, 0, &e);
-  if (!o) return loom_err("%s:%d: %s", path, e.line, e.text);
-  json_int_t step = 0, epoch = 0, index = 0, tokens = 0, windows = 0;
-  json_t *rng = NULL;
-  const char *hash = NULL;
-  double elapsed = 0;
-  int bad = json_unpack_ex(o, &e, 0, "{s:I, s:o, s:{s:I, s:I, s?I}, s:s, s:I, s:F}", "step",
-                           &step, "rng", &rng, "loader", "epoch", &epoch, "index", &index,
-                           "batch_windows", &windows, "config_hash", &hash, "tokens_seen",
-                           &tokens, "elapsed", &elapsed);
-  if (bad || !json_is_array(rng) || json_array_size(rng) != 4) {
-    json_decref(o);
-    return loom_err("%s: malformed trainer state (%s); the checkpoint is damaged", path,
-                    bad ? e.text : "rng must hold 4 words");
-  }
-  ts->step = (long)step;
-  ts->loader.epoch = (uint64_t)epoch;
-  ts->loader.index = (uint64_t)index;
-  ts->loader_batch_windows = (long)windows;
-  json_t *skipped = json_object_get(o, "skipped_bad_samples"); /* absent in older checkpoints */
-  ts->skipped_bad = json_is_integer(skipped) ? (long)json_integer_value(skipped) : 0;
-  ts->tokens_seen = (long)tokens;
-  ts->elapsed = elapsed;
-  ts->config_hash = strtoull(hash, NULL, 16);
-  for (int i = 0; i < 4; i++)
-    ts->rng.s[i] = strtoull(json_string_value(json_array_get(rng, (size_t)i)), NULL, 16);
-  json_decref(o);
-  return 0;
-}
-
 int loom_ckpt_load_params(const char *dir, loom_decoder *d) {
   if (!loom_is_dir(dir))
     return loom_err("checkpoint '%s' is not a directory (expected runs/<id>/checkpoint_<step>)",
@@ -454,7 +426,7 @@ int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_
   for (int i = 0; i < nmod && !rc; i++) rc = load_module(dir, &mods[i]);
   if (!rc) {
     char *p = loom_sprintf("%s/trainer_state.json", dir);
-    rc = parse_state(p, ts);
+    rc = loom_ckpt_state_read(p, ts); /* checkpoint_meta.c */
     free(p);
   }
   for (int i = 0; i < nmod && !rc; i++) mods[i].opt->step = ts->step;
