@@ -125,6 +125,15 @@ void loom_config_defaults(loom_config *c);
 /* Load YAML over the defaults. Unknown keys, wrong types and bad enum values are errors that
  * name the file, line, key and (for unknown keys) the nearest valid key. */
 int loom_config_load(loom_config *c, const char *yaml_path);
+/* loom_config_load with config groups: the file's `defaults:` list (- GROUP: OPTION, _self_)
+ * composes configs/GROUP/OPTION.yaml files found in the search path (the file's directory,
+ * ./configs, the source tree's configs/); `choices` are command-line "GROUP=OPTION" texts
+ * that replace the option of that group in the defaults list, or, for groups it does not
+ * name, load after the file. yaml_path may be NULL (defaults, then the choices). */
+int loom_config_load_composed(loom_config *c, const char *yaml_path, char *const *choices,
+                              int nchoices);
+/* True for "GROUP=OPTION" (a name without a dot before '='): a config group choice. */
+bool loom_config_is_group_choice(const char *expr);
 /* Apply one override: "a.b=c" (key must exist), "+a.b=c" (add; for loom's fixed schema the
  * key must be a valid key too), "~a.b" (reset to default). */
 int loom_config_override(loom_config *c, const char *expr);

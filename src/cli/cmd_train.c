@@ -10,6 +10,7 @@
 #include "loom/config.h"
 #include "loom/core.h"
 #include "loom/mesh.h"
+#include "loom/sweep.h"
 #include "loom/train.h"
 
 static void usage(FILE *out) {
@@ -19,6 +20,12 @@ static void usage(FILE *out) {
           "metrics.jsonl, train.log, checkpoint_<step>/ and final_checkpoint/.\n\n"
           "  CONFIG.yaml         run config (every key has a default: 'loom config schema')\n"
           "  KEY=VALUE           override a key (training.lr=1e-3, +key=v, ~key to reset)\n"
+          "  GROUP=OPTION        choose a config group option: model=tiny-llama loads\n"
+          "                      configs/model/tiny-llama.yaml (search path: the config's\n"
+          "                      directory, ./configs, loom's configs/; see 'loom config groups')\n"
+          "  -m, --multirun      KEY=A,B,C or KEY=range(START,STOP[,STEP]) overrides become a\n"
+          "                      grid sweep run by the sweep runner (one run per point, logs,\n"
+          "                      summary.txt and registry rows in logs/sweep_<time>/)\n"
           "  --resume DIR        continue from a checkpoint directory; without CONFIG, the\n"
           "                      checkpoint's config.yaml is used. Losses continue bitwise\n"
           "                      identically to an uninterrupted run.\n"
@@ -30,6 +37,8 @@ static void usage(FILE *out) {
           "  -h, --help          this text\n\n"
           "examples:\n"
           "  loom train configs/demo.yaml training.steps=50 training.dtype=bf16\n"
+          "  loom train configs/demo.yaml model=tiny-llama optim=adamw-fast\n"
+          "  loom train -m configs/demo.yaml training.lr=1e-3,3e-3 model=tiny-gpt2\n"
           "  mpirun -np 4 loom train configs/demo.yaml parallel.dp=2 parallel.tp=2\n"
           "  loom train run.yaml checkpoint.init_from=hf/gpt2   # fine-tune: loom checkpoint or\n"
           "                                                    # Hugging Face directory\n");
@@ -48,6 +57,36 @@ static char *join_args(int argc, char **argv) {
   return s;
 }
 
+/* -m / --multirun: the overrides as an in-memory sweep through the sweep runner. */
+static int multirun(const char *config_path, char **choices, int nchoices, char **ov, int nov,
+                    bool quiet) {
+  loom_sweep_spec spec;
+  loom_sweep_plan plan = {0};
+  if (loom_sweep_multirun_spec(&spec, config_path, choices, nchoices, ov, nov)) {
+    fprintf(stderr, "loom train -m: %s\n", loom_errmsg());
+    return 2;
+  }
+  int rc = loom_sweep_expand(&spec, &plan);
+  loom_sweep_spec_free(&spec);
+  if (rc) {
+    fprintf(stderr, "loom train -m: %s\n", loom_errmsg());
+    return 2;
+  }
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  loom_sweep_run_opts o = {.launcher = "local", .parallel = 1, .log_root = "logs",
+                           .color = quiet ? 0 : -1, .loom_bin = n > 0 ? exe : "loom"};
+  char *log_dir = NULL;
+  rc = loom_sweep_run(&plan, &o, &log_dir);
+  if (rc < 0) fprintf(stderr, "loom train -m: %s\n", loom_errmsg());
+  else printf("multirun: %d run%s; sweep directory %s\n", plan.n, plan.n == 1 ? "" : "s",
+              log_dir);
+  free(log_dir);
+  loom_sweep_plan_free(&plan);
+  return rc < 0 ? 2 : rc;
+}
+
 int loom_cmd_train(int argc, char **argv) {
   if (loom_cli_wants_help(argc, argv)) {
     usage(stdout);
@@ -55,6 +94,10 @@ int loom_cmd_train(int argc, char **argv) {
   }
   loom_train_opts opts = {0};
   const char *config_path = NULL, *nproc = NULL;
+  bool multi = false;
+  char **choices = calloc((size_t)argc + 1, sizeof *choices), **ov = calloc((size_t)argc + 1,
+                                                                              sizeof *ov);
+  int nchoices = 0, nov = 0;
   loom_config cfg;
   loom_config_defaults(&cfg);
   /* first pass: options and the config file */
@@ -71,6 +114,12 @@ int loom_cmd_train(int argc, char **argv) {
       else opts.stop_after = atol(argv[++i]);
     } else if (!strcmp(argv[i], "--quiet")) {
       opts.quiet = true;
+    } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--multirun")) {
+      multi = true;
+    } else if (loom_config_is_group_choice(argv[i])) {
+      choices[nchoices++] = argv[i];
+    } else if (strchr(argv[i], '=') || argv[i][0] == '~') {
+      ov[nov++] = argv[i];
     } else if (argv[i][0] == '-' && argv[i][1] == '-') {
       fprintf(stderr, "loom train: unknown option '%s' (see loom train --help)\n", argv[i]);
       return 2;
@@ -82,6 +131,17 @@ int loom_cmd_train(int argc, char **argv) {
       }
       config_path = argv[i];
     }
+  }
+  if (multi) {
+    if (opts.resume || nproc || opts.stop_after || opts.trace) {
+      fprintf(stderr, "loom train: -m/--multirun takes a config and overrides only (set ranks "
+              "with parallel.* keys; --resume, --nproc, --stop-after and --trace are per run)\n");
+      return 2;
+    }
+    int mrc = multirun(config_path, choices, nchoices, ov, nov, opts.quiet);
+    free(choices);
+    free(ov);
+    return mrc;
   }
   if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return loom_cli_exec_mpirun("train", argc, argv, nproc, false);
   if (loom_dist_init(&argc, &argv)) {
@@ -99,16 +159,12 @@ int loom_cmd_train(int argc, char **argv) {
     resume_cfg = loom_sprintf("%s/config.yaml", opts.resume);
     config_path = resume_cfg;
   }
-  int rc = config_path ? loom_config_load(&cfg, config_path) : 0;
+  int rc = config_path || nchoices
+               ? loom_config_load_composed(&cfg, config_path, choices, nchoices) : 0;
   /* second pass: overrides, in order */
-  for (int i = 1; i < argc && !rc; i++) {
-    if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after") ||
-        !strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--trace")) {
-      i++;
-      continue;
-    }
-    if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(&cfg, argv[i]);
-  }
+  for (int i = 0; i < nov && !rc; i++) rc = loom_config_override(&cfg, ov[i]);
+  free(choices);
+  free(ov);
   if (!rc) rc = loom_config_validate(&cfg);
   if (!rc) rc = loom_config_resolve_grad_accum(&cfg); /* training.global_batch_size */
   char *init_abs = !rc && cfg.checkpoint.init_from[0] ? realpath(cfg.checkpoint.init_from, NULL)

@@ -54,7 +54,8 @@ static void free_constraints(loom_expr **c, int n) {
 
 static int base_config(const loom_sweep_spec *s, loom_config *c) {
   loom_config_defaults(c);
-  if (s->base && loom_config_load(c, s->base)) return -1;
+  if ((s->base || s->nchoices) && loom_config_load_composed(c, s->base, s->choices, s->nchoices))
+    return -1;
   for (int i = 0; i < s->noverrides; i++)
     if (loom_config_override(c, s->overrides[i]))
       return loom_err_prefix("%s: overrides: ", s->path);
