@@ -1,6 +1,6 @@
 /* Config group lookup: the search path (the primary config's directory, ./configs, then the
- * source tree's configs/), `<dir>/<group>/<option>.yaml` resolution with the first directory
- * that has the group winning, and errors that list the groups / options and suggest the
+ * source tree's configs/), `<dir>/<group>/<option>.yaml` resolution (a group's options are
+ * the union over the search path; the first directory holding the file wins), and errors that list the groups / options and suggest the
  * nearest (Levenshtein, as for keys). */
 #include "config/groups.h"
 
@@ -156,19 +156,20 @@ int loom_group_find(const loom_group_ctx *g, const char *group, const char *opti
   if (!plain_name(option))
     return loom_err("%s: '%s' is not an option name of group '%s' (a file name without "
                     ".yaml, no '/')", where, option, group);
-  for (int d = 0; d < g->ndirs; d++) {
+  bool group_known = false;
+  for (int d = 0; d < g->ndirs; d++) { /* the first directory with the file wins */
     char *dir = loom_sprintf("%s/%s", g->dirs[d], group);
     bool has = loom_is_dir(dir);
     char *file = has ? loom_sprintf("%s/%s.yaml", dir, option) : NULL;
     free(dir);
-    if (!has) continue;
-    if (loom_path_exists(file) && !loom_is_dir(file)) {
+    group_known |= has;
+    if (has && loom_path_exists(file) && !loom_is_dir(file)) {
       *path = file;
       return 0;
     }
     free(file);
-    return not_found(g, where, "option", option, group);
   }
+  if (group_known) return not_found(g, where, "option", option, group);
   return not_found(g, where, "config group", group, NULL);
 }
 
