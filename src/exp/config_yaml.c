@@ -156,9 +156,25 @@ static int load_section(load_ctx *x, const char *sec, const yaml_node_t *key_nod
   return 0;
 }
 
+/* "+exp.hypothesis: text": a user key (Hydra's append), as config.yaml records them. */
+static int load_user_key(load_ctx *x, const char *name, const yaml_node_t *kn,
+                         const yaml_node_t *vn) {
+  if (vn->type != YAML_SCALAR_NODE)
+    return err_at(x, vn, "user key %s takes one value (text or a number), not %s", name,
+                  node_kind(vn));
+  if (is_null(vn))
+    return err_at(x, vn, "user key %s has no value; give one or remove the line", name);
+  if (strlen(scalar(vn)) != vn->data.scalar.length)
+    return err_at(x, vn, "user key %s contains a NUL character (\\0); remove it", name);
+  /* a later file of a composition replaces an earlier one's value */
+  if (loom_config_user_set(x->cfg, name, scalar(vn), false)) return reraise_at(x, kn);
+  return 0;
+}
+
 static int load_top_pair(load_ctx *x, const yaml_node_t *kn, const yaml_node_t *vn) {
   const char *name = NULL;
   if (key_text(x, kn, &name)) return -1;
+  if (name[0] == '+') return load_user_key(x, name + 1, kn, vn);
   bool dotted = strchr(name, '.') != NULL;
   if (loom_config_is_section(name, strlen(name)) ||
       (vn->type == YAML_MAPPING_NODE && loom_config_is_section_prefix(name)))

@@ -82,6 +82,12 @@ static bool excluded(const loom_sweep_spec *s, const loom_config *c) {
 /* Parameter i's value text in the point: plain, or the referenced key's value. */
 static int set_value(const loom_sweep_spec *s, int i, const char *text, loom_sweep_point *p) {
   const loom_config_key *k = loom_config_key_find(s->params[i].key);
+  if (!k) { /* a user key swept by loom train -m +exp.x=a,b */
+    p->assign[i] = loom_sprintf("+%s=%s", s->params[i].key, text);
+    if (loom_config_user_set(&p->cfg, s->params[i].key, text, false))
+      return loom_err_prefix("%s: parameter +%s: ", s->path, s->params[i].key);
+    return 0;
+  }
   char ref[128], buf[LOOM_STR_MAX + 64];
   const char *value = text;
   if (loom_sweep_interp_key(text, ref, sizeof ref)) {

@@ -1,6 +1,6 @@
 /* `loom train -m` (Hydra's multirun): command-line overrides with comma lists
  * (training.lr=1e-3,3e-3) or range(start,stop[,step]) (end excluded, as Python's range)
- * become the parameters of an in-memory grid sweep over the config file (with its config
+ * (user keys too: +exp.variant=a,b) become the parameters of an in-memory grid sweep over the config file (with its config
  * group choices); the other overrides apply to every point. The spec then goes through the
  * ordinary sweep expansion and runner (loom_sweep_expand, loom_sweep_run). */
 #include <ctype.h>
@@ -83,32 +83,37 @@ static int add_param(loom_sweep_spec *s, const char *expr) {
   else if (*kp == '+') kp++;
   char *key = trim(kp, (size_t)(eq - kp)), *val = trim(eq + 1, strlen(eq + 1));
   const loom_config_key *k = loom_config_key_find(key);
-  int rc = k ? 0 : loom_config_unknown_key_err(key);
+  bool user = !k && kp != expr; /* +exp.x=a,b: a user key */
+  loom_config scratch;
+  loom_config_defaults(&scratch);
+  int rc = k || (user && !loom_config_user_set(&scratch, key, "x", true))
+               ? 0 : user ? -1 : loom_config_unknown_key_err(key);
+  const char *name = k ? k->name : key;
   for (int i = 0; !rc && i < s->nparams; i++)
-    if (!strcmp(s->params[i].key, k->name))
-      rc = loom_err("%s is swept twice; give its values in one override", k->name);
+    if (!strcmp(s->params[i].key, name))
+      rc = loom_err("%s is swept twice; give its values in one override", name);
   loom_sweep_param p = {0};
   if (!rc) {
-    p.key = loom_strdup(k->name);
+    p.key = loom_strdup(name);
     p.dist = LOOM_DIST_VALUES;
     p.line = 0;
     if (!strncmp(val, "range(", 6)) {
-      rc = expand_range(k->name, val, &p);
+      rc = expand_range(name, val, &p);
     } else {
       const char *start = val;
       for (;;) {
         const char *c = strchr(start, ',');
         char *one = trim(start, c ? (size_t)(c - start) : strlen(start));
-        if (!*one) rc = loom_err("%s=%s: an empty value in the list", k->name, val);
+        if (!*one) rc = loom_err("%s=%s: an empty value in the list", name, val);
         push(&p.values, &p.nvalues, one);
         if (!c || rc) break;
         start = c + 1;
       }
     }
-    loom_config scratch;
-    loom_config_defaults(&scratch);
     for (int i = 0; !rc && i < p.nvalues; i++)
-      if (loom_config_key_set(&scratch, k, p.values[i])) rc = -1;
+      if (k ? loom_config_key_set(&scratch, k, p.values[i])
+            : loom_config_user_set(&scratch, name, p.values[i], false))
+        rc = -1;
   }
   if (!rc) {
     s->params = realloc(s->params, sizeof *s->params * (size_t)(s->nparams + 1));
