@@ -17,6 +17,8 @@ typedef struct {
   char name[LOOM_STR_MAX];       /* run.name: human name; run id is derived from it */
   char output_dir[LOOM_STR_MAX]; /* run.output_dir: parent of runs/<run_id>/ */
   long seed;                     /* run.seed: seeds init, data order, everything */
+  char tags[LOOM_STR_MAX];       /* run.tags: "ablation,warmup" (a YAML list in files) */
+  char notes[LOOM_STR_MAX];      /* run.notes: free text about the run */
 } loom_config_run;
 
 typedef struct {

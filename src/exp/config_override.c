@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/tags.h"
 #include "exp/config_internal.h"
 #include "loom/core.h"
 
@@ -97,6 +98,11 @@ static int value_text(const loom_config_key *k, const char *v, char **out) {
 
 static int parse_into(loom_config *c, const loom_config_key *k, const char *raw) {
   char *text;
+  if (!strcmp(k->name, "run.tags") && raw[0] == '[') { /* run.tags=[ablation,warmup] */
+    char joined[LOOM_STR_MAX];
+    if (loom_config_tags_parse_list(raw, joined, sizeof joined)) return -1;
+    return loom_config_key_set(c, k, joined);
+  }
   if (value_text(k, raw, &text)) return -1;
   int rc = loom_config_key_set(c, k, text);
   free(text);

@@ -34,6 +34,11 @@ const loom_config_key loom_config_keys[] = {
      FIELD(run, output_dir)},
     {"run.seed", I, "1337", NULL, "seeds weight init, data order and everything random",
      FIELD(run, seed)},
+    {"run.tags", S, "", NULL,
+     "labels of the run: a list ([ablation, warmup]), kept as \"ablation,warmup\"; "
+     "loom runs --filter \"run.tags HAS 'ablation'\"", FIELD(run, tags)},
+    {"run.notes", S, "", NULL, "free text about the run (recorded in the registry)",
+     FIELD(run, notes)},
 
     {"model.preset", S, "tiny-gpt2", NULL,
      "model preset (gpt2-124m, qwen2.5-0.5b, tiny-gpt2, ...) or \"\" for none",

@@ -17,6 +17,7 @@
 #include <yaml.h>
 
 #include "config/groups.h"
+#include "config/tags.h"
 #include "exp/config_internal.h"
 #include "loom/core.h"
 
@@ -71,6 +72,8 @@ static bool is_null(const yaml_node_t *n) {
 }
 
 /* Store one key's value (a scalar node). */
+static const yaml_node_t *node(const load_ctx *x, int id);
+
 static int set_key(load_ctx *x, const loom_config_key *k, const yaml_node_t *key_node,
                    const yaml_node_t *val) {
   size_t idx = (size_t)(k - loom_config_keys);
@@ -78,6 +81,22 @@ static int set_key(load_ctx *x, const loom_config_key *k, const yaml_node_t *key
     return err_at(x, key_node, "duplicate key '%s' (first set at line %zu); keep only one",
                   k->name, x->key_line[idx]);
   char tb[256];
+  if (val->type == YAML_SEQUENCE_NODE && !strcmp(k->name, "run.tags")) {
+    char *items[256];
+    int n = 0;
+    for (yaml_node_item_t *it = val->data.sequence.items.start;
+         it < val->data.sequence.items.top; it++) {
+      const yaml_node_t *e = node(x, *it);
+      if (e->type != YAML_SCALAR_NODE || n == 256)
+        return err_at(x, e, "run.tags is a list of labels (text), not %s", node_kind(e));
+      items[n++] = (char *)scalar(e);
+    }
+    char joined[LOOM_STR_MAX];
+    if (loom_config_tags_join(items, n, joined, sizeof joined)) return reraise_at(x, val);
+    if (loom_config_key_set(x->cfg, k, joined)) return reraise_at(x, val);
+    x->key_line[idx] = line_of(key_node);
+    return 0;
+  }
   if (val->type != YAML_SCALAR_NODE)
     return err_at(x, val, "%s takes %s, not %s", k->name,
                   loom_config_type_phrase(k, tb, sizeof tb), node_kind(val));
@@ -85,6 +104,14 @@ static int set_key(load_ctx *x, const loom_config_key *k, const yaml_node_t *key
   if (strlen(scalar(val)) != val->data.scalar.length)
     return err_at(x, val, "%s contains a NUL character (\\0), which a config value cannot "
                   "hold; remove it", k->name);
+  if (!strcmp(k->name, "run.tags") && *scalar(val)) { /* "a, b": normalised to "a,b" */
+    char *list = loom_sprintf("[%s]", scalar(val)), joined[LOOM_STR_MAX];
+    int rc = loom_config_tags_parse_list(list, joined, sizeof joined);
+    free(list);
+    if (rc || loom_config_key_set(x->cfg, k, joined)) return reraise_at(x, val);
+    x->key_line[idx] = line_of(key_node);
+    return 0;
+  }
   if (loom_config_key_set(x->cfg, k, scalar(val))) return reraise_at(x, val);
   x->key_line[idx] = line_of(key_node);
   return 0;
