@@ -8,7 +8,9 @@
 #                        simulator: OOM marking, trends, vision sp vs tp, bad input
 #   exp_sweep_vl_real    the same sweep file trained for real on a tiny Qwen2.5-VL (command-line
 #                        overrides; vision sp vs tp under mpirun -np 2)
-foreach(t sweep crash sweep_multirank sweep_sim sweep_vl_real)
+#   exp_hydra            loom train -m (grid through the sweep runner), +key user keys as
+#                        registry columns, run.tags / run.notes
+foreach(t sweep crash sweep_multirank sweep_sim sweep_vl_real hydra)
   add_test(NAME exp_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/exp/${t}_test.sh $<TARGET_FILE:loom>)
   set_tests_properties(exp_${t} PROPERTIES TIMEOUT 120
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
