@@ -18,9 +18,11 @@ static void usage(FILE *out) {
           "schema  print every key with its type, default and meaning\n\n"
           "Overrides (Hydra grammar):\n"
           "  key=value     set a key, e.g. training.lr=1e-3 run.name='my run'\n"
-          "  +key=value    add a key; loom's keys always exist, so this is the same as =\n"
-          "  ++key=value   force add-or-override (same as = for loom)\n"
-          "  ~key          reset a key to its default\n"
+          "  +key=value    add a user key (a dotted name outside the schema, e.g.\n"
+          "                +exp.hypothesis=warmup_helps: kept in config.yaml, a registry\n"
+          "                column); for a schema key the same as =\n"
+          "  ++key=value   add or replace a user key (= for a schema key)\n"
+          "  ~key          reset a key to its default (a user key: remove it)\n"
           "  ~key=value    reset it only if its current value is value\n"
           "  group=option  choose a config group option (a name without a dot): model=tiny-llama\n"
           "                loads configs/model/tiny-llama.yaml\n\n"
@@ -33,6 +35,7 @@ static void usage(FILE *out) {
           "files are looked up in the config file's directory, ./configs, then loom's configs/.\n"
           "group=option on the command line replaces that group's entry, or (for a group the\n"
           "list does not name) loads after the file.\n"
+          "run.tags takes a list: run.tags=[ablation,warmup]. See docs/EXPERIMENTS.md.\n"
           "Values are typed like YAML: 3e-4, 64, true/false/yes/no/on/off, quoted strings.\n");
 }
 

@@ -90,8 +90,8 @@ static int value_text(const loom_config_key *k, const char *v, char **out) {
   if (strstr(v, "${"))
     return loom_err("interpolations (${...}) are not supported; give the value itself");
   if (strchr(v, ','))
-    return loom_err("comma-separated values are a Hydra sweep, which loom does not run; give "
-                    "one value, or quote it if the comma is part of a string");
+    return loom_err("comma-separated values are a Hydra sweep, which only 'loom train -m' "
+                    "runs; give one value, or quote it if the comma is part of a string");
   *out = loom_strdup(v);
   return 0;
 }
