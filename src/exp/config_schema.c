@@ -306,4 +306,8 @@ void loom_config_print_schema(void) {
     print_row(&loom_config_keys[i], def);
     free(def);
   }
+  printf("\nAlso: +KEY=VALUE adds a user key (a dotted name outside this table, e.g.\n"
+         "+exp.hypothesis=warmup_helps; kept in config.yaml, a registry column); a config\n"
+         "file's defaults: list and GROUP=OPTION overrides compose configs/GROUP/OPTION.yaml\n"
+         "(config groups); 'loom train -m' sweeps KEY=A,B lists. See 'loom config --help'.\n");
 }
