@@ -46,6 +46,13 @@ check "user-key sweep: 2 runs" grep -q '^multirun: 2 runs' uv.out
 check "filter on a user key" test "$(runs --filter "exp.variant = 'b'" --format csv --show exp.variant | tail -n +2)" = b
 check "user key as a column of the sweep" test "$(runs --filter "exp.variant IS NOT NULL" --format csv --show exp.variant --sort-by exp.variant | tail -n +2 | tr '\n' ' ')" = "a b "
 
+# user keys in a sweep file's overrides and on `loom sweep run`'s command line
+printf 'name: swu\nbase: base.yaml\noverrides: [+exp.origin=sweepfile]\nparameters:\n  training.lr: {values: [1e-3, 2e-3]}\n' > swu.yaml
+"$LOOM" sweep run swu.yaml +exp.cli=yes > swu.out 2>&1
+check "sweep run with user keys exits 0" test $? = 0
+check "sweep file + CLI user keys in both runs" test "$(runs --sweep swu --format csv --show exp.origin exp.cli | tail -n +2 | sort -u)" = "sweepfile,yes"
+check "sweep file: 2 runs" test "$(runs --sweep swu --format csv --show name | tail -n +2 | wc -l)" = 2
+
 # -m errors: nothing swept, unknown key, bad range; nothing run
 "$LOOM" train -m base.yaml training.lr=1e-3 > e1.out 2>&1
 check "-m without a list fails" test $? = 2
@@ -56,7 +63,7 @@ check "-m unknown key: did you mean" grep -q "unknown key 'training.lrr'; did yo
 check "-m empty range" grep -q "the range is empty" e3.out
 "$LOOM" train -m base.yaml training.dtype=fp32,fp64 > e4.out 2>&1
 check "-m bad value fails" test $? = 2
-check "no runs from failed multiruns" test "$(ls logs | wc -l)" = 2
+check "no runs from failed multiruns" test "$(ls logs | wc -l)" = 3  # 2 multiruns + swu
 
 # +key on a single run: config.yaml, registry column, filter, loom runs show
 "$LOOM" train base.yaml +exp.hypothesis=cosine_wins '+exp.comment="a, b"' \
@@ -88,5 +95,5 @@ check "+key twice: ++ hint" grep -q "user key exp.h is already set (to '1'); use
 check "+key without a dot" grep -q "needs a dotted name" u3.out
 "$LOOM" train base.yaml 'run.tags=[a, a]' > u4.out 2>&1
 check "repeated tag" grep -q "tag 'a' is given twice" u4.out
-check "failed runs register nothing" test "$(runs --format csv --show name | grep -c '')" = 11  # 6 + 2 + tagged + tagged2, and the header
+check "failed runs register nothing" test "$(runs --format csv --show name | grep -c '')" = 13  # 6 + 2 + 2 (swu) + tagged + tagged2, and the header
 finish
