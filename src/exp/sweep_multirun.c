@@ -137,8 +137,15 @@ int loom_sweep_multirun_spec(loom_sweep_spec *s, const char *config_path,
   s->path = loom_strdup(config_path ? config_path : "loom train -m");
   s->name = loom_strdup("multirun");
   s->base = config_path ? loom_strdup(config_path) : NULL;
-  for (int i = 0; i < nchoices; i++) push(&s->choices, &s->nchoices, loom_strdup(choices[i]));
   int rc = 0;
+  for (int i = 0; i < nchoices && !rc; i++) {
+    if (strchr(choices[i], ',') || strstr(choices[i], "=range("))
+      rc = loom_err("'%s': sweeping a config group's options is not supported; run one "
+                    "multirun per option, or sweep the keys its files set (e.g. "
+                    "model.preset=tiny-gpt2,tiny-llama)", choices[i]);
+    else
+      push(&s->choices, &s->nchoices, loom_strdup(choices[i]));
+  }
   for (int i = 0; i < noverrides && !rc; i++) {
     if (is_sweep(overrides[i])) rc = add_param(s, overrides[i]);
     else push(&s->overrides, &s->noverrides, loom_strdup(overrides[i]));

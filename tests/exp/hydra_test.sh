@@ -63,6 +63,9 @@ check "-m unknown key: did you mean" grep -q "unknown key 'training.lrr'; did yo
 check "-m empty range" grep -q "the range is empty" e3.out
 "$LOOM" train -m base.yaml training.dtype=fp32,fp64 > e4.out 2>&1
 check "-m bad value fails" test $? = 2
+"$LOOM" train -m base.yaml model=mini-llama,tiny-gpt2 training.lr=1e-3,2e-3 > e5.out 2>&1
+check "-m over a group's options: refused" test $? = 2
+check "-m over a group's options: says what to do" grep -q "sweeping a config group's options is not supported" e5.out
 check "no runs from failed multiruns" test "$(ls logs | wc -l)" = 3  # 2 multiruns + swu
 
 # +key on a single run: config.yaml, registry column, filter, loom runs show
