@@ -2,7 +2,8 @@
 # defaults, GROUP=OPTION on the command line (replacing an entry, adding a group), the search
 # path (the config's directory first, then ./configs), '# @package _global_' files, and every
 # error: unknown group, unknown option (suggestion + list), a cycle, a key not in the schema
-# (file:line), a non-section group without the package line, a duplicate group entry.
+# (file:line), a non-section group without the package line, a duplicate group entry; user
+# keys ("+exp.x: v") and run.tags lists in config files.
 set -u
 LOOM=$(realpath "${1:?usage: $0 path/to/loom}")
 SRC=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../..")
@@ -105,6 +106,21 @@ errcase "defaults not a list" "conf/notlist.yaml:1: defaults must be a list" con
 printf 'defaults:\n  - model/small\n' > conf/slash.yaml
 errcase "entry form" "conf/slash.yaml:2: a defaults entry is 'GROUP: OPTION'" conf/slash.yaml
 errcase "option with a slash" "is not an option name of group 'model'" conf/plain.yaml model=../x
+# user keys in files: a group file's, then the primary file's (later files replace)
+printf '# @package _global_\n+exp.origin: group\n+exp.only_group: 1\n' > conf/optim/userkeys.yaml
+printf 'defaults:\n  - optim: userkeys\n  - _self_\n+exp.origin: primary\n' > conf/userkeys.yaml
+out=$(show conf/userkeys.yaml)
+check "user key: the primary file replaces the group's" grep -qx '+exp.origin: "primary"' <<< "$out"
+check "user key: the group's own kept" grep -qx '+exp.only_group: "1"' <<< "$out"
+printf '+exp.bad: [1, 2]\n' > conf/userlist.yaml
+errcase "user key with a list" "conf/userlist.yaml:1: user key exp.bad takes one value (text or a number), not a list" conf/userlist.yaml
+printf '+nodot: 1\n' > conf/usernodot.yaml
+errcase "user key without a dot (file:line)" "conf/usernodot.yaml:1: user key 'nodot' needs a dotted name" conf/usernodot.yaml
+printf 'run:\n  tags: [a, b]\n' > conf/tags.yaml
+check "run.tags list in a file" grep -qx '  tags: "a,b"' <<< "$(show conf/tags.yaml)"
+printf 'run:\n  tags: [a, {b: 1}]\n' > conf/badtags.yaml
+errcase "run.tags with a mapping item" "conf/badtags.yaml:2: run.tags is a list of labels (text), not a mapping" conf/badtags.yaml
+
 # a failed composition prints no config
 check "error: nothing on stdout" test -z "$(show conf/badopt.yaml 2>/dev/null)"
 # the shipped groups compose with the shipped demo config
