@@ -10,8 +10,9 @@
 #include "loom/config.h"
 #include "loom/core.h"
 #include "loom/mesh.h"
-#include "loom/sweep.h"
 #include "loom/train.h"
+#include "loom/sweep.h"
+#include "train/run_dir.h"
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -22,14 +23,21 @@ static void usage(FILE *out) {
           "  KEY=VALUE           override a key (training.lr=1e-3, +key=v, ~key to reset)\n"
           "  GROUP=OPTION        choose a config group option: model=tiny-llama loads\n"
           "                      configs/model/tiny-llama.yaml (search path: the config's\n"
-          "                      directory, ./configs, loom's configs/; see 'loom config groups')\n"
+          "                      directory, ./configs, loom's configs/; see 'loom config --help')\n"
           "  -m, --multirun      KEY=A,B,C or KEY=range(START,STOP[,STEP]) overrides become a\n"
           "                      grid sweep run by the sweep runner (one run per point, logs,\n"
           "                      summary.txt and registry rows in logs/sweep_<time>/)\n"
-          "  --resume DIR        continue from a checkpoint directory; without CONFIG, the\n"
-          "                      checkpoint's config.yaml is used. Losses continue bitwise\n"
-          "                      identically to an uninterrupted run.\n"
-          "  --nproc N           start N ranks with mpirun (same as 'mpirun -np N loom train ...')\n"
+          "  --resume WHAT       continue a run: 'latest' (the newest run under run.output_dir),\n"
+          "                      a run directory (its newest complete checkpoint) or a\n"
+          "                      checkpoint directory; without CONFIG, the checkpoint's\n"
+          "                      config.yaml is used. Losses continue bitwise identically to\n"
+          "                      an uninterrupted run. A checkpoint that fails validation\n"
+          "                      leaves the run untouched.\n"
+          "  --nproc N           start N ranks with mpirun and supervise them: a job that ends\n"
+          "                      without loom's report (a rank killed) is recorded as failed\n"
+          "  --max-restarts K    relaunch the job up to K times after a rank dies or a\n"
+          "                      collective times out, from the newest complete checkpoint\n"
+          "                      (config key run.max_restarts; default 0; docs/RELIABILITY.md)\n"
           "  --stop-after N      stop after step N (as if interrupted; for testing resume)\n"
           "  --trace FILE        write a Chrome trace (one row per rank: instructions, and\n"
           "                      collectives with their bytes); open in chrome://tracing\n"
@@ -37,11 +45,13 @@ static void usage(FILE *out) {
           "  -h, --help          this text\n\n"
           "examples:\n"
           "  loom train configs/demo.yaml training.steps=50 training.dtype=bf16\n"
-          "  loom train configs/demo.yaml model=tiny-llama optim=adamw-fast\n"
-          "  loom train -m configs/demo.yaml training.lr=1e-3,3e-3 model=tiny-gpt2\n"
+          "  loom train configs/demo_groups.yaml model=tiny-llama optim=constant\n"
+          "  loom train -m configs/demo.yaml training.lr=1e-3,3e-3 +exp.hypothesis=lr\n"
           "  mpirun -np 4 loom train configs/demo.yaml parallel.dp=2 parallel.tp=2\n"
           "  loom train run.yaml checkpoint.init_from=hf/gpt2   # fine-tune: loom checkpoint or\n"
-          "                                                    # Hugging Face directory\n");
+          "                                                    # Hugging Face directory\n"
+          "  loom train configs/demo.yaml --nproc 4 parallel.dp=4 --max-restarts 3\n"
+          "  loom train --resume latest\n");
 }
 
 
@@ -57,16 +67,87 @@ static char *join_args(int argc, char **argv) {
   return s;
 }
 
+static bool valued_option(const char *a) {
+  return !strcmp(a, "--resume") || !strcmp(a, "--stop-after") || !strcmp(a, "--nproc") ||
+         !strcmp(a, "--trace") || !strcmp(a, "--max-restarts");
+}
+
+/* defaults, the config file (if any), then the KEY=VALUE overrides in order; validated
+ * unless only run.output_dir is wanted (to find `--resume latest`) */
+static int load_config(loom_config *cfg, const char *path, int argc, char **argv,
+                       bool validate) {
+  loom_config_defaults(cfg);
+  char **choices = calloc((size_t)argc + 1, sizeof *choices); /* GROUP=OPTION */
+  int nchoices = 0;
+  for (int i = 1; i < argc; i++) {
+    if (valued_option(argv[i])) i++;
+    else if (loom_config_is_group_choice(argv[i])) choices[nchoices++] = argv[i];
+  }
+  int rc = path || nchoices ? loom_config_load_composed(cfg, path, choices, nchoices) : 0;
+  free(choices);
+  for (int i = 1; i < argc && !rc; i++) {
+    if (valued_option(argv[i])) {
+      i++;
+      continue;
+    }
+    if (loom_config_is_group_choice(argv[i])) continue;
+    if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(cfg, argv[i]);
+  }
+  if (rc || !validate) return rc;
+  rc = loom_config_validate(cfg);
+  if (!rc) rc = loom_config_resolve_grad_accum(cfg); /* training.global_batch_size */
+  char *init_abs = !rc && cfg->checkpoint.init_from[0] ? realpath(cfg->checkpoint.init_from, NULL)
+                                                      : NULL;
+  if (init_abs && strlen(init_abs) < sizeof cfg->checkpoint.init_from) /* recorded absolute */
+    snprintf(cfg->checkpoint.init_from, sizeof cfg->checkpoint.init_from, "%s", init_abs);
+  free(init_abs);
+  return rc;
+}
+
+/* This process's rank under mpirun/srun, before MPI is started (0 without a launcher). */
+static long env_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                     "SLURM_PROCID", NULL};
+  for (int i = 0; vars[i]; i++)
+    if (getenv(vars[i]) && *getenv(vars[i])) return atol(getenv(vars[i]));
+  return 0;
+}
+
+/* The error line, once; and to the supervisor (LOOM_REPORT_FILE): loom reported it itself,
+ * so the job is not relaunched (a bad config or a full disk fails again). */
+static void report_error(const char *msg) {
+  fprintf(stderr, "loom train: error: %s\n", msg);
+  fflush(stderr);
+  const char *path = getenv("LOOM_REPORT_FILE");
+  FILE *f = path && *path ? fopen(path, "a") : NULL;
+  if (!f) return;
+  fprintf(f, "failed\n");
+  fclose(f);
+}
+
+static bool under_launcher(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ||
+         getenv("SLURM_PROCID");
+}
+
 /* -m / --multirun: the overrides as an in-memory sweep through the sweep runner. */
-static int multirun(const char *config_path, char **choices, int nchoices, char **ov, int nov,
-                    bool quiet) {
+static int multirun(const char *config_path, int argc, char **argv, bool quiet) {
+  char **choices = calloc((size_t)argc + 1, sizeof *choices), **ov = calloc((size_t)argc + 1,
+                                                                              sizeof *ov);
+  int nchoices = 0, nov = 0;
+  for (int i = 1; i < argc; i++)
+    if (loom_config_is_group_choice(argv[i])) choices[nchoices++] = argv[i];
+    else if (strchr(argv[i], '=') || argv[i][0] == '~') ov[nov++] = argv[i];
   loom_sweep_spec spec;
   loom_sweep_plan plan = {0};
-  if (loom_sweep_multirun_spec(&spec, config_path, choices, nchoices, ov, nov)) {
+  int rc = loom_sweep_multirun_spec(&spec, config_path, choices, nchoices, ov, nov);
+  free(choices);
+  free(ov);
+  if (rc) {
     fprintf(stderr, "loom train -m: %s\n", loom_errmsg());
     return 2;
   }
-  int rc = loom_sweep_expand(&spec, &plan);
+  rc = loom_sweep_expand(&spec, &plan);
   loom_sweep_spec_free(&spec);
   if (rc) {
     fprintf(stderr, "loom train -m: %s\n", loom_errmsg());
@@ -93,33 +174,25 @@ int loom_cmd_train(int argc, char **argv) {
     return 0;
   }
   loom_train_opts opts = {0};
-  const char *config_path = NULL, *nproc = NULL;
+  const char *config_path = NULL, *nproc = NULL, *restarts = NULL;
   bool multi = false;
-  char **choices = calloc((size_t)argc + 1, sizeof *choices), **ov = calloc((size_t)argc + 1,
-                                                                              sizeof *ov);
-  int nchoices = 0, nov = 0;
   loom_config cfg;
-  loom_config_defaults(&cfg);
   /* first pass: options and the config file */
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after") ||
-        !strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--trace")) {
+    if (valued_option(argv[i])) {
       if (i + 1 >= argc) {
         fprintf(stderr, "loom train: %s needs a value\n", argv[i]);
         return 2;
       }
-      if (argv[i][2] == 'r') opts.resume = argv[++i];
-      else if (argv[i][2] == 'n') nproc = argv[++i];
-      else if (argv[i][2] == 't') opts.trace = argv[++i];
+      if (!strcmp(argv[i], "--resume")) opts.resume = argv[++i];
+      else if (!strcmp(argv[i], "--nproc")) nproc = argv[++i];
+      else if (!strcmp(argv[i], "--trace")) opts.trace = argv[++i];
+      else if (!strcmp(argv[i], "--max-restarts")) restarts = argv[++i];
       else opts.stop_after = atol(argv[++i]);
     } else if (!strcmp(argv[i], "--quiet")) {
       opts.quiet = true;
     } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--multirun")) {
       multi = true;
-    } else if (loom_config_is_group_choice(argv[i])) {
-      choices[nchoices++] = argv[i];
-    } else if (strchr(argv[i], '=') || argv[i][0] == '~') {
-      ov[nov++] = argv[i];
     } else if (argv[i][0] == '-' && argv[i][1] == '-') {
       fprintf(stderr, "loom train: unknown option '%s' (see loom train --help)\n", argv[i]);
       return 2;
@@ -133,58 +206,65 @@ int loom_cmd_train(int argc, char **argv) {
     }
   }
   if (multi) {
-    if (opts.resume || nproc || opts.stop_after || opts.trace) {
+    if (opts.resume || nproc || restarts || opts.stop_after || opts.trace) {
       fprintf(stderr, "loom train: -m/--multirun takes a config and overrides only (set ranks "
-              "with parallel.* keys; --resume, --nproc, --stop-after and --trace are per run)\n");
+              "with parallel.* keys; --resume, --nproc, --max-restarts, --stop-after and "
+              "--trace are per run)\n");
       return 2;
     }
-    int mrc = multirun(config_path, choices, nchoices, ov, nov, opts.quiet);
-    free(choices);
-    free(ov);
-    return mrc;
+    return multirun(config_path, argc, argv, opts.quiet);
   }
-  if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return loom_cli_exec_mpirun("train", argc, argv, nproc, false);
+  char *end = NULL;
+  long max_restarts = restarts ? strtol(restarts, &end, 10) : -1;
+  if (restarts && (*end || max_restarts < 0 || end == restarts)) {
+    fprintf(stderr, "loom train: --max-restarts needs a whole number >= 0, not '%s'\n", restarts);
+    return 2;
+  }
+  /* Errors up to here are the same on every rank: rank 0 tells, the others stay silent. */
+  bool quiet_rank = env_rank() != 0;
+  int rc = 0;
+  char *run_dir = NULL, *ckpt = NULL, *cfg_file = NULL;
+  if (opts.resume) { /* which run and checkpoint; "latest" needs run.output_dir first */
+    rc = load_config(&cfg, config_path, argc, argv, false);
+    if (!rc) rc = loom_run_dir_resolve(opts.resume, cfg.run.output_dir,
+                                       getenv("LOOM_RESTART") != NULL, &run_dir, &ckpt);
+    if (!rc && !config_path) /* the checkpoint's config (or the run's, before any checkpoint) */
+      config_path = cfg_file = loom_sprintf("%s/config.yaml", ckpt ? ckpt : run_dir);
+  }
+  if (!rc) rc = load_config(&cfg, config_path, argc, argv, true);
+  if (rc) {
+    if (!quiet_rank) report_error(loom_errmsg());
+    free(run_dir), free(ckpt), free(cfg_file);
+    return 1;
+  }
+  if (max_restarts < 0) max_restarts = cfg.run.max_restarts;
+  if ((nproc || max_restarts > 0) && !under_launcher() && !getenv("LOOM_SUPERVISED")) {
+    free(run_dir), free(ckpt), free(cfg_file);
+    return loom_cli_train_supervise(argc, argv, nproc, max_restarts, cfg.run.output_dir);
+  }
+  opts.resume = ckpt;
+  opts.resume_run = run_dir;
   if (loom_dist_init(&argc, &argv)) {
-    fprintf(stderr, "loom train: %s\n", loom_errmsg());
-    return 1;
-  }
-  bool quiet_rank = loom_dist_rank() != 0;
-  char *resume_cfg = NULL;
-  if (opts.resume && !loom_is_dir(opts.resume)) {
-    fprintf(stderr, "loom train: --resume: checkpoint '%s' is not a directory (expected "
-            "runs/<id>/checkpoint_<step> or runs/<id>/final_checkpoint)\n", opts.resume);
-    return 1;
-  }
-  if (!config_path && opts.resume) {
-    resume_cfg = loom_sprintf("%s/config.yaml", opts.resume);
-    config_path = resume_cfg;
-  }
-  int rc = config_path || nchoices
-               ? loom_config_load_composed(&cfg, config_path, choices, nchoices) : 0;
-  /* second pass: overrides, in order */
-  for (int i = 0; i < nov && !rc; i++) rc = loom_config_override(&cfg, ov[i]);
-  free(choices);
-  free(ov);
-  if (!rc) rc = loom_config_validate(&cfg);
-  if (!rc) rc = loom_config_resolve_grad_accum(&cfg); /* training.global_batch_size */
-  char *init_abs = !rc && cfg.checkpoint.init_from[0] ? realpath(cfg.checkpoint.init_from, NULL)
-                                                     : NULL;
-  if (init_abs && strlen(init_abs) < sizeof cfg.checkpoint.init_from) /* recorded absolute */
-    snprintf(cfg.checkpoint.init_from, sizeof cfg.checkpoint.init_from, "%s", init_abs);
-  free(init_abs);
-  free(resume_cfg);
-  if (rc) { /* the same on every rank: rank 0 tells */
-    if (!quiet_rank) fprintf(stderr, "loom train: %s\n", loom_errmsg());
-    loom_dist_finalize();
+    fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
     return 1;
   }
   opts.command_line = join_args(argc - 1, argv + 1);
+  loom_train_failure failure = {false, false, -1};
+  opts.failure = &failure;
   rc = loom_train_run(&cfg, &opts);
   free((char *)opts.command_line);
+  free(run_dir), free(ckpt), free(cfg_file);
   if (rc) {
-    if (loom_dist_world() > 1) /* other ranks may wait in a collective: take them down */
-      loom_dist_abort("train: rank %d: error: %s", loom_dist_rank(), loom_errmsg());
-    fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
+    /* one report: an error every rank knows is printed by rank 0 (loom_train_run put the
+     * failing rank into the text); otherwise by the failing rank, which then takes the
+     * other ranks down (they may wait in a collective) */
+    if (!failure.agreed && loom_dist_world() > 1) {
+      fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
+      fflush(stderr);
+      loom_dist_abort_quiet(1);
+    }
+    if (loom_dist_rank() == 0) report_error(loom_errmsg());
+    loom_dist_finalize();
     return 1;
   }
   loom_dist_finalize();

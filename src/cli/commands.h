@@ -17,8 +17,13 @@ int loom_cmd_sim(int argc, char **argv);     /* src/cli/cmd_sim.c */
 int loom_cmd_bench(int argc, char **argv);   /* src/cli/cmd_bench.c */
 int loom_cmd_bench_model(int argc, char **argv); /* src/cli/cmd_bench_model.c: loom bench model */
 int loom_cmd_plan(int argc, char **argv);    /* src/cli/cmd_plan.c */
+int loom_cmd_generate(int argc, char **argv); /* src/cli/cmd_generate.c */
 /* true when argv holds -h or --help */
 int loom_cli_wants_help(int argc, char **argv);
+/* loom train --nproc/--max-restarts: run the job under a supervising launcher that reports
+ * unreported failures and relaunches from the newest complete checkpoint (train_supervisor.c) */
+int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_restarts,
+                             const char *output_dir);
 /* --nproc N: re-run `loom <command> argv...` (without --nproc) under mpirun with N ranks
  * (adding --oversubscribe past the core count and Open MPI's root consent). Returns only on
  * failure. */

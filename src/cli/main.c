@@ -21,6 +21,7 @@ static const struct {
     {"sched", loom_cmd_sched, "show and validate pipeline schedules (gpipe, 1f1b, interleaved, files)"},
     {"sim", loom_cmd_sim, "simulate a training step on a hardware profile (time, MFU, memory, trace)"},
     {"plan", loom_cmd_plan, "search the fastest parallel strategy that fits (table, why, config)"},
+    {"generate", loom_cmd_generate, "sample text from a checkpoint with a KV cache (or ask a VLM about an image)"},
     {"bench", loom_cmd_bench, "calibrate this machine into a hardware profile for sim/plan"},
 };
 

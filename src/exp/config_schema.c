@@ -34,6 +34,10 @@ const loom_config_key loom_config_keys[] = {
      FIELD(run, output_dir)},
     {"run.seed", I, "1337", NULL, "seeds weight init, data order and everything random",
      FIELD(run, seed)},
+    {"run.max_restarts", I, "0", NULL,
+     "relaunch the job this many times at most after a rank dies or a collective times out, "
+     "from the newest complete checkpoint (loom train; same as --max-restarts)",
+     FIELD(run, max_restarts)},
     {"run.tags", S, "", NULL,
      "labels of the run: a list ([ablation, warmup]), kept as \"ablation,warmup\"; "
      "loom runs --filter \"run.tags HAS 'ablation'\"", FIELD(run, tags)},

@@ -52,6 +52,7 @@ static const range_rule rules[] = {
     {"data.val_fraction", 0, 1, false, true},
     AT_LEAST("checkpoint.every", 0),
     AT_LEAST("checkpoint.keep_last", 0),
+    AT_LEAST("run.max_restarts", 0),
     AT_LEAST("training.global_batch_size", 0),
     AT_LEAST("parallel.dp", 1),
     AT_LEAST("parallel.tp", 1),
