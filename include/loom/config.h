@@ -18,6 +18,8 @@ typedef struct {
   char output_dir[LOOM_STR_MAX]; /* run.output_dir: parent of runs/<run_id>/ */
   long seed;                     /* run.seed: seeds init, data order, everything */
   long max_restarts;             /* run.max_restarts: relaunches after a rank dies (--nproc) */
+  char tags[LOOM_STR_MAX];       /* run.tags: "ablation,warmup" (a YAML list in files) */
+  char notes[LOOM_STR_MAX];      /* run.notes: free text about the run */
 } loom_config_run;
 
 typedef struct {
@@ -111,6 +113,15 @@ typedef struct {
                                    a Hugging Face directory; "" = fresh initialisation */
 } loom_config_checkpoint;
 
+/* User keys (Hydra's +key=value): dotted names outside the schema, kept as text, dumped to
+ * config.yaml as "+name: value" and recorded as registry columns. */
+#define LOOM_USER_KEYS_MAX 32
+#define LOOM_USER_KEY_NAME_MAX 64
+typedef struct {
+  char name[LOOM_USER_KEY_NAME_MAX];
+  char value[LOOM_STR_MAX];
+} loom_config_user_key;
+
 typedef struct {
   loom_config_run run;
   loom_config_model model;
@@ -119,6 +130,8 @@ typedef struct {
   loom_config_checkpoint checkpoint;
   loom_config_parallel parallel;
   loom_config_vision_parallel vision_parallel;
+  int nuser;                                   /* user keys, in the order they were added */
+  loom_config_user_key user[LOOM_USER_KEYS_MAX];
 } loom_config;
 
 /* Fill every key with its default. */
@@ -126,9 +139,24 @@ void loom_config_defaults(loom_config *c);
 /* Load YAML over the defaults. Unknown keys, wrong types and bad enum values are errors that
  * name the file, line, key and (for unknown keys) the nearest valid key. */
 int loom_config_load(loom_config *c, const char *yaml_path);
+/* loom_config_load with config groups: the file's `defaults:` list (- GROUP: OPTION, _self_)
+ * composes configs/GROUP/OPTION.yaml files found in the search path (the file's directory,
+ * ./configs, the source tree's configs/); `choices` are command-line "GROUP=OPTION" texts
+ * that replace the option of that group in the defaults list, or, for groups it does not
+ * name, load after the file. yaml_path may be NULL (defaults, then the choices). */
+int loom_config_load_composed(loom_config *c, const char *yaml_path, char *const *choices,
+                              int nchoices);
+/* True for "GROUP=OPTION" (a name without a dot before '='): a config group choice. */
+bool loom_config_is_group_choice(const char *expr);
 /* Apply one override: "a.b=c" (key must exist), "+a.b=c" (add; for loom's fixed schema the
  * key must be a valid key too), "~a.b" (reset to default). */
 int loom_config_override(loom_config *c, const char *expr);
+/* User keys. add: false = replace an existing one (++key / key=), true = it must be new
+ * (+key). The name must not be a schema key, has at least one dot, and letters, digits and
+ * '_' in each part (e.g. exp.hypothesis). */
+int loom_config_user_set(loom_config *c, const char *name, const char *value, bool add);
+const char *loom_config_user_get(const loom_config *c, const char *name); /* NULL: absent */
+bool loom_config_user_remove(loom_config *c, const char *name);
 /* Cross-key checks that need the whole config (e.g. enum values, positive sizes). */
 int loom_config_validate(const loom_config *c);
 /* training.global_batch_size -> training.grad_accum for a run with parallel.dp data-parallel

@@ -2,13 +2,15 @@
  * constraints. A small hand-written parser (no SQL engine) with SQL-like semantics:
  *
  *   expr    := or ;  or := and (OR and)* ;  and := not (AND not)* ;  not := NOT not | cmp
- *   cmp     := sum [ (= | == | != | <> | < | <= | > | >=) sum | [NOT] LIKE sum | IS [NOT] NULL ]
+ *   cmp     := sum [ (= | == | != | <> | < | <= | > | >=) sum | [NOT] LIKE sum | [NOT] HAS sum
+ *              | IS [NOT] NULL ]
  *   sum     := prod ((+ | -) prod)* ;  prod := unary ((* | /) unary)* ;  unary := - unary | atom
  *   atom    := number | 'text' | "text" | TRUE | FALSE | NULL | column | `column` | ( expr )
  *
  * Columns are dotted names (training.lr, status); keywords are case-insensitive. Numbers
  * compare numerically (text that reads as a number too), text compares as text; LIKE uses
- * % and _ and ignores ASCII case. A comparison involving NULL (an empty cell) is false.
+ * % and _ and ignores ASCII case; a HAS b is true when b is one of the comma-separated items
+ * of a (run.tags HAS 'ablation'). A comparison involving NULL (an empty cell) is false.
  * Every error names the 1-based column of the problem ("--filter: column 12: ...") and
  * repeats the text with a caret under that column. */
 #ifndef LOOM_FILTER_H

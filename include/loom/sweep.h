@@ -80,9 +80,18 @@ typedef struct {
   int nname_keys;
   loom_slurm_opts slurm;
   char hardware[256];       /* sim: {hardware: NAME}; "" = not given */
+  char **choices;           /* config group choices "GROUP=OPTION" for the base (loom train -m) */
+  int nchoices;
 } loom_sweep_spec;
 
 int loom_sweep_load(loom_sweep_spec *s, const char *path);
+/* `loom train -m CONFIG OVERRIDES...`: overrides with comma lists (KEY=A,B) or
+ * range(START,STOP[,STEP]) become grid parameters (in the order given), the others apply to
+ * every point; choices are config group choices (GROUP=OPTION) for the base. Named
+ * "multirun". Errors when no override sweeps anything. */
+int loom_sweep_multirun_spec(loom_sweep_spec *s, const char *config_path,
+                             char *const *choices, int nchoices, char *const *overrides,
+                             int noverrides);
 void loom_sweep_spec_free(loom_sweep_spec *s);
 /* A command-line override on top of a loaded sweep file (Hydra grammar, as loom train):
  * KEY=VALUE fixes KEY for every point (a swept KEY leaves the sweep, and its linked

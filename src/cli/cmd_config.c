@@ -18,10 +18,24 @@ static void usage(FILE *out) {
           "schema  print every key with its type, default and meaning\n\n"
           "Overrides (Hydra grammar):\n"
           "  key=value     set a key, e.g. training.lr=1e-3 run.name='my run'\n"
-          "  +key=value    add a key; loom's keys always exist, so this is the same as =\n"
-          "  ++key=value   force add-or-override (same as = for loom)\n"
-          "  ~key          reset a key to its default\n"
+          "  +key=value    add a user key (a dotted name outside the schema, e.g.\n"
+          "                +exp.hypothesis=warmup_helps: kept in config.yaml, a registry\n"
+          "                column); for a schema key the same as =\n"
+          "  ++key=value   add or replace a user key (= for a schema key)\n"
+          "  ~key          reset a key to its default (a user key: remove it)\n"
           "  ~key=value    reset it only if its current value is value\n"
+          "  group=option  choose a config group option (a name without a dot): model=tiny-llama\n"
+          "                loads configs/model/tiny-llama.yaml\n\n"
+          "Config groups (Hydra's defaults list): a config file may start with\n"
+          "  defaults:\n"
+          "    - model: tiny-gpt2     # configs/model/tiny-gpt2.yaml, keys under model:\n"
+          "    - optim: adamw         # '# @package _global_' files hold full keys\n"
+          "    - _self_               # the file's own keys: here last, so they win\n"
+          "Entries load in list order; without _self_ the file's own keys load last. Group\n"
+          "files are looked up in the config file's directory, ./configs, then loom's configs/.\n"
+          "group=option on the command line replaces that group's entry, or (for a group the\n"
+          "list does not name) loads after the file.\n"
+          "run.tags takes a list: run.tags=[ablation,warmup]. See docs/EXPERIMENTS.md.\n"
           "Values are typed like YAML: 3e-4, 64, true/false/yes/no/on/off, quoted strings.\n");
 }
 
@@ -38,11 +52,17 @@ static int cmd_show(int argc, char **argv) {
   loom_config c;
   loom_config_defaults(&c);
   int i = 1;
-  if (i < argc && argv[i][0] != '-' && !is_override(argv[i])) {
-    if (loom_config_load(&c, argv[i])) return fail();
-    i++;
-  }
+  const char *path = NULL;
+  if (i < argc && argv[i][0] != '-' && !is_override(argv[i])) path = argv[i++];
+  char **choices = calloc((size_t)argc + 1, sizeof *choices);
+  int nchoices = 0;
+  for (int j = i; j < argc; j++)
+    if (loom_config_is_group_choice(argv[j])) choices[nchoices++] = argv[j];
+  int rc = (path || nchoices) ? loom_config_load_composed(&c, path, choices, nchoices) : 0;
+  free(choices);
+  if (rc) return fail();
   for (; i < argc; i++) {
+    if (loom_config_is_group_choice(argv[i])) continue;
     if (argv[i][0] == '-') {
       fprintf(stderr, "loom config show: unknown option '%s' (see loom config --help)\n",
               argv[i]);

@@ -11,6 +11,7 @@
 #include "loom/core.h"
 #include "loom/mesh.h"
 #include "loom/train.h"
+#include "loom/sweep.h"
 #include "train/run_dir.h"
 
 static void usage(FILE *out) {
@@ -20,6 +21,12 @@ static void usage(FILE *out) {
           "metrics.jsonl, train.log, checkpoint_<step>/ and final_checkpoint/.\n\n"
           "  CONFIG.yaml         run config (every key has a default: 'loom config schema')\n"
           "  KEY=VALUE           override a key (training.lr=1e-3, +key=v, ~key to reset)\n"
+          "  GROUP=OPTION        choose a config group option: model=tiny-llama loads\n"
+          "                      configs/model/tiny-llama.yaml (search path: the config's\n"
+          "                      directory, ./configs, loom's configs/; see 'loom config --help')\n"
+          "  -m, --multirun      KEY=A,B,C or KEY=range(START,STOP[,STEP]) overrides become a\n"
+          "                      grid sweep run by the sweep runner (one run per point, logs,\n"
+          "                      summary.txt and registry rows in logs/sweep_<time>/)\n"
           "  --resume WHAT       continue a run: 'latest' (the newest run under run.output_dir),\n"
           "                      a run directory (its newest complete checkpoint) or a\n"
           "                      checkpoint directory; without CONFIG, the checkpoint's\n"
@@ -38,6 +45,8 @@ static void usage(FILE *out) {
           "  -h, --help          this text\n\n"
           "examples:\n"
           "  loom train configs/demo.yaml training.steps=50 training.dtype=bf16\n"
+          "  loom train configs/demo_groups.yaml model=tiny-llama optim=constant\n"
+          "  loom train -m configs/demo.yaml training.lr=1e-3,3e-3 +exp.hypothesis=lr\n"
           "  mpirun -np 4 loom train configs/demo.yaml parallel.dp=2 parallel.tp=2\n"
           "  loom train run.yaml checkpoint.init_from=hf/gpt2   # fine-tune: loom checkpoint or\n"
           "                                                    # Hugging Face directory\n"
@@ -68,12 +77,20 @@ static bool valued_option(const char *a) {
 static int load_config(loom_config *cfg, const char *path, int argc, char **argv,
                        bool validate) {
   loom_config_defaults(cfg);
-  int rc = path ? loom_config_load(cfg, path) : 0;
+  char **choices = calloc((size_t)argc + 1, sizeof *choices); /* GROUP=OPTION */
+  int nchoices = 0;
+  for (int i = 1; i < argc; i++) {
+    if (valued_option(argv[i])) i++;
+    else if (loom_config_is_group_choice(argv[i])) choices[nchoices++] = argv[i];
+  }
+  int rc = path || nchoices ? loom_config_load_composed(cfg, path, choices, nchoices) : 0;
+  free(choices);
   for (int i = 1; i < argc && !rc; i++) {
     if (valued_option(argv[i])) {
       i++;
       continue;
     }
+    if (loom_config_is_group_choice(argv[i])) continue;
     if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(cfg, argv[i]);
   }
   if (rc || !validate) return rc;
@@ -113,6 +130,44 @@ static bool under_launcher(void) {
          getenv("SLURM_PROCID");
 }
 
+/* -m / --multirun: the overrides as an in-memory sweep through the sweep runner. */
+static int multirun(const char *config_path, int argc, char **argv, bool quiet) {
+  char **choices = calloc((size_t)argc + 1, sizeof *choices), **ov = calloc((size_t)argc + 1,
+                                                                              sizeof *ov);
+  int nchoices = 0, nov = 0;
+  for (int i = 1; i < argc; i++)
+    if (loom_config_is_group_choice(argv[i])) choices[nchoices++] = argv[i];
+    else if (strchr(argv[i], '=') || argv[i][0] == '~') ov[nov++] = argv[i];
+  loom_sweep_spec spec;
+  loom_sweep_plan plan = {0};
+  int rc = loom_sweep_multirun_spec(&spec, config_path, choices, nchoices, ov, nov);
+  free(choices);
+  free(ov);
+  if (rc) {
+    fprintf(stderr, "loom train -m: %s\n", loom_errmsg());
+    return 2;
+  }
+  rc = loom_sweep_expand(&spec, &plan);
+  loom_sweep_spec_free(&spec);
+  if (rc) {
+    fprintf(stderr, "loom train -m: %s\n", loom_errmsg());
+    return 2;
+  }
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  loom_sweep_run_opts o = {.launcher = "local", .parallel = 1, .log_root = "logs",
+                           .color = quiet ? 0 : -1, .loom_bin = n > 0 ? exe : "loom"};
+  char *log_dir = NULL;
+  rc = loom_sweep_run(&plan, &o, &log_dir);
+  if (rc < 0) fprintf(stderr, "loom train -m: %s\n", loom_errmsg());
+  else printf("multirun: %d run%s; sweep directory %s\n", plan.n, plan.n == 1 ? "" : "s",
+              log_dir);
+  free(log_dir);
+  loom_sweep_plan_free(&plan);
+  return rc < 0 ? 2 : rc;
+}
+
 int loom_cmd_train(int argc, char **argv) {
   if (loom_cli_wants_help(argc, argv)) {
     usage(stdout);
@@ -120,6 +175,7 @@ int loom_cmd_train(int argc, char **argv) {
   }
   loom_train_opts opts = {0};
   const char *config_path = NULL, *nproc = NULL, *restarts = NULL;
+  bool multi = false;
   loom_config cfg;
   /* first pass: options and the config file */
   for (int i = 1; i < argc; i++) {
@@ -135,6 +191,8 @@ int loom_cmd_train(int argc, char **argv) {
       else opts.stop_after = atol(argv[++i]);
     } else if (!strcmp(argv[i], "--quiet")) {
       opts.quiet = true;
+    } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--multirun")) {
+      multi = true;
     } else if (argv[i][0] == '-' && argv[i][1] == '-') {
       fprintf(stderr, "loom train: unknown option '%s' (see loom train --help)\n", argv[i]);
       return 2;
@@ -146,6 +204,15 @@ int loom_cmd_train(int argc, char **argv) {
       }
       config_path = argv[i];
     }
+  }
+  if (multi) {
+    if (opts.resume || nproc || restarts || opts.stop_after || opts.trace) {
+      fprintf(stderr, "loom train: -m/--multirun takes a config and overrides only (set ranks "
+              "with parallel.* keys; --resume, --nproc, --max-restarts, --stop-after and "
+              "--trace are per run)\n");
+      return 2;
+    }
+    return multirun(config_path, argc, argv, opts.quiet);
   }
   char *end = NULL;
   long max_restarts = restarts ? strtol(restarts, &end, 10) : -1;

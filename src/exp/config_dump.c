@@ -1,5 +1,6 @@
 /* The resolved config as YAML: every key, grouped by section in schema order, each value
- * formatted so that loading the text back gives bit-identical values. Also the atomic save
+ * formatted so that loading the text back gives bit-identical values; then the user keys as
+ * top-level "+name: "value"" lines (the loader reads them back as user keys). Also the atomic save
  * and the config hash (loom_hash64 of that text). */
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,13 @@ char *loom_config_to_yaml(const loom_config *c) {
     free(line);
     free(val);
     prev = k->name;
+  }
+  for (int i = 0; i < c->nuser; i++) { /* user keys (+key=value), quoted: always text */
+    char *q = loom_config_yaml_quote(c->user[i].value);
+    char *line = loom_sprintf("+%s: %s\n", c->user[i].name, q);
+    sb_add(&b, line);
+    free(line);
+    free(q);
   }
   return b.data;
 }

@@ -1,9 +1,11 @@
 /* Command-line overrides in Hydra's grammar:
  *   key=value     set a key (it must exist in the schema)
- *   +key=value    "add" a key. Hydra only allows it for keys absent from the config; in
- *                 loom every schema key is always present, so + behaves like = but the key
- *                 must still be a valid schema key (no free-form additions)
- *   ++key=value   force add-or-override: same as = for loom's fixed schema
+ *   +key=value    "add" a key: for a schema key (always present in loom) the same as =;
+ *                 any other dotted name becomes a user key (src/config/user_keys.c), which
+ *                 must not be set yet
+ *   ++key=value   force add-or-override: = for schema keys, add or replace a user key
+ *   key=value     for an unknown key: an error with the nearest key and the +key hint;
+ *                 for a user key already added: replace it
  *   ~key          reset the key to its schema default
  *   ~key=value    reset only if the current value equals value (else an error, as in Hydra)
  * Values follow the YAML typing rules (config_value.c). Quoted values ('a b', "x,y") are
@@ -11,9 +13,11 @@
  * and rejected for loom's scalar keys; commas (Hydra sweeps) and ${..} interpolations are
  * rejected with a hint. Every error names the override string. */
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/tags.h"
 #include "exp/config_internal.h"
 #include "loom/core.h"
 
@@ -86,14 +90,19 @@ static int value_text(const loom_config_key *k, const char *v, char **out) {
   if (strstr(v, "${"))
     return loom_err("interpolations (${...}) are not supported; give the value itself");
   if (strchr(v, ','))
-    return loom_err("comma-separated values are a Hydra sweep, which loom does not run; give "
-                    "one value, or quote it if the comma is part of a string");
+    return loom_err("comma-separated values are a Hydra sweep, which only 'loom train -m' "
+                    "runs; give one value, or quote it if the comma is part of a string");
   *out = loom_strdup(v);
   return 0;
 }
 
 static int parse_into(loom_config *c, const loom_config_key *k, const char *raw) {
   char *text;
+  if (!strcmp(k->name, "run.tags") && raw[0] == '[') { /* run.tags=[ablation,warmup] */
+    char joined[LOOM_STR_MAX];
+    if (loom_config_tags_parse_list(raw, joined, sizeof joined)) return -1;
+    return loom_config_key_set(c, k, joined);
+  }
   if (value_text(k, raw, &text)) return -1;
   int rc = loom_config_key_set(c, k, text);
   free(text);
@@ -116,6 +125,45 @@ static int delete_if_equal(loom_config *c, const loom_config_key *k, const char 
   return 0;
 }
 
+/* The raw value of a user key as text: quotes removed; lists, mappings, null, interpolations
+ * and (unquoted) commas rejected. */
+static int user_value(const char *name, const char *v, char **out) {
+  size_t n = strlen(v);
+  if (v[0] == '\'' || v[0] == '"') return unquote(v, out);
+  if (v[0] == '[' || v[0] == '{')
+    return loom_err("user key %s takes one value (text or a number), not a %s", name,
+                    v[0] == '[' ? "list" : "mapping");
+  if (loom_config_is_null_word(v))
+    return loom_err("user key %s: give a value (null is not one; ~%s removes the key)", name,
+                    name);
+  if (strstr(v, "${"))
+    return loom_err("interpolations (${...}) are not supported; give the value itself");
+  if (strchr(v, ','))
+    return loom_err("comma-separated values are a sweep (loom train -m); give one value, or "
+                    "quote it if the comma is part of the text");
+  *out = loom_strdup(v);
+  (void)n;
+  return 0;
+}
+
+/* An override of a key the schema does not have: a user key. */
+static int apply_user(loom_config *c, ov_mode mode, const char *name, const char *eq) {
+  if (mode == OV_DELETE) {
+    if (eq) return loom_err("~%s=VALUE is for schema keys; remove a user key with ~%s", name,
+                            name);
+    if (!loom_config_user_remove(c, name))
+      return loom_err("there is no user key '%s' to remove", name);
+    return 0;
+  }
+  if (!eq) return loom_err("missing '=value' (expected +%s=VALUE)", name);
+  char *raw = trimmed(eq + 1, strlen(eq + 1)), *text = NULL;
+  int rc = user_value(name, raw, &text);
+  if (!rc) rc = loom_config_user_set(c, name, text, mode == OV_ADD);
+  free(raw);
+  free(text);
+  return rc;
+}
+
 static int apply(loom_config *c, const char *expr) {
   ov_mode mode = OV_SET;
   const char *p = expr;
@@ -125,7 +173,21 @@ static int apply(loom_config *c, const char *expr) {
   const char *eq = strchr(p, '=');
   char *key = trimmed(p, eq ? (size_t)(eq - p) : strlen(p));
   const loom_config_key *k = NULL;
+  bool user = valid_key_syntax(key) && !loom_config_key_find(key) &&
+              (mode != OV_SET || loom_config_user_get(c, key)) &&
+              (mode != OV_DELETE || loom_config_user_get(c, key));
+  if (user) {
+    int urc = apply_user(c, mode, key, eq);
+    free(key);
+    return urc;
+  }
   int rc = resolve_key(key, &k);
+  if (rc && mode == OV_SET && valid_key_syntax(key) && strchr(key, '.') &&
+      !loom_config_is_section(key, strlen(key))) {
+    char prev[1024];
+    snprintf(prev, sizeof prev, "%s", loom_errmsg()); /* loom_err reuses its buffer */
+    rc = loom_err("%s; or, to add a key the schema does not have, use +%s=VALUE", prev, key);
+  }
   free(key);
   if (rc) return rc;
   if (!eq && mode != OV_DELETE)

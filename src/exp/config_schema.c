@@ -38,6 +38,11 @@ const loom_config_key loom_config_keys[] = {
      "relaunch the job this many times at most after a rank dies or a collective times out, "
      "from the newest complete checkpoint (loom train; same as --max-restarts)",
      FIELD(run, max_restarts)},
+    {"run.tags", S, "", NULL,
+     "labels of the run: a list ([ablation, warmup]), kept as \"ablation,warmup\"; "
+     "loom runs --filter \"run.tags HAS 'ablation'\"", FIELD(run, tags)},
+    {"run.notes", S, "", NULL, "free text about the run (recorded in the registry)",
+     FIELD(run, notes)},
 
     {"model.preset", S, "tiny-gpt2", NULL,
      "model preset (gpt2-124m, qwen2.5-0.5b, tiny-gpt2, ...) or \"\" for none",
@@ -305,4 +310,8 @@ void loom_config_print_schema(void) {
     print_row(&loom_config_keys[i], def);
     free(def);
   }
+  printf("\nAlso: +KEY=VALUE adds a user key (a dotted name outside this table, e.g.\n"
+         "+exp.hypothesis=warmup_helps; kept in config.yaml, a registry column); a config\n"
+         "file's defaults: list and GROUP=OPTION overrides compose configs/GROUP/OPTION.yaml\n"
+         "(config groups); 'loom train -m' sweeps KEY=A,B lists. See 'loom config --help'.\n");
 }

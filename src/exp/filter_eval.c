@@ -1,6 +1,7 @@
 /* Filter expressions: evaluation of a parsed tree for one row, with SQL's three-valued logic
  * (a comparison involving NULL is unknown, and only true rows pass), numeric comparison when
- * both sides read as numbers, and LIKE with % and _ ignoring ASCII case. */
+ * both sides read as numbers, and LIKE with % and _ ignoring ASCII case; HAS matches one
+ * item of a comma-separated list (run.tags). */
 #include <ctype.h>
 #include <limits.h>
 #include <math.h>
@@ -111,11 +112,29 @@ static int compare(const loom_value *a, const loom_value *b) {
   return strcmp(loom_value_text(a, ba, sizeof ba), loom_value_text(b, bb, sizeof bb));
 }
 
+/* HAS: item is one of the comma-separated items of list (exactly, case-sensitive). */
+static bool has_item(const char *list, const char *item) {
+  size_t n = strlen(item);
+  for (const char *p = list;;) {
+    const char *c = strchr(p, ',');
+    size_t l = c ? (size_t)(c - p) : strlen(p);
+    if (l == n && !strncmp(p, item, n)) return true;
+    if (!c) return false;
+    p = c + 1;
+  }
+}
+
 static int eval_cmp(const eval_ctx *x, const loom_expr_node *n, loom_value *out) {
   loom_value a, b;
   if (eval(x, n->a, &a) || eval(x, n->b, &b)) return -1;
   if (a.type == LOOM_VAL_NULL || b.type == LOOM_VAL_NULL) {
     *out = v_null();
+    return 0;
+  }
+  if (n->kind == LOOM_EN_LIKE && n->op == 'h') {
+    char ba[64], bb[64];
+    bool m = has_item(loom_value_text(&a, ba, sizeof ba), loom_value_text(&b, bb, sizeof bb));
+    *out = v_int(m != n->negate);
     return 0;
   }
   if (n->kind == LOOM_EN_LIKE) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "exp/filter_internal.h"
 #include "loom/core.h"
@@ -288,7 +289,7 @@ static int parse_atom(parser *p, loom_expr_node **out) {
         return next_or_free(p, out);
       }
       if (is_kw(p, "and") || is_kw(p, "or") || is_kw(p, "like") || is_kw(p, "is") ||
-          is_kw(p, "not"))
+          is_kw(p, "not") || is_kw(p, "has"))
         return perr(p, pos, "expected a value or column before '%s'", p->tok.text);
       return column_ref(p, out);
     case T_LPAREN: {
@@ -364,17 +365,21 @@ static int parse_cmp(parser *p, loom_expr_node **out) {
     if (next(p) || parse_sum(p, &b)) goto fail;
     *out = binary(LOOM_EN_CMP, op, pos, *out, b);
     if (check_height(p, out)) return -1;
-  } else if (is_kw(p, "like") || is_kw(p, "not")) {
+  } else if (is_kw(p, "like") || is_kw(p, "not") || is_kw(p, "has")) {
+    /* HAS: one of the comma-separated items of the left side (run.tags HAS 'ablation') */
     bool neg = is_kw(p, "not");
+    char op = is_kw(p, "has") ? 'h' : 0;
     if (next(p)) goto fail;
-    if (neg && !is_kw(p, "like")) {
+    if (neg && !is_kw(p, "like") && !is_kw(p, "has")) {
       char buf[96];
-      perr(p, p->tok.pos, "expected LIKE after NOT, found %s", tok_desc(p, buf, sizeof buf));
+      perr(p, p->tok.pos, "expected LIKE or HAS after NOT, found %s",
+           tok_desc(p, buf, sizeof buf));
       goto fail;
     }
+    if (neg) op = is_kw(p, "has") ? 'h' : 0;
     if (neg && next(p)) goto fail;
     if (parse_sum(p, &b)) goto fail;
-    *out = binary(LOOM_EN_LIKE, 0, pos, *out, b);
+    *out = binary(LOOM_EN_LIKE, op, pos, *out, b);
     (*out)->negate = neg;
     if (check_height(p, out)) return -1;
   } else if (is_kw(p, "is")) {

@@ -97,7 +97,11 @@ int loom_registry_insert(loom_registry *r, const loom_config *cfg,
   bind_text_or_null(st, i++, commit);
   bind_text_or_null(st, i++, in->run_dir);
   for (size_t k = 0; k < loom_config_nkeys; k++) bind_key(st, i++, cfg, &loom_config_keys[k]);
-  return step_done(r, st, "registering the run");
+  if (step_done(r, st, "registering the run")) return -1;
+  for (int u = 0; u < cfg->nuser; u++) /* user keys (+key=value): custom columns */
+    if (loom_registry_set_metric(r, in->run_id, cfg->user[u].name, cfg->user[u].value))
+      return loom_err_prefix("recording user key %s: ", cfg->user[u].name);
+  return 0;
 }
 
 int loom_registry_touch(loom_registry *r, const char *run_id, long step, double loss) {

@@ -54,7 +54,8 @@ static void free_constraints(loom_expr **c, int n) {
 
 static int base_config(const loom_sweep_spec *s, loom_config *c) {
   loom_config_defaults(c);
-  if (s->base && loom_config_load(c, s->base)) return -1;
+  if ((s->base || s->nchoices) && loom_config_load_composed(c, s->base, s->choices, s->nchoices))
+    return -1;
   for (int i = 0; i < s->noverrides; i++)
     if (loom_config_override(c, s->overrides[i]))
       return loom_err_prefix("%s: overrides: ", s->path);
@@ -81,6 +82,12 @@ static bool excluded(const loom_sweep_spec *s, const loom_config *c) {
 /* Parameter i's value text in the point: plain, or the referenced key's value. */
 static int set_value(const loom_sweep_spec *s, int i, const char *text, loom_sweep_point *p) {
   const loom_config_key *k = loom_config_key_find(s->params[i].key);
+  if (!k) { /* a user key swept by loom train -m +exp.x=a,b */
+    p->assign[i] = loom_sprintf("+%s=%s", s->params[i].key, text);
+    if (loom_config_user_set(&p->cfg, s->params[i].key, text, false))
+      return loom_err_prefix("%s: parameter +%s: ", s->path, s->params[i].key);
+    return 0;
+  }
   char ref[128], buf[LOOM_STR_MAX + 64];
   const char *value = text;
   if (loom_sweep_interp_key(text, ref, sizeof ref)) {

@@ -463,5 +463,6 @@ void loom_sweep_spec_free(loom_sweep_spec *s) {
   free(s->nexclude_keys);
   free_list(s->constraints, s->nconstraints);
   free_list(s->name_keys, s->nname_keys);
+  free_list(s->choices, s->nchoices);
   memset(s, 0, sizeof *s);
 }

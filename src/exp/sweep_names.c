@@ -98,6 +98,12 @@ char *loom_sweep_point_name(const loom_config *cfg, char **keys, int nkeys) {
   snprintf(name, sizeof name, "%s", prefix);
   for (int i = 0; i < nkeys; i++) {
     const loom_config_key *k = loom_config_key_find(keys[i]);
+    const char *user = k ? NULL : loom_config_user_get(cfg, keys[i]);
+    if (user) { /* a swept user key: its last part and value, e.g. hypothesis_a */
+      size_t len = strlen(name);
+      snprintf(name + len, sizeof name - len, "_%s%s", loom_config_key_last(keys[i]), user);
+      continue;
+    }
     if (!k || !strcmp(k->name, "model.preset") || !strcmp(k->name, "run.name")) continue;
     char p[LOOM_STR_MAX + 32];
     part(cfg, k, p, sizeof p);

@@ -1,7 +1,8 @@
 /* Command-line overrides of a sweep file (`loom sweep run SWEEP.yaml KEY=VALUE ...`): each one
  * fixes a config key for every point, on top of the file's base and overrides. A key the file
  * sweeps leaves the sweep; parameters linked with it keep varying together (the group is
- * relinked around it). The grammar is the config's: KEY=VALUE, +KEY=VALUE, ~KEY. */
+ * relinked around it). The grammar is the config's: KEY=VALUE, +KEY=VALUE, ~KEY; +KEY=VALUE
+ * for a key outside the schema adds a user key to every point. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,27 @@ static void remove_param(loom_sweep_spec *s, int i) {
   s->nparams--;
 }
 
+/* +exp.x=v / ++exp.x=v: a user key for every point (nothing in the sweep to drop). */
+static bool is_user_key(const char *expr) {
+  const char *k = expr + (expr[0] == '+') + (expr[0] == '+' && expr[1] == '+');
+  size_t n = strcspn(k, "=");
+  char name[128];
+  if (k == expr || !k[n] || n == 0 || n >= sizeof name) return false;
+  memcpy(name, k, n);
+  name[n] = 0;
+  return !loom_config_key_find(name);
+}
+
 int loom_sweep_override(loom_sweep_spec *s, const char *expr) {
+  if (is_user_key(expr)) {
+    loom_config scratch;
+    loom_config_defaults(&scratch);
+    if (loom_config_override(&scratch, expr)) return -1; /* names the override */
+    s->overrides = realloc(s->overrides, sizeof(char *) * (size_t)(s->noverrides + 1));
+    if (!s->overrides) abort();
+    s->overrides[s->noverrides++] = loom_strdup(expr);
+    return 0;
+  }
   const loom_config_key *key = override_key(expr);
   if (!key) return -1;
   if (expr[0] != '~' && !strchr(expr, '='))

@@ -81,9 +81,12 @@ static void test_schema_and_help(void) {
   CHECK(strstr(r.out, "training.lr ") && strstr(r.out, "0.0003") && strstr(r.out, "float"),
         "training.lr row");
   CHECK(strstr(r.out, "one of: constant, linear, cosine"), "enum values listed");
-  int lines = 0;
-  for (const char *p = r.out; *p; p++) lines += *p == '\n';
+  int lines = 0; /* the table ends at the blank line before the footer */
+  const char *end = strstr(r.out, "\n\n");
+  for (const char *p = r.out; *p && (!end || p <= end); p++) lines += *p == '\n';
   CHECK(lines == (int)loom_config_nkeys + 1, "header + %zu keys, got %d lines", loom_config_nkeys, lines);
+  CHECK(end && strstr(end, "+KEY=VALUE adds a user key") && strstr(end, "GROUP=OPTION"),
+        "footer on user keys and config groups");
   done(&r);
   r = run_config("--help");
   CHECK(r.status == 0 && strstr(r.out, "usage: loom config show") && strstr(r.out, "~key"),

@@ -1,5 +1,7 @@
 /* Command-line overrides: every Hydra form (a.b=c, +a.b=c, ++a.b=c, ~a.b, ~a.b=v), value
  * typing and quoting, and each error (message names the override string and the problem). */
+#include <unistd.h>
+
 #include "config_test_util.h"
 
 static loom_config fresh(void) {
@@ -57,8 +59,18 @@ static void test_errors(void) {
   CHECK(loom_config_override(&c, "training.lrr=1") != 0, "unknown key");
   CHECK_MSG("command-line override 'training.lrr=1': unknown key 'training.lrr'; did you "
             "mean 'training.lr'?");
-  CHECK(loom_config_override(&c, "+training.new_key=1") != 0, "+ of a non-schema key");
-  CHECK_MSG("'+training.new_key=1'", "unknown key 'training.new_key'");
+  CHECK(loom_config_override(&c, "+new_key=1") != 0, "+ of an undotted non-schema key");
+  CHECK_MSG("'+new_key=1'", "user key 'new_key' needs a dotted name");
+  CHECK(loom_config_override(&c, "exp.new_key=1") != 0, "plain = of an unknown key");
+  CHECK_MSG("unknown key 'exp.new_key'", "use +exp.new_key=VALUE");
+  CHECK(loom_config_override(&c, "+exp.a=[1,2]") != 0, "user key list");
+  CHECK_MSG("user key exp.a takes one value (text or a number), not a list");
+  CHECK(loom_config_override(&c, "+exp.a=null") != 0, "user key null");
+  CHECK(loom_config_override(&c, "+exp.a=1,2") != 0, "user key comma");
+  CHECK_MSG("a sweep (loom train -m)");
+  CHECK(loom_config_override(&c, "+exp.9a=1") != 0, "user key bad name");
+  CHECK_MSG("not a valid user key name");
+  CHECK(loom_config_override(&c, "~exp.absent") != 0, "~ of an absent key");
   CHECK(loom_config_override(&c, "~training.lrr") != 0, "~ of unknown key");
   CHECK_MSG("'~training.lrr'", "did you mean 'training.lr'?");
   CHECK(loom_config_override(&c, "training.lr=[1,2]") != 0, "list");
@@ -94,7 +106,74 @@ static void test_errors(void) {
   CHECK(memcmp(&c, &before, sizeof c) == 0, "failed overrides change nothing");
 }
 
+/* +key / ++key / key= / ~key on user keys (Hydra's append). */
+static void test_user_keys(void) {
+  loom_config c = fresh();
+  CHECK(loom_config_override(&c, "+exp.hypothesis=warmup_helps") == 0, "+key: %s",
+        loom_errmsg());
+  CHECK(c.nuser == 1 && !strcmp(loom_config_user_get(&c, "exp.hypothesis"), "warmup_helps"),
+        "user key stored");
+  CHECK(loom_config_override(&c, "+training.new_key=1") == 0, "+ in a schema section: %s",
+        loom_errmsg());
+  CHECK(loom_config_override(&c, "+exp.hypothesis=other") != 0, "+ of a set user key");
+  CHECK_MSG("user key exp.hypothesis is already set (to 'warmup_helps'); use "
+            "++exp.hypothesis=VALUE");
+  CHECK(!strcmp(loom_config_user_get(&c, "exp.hypothesis"), "warmup_helps"), "unchanged");
+  CHECK(loom_config_override(&c, "++exp.hypothesis=b") == 0 &&
+        !strcmp(loom_config_user_get(&c, "exp.hypothesis"), "b"), "++ replaces");
+  CHECK(loom_config_override(&c, "exp.hypothesis='c, d'") == 0 &&
+        !strcmp(loom_config_user_get(&c, "exp.hypothesis"), "c, d"), "= replaces, quoted");
+  CHECK(loom_config_override(&c, "++exp.new=3") == 0 && c.nuser == 3, "++ adds");
+  CHECK(loom_config_override(&c, "+training.lr=0.5") == 0 && c.training.lr == 0.5 &&
+        c.nuser == 3, "+ of a schema key is =");
+  CHECK(loom_config_override(&c, "~training.new_key") == 0 && c.nuser == 2 &&
+        !loom_config_user_get(&c, "training.new_key") &&
+        !strcmp(c.user[0].name, "exp.hypothesis") && !strcmp(c.user[1].name, "exp.new"),
+        "~ removes, order kept");
+  /* the dump keeps them and loads back identically */
+  char *y = loom_config_to_yaml(&c);
+  CHECK(strstr(y, "\n+exp.hypothesis: \"c, d\"\n+exp.new: \"3\"\n") != NULL, "dumped:\n%s", y);
+  char path[] = "/tmp/loom-user-keys-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0 && write(fd, y, strlen(y)) == (ssize_t)strlen(y), "temp file");
+  close(fd);
+  loom_config back = fresh();
+  CHECK(loom_config_load(&back, path) == 0, "reload: %s", loom_errmsg());
+  char *y2 = loom_config_to_yaml(&back);
+  CHECK(!strcmp(y, y2), "reloads identically");
+  CHECK(loom_config_hash(&c) == loom_config_hash(&back), "same hash");
+  unlink(path);
+  free(y);
+  free(y2);
+  /* limits */
+  loom_config m = fresh();
+  for (int i = 0; i < LOOM_USER_KEYS_MAX; i++) {
+    char e[64];
+    snprintf(e, sizeof e, "+exp.k%d=%d", i, i);
+    CHECK(loom_config_override(&m, e) == 0, "%s: %s", e, loom_errmsg());
+  }
+  CHECK(loom_config_override(&m, "+exp.one_more=1") != 0, "past the limit");
+  CHECK_MSG("at most 32 user keys");
+}
+
+/* run.tags: lists on the command line, normalised text, errors. */
+static void test_tags(void) {
+  loom_config c = fresh();
+  CHECK(loom_config_override(&c, "run.tags=[ablation, 'warm up']") == 0 &&
+        !strcmp(c.run.tags, "ablation,warm up"), "list: '%s' %s", c.run.tags, loom_errmsg());
+  CHECK(loom_config_override(&c, "run.tags=solo") == 0 && !strcmp(c.run.tags, "solo"), "one");
+  CHECK(loom_config_override(&c, "run.tags=[]") == 0 && !strcmp(c.run.tags, ""), "empty");
+  CHECK(loom_config_override(&c, "run.tags=[a,a]") != 0, "repeated");
+  CHECK_MSG("tag 'a' is given twice");
+  CHECK(loom_config_override(&c, "run.tags=[a,,b]") != 0, "empty tag");
+  CHECK_MSG("tag 2 is empty");
+  CHECK(loom_config_override(&c, "run.notes='x, y'") == 0 && !strcmp(c.run.notes, "x, y"),
+        "notes");
+}
+
 int main(void) {
+  test_user_keys();
+  test_tags();
   test_set_forms();
   test_delete_forms();
   test_errors();

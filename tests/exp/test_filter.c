@@ -8,7 +8,7 @@
 #include "loom/filter.h"
 
 static const char *const cols[] = {"training.lr", "status", "name", "steps", "final_loss",
-                                   "my-col", "ckpt", NULL};
+                                   "my-col", "ckpt", "run.tags", NULL};
 
 static int resolve(void *ctx, const char *name, const char **suggestion) {
   (void)ctx;
@@ -34,9 +34,13 @@ static const row rows[] = {
     {1e-2, "finished", "llama_tp1", 100, true, 2.5, "false"},
 };
 
+/* run.tags of each row (a comma-separated list, as the registry holds it) */
+static const char *const row_tags[] = {"ablation,warm up", "ablation2", ""};
+
 static loom_value value(void *ctx, int col) {
   const row *r = ctx;
   switch (col) {
+    case 7: return (loom_value){.type = LOOM_VAL_TEXT, .s = row_tags[r - rows]};
     case 0: return (loom_value){.type = LOOM_VAL_REAL, .r = r->lr};
     case 1: return (loom_value){.type = LOOM_VAL_TEXT, .s = r->status};
     case 2: return (loom_value){.type = LOOM_VAL_TEXT, .s = r->name};
@@ -86,6 +90,13 @@ static void valid(void) {
       {"name LIKE 'gpt2%'", 0x3},        /* case-insensitive */
       {"name like '%_tp_'", 0x5},        /* _ is one character */
       {"name NOT LIKE '%tp%'", 0x2},
+      {"run.tags HAS 'ablation'", 0x1},   /* one whole item, not a prefix of ablation2 */
+      {"run.tags has 'warm up'", 0x1},    /* the last item, spaces inside kept */
+      {"run.tags HAS 'ablation2'", 0x2},  /* a single item */
+      {"run.tags HAS 'warm'", 0x0},       /* not a substring match */
+      {"run.tags HAS ''", 0x4},           /* the empty list holds one empty item */
+      {"run.tags NOT HAS 'ablation'", 0x6},
+      {"status HAS 'finished'", 0x5},
       {"status = 'finished' OR steps < 10", 0x7},
       {"NOT status = 'finished'", 0x2},
       {"NOT (training.lr > 1e-3 OR steps < 10)", 0x1},
@@ -148,7 +159,7 @@ static void errors(void) {
   invalid("steps = 1e-4x", 9, "malformed number");
   invalid("", 1, "empty expression");
   invalid("   ", 4, "empty expression");
-  invalid("name NOT 'x'", 10, "expected LIKE after NOT");
+  invalid("name NOT 'x'", 10, "expected LIKE or HAS after NOT");
   invalid("final_loss IS 3", 15, "expected NULL after IS");
   invalid("steps = AND", 9, "expected a value or column before 'AND'");
   invalid("steps ! 3", 7, "write != or NOT");

@@ -14,7 +14,9 @@
 #                        failed points' error lines in summary.txt / summary.csv
 #   exp_sweep_slurm      the Slurm launcher against a real slurmctld + slurmd (slurm-wlm, munge)
 #                        started by the test; SKIP (exit 77) where they cannot run
-foreach(t sweep crash sweep_multirank sweep_sim sweep_vl_real runs_diff sweep_env)
+#   exp_hydra            loom train -m (grid through the sweep runner), +key user keys as
+#                        registry columns, run.tags / run.notes
+foreach(t sweep crash sweep_multirank sweep_sim sweep_vl_real runs_diff sweep_env hydra)
   add_test(NAME exp_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/exp/${t}_test.sh $<TARGET_FILE:loom>)
   set_tests_properties(exp_${t} PROPERTIES TIMEOUT 120
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")

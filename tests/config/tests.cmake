@@ -1,0 +1,5 @@
+# Script tests of the config module through the loom executable (the C tests
+# tests/config/test_*.c are registered by tests/tests.cmake):
+#   config_groups   defaults lists, _self_, GROUP=OPTION overrides, search path, errors
+add_test(NAME config_groups COMMAND bash ${CMAKE_SOURCE_DIR}/tests/config/groups_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(config_groups PROPERTIES TIMEOUT 60)
