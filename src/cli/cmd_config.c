@@ -80,8 +80,9 @@ int loom_cmd_config(int argc, char **argv) {
     loom_config_print_schema();
     return 0;
   }
-  fprintf(stderr, "loom config: unknown subcommand '%s' (expected show or schema)\n\n",
-          argv[1]);
+  static const char *const names[] = {"show", "schema", NULL};
+  fprintf(stderr, "loom config: unknown subcommand '%s' (expected show or schema)%s\n\n",
+          argv[1], loom_cli_did_you_mean(argv[1], names));
   usage(stderr);
   return 1;
 }

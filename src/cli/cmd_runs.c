@@ -20,6 +20,10 @@ static void usage(FILE *out) {
           "       loom runs show ID               config, metrics, checkpoints, log path\n"
           "       loom runs compare ID ID...      config differences and a metrics table\n"
           "       loom runs set-metric ID KEY=VALUE...  add custom metrics to a run\n"
+          "       loom runs delete ID... [--files]  remove runs from the registry (--files: and\n"
+          "                        their run directories); running runs are refused\n"
+          "       loom runs gc [--dry-run]  drop the rows of runs whose run directory is gone\n"
+          "                        (shown with status 'missing'); --dry-run: only list them\n"
           "       loom runs export --csv FILE [list options]   the table for pandas\n"
           "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--output F.svg|F.png]\n"
           "                        [--log-y] [--title TEXT]   curves of several runs (SVG)\n"
@@ -33,7 +37,8 @@ static void usage(FILE *out) {
           "  --heartbeat-timeout S   running runs silent for S seconds count as crashed\n"
           "                          (default 600, or $LOOM_HEARTBEAT_TIMEOUT)\n"
           "list options:\n"
-          "  --filter EXPR           e.g. \"training.lr > 1e-4 AND status = 'finished'\"\n"
+          "  --filter EXPR           e.g. \"training.lr > 1e-4 AND status = 'finished'\"; given\n"
+          "                          several times, a run must match all of them (AND)\n"
           "                          (=, !=, <, <=, >, >=, LIKE, AND, OR, NOT, IS NULL,\n"
           "                          + - * /, 'text', dotted config keys)\n"
           "  --sweep NAME            only runs of this sweep\n"
@@ -53,7 +58,8 @@ typedef struct {
   double timeout;
   loom_runs_query q;
   loom_runs_format format;
-  bool list_columns;
+  bool list_columns, files, dry_run;
+  char *filters; /* every --filter, joined with AND */
   const char *csv_out;
   /* plot */
   const char *metric, *x, *output, *title;
@@ -103,7 +109,12 @@ static int parse(int argc, char **argv, int first, runs_args *a) {
 #define VAL(name) (!strcmp(o, name))
     if (VAL("--db")) a->db = argv[++i];
     else if (VAL("--runs-dir")) a->runs_dir = argv[++i];
-    else if (VAL("--filter")) a->q.filter = argv[++i];
+    else if (VAL("--filter")) {
+      char *all = a->filters ? loom_sprintf("%s AND (%s)", a->filters, argv[++i])
+                             : loom_sprintf("(%s)", argv[++i]);
+      free(a->filters);
+      a->q.filter = a->filters = all;
+    }
     else if (VAL("--sweep")) a->q.sweep = argv[++i];
     else if (VAL("--sort-by")) a->q.sort_by = argv[++i];
     else if (VAL("--csv")) a->csv_out = argv[++i];
@@ -137,7 +148,18 @@ static int parse(int argc, char **argv, int first, runs_args *a) {
     else if (!strcmp(o, "--all-columns")) a->q.all_columns = true;
     else if (!strcmp(o, "--list-columns")) a->list_columns = true;
     else if (!strcmp(o, "--log-y")) a->log_y = true;
-    else if (o[0] == '-' && o[1]) return bad("unknown option '%s'", o);
+    else if (!strcmp(o, "--files")) a->files = true;
+    else if (!strcmp(o, "--dry-run")) a->dry_run = true;
+    else if (o[0] == '-' && o[1]) {
+      static const char *const known[] = {
+          "--db", "--runs-dir", "--filter", "--sweep", "--sort-by", "--csv", "--metric", "--x",
+          "--output", "--title", "--limit", "--heartbeat-timeout", "--format", "--port",
+          "--host", "--sweeps-dir", "--show", "--hide", "--descending", "--all-columns",
+          "--list-columns", "--log-y", "--files", "--dry-run", "--help", NULL};
+      fprintf(stderr, "loom runs: unknown option '%s'%s (see loom runs --help)\n", o,
+              loom_cli_did_you_mean(o, known));
+      return 2;
+    }
     else push(&a->ids, &a->nids, argv[i]);
 #undef VAL
   }
@@ -281,6 +303,38 @@ static int do_plot(runs_args *a, loom_registry *r, loom_runs_table *t) {
   return rc;
 }
 
+static int do_delete(runs_args *a, loom_registry *r, loom_runs_table *t) {
+  (void)t;
+  if (a->nids < 1) return loom_err("usage: loom runs delete ID... [--files]");
+  char **ids = calloc((size_t)a->nids, sizeof *ids);
+  int rc = 0;
+  for (int i = 0; i < a->nids && !rc; i++) /* every id resolves before anything is deleted */
+    rc = loom_registry_resolve(r, a->ids[i], &ids[i]);
+  for (int i = 0; i < a->nids && !rc; i++) {
+    char *dir;
+    rc = loom_registry_delete(r, ids[i], a->files, &dir);
+    if (!rc) printf("deleted %s%s%s\n", ids[i], dir ? " and " : "", dir ? dir : "");
+    free(dir);
+  }
+  for (int i = 0; i < a->nids; i++) free(ids[i]);
+  free(ids);
+  return rc;
+}
+
+static void print_gc(const char *id, const char *dir, void *ctx) {
+  printf("%s %s (%s is gone)\n", *(bool *)ctx ? "would drop" : "dropped", id, dir);
+}
+
+static int do_gc(runs_args *a, loom_registry *r, loom_runs_table *t) {
+  (void)t;
+  if (a->nids) return loom_err("gc takes no run ids ('%s')", a->ids[0]);
+  int n = loom_registry_gc(r, a->dry_run, print_gc, &a->dry_run);
+  if (n < 0) return -1;
+  printf("%s%d run%s whose run directory is gone\n", a->dry_run ? "would drop " : "dropped ", n,
+         n == 1 ? "" : "s");
+  return 0;
+}
+
 /* The dashboard; runs until SIGINT/SIGTERM. The registry was opened by load(): a missing one
  * is an error before any port is bound, and so is a bad filter, sort or column. */
 static int do_serve(runs_args *a, loom_registry *r, loom_runs_table *t) {
@@ -317,14 +371,20 @@ int loom_cmd_runs(int argc, char **argv) {
     int (*fn)(runs_args *, loom_registry *, loom_runs_table *);
   } subs[] = {{"list", do_list},         {"show", do_show},   {"compare", do_compare},
               {"set-metric", do_set_metric}, {"export", do_list}, {"plot", do_plot},
-              {"serve", do_serve}};
+              {"serve", do_serve},   {"delete", do_delete}, {"gc", do_gc}};
   runs_args a = {0};
   int rc = parse(argc, argv, 1, &a), sub = 0;
   bool named = false; /* the first positional argument may name a subcommand */
   for (size_t k = 0; !rc && a.nids && k < sizeof subs / sizeof subs[0]; k++)
     if (!strcmp(a.ids[0], subs[k].name)) sub = (int)k, named = true;
   if (named) memmove(a.ids, a.ids + 1, sizeof(char *) * (size_t)--a.nids);
-  if (!rc && sub == 0 && a.nids) rc = bad("unexpected argument '%s'", a.ids[0]);
+  if (!rc && sub == 0 && a.nids) {
+    const char *names[sizeof subs / sizeof subs[0] + 1] = {0};
+    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) names[k] = subs[k].name;
+    fprintf(stderr, "loom runs: unknown subcommand '%s'%s (see loom runs --help)\n", a.ids[0],
+            loom_cli_did_you_mean(a.ids[0], names));
+    rc = 2;
+  }
   if (!rc && !strcmp(subs[sub].name, "export") && !a.csv_out) rc = bad("%s", "export needs --csv FILE");
   if (!rc) {
     loom_registry *r = NULL;
@@ -337,6 +397,6 @@ int loom_cmd_runs(int argc, char **argv) {
     loom_runs_free(&t);
     loom_registry_close(r);
   }
-  free(a.q.show), free(a.q.hide), free(a.ids);
+  free(a.q.show), free(a.q.hide), free(a.ids), free(a.filters);
   return rc;
 }

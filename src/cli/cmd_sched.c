@@ -168,7 +168,10 @@ int loom_cmd_sched(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
-  if (argc >= 2) fprintf(stderr, "loom sched: unknown subcommand '%s'\n\n", argv[1]);
+  static const char *const names[] = {"show", "validate", NULL};
+  if (argc >= 2)
+    fprintf(stderr, "loom sched: unknown subcommand '%s'%s\n\n", argv[1],
+            loom_cli_did_you_mean(argv[1], names));
   usage(stderr);
   return 2;
 }

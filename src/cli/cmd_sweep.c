@@ -292,7 +292,9 @@ int loom_cmd_sweep(int argc, char **argv) {
   if (!strcmp(sub, "run")) return cmd_run(argc - 1, argv + 1);
   if (!strcmp(sub, "summary")) return cmd_summary(argc - 1, argv + 1);
   if (loom_path_exists(sub) && !loom_is_dir(sub)) return cmd_run(argc, argv); /* sweep FILE */
-  fprintf(stderr, "loom sweep: unknown subcommand '%s' (nor a sweep file)\n\n", sub);
+  static const char *const names[] = {"generate", "show", "run", "summary", NULL};
+  fprintf(stderr, "loom sweep: unknown subcommand '%s' (nor a sweep file)%s\n\n", sub,
+          loom_cli_did_you_mean(sub, names));
   usage(stderr);
   return 2;
 }

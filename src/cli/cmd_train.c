@@ -35,16 +35,17 @@ static void usage(FILE *out) {
           "                                                    # Hugging Face directory\n");
 }
 
-
-static char *join_args(int argc, char **argv) {
-  size_t n = 16;
-  for (int i = 0; i < argc; i++) n += strlen(argv[i]) + 1;
-  char *s = calloc(1, n);
-  strcpy(s, "loom");
-  for (int i = 0; i < argc; i++) {
-    strcat(s, " ");
-    strcat(s, argv[i]);
+/* The command that re-runs this one, shell-quoted (ranks started by mpirun: with --nproc). */
+static char *recorded_command(int argc, char **argv) {
+  char **args = calloc((size_t)argc + 2, sizeof *args), world[16];
+  for (int i = 1; i < argc; i++) args[i - 1] = argv[i];
+  int n = argc - 1;
+  if (loom_dist_world() > 1) {
+    snprintf(world, sizeof world, "%d", loom_dist_world());
+    args[n++] = "--nproc", args[n++] = world;
   }
+  char *s = loom_cli_command_line("train", n, args);
+  free(args);
   return s;
 }
 
@@ -122,7 +123,7 @@ int loom_cmd_train(int argc, char **argv) {
     loom_dist_finalize();
     return 1;
   }
-  opts.command_line = join_args(argc - 1, argv + 1);
+  opts.command_line = recorded_command(argc, argv);
   rc = loom_train_run(&cfg, &opts);
   free((char *)opts.command_line);
   if (rc) {

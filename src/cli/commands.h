@@ -19,6 +19,12 @@ int loom_cmd_bench_model(int argc, char **argv); /* src/cli/cmd_bench_model.c: l
 int loom_cmd_plan(int argc, char **argv);    /* src/cli/cmd_plan.c */
 /* true when argv holds -h or --help */
 int loom_cli_wants_help(int argc, char **argv);
+/* "; did you mean 'X'?" for the name in names (NULL-terminated) nearest to word (edit
+ * distance, src/exp/config_suggest.c), or "" when none is near. Static buffer. */
+const char *loom_cli_did_you_mean(const char *word, const char *const *names);
+/* "loom <command> argv..." with every argument shell-quoted where needed: pasted into a shell
+ * it runs the same command (malloc'd). */
+char *loom_cli_command_line(const char *command, int argc, char **argv);
 /* --nproc N: re-run `loom <command> argv...` (without --nproc) under mpirun with N ranks
  * (adding --oversubscribe past the core count and Open MPI's root consent). Returns only on
  * failure. */

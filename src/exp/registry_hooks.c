@@ -108,7 +108,11 @@ void loom_registry_run_finish(loom_registry_run *h, bool ok, const char *error) 
   loom_registry_metrics m;
   /* a run that ended without summary.json was stopped early on request (--stop-after) */
   bool summary = loom_registry_read_summary(h->run_dir, &m) == 0;
-  if (!summary) loom_err_clear();
+  if (!summary) { /* failed or stopped: keep the progress it made (steps, losses) */
+    loom_err_clear();
+    double last_write;
+    if (loom_registry_read_progress(h->run_dir, &m, &last_write)) loom_err_clear();
+  }
   const char *status = !ok ? "failed" : summary ? "finished" : "stopped";
   if (loom_registry_finish(h->reg, h->run_id, status, &m, ok ? NULL : err))
     warn("recording the end of the run");
