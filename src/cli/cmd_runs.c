@@ -50,7 +50,9 @@ static void usage(FILE *out) {
           "  --format table|csv|json output format (default table)\n"
           "  --list-columns          every column name and its kind\n"
           "Default columns: run fields and metrics that are set, custom metrics, and the\n"
-          "config keys whose values differ between the listed runs.\n");
+          "config keys whose values differ between the listed runs; the table fits the\n"
+          "terminal ($COLUMNS, else its width, else 100 characters): low-priority columns are\n"
+          "hidden and named in a note. Run ids and names are never cut.\n");
 }
 
 typedef struct {
@@ -220,7 +222,12 @@ static int do_list(runs_args *a, loom_registry *r, loom_runs_table *t) {
       else printf("wrote %d runs x %d columns to %s\n", v.nrows, v.ncols, a->csv_out);
     }
   } else {
+    char note[1400] = "";
+    /* the default columns fit the terminal; --show / --all-columns print what was asked */
+    if (a->format == LOOM_FMT_TABLE && !a->q.nshow && !a->q.all_columns)
+      loom_runs_fit(t, &v, loom_cli_terminal_width(), note, sizeof note);
     loom_runs_print(stdout, t, &v, a->format);
+    if (note[0]) printf("%s\n", note);
   }
   loom_runs_view_free(&v);
   return rc;

@@ -25,6 +25,8 @@ const char *loom_cli_did_you_mean(const char *word, const char *const *names);
 /* "loom <command> argv..." with every argument shell-quoted where needed: pasted into a shell
  * it runs the same command (malloc'd). */
 char *loom_cli_command_line(const char *command, int argc, char **argv);
+/* Width of the output: $COLUMNS, else the terminal's (TIOCGWINSZ), else 100. */
+int loom_cli_terminal_width(void);
 /* --nproc N: re-run `loom <command> argv...` (without --nproc) under mpirun with N ranks
  * (adding --oversubscribe past the core count and Open MPI's root consent). Returns only on
  * failure. */

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -91,4 +92,15 @@ char *loom_cli_command_line(const char *command, int argc, char **argv) {
   }
   *p = 0;
   return s;
+}
+
+int loom_cli_terminal_width(void) {
+  const char *env = getenv("COLUMNS");
+  char *end;
+  long n = env && *env ? strtol(env, &end, 10) : 0;
+  if (env && *env && !*end && n > 0) return (int)n;
+  struct winsize ws;
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  return 100;
 }

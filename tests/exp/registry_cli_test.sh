@@ -90,6 +90,33 @@ check "delete without --files keeps the directory" test -d "$l10"
 check "delete --files removes the row and the directory" test -z "$(col --filter "name = 'victim'" --show name)" -a ! -e "$vdir"
 check "delete of an unknown run fails" bash -c "! '$LOOM' runs --runs-dir '$WORK/runs' delete nosuchrun 2>/dev/null"
 
+# the default table fits the terminal: a run with a long generated name (random-sweep style,
+# longer than the 48 characters other text is cut at) and many config keys that differ
+long=random_point_lr0.00123456789_wd0.0987654321_warm3_seed12345678
+"$LOOM" train base.yaml "run.name=$long" training.lr=1.2345678e-3 training.weight_decay=0.0987654321 \
+  training.warmup_steps=3 run.seed=12345678 training.beta2=0.987 --quiet > /dev/null
+lid=$(col --filter "name = '$long'" --show run_id)
+for width in 130 115; do # the id is 83 characters wide
+  out=$(COLUMNS=$width "$LOOM" runs "${R[@]}")
+  check "COLUMNS=$width: every line fits ($(awk '{ if (length($0) > m) m = length($0) } END { print m }' <<< "$out") chars)" \
+    awk -v w=$width 'length($0) > w { exit 1 }' <<< "$out"
+  check "COLUMNS=$width: the run id is printed whole" grep -q "^$lid " <<< "$out"
+  check "COLUMNS=$width: the name column (the start of each id) gave way first" bash -c "! grep -q '^run_id  *name ' <<< \"\$1\"" _ "$out"
+  check "COLUMNS=$width: steps and final_loss kept" grep -q "status  *steps  *final_loss" <<< "$out"
+  check "COLUMNS=$width: no cell is cut with ..." bash -c "! grep -q '[^,]\.\.\.' <<< \"\$1\"" _ "$out"
+  check "COLUMNS=$width: a note names the hidden columns" grep -q "hidden to fit $width characters: name, .*training\.\(beta2\|weight_decay\|warmup_steps\)" <<< "$(tr '\n' ' ' <<< "$out")"
+done
+out=$(COLUMNS=60 "$LOOM" runs "${R[@]}")
+check "narrower than an id: the id stays whole, run_id and status are left" \
+  grep -q "^$lid  *finished$" <<< "$out"
+out=$(COLUMNS=1000 "$LOOM" runs "${R[@]}")
+check "a wide terminal hides nothing" bash -c "! grep -q hidden <<< \"\$1\"" _ "$out"
+check "a wide terminal shows every differing key" grep -q "training.weight_decay" <<< "$out"
+out=$("$LOOM" runs "${R[@]}" | head -1) # not a terminal, no COLUMNS: 100
+check "without a terminal the table is 100 wide at most" test "${#out}" -le 100
+out=$(COLUMNS=60 "$LOOM" runs "${R[@]}" --show run_id,training.weight_decay,training.beta2,min_loss)
+check "--show prints what was asked whatever the width" grep -q "training.beta2  min_loss" <<< "$out"
+
 # did you mean: commands, subcommands, options
 dym() { # expected-suggestion command...
   local want=$1; shift
