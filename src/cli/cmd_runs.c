@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/plot.h"
 #include "loom/registry.h"
@@ -62,6 +63,7 @@ typedef struct {
   loom_runs_format format;
   bool list_columns, files, dry_run;
   char *filters; /* every --filter, joined with AND */
+  int nfilters;
   const char *csv_out;
   /* plot */
   const char *metric, *x, *output, *title;
@@ -85,11 +87,52 @@ static void push(char ***list, int *n, char *s) {
   (*list)[(*n)++] = s;
 }
 
-/* Values of --show/--hide: every argument up to the next option. */
-static int collect(int argc, char **argv, int *i, char ***list, int *n) {
-  int start = *i;
-  while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2)) push(list, n, argv[++*i]);
-  return *i > start ? 0 : bad("%s needs column names", argv[start]);
+/* Options with values that need more than storing (the parser calls these per value). */
+static int on_filter(const char *v, void *ctx) { /* every --filter, joined with AND */
+  runs_args *a = ctx;
+  /* one filter stays as given (its error positions and the dashboard link show it) */
+  char *all = !a->q.filter   ? loom_strdup(v)
+              : a->nfilters == 1 ? loom_sprintf("(%s) AND (%s)", a->q.filter, v)
+                                 : loom_sprintf("%s AND (%s)", a->q.filter, v);
+  free(a->filters);
+  a->q.filter = a->filters = all;
+  a->nfilters++;
+  return 0;
+}
+static int on_show(const char *v, void *ctx) {
+  runs_args *a = ctx;
+  push(&a->q.show, &a->q.nshow, (char *)v);
+  return 0;
+}
+static int on_hide(const char *v, void *ctx) {
+  runs_args *a = ctx;
+  push(&a->q.hide, &a->q.nhide, (char *)v);
+  return 0;
+}
+static int on_port(const char *v, void *ctx) {
+  char *end;
+  long port = strtol(v, &end, 10);
+  if (*end || !v[0] || port < 0 || port > 65535)
+    return loom_err("--port takes a number 0..65535 (0: any free port), not '%s'", v);
+  ((runs_args *)ctx)->port = port;
+  return 0;
+}
+static int on_limit(const char *v, void *ctx) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*end || !v[0] || n < 1) return loom_err("--limit takes a whole number >= 1, not '%s'", v);
+  ((runs_args *)ctx)->q.limit = n;
+  return 0;
+}
+static int on_timeout(const char *v, void *ctx) {
+  char *end;
+  double t = strtod(v, &end);
+  if (*end || !v[0] || t <= 0) return loom_err("--heartbeat-timeout takes seconds > 0, not '%s'", v);
+  ((runs_args *)ctx)->timeout = t;
+  return 0;
+}
+static int on_format(const char *v, void *ctx) {
+  return loom_runs_format_parse(v, &((runs_args *)ctx)->format);
 }
 
 static int parse(int argc, char **argv, int first, runs_args *a) {
@@ -99,73 +142,40 @@ static int parse(int argc, char **argv, int first, runs_args *a) {
   a->x = "step";
   a->host = "127.0.0.1";
   a->port = 8765;
-  for (int i = first; i < argc; i++) {
-    const char *o = argv[i];
-    static const char *const with_value[] = {"--db", "--runs-dir", "--filter", "--sweep",
-                                             "--sort-by", "--csv", "--metric", "--x", "--output",
-                                             "-o", "--title", "--limit", "--heartbeat-timeout",
-                                             "--format", "--port", "--host", "--sweeps-dir",
-                                             NULL};
-    for (int k = 0; with_value[k]; k++)
-      if (!strcmp(o, with_value[k]) && i + 1 >= argc) return bad("%s needs a value", o);
-#define VAL(name) (!strcmp(o, name))
-    if (VAL("--db")) a->db = argv[++i];
-    else if (VAL("--runs-dir")) a->runs_dir = argv[++i];
-    else if (VAL("--filter")) {
-      char *all = a->filters ? loom_sprintf("%s AND (%s)", a->filters, argv[++i])
-                             : loom_sprintf("(%s)", argv[++i]);
-      free(a->filters);
-      a->q.filter = a->filters = all;
-    }
-    else if (VAL("--sweep")) a->q.sweep = argv[++i];
-    else if (VAL("--sort-by")) a->q.sort_by = argv[++i];
-    else if (VAL("--csv")) a->csv_out = argv[++i];
-    else if (VAL("--metric")) a->metric = argv[++i];
-    else if (VAL("--x")) a->x = argv[++i];
-    else if (VAL("--output") || VAL("-o")) a->output = argv[++i];
-    else if (VAL("--title")) a->title = argv[++i];
-    else if (VAL("--host")) a->host = argv[++i];
-    else if (VAL("--sweeps-dir")) a->sweeps_dir = argv[++i];
-    else if (VAL("--port")) {
-      char *end;
-      a->port = strtol(argv[++i], &end, 10);
-      if (*end || !argv[i][0] || a->port < 0 || a->port > 65535)
-        return bad("--port takes a number 0..65535 (0: any free port), not '%s'", argv[i]);
-    }
-    else if (VAL("--limit")) {
-      char *end;
-      a->q.limit = strtol(argv[++i], &end, 10);
-      if (*end || a->q.limit < 1) return bad("--limit takes a whole number >= 1, not '%s'", argv[i]);
-    } else if (VAL("--heartbeat-timeout")) {
-      char *end;
-      a->timeout = strtod(argv[++i], &end);
-      if (*end || a->timeout <= 0) return bad("--heartbeat-timeout takes seconds > 0, not '%s'", argv[i]);
-    } else if (VAL("--format")) {
-      if (loom_runs_format_parse(argv[++i], &a->format)) return bad("%s", loom_errmsg());
-    } else if (!strcmp(o, "--show")) {
-      if (collect(argc, argv, &i, &a->q.show, &a->q.nshow)) return 2;
-    } else if (!strcmp(o, "--hide")) {
-      if (collect(argc, argv, &i, &a->q.hide, &a->q.nhide)) return 2;
-    } else if (!strcmp(o, "--descending")) a->q.descending = true;
-    else if (!strcmp(o, "--all-columns")) a->q.all_columns = true;
-    else if (!strcmp(o, "--list-columns")) a->list_columns = true;
-    else if (!strcmp(o, "--log-y")) a->log_y = true;
-    else if (!strcmp(o, "--files")) a->files = true;
-    else if (!strcmp(o, "--dry-run")) a->dry_run = true;
-    else if (o[0] == '-' && o[1]) {
-      static const char *const known[] = {
-          "--db", "--runs-dir", "--filter", "--sweep", "--sort-by", "--csv", "--metric", "--x",
-          "--output", "--title", "--limit", "--heartbeat-timeout", "--format", "--port",
-          "--host", "--sweeps-dir", "--show", "--hide", "--descending", "--all-columns",
-          "--list-columns", "--log-y", "--files", "--dry-run", "--help", NULL};
-      fprintf(stderr, "loom runs: unknown option '%s'%s (see loom runs --help)\n", o,
-              loom_cli_did_you_mean(o, known));
-      return 2;
-    }
-    else push(&a->ids, &a->nids, argv[i]);
-#undef VAL
-  }
-  return 0;
+  const char *sweep = NULL, *sort_by = NULL;
+  const loom_cli_opt opts[] = {
+      LOOM_OPT_VALUE("--db", &a->db),
+      LOOM_OPT_VALUE("--runs-dir", &a->runs_dir),
+      LOOM_OPT_EACH("--filter", on_filter),
+      LOOM_OPT_VALUE("--sweep", &sweep),
+      LOOM_OPT_VALUE("--sort-by", &sort_by),
+      LOOM_OPT_FLAG("--descending", &a->q.descending),
+      {.name = "--show", .each = on_show, .greedy = true},
+      {.name = "--hide", .each = on_hide, .greedy = true},
+      LOOM_OPT_FLAG("--all-columns", &a->q.all_columns),
+      LOOM_OPT_EACH("--limit", on_limit),
+      LOOM_OPT_EACH("--format", on_format),
+      LOOM_OPT_FLAG("--list-columns", &a->list_columns),
+      LOOM_OPT_EACH("--heartbeat-timeout", on_timeout),
+      LOOM_OPT_VALUE("--csv", &a->csv_out),
+      LOOM_OPT_VALUE("--metric", &a->metric),
+      LOOM_OPT_VALUE("--x", &a->x),
+      {.name = "--output", .alias = "-o", .value = &a->output},
+      LOOM_OPT_VALUE("--title", &a->title),
+      LOOM_OPT_FLAG("--log-y", &a->log_y),
+      LOOM_OPT_EACH("--port", on_port),
+      LOOM_OPT_VALUE("--host", &a->host),
+      LOOM_OPT_VALUE("--sweeps-dir", &a->sweeps_dir),
+      LOOM_OPT_FLAG("--files", &a->files),
+      LOOM_OPT_FLAG("--dry-run", &a->dry_run),
+      {0}};
+  loom_cli_parser p = {.command = "runs", .opts = opts, .ctx = a};
+  int rc = loom_cli_parse(&p, argc, argv, first);
+  a->q.sweep = sweep;
+  a->q.sort_by = sort_by;
+  a->ids = p.pos;
+  a->nids = p.npos;
+  return rc == LOOM_CLI_HELP ? (usage(stdout), -1) : rc;
 }
 
 static int open_registry(const runs_args *a, loom_registry **r) {
@@ -381,6 +391,10 @@ int loom_cmd_runs(int argc, char **argv) {
               {"serve", do_serve},   {"delete", do_delete}, {"gc", do_gc}};
   runs_args a = {0};
   int rc = parse(argc, argv, 1, &a), sub = 0;
+  if (rc < 0) { /* --help */
+    free(a.q.show), free(a.q.hide), free(a.ids), free(a.filters);
+    return 0;
+  }
   bool named = false; /* the first positional argument may name a subcommand */
   for (size_t k = 0; !rc && a.nids && k < sizeof subs / sizeof subs[0]; k++)
     if (!strcmp(a.ids[0], subs[k].name)) sub = (int)k, named = true;
