@@ -104,7 +104,10 @@ int loom_cmd_bench(int argc, char **argv) {
       else only = v;
       i++;
     } else {
-      fprintf(stderr, "loom bench: unknown argument '%s' (see loom bench --help)\n", o);
+      static const char *const known[] = {"--quiet", "--quick", "--out", "--nproc", "--only",
+                                          "--help", "model", NULL};
+      fprintf(stderr, "loom bench: unknown argument '%s'%s (see loom bench --help)\n", o,
+              loom_cli_did_you_mean(o, known));
       return 2;
     }
   }

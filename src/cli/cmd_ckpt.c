@@ -275,7 +275,9 @@ static int ckpt_inspect(int argc, char **argv) {
     if (!strcmp(argv[i], "--json")) {
       as_json = 1;
     } else if (argv[i][0] == '-' || path) {
-      fprintf(stderr, "loom ckpt inspect: unexpected argument '%s'\n\n", argv[i]);
+      static const char *const known[] = {"--json", "--help", NULL};
+      fprintf(stderr, "loom ckpt inspect: unexpected argument '%s'%s\n\n", argv[i],
+              argv[i][0] == '-' ? loom_cli_did_you_mean(argv[i], known) : "");
       return inspect_usage(stderr), 1;
     } else {
       path = argv[i];

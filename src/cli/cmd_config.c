@@ -44,8 +44,9 @@ static int cmd_show(int argc, char **argv) {
   }
   for (; i < argc; i++) {
     if (argv[i][0] == '-') {
-      fprintf(stderr, "loom config show: unknown option '%s' (see loom config --help)\n",
-              argv[i]);
+      static const char *const known[] = {"--help", NULL};
+      fprintf(stderr, "loom config show: unknown option '%s'%s (see loom config --help)\n",
+              argv[i], loom_cli_did_you_mean(argv[i], known));
       return 1;
     }
     if (!is_override(argv[i])) {

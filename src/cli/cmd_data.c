@@ -57,7 +57,12 @@ static int parse(const char *sub, int argc, char **argv, opts *o) {
     } else if (!strcmp(a, "--eot")) {
       o->eot = 1;
     } else if (a[0] == '-' && a[1] == '-') {
-      return fprintf(stderr, "loom data %s: unknown option '%s' (see --help)\n", sub, a), 1;
+      static const char *const known[] = {"--out",   "--tokenizer", "--text", "--bytes",
+                                          "--seed",  "--vocab-size", "--count", "--json",
+                                          "--eot",   "--help",       NULL};
+      fprintf(stderr, "loom data %s: unknown option '%s'%s (see --help)\n", sub, a,
+              loom_cli_did_you_mean(a, known));
+      return 1;
     } else {
       o->pos[o->npos++] = argv[i]; /* npos < i: never overwrites an unread argument */
     }

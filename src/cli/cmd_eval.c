@@ -60,7 +60,10 @@ static int parse_args(int argc, char **argv, eval_args *a) {
     } else if (!strcmp(argv[i], "--json")) {
       a->json = true;
     } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-      fprintf(stderr, "loom eval: unknown option '%s' (see loom eval --help)\n", argv[i]);
+      static const char *const known[] = {"--data", "--batches", "--nproc", "--json", "--help",
+                                          NULL};
+      fprintf(stderr, "loom eval: unknown option '%s'%s (see loom eval --help)\n", argv[i],
+              loom_cli_did_you_mean(argv[i], known));
       return 2;
     } else if (!strchr(argv[i], '=') && argv[i][0] != '~') {
       if (a->ckpt) {

@@ -90,8 +90,11 @@ static int cmd_show(int argc, char **argv) {
                 !strcmp(opt, "--microbatches") || !strcmp(opt, "--schedule") ||
                 !strcmp(opt, "--format") || !strcmp(opt, "--file");
     if (!known || !val) {
-      fprintf(stderr, "loom sched show: %s '%s' (see loom sched show --help)\n",
-              known ? "missing value after" : "unknown option", opt);
+      static const char *const names[] = {"--pp", "--vpp", "--microbatches", "--schedule",
+                                          "--format", "--file", "--help", NULL};
+      fprintf(stderr, "loom sched show: %s '%s'%s (see loom sched show --help)\n",
+              known ? "missing value after" : "unknown option", opt,
+              known ? "" : loom_cli_did_you_mean(opt, names));
       return 2;
     }
     if ((!strcmp(opt, "--pp") && parse_count(opt, val, &pp)) ||

@@ -168,7 +168,12 @@ int loom_cmd_sim(int argc, char **argv) {
       if (!strcmp(o, "--nodes") || !strcmp(o, "--gpus") || !strcmp(o, "--patches")) {
         if (parse_int(o, v, o[2] == 'n' ? &a.nodes : o[2] == 'g' ? &a.gpus : &a.patches)) return 2;
       } else if (!dst) {
-        fprintf(stderr, "loom sim: unknown option '%s' (see loom sim --help)\n", o);
+        static const char *const known[] = {
+            "--hardware", "--schedule", "--trace", "--recompute", "--dtype", "--attention",
+            "--json", "--vision", "--nodes", "--gpus", "--patches", "--list-hardware",
+            "--dropout", "--breakdown", "--help", NULL};
+        fprintf(stderr, "loom sim: unknown option '%s'%s (see loom sim --help)\n", o,
+                loom_cli_did_you_mean(o, known));
         return 2;
       } else if (!v) {
         fprintf(stderr, "loom sim: %s needs a value\n", o);

@@ -73,7 +73,10 @@ int loom_cmd_train(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--quiet")) {
       opts.quiet = true;
     } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-      fprintf(stderr, "loom train: unknown option '%s' (see loom train --help)\n", argv[i]);
+      static const char *const known[] = {"--resume", "--stop-after", "--nproc", "--trace",
+                                          "--quiet", "--help", NULL};
+      fprintf(stderr, "loom train: unknown option '%s'%s (see loom train --help)\n", argv[i],
+              loom_cli_did_you_mean(argv[i], known));
       return 2;
     } else if (!strchr(argv[i], '=') && argv[i][0] != '~') {
       if (config_path) {

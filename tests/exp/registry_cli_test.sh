@@ -133,6 +133,22 @@ dym inspect "$LOOM" ckpt inspct
 dym schema "$LOOM" config schem
 dym validate "$LOOM" sched valdate
 dym summary "$LOOM" sweep sumary
+# an option misspelt, for every command
+dym --quiet "$LOOM" train base.yaml --quiett
+dym --json "$LOOM" eval --jsn x
+dym --hardware "$LOOM" sim --hardwre h100-sxm
+dym --model "$LOOM" plan --modle gpt2-124m
+dym --tokenizer "$LOOM" data encode --tokenzer x
+dym --pp "$LOOM" sched show --p 2
+dym --quick "$LOOM" bench --quik
+dym --seq "$LOOM" bench model --sq 3
+dym --rtol "$LOOM" ckpt compare a b --rtl 1
+dym --json "$LOOM" ckpt inspect --jsn
+dym --sort "$LOOM" ckpt grad-norms --srt
+dym --force "$LOOM" sweep generate --forse x
+dym --dry-run "$LOOM" sweep run x.yaml --dryrun
+dym --help "$LOOM" config show --hlp
+dym --files "$LOOM" runs "${R[@]}" delete x --fils
 # loom help: every command of the dispatcher and the subcommands users look for
 h=$("$LOOM" help)
 for c in train eval data ckpt config model sweep runs sched sim plan bench version "runs serve" \
