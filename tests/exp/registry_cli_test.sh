@@ -71,6 +71,27 @@ check "crashed run keeps its min loss ($want_min)" close_to "$(col "${F[@]}" --s
 dur=$(col "${F[@]}" --show duration_s)
 check "crashed run's duration is not 0 ($dur)" awk -v d="$dur" 'BEGIN { exit !(d > 0) }'
 
+# failed and stopped runs (no summary.json) keep their progress too
+LOOM_HEARTBEAT_INTERVAL=1000 "$LOOM" train base.yaml run.name=stop --stop-after 3 --quiet > /dev/null
+LOOM_HEARTBEAT_INTERVAL=1000 "$LOOM" train base.yaml run.name=nan training.lr=1e8 training.steps=20 \
+  --quiet > /dev/null 2>&1
+for n in stop nan; do
+  F=(--filter "name = '$n'")
+  m=$(col "${F[@]}" --show run_dir)/metrics.jsonl
+  want_step=$(tail -1 "$m" | sed 's/{"step": \([0-9]*\),.*/\1/')
+  want_loss=$(tail -1 "$m" | sed 's/.*"loss": \([^,]*\),.*/\1/')
+  want_min=$(sed 's/.*"loss": \([^,]*\),.*/\1/' "$m" | grep -v null | sort -g | head -1)
+  check "$n: status $(col "${F[@]}" --show status)" test "$(col "${F[@]}" --show status)" = "$([ $n = nan ] && echo failed || echo stopped)"
+  check "$n: steps = metrics.jsonl's last step ($want_step)" test "$(col "${F[@]}" --show steps)" = "$want_step"
+  if [ "$want_loss" = null ]; then # the NaN step: final_loss is empty, as JSON wrote it
+    check "$n: final loss empty for a NaN last step" test -z "$(col "${F[@]}" --show final_loss)"
+  else
+    check "$n: final loss = metrics.jsonl's last ($want_loss)" close_to "$(col "${F[@]}" --show final_loss)" "$want_loss" 0
+  fi
+  check "$n: min loss = metrics.jsonl's lowest ($want_min)" close_to "$(col "${F[@]}" --show min_loss)" "$want_min" 0
+done
+"$LOOM" runs "${R[@]}" delete stop nan > /dev/null
+
 # a deleted run directory: 'missing'; gc --dry-run lists, gc drops; delete [--files]
 odir=$(col --filter "name = 'other'" --show run_dir)
 rm -rf "$odir"
