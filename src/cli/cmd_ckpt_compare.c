@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/checkpoint.h"
 #include "loom/config.h"
 
@@ -16,39 +17,65 @@ static int load_full(const char *dir, const loom_model_spec *spec, loom_decoder 
   return loom_ckpt_load_params(dir, *out);
 }
 
-int loom_cmd_ckpt_compare(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv) || argc < 3) {
-    FILE *o = argc < 3 && !loom_cli_wants_help(argc, argv) ? stderr : stdout;
-    fprintf(o, "usage: loom ckpt compare CKPT_A CKPT_B [--rtol X] [--ignore SUFFIX]...\n\n"
-               "Load both checkpoints (any parallel layout) into the whole model, using A's\n"
-               "config.yaml for the model, and print the relative norm error ||a-b||/||a|| of\n"
-               "every tensor. Exit 1 when one exceeds --rtol (default 1e-5). --ignore skips\n"
-               "tensors whose name ends with SUFFIX (repeatable).\n");
-    return o == stdout ? 0 : 2;
-  }
-  double rtol = 1e-5;
+typedef struct {
+  double rtol;
   const char *ignore[16];
-  int n_ignore = 0;
-  for (int i = 3; i < argc; i++) {
-    if (!strcmp(argv[i], "--rtol") && i + 1 < argc) rtol = atof(argv[++i]);
-    else if (!strcmp(argv[i], "--ignore") && i + 1 < argc && n_ignore < 16) ignore[n_ignore++] = argv[++i];
-    else {
-      static const char *const known[] = {"--rtol", "--ignore", "--help", NULL};
-      fprintf(stderr, "loom ckpt compare: unknown argument '%s'%s (see --help)\n", argv[i],
-              loom_cli_did_you_mean(argv[i], known));
-      return 2;
-    }
+  int n_ignore;
+} compare_args;
+
+static int on_rtol(const char *v, void *ctx) {
+  char *end;
+  double x = strtod(v, &end);
+  if (!v[0] || *end || !(x >= 0)) return loom_err("takes a number >= 0, not '%s'", v);
+  ((compare_args *)ctx)->rtol = x;
+  return 0;
+}
+
+static int on_ignore(const char *v, void *ctx) {
+  compare_args *c = ctx;
+  if (c->n_ignore == 16) return loom_err("at most 16 suffixes");
+  c->ignore[c->n_ignore++] = v;
+  return 0;
+}
+
+static void usage(FILE *o) {
+  fprintf(o, "usage: loom ckpt compare CKPT_A CKPT_B [--rtol X] [--ignore SUFFIX]...\n\n"
+             "Load both checkpoints (any parallel layout) into the whole model, using A's\n"
+             "config.yaml for the model, and print the relative norm error ||a-b||/||a|| of\n"
+             "every tensor. Exit 1 when one exceeds --rtol (default 1e-5). --ignore skips\n"
+             "tensors whose name ends with SUFFIX (repeatable).\n");
+}
+
+int loom_cmd_ckpt_compare(int argc, char **argv) {
+  compare_args c = {.rtol = 1e-5};
+  const loom_cli_opt opts[] = {LOOM_OPT_EACH("--rtol", on_rtol),
+                               LOOM_OPT_EACH("--ignore", on_ignore), {0}};
+  loom_cli_parser p = {.command = "ckpt compare", .opts = opts, .ctx = &c};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  char *dirs[3] = {p.npos > 0 ? p.pos[0] : NULL, p.npos > 1 ? p.pos[1] : NULL,
+                   p.npos > 2 ? p.pos[2] : NULL};
+  int npos = p.npos;
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
+  if (prc) return 2;
+  if (npos != 2) {
+    if (npos > 2) fprintf(stderr, "loom ckpt compare: unexpected argument '%s'\n\n", dirs[2]);
+    usage(stderr);
+    return 2;
   }
+  double rtol = c.rtol;
+  const char **ignore = c.ignore;
+  int n_ignore = c.n_ignore;
   loom_config cfg;
   loom_config_defaults(&cfg);
-  char *cpath = loom_sprintf("%s/config.yaml", argv[1]);
+  char *cpath = loom_sprintf("%s/config.yaml", dirs[0]);
   loom_model_spec spec;
   loom_decoder *a = NULL, *b = NULL;
   int rc = loom_config_load(&cfg, cpath);
   free(cpath);
   if (!rc) rc = loom_model_spec_from_config(&spec, &cfg.model);
-  if (!rc) rc = load_full(argv[1], &spec, &a);
-  if (!rc) rc = load_full(argv[2], &spec, &b);
+  if (!rc) rc = load_full(dirs[0], &spec, &a);
+  if (!rc) rc = load_full(dirs[1], &spec, &b);
   if (rc) {
     fprintf(stderr, "loom ckpt compare: %s\n", loom_errmsg());
     loom_decoder_free(a);
