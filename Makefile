@@ -11,11 +11,14 @@ DEMO_DATA := data/demo
 # nodejs/npm: the JavaScript tokenizer cross-checks; Open MPI: ranks; libjpeg-turbo: images;
 # python3-pil: the image-preprocessing reference check; libdnnl-dev: oneDNN GEMMs;
 # librsvg2-dev: PNG plots; clang + libclang-rt: libFuzzer for make fuzz; libmicrohttpd-dev:
-# loom runs serve; chromium + python3-websocket: its page test in headless Chromium).
+# loom runs serve; chromium + python3-websocket: its page test in headless Chromium;
+# slurm-wlm + munge: the Slurm launcher's test against a real slurmctld/slurmd; python3-regex:
+# the tokenizer pre-split cross-check against Python's regex).
+# .ci/run installs exactly this list through `make deps`.
 DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjansson-dev \
   libopenblas-dev libsqlite3-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy \
   libjpeg62-turbo-dev python3-pil libdnnl-dev librsvg2-dev clang libclang-rt-14-dev \
-  libmicrohttpd-dev chromium python3-websocket
+  libmicrohttpd-dev chromium python3-websocket slurm-wlm munge python3-regex
 
 .PHONY: all build deps demo demo-data demo-vqa test test-asan fuzz clean
 

@@ -7,6 +7,8 @@
  *   trainer_state.json   step, RNG, data position, config hash, tokens seen, layout
  *   config.yaml          the resolved config of the run
  *   index.json           (multi-rank) the mesh and the list of files
+ *   COMPLETE             written last: step and every file with its size (a checkpoint
+ *                        without a valid marker is incomplete and never loaded)
  * One process writes the un-suffixed names. Each tensor entry is a piece of a global tensor:
  * the safetensors metadata key "loom.pieces" maps entry names to {tensor, gshape, lshape,
  * split_dim, split_start, begin}: the entry holds elements [begin, begin+numel) (row-major)
@@ -41,7 +43,15 @@ typedef struct {
  * communicator of every rank (rank 0 writes the trainer state and index). */
 int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m, const loom_comm *job,
                    const loom_train_state *ts, const loom_config *cfg);
+/* Refuses a checkpoint without a valid COMPLETE marker (loom_ckpt_check_complete). */
 int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_train_state *ts);
+#define LOOM_CKPT_MARKER "COMPLETE"
+/* 0 when dir holds a valid COMPLETE marker and every file it lists has the listed size
+ * (*step: the marker's step); else an error naming what is missing or damaged. */
+int loom_ckpt_check_complete(const char *dir, long *step);
+/* Before loading anything: dir is complete and its model files hold exactly the tensors of
+ * spec with their global shapes; errors name the tensor, the expected and the found shape. */
+int loom_ckpt_validate(const char *dir, const loom_model_spec *spec);
 /* Parameters only, into any decoder (any shard, or the whole model). */
 int loom_ckpt_load_params(const char *dir, loom_decoder *d);
 #endif

@@ -14,6 +14,7 @@
  * carry control data; neither is counted. */
 #ifndef LOOM_COMM_H
 #define LOOM_COMM_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -86,4 +87,13 @@ void loom_comm_barrier(const loom_comm *c);
 void loom_comm_bcast_bytes(const loom_comm *c, void *data, size_t n, int root);
 /* Returns non-zero on every rank when rc is non-zero on any rank (agree on failure). */
 int loom_comm_any_failed(const loom_comm *c, int rc);
+/* Every rank calls this with its status (and loom_errmsg() when rc != 0): true when any rank
+ * failed; out: the lowest failing rank, how many failed, whether all ranks failed with the
+ * same message, and that rank's message (on every rank). src/dist/agree.c */
+typedef struct {
+  int rank, count;
+  bool all_same;
+  char msg[2048];
+} loom_failure;
+bool loom_comm_agree(const loom_comm *c, int rc, loom_failure *out);
 #endif

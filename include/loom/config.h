@@ -17,6 +17,7 @@ typedef struct {
   char name[LOOM_STR_MAX];       /* run.name: human name; run id is derived from it */
   char output_dir[LOOM_STR_MAX]; /* run.output_dir: parent of runs/<run_id>/ */
   long seed;                     /* run.seed: seeds init, data order, everything */
+  long max_restarts;             /* run.max_restarts: relaunches after a rank dies (--nproc) */
 } loom_config_run;
 
 typedef struct {

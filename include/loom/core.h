@@ -4,6 +4,7 @@
 #define LOOM_CORE_H
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -74,6 +75,11 @@ bool loom_is_dir(const char *path);
 int loom_read_file(const char *path, char **data, size_t *len); /* malloc'd, NUL-terminated */
 int loom_write_file_atomic(const char *path, const void *data, size_t len);
 int loom_rm_rf(const char *path);
+/* fsync a file or a directory (a directory: so that renames inside it are durable). */
+int loom_fsync_path(const char *path);
+/* Append text to f and flush; on failure remove the partial record (ftruncate to the length
+ * before it) and fail with "cannot write 'path': <reason>". */
+int loom_append_checked(FILE *f, const char *path, const char *text, size_t len);
 /* Directory written under a temporary name and renamed into place once complete. */
 char *loom_tmp_path(const char *final_path); /* malloc'd "<final>.tmp.<pid>" */
 int loom_rename_dir_atomic(const char *tmp_dir, const char *final_dir); /* replaces final */

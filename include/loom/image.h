@@ -34,6 +34,10 @@
 #define LOOM_IMG_MAX_RATIO 200.0   /* max(h,w)/min(h,w) above this is refused */
 #define LOOM_IMG_MIN_PIXELS_DEFAULT 3136L     /* 56*56 */
 #define LOOM_IMG_MAX_PIXELS_DEFAULT 1003520L  /* 28*28*1280 */
+/* Most pixels a JPEG may declare in its header (checked before anything is allocated):
+ * 2^26 = 67,108,864 (8192 x 8192; 192 MiB as RGB). The image pipelines allow more when the
+ * configured resize target (data.image_max_pixels, or the fixed size squared) is larger. */
+#define LOOM_IMG_MAX_DECODE_PIXELS (1L << 26)
 
 /* OpenAI CLIP normalisation (Qwen's image_mean / image_std). */
 extern const float loom_clip_mean[3], loom_clip_std[3];
@@ -51,6 +55,12 @@ void loom_image_free(loom_image *im);
  * never exits or prints. `where` names the data in messages ("shard 000001.tar, sample 42");
  * the message says what was wrong and what to do. */
 int loom_jpeg_decode(const uint8_t *data, size_t len, const char *where, loom_image *out);
+/* (a header declaring more than LOOM_IMG_MAX_DECODE_PIXELS pixels is refused, see below) */
+/* loom_jpeg_decode with a pixel limit of max_pixels (LOOM_IMG_MAX_DECODE_PIXELS above):
+ * a header declaring more is an error naming `where`, the declared size and the limit,
+ * returned before libjpeg or loom allocates image-sized buffers. */
+int loom_jpeg_decode_limit(const uint8_t *data, size_t len, const char *where, long max_pixels,
+                           loom_image *out);
 /* Image size from the JPEG header alone (no decode). */
 int loom_jpeg_size(const uint8_t *data, size_t len, const char *where, int *w, int *h);
 /* Encode RGB (h, w, 3) at quality 1..100 (4:2:0); *data malloc'd, *len bytes. */

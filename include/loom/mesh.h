@@ -36,6 +36,8 @@ int loom_dist_world(void); /* world size (1 without MPI) */
 void loom_dist_finalize(void);
 /* Abort every rank with a message (stderr of this rank first). */
 void loom_dist_abort(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+/* Take every rank down with exit code `code`, printing nothing (the caller reported). */
+void loom_dist_abort_quiet(int code) __attribute__((noreturn));
 
 /* Build the mesh for config.parallel on the current world; checks the product of the axes
  * against the world size. */

@@ -53,10 +53,13 @@ typedef struct {
   void *map;
   size_t map_len;
   char *path;
+  int32_t max_token; /* largest token id in the file, -1 when it holds none */
 } loom_shard;
 
 /* Open and validate: missing file, too short, bad magic, unknown version or dtype, dtype
- * too narrow for vocab_size, and a size that does not match the token count. */
+ * too narrow for vocab_size, a size that does not match the token count, and any token
+ * >= vocab_size (the error names the first one's index and byte offset). Reads every token
+ * once. */
 int loom_shard_open(loom_shard *s, const char *path);
 void loom_shard_close(loom_shard *s);
 /* Copy tokens [start, start + n) (must lie inside the shard) into out as int32. */

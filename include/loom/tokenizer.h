@@ -23,9 +23,14 @@
  * decode(encode(x)) == x for ANY byte string x. (For valid UTF-8 the supported regexes
  * cover every character, so only invalid bytes fall in such runs.)
  *
- * `\s` follows PCRE2's UCP meaning (Unicode White_Space plus U+180E, close to Oniguruma in
- * HF's Rust tokenizers); JavaScript's \s differs on U+0085, U+180E and U+FEFF, so the JS
- * cross-check corpus avoids those three characters.
+ * `\s` / `\S` are the Unicode White_Space property (loom rewrites them to \p{White_Space}
+ * before PCRE2 compiles a pattern; PCRE2's own UCP \s adds U+180E): the same set as Python's
+ * `regex` (OpenAI's GPT-2 encoder) and Oniguruma (HF's tokenizers), checked on every code
+ * point by tests/data/pretok_check.py. JavaScript's \s differs on U+0085 and U+FEFF, so the
+ * JS cross-check corpus avoids those characters.
+ * Ids: every id (vocab and added tokens) must be below the number of tokens the file
+ * defines (vocab entries + added tokens), checked before tables are sized; an added token
+ * may not take the id of a different token.
  * A loom_tokenizer is not thread-safe (it keeps a piece cache and regex match data): use
  * one per thread. */
 #ifndef LOOM_TOKENIZER_H

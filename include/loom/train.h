@@ -48,8 +48,18 @@ void loom_train_step(loom_decoder *d, loom_adamw_state *opt, const loom_config_t
                      const int32_t *tokens, const int32_t *targets, int A,
                      loom_step_result *r);
 
+/* How a failed run ended, for the caller's report (one report per failure). */
+typedef struct {
+  bool agreed;      /* every rank knows of the failure: exit cleanly, no MPI_Abort */
+  bool everywhere;  /* every rank failed with the same message (e.g. a layout check) */
+  int rank;         /* the (first) failing rank, -1 if unknown */
+} loom_train_failure;
+
 typedef struct {
   const char *resume;        /* checkpoint directory to continue from, or NULL */
+  const char *resume_run;    /* the run directory to continue in (set with resume; alone:
+                                a restart before the first checkpoint, from step 0) */
+  loom_train_failure *failure; /* out, may be NULL: filled when the run fails */
   const char *command_line;  /* recorded in train.log */
   bool quiet;                /* no progress output */
   long stop_after;           /* stop (as if killed) after this step, 0 = run to the end */

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,9 @@ int hf_json_int(const jcfg *j, const char *key, bool required, long def, long *o
   }
   if (!json_is_integer(v) || json_integer_value(v) <= 0)
     return loom_err("%s: \"%s\" must be a positive integer", j->path, key);
+  if (json_integer_value(v) > INT_MAX)
+    return loom_err("%s: \"%s\" = %lld is too large: loom holds it in a 32-bit int (at most "
+                    "%d)", j->path, key, (long long)json_integer_value(v), INT_MAX);
   *out = (long)json_integer_value(v);
   return 0;
 }
@@ -170,7 +174,10 @@ static int load_gpt2(const jcfg *j, loom_config_model *m) {
   if (!scale)
     return loom_err("%s: \"scale_attn_weights\" is false; loom always scales attention by "
                     "1/sqrt(head_dim)", j->path);
-  if (hf_json_int(j, "n_inner", false, 4 * hidden, &inner)) return LOOM_ERR;
+  if (hf_json_int(j, "n_inner", false, 4 * hidden, &inner)) return LOOM_ERR; /* hidden <= INT_MAX */
+  if (inner > INT_MAX)
+    return loom_err("%s: \"n_inner\" is absent, so it is 4 * n_embd = %ld, past the limit of %d "
+                    "(a 32-bit int)", j->path, inner, INT_MAX);
   m->hidden = hidden;
   m->intermediate = inner;
   m->kv_heads = m->heads;

@@ -66,16 +66,20 @@ static int parse_shape(const char *path, const char *name, json_t *e, st_tensor 
     return loom_err("'%s': tensor '%s' has %zu dimensions; loom supports at most %d", path, name,
                     nd, LOOM_ST_MAX_DIMS);
   t->ndim = (int)nd;
-  uint64_t numel = 1, limit = (uint64_t)INT64_MAX / loom_dtype_size(t->dtype);
+  /* The byte size of the shape, and of every sub-product (zero dims left out, so consumers
+   * multiplying some of the dims cannot overflow either), must fit in int64; whether the
+   * bytes are present is checked against the file by parse_offsets and check_layout. */
+  uint64_t numel = 1, nonzero = 1, limit = (uint64_t)INT64_MAX / loom_dtype_size(t->dtype);
   for (size_t d = 0; d < nd; d++) {
     json_t *v = json_array_get(s, d);
     if (!json_is_integer(v) || json_integer_value(v) < 0)
       return loom_err("'%s': tensor '%s': shape[%zu] is not a non-negative integer; " HINT_CORRUPT,
                       path, name, d);
     uint64_t dim = (uint64_t)json_integer_value(v);
-    if (dim > 0 && numel > limit / dim)
-      return loom_err("'%s': tensor '%s': shape is too large (byte size overflows); " HINT_CORRUPT,
-                      path, name);
+    if (dim > 0 && nonzero > limit / dim)
+      return loom_err("'%s': tensor '%s': shape is too large (%s byte size overflows 64 "
+                      "bits); " HINT_CORRUPT, path, name, numel ? "its" : "a partial");
+    if (dim > 0) nonzero *= dim;
     numel *= dim;
     t->shape[d] = (int64_t)dim;
   }
@@ -247,7 +251,11 @@ static int map_file(loom_st_file *f) {
   f->map = m;
   uint64_t n = 0;
   for (int b = 7; b >= 0; b--) n = (n << 8) | f->map[b];
-  if (n > MAX_HEADER_BYTES || n > f->map_len - 8)
+  if (n > MAX_HEADER_BYTES)
+    return loom_err("'%s': header length %llu is above the limit of %llu bytes (as in the "
+                    "reference implementation); " HINT_CORRUPT, f->path, (unsigned long long)n,
+                    MAX_HEADER_BYTES);
+  if (n > f->map_len - 8)
     return loom_err(
         "'%s': header length %llu is larger than the %zu bytes that follow it; " HINT_CORRUPT,
         f->path, (unsigned long long)n, f->map_len - 8);

@@ -14,6 +14,7 @@
 #include "loom/registry.h"
 #include "loom/runs.h"
 #include "loom/serve.h"
+#include "loom/runs_diff.h"
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -31,6 +32,9 @@ static void usage(FILE *out) {
           "       loom runs serve [--port 8765] [--host 127.0.0.1] [--sweeps-dir DIR] [list options]\n"
           "                        live web dashboard of the registry (--port 0: any free port;\n"
           "                        list options: the view the printed link opens)\n\n"
+          "       loom runs diff A B [--metric loss] [--rtol 1e-5] [--atol 0] [--out F.svg|F.png]\n"
+          "                        [--worst 5] [--common-steps]   per-step differences of one\n"
+          "                        metric; exit 0 same, 1 different, 2 error (see --help there)\n\n"
           "ID: a run id, a unique prefix of one, or a unique run name.\n\n"
           "registry (default runs/registry.db, or $LOOM_REGISTRY):\n"
           "  --runs-dir DIR          use DIR/registry.db (the runs' run.output_dir)\n"
@@ -381,7 +385,119 @@ static int do_serve(runs_args *a, loom_registry *r, loom_runs_table *t) {
   return rc;
 }
 
+/* `loom runs diff A B`: its own options and exit codes (0 same, 1 different, 2 error). */
+static void diff_usage(FILE *out) {
+  fprintf(out,
+          "usage: loom runs diff A B [--metric NAME] [--rtol X] [--atol X] [--out F.svg|F.png]\n"
+          "                          [--worst N] [--common-steps] [--runs-dir DIR | --db FILE]\n\n"
+          "Per-step differences of one metric (default loss; e.g. val_loss, grad_norm) between\n"
+          "two runs' metrics.jsonl, aligned by step. A and B: run ids, unique prefixes or names\n"
+          "(as for loom runs show), or run directories (holding metrics.jsonl).\n"
+          "Same when |a - b| <= atol + rtol * |b| at every step both logged (numpy.allclose;\n"
+          "b = run B) and both logged the same steps. Defaults rtol 1e-5, atol 0: fp32 runs of\n"
+          "one config in two parallel layouts differ by rounding only (<= 1e-7 relative\n"
+          "measured), a real difference moves the loss by > 1e-3.\n"
+          "  --worst N        table of the N steps with the largest |a - b| (default 5, 0: none)\n"
+          "  --common-steps   compare only the steps both runs logged (still listed)\n"
+          "  --out FILE       overlay plot of A, B and B - A (SVG, or PNG for .png)\n"
+          "Exit status: 0 same, 1 different, 2 error (unknown run, metric absent, bad option).\n");
+}
+
+/* A run directory as given, or the registry's run_dir of a run id / prefix / name. */
+static int diff_locate(runs_args *a, loom_registry **r, const char *given, char **dir,
+                       char **label) {
+  char *metrics = loom_sprintf("%s/metrics.jsonl", given);
+  bool is_dir = loom_path_exists(metrics);
+  free(metrics);
+  if (is_dir) {
+    *dir = loom_strdup(given);
+    *label = loom_strdup(given);
+    return 0;
+  }
+  if (!*r && open_registry(a, r)) return -1;
+  char *id;
+  if (loom_registry_resolve(*r, given, &id)) return -1;
+  loom_runs_table t = {0};
+  int rc = loom_runs_load(*r, &t), row = -1, id_col = 0, dir_col = 0;
+  if (!rc) id_col = loom_runs_find_column(&t, "run_id"), dir_col = loom_runs_find_column(&t, "run_dir");
+  for (int i = 0; !rc && i < t.nrows && row < 0; i++)
+    if (!strcmp(loom_runs_cell(&t, i, id_col)->s, id)) row = i;
+  if (!rc && row < 0) rc = loom_err("run '%s' vanished from the registry", given);
+  if (!rc && loom_runs_cell(&t, row, dir_col)->type != LOOM_VAL_TEXT)
+    rc = loom_err("run %s has no run directory in the registry", id);
+  if (!rc) {
+    *dir = loom_strdup(loom_runs_cell(&t, row, dir_col)->s);
+    *label = strcmp(given, id) ? loom_sprintf("%s (%s)", id, given) : loom_strdup(id);
+  }
+  free(id);
+  loom_runs_free(&t);
+  return rc;
+}
+
+static int do_diff(int argc, char **argv) {
+  if (loom_cli_wants_help(argc, argv)) return diff_usage(stdout), 0;
+  runs_args a = {0};
+  a.metric = "loss";
+  loom_runs_diff_tol tol = {LOOM_RUNS_DIFF_RTOL, LOOM_RUNS_DIFF_ATOL};
+  const char *out = NULL, *ids[2];
+  int nids = 0, worst = 5;
+  bool common_only = false;
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i];
+    bool value = !strcmp(o, "--metric") || !strcmp(o, "--rtol") || !strcmp(o, "--atol") ||
+                 !strcmp(o, "--out") || !strcmp(o, "--worst") || !strcmp(o, "--db") ||
+                 !strcmp(o, "--runs-dir");
+    if (value && i + 1 >= argc) return bad("diff: %s needs a value", o);
+    char *end = NULL;
+    if (!strcmp(o, "--metric")) a.metric = argv[++i];
+    else if (!strcmp(o, "--out")) out = argv[++i];
+    else if (!strcmp(o, "--db")) a.db = argv[++i];
+    else if (!strcmp(o, "--runs-dir")) a.runs_dir = argv[++i];
+    else if (!strcmp(o, "--rtol") || !strcmp(o, "--atol")) {
+      double v = strtod(argv[++i], &end);
+      if (*end || !(v >= 0)) return bad("diff: tolerances are numbers >= 0, not '%s'", argv[i]);
+      *(o[2] == 'r' ? &tol.rtol : &tol.atol) = v;
+    } else if (!strcmp(o, "--worst")) {
+      worst = (int)strtol(argv[++i], &end, 10);
+      if (*end || worst < 0) return bad("diff: --worst takes a whole number >= 0, not '%s'", argv[i]);
+    } else if (!strcmp(o, "--common-steps")) common_only = true;
+    else if (o[0] == '-' && o[1]) return bad("diff: unknown option '%s'", o);
+    else if (nids == 2) return bad("diff: takes two runs; '%s' is a third", o);
+    else ids[nids++] = argv[i];
+  }
+  if (nids != 2) return bad("%s", "diff: takes two runs, A and B");
+  loom_registry *r = NULL;
+  char *dir[2] = {NULL, NULL}, *label[2] = {NULL, NULL};
+  loom_series s[2] = {{0}};
+  int rc = 0;
+  for (int k = 0; k < 2 && !rc; k++) {
+    rc = diff_locate(&a, &r, ids[k], &dir[k], &label[k]);
+    if (!rc) {
+      char *path = loom_sprintf("%s/metrics.jsonl", dir[k]);
+      rc = loom_series_read(path, a.metric, "step", &s[k]);
+      if (!rc && s[k].n == 0) rc = loom_err("'%s' has no steps logged", path);
+      free(path);
+    }
+  }
+  int status = 2;
+  if (!rc) {
+    loom_runs_diff d;
+    loom_runs_diff_compute(&s[0], &s[1], &tol, &d);
+    loom_runs_diff_print(stdout, &d, a.metric, label[0], label[1], &tol, common_only, worst);
+    status = loom_runs_diff_ok(&d, common_only) ? 0 : 1;
+    if (out && d.n == 0) fprintf(stderr, "loom runs diff: no plot: no step in common\n"), status = 2;
+    else if (out && loom_runs_diff_plot(out, &d, a.metric, label[0], label[1])) rc = -1;
+    else if (out) printf("wrote %s\n", out);
+    loom_runs_diff_free(&d);
+  }
+  if (rc) fprintf(stderr, "loom runs diff: %s\n", loom_errmsg()), status = 2;
+  for (int k = 0; k < 2; k++) loom_series_free(&s[k]), free(dir[k]), free(label[k]);
+  loom_registry_close(r);
+  return status;
+}
+
 int loom_cmd_runs(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "diff")) return do_diff(argc - 1, argv + 1);
   if (loom_cli_wants_help(argc, argv)) return usage(stdout), 0;
   static const struct {
     const char *name;
@@ -400,8 +516,8 @@ int loom_cmd_runs(int argc, char **argv) {
     if (!strcmp(a.ids[0], subs[k].name)) sub = (int)k, named = true;
   if (named) memmove(a.ids, a.ids + 1, sizeof(char *) * (size_t)--a.nids);
   if (!rc && sub == 0 && a.nids) {
-    const char *names[sizeof subs / sizeof subs[0] + 1] = {0};
-    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) names[k] = subs[k].name;
+    const char *names[sizeof subs / sizeof subs[0] + 2] = {"diff"}; /* diff: do_diff */
+    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) names[k + 1] = subs[k].name;
     fprintf(stderr, "loom runs: unknown subcommand '%s'%s (see loom runs --help)\n", a.ids[0],
             loom_cli_did_you_mean(a.ids[0], names));
     rc = 2;

@@ -11,6 +11,7 @@
 #include "loom/core.h"
 #include "loom/mesh.h"
 #include "loom/train.h"
+#include "train/run_dir.h"
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -19,10 +20,17 @@ static void usage(FILE *out) {
           "metrics.jsonl, train.log, checkpoint_<step>/ and final_checkpoint/.\n\n"
           "  CONFIG.yaml         run config (every key has a default: 'loom config schema')\n"
           "  KEY=VALUE           override a key (training.lr=1e-3, +key=v, ~key to reset)\n"
-          "  --resume DIR        continue from a checkpoint directory; without CONFIG, the\n"
-          "                      checkpoint's config.yaml is used. Losses continue bitwise\n"
-          "                      identically to an uninterrupted run.\n"
-          "  --nproc N           start N ranks with mpirun (same as 'mpirun -np N loom train ...')\n"
+          "  --resume WHAT       continue a run: 'latest' (the newest run under run.output_dir),\n"
+          "                      a run directory (its newest complete checkpoint) or a\n"
+          "                      checkpoint directory; without CONFIG, the checkpoint's\n"
+          "                      config.yaml is used. Losses continue bitwise identically to\n"
+          "                      an uninterrupted run. A checkpoint that fails validation\n"
+          "                      leaves the run untouched.\n"
+          "  --nproc N           start N ranks with mpirun and supervise them: a job that ends\n"
+          "                      without loom's report (a rank killed) is recorded as failed\n"
+          "  --max-restarts K    relaunch the job up to K times after a rank dies or a\n"
+          "                      collective times out, from the newest complete checkpoint\n"
+          "                      (config key run.max_restarts; default 0; docs/RELIABILITY.md)\n"
           "  --stop-after N      stop after step N (as if interrupted; for testing resume)\n"
           "  --trace FILE        write a Chrome trace (one row per rank: instructions, and\n"
           "                      collectives with their bytes); open in chrome://tracing\n"
@@ -32,7 +40,9 @@ static void usage(FILE *out) {
           "  loom train configs/demo.yaml training.steps=50 training.dtype=bf16\n"
           "  mpirun -np 4 loom train configs/demo.yaml parallel.dp=2 parallel.tp=2\n"
           "  loom train run.yaml checkpoint.init_from=hf/gpt2   # fine-tune: loom checkpoint or\n"
-          "                                                    # Hugging Face directory\n");
+          "                                                    # Hugging Face directory\n"
+          "  loom train configs/demo.yaml --nproc 4 parallel.dp=4 --max-restarts 3\n"
+          "  loom train --resume latest\n");
 }
 
 /* The command that re-runs this one, shell-quoted (ranks started by mpirun: with --nproc). */
@@ -49,32 +59,86 @@ static char *recorded_command(int argc, char **argv) {
   return s;
 }
 
+static bool valued_option(const char *a) {
+  return !strcmp(a, "--resume") || !strcmp(a, "--stop-after") || !strcmp(a, "--nproc") ||
+         !strcmp(a, "--trace") || !strcmp(a, "--max-restarts");
+}
+
+/* defaults, the config file (if any), then the KEY=VALUE overrides in order; validated
+ * unless only run.output_dir is wanted (to find `--resume latest`) */
+static int load_config(loom_config *cfg, const char *path, int argc, char **argv,
+                       bool validate) {
+  loom_config_defaults(cfg);
+  int rc = path ? loom_config_load(cfg, path) : 0;
+  for (int i = 1; i < argc && !rc; i++) {
+    if (valued_option(argv[i])) {
+      i++;
+      continue;
+    }
+    if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(cfg, argv[i]);
+  }
+  if (rc || !validate) return rc;
+  rc = loom_config_validate(cfg);
+  if (!rc) rc = loom_config_resolve_grad_accum(cfg); /* training.global_batch_size */
+  char *init_abs = !rc && cfg->checkpoint.init_from[0] ? realpath(cfg->checkpoint.init_from, NULL)
+                                                      : NULL;
+  if (init_abs && strlen(init_abs) < sizeof cfg->checkpoint.init_from) /* recorded absolute */
+    snprintf(cfg->checkpoint.init_from, sizeof cfg->checkpoint.init_from, "%s", init_abs);
+  free(init_abs);
+  return rc;
+}
+
+/* This process's rank under mpirun/srun, before MPI is started (0 without a launcher). */
+static long env_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                     "SLURM_PROCID", NULL};
+  for (int i = 0; vars[i]; i++)
+    if (getenv(vars[i]) && *getenv(vars[i])) return atol(getenv(vars[i]));
+  return 0;
+}
+
+/* The error line, once; and to the supervisor (LOOM_REPORT_FILE): loom reported it itself,
+ * so the job is not relaunched (a bad config or a full disk fails again). */
+static void report_error(const char *msg) {
+  fprintf(stderr, "loom train: error: %s\n", msg);
+  fflush(stderr);
+  const char *path = getenv("LOOM_REPORT_FILE");
+  FILE *f = path && *path ? fopen(path, "a") : NULL;
+  if (!f) return;
+  fprintf(f, "failed\n");
+  fclose(f);
+}
+
+static bool under_launcher(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ||
+         getenv("SLURM_PROCID");
+}
+
 int loom_cmd_train(int argc, char **argv) {
   if (loom_cli_wants_help(argc, argv)) {
     usage(stdout);
     return 0;
   }
   loom_train_opts opts = {0};
-  const char *config_path = NULL, *nproc = NULL;
+  const char *config_path = NULL, *nproc = NULL, *restarts = NULL;
   loom_config cfg;
-  loom_config_defaults(&cfg);
   /* first pass: options and the config file */
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after") ||
-        !strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--trace")) {
+    if (valued_option(argv[i])) {
       if (i + 1 >= argc) {
         fprintf(stderr, "loom train: %s needs a value\n", argv[i]);
         return 2;
       }
-      if (argv[i][2] == 'r') opts.resume = argv[++i];
-      else if (argv[i][2] == 'n') nproc = argv[++i];
-      else if (argv[i][2] == 't') opts.trace = argv[++i];
+      if (!strcmp(argv[i], "--resume")) opts.resume = argv[++i];
+      else if (!strcmp(argv[i], "--nproc")) nproc = argv[++i];
+      else if (!strcmp(argv[i], "--trace")) opts.trace = argv[++i];
+      else if (!strcmp(argv[i], "--max-restarts")) restarts = argv[++i];
       else opts.stop_after = atol(argv[++i]);
     } else if (!strcmp(argv[i], "--quiet")) {
       opts.quiet = true;
     } else if (argv[i][0] == '-' && argv[i][1] == '-') {
       static const char *const known[] = {"--resume", "--stop-after", "--nproc", "--trace",
-                                          "--quiet", "--help", NULL};
+                                          "--max-restarts", "--quiet", "--help", NULL};
       fprintf(stderr, "loom train: unknown option '%s'%s (see loom train --help)\n", argv[i],
               loom_cli_did_you_mean(argv[i], known));
       return 2;
@@ -87,52 +151,57 @@ int loom_cmd_train(int argc, char **argv) {
       config_path = argv[i];
     }
   }
-  if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return loom_cli_exec_mpirun("train", argc, argv, nproc, false);
+  char *end = NULL;
+  long max_restarts = restarts ? strtol(restarts, &end, 10) : -1;
+  if (restarts && (*end || max_restarts < 0 || end == restarts)) {
+    fprintf(stderr, "loom train: --max-restarts needs a whole number >= 0, not '%s'\n", restarts);
+    return 2;
+  }
+  /* Errors up to here are the same on every rank: rank 0 tells, the others stay silent. */
+  bool quiet_rank = env_rank() != 0;
+  int rc = 0;
+  char *run_dir = NULL, *ckpt = NULL, *cfg_file = NULL;
+  if (opts.resume) { /* which run and checkpoint; "latest" needs run.output_dir first */
+    rc = load_config(&cfg, config_path, argc, argv, false);
+    if (!rc) rc = loom_run_dir_resolve(opts.resume, cfg.run.output_dir,
+                                       getenv("LOOM_RESTART") != NULL, &run_dir, &ckpt);
+    if (!rc && !config_path) /* the checkpoint's config (or the run's, before any checkpoint) */
+      config_path = cfg_file = loom_sprintf("%s/config.yaml", ckpt ? ckpt : run_dir);
+  }
+  if (!rc) rc = load_config(&cfg, config_path, argc, argv, true);
+  if (rc) {
+    if (!quiet_rank) report_error(loom_errmsg());
+    free(run_dir), free(ckpt), free(cfg_file);
+    return 1;
+  }
+  if (max_restarts < 0) max_restarts = cfg.run.max_restarts;
+  if ((nproc || max_restarts > 0) && !under_launcher() && !getenv("LOOM_SUPERVISED")) {
+    free(run_dir), free(ckpt), free(cfg_file);
+    return loom_cli_train_supervise(argc, argv, nproc, max_restarts, cfg.run.output_dir);
+  }
+  opts.resume = ckpt;
+  opts.resume_run = run_dir;
   if (loom_dist_init(&argc, &argv)) {
-    fprintf(stderr, "loom train: %s\n", loom_errmsg());
-    return 1;
-  }
-  bool quiet_rank = loom_dist_rank() != 0;
-  char *resume_cfg = NULL;
-  if (opts.resume && !loom_is_dir(opts.resume)) {
-    fprintf(stderr, "loom train: --resume: checkpoint '%s' is not a directory (expected "
-            "runs/<id>/checkpoint_<step> or runs/<id>/final_checkpoint)\n", opts.resume);
-    return 1;
-  }
-  if (!config_path && opts.resume) {
-    resume_cfg = loom_sprintf("%s/config.yaml", opts.resume);
-    config_path = resume_cfg;
-  }
-  int rc = config_path ? loom_config_load(&cfg, config_path) : 0;
-  /* second pass: overrides, in order */
-  for (int i = 1; i < argc && !rc; i++) {
-    if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--stop-after") ||
-        !strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--trace")) {
-      i++;
-      continue;
-    }
-    if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(&cfg, argv[i]);
-  }
-  if (!rc) rc = loom_config_validate(&cfg);
-  if (!rc) rc = loom_config_resolve_grad_accum(&cfg); /* training.global_batch_size */
-  char *init_abs = !rc && cfg.checkpoint.init_from[0] ? realpath(cfg.checkpoint.init_from, NULL)
-                                                     : NULL;
-  if (init_abs && strlen(init_abs) < sizeof cfg.checkpoint.init_from) /* recorded absolute */
-    snprintf(cfg.checkpoint.init_from, sizeof cfg.checkpoint.init_from, "%s", init_abs);
-  free(init_abs);
-  free(resume_cfg);
-  if (rc) { /* the same on every rank: rank 0 tells */
-    if (!quiet_rank) fprintf(stderr, "loom train: %s\n", loom_errmsg());
-    loom_dist_finalize();
+    fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
     return 1;
   }
   opts.command_line = recorded_command(argc, argv);
+  loom_train_failure failure = {false, false, -1};
+  opts.failure = &failure;
   rc = loom_train_run(&cfg, &opts);
   free((char *)opts.command_line);
+  free(run_dir), free(ckpt), free(cfg_file);
   if (rc) {
-    if (loom_dist_world() > 1) /* other ranks may wait in a collective: take them down */
-      loom_dist_abort("train: rank %d: error: %s", loom_dist_rank(), loom_errmsg());
-    fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
+    /* one report: an error every rank knows is printed by rank 0 (loom_train_run put the
+     * failing rank into the text); otherwise by the failing rank, which then takes the
+     * other ranks down (they may wait in a collective) */
+    if (!failure.agreed && loom_dist_world() > 1) {
+      fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
+      fflush(stderr);
+      loom_dist_abort_quiet(1);
+    }
+    if (loom_dist_rank() == 0) report_error(loom_errmsg());
+    loom_dist_finalize();
     return 1;
   }
   loom_dist_finalize();

@@ -17,6 +17,7 @@ int loom_cmd_sim(int argc, char **argv);     /* src/cli/cmd_sim.c */
 int loom_cmd_bench(int argc, char **argv);   /* src/cli/cmd_bench.c */
 int loom_cmd_bench_model(int argc, char **argv); /* src/cli/cmd_bench_model.c: loom bench model */
 int loom_cmd_plan(int argc, char **argv);    /* src/cli/cmd_plan.c */
+int loom_cmd_generate(int argc, char **argv); /* src/cli/cmd_generate.c */
 /* true when argv holds -h or --help */
 int loom_cli_wants_help(int argc, char **argv);
 /* "; did you mean 'X'?" for the name in names (NULL-terminated) nearest to word (edit
@@ -27,6 +28,10 @@ const char *loom_cli_did_you_mean(const char *word, const char *const *names);
 char *loom_cli_command_line(const char *command, int argc, char **argv);
 /* Width of the output: $COLUMNS, else the terminal's (TIOCGWINSZ), else 100. */
 int loom_cli_terminal_width(void);
+/* loom train --nproc/--max-restarts: run the job under a supervising launcher that reports
+ * unreported failures and relaunches from the newest complete checkpoint (train_supervisor.c) */
+int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_restarts,
+                             const char *output_dir);
 /* --nproc N: re-run `loom <command> argv...` (without --nproc) under mpirun with N ranks
  * (adding --oversubscribe past the core count and Open MPI's root consent). Returns only on
  * failure. */

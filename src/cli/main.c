@@ -17,10 +17,11 @@ static const struct {
     {"config", loom_cmd_config, "show a resolved config or the schema of every key"},
     {"model", loom_cmd_model, "list model presets and parameter counts"},
     {"sweep", loom_cmd_sweep, "generate and run sweeps (grid/random; local mpirun or Slurm), summaries"},
-    {"runs", loom_cmd_runs, "the run registry: list, show, compare, plot, serve, delete, gc"},
+    {"runs", loom_cmd_runs, "the run registry: list, show, compare, diff, plot, serve, delete, gc"},
     {"sched", loom_cmd_sched, "show and validate pipeline schedules (gpipe, 1f1b, interleaved, files)"},
     {"sim", loom_cmd_sim, "simulate a training step on a hardware profile (time, MFU, memory, trace)"},
     {"plan", loom_cmd_plan, "search the fastest parallel strategy that fits (table, why, config)"},
+    {"generate", loom_cmd_generate, "sample text from a checkpoint with a KV cache (or ask a VLM about an image)"},
     {"bench", loom_cmd_bench, "calibrate this machine into a hardware profile for sim/plan"},
 };
 
@@ -53,6 +54,7 @@ static const struct {
     {"runs set-metric", "add custom metrics to a run"},
     {"runs export", "the runs table as CSV for pandas"},
     {"runs plot", "metric curves of several runs (SVG or PNG)"},
+    {"runs diff", "two runs' per-step curves compared (numpy.allclose), overlay plot"},
     {"runs serve", "live web dashboard of the registry"},
     {"runs delete", "remove runs from the registry (--files: and their directories)"},
     {"runs gc", "drop the rows of runs whose run directory is gone (--dry-run)"},

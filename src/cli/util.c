@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "exp/config_internal.h"
 #include "loom/core.h"
+#include "loom/mpi_env.h"
 
 int loom_cli_wants_help(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
@@ -28,7 +29,8 @@ int loom_cli_exec_mpirun(const char *command, int argc, char **argv, const char 
   char **args = calloc((size_t)argc + 8, sizeof(char *));
   int k = 0;
   args[k++] = "mpirun";
-  if (atol(nproc) > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
+  /* root consent, oversubscription past the core count, threads: loom/mpi_env.h */
+  if (loom_mpi_env_set((int)atol(nproc), single_threaded_ranks)) args[k++] = "--oversubscribe";
   args[k++] = "-np";
   args[k++] = (char *)nproc;
   args[k++] = self;
@@ -39,14 +41,6 @@ int loom_cli_exec_mpirun(const char *command, int argc, char **argv, const char 
       continue;
     }
     args[k++] = argv[i];
-  }
-  if (geteuid() == 0) { /* Open MPI refuses root unless told it is deliberate */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  }
-  if (single_threaded_ranks) {
-    setenv("OMP_NUM_THREADS", "1", 0);
-    setenv("OPENBLAS_NUM_THREADS", "1", 0);
   }
   execvp("mpirun", args);
   fprintf(stderr, "loom %s: --nproc: cannot run mpirun (%s); install openmpi-bin\n", command,

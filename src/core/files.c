@@ -1,7 +1,10 @@
-/* File-system helpers: mkdir -p, whole-file read, atomic write (temp file + rename),
- * recursive removal, atomic directory replacement, monotonic clock. */
+/* File-system helpers: mkdir -p, whole-file read, atomic write (temp file + fsync + rename),
+ * checked appends, fsync of files and directories, recursive removal, atomic directory
+ * replacement, monotonic clock. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -47,30 +50,77 @@ int loom_mkdir_p(const char *path) {
   return rc;
 }
 
+/* Reads the whole of `path` into a NUL-terminated buffer. fstat first: a directory is named
+ * as such (lseek/ftell of a directory on ext4 reports INT64_MAX), a regular file is read by its
+ * stat size (or longer, if it grew), anything else (pipe, character device) in chunks until
+ * EOF, at most 1 GiB. A failed allocation is an error, never an abort. */
+#define READ_STREAM_MAX (1 << 30) /* most bytes read from a pipe or device */
+
 int loom_read_file(const char *path, char **data, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return loom_err("cannot open '%s': %s", path, strerror(errno));
-  if (fseek(f, 0, SEEK_END) != 0) {
-    fclose(f);
-    return loom_err("cannot seek in '%s' (is it a regular file?)", path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return loom_err("cannot open '%s': %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return loom_err("cannot stat '%s': %s", path, strerror(e));
   }
-  long n = ftell(f);
-  if (n < 0) {
-    fclose(f);
-    return loom_err("cannot read '%s' (is it a regular file?)", path);
+  if (S_ISDIR(st.st_mode)) {
+    close(fd);
+    return loom_err("'%s' is a directory, not a file", path);
   }
-  rewind(f);
-  char *buf = malloc((size_t)n + 1);
-  if (!buf) abort();
-  if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    fclose(f);
-    free(buf);
-    return loom_err("short read from '%s'", path);
+  size_t cap = 65536;
+  if (S_ISREG(st.st_mode)) {
+    if (st.st_size < 0 || (unsigned long long)st.st_size >= (unsigned long long)SIZE_MAX) {
+      close(fd);
+      return loom_err("cannot read '%s': its size %lld does not fit in memory", path,
+                      (long long)st.st_size);
+    }
+    cap = (size_t)st.st_size + 1;
   }
-  fclose(f);
+  char *buf = malloc(cap);
+  if (!buf) {
+    close(fd);
+    return loom_err("cannot read '%s': out of memory for %zu bytes", path, cap);
+  }
+  size_t n = 0;
+  for (;;) {
+    char probe[4096]; /* once the buffer is full: is there more (the file grew, or a pipe)? */
+    bool full = n + 1 >= cap;
+    ssize_t r = full ? read(fd, probe, sizeof probe) : read(fd, buf + n, cap - 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      free(buf);
+      close(fd);
+      return loom_err("cannot read '%s': %s", path, strerror(e));
+    }
+    if (r == 0) break;
+    if (full) {
+      if (!S_ISREG(st.st_mode) && n >= READ_STREAM_MAX) { /* e.g. /dev/zero never ends */
+        free(buf);
+        close(fd);
+        return loom_err("'%s' is not a regular file and gave more than %d MiB without ending; "
+                        "pass a regular file", path, READ_STREAM_MAX >> 20);
+      }
+      size_t want = cap > SIZE_MAX / 2 ? 0 : cap * 2;
+      if (want && want < n + (size_t)r + 1) want = n + (size_t)r + 1;
+      char *nb = want ? realloc(buf, want) : NULL;
+      if (!nb) {
+        free(buf);
+        close(fd);
+        return loom_err("cannot read '%s': out of memory after %zu bytes", path, n);
+      }
+      buf = nb;
+      cap = want;
+      memcpy(buf + n, probe, (size_t)r);
+    }
+    n += (size_t)r;
+  }
+  close(fd);
   buf[n] = 0;
   *data = buf;
-  if (len) *len = (size_t)n;
+  if (len) *len = n;
   return 0;
 }
 
@@ -86,14 +136,22 @@ int loom_write_file_atomic(const char *path, const void *data, size_t len) {
     free(tmp);
     return loom_err("cannot write '%s': %s", path, strerror(e));
   }
+  errno = 0;
   bool ok = fwrite(data, 1, len, f) == len;
-  ok = (fflush(f) == 0) && ok;
+  ok = ok && fflush(f) == 0;
+  ok = ok && fsync(fileno(f)) == 0; /* the data reaches the disk before the name does */
+  int e = errno;
   ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    int e = errno;
+  if (!e) e = errno;
+  if (ok && rename(tmp, path) != 0) {
+    ok = false;
+    e = errno;
+  }
+  if (!ok) {
     unlink(tmp);
     free(tmp);
-    return loom_err("cannot write '%s': %s (disk full?)", path, strerror(e));
+    return loom_err("cannot write '%s': %s%s", path, strerror(e ? e : EIO),
+                    e == ENOSPC || e == EDQUOT ? " (the disk is full)" : "");
   }
   free(tmp);
   return 0;
@@ -144,4 +202,30 @@ int loom_rename_dir_atomic(const char *tmp_dir, const char *final_dir) {
   if (old) rc = loom_rm_rf(old);
   free(old);
   return rc;
+}
+
+int loom_fsync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return loom_err("cannot open '%s' to sync it: %s", path, strerror(errno));
+  int rc = 0;
+  if (fsync(fd) != 0 && errno != EINVAL) /* EINVAL: the file system cannot sync directories */
+    rc = loom_err("cannot sync '%s' to disk: %s", path, strerror(errno));
+  close(fd);
+  return rc;
+}
+
+int loom_append_checked(FILE *f, const char *path, const char *text, size_t len) {
+  if (!f) return loom_err("cannot write '%s': the file is not open", path);
+  long before = ftell(f);
+  errno = 0;
+  bool ok = fwrite(text, 1, len, f) == len;
+  ok = fflush(f) == 0 && ok;
+  if (ok) return 0;
+  int e = errno ? errno : EIO;
+  clearerr(f);
+  /* cut what reached the file of this record, so that the file ends in a whole record */
+  if (before >= 0 && ftruncate(fileno(f), before) == 0) fseek(f, before, SEEK_SET);
+  return loom_err("cannot write '%s': %s%s", path, strerror(e),
+                  e == ENOSPC || e == EDQUOT ? " (the disk is full; free space, then resume with "
+                                               "'loom train --resume latest')" : "");
 }

@@ -17,6 +17,7 @@
 typedef struct {
   const char *path; /* relative, owned by the index tree (alive while the dataset is) */
   char *full;
+  uint64_t size;    /* bytes, as index.json records and stat confirmed */
 } shard;
 
 typedef struct {
@@ -43,7 +44,8 @@ static json_t *find_shard(json_t *index, const char *path) {
   json_t *arr = json_object_get(index, "shards");
   for (size_t i = 0; i < json_array_size(arr); i++) {
     json_t *sh = json_array_get(arr, i);
-    if (!strcmp(json_string_value(json_object_get(sh, "path")), path)) return sh;
+    const char *p = json_string_value(json_object_get(sh, "path"));
+    if (p && !strcmp(p, path)) return sh;
   }
   return NULL;
 }
@@ -79,16 +81,25 @@ static int add_shard(energon *e, json_t *sh, const char *rel, bool skip_bad, uin
     free(full);
     return rc;
   }
-  json_int_t want = json_integer_value(json_object_get(sh, "size"));
-  if ((json_int_t)st.st_size != want) {
+  json_t *jsize = json_object_get(sh, "size"), *samples = json_object_get(sh, "samples");
+  if (!json_is_integer(jsize) || json_integer_value(jsize) < 0 ||
+      (samples && !json_is_array(samples))) {
+    int rc = loom_err("%s/.nv-meta/index.json: the entry of shard %s needs an integer \"size\" "
+                      ">= 0 and a \"samples\" list: re-run `loom data prepare %s`", e->dir, rel,
+                      e->dir);
+    free(full);
+    return rc;
+  }
+  json_int_t want = json_integer_value(jsize);
+  if ((json_int_t)st.st_size != want || !S_ISREG(st.st_mode)) {
     int rc = loom_err("shard %s changed since `loom data prepare` (%lld bytes, the index says "
                       "%lld): re-run `loom data prepare %s`", full, (long long)st.st_size,
                       (long long)want, e->dir);
     free(full);
     return rc;
   }
-  e->shards[e->n_shards] = (shard){json_string_value(json_object_get(sh, "path")), full};
-  json_t *samples = json_object_get(sh, "samples");
+  e->shards[e->n_shards] =
+      (shard){json_string_value(json_object_get(sh, "path")), full, (uint64_t)want};
   size_t ns = json_array_size(samples);
   e->samples = realloc(e->samples, (e->n + ns + 1) * sizeof *e->samples);
   if (!e->samples) abort();
@@ -141,14 +152,24 @@ size_t loom_energon_count(const void *p) { return ((const energon *)p)->n; }
 /* Read a part's bytes; the tar header before it must still be valid. */
 static int read_part(const energon *e, const shard *sh, const char *where, const char *ext,
                      json_t *part, uint8_t **out, size_t *len) {
-  json_int_t off = json_integer_value(json_array_get(part, 0));
-  json_int_t size = json_integer_value(json_array_get(part, 1));
+  json_t *joff = json_array_get(part, 0), *jsz = json_array_get(part, 1);
+  json_int_t off = json_integer_value(joff), size = json_integer_value(jsz);
+  /* Offsets come from a file: check them against the shard before allocating. */
+  if (!json_is_array(part) || json_array_size(part) != 2 || !json_is_integer(joff) ||
+      !json_is_integer(jsz) || off < 512 || size < 0 || (uint64_t)off > sh->size ||
+      (uint64_t)size > sh->size - (uint64_t)off)
+    return loom_err("%s: index.json gives part %s as %s, not [offset >= 512, size] inside the "
+                    "%llu-byte shard: re-run `loom data prepare %s`", where, ext,
+                    json_is_array(part) && json_is_integer(joff) && json_is_integer(jsz)
+                        ? "an out-of-range [offset, size]" : "something other than "
+                                                             "[offset, size]",
+                    (unsigned long long)sh->size, e->dir);
   int fd = open(sh->full, O_RDONLY);
   if (fd < 0) return loom_err("%s: cannot open %s: %s", where, sh->full, strerror(errno));
   uint8_t hdr[512];
   uint8_t *buf = malloc((size_t)size + 1);
   if (!buf) abort();
-  int ok = off >= 512 && pread(fd, hdr, 512, off - 512) == 512 && loom_tar_header_ok(hdr) &&
+  int ok = pread(fd, hdr, 512, off - 512) == 512 && loom_tar_header_ok(hdr) &&
            pread(fd, buf, (size_t)size, off) == (ssize_t)size;
   close(fd);
   if (!ok) {
@@ -164,9 +185,9 @@ static int read_part(const energon *e, const shard *sh, const char *where, const
 }
 
 /* json[a][b] -> the string at that path of the parsed part. */
-static char *json_field(const char *where, const char *spec, const char *text) {
+static char *json_field(const char *where, const char *spec, const char *text, size_t len) {
   json_error_t je;
-  json_t *root = json_loads(text, JSON_DECODE_ANY, &je), *v = root;
+  json_t *root = json_loadb(text, len, JSON_DECODE_ANY, &je), *v = root; /* a NUL is an error */
   if (!root) {
     loom_err("%s: its json part is not valid JSON (%s): fix the sample or set "
              "data.skip_bad_samples: true", where, je.text);
@@ -192,7 +213,15 @@ static char *json_field(const char *where, const char *spec, const char *text) {
 
 /* A text field: the txt bytes (trailing whitespace trimmed) or a json path. */
 static char *text_field(const char *where, const char *spec, uint8_t *data, size_t len) {
-  if (!strncmp(spec, "json", 4) && spec[4] == '[') return json_field(where, spec, (char *)data);
+  if (!strncmp(spec, "json", 4) && spec[4] == '[')
+    return json_field(where, spec, (char *)data, len);
+  const uint8_t *nul = memchr(data, 0, len);
+  if (nul) {
+    loom_err("%s: its %s part holds a NUL byte at offset %zu (text parts are UTF-8 text): fix "
+             "the sample or set data.skip_bad_samples: true", where, spec,
+             (size_t)(nul - data));
+    return NULL;
+  }
   while (len && (data[len - 1] == '\n' || data[len - 1] == '\r' || data[len - 1] == ' '))
     len--;
   return loom_sprintf("%.*s", (int)len, (char *)data);
@@ -210,6 +239,10 @@ int loom_energon_get(void *p, size_t i, loom_vqa_sample *s) {
   const shard *sh = &e->shards[r->shard];
   const char *key = json_string_value(json_object_get(r->sample, "key"));
   json_t *parts = json_object_get(r->sample, "parts");
+  if (!key || !json_is_object(parts))
+    return loom_err("shard %s, sample %zu of the split: index.json gives it no \"key\" string "
+                    "or no \"parts\" object: re-run `loom data prepare %s`", sh->path, i,
+                    e->dir);
   char *where = loom_sprintf("shard %s, sample %s", sh->path, key);
   const char *err = json_string_value(json_object_get(r->sample, "error"));
   char ext_c[16], ext_a[16], img_ext[16] = "";

@@ -58,7 +58,8 @@ int loom_image_prepare(const uint8_t *jpeg, size_t len, long min_pixels, long ma
   loom_image im, rs;
   int rh, rw;
   *patches = NULL;
-  if (loom_jpeg_decode(jpeg, len, where, &im)) return -1;
+  long limit = max_pixels > LOOM_IMG_MAX_DECODE_PIXELS ? max_pixels : LOOM_IMG_MAX_DECODE_PIXELS;
+  if (loom_jpeg_decode_limit(jpeg, len, where, limit, &im)) return -1;
   if (orig_w) *orig_w = im.w;
   if (orig_h) *orig_h = im.h;
   if (loom_smart_resize(im.h, im.w, min_pixels, max_pixels, where, &rh, &rw)) {
@@ -88,7 +89,9 @@ int loom_image_prepare_fixed(const uint8_t *jpeg, size_t len, int size, const ch
   if (size < P || size % P)
     return loom_err("%s: the encoder's image size %d px is not a positive multiple of %d", where,
                     size, P);
-  if (loom_jpeg_decode(jpeg, len, where, &im)) return -1;
+  long limit = (long)size * size > LOOM_IMG_MAX_DECODE_PIXELS ? (long)size * size
+                                                              : LOOM_IMG_MAX_DECODE_PIXELS;
+  if (loom_jpeg_decode_limit(jpeg, len, where, limit, &im)) return -1;
   if (orig_w) *orig_w = im.w;
   if (orig_h) *orig_h = im.h;
   if (im.w == size && im.h == size) {

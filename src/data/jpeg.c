@@ -64,6 +64,11 @@ int loom_jpeg_size(const uint8_t *data, size_t len, const char *where, int *w, i
 }
 
 int loom_jpeg_decode(const uint8_t *data, size_t len, const char *where, loom_image *out) {
+  return loom_jpeg_decode_limit(data, len, where, LOOM_IMG_MAX_DECODE_PIXELS, out);
+}
+
+int loom_jpeg_decode_limit(const uint8_t *data, size_t len, const char *where, long max_pixels,
+                           loom_image *out) {
   out->w = out->h = 0;
   out->rgb = NULL;
   if (check_input(data, len, where)) return -1;
@@ -80,11 +85,30 @@ int loom_jpeg_decode(const uint8_t *data, size_t len, const char *where, loom_im
   jpeg_create_decompress(&d);
   jpeg_mem_src(&d, data, (unsigned long)len);
   jpeg_read_header(&d, TRUE);
+  /* A decompression bomb declares a huge size in a few bytes; refuse it before
+   * jpeg_start_decompress (which allocates whole-image coefficient buffers for progressive
+   * files) and before the RGB buffer. */
+  uint64_t declared = (uint64_t)d.image_width * (uint64_t)d.image_height;
+  if (declared > (uint64_t)max_pixels) {
+    int dw = (int)d.image_width, dh = (int)d.image_height;
+    jpeg_destroy_decompress(&d);
+    return loom_err("%s: JPEG declares %dx%d (WxH) = %llu pixels, above the limit of %ld "
+                    "pixels for a decoded image: downscale it (e.g. to 8192x8192 or less) or "
+                    "remove the sample; data.skip_bad_samples: true skips such samples", where,
+                    dw, dh, (unsigned long long)declared, max_pixels);
+  }
+  /* libjpeg's own working memory: whole-image coefficients (progressive: 2 bytes per
+   * coefficient, 3 components) plus its strip buffers; 8 bytes per pixel + 64 MiB covers it. */
+  d.mem->max_memory_to_use = (long)(declared * 8 + (64L << 20));
   d.out_color_space = JCS_RGB; /* grayscale and YCbCr convert; CMYK raises an error */
   jpeg_start_decompress(&d);
   size_t w = d.output_width, h = d.output_height;
-  rgb = malloc(w * h * 3);
-  if (!rgb) abort();
+  rgb = malloc(w * h * 3 + 1);
+  if (!rgb) {
+    jpeg_destroy_decompress(&d);
+    return loom_err("%s: out of memory for a decoded %zux%zu image (%zu bytes)", where, w, h,
+                    w * h * 3);
+  }
   while (d.output_scanline < d.output_height) {
     JSAMPROW row = (JSAMPROW)(rgb + (size_t)d.output_scanline * w * 3);
     jpeg_read_scanlines(&d, &row, 1);

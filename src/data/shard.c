@@ -210,6 +210,29 @@ int loom_shard_read_header(const char *path, loom_shard_header *h) {
   return check_header(path, hdr, size, h);
 }
 
+/* Every token must be < the header's vocab_size (which is <= INT32_MAX, so every id fits an
+ * int32 once this holds); records the largest. Names the first bad token by index and byte
+ * offset. */
+static int check_tokens(loom_shard *s) {
+  uint64_t n = s->h.count, vmax = 0;
+  uint32_t vocab = s->h.vocab_size;
+  for (uint64_t i = 0; i < n; i++) {
+    uint32_t v = s->h.dtype == LOOM_SHARD_U16
+                     ? (uint32_t)(s->tokens[2 * i] | s->tokens[2 * i + 1] << 8)
+                     : get_u32(s->tokens + 4 * i);
+    if (v >= vocab)
+      return loom_err("%s: token %u at index %llu (byte offset %llu) is not below the header's "
+                      "vocab_size %u; the file is corrupt: %s", s->path, v,
+                      (unsigned long long)i,
+                      (unsigned long long)(LOOM_SHARD_HEADER_BYTES +
+                                           i * loom_shard_dtype_bytes(s->h.dtype)),
+                      vocab, REMEDY);
+    if (v > vmax) vmax = v;
+  }
+  s->max_token = n ? (int32_t)vmax : -1;
+  return 0;
+}
+
 int loom_shard_open(loom_shard *s, const char *path) {
   memset(s, 0, sizeof *s);
   uint64_t size;
@@ -228,6 +251,10 @@ int loom_shard_open(loom_shard *s, const char *path) {
   s->map_len = (size_t)size;
   s->tokens = (const uint8_t *)map + LOOM_SHARD_HEADER_BYTES;
   s->path = loom_strdup(path);
+  if (check_tokens(s)) {
+    loom_shard_close(s);
+    return -1;
+  }
   return 0;
 }
 

@@ -76,29 +76,52 @@ static char *header_name(const uint8_t *b) {
   return prefix[0] ? loom_sprintf("%s/%s", prefix, name) : loom_strdup(name);
 }
 
-/* PAX records "LEN key=value\n": pick path and size. */
-static void pax_apply(const char *d, size_t n, char **path, int64_t *size) {
+/* PAX records "LEN key=value\n" (LEN counts the whole record, its own digits and the '\n'
+ * included): pick path and size. NULL when all records are well-formed, else what is wrong
+ * (malloc'd): a record whose length is not a positive decimal, runs past the entry, ends
+ * before its '=' or not on a '\n', or a size that is not a non-negative decimal. */
+static char *pax_apply(const char *d, size_t n, char **path, int64_t *size) {
   size_t i = 0;
   while (i < n) {
-    char *end;
-    long len = strtol(d + i, &end, 10);
-    if (len <= 0 || (size_t)len > n - i || *end != ' ') return;
-    const char *kv = end + 1, *rec_end = d + i + len - 1; /* rec_end: the '\n' */
+    size_t len = 0, digits = 0;
+    while (i + digits < n && d[i + digits] >= '0' && d[i + digits] <= '9' && digits < 19)
+      len = len * 10 + (size_t)(d[i + digits++] - '0');
+    if (!digits || i + digits >= n || d[i + digits] != ' ')
+      return loom_sprintf("PAX record at byte %zu does not start with a decimal length and a "
+                          "space", i);
+    if (len > n - i)
+      return loom_sprintf("PAX record at byte %zu claims %zu bytes but only %zu remain", i, len,
+                          n - i);
+    const char *kv = d + i + digits + 1, *rec_end = d + i + len - 1; /* rec_end: the '\n' */
+    if (len < digits + 4 || *rec_end != '\n')
+      return loom_sprintf("PAX record at byte %zu (length %zu) is too short for 'key=value' or "
+                          "does not end with a newline", i, len);
     const char *eq = memchr(kv, '=', (size_t)(rec_end - kv));
-    if (eq) {
-      size_t klen = (size_t)(eq - kv), vlen = (size_t)(rec_end - eq - 1);
-      if (klen == 4 && !memcmp(kv, "path", 4)) {
-        free(*path);
-        *path = malloc(vlen + 1);
-        if (!*path) abort();
-        memcpy(*path, eq + 1, vlen);
-        (*path)[vlen] = 0;
-      } else if (klen == 4 && !memcmp(kv, "size", 4)) {
-        *size = strtoll(eq + 1, NULL, 10);
+    if (!eq || eq == kv)
+      return loom_sprintf("PAX record at byte %zu has no 'key=' before its end", i);
+    size_t klen = (size_t)(eq - kv), vlen = (size_t)(rec_end - eq - 1);
+    if (klen == 4 && !memcmp(kv, "path", 4)) {
+      free(*path);
+      *path = malloc(vlen + 1);
+      if (!*path) abort();
+      memcpy(*path, eq + 1, vlen);
+      (*path)[vlen] = 0;
+    } else if (klen == 4 && !memcmp(kv, "size", 4)) {
+      int64_t v = 0;
+      size_t k = 0;
+      for (; k < vlen && eq[1 + k] >= '0' && eq[1 + k] <= '9'; k++) {
+        if (v > (INT64_MAX - 9) / 10)
+          return loom_sprintf("PAX size record at byte %zu is too large", i);
+        v = v * 10 + (eq[1 + k] - '0');
       }
+      if (!vlen || k != vlen)
+        return loom_sprintf("PAX size record at byte %zu is not a non-negative decimal: '%.*s'",
+                            i, (int)(vlen > 40 ? 40 : vlen), eq + 1);
+      *size = v;
     }
-    i += (size_t)len;
+    i += len;
   }
+  return NULL;
 }
 
 static void add_member(loom_tar_index *ix, size_t *cap, char *name, uint64_t off, uint64_t sz) {
@@ -178,7 +201,7 @@ static void walk(int fd, loom_tar_index *ix) {
       break;
     }
     if (type == 'L' || type == 'x') {
-      char *meta = read_meta(fd, data, size);
+      char *meta = read_meta(fd, data, size), *bad = NULL;
       if (!meta) {
         damage(ix, NULL, loom_sprintf("unreadable %s entry at offset %llu",
                                       type == 'L' ? "GNU long-name" : "PAX",
@@ -187,7 +210,14 @@ static void walk(int fd, loom_tar_index *ix) {
         break;
       }
       if (type == 'L') next_name = loom_strdup(meta);
-      else pax_apply(meta, (size_t)size, &next_name, &next_size);
+      else if ((bad = pax_apply(meta, (size_t)size, &next_name, &next_size))) {
+        damage(ix, NULL, loom_sprintf("malformed PAX header at offset %llu: %s",
+                                      (unsigned long long)pos, bad));
+        free(bad);
+        free(meta);
+        free(name);
+        break;
+      }
       free(meta);
       free(name);
     } else if (type == '0' || type == 0 || type == '7') {

@@ -21,6 +21,7 @@ typedef struct {
 struct loom_tokenizer {
   char *path;
   int vocab_size;        /* 1 + largest id */
+  size_t id_limit;       /* ids must lie below: vocab entries + added tokens (set before parsing) */
   loom_strtab *by_str;   /* tokenizer.json spelling -> index into str_ids */
   int32_t *str_ids;      /* (strtab count) */
   size_t str_ids_cap;
@@ -87,8 +88,12 @@ static int parse_vocab(loom_tokenizer *t, json_t *vocab) {
   json_int_t max_id = -1;
   json_object_foreach(vocab, key, val) {
     json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
-    if (id < 0 || id >= (1 << 30))
-      return loom_err("%s: model.vocab['%s'] is not an id in [0, 2^30)", t->path, key);
+    if (id < 0 || (size_t)id >= t->id_limit)
+      return loom_err("%s: model.vocab['%s'] = %lld is not an id in [0, %zu): ids must be below "
+                      "the number of tokens the file defines (model.vocab entries + "
+                      "added_tokens); renumber the vocabulary densely from 0", t->path, key,
+                      (long long)(json_is_integer(val) ? json_integer_value(val) : -1),
+                      t->id_limit);
     if (id > max_id) max_id = id;
     str_register(t, key, strlen(key), (int32_t)id);
   }
@@ -219,14 +224,25 @@ static int json_flag(json_t *obj, const char *key, int dflt) {
 
 static int parse_added_token(loom_tokenizer *t, json_t *a, size_t k) {
   json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
-  if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-      json_integer_value(id) >= (1 << 30) || !json_is_string(content) ||
-      json_string_length(content) == 0)
+  if (!json_is_integer(id) || !json_is_string(content) || json_string_length(content) == 0)
     return loom_err("%s: added_tokens[%zu] needs an integer 'id' and a non-empty 'content'",
                     t->path, k);
+  if (json_integer_value(id) < 0 || (size_t)json_integer_value(id) >= t->id_limit)
+    return loom_err("%s: added_tokens[%zu] ('%s') has id %lld, not in [0, %zu): ids must be "
+                    "below the number of tokens the file defines (model.vocab entries + "
+                    "added_tokens)", t->path, k, json_string_value(content),
+                    (long long)json_integer_value(id), t->id_limit);
   if (json_flag(a, "single_word", 0))
     return loom_err("%s: added_tokens[%zu] ('%s') sets single_word, which loom does not "
                     "support; set it to false", t->path, k, json_string_value(content));
+  int32_t aid = (int32_t)json_integer_value(id);
+  size_t have_len;
+  const char *have = loom_tokenizer_token_bytes(t, aid, &have_len);
+  if (have && (have_len != json_string_length(content) ||
+               memcmp(have, json_string_value(content), have_len)))
+    return loom_err("%s: added_tokens[%zu] ('%s') has id %d, which is already the id of "
+                    "another token ('%.*s'); give it an unused id", t->path, k,
+                    json_string_value(content), (int)aid, (int)have_len, have);
   added_token *at = &t->added[t->n_added++];
   at->len = json_string_length(content);
   at->content = malloc(at->len + 1);
@@ -359,6 +375,11 @@ static int parse_normalizer(loom_tokenizer *t, json_t *root) {
 
 static int parse_root(loom_tokenizer *t, json_t *root) {
   if (!json_is_object(root)) return loom_err("%s: top level is not a JSON object", t->path);
+  /* Every id indexes tables sized by the largest id: bound ids by what the file defines, so
+   * a small file cannot ask for a huge table (a 108-byte file with id 2^30-1 meant 8 GiB). */
+  json_t *model = json_object_get(root, "model"), *added = json_object_get(root, "added_tokens");
+  t->id_limit = json_object_size(json_object_get(model, "vocab")) + json_array_size(added);
+  if (t->id_limit > (1u << 30)) t->id_limit = 1u << 30;
   if (parse_model(t, root) || parse_added_tokens(t, json_object_get(root, "added_tokens")) ||
       parse_pre_tokenizer(t, root) || parse_normalizer(t, root))
     return -1;

@@ -291,13 +291,56 @@ struct loom_regex {
   pcre2_jit_stack *jit_stack;
 };
 
+/* The pattern with \s and \S spelled as the Unicode White_Space property. Under PCRE2_UCP,
+ * PCRE2 (10.42) defines \s as \p{Z} or \h or \v, and \h lists U+180E MONGOLIAN VOWEL
+ * SEPARATOR, which Unicode 6.3 moved from Zs to Cf; Python's `regex` (which GPT-2's encoder
+ * and Hugging Face's references run) and Rust's `regex` (tokenizers) define \s as White_Space.
+ * \p{White_Space} is valid inside a character class too, so [^\s\p{L}] stays one class.
+ * Other escapes (\\s is a backslash then 's') and \Q...\E literals are copied verbatim. */
+static char *regex_unicode_spaces(const char *pattern) {
+  size_t n = strlen(pattern), o = 0;
+  char *out = malloc(n * 8 + 1); /* "\s" (2 bytes) becomes 16 at most */
+  if (!out) abort();
+  for (size_t i = 0; i < n; i++) {
+    if (pattern[i] != '\\' || i + 1 == n) {
+      out[o++] = pattern[i];
+      continue;
+    }
+    char e = pattern[++i];
+    if (e == 's' || e == 'S') {
+      const char *rep = e == 's' ? "\\p{White_Space}" : "\\P{White_Space}";
+      memcpy(out + o, rep, strlen(rep));
+      o += strlen(rep);
+    } else if (e == 'Q') { /* literal up to \E (or the end) */
+      const char *end = strstr(pattern + i + 1, "\\E");
+      size_t stop = end ? (size_t)(end - pattern) + 2 : n;
+      memcpy(out + o, pattern + i - 1, stop - (i - 1));
+      o += stop - (i - 1);
+      i = stop - 1;
+    } else {
+      out[o++] = '\\';
+      out[o++] = e;
+    }
+  }
+  out[o] = 0;
+  return out;
+}
+
 int loom_regex_compile(loom_regex **out, const char *pattern) {
   *out = NULL;
   int ec;
   PCRE2_SIZE eoff;
   uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
-  pcre2_code *code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &ec, &eoff, NULL);
-  if (!code) {
+  char *pat = regex_unicode_spaces(pattern);
+  pcre2_code *code = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &ec, &eoff, NULL);
+  free(pat);
+  if (!code) { /* report the error (and its offset) in the pattern as the user wrote it */
+    int ec0;
+    PCRE2_SIZE eoff0;
+    pcre2_code *orig = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &ec0,
+                                     &eoff0, NULL);
+    if (!orig) ec = ec0, eoff = eoff0;
+    pcre2_code_free(orig);
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(ec, msg, sizeof msg);
     return loom_err("cannot compile the pre-tokenizer regex at offset %zu: %s (pattern: %s)",
@@ -351,6 +394,7 @@ int loom_regex_split(loom_regex *re, const char *text, size_t len, loom_piece_fn
       pos = start = me;
     } else {
       pos = ms; /* empty match: nothing to emit; step over one character */
+      if (ms >= len) break; /* an empty match at the very end (e.g. "$"): nothing follows */
       start = ms + char_len_at(text, len, ms);
     }
   }

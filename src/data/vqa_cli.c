@@ -223,8 +223,9 @@ static void print_counts(const char *dir) {
     for (size_t k = 0; k < json_array_size(list); k++)
       for (size_t i = 0; i < json_array_size(shards); i++) {
         json_t *sh = json_array_get(shards, i);
-        if (!strcmp(json_string_value(json_object_get(sh, "path")),
-                    json_string_value(json_array_get(list, k))))
+        const char *a = json_string_value(json_object_get(sh, "path"));
+        const char *b = json_string_value(json_array_get(list, k));
+        if (a && b && !strcmp(a, b)) /* a hand-edited index may lack a path */
           n += json_array_size(json_object_get(sh, "samples"));
       }
     printf("  %-5s %5zu shards %8zu samples\n", names[s], json_array_size(list), n);

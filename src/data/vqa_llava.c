@@ -74,6 +74,9 @@ static char *parse_entry(const loom_llava *a, json_t *obj, entry *e) {
     e->turns[e->n_turns].role = role;
     e->turns[e->n_turns++].text = loom_strdup(json_string_value(value));
   }
+  if (e->n_turns == 0) /* only system turns: nothing of the conversation would remain */
+    return loom_strdup("has only system turns in \"conversations\" (it needs human and gpt "
+                       "turns)");
   return NULL;
 }
 
@@ -113,9 +116,9 @@ static int load_jsonl(loom_llava *a, char *text) {
   return 0;
 }
 
-static int load_json(loom_llava *a, const char *text) {
+static int load_json(loom_llava *a, const char *text, size_t len) {
   json_error_t je;
-  json_t *root = json_loads(text, 0, &je);
+  json_t *root = json_loadb(text, len, 0, &je); /* a NUL byte is an error, not the end */
   if (!root)
     return loom_err("%s: not valid JSON at line %d, column %d: %s (a .jsonl file holds one "
                     "object per line)", a->path, je.line, je.column, je.text);
@@ -144,7 +147,15 @@ int loom_llava_open(loom_llava **out, const char *path) {
   a->base = loom_strdup(slash ? slash + 1 : path);
   size_t pl = strlen(path);
   int jsonl = pl > 6 && !strcmp(path + pl - 6, ".jsonl");
-  int rc = jsonl ? load_jsonl(a, text) : load_json(a, text);
+  const char *nul = memchr(text, 0, len);
+  int rc = 0;
+  if (jsonl && nul) { /* load_jsonl reads NUL-terminated lines: do not stop there silently */
+    size_t line = 1;
+    for (const char *p = text; p < nul; p++) line += *p == '\n';
+    rc = loom_err("%s: line %zu holds a NUL byte (offset %zu): a .jsonl file is UTF-8 text, one "
+                  "JSON object per line", path, line, (size_t)(nul - text));
+  }
+  if (rc == 0) rc = jsonl ? load_jsonl(a, text) : load_json(a, text, len);
   free(text);
   if (rc == 0 && a->n == 0) rc = loom_err("%s: no entries", path);
   if (rc) {

@@ -55,6 +55,13 @@ void loom_dist_abort(const char *fmt, ...) {
   exit(1);
 }
 
+void loom_dist_abort_quiet(int code) {
+  fflush(stdout);
+  fflush(stderr);
+  if (mpi_started) MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
 static void make_comm(loom_comm *c, MPI_Comm parent, int color, int key, const char *name,
                       double timeout) {
   c->name = name;

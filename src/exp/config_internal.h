@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "exp/config_quote.h"
 #include "loom/config.h"
 
 typedef enum {

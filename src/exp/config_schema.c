@@ -34,6 +34,10 @@ const loom_config_key loom_config_keys[] = {
      FIELD(run, output_dir)},
     {"run.seed", I, "1337", NULL, "seeds weight init, data order and everything random",
      FIELD(run, seed)},
+    {"run.max_restarts", I, "0", NULL,
+     "relaunch the job this many times at most after a rank dies or a collective times out, "
+     "from the newest complete checkpoint (loom train; same as --max-restarts)",
+     FIELD(run, max_restarts)},
 
     {"model.preset", S, "tiny-gpt2", NULL,
      "model preset (gpt2-124m, qwen2.5-0.5b, tiny-gpt2, ...) or \"\" for none",

@@ -1,6 +1,7 @@
 /* loom_config_validate: range checks on numeric keys (a table of rules), plus the checks the
  * typed loader already guarantees but a config built in code might break (enum values,
  * terminated strings, finite floats). Errors name the key, its value and the valid range. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,7 @@ static const range_rule rules[] = {
     {"data.val_fraction", 0, 1, false, true},
     AT_LEAST("checkpoint.every", 0),
     AT_LEAST("checkpoint.keep_last", 0),
+    AT_LEAST("run.max_restarts", 0),
     AT_LEAST("training.global_batch_size", 0),
     AT_LEAST("parallel.dp", 1),
     AT_LEAST("parallel.tp", 1),
@@ -92,13 +94,60 @@ static int range_err(const loom_config *c, const loom_config_key *k, const range
   return -1;
 }
 
+/* Integer keys whose consumers hold them in a long (or wider): step counts compared with the
+ * long step counter, and the seed (cast to uint64_t). Every other integer key ends up in an
+ * int (model dims, batch sizes, mesh axes, pixel counts), so it must fit in one: a value
+ * past INT_MAX would otherwise be truncated by the (int) conversion and silently change. */
+static const char *const long_keys[] = {"run.seed",      "training.steps",
+                                        "training.warmup_steps", "training.log_every",
+                                        "checkpoint.every", "checkpoint.keep_last", NULL};
+
+static bool is_long_key(const char *name) {
+  for (int i = 0; long_keys[i]; i++)
+    if (!strcmp(long_keys[i], name)) return true;
+  return false;
+}
+
+static int check_int_width(const loom_config *c, const loom_config_key *k) {
+  if (k->type != LOOM_KEY_INT || is_long_key(k->name)) return 0;
+  long v;
+  memcpy(&v, (const char *)c + k->offset, sizeof v);
+  if (v >= INT_MIN && v <= INT_MAX) return 0;
+  return loom_err("%s = %ld is out of range: it must be between %d and %d (loom holds it in a "
+                  "32-bit int)", k->name, v, INT_MIN, INT_MAX);
+}
+
+/* a * b * ... of positive longs, saturating at LONG_MAX. */
+static long product_sat(const long *v, int n) {
+  long p = 1;
+  for (int i = 0; i < n; i++)
+    if (v[i] > 0 && __builtin_mul_overflow(p, v[i], &p)) return LONG_MAX;
+  return p;
+}
+
+/* Products that are held in an int: the rank count of the mesh and the pipeline chunks. */
+static int check_products(const loom_config *c) {
+  const loom_config_parallel *q = &c->parallel;
+  long mesh[4] = {q->dp, q->tp, q->pp, q->sp}, chunks[2] = {q->pp, q->vpp};
+  long ranks = product_sat(mesh, 4), nchunks = product_sat(chunks, 2);
+  if (ranks > INT_MAX)
+    return loom_err("parallel.dp*tp*pp*sp = %ld*%ld*%ld*%ld is out of range: the number of "
+                    "ranks must be at most %d", q->dp, q->tp, q->pp, q->sp, INT_MAX);
+  if (nchunks > INT_MAX)
+    return loom_err("parallel.pp*vpp = %ld*%ld is out of range: the number of pipeline chunks "
+                    "must be at most %d", q->pp, q->vpp, INT_MAX);
+  return 0;
+}
+
 static int check_ranges(const loom_config *c) {
+  for (size_t i = 0; i < loom_config_nkeys; i++)
+    if (check_int_width(c, &loom_config_keys[i])) return -1;
   for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
     const loom_config_key *k = loom_config_key_find(rules[i].key);
     LOOM_ASSERT(k && (k->type == LOOM_KEY_INT || k->type == LOOM_KEY_FLOAT));
     if (!in_range(&rules[i], numeric_value(c, k))) return range_err(c, k, &rules[i]);
   }
-  return 0;
+  return check_products(c);
 }
 
 /* Checks on every key that the loader guarantees but code could break. */
@@ -106,6 +155,10 @@ static int check_key(const loom_config *c, const loom_config_key *k) {
   const char *f = (const char *)c + k->offset;
   if (k->type == LOOM_KEY_STRING || k->type == LOOM_KEY_ENUM) {
     if (!memchr(f, 0, k->size)) return loom_err("%s is not a terminated string", k->name);
+    size_t bad = loom_config_utf8_error(f, strlen(f));
+    if (bad)
+      return loom_err("%s is not UTF-8 text (byte %zu, 0x%02x); config strings must be UTF-8",
+                      k->name, bad, (unsigned)(unsigned char)f[bad - 1]);
     if (k->type == LOOM_KEY_STRING) return 0;
     for (const char *const *v = k->allowed; *v; v++)
       if (!strcmp(f, *v)) return 0;

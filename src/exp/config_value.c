@@ -172,7 +172,11 @@ static int parse_enum(const loom_config_key *k, const char *t, const char **out)
 }
 
 static int store_string(loom_config *c, const loom_config_key *k, const char *t) {
-  size_t len = strlen(t);
+  size_t len = strlen(t), bad = loom_config_utf8_error(t, len);
+  if (bad)
+    return loom_err("%s is not UTF-8 text: byte %zu (0x%02x) starts no valid UTF-8 character; "
+                    "config strings must be UTF-8 (config.yaml could not hold this one)",
+                    k->name, bad, (unsigned)(unsigned char)t[bad - 1]);
   if (len >= k->size)
     return loom_err("%s is too long: %zu bytes, at most %zu fit", k->name, len, k->size - 1);
   char *dst = field(c, k);
@@ -276,21 +280,7 @@ static bool plain_safe(const char *s) {
 }
 
 static char *quote_string(const char *s) {
-  if (plain_safe(s)) return loom_strdup(s);
-  char *out = malloc(strlen(s) * 4 + 3), *o = out;
-  if (!out) abort();
-  *o++ = '"';
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') *o++ = '\\', *o++ = (char)*p;
-    else if (*p == '\n') *o++ = '\\', *o++ = 'n';
-    else if (*p == '\t') *o++ = '\\', *o++ = 't';
-    else if (*p == '\r') *o++ = '\\', *o++ = 'r';
-    else if (*p < 0x20 || *p == 0x7f) o += sprintf(o, "\\x%02x", *p);
-    else *o++ = (char)*p;
-  }
-  *o++ = '"';
-  *o = 0;
-  return out;
+  return plain_safe(s) ? loom_strdup(s) : loom_config_yaml_quote(s);
 }
 
 char *loom_config_key_format(const loom_config *c, const loom_config_key *k) {

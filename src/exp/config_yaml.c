@@ -69,6 +69,9 @@ static int set_key(load_ctx *x, const loom_config_key *k, const yaml_node_t *key
     return err_at(x, val, "%s takes %s, not %s", k->name,
                   loom_config_type_phrase(k, tb, sizeof tb), node_kind(val));
   if (is_null(val)) return loom_config_null_err(k), reraise_at(x, val);
+  if (strlen(scalar(val)) != val->data.scalar.length)
+    return err_at(x, val, "%s contains a NUL character (\\0), which a config value cannot "
+                  "hold; remove it", k->name);
   if (loom_config_key_set(x->cfg, k, scalar(val))) return reraise_at(x, val);
   x->key_line[idx] = line_of(key_node);
   return 0;

@@ -2,6 +2,7 @@
  * (a comparison involving NULL is unknown, and only true rows pass), numeric comparison when
  * both sides read as numbers, and LIKE with % and _ ignoring ASCII case. */
 #include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,20 +38,27 @@ static int truth(const loom_value *v) {
 
 static loom_value from_truth(int t) { return t < 0 ? v_null() : v_int(t); }
 
-/* SQL LIKE: % any run, _ any one character; ASCII case-insensitive. */
+/* SQL LIKE: % any run, _ any one character; ASCII case-insensitive. Iterative, remembering
+ * only the last %: a failed match resumes one character further after it, so the time is
+ * O(len(s) * len(pat)) whatever the pattern (the recursive form is exponential in the number
+ * of %s). */
 static bool like(const char *s, const char *pat) {
-  for (; *pat; pat++, s++) {
+  const char *star = NULL, *resume = NULL;
+  while (*s) {
     if (*pat == '%') {
-      while (pat[1] == '%') pat++;
-      if (!pat[1]) return true;
-      for (; *s; s++)
-        if (like(s, pat + 1)) return true;
+      while (*pat == '%') pat++;
+      if (!*pat) return true;
+      star = pat, resume = s;
+    } else if (*pat && (*pat == '_' || tolower((unsigned char)*pat) == tolower((unsigned char)*s))) {
+      pat++, s++;
+    } else if (star) {
+      pat = star, s = ++resume;
+    } else {
       return false;
     }
-    if (!*s) return false;
-    if (*pat != '_' && tolower((unsigned char)*pat) != tolower((unsigned char)*s)) return false;
   }
-  return !*s;
+  while (*pat == '%') pat++;
+  return !*pat;
 }
 
 static int eval(const eval_ctx *x, const loom_expr_node *n, loom_value *out);
@@ -72,23 +80,32 @@ static int eval_arith(const eval_ctx *x, const loom_expr_node *n, loom_value *ou
     return eval_err(x, n->pos, buf);
   }
   bool ints = a.type == LOOM_VAL_INT && (n->kind == LOOM_EN_NEG || b.type == LOOM_VAL_INT);
+  /* Integer results that do not fit in 64 bits become reals (as in SQLite): the checked
+   * builtins report the overflow instead of wrapping. */
+  long long r = 0;
   if (n->kind == LOOM_EN_NEG) {
-    *out = ints ? v_int(-a.i) : v_real(-da);
+    *out = ints && !__builtin_sub_overflow(0LL, a.i, &r) ? v_int(r) : v_real(-da);
     return 0;
   }
   switch (n->op) {
-    case '+': *out = ints ? v_int(a.i + b.i) : v_real(da + db); break;
-    case '-': *out = ints ? v_int(a.i - b.i) : v_real(da - db); break;
-    case '*': *out = ints ? v_int(a.i * b.i) : v_real(da * db); break;
+    case '+': *out = ints && !__builtin_add_overflow(a.i, b.i, &r) ? v_int(r) : v_real(da + db); break;
+    case '-': *out = ints && !__builtin_sub_overflow(a.i, b.i, &r) ? v_int(r) : v_real(da - db); break;
+    case '*': *out = ints && !__builtin_mul_overflow(a.i, b.i, &r) ? v_int(r) : v_real(da * db); break;
     default:
       if (db == 0) return eval_err(x, n->pos, "division by zero");
+      /* LLONG_MIN / -1 overflows (and LLONG_MIN % -1 traps on x86): a real result */
+      ints = ints && !(b.i == -1 && a.i == LLONG_MIN);
       *out = ints && a.i % b.i == 0 ? v_int(a.i / b.i) : v_real(da / db);
   }
+  if (out->type == LOOM_VAL_REAL && !isfinite(out->r))
+    return eval_err(x, n->pos, "the result is too large for a number");
   return 0;
 }
 
 static int compare(const loom_value *a, const loom_value *b) {
   double x, y;
+  /* two integers compare exactly (as doubles, 2^63 - 1 and 2^63 - 2 would be equal) */
+  if (a->type == LOOM_VAL_INT && b->type == LOOM_VAL_INT) return a->i < b->i ? -1 : a->i > b->i;
   if (loom_value_number(a, &x) && loom_value_number(b, &y)) return x < y ? -1 : x > y;
   char ba[64], bb[64];
   return strcmp(loom_value_text(a, ba, sizeof ba), loom_value_text(b, bb, sizeof bb));

@@ -28,6 +28,7 @@ typedef struct loom_expr_node {
   char *str;       /* STR: the text; COL: the column name */
   int col;         /* COL: resolved index */
   int pos;         /* 1-based column in the source text (for errors) */
+  int height;      /* 1 + the height of the taller operand (a leaf is 1) */
   struct loom_expr_node *a, *b;
 } loom_expr_node;
 
@@ -36,6 +37,12 @@ struct loom_expr {
   char *text;      /* source text, for error messages */
   char *what;      /* "--filter", "constraint 1", ... */
 };
+
+/* Limits that keep parsing, evaluation and freeing (all recursive) within the stack:
+ * parentheses, NOT and unary minus nest at most LOOM_EXPR_MAX_NESTING deep, and the syntax
+ * tree (chains such as a OR b OR c ... included) is at most LOOM_EXPR_MAX_HEIGHT deep. */
+#define LOOM_EXPR_MAX_NESTING 256
+#define LOOM_EXPR_MAX_HEIGHT 1000
 
 /* "<what>: column <pos>: <msg>\n  <text>\n  <caret>" as the current error; returns -1. */
 int loom_expr_error_at(const char *what, const char *text, int pos, const char *msg);

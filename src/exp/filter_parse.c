@@ -25,10 +25,20 @@ typedef struct {
   token tok;          /* current token */
   loom_expr_resolve_fn resolve;
   void *ctx;
+  int nesting;        /* open parentheses, NOTs and unary minuses around the current token */
 } parser;
 
+/* A long expression is shown as the 60 characters either side of the column, with "..." where
+ * it was cut, so that the caret line survives in the message. */
 int loom_expr_error_at(const char *what, const char *text, int pos, const char *msg) {
-  return loom_err("%s: column %d: %s\n  %s\n  %*s^", what, pos, msg, text, pos - 1, "");
+  int len = (int)strlen(text);
+  if (len <= 160)
+    return loom_err("%s: column %d: %s\n  %s\n  %*s^", what, pos, msg, text, pos - 1, "");
+  int at = pos - 1 < len ? pos - 1 : len, start = at > 60 ? at - 60 : 0;
+  int end = at + 60 < len ? at + 60 : len;
+  const char *pre = start > 0 ? "..." : "";
+  return loom_err("%s: column %d: %s\n  %s%.*s%s\n  %*s^", what, pos, msg, pre, end - start,
+                  text + start, end < len ? "..." : "", (int)strlen(pre) + at - start, "");
 }
 
 static int perr(parser *p, int pos, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -164,13 +174,33 @@ static const char *tok_desc(const parser *p, char *buf, size_t n) {
 
 /* ---- nodes ------------------------------------------------------------------------------- */
 
+static void free_node(loom_expr_node *n);
+
 static loom_expr_node *node(loom_expr_kind kind, int pos) {
   loom_expr_node *n = calloc(1, sizeof *n);
   if (!n) abort();
   n->kind = kind;
   n->pos = pos;
   n->col = -1;
+  n->height = 1;
   return n;
+}
+
+/* Enter one more level of parentheses / NOT / unary minus (leave with p->nesting--). */
+static int enter(parser *p, int pos) {
+  if (++p->nesting <= LOOM_EXPR_MAX_NESTING) return 0;
+  return perr(p, pos, "the expression nests too deeply: more than %d levels of parentheses, "
+              "NOT or unary minus; simplify it", LOOM_EXPR_MAX_NESTING);
+}
+
+/* A new operator node must keep the tree within LOOM_EXPR_MAX_HEIGHT; on error *n is freed. */
+static int check_height(parser *p, loom_expr_node **n) {
+  if ((*n)->height <= LOOM_EXPR_MAX_HEIGHT) return 0;
+  int pos = (*n)->pos;
+  free_node(*n);
+  *n = NULL;
+  return perr(p, pos, "the expression is too deep: more than %d operators applied one on top "
+              "of another; split it or simplify it", LOOM_EXPR_MAX_HEIGHT);
 }
 
 static void free_node(loom_expr_node *n) {
@@ -194,6 +224,8 @@ static loom_expr_node *binary(loom_expr_kind kind, char op, int pos, loom_expr_n
                               loom_expr_node *b) {
   loom_expr_node *n = node(kind, pos);
   n->op = op, n->a = a, n->b = b;
+  int ha = a ? a->height : 0, hb = b ? b->height : 0;
+  n->height = 1 + (ha > hb ? ha : hb);
   return n;
 }
 
@@ -260,7 +292,8 @@ static int parse_atom(parser *p, loom_expr_node **out) {
         return perr(p, pos, "expected a value or column before '%s'", p->tok.text);
       return column_ref(p, out);
     case T_LPAREN: {
-      if (next(p) || parse_or(p, out)) return -1;
+      if (enter(p, pos) || next(p) || parse_or(p, out)) return -1;
+      p->nesting--;
       if (p->tok.kind != T_RPAREN) {
         free_node(*out);
         *out = NULL;
@@ -278,9 +311,10 @@ static int parse_unary(parser *p, loom_expr_node **out) {
   if (is_op(p, "-")) {
     int pos = p->tok.pos;
     loom_expr_node *a = NULL;
-    if (next(p) || parse_unary(p, &a)) return -1;
+    if (enter(p, pos) || next(p) || parse_unary(p, &a)) return -1;
+    p->nesting--;
     *out = binary(LOOM_EN_NEG, '-', pos, a, NULL);
-    return 0;
+    return check_height(p, out);
   }
   return parse_atom(p, out);
 }
@@ -299,6 +333,7 @@ static int parse_level(parser *p, loom_expr_node **out, const char *ops,
       return -1;
     }
     *out = binary(LOOM_EN_ARITH, op, pos, *out, b);
+    if (check_height(p, out)) return -1;
   }
   return 0;
 }
@@ -328,6 +363,7 @@ static int parse_cmp(parser *p, loom_expr_node **out) {
     char op = cmp_code(p->tok.text);
     if (next(p) || parse_sum(p, &b)) goto fail;
     *out = binary(LOOM_EN_CMP, op, pos, *out, b);
+    if (check_height(p, out)) return -1;
   } else if (is_kw(p, "like") || is_kw(p, "not")) {
     bool neg = is_kw(p, "not");
     if (next(p)) goto fail;
@@ -340,6 +376,7 @@ static int parse_cmp(parser *p, loom_expr_node **out) {
     if (parse_sum(p, &b)) goto fail;
     *out = binary(LOOM_EN_LIKE, 0, pos, *out, b);
     (*out)->negate = neg;
+    if (check_height(p, out)) return -1;
   } else if (is_kw(p, "is")) {
     bool neg = false;
     if (next(p)) goto fail;
@@ -356,6 +393,7 @@ static int parse_cmp(parser *p, loom_expr_node **out) {
     if (next(p)) goto fail;
     *out = binary(LOOM_EN_ISNULL, 0, pos, *out, NULL);
     (*out)->negate = neg;
+    if (check_height(p, out)) return -1;
   }
   return 0;
 fail:
@@ -368,9 +406,10 @@ static int parse_not(parser *p, loom_expr_node **out) {
   if (is_kw(p, "not")) {
     int pos = p->tok.pos;
     loom_expr_node *a = NULL;
-    if (next(p) || parse_not(p, &a)) return -1;
+    if (enter(p, pos) || next(p) || parse_not(p, &a)) return -1;
+    p->nesting--;
     *out = binary(LOOM_EN_NOT, 0, pos, a, NULL);
-    return 0;
+    return check_height(p, out);
   }
   return parse_cmp(p, out);
 }
@@ -387,6 +426,7 @@ static int parse_bool_level(parser *p, loom_expr_node **out, const char *kw,
       return -1;
     }
     *out = binary(kind, 0, pos, *out, b);
+    if (check_height(p, out)) return -1;
   }
   return 0;
 }

@@ -54,6 +54,7 @@ bool loom_value_number(const loom_value *v, double *out) {
 int loom_value_cmp(const loom_value *a, const loom_value *b) {
   bool an = a->type == LOOM_VAL_NULL, bn = b->type == LOOM_VAL_NULL;
   if (an || bn) return an == bn ? 0 : an ? 1 : -1;
+  if (a->type == LOOM_VAL_INT && b->type == LOOM_VAL_INT) return a->i < b->i ? -1 : a->i > b->i;
   double x, y;
   bool ax = loom_value_number(a, &x), by = loom_value_number(b, &y);
   if (ax && by) return x < y ? -1 : x > y ? 1 : 0;

@@ -71,7 +71,7 @@ static void print_checkpoints(FILE *out, const char *run_dir) {
   int n = 0;
   for (struct dirent *e; d && (e = readdir(d));) {
     bool ckpt = !strncmp(e->d_name, "checkpoint_", 11) || !strcmp(e->d_name, "final_checkpoint");
-    if (!ckpt || strstr(e->d_name, ".tmp.")) continue;
+    if (!ckpt || strstr(e->d_name, ".tmp") || strstr(e->d_name, ".old.")) continue; /* in flight */
     names = realloc(names, sizeof(char *) * (size_t)(n + 1));
     names[n++] = loom_strdup(e->d_name);
   }

@@ -43,6 +43,14 @@ int loom_sweep_state_read(const char *log_dir, loom_sweep_info *info, loom_sweep
 void loom_sweep_info_free(loom_sweep_info *info);
 void loom_point_results_free(loom_point_result *res, int n);
 
+/* The line of a failed point's log that says why (into out, "" when the log has none): the
+ * last line loom itself printed ("loom train: ..."), else the headline of the last Open MPI /
+ * srun message block (the first line after a row of dashes, e.g. "mpirun has detected an
+ * attempt to run as root."), else the last line with "error" in it (any case: "mpirun: Error:
+ * unknown option", "srun: error: ..."), else the last non-empty line. Reads the log's last
+ * 64 KiB. */
+void loom_sweep_log_error(const char *log_path, char *out, size_t n);
+
 /* summary.txt and summary.csv from each run's summary.json / metrics.jsonl. */
 int loom_sweep_write_summary(const loom_sweep_info *info, const loom_sweep_plan *plan,
                              const loom_point_result *res);

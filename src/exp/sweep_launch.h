@@ -35,6 +35,9 @@ struct loom_sweep_launcher {
                loom_launch_result *r);
 };
 
+/* The last line a Slurm point's script writes to its log: this text, a space, srun's status. */
+#define LOOM_SWEEP_EXIT_MARK "# loom sweep point exit status"
+
 extern const loom_sweep_launcher loom_launcher_local;
 extern const loom_sweep_launcher loom_launcher_slurm;
 extern const loom_sweep_launcher loom_launcher_sim;

@@ -1,8 +1,8 @@
 /* Local launcher: each point is a child process, `loom train CONFIG` for one rank or
  * `mpirun -np RANKS [args] loom train CONFIG` for several, with stdout and stderr in the
  * point's log and LOOM_SWEEP / LOOM_SWEEP_ID in its environment (so the run registers under
- * the sweep). When a point needs more ranks than this machine has cores, Open MPI is told to
- * oversubscribe (OMPI_MCA_rmaps_base_oversubscribe=1; other MPIs ignore the variable). */
+ * the sweep). Multi-rank points get what `loom train --nproc` gives mpirun (loom/mpi_env.h:
+ * Open MPI's root consent, oversubscription past the core count). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -12,6 +12,7 @@
 
 #include "exp/sweep_launch.h"
 #include "loom/core.h"
+#include "loom/mpi_env.h"
 
 typedef struct {
   char **v;
@@ -76,8 +77,7 @@ static void child(const loom_launch_ctx *c, const loom_sweep_point *p, const cha
   dup2(fd, STDERR_FILENO);
   setenv("LOOM_SWEEP", c->sweep_name, 1);
   setenv("LOOM_SWEEP_ID", c->sweep_id, 1);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (p->ranks > 1 && p->ranks > cores) setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  if (p->ranks > 1) loom_mpi_env_set(p->ranks, false);
   execvp(a->v[0], a->v);
   dprintf(STDERR_FILENO, "loom sweep: cannot run '%s': %s\n", a->v[0], strerror(errno));
   _exit(127);

@@ -2,7 +2,14 @@
  * point's ranks as tasks (nodes from ntasks_per_node), with the partition, account, time,
  * CPUs, GPUs and memory given; the job runs `srun loom train CONFIG` from the directory the
  * sweep was started in, writing to the point's log. Submitted with `sbatch --parsable`
- * (the job id is kept), or only written with --dry-run. */
+ * (the job id is kept), or only written with --dry-run.
+ * Ranks under srun: Open MPI's direct launch needs a PMI server from srun. Debian's Open MPI
+ * 4.1 is built against PMIx and Debian's slurm-wlm 22.05 ships mpi/pmix (pmix_v4): that pair
+ * works; mpi/pmi2 and mpi/none abort in MPI_Init ("OPAL ERROR: Not initialized"). So the script
+ * exports SLURM_MPI_TYPE=pmix unless the submitting environment sets SLURM_MPI_TYPE
+ * (--srun-args "--mpi=..." overrides both). The script's last log line records srun's exit
+ * status ("# loom sweep point exit status N"), so a point that failed before its run
+ * registered shows as FAILED in the summary, not PENDING. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -84,9 +91,11 @@ static char *script_text(const loom_launch_ctx *c, const loom_sweep_point *p,
       "export LOOM_SWEEP=%s\n"
       "export LOOM_SWEEP_ID=%s\n"
       "export OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
+      "export SLURM_MPI_TYPE=\"${SLURM_MPI_TYPE:-pmix}\"\n"
       "echo \"# loom sweep point %s on $(hostname), job ${SLURM_JOB_ID:-?}\"\n"
+      "trap 'echo \"%s $?\"' EXIT\n"
       "srun %s%s%s train %s\n",
-      cwd, sweep, id, p->name, s->srun_args, s->srun_args[0] ? " " : "", bin, cfg);
+      cwd, sweep, id, p->name, LOOM_SWEEP_EXIT_MARK, s->srun_args, s->srun_args[0] ? " " : "", bin, cfg);
   free(cwd), free(sweep), free(id), free(bin), free(cfg);
   return t.data;
 }

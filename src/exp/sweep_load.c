@@ -342,6 +342,7 @@ static int top_key(const ctx *x, const yaml_node_t *kn, const yaml_node_t *vn) {
     return 0;
   } else if (!strcmp(k, "base")) {
     if (want_scalar(x, vn, k, &v)) return -1;
+    free(s->base); /* a repeated base: the last one wins, as for name */
     s->base = *v ? resolve_base(x->path, v) : NULL;
     if (s->base && !loom_path_exists(s->base))
       return err_at(x, vn, "base config '%s' not found (looked at %s, relative to the sweep file)",

@@ -154,6 +154,10 @@ static bool reap_one(runner *r, bool *failed) {
     *failed = true;
     if (WIFSIGNALED(st)) snprintf(res->note, sizeof res->note, "killed by signal %d", WTERMSIG(st));
     else snprintf(res->note, sizeof res->note, "exit status %d", res->exit_code);
+    char why[256];
+    loom_sweep_log_error(res->log_path, why, sizeof why);
+    if (why[0]) snprintf(res->note + strlen(res->note), sizeof res->note - strlen(res->note),
+                         ": %s", why);
     report(r, i, res->status, "FAILED", "%.1f s, %s; see %s", res->wall_s, res->note,
            res->log_path);
   } else {

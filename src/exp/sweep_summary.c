@@ -10,11 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <jansson.h>
 
 #include "exp/sweep_internal.h"
+#include "exp/sweep_launch.h"
 #include "loom/core.h"
 #include "loom/decoder.h"
 #include "loom/model.h"
@@ -26,6 +28,7 @@ typedef struct {
   char *run_status;     /* registry status, or NULL */
   long steps;           /* -1 = unknown; the rest NAN when unknown */
   double avg_iter, iters_per_s, tokens_per_s, mfu, final_loss, min_loss, peak_mem, tokens;
+  char error[256];      /* a failed point: the line of its log that says why ("" otherwise) */
 } point_metrics;
 
 /* "run directory: X" as the trainer logs it. */
@@ -143,10 +146,26 @@ static void collect(const loom_sweep_info *info, const loom_sweep_point *p,
   if (have) simulator_keys(m->run_dir, m);
 }
 
-/* Status shown in the summary: for batch jobs, what the registry says by now. */
+/* A batch job's exit status from the last line its script wrote to the log, -1 if none. */
+static int job_exit_status(const char *log_path) {
+  FILE *f = log_path ? fopen(log_path, "r") : NULL;
+  if (!f) return -1;
+  char line[512];
+  int status = -1;
+  size_t k = strlen(LOOM_SWEEP_EXIT_MARK);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, LOOM_SWEEP_EXIT_MARK, k) && line[k] == ' ') status = atoi(line + k + 1);
+  fclose(f);
+  return status;
+}
+
+/* Status shown in the summary: for batch jobs, what the registry says by now, or the job's
+ * own exit status when it failed (e.g. before its run registered). */
 static const char *shown_status(const loom_point_result *r, const point_metrics *m) {
   if (r->status != LOOM_PT_SUBMITTED) return loom_point_status_label(r->status);
-  if (!m->run_status) return "PENDING";
+  int exit_status = job_exit_status(r->log_path);
+  if (exit_status > 0) return "FAILED";
+  if (!m->run_status) return exit_status == 0 ? "SUCCESS" : "PENDING";
   if (!strcmp(m->run_status, "finished")) return "SUCCESS";
   if (!strcmp(m->run_status, "running")) return "RUNNING";
   return "FAILED";
@@ -224,7 +243,7 @@ static int write_csv(const loom_sweep_info *info, const loom_sweep_plan *plan,
   int nkeys = swept_keys(plan, &keys);
   fputs("name,status,ranks,exit_code,wall_s,steps,avg_iter_time_s,iters_per_s,tokens_per_s,"
         "mfu_percent,final_loss,min_loss,peak_mem_mb_per_rank,peak_mem_gib_per_rank,tokens,"
-        "run_dir,log,job_id,note", f);
+        "run_dir,log,job_id,note,error", f);
   for (int k = 0; k < nkeys; k++) csv_text(f, keys[k], false);
   fputc('\n', f);
   for (int i = 0; i < plan->n; i++) {
@@ -246,6 +265,7 @@ static int write_csv(const loom_sweep_info *info, const loom_sweep_plan *plan,
     csv_text(f, res[i].log_path, false);
     csv_text(f, res[i].job_id, false);
     csv_text(f, res[i].note, false);
+    csv_text(f, m[i].error, false);
     for (int k = 0; k < nkeys; k++) csv_text(f, assigned(p, keys[k]), false);
     fputc('\n', f);
   }
@@ -282,9 +302,11 @@ static void text_table(FILE *f, const loom_sweep_plan *plan, const loom_point_re
     fmt(v[3], 32, "%.2f", m[i].mfu);
     fmt(v[4], 32, "%.6f", m[i].final_loss);
     fmt(v[5], 32, "%.3f", m[i].peak_mem / 1024);
-    fprintf(f, "%-*s | %-*s | %*d | %*s | %*s | %*s | %*s | %*s | %*s\n", w[0],
+    fprintf(f, "%-*s | %-*s | %*d | %*s | %*s | %*s | %*s | %*s | %*s", w[0],
             plan->points[i].name, w[1], shown_status(&res[i], &m[i]), w[2], plan->points[i].ranks,
             w[3], v[0], w[4], v[1], w[5], v[2], w[6], v[3], w[7], v[4], w[8], v[5]);
+    if (m[i].error[0]) fprintf(f, "  error: %s", m[i].error); /* a failed point: why */
+    fputc('\n', f);
   }
   for (int k = 0; k < total; k++) fputc('-', f);
   fprintf(f, "\n");
@@ -343,6 +365,7 @@ static int write_txt(const loom_sweep_info *info, const loom_sweep_plan *plan,
     for (int k = 0; k < p->nassign; k++) fprintf(f, " %s", p->assign[k]);
     fprintf(f, "\n    log: %s\n    run: %s\n", res[i].log_path, m[i].run_dir ? m[i].run_dir : "-");
     if (res[i].note[0]) fprintf(f, "    note: %s\n", res[i].note);
+    if (m[i].error[0]) fprintf(f, "    error: %s\n", m[i].error);
   }
   int rc = fclose(f) ? loom_err("cannot write '%s'", tmp) : 0;
   if (!rc && rename(tmp, path)) rc = loom_err("cannot rename '%s'", tmp);
@@ -353,7 +376,11 @@ static int write_txt(const loom_sweep_info *info, const loom_sweep_plan *plan,
 int loom_sweep_write_summary(const loom_sweep_info *info, const loom_sweep_plan *plan,
                              const loom_point_result *res) {
   point_metrics *m = calloc((size_t)plan->n + 1, sizeof *m);
-  for (int i = 0; i < plan->n; i++) collect(info, &plan->points[i], &res[i], &m[i]);
+  for (int i = 0; i < plan->n; i++) {
+    collect(info, &plan->points[i], &res[i], &m[i]);
+    if (!strcmp(shown_status(&res[i], &m[i]), "FAILED"))
+      loom_sweep_log_error(res[i].log_path, m[i].error, sizeof m[i].error);
+  }
   int rc = write_txt(info, plan, res, m);
   if (!rc) rc = write_csv(info, plan, res, m);
   for (int i = 0; i < plan->n; i++) free(m[i].run_dir), free(m[i].run_status);
@@ -371,4 +398,53 @@ int loom_sweep_summarize_dir(const char *log_dir) {
   loom_sweep_plan_free(&plan);
   loom_sweep_info_free(&info);
   return rc;
+}
+
+static bool dashes(const char *l) {
+  if (!*l) return false;
+  for (; *l; l++)
+    if (*l != '-' && *l != '=' && *l != ' ') return false;
+  return true;
+}
+
+void loom_sweep_log_error(const char *log_path, char *out, size_t n) {
+  out[0] = 0;
+  FILE *f = log_path ? fopen(log_path, "rb") : NULL;
+  if (!f) return;
+  enum { TAIL = 64 * 1024 };
+  char *buf = malloc(TAIL + 1);
+  if (!buf) abort();
+  if (fseek(f, 0, SEEK_END) == 0) {
+    long size = ftell(f);
+    fseek(f, size > TAIL ? size - TAIL : 0, SEEK_SET);
+  }
+  size_t len = fread(buf, 1, TAIL, f);
+  fclose(f);
+  buf[len] = 0;
+  for (size_t i = 0; i < len; i++) /* ranks' interleaved output can hold NUL bytes */
+    if (!buf[i]) buf[i] = '\n';
+  const char *own = NULL, *headline = NULL, *error = NULL, *last = NULL;
+  bool after_dashes = false;
+  for (char *line = buf, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    line[strcspn(line, "\r")] = 0;
+    char *t = line;
+    while (*t == ' ' || *t == '\t') t++;
+    if (!*t || *t == '#') continue; /* blank, or the launcher's "# loom sweep ..." header */
+    if (dashes(t)) {
+      after_dashes = true;
+      continue;
+    }
+    /* loom's own line; ranks' output can interleave ("loom: " + mpirun's row of dashes) */
+    if ((!strncmp(t, "loom ", 5) || !strncmp(t, "loom:", 5)) && !dashes(t + 5)) own = t;
+    if (after_dashes) headline = t;
+    after_dashes = false;
+    for (const char *c = t; *c && error != t; c++) /* "error", any case */
+      if (!strncasecmp(c, "error", 5)) error = t;
+    last = t;
+  }
+  const char *pick = own ? own : headline ? headline : error ? error : last;
+  if (pick) snprintf(out, n, "%s", pick);
+  free(buf);
 }

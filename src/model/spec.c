@@ -1,5 +1,6 @@
 /* Model specs: presets of the GPT-2 and Llama/Qwen2 families, resolution of config.model
  * (preset + explicit dims) into a checked spec, and closed-form parameter counts. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -40,18 +41,26 @@ static const preset presets[] = {
 };
 #define N_PRESETS (int)(sizeof presets / sizeof presets[0])
 
-static void finish_spec(loom_model_spec *s, int pad_multiple) {
+/* Derived fields: head_dim (hidden / heads when unset) and the padded vocabulary, computed in
+ * 64 bits; a padded vocabulary past INT_MAX is an error naming both keys. */
+static int finish_spec(loom_model_spec *s, long pad_multiple) {
   if (s->head_dim == 0 && s->heads > 0) s->head_dim = s->hidden / s->heads;
   if (pad_multiple < 1) pad_multiple = 1;
-  s->padded_vocab = (s->vocab_size + pad_multiple - 1) / pad_multiple * pad_multiple;
+  long v = s->vocab_size > 0 ? s->vocab_size : 0;
+  long padded = (v + pad_multiple - 1) / pad_multiple * pad_multiple;
+  if (pad_multiple > INT_MAX || padded > INT_MAX)
+    return loom_err("model.vocab_size = %d rounded up to a multiple of model.vocab_pad_multiple "
+                    "= %ld is %ld, past the limit of %d (a 32-bit int); lower either key",
+                    s->vocab_size, pad_multiple, padded, INT_MAX);
+  s->padded_vocab = s->vocab_size > 0 ? (int)padded : s->vocab_size;
+  return 0;
 }
 
 int loom_model_preset(loom_model_spec *spec, const char *name) {
   for (int i = 0; i < N_PRESETS; i++)
     if (!strcmp(presets[i].name, name)) {
       *spec = presets[i].spec;
-      finish_spec(spec, 64);
-      return 0;
+      return finish_spec(spec, 64);
     }
   char list[1024] = "";
   for (int i = 0; i < N_PRESETS; i++) {
@@ -71,7 +80,7 @@ void loom_model_list_presets(void) {
          "layers", "heads", "kv_heads", "inter", "params", "about");
   for (int i = 0; i < N_PRESETS; i++) {
     loom_model_spec s = presets[i].spec;
-    finish_spec(&s, 64);
+    if (finish_spec(&s, 64)) continue; /* presets always fit */
     printf("%-14s %-6s %7d %6d %4d %6d %7d %6d %14zu  %s\n", presets[i].name,
            s.arch == LOOM_ARCH_GPT2 ? "gpt2" : "llama", s.vocab_size, s.hidden, s.layers,
            s.heads, s.kv_heads, s.intermediate, loom_model_count_params(&s, false),
@@ -103,6 +112,17 @@ int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *
     else if (!strcmp(mc->arch, "llama")) spec->arch = LOOM_ARCH_LLAMA;
     else return loom_err("model.arch must be gpt2 or llama, found '%s'", mc->arch);
   }
+  const struct {
+    const char *key;
+    long v;
+  } dims[] = {{"model.vocab_size", mc->vocab_size}, {"model.hidden", mc->hidden},
+              {"model.layers", mc->layers},         {"model.heads", mc->heads},
+              {"model.kv_heads", mc->kv_heads},     {"model.head_dim", mc->head_dim},
+              {"model.intermediate", mc->intermediate}, {"model.max_seq", mc->max_seq}};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+    if (dims[i].v < 0 || dims[i].v > INT_MAX)
+      return loom_err("%s = %ld is out of range: it must be between 0 and %d", dims[i].key,
+                      dims[i].v, INT_MAX);
   bool preset_kv_equal = spec->kv_heads == spec->heads;
   if (mc->vocab_size) spec->vocab_size = (int)mc->vocab_size;
   if (mc->hidden) spec->hidden = (int)mc->hidden;
@@ -115,7 +135,13 @@ int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *
   if (spec->kv_heads == 0) spec->kv_heads = spec->heads;
   spec->head_dim = mc->head_dim ? (int)mc->head_dim : 0;
   if (mc->intermediate) spec->intermediate = (int)mc->intermediate;
-  if (spec->intermediate == 0 && spec->arch == LOOM_ARCH_GPT2) spec->intermediate = 4 * spec->hidden;
+  if (spec->intermediate == 0 && spec->arch == LOOM_ARCH_GPT2) {
+    if (spec->hidden > INT_MAX / 4)
+      return loom_err("model.intermediate defaults to 4 * model.hidden = 4 * %d, past the limit "
+                      "of %d; set model.intermediate or lower model.hidden", spec->hidden,
+                      INT_MAX);
+    spec->intermediate = 4 * spec->hidden;
+  }
   if (mc->max_seq) spec->max_seq = (int)mc->max_seq;
   if (mc->norm_eps > 0) spec->norm_eps = mc->norm_eps;
   if (spec->norm_eps <= 0) spec->norm_eps = spec->arch == LOOM_ARCH_GPT2 ? 1e-5 : 1e-6;
@@ -131,27 +157,32 @@ int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *
                       "divide hidden or set model.head_dim explicitly",
                       spec->heads, spec->hidden);
   }
-  finish_spec(spec, (int)mc->vocab_pad_multiple);
+  if (finish_spec(spec, mc->vocab_pad_multiple)) return LOOM_ERR;
   return loom_model_spec_check(spec);
 }
 
 static int vision_check(const loom_model_spec *s) {
   const loom_vision_spec *v = &s->vision;
   if (v->arch == LOOM_VISION_NONE) return 0;
-  if (v->hidden <= 0 || v->depth <= 0 || v->heads <= 0 || v->intermediate <= 0 || v->patch <= 0)
-    return loom_err("vision: hidden, depth, heads, intermediate and patch must be positive");
+  if (v->hidden <= 0 || v->depth <= 0 || v->heads <= 0 || v->intermediate <= 0 || v->patch <= 0 ||
+      v->merge <= 0)
+    return loom_err("vision: hidden, depth, heads, intermediate, patch and merge must be positive");
+  int max_full = (int)(sizeof v->full_layers / sizeof v->full_layers[0]);
+  if (v->n_full < 0 || v->n_full > max_full)
+    return loom_err("vision: %d full-attention blocks listed, at most %d", v->n_full, max_full);
   if (v->hidden % v->heads)
     return loom_err("vision.heads (%d) must divide vision.hidden (%d)", v->heads, v->hidden);
   int D = v->hidden / v->heads;
   if (v->arch == LOOM_VISION_QWEN && D % 4)
     return loom_err("vision head size %d must be a multiple of 4 for 2D rotary positions", D);
-  int sum = v->mrope_section[0] + v->mrope_section[1] + v->mrope_section[2];
+  long sum = (long)v->mrope_section[0] + v->mrope_section[1] + v->mrope_section[2];
   if (sum && sum != s->head_dim / 2)
     return loom_err("multimodal rotary sections %d+%d+%d must add up to head_dim/2 = %d",
                     v->mrope_section[0], v->mrope_section[1], v->mrope_section[2], s->head_dim / 2);
-  if (v->arch == LOOM_VISION_QWEN && (v->window % (v->patch * v->merge)))
-    return loom_err("vision window %d px must be a multiple of patch*merge = %d", v->window,
-                    v->patch * v->merge);
+  long unit = (long)v->patch * v->merge;
+  if (v->arch == LOOM_VISION_QWEN && (v->window % unit))
+    return loom_err("vision window %d px must be a multiple of patch*merge = %ld", v->window,
+                    unit);
   if (v->arch == LOOM_VISION_LLAVA && (v->image_size <= 0 || v->image_size % v->patch))
     return loom_err("llava vision image size %d must be a positive multiple of the patch %d",
                     v->image_size, v->patch);
@@ -159,6 +190,57 @@ static int vision_check(const loom_model_spec *s) {
     if (v->full_layers[i] < 0 || v->full_layers[i] >= v->depth)
       return loom_err("vision full-attention block %d is outside 0..%d", v->full_layers[i],
                       v->depth - 1);
+  return 0;
+}
+
+/* Sizes that the layout (layout.c), the kernels and the parameter count compute: every
+ * product held in an int must fit in one, and the whole model must stay under
+ * LOOM_MODEL_MAX_PARAMS parameters and LOOM_MODEL_MAX_LAYERS blocks. Checked in 128-bit
+ * arithmetic before anything is computed in narrower types. Runs after the positivity checks. */
+typedef unsigned __int128 u128;
+
+#define LOOM_MODEL_MAX_LAYERS 65536
+#define LOOM_MODEL_MAX_PARAMS ((u128)1 << 47)
+
+static int product_err(const char *what, u128 v) {
+  return loom_err("%s = %.0f is past the limit of %d (a 32-bit int); lower them", what,
+                  (double)v, INT_MAX);
+}
+
+static int vision_size_check(const loom_model_spec *s, u128 *params) {
+  const loom_vision_spec *v = &s->vision;
+  if (v->arch == LOOM_VISION_NONE) return 0;
+  u128 Cv = (u128)v->hidden, I = (u128)v->intermediate, C = (u128)s->hidden;
+  u128 patch = 3 * (u128)(v->temporal > 0 ? v->temporal : 1) * (u128)v->patch * (u128)v->patch;
+  u128 in = Cv * (u128)v->merge * (u128)v->merge;
+  u128 side = v->patch > 0 && v->image_size > 0 ? (u128)(v->image_size / v->patch) : 0;
+  if (patch > INT_MAX) return product_err("vision 3 * temporal * patch * patch", patch);
+  if (in > INT_MAX) return product_err("vision hidden * merge * merge", in);
+  if (side * side > INT_MAX) return product_err("vision (image_size / patch)^2", side * side);
+  if (v->depth > LOOM_MODEL_MAX_LAYERS)
+    return loom_err("vision depth %d is past the limit of %d blocks", v->depth,
+                    LOOM_MODEL_MAX_LAYERS);
+  *params += Cv * patch + side * side * Cv + (u128)v->depth * (4 * Cv * Cv + 3 * I * Cv) +
+             in * in + C * in + C * C;
+  return 0;
+}
+
+static int size_check(const loom_model_spec *s) {
+  u128 C = (u128)s->hidden, I = (u128)s->intermediate, Vp = (u128)s->padded_vocab;
+  u128 QD = (u128)s->heads * (u128)s->head_dim, KD = (u128)s->kv_heads * (u128)s->head_dim;
+  if (QD > INT_MAX) return product_err("model.heads * model.head_dim", QD);
+  if (KD > INT_MAX) return product_err("model.kv_heads * model.head_dim", KD);
+  if (s->layers > LOOM_MODEL_MAX_LAYERS)
+    return loom_err("model.layers = %d is past the limit of %d blocks", s->layers,
+                    LOOM_MODEL_MAX_LAYERS);
+  /* per block: q, k, v, o, up, gate, down, norms and biases (an upper bound for both archs) */
+  u128 block = C * QD * 2 + C * KD * 2 + 3 * I * C + 4 * C + QD + 2 * KD + I;
+  u128 params = (u128)s->layers * block + 2 * Vp * C + (u128)s->max_seq * C + 2 * C;
+  if (vision_size_check(s, &params)) return LOOM_ERR;
+  if (params > LOOM_MODEL_MAX_PARAMS)
+    return loom_err("the model has about %.3g parameters, past the limit of %.3g (2^47); lower "
+                    "model.layers, model.hidden, model.intermediate or model.vocab_size",
+                    (double)params, (double)LOOM_MODEL_MAX_PARAMS);
   return 0;
 }
 
@@ -175,12 +257,13 @@ int loom_model_spec_check(const loom_model_spec *s) {
     if (pos[i].v <= 0)
       return loom_err("%s must be positive, found %ld (set it, or pick a model.preset)",
                       pos[i].key, pos[i].v);
+  if (size_check(s)) return LOOM_ERR;
   if (s->heads % s->kv_heads)
     return loom_err("model.kv_heads (%d) must divide model.heads (%d) for grouped-query "
                     "attention", s->kv_heads, s->heads);
   if (s->arch == LOOM_ARCH_LLAMA && s->head_dim % 2)
     return loom_err("model.head_dim (%d) must be even for rotary embeddings", s->head_dim);
-  if (s->arch == LOOM_ARCH_GPT2 && s->head_dim * s->heads != s->hidden)
+  if (s->arch == LOOM_ARCH_GPT2 && (long)s->head_dim * s->heads != s->hidden)
     return loom_err("gpt2 needs heads * head_dim == hidden, found %d * %d != %d", s->heads,
                     s->head_dim, s->hidden);
   if (s->padded_vocab < s->vocab_size)

@@ -236,6 +236,9 @@ int loom_sched_parse(loom_schedule *s, const char *text, const char *filename) {
 int loom_sched_load(loom_schedule *s, const char *path) {
   memset(s, 0, sizeof *s);
   char *text = NULL;
+  if (loom_is_dir(path))
+    return loom_err("schedule file '%s' is a directory; give the path of a schedule in the text "
+                    "form (docs/SCHEDULES.md)", path);
   if (loom_read_file(path, &text, NULL)) return LOOM_ERR;
   int rc = loom_sched_parse(s, text, path);
   free(text);

@@ -298,16 +298,83 @@ int loom_hw_parse(loom_hw_profile *hw, const char *text, const char *filename) {
 int loom_hw_load_file(loom_hw_profile *hw, const char *path) {
   char *text;
   size_t len;
+  if (loom_is_dir(path))
+    return loom_err("hardware profile '%s' is a directory; give the path of a profile YAML file "
+                    "(e.g. configs/hardware/h100-sxm.yaml) or a profile name", path);
   if (loom_read_file(path, &text, &len)) return -1;
   int rc = loom_hw_parse(hw, text, path);
   free(text);
   return rc;
 }
 
+/* Every number of the profile is finite (a value times its unit can overflow to infinity)
+ * and none of the rates, sizes or times is negative. */
+static int check_numbers(const loom_hw_profile *hw) {
+  const struct {
+    const char *key;
+    double v;
+  } nums[] = {{"device.memory_gib", hw->mem_bytes},
+              {"device.memory_reserved_gib", hw->mem_reserved},
+              {"device.memory_bandwidth_gbs", hw->mem_bw},
+              {"device.memory_efficiency", hw->mem_eff},
+              {"device.gemm_overhead_us", hw->gemm_overhead},
+              {"device.kernel_overhead_us", hw->kernel_overhead},
+              {"device.attention_efficiency", hw->attn_eff},
+              {"device.attention_gunits_per_s.fwd", hw->attn_rate_fwd},
+              {"device.attention_gunits_per_s.bwd", hw->attn_rate_bwd},
+              {"runtime.overlap_slowdown", hw->overlap_slowdown},
+              {"runtime.optimizer_bytes_per_param", hw->optimizer_bytes_per_param}};
+  for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+    if (!isfinite(nums[i].v) || nums[i].v < 0)
+      return loom_err("%s must be a finite number >= 0, found %g", nums[i].key, nums[i].v);
+  for (int d = 0; d < LOOM_DT_COUNT; d++)
+    if (!isfinite(hw->peak_flops[d]) || hw->peak_flops[d] < 0 || !isfinite(hw->vector_flops[d]) ||
+        hw->vector_flops[d] < 0)
+      return loom_err("device.peak_tflops / vector_tflops.%s must be a finite number >= 0",
+                      loom_hw_dtype_name((loom_hw_dtype)d));
+  for (int v = 0; v < LOOM_VOP_COUNT; v++)
+    if (!isfinite(hw->vop_rate[v]) || hw->vop_rate[v] < 0)
+      return loom_err("device.vector_melem_per_s.%s must be a finite rate >= 0, found %g",
+                      loom_vop_name((loom_vop)v), hw->vop_rate[v] / 1e6);
+  for (int i = 0; i < hw->n_tiers; i++)
+    if (!isfinite(hw->tier[i].bandwidth) || !isfinite(hw->tier[i].latency))
+      return loom_err("network tier '%s': bandwidth_gbs and latency_us must be finite",
+                      hw->tier[i].name);
+  return 0;
+}
+
+/* GEMM efficiency tables are interpolated in log2 of their dimensions and divide by the
+ * efficiency: dimensions and GFLOP points must be positive, efficiencies in (0, 1]. */
+static int check_gemm_tables(const loom_hw_profile *hw) {
+  for (int i = 0; i < hw->n_gemm_eff; i++)
+    if (!(hw->gemm_eff_dim[i] > 0) || !isfinite(hw->gemm_eff_dim[i]))
+      return loom_err("device.gemm_efficiency: dimension %g is not a positive number",
+                      hw->gemm_eff_dim[i]);
+  for (int i = 0; i < hw->n_gemm_size; i++)
+    if (!(hw->gemm_size_flops[i] > 0) || !isfinite(hw->gemm_size_flops[i]))
+      return loom_err("device.gemm_size_efficiency: point %d has %g GFLOP; the GFLOP of each "
+                      "[GFLOP, factor] pair must be > 0", i + 1, hw->gemm_size_flops[i] / 1e9);
+  if (!hw->grid_n[0]) return 0;
+  static const char *const axes[] = {"m", "n", "k"}, *const roles[] = {"fwd", "dgrad", "wgrad"};
+  for (int a = 0; a < 3; a++)
+    for (int i = 0; i < hw->grid_n[a]; i++)
+      if (!(hw->grid_axis[a][i] > 0) || !isfinite(hw->grid_axis[a][i]))
+        return loom_err("device.gemm_grid.%s: value %g is not a positive number", axes[a],
+                        hw->grid_axis[a][i]);
+  int total = hw->grid_n[0] * hw->grid_n[1] * hw->grid_n[2];
+  for (int r = 0; r < LOOM_GEMM_ROLES; r++)
+    for (int i = 0; i < total; i++)
+      if (!(hw->grid_eff[r][i] > 0) || hw->grid_eff[r][i] > 1)
+        return loom_err("device.gemm_grid.%s: efficiency %g (value %d) is not in (0, 1]",
+                        roles[r], hw->grid_eff[r][i], i + 1);
+  return 0;
+}
+
 int loom_hw_check(const loom_hw_profile *hw) {
-  bool any = false;
-  for (int d = 0; d < LOOM_DT_COUNT; d++) any |= hw->peak_flops[d] > 0;
-  if (!any) return loom_err("device.peak_tflops: no dtype has a positive peak");
+  if (check_numbers(hw) || check_gemm_tables(hw)) return LOOM_ERR;
+  if (!(hw->peak_flops[LOOM_DT_FP32] > 0))
+    return loom_err("device.peak_tflops.fp32 must be > 0 (dtypes without a peak of their own "
+                    "use it)");
   if (!(hw->mem_bw > 0) || !(hw->mem_eff > 0) || hw->mem_eff > 1)
     return loom_err("device.memory_bandwidth_gbs must be > 0 and memory_efficiency in (0, 1]");
   if (!(hw->mem_bytes > hw->mem_reserved))

@@ -1,9 +1,15 @@
-/* A hardware profile as YAML (what `loom bench` writes), in the layout loom_hw_parse reads. */
+/* A hardware profile as YAML (what `loom bench` writes), in the layout loom_hw_parse reads.
+ * Exact: strings go through libyaml's double-quoted escaping, and each number is the shortest
+ * decimal that the loader, multiplying by the key's unit (GiB, GB/s, TFLOP/s, us, ...), turns
+ * back into the same double, so a profile that loads writes a profile that loads back equal. */
+#include <ctype.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "exp/config_quote.h"
 #include "loom/core.h"
 #include "loom/hw.h"
 
@@ -28,35 +34,74 @@ __attribute__((format(printf, 2, 3))) static void put(buf *b, const char *fmt, .
   b->len += (size_t)n;
 }
 
+/* Shortest text t with strtod(t) * scale == v (what the loader computes), trying the
+ * neighbours of v / scale too since the division may round away from the text that was read;
+ * a value that never came from a file (bench) gets the nearest 17-digit decimal. */
+static void num_text(double v, double scale, char *out, size_t n) {
+  double q = v / scale, cand[3] = {q, nextafter(q, INFINITY), nextafter(q, -INFINITY)};
+  bool positional = fabs(q) >= 1e-4 && fabs(q) < 1e6; /* 50, not 5e+01 */
+  for (int prec = 1; prec <= 17; prec++)
+    for (int c = 0; c < 3; c++) {
+      snprintf(out, n, "%.*g", prec, cand[c]);
+      if (positional && strchr(out, 'e')) continue;
+      if (strtod(out, NULL) * scale == v) return;
+    }
+  snprintf(out, n, "%.17g", q);
+}
+
+/* A number in a key's unit: the value in SI / bytes / seconds and the unit's size. */
+static const char *num(double v, double scale) {
+  static char ring[8][40];
+  static int next;
+  char *o = ring[next++ % 8];
+  num_text(v, scale, o, sizeof ring[0]);
+  return o;
+}
+
+/* Plain names stay plain (h100-sxm, nvlink); anything else is double-quoted by libyaml. */
+static void put_str(buf *b, const char *fmt_key, const char *s) {
+  bool plain = isalnum((unsigned char)s[0]);
+  for (const char *p = s; *p && plain; p++)
+    plain = isalnum((unsigned char)*p) || strchr("_.-", *p);
+  if (plain) {
+    put(b, fmt_key, s);
+    return;
+  }
+  char *q = loom_config_yaml_quote(s);
+  put(b, fmt_key, q);
+  free(q);
+}
+
 static void put_dtype_map(buf *b, const char *key, const double *v, double scale) {
   put(b, "  %s: {", key);
   for (int d = 0; d < LOOM_DT_COUNT; d++)
-    put(b, "%s%s: %.6g", d ? ", " : "", loom_hw_dtype_name((loom_hw_dtype)d), v[d] / scale);
+    put(b, "%s%s: %s", d ? ", " : "", loom_hw_dtype_name((loom_hw_dtype)d), num(v[d], scale));
   put(b, "}\n");
 }
 
 static void put_list(buf *b, const char *key, const double *v, int n) {
   put(b, "    %s: [", key);
-  for (int i = 0; i < n; i++) put(b, "%s%.4g", i ? ", " : "", v[i]);
+  for (int i = 0; i < n; i++) put(b, "%s%s", i ? ", " : "", num(v[i], 1));
   put(b, "]\n");
 }
 
 static void put_device(buf *b, const loom_hw_profile *hw) {
   put(b, "device:\n");
-  put(b, "  memory_gib: %.4g\n", hw->mem_bytes / 1073741824.0);
-  put(b, "  memory_reserved_gib: %.4g\n", hw->mem_reserved / 1073741824.0);
-  put(b, "  memory_bandwidth_gbs: %.4g\n", hw->mem_bw / 1e9);
-  put(b, "  memory_efficiency: %.4g\n", hw->mem_eff);
+  put(b, "  memory_gib: %s\n", num(hw->mem_bytes, 1073741824.0));
+  put(b, "  memory_reserved_gib: %s\n", num(hw->mem_reserved, 1073741824.0));
+  put(b, "  memory_bandwidth_gbs: %s\n", num(hw->mem_bw, 1e9));
+  put(b, "  memory_efficiency: %s\n", num(hw->mem_eff, 1));
   put_dtype_map(b, "peak_tflops", hw->peak_flops, 1e12);
   put_dtype_map(b, "vector_tflops", hw->vector_flops, 1e12);
   put(b, "  gemm_efficiency: [");
   for (int i = 0; i < hw->n_gemm_eff; i++)
-    put(b, "%s[%g, %.4f]", i ? ", " : "", hw->gemm_eff_dim[i], hw->gemm_eff[i]);
+    put(b, "%s[%s, %s]", i ? ", " : "", num(hw->gemm_eff_dim[i], 1), num(hw->gemm_eff[i], 1));
   put(b, "]\n");
   if (hw->n_gemm_size > 0) {
     put(b, "  gemm_size_efficiency: [");
     for (int i = 0; i < hw->n_gemm_size; i++)
-      put(b, "%s[%g, %.4f]", i ? ", " : "", hw->gemm_size_flops[i] / 1e9, hw->gemm_size_eff[i]);
+      put(b, "%s[%s, %s]", i ? ", " : "", num(hw->gemm_size_flops[i], 1e9),
+          num(hw->gemm_size_eff[i], 1));
     put(b, "]\n");
   }
   if (hw->grid_n[0] > 0) {
@@ -66,20 +111,21 @@ static void put_device(buf *b, const loom_hw_profile *hw) {
     int total = hw->grid_n[0] * hw->grid_n[1] * hw->grid_n[2];
     for (int r = 0; r < LOOM_GEMM_ROLES; r++) put_list(b, roles[r], hw->grid_eff[r], total);
   }
-  put(b, "  gemm_overhead_us: %.4g\n", hw->gemm_overhead * 1e6);
-  put(b, "  kernel_overhead_us: %.4g\n", hw->kernel_overhead * 1e6);
+  put(b, "  gemm_overhead_us: %s\n", num(hw->gemm_overhead, 1e-6));
+  put(b, "  kernel_overhead_us: %s\n", num(hw->kernel_overhead, 1e-6));
   int any = 0;
   for (int v = 0; v < LOOM_VOP_COUNT; v++) any |= hw->vop_rate[v] > 0;
   if (any) {
     put(b, "  vector_melem_per_s:   # measured rate of loom's own kernel, million elements/s\n");
     for (int v = 0; v < LOOM_VOP_COUNT; v++)
-      if (hw->vop_rate[v] > 0) put(b, "    %s: %.5g\n", loom_vop_name((loom_vop)v), hw->vop_rate[v] / 1e6);
+      if (hw->vop_rate[v] > 0)
+        put(b, "    %s: %s\n", loom_vop_name((loom_vop)v), num(hw->vop_rate[v], 1e6));
   }
   put(b, "  attention: %s\n", loom_attn_kernel_name(hw->attention));
-  put(b, "  attention_efficiency: %.4g\n", hw->attn_eff);
-  if (hw->attn_rate_fwd > 0)
-    put(b, "  attention_gunits_per_s: {fwd: %.5g, bwd: %.5g}   # (query, key) pairs x head_dim\n",
-        hw->attn_rate_fwd / 1e9, hw->attn_rate_bwd / 1e9);
+  put(b, "  attention_efficiency: %s\n", num(hw->attn_eff, 1));
+  if (hw->attn_rate_fwd > 0 || hw->attn_rate_bwd > 0)
+    put(b, "  attention_gunits_per_s: {fwd: %s, bwd: %s}   # (query, key) pairs x head_dim\n",
+        num(hw->attn_rate_fwd, 1e9), num(hw->attn_rate_bwd, 1e9));
 }
 
 static void put_network(buf *b, const loom_hw_profile *hw) {
@@ -88,10 +134,12 @@ static void put_network(buf *b, const loom_hw_profile *hw) {
   put(b, "network:\n");
   for (int i = 0; i < hw->n_tiers; i++) {
     const loom_hw_tier *t = &hw->tier[i];
-    put(b, "  - name: %s\n    domain: %d\n    bandwidth_gbs: %.5g\n    latency_us: %.4g\n", t->name,
-        t->domain, t->bandwidth / 1e9, t->latency * 1e6);
+    put_str(b, "  - name: %s\n", t->name);
+    put(b, "    domain: %d\n    bandwidth_gbs: %s\n    latency_us: %s\n", t->domain,
+        num(t->bandwidth, 1e9), num(t->latency, 1e-6));
     put(b, "    algorithm: %s\n    efficiency: {", t->algo == LOOM_ALGO_TREE ? "tree" : "ring");
-    for (int k = 0; k < LOOM_COLL_COUNT; k++) put(b, "%s%s: %.4f", k ? ", " : "", colls[k], t->efficiency[k]);
+    for (int k = 0; k < LOOM_COLL_COUNT; k++)
+      put(b, "%s%s: %s", k ? ", " : "", colls[k], num(t->efficiency[k], 1));
     put(b, "}\n");
   }
 }
@@ -107,16 +155,18 @@ char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes) {
       p += n + (e ? 1 : 0);
     }
   }
-  put(&b, "name: %s\n", hw->name);
-  put(&b, "description: \"%s\"\n", hw->description);
+  put_str(&b, "name: %s\n", hw->name);
+  char *desc = loom_config_yaml_quote(hw->description);
+  put(&b, "description: %s\n", desc);
+  free(desc);
   put_device(&b, hw);
   put(&b, "node:\n  devices: %d\n  oversubscribe: %s\n", hw->devices_per_node,
       hw->timeshare ? "timeshare" : "error");
   put_network(&b, hw);
   put(&b, "runtime:\n  engine: %s\n  tp_comm_overlap: %s\n  dp_comm_overlap: %s\n"
-          "  p2p_overlap: %s\n  overlap_slowdown: %.4g\n  optimizer_bytes_per_param: %.4g\n",
+          "  p2p_overlap: %s\n  overlap_slowdown: %s\n  optimizer_bytes_per_param: %s\n",
       hw->engine_loom_cpu ? "loom-cpu" : "gpu", hw->tp_overlap ? "true" : "false",
       hw->dp_overlap ? "true" : "false", hw->p2p_overlap ? "true" : "false",
-      hw->overlap_slowdown, hw->optimizer_bytes_per_param);
+      num(hw->overlap_slowdown, 1), num(hw->optimizer_bytes_per_param, 1));
   return b.s;
 }

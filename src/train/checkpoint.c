@@ -1,13 +1,19 @@
 /* Sharded training checkpoints: every rank writes the pieces it holds, rank 0 the trainer
  * state, config and index; loading maps pieces onto any layout (see checkpoint.h). */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "exec/vision_module.h"
 #include "loom/checkpoint.h"
 #include "loom/safetensors.h"
+#include "train/checkpoint_meta.h"
+#include "train/fault.h"
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
@@ -191,6 +197,88 @@ static int save_module_files(const char *tmp, const module *mo, bool indexed, lo
   return rc;
 }
 
+/* ---- the completion marker ------------------------------------------------------------------ */
+
+/* COMPLETE, written last into the temporary directory (after every rank's files):
+ *   loom-checkpoint 1
+ *   step <N>
+ *   file <bytes> <name>      one line per file of the checkpoint
+ * A checkpoint is complete when the marker parses and every file it lists has that size. */
+static int write_marker(const char *tmp, long step) {
+  DIR *d = opendir(tmp);
+  if (!d) return loom_err("cannot read '%s': %s", tmp, strerror(errno));
+  size_t cap = 4096, n = 0;
+  char *text = malloc(cap);
+  LOOM_ASSERT(text);
+  n += (size_t)snprintf(text, cap, "loom-checkpoint 1\nstep %ld\n", step);
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(d)) && !rc) {
+    if (e->d_name[0] == '.' || !strcmp(e->d_name, LOOM_CKPT_MARKER)) continue;
+    char *p = loom_sprintf("%s/%s", tmp, e->d_name);
+    struct stat st;
+    if (stat(p, &st) != 0) rc = loom_err("cannot stat '%s': %s", p, strerror(errno));
+    free(p);
+    if (rc || !S_ISREG(st.st_mode)) continue;
+    size_t need = strlen(e->d_name) + 48;
+    if (n + need >= cap) {
+      cap = 2 * cap + need;
+      text = realloc(text, cap);
+      LOOM_ASSERT(text);
+    }
+    n += (size_t)snprintf(text + n, cap - n, "file %lld %s\n", (long long)st.st_size, e->d_name);
+  }
+  closedir(d);
+  char *path = loom_sprintf("%s/" LOOM_CKPT_MARKER, tmp);
+  if (!rc) rc = loom_write_file_atomic(path, text, n);
+  if (!rc) rc = loom_fsync_path(tmp);
+  free(path);
+  free(text);
+  return rc;
+}
+
+int loom_ckpt_check_complete(const char *dir, long *step) {
+  char *path = loom_sprintf("%s/" LOOM_CKPT_MARKER, dir);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    int e = errno;
+    free(path);
+    if (e == ENOENT)
+      return loom_err("checkpoint '%s' is incomplete: it has no " LOOM_CKPT_MARKER " marker (its "
+                      "save was interrupted, or a loom without markers wrote it)", dir);
+    return loom_err("checkpoint '%s': cannot read " LOOM_CKPT_MARKER ": %s", dir, strerror(e));
+  }
+  char line[1200];
+  int version = 0, files = 0, rc = 0;
+  *step = -1;
+  if (!fgets(line, sizeof line, f) || sscanf(line, "loom-checkpoint %d", &version) != 1 ||
+      version != 1 || !fgets(line, sizeof line, f) || sscanf(line, "step %ld", step) != 1)
+    rc = loom_err("%s: not a loom checkpoint marker (expected 'loom-checkpoint 1' and "
+                  "'step N'); the checkpoint is damaged", path);
+  while (!rc && fgets(line, sizeof line, f)) {
+    long long size;
+    char name[1024];
+    if (sscanf(line, "file %lld %1023[^\n]", &size, &name[0]) != 2) {
+      rc = loom_err("%s: malformed line '%.80s'; the checkpoint is damaged", path, line);
+      break;
+    }
+    char *p = loom_sprintf("%s/%s", dir, name);
+    struct stat st;
+    if (stat(p, &st) != 0)
+      rc = loom_err("checkpoint '%s' is damaged: '%s' is missing (" LOOM_CKPT_MARKER
+                    " lists it)", dir, name);
+    else if ((long long)st.st_size != size)
+      rc = loom_err("checkpoint '%s' is damaged: '%s' has %lld bytes, " LOOM_CKPT_MARKER
+                    " says %lld", dir, name, (long long)st.st_size, size);
+    free(p);
+    files++;
+  }
+  if (!rc && files == 0) rc = loom_err("%s lists no files; the checkpoint is damaged", path);
+  fclose(f);
+  free(path);
+  return rc;
+}
+
 int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m, const loom_comm *job,
                    const loom_train_state *ts, const loom_config *cfg) {
   char tmp[LOOM_STR_MAX + 64];
@@ -217,13 +305,26 @@ int loom_ckpt_save(const char *dir, loom_executor *ex, const loom_mesh *m, const
     free(p);
     if (!rc && indexed) rc = write_index(tmp, mods, nmod, cfg->checkpoint.save_gradients);
   }
-  if (loom_comm_any_failed(job, rc)) {
+  loom_fault_point("save", ts->step); /* this rank's files written, the checkpoint incomplete */
+  loom_failure f;
+  if (loom_comm_agree(job, rc, &f)) { /* every rank reports the first failing rank's error */
     if (job->rank == 0) loom_rm_rf(tmp);
-    return rc ? loom_err_prefix("saving checkpoint '%s': ", dir)
-              : loom_err("saving checkpoint '%s': another rank failed to write its files", dir);
+    if (f.rank == job->rank || f.all_same)
+      return loom_err("saving checkpoint '%s': %s", dir, f.msg);
+    return loom_err("saving checkpoint '%s': rank %d: %s", dir, f.rank, f.msg);
   }
-  if (job->rank == 0) rc = loom_rename_dir_atomic(tmp, dir);
-  if (loom_comm_any_failed(job, rc)) return loom_err_prefix("saving checkpoint '%s': ", dir);
+  if (job->rank == 0) { /* every rank's files are written: mark complete, then publish */
+    rc = write_marker(tmp, ts->step);
+    if (!rc) loom_fault_point("marker", ts->step);
+    if (!rc) rc = loom_rename_dir_atomic(tmp, dir);
+    char *parent = loom_strdup(dir);
+    if (!rc) rc = loom_fsync_path(dirname(parent)); /* the rename is durable */
+    free(parent);
+    if (rc && loom_is_dir(tmp)) loom_rm_rf(tmp);
+  }
+  if (loom_comm_any_failed(job, rc))
+    return rc ? loom_err_prefix("saving checkpoint '%s': ", dir)
+              : loom_err("saving checkpoint '%s': rank 0 failed to complete it", dir);
   return 0;
 }
 
@@ -256,6 +357,11 @@ static int add_file(file_set *fs, const char *path) {
     return loom_err("%s: metadata 'loom.pieces' is not valid JSON; the checkpoint is damaged",
                     path);
   }
+  if (fs->pieces[fs->n] && loom_ckpt_pieces_check(fs->pieces[fs->n], path)) { /* checkpoint_meta.c */
+    json_decref(fs->pieces[fs->n]);
+    loom_st_close(fs->f[fs->n]);
+    return LOOM_ERR;
+  }
   fs->n++;
   return 0;
 }
@@ -266,22 +372,20 @@ static int open_set(const char *dir, const char *kind, file_set *fs) {
   char *index = loom_sprintf("%s/index.json", dir);
   int rc = 0;
   if (loom_path_exists(index)) {
-    json_error_t e;
-    json_t *o = json_load_file(index, 0, &e);
-    char key[64];
-    snprintf(key, sizeof key, "%s_files", kind);
-    json_t *list = o ? json_object_get(o, key) : NULL;
-    if (!json_is_array(list)) {
-      rc = loom_err("%s: %s; the checkpoint index is damaged", index,
-                    o ? "missing file list" : e.text);
-    } else {
-      for (size_t i = 0; i < json_array_size(list) && !rc; i++) {
-        char *p = loom_sprintf("%s/%s", dir, json_string_value(json_array_get(list, i)));
-        rc = add_file(fs, p);
-        free(p);
-      }
+    char *text, **names = NULL;
+    size_t len;
+    int n = 0;
+    rc = loom_read_file(index, &text, &len);
+    if (!rc) {
+      rc = loom_ckpt_index_parse(text, len, index, kind, &names, &n); /* checkpoint_meta.c */
+      free(text);
     }
-    json_decref(o);
+    for (int i = 0; i < n && !rc; i++) {
+      char *p = loom_sprintf("%s/%s", dir, names[i]);
+      rc = add_file(fs, p);
+      free(p);
+    }
+    loom_ckpt_names_free(names, n);
   } else {
     char *p = loom_sprintf("%s/%s.safetensors", dir, kind);
     rc = add_file(fs, p);
@@ -294,6 +398,7 @@ static int open_set(const char *dir, const char *kind, file_set *fs) {
 
 typedef struct {
   const char *tensor;     /* global name */
+  int gshape[2];          /* the global tensor's shape ([n, 0] for a vector) */
   int lshape[2], split_dim, split_start;
   size_t begin;
 } piece;
@@ -307,6 +412,9 @@ static bool describe(const file_set *fs, int k, int i, const char *prefix, piece
   if (d) {
     json_t *ls = json_object_get(d, "lshape");
     pc->tensor = json_string_value(json_object_get(d, "tensor"));
+    json_t *gs = json_object_get(d, "gshape");
+    pc->gshape[0] = (int)json_integer_value(json_array_get(gs, 0));
+    pc->gshape[1] = (int)json_integer_value(json_array_get(gs, 1));
     pc->lshape[0] = (int)json_integer_value(json_array_get(ls, 0));
     pc->lshape[1] = (int)json_integer_value(json_array_get(ls, 1));
     pc->split_dim = (int)json_integer_value(json_object_get(d, "split_dim"));
@@ -318,6 +426,8 @@ static bool describe(const file_set *fs, int k, int i, const char *prefix, piece
   pc->tensor = key + pl;
   pc->lshape[0] = (int)sh[0];
   pc->lshape[1] = loom_st_ndim(fs->f[k], i) > 1 ? (int)sh[1] : 0;
+  pc->gshape[0] = pc->lshape[0];
+  pc->gshape[1] = pc->lshape[1];
   pc->split_dim = -1;
   pc->split_start = 0;
   pc->begin = 0;
@@ -389,36 +499,79 @@ static int assemble(const file_set *fs, const char *prefix, const loom_decoder *
   return 0;
 }
 
-static int parse_state(const char *path, loom_train_state *ts) {
-  json_error_t e;
-  json_t *o = json_load_file(path, 0, &e);
-  if (!o) return loom_err("%s:%d: %s", path, e.line, e.text);
-  json_int_t step = 0, epoch = 0, index = 0, tokens = 0, windows = 0;
-  json_t *rng = NULL;
-  const char *hash = NULL;
-  double elapsed = 0;
-  int bad = json_unpack_ex(o, &e, 0, "{s:I, s:o, s:{s:I, s:I, s?I}, s:s, s:I, s:F}", "step",
-                           &step, "rng", &rng, "loader", "epoch", &epoch, "index", &index,
-                           "batch_windows", &windows, "config_hash", &hash, "tokens_seen",
-                           &tokens, "elapsed", &elapsed);
-  if (bad || !json_is_array(rng) || json_array_size(rng) != 4) {
-    json_decref(o);
-    return loom_err("%s: malformed trainer state (%s); the checkpoint is damaged", path,
-                    bad ? e.text : "rng must hold 4 words");
+static void shape_text(char *buf, size_t n, const int *shape) {
+  if (shape[1] > 0) snprintf(buf, n, "[%d, %d]", shape[0], shape[1]);
+  else snprintf(buf, n, "[%d]", shape[0]);
+}
+
+/* Every tensor of the checkpoint's model files is a tensor of lay with the same global
+ * shape, and every tensor of lay is in the checkpoint. */
+static int check_tensors(const char *dir, const file_set *fs, const loom_param_layout *lay) {
+  unsigned char *seen = calloc((size_t)lay->count + 1, 1);
+  LOOM_ASSERT(seen);
+  int rc = 0;
+  for (int k = 0; k < fs->n && !rc; k++)
+    for (int i = 0; i < loom_st_count(fs->f[k]) && !rc; i++) {
+      piece pc;
+      if (!describe(fs, k, i, "", &pc)) {
+        rc = loom_err("checkpoint '%s': entry '%s' has no description in loom.pieces; the "
+                      "checkpoint is damaged", dir, loom_st_name(fs->f[k], i));
+        break;
+      }
+      const loom_param *p = loom_param_find(lay, pc.tensor);
+      char want[48], got[48];
+      shape_text(got, sizeof got, pc.gshape);
+      if (!p) {
+        rc = loom_err("checkpoint '%s' does not fit the model: it holds tensor %s (shape %s), "
+                      "which the model of this config does not have (model.* differs from the "
+                      "checkpoint's config.yaml: e.g. fewer layers)", dir, pc.tensor, got);
+        break;
+      }
+      int expect[2] = {p->gshape[0], p->ndim > 1 ? p->gshape[1] : 0};
+      shape_text(want, sizeof want, expect);
+      if (expect[0] != pc.gshape[0] || expect[1] != pc.gshape[1]) {
+        rc = loom_err("checkpoint '%s' does not fit the model: tensor %s: expected shape %s "
+                      "(from the config's model.*), found %s in the checkpoint", dir, pc.tensor,
+                      want, got);
+        break;
+      }
+      seen[p - lay->params] = 1;
+    }
+  for (int t = 0; t < lay->count && !rc; t++) {
+    if (seen[t]) continue;
+    const loom_param *p = &lay->params[t];
+    int expect[2] = {p->gshape[0], p->ndim > 1 ? p->gshape[1] : 0};
+    char want[48];
+    shape_text(want, sizeof want, expect);
+    rc = loom_err("checkpoint '%s' does not fit the model: tensor %s: expected shape %s (from "
+                  "the config's model.*), found no such tensor in the checkpoint", dir, p->name,
+                  want);
   }
-  ts->step = (long)step;
-  ts->loader.epoch = (uint64_t)epoch;
-  ts->loader.index = (uint64_t)index;
-  ts->loader_batch_windows = (long)windows;
-  json_t *skipped = json_object_get(o, "skipped_bad_samples"); /* absent in older checkpoints */
-  ts->skipped_bad = json_is_integer(skipped) ? (long)json_integer_value(skipped) : 0;
-  ts->tokens_seen = (long)tokens;
-  ts->elapsed = elapsed;
-  ts->config_hash = strtoull(hash, NULL, 16);
-  for (int i = 0; i < 4; i++)
-    ts->rng.s[i] = strtoull(json_string_value(json_array_get(rng, (size_t)i)), NULL, 16);
-  json_decref(o);
-  return 0;
+  free(seen);
+  return rc;
+}
+
+int loom_ckpt_validate(const char *dir, const loom_model_spec *spec) {
+  long marked;
+  if (loom_ckpt_check_complete(dir, &marked)) return LOOM_ERR;
+  loom_train_state ts;
+  char *p = loom_sprintf("%s/trainer_state.json", dir);
+  int rc = loom_ckpt_state_read(p, &ts);
+  if (!rc && ts.step != marked)
+    rc = loom_err("%s: step %ld, but " LOOM_CKPT_MARKER " says step %ld; the checkpoint is "
+                  "damaged", p, ts.step, marked);
+  free(p);
+  if (rc) return rc;
+  loom_param_layout lay;
+  if (loom_param_layout_build(&lay, spec)) return LOOM_ERR;
+  file_set fs;
+  rc = open_set(dir, "model", &fs);
+  if (!rc) {
+    rc = check_tensors(dir, &fs, &lay);
+    close_set(&fs);
+  }
+  loom_param_layout_free(&lay);
+  return rc;
 }
 
 int loom_ckpt_load_params(const char *dir, loom_decoder *d) {
@@ -450,11 +603,12 @@ static int load_module(const char *dir, const module *mo) {
 int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_train_state *ts) {
   module mods[2];
   int nmod = modules_of(ex, m, mods);
-  int rc = 0;
+  long marked;
+  int rc = loom_ckpt_check_complete(dir, &marked); /* never a partly written checkpoint */
   for (int i = 0; i < nmod && !rc; i++) rc = load_module(dir, &mods[i]);
   if (!rc) {
     char *p = loom_sprintf("%s/trainer_state.json", dir);
-    rc = parse_state(p, ts);
+    rc = loom_ckpt_state_read(p, ts); /* checkpoint_meta.c */
     free(p);
   }
   for (int i = 0; i < nmod && !rc; i++) mods[i].opt->step = ts->step;

@@ -53,7 +53,7 @@ static const char *num(char *buf, size_t n, double x) {
 }
 
 int loom_eval_track_run(loom_eval_track *t, const loom_comm *job, long step, FILE *metrics,
-                        loom_progress *p) {
+                        const char *metrics_path, loom_progress *p) {
   loom_eval_loss_result r;
   if (loom_evaluator_run(t->ev, job, &r)) return loom_err_prefix("validation at step %ld: ", step);
   t->last = r;
@@ -65,14 +65,12 @@ int loom_eval_track_run(loom_eval_track *t, const loom_comm *job, long step, FIL
   loom_progress_note(p, "step %ld: val loss %.6f, perplexity %.4f (%.0f tokens, %ld batch%s, "
                      "%.2f s)", step, r.loss, r.perplexity, r.tokens, r.batches,
                      r.batches == 1 ? "" : "es", r.seconds);
-  if (metrics) {
-    char a[32], b[32];
-    fprintf(metrics, "{\"step\": %ld, \"val_loss\": %s, \"val_perplexity\": %s, "
-            "\"val_tokens\": %.0f, \"val_time\": %.6f}\n", step, num(a, sizeof a, r.loss),
-            num(b, sizeof b, r.perplexity), r.tokens, r.seconds);
-    fflush(metrics);
-  }
-  return 0;
+  if (!metrics) return 0;
+  char a[32], b[32], line[256];
+  int n = snprintf(line, sizeof line, "{\"step\": %ld, \"val_loss\": %s, \"val_perplexity\": %s, "
+                   "\"val_tokens\": %.0f, \"val_time\": %.6f}\n", step, num(a, sizeof a, r.loss),
+                   num(b, sizeof b, r.perplexity), r.tokens, r.seconds);
+  return loom_append_checked(metrics, metrics_path, line, (size_t)n); /* a full disk stops the run */
 }
 
 void loom_eval_track_summary(const loom_eval_track *t, char *buf, size_t cap) {

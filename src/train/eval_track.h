@@ -27,9 +27,10 @@ void loom_eval_track_note(const loom_eval_track *t, loom_progress *p);
 /* Whether the run evaluates after `step`: every training.eval_every steps and at the last. */
 bool loom_eval_track_due(const loom_eval_track *t, long step, long total_steps);
 /* Every rank: evaluate; rank 0 (metrics != NULL or progress not quiet) records
- * {"step": N, "val_loss": ..., "val_perplexity": ..., "val_tokens": ...} and a note. */
+ * {"step": N, "val_loss": ..., "val_perplexity": ..., "val_tokens": ...} (a checked append
+ * to metrics_path: an error when the disk is full) and a note. */
 int loom_eval_track_run(loom_eval_track *t, const loom_comm *job, long step, FILE *metrics,
-                        loom_progress *p);
+                        const char *metrics_path, loom_progress *p);
 /* ",\n  \"final_valid_loss\": ..." fields for summary.json ("" when nothing was evaluated). */
 void loom_eval_track_summary(const loom_eval_track *t, char *buf, size_t cap);
 void loom_eval_track_free(loom_eval_track *t);

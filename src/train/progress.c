@@ -42,6 +42,22 @@ static void timestamp(char *buf, size_t n) {
   strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
+void loom_progress_log_line(loom_progress *p, const char *line) {
+  if (!p->log) return;
+  char ts[32];
+  timestamp(ts, sizeof ts);
+  char *text = loom_sprintf("[%s] %s\n", ts, line);
+  char *pending = loom_strdup(loom_errmsg()); /* the caller's error, kept */
+  if (loom_append_checked(p->log, p->log_path, text, strlen(text))) {
+    snprintf(p->log_error, sizeof p->log_error, "%s", loom_errmsg());
+    loom_err("%s", pending);
+    fclose(p->log); /* no more lines: the file ends in the last whole one */
+    p->log = NULL;
+  }
+  free(pending);
+  free(text);
+}
+
 void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
                         double step_seconds, double elapsed, double remaining_seconds) {
   double tps = step_seconds > 0 ? (double)r->tokens / step_seconds : 0;
@@ -56,10 +72,9 @@ void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
            r->loss, val, r->lr, r->grad_norm, tps, 100 * mfu, eta);
   bool due = step % p->log_every == 0 || step == p->total_steps || step == 1;
   if (due && p->log) {
-    char ts[32];
-    timestamp(ts, sizeof ts);
-    fprintf(p->log, "[%s] %s (%.1f s)\n", ts, line, elapsed);
-    fflush(p->log);
+    char text[320];
+    snprintf(text, sizeof text, "%s (%.1f s)", line, elapsed);
+    loom_progress_log_line(p, text);
   }
   if (p->quiet) return;
   if (p->tty) {
@@ -80,12 +95,7 @@ void loom_progress_note(loom_progress *p, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (p->log) {
-    char ts[32];
-    timestamp(ts, sizeof ts);
-    fprintf(p->log, "[%s] %s\n", ts, msg);
-    fflush(p->log);
-  }
+  loom_progress_log_line(p, msg);
   if (p->quiet) return;
   if (p->tty) fputs("\r\033[K", stderr); /* over the live step line, redrawn at the next step */
   fprintf(stderr, "%s\n", msg);

@@ -6,7 +6,9 @@
 #include <jansson.h>
 #include <math.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -26,7 +28,9 @@
 #include "train/eval_final.h"
 #include "train/init_from.h"
 #include "train/eval_track.h"
+#include "train/fault.h"
 #include "train/progress.h"
+#include "train/run_dir.h"
 
 typedef struct {
   const loom_config *cfg;
@@ -44,6 +48,14 @@ typedef struct {
   FILE *metrics;
   loom_progress progress;
   loom_registry_run *registry; /* this run's registry row (lead only; NULL if unavailable) */
+  char *metrics_path;
+  bool job_ready;      /* the job's communicator exists (failures can be agreed on) */
+  bool agreed;         /* the failure is known to every rank (fail holds it) */
+  loom_failure fail;
+  char *deferred;      /* lead: an error of a write after the step's agreement (pruning) */
+  char *cleaned;       /* lead: what the resume removed from the run directory, for the log */
+  char *resumed_from;  /* the checkpoint loaded (--resume's, or an earlier one: resume_from) */
+  int lock_fd;         /* lead: holds the run directory's lock (-1: none) */
   int32_t *tokens, *targets; /* (A, B, T) */
 } run_ctx;
 
@@ -66,7 +78,8 @@ static char *new_run_dir(const loom_config *cfg) {
 
 static int open_run_dir_lead(run_ctx *c, const loom_train_opts *o);
 
-/* Keep the metrics lines of steps <= step (a resumed run rewrites what follows). */
+/* Keep the metrics lines of steps <= step (a resumed run rewrites what follows); a last line
+ * cut by a crash or a full disk (no newline) is dropped. */
 static int truncate_metrics(const char *path, long step) {
   char *data;
   size_t len;
@@ -75,7 +88,8 @@ static int truncate_metrics(const char *path, long step) {
   size_t keep = 0;
   for (char *line = data; line < data + len;) {
     char *nl = memchr(line, '\n', (size_t)(data + len - line));
-    size_t n = nl ? (size_t)(nl - line + 1) : (size_t)(data + len - line);
+    if (!nl) break; /* a cut last line */
+    size_t n = (size_t)(nl - line + 1);
     long s = -1;
     if (sscanf(line, "{\"step\": %ld", &s) != 1 || s > step) break;
     keep += n;
@@ -98,20 +112,41 @@ static int open_run_dir(run_ctx *c, const loom_train_opts *o) {
   return 0;
 }
 
+/* LOOM_REPORT_FILE (set by the `loom train --nproc/--max-restarts` supervisor): rank 0 writes
+ * "run <dir>" once the run directory exists and "failed" when loom itself reported a
+ * failure, so that the supervisor knows where the run is and whether it ended unreported. */
+static void report_to_supervisor(const char *line) {
+  const char *path = getenv("LOOM_REPORT_FILE");
+  if (!path || !*path) return;
+  FILE *f = fopen(path, "a");
+  if (!f) return;
+  fprintf(f, "%s\n", line);
+  fclose(f);
+}
+
 static int open_run_dir_lead(run_ctx *c, const loom_train_opts *o) {
-  if (o->resume) {
-    char *copy = loom_strdup(o->resume);
-    size_t n = strlen(copy);
-    while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
-    c->run_dir = loom_strdup(dirname(copy));
-    free(copy);
+  char *removed = NULL;
+  if (o->resume_run) { /* the checkpoint is validated and loaded: now the run may change */
+    c->run_dir = loom_strdup(o->resume_run);
+    if (loom_run_dir_lock(c->run_dir, &c->lock_fd)) return LOOM_ERR; /* before cleaning up */
+    if (loom_run_dir_clean(c->run_dir, &removed)) return LOOM_ERR;
+    /* a prune interrupted after the last save: keep_last holds from the start */
+    if (loom_run_dir_prune(c->run_dir, c->cfg->checkpoint.keep_last)) {
+      free(removed);
+      return LOOM_ERR;
+    }
   } else {
     c->run_dir = new_run_dir(c->cfg);
+    if (loom_mkdir_p(c->run_dir) || loom_run_dir_lock(c->run_dir, &c->lock_fd)) return LOOM_ERR;
   }
-  if (loom_mkdir_p(c->run_dir)) return LOOM_ERR;
   char *cfg_path = loom_sprintf("%s/config.yaml", c->run_dir);
   int rc = loom_config_save(c->cfg, cfg_path);
   free(cfg_path);
+  char *line = loom_sprintf("run %s", c->run_dir);
+  report_to_supervisor(line);
+  free(line);
+  if (removed && *removed) c->cleaned = loom_sprintf("removed what an interrupted job left: %s", removed);
+  free(removed);
   return rc;
 }
 
@@ -156,15 +191,32 @@ static int save_checkpoint(run_ctx *c, const char *name) {
   return rc;
 }
 
-static void prune_checkpoints(run_ctx *c, long step) {
-  if (!c->lead) return;
-  long keep = c->cfg->checkpoint.keep_last, every = c->cfg->checkpoint.every;
-  if (keep <= 0 || every <= 0) return;
-  long old = step - keep * every;
-  if (old <= 0) return;
-  char *dir = loom_sprintf("%s/checkpoint_%ld", c->run_dir, old);
-  loom_rm_rf(dir);
-  free(dir);
+/* Lead: every complete checkpoint_<N> beyond checkpoint.keep_last goes (rename, then
+ * delete); a failure is reported at the next agreement of the ranks. */
+static void prune_checkpoints(run_ctx *c) {
+  if (!c->lead || c->cfg->checkpoint.keep_last <= 0) return;
+  if (loom_run_dir_prune(c->run_dir, c->cfg->checkpoint.keep_last) && !c->deferred)
+    c->deferred = loom_strdup(loom_errmsg());
+}
+
+/* Every rank: did any rank fail (rc, and the lead's failed writes)? Then every rank returns
+ * the first failing rank's error. */
+static int agree(run_ctx *c, int rc) {
+  if (c->lead && !rc && c->progress.log_error[0]) rc = loom_err("%s", c->progress.log_error);
+  if (!c->job_ready) { /* before the job's communicator: a config error, the same everywhere */
+    if (rc) {
+      c->agreed = true;
+      c->fail.rank = -1;
+      c->fail.all_same = true;
+    }
+    return rc;
+  }
+  loom_failure f;
+  if (!loom_comm_agree(&c->job.world_comm, rc, &f)) return 0;
+  c->agreed = true;
+  c->fail = f;
+  loom_err("%s", f.msg);
+  return LOOM_ERR;
 }
 
 /* a JSON number, or null for NaN/inf (JSON has no NaN) */
@@ -174,18 +226,18 @@ static const char *json_num(char *buf, size_t n, double x) {
   return buf;
 }
 
-static void write_metrics(run_ctx *c, const loom_step_result *r, double dt, double elapsed) {
-  if (!c->metrics) return;
-  char loss[32], norm[32], skipped[48] = "";
+static int write_metrics(run_ctx *c, const loom_step_result *r, double dt, double elapsed) {
+  if (!c->lead) return 0;
+  char loss[32], norm[32], skipped[48] = "", line[512];
   if (c->cfg->data.skip_bad_samples && loom_data_is_vqa(c->data))
     snprintf(skipped, sizeof skipped, ", \"skipped_bad\": %ld", c->state.skipped_bad);
-  fprintf(c->metrics,
+  int n = snprintf(line, sizeof line,
           "{\"step\": %ld, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %s, "
           "\"tokens_per_s\": %.1f, \"step_time\": %.6f, \"time\": %.3f, \"tokens\": %ld%s}\n",
           c->state.step, json_num(loss, sizeof loss, r->loss), r->lr,
           json_num(norm, sizeof norm, r->grad_norm), dt > 0 ? (double)r->tokens / dt : 0.0, dt,
           elapsed, c->state.tokens_seen, skipped);
-  fflush(c->metrics);
+  return loom_append_checked(c->metrics, c->metrics_path, line, (size_t)n);
 }
 
 static int write_summary(run_ctx *c, bool stepped, double final_loss, double min_loss,
@@ -235,7 +287,7 @@ static int write_summary(run_ctx *c, bool stepped, double final_loss, double min
              avg_step, timed_steps, avg_step > 0 ? tokens_per_step / avg_step : 0.0);
   size_t used = strlen(accuracy); /* validation loss: final_valid_loss, ... */
   loom_eval_track_summary(&c->evals, accuracy + used, sizeof accuracy - used);
-  char *text = loom_sprintf("{\n  \"steps\": %ld,%s\n%s\n  \"peak_rss_mb\": %.1f%s\n}\n",
+  char *text = loom_sprintf("{\n  \"status\": \"completed\",\n  \"steps\": %ld,%s\n%s\n  \"peak_rss_mb\": %.1f%s\n}\n",
                             c->state.step, head, timing, (double)ru.ru_maxrss / 1024.0, accuracy);
   char *path = loom_sprintf("%s/summary.json", c->run_dir);
   int rc = loom_write_file_atomic(path, text, strlen(text));
@@ -299,6 +351,8 @@ static int create_meshes(run_ctx *c) {
                     cfg->model.preset[0] ? cfg->model.preset : cfg->model.arch);
   int world = loom_dist_world();
   if (loom_mesh_create_on(&c->job, 1, world, 1, 1, p->timeout_s, 0)) return LOOM_ERR;
+  c->job_ready = true;
+  c->lead = c->job.rank == 0;
   if (!vlm || strcmp(v->placement, "separate"))
     return loom_mesh_create(&c->mesh, p, p->timeout_s);
   loom_vmod_plan plan;
@@ -307,38 +361,116 @@ static int create_meshes(run_ctx *c) {
                              p->timeout_s, 0);
 }
 
-static int setup(run_ctx *c, const loom_train_opts *o) {
+/* What every rank builds before anything is read or written: the spec, the meshes (with the
+ * layout checks), the executor and the data. */
+static int setup_local(run_ctx *c) {
   const loom_config *cfg = c->cfg;
   const loom_config_training *t = &cfg->training;
   if (loom_model_spec_from_config(&c->spec, &cfg->model)) return LOOM_ERR;
   if (create_meshes(c)) return LOOM_ERR;
-  c->lead = c->job.rank == 0;
   if (loom_mesh_check_model(&cfg->parallel, &c->spec, (int)t->micro_batch_size, (int)t->seq_len,
                             c->mesh.world))
     return LOOM_ERR;
   if (loom_exec_create(&c->exec, cfg, &c->spec, &c->mesh)) return LOOM_ERR;
   if (open_data(c)) return LOOM_ERR;
-  if (loom_eval_track_open(&c->evals, cfg, &c->spec, c->exec, &c->mesh)) return LOOM_ERR;
-  if (o->resume && !loom_is_dir(o->resume))
-    return loom_err("--resume: checkpoint '%s' is not a directory (expected "
-                    "runs/<id>/checkpoint_<step> or final_checkpoint)", o->resume);
+  return loom_eval_track_open(&c->evals, cfg, &c->spec, c->exec, &c->mesh);
+}
+
+/* Resume: validate the checkpoint (marker, trainer state, tensor shapes) on the lead, then
+ * load it everywhere and position the data. Nothing of the run is written here. */
+static int load_resume(run_ctx *c, const char *ckpt) {
+  const loom_config_training *t = &c->cfg->training;
+  int rc = c->lead ? loom_ckpt_validate(ckpt, &c->spec) : 0;
+  if (agree(c, rc)) return loom_err_prefix("--resume: ");
+  rc = loom_ckpt_load(ckpt, c->exec, &c->mesh, &c->state);
+  if (agree(c, rc)) return loom_err_prefix("--resume: ");
+  long now = t->micro_batch_size * c->mesh.dp, then = c->state.loader_batch_windows;
+  if (then > 0 && then != now) { /* another data-parallel layout: same position in windows */
+    uint64_t windows = c->state.loader.index * (uint64_t)then;
+    if (windows % (uint64_t)now)
+      rc = loom_err("--resume: the checkpoint consumed %" PRIu64 " windows of this epoch, not "
+                    "a multiple of micro_batch_size*dp = %ld; pick a layout that divides it",
+                    windows, now);
+    else
+      c->state.loader.index = windows / (uint64_t)now;
+  }
+  if (!rc) rc = loom_data_set_state(c->data, &c->state.loader);
+  return agree(c, rc);
+}
+
+/* The run's summary.json says it completed. */
+static bool run_completed(const char *run_dir) {
+  char *path = loom_sprintf("%s/summary.json", run_dir);
+  json_t *o = json_load_file(path, 0, NULL);
+  free(path);
+  bool done = o && json_is_string(json_object_get(o, "status")) &&
+              !strcmp(json_string_value(json_object_get(o, "status")), "completed");
+  json_decref(o);
+  return done;
+}
+
+/* Load the checkpoint to resume from. A final_checkpoint of a run that did not complete (the
+ * job was killed after saving it, before summary.json): nothing is left to train from it,
+ * so the last steps are redone from the newest periodic checkpoint (same results). Every
+ * rank decides alike from the same files. */
+static int resume_from(run_ctx *c, const loom_train_opts *o) {
+  const loom_config_training *t = &c->cfg->training;
+  if (load_resume(c, o->resume)) return LOOM_ERR;
+  c->resumed_from = loom_strdup(o->resume);
+  char *redo = NULL;
+  long step = -1;
+  if (c->state.step >= t->steps && o->resume_run && !run_completed(o->resume_run) &&
+      loom_run_dir_newest_periodic(o->resume_run, t->steps, &redo, &step) == 0 && redo) {
+    free(c->resumed_from);
+    c->resumed_from = redo;
+    if (load_resume(c, redo)) return LOOM_ERR;
+  }
+  if (c->state.step < t->steps) {
+    if (c->mesh.member && c->mesh.rank == 0) /* counted once in the sum over dp */
+      loom_data_add_skipped(c->data, (uint64_t)c->state.skipped_bad);
+    return 0;
+  }
+  c->agreed = true; /* the same on every rank */
+  c->fail.rank = -1;
+  return loom_err("--resume: '%s' is at step %ld and training.steps is %ld: nothing left to "
+                  "train (raise training.steps to continue the run)", o->resume,
+                  c->state.step, t->steps);
+}
+
+static int setup(run_ctx *c, const loom_train_opts *o) {
+  const loom_config *cfg = c->cfg;
+  const loom_config_training *t = &cfg->training;
+  if (agree(c, setup_local(c))) return LOOM_ERR;
   /* checkpoint.init_from: loaded and checked against the model before the run directory
    * exists (with --resume, the resumed weights win) */
   char init_desc[LOOM_STR_MAX * 2 + 256] = "";
-  if (loom_init_from_setup(cfg, o->resume, &c->spec, c->exec, &c->job.world_comm, init_desc,
-                           sizeof init_desc))
+  if (agree(c, loom_init_from_setup(cfg, o->resume, &c->spec, c->exec, &c->job.world_comm,
+                                    init_desc, sizeof init_desc)))
     return LOOM_ERR;
-  /* every check that can fail on bad input is done: only now create the run directory */
-  if (open_run_dir(c, o)) return LOOM_ERR;
   memset(&c->state, 0, sizeof c->state);
   c->state.config_hash = loom_config_hash(cfg);
   loom_rng_seed(&c->state.rng, (uint64_t)cfg->run.seed);
+  if (o->resume && resume_from(c, o)) return LOOM_ERR;
+  /* every check that can fail on bad input is done: only now create (or change) the run */
+  int rc = open_run_dir(c, o);
+  if (agree(c, rc)) return LOOM_ERR;
   if (c->lead) {
     char *log_path = loom_sprintf("%s/train.log", c->run_dir);
-    c->progress.log = fopen(log_path, o->resume ? "a" : "w");
+    snprintf(c->progress.log_path, sizeof c->progress.log_path, "%s", log_path);
+    c->progress.log = fopen(log_path, o->resume_run ? "a" : "w");
+    if (!c->progress.log) rc = loom_err("cannot open '%s': %s", log_path, strerror(errno));
     free(log_path);
+    char *mpath = loom_sprintf("%s/metrics.jsonl", c->run_dir);
+    c->metrics_path = mpath;
+    if (!rc && o->resume_run) rc = truncate_metrics(mpath, c->state.step);
+    if (!rc && o->resume_run) rc = loom_eval_track_resume(&c->evals, mpath);
+    if (!rc) c->metrics = fopen(mpath, o->resume_run ? "a" : "w");
+    if (!rc && !c->metrics) rc = loom_err("cannot open '%s': %s", mpath, strerror(errno));
   }
-  c->progress.tty = isatty(STDERR_FILENO);
+  if (agree(c, rc)) return LOOM_ERR;
+  /* under the supervisor stderr is a pipe to it; it says whether its own is a terminal */
+  const char *sup_tty = getenv("LOOM_SUPERVISOR_TTY");
+  c->progress.tty = sup_tty ? !strcmp(sup_tty, "1") : isatty(STDERR_FILENO);
   c->progress.quiet = o->quiet || !c->lead;
   c->progress.total_steps = t->steps;
   c->progress.log_every = t->log_every;
@@ -347,6 +479,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   c->progress.peak_flops = c->lead ? loom_progress_measure_peak() : 0;
   if (o->command_line) loom_progress_note(&c->progress, "command: %s", o->command_line);
   loom_progress_note(&c->progress, "run directory: %s", c->run_dir);
+  if (c->cleaned) loom_progress_note(&c->progress, "%s", c->cleaned);
   loom_progress_note(&c->progress,
                      "model: %s, %zu parameters (%zu with vocab padding), vocab %d padded to "
                      "%d; %s%s; B=%ld T=%ld grad_accum=%ld, global batch %ld sequences%s",
@@ -378,60 +511,45 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   loom_eval_track_note(&c->evals, &c->progress);
   report_memory(c);
   loom_decoder *d = loom_exec_decoder(c->exec);
-  int rc = 0;
   if (o->resume) {
-    rc = loom_ckpt_load(o->resume, c->exec, &c->mesh, &c->state);
-    if (loom_comm_any_failed(&c->job.world_comm, rc))
-      return rc ? loom_err_prefix("--resume: ") : loom_err("--resume: another rank failed to load");
-    long now = t->micro_batch_size * c->mesh.dp, then = c->state.loader_batch_windows;
-    if (then > 0 && then != now) { /* another data-parallel layout: same position in windows */
-      uint64_t windows = c->state.loader.index * (uint64_t)then;
-      if (windows % (uint64_t)now)
-        return loom_err("--resume: the checkpoint consumed %" PRIu64 " windows of this epoch, "
-                        "not a multiple of micro_batch_size*dp = %ld; pick a layout that "
-                        "divides it", windows, now);
-      c->state.loader.index = windows / (uint64_t)now;
-    }
-    if (loom_data_set_state(c->data, &c->state.loader)) return LOOM_ERR;
-    if (c->mesh.member && c->mesh.rank == 0) /* counted once in the sum over dp */
-      loom_data_add_skipped(c->data, (uint64_t)c->state.skipped_bad);
     if (c->state.config_hash != loom_config_hash(cfg))
       loom_progress_note(&c->progress, "note: the config differs from the one the checkpoint "
                                        "was written with");
     c->state.config_hash = loom_config_hash(cfg);
-    loom_progress_note(&c->progress, "resumed from %s at step %ld", o->resume, c->state.step);
+    if (strcmp(c->resumed_from, o->resume))
+      loom_progress_note(&c->progress, "%s is complete but the run did not finish (no "
+                         "summary.json): redoing the last steps", o->resume);
+    loom_progress_note(&c->progress, "resumed from %s at step %ld", c->resumed_from, c->state.step);
     if (cfg->checkpoint.init_from[0])
       loom_progress_note(&c->progress, "(the run started from checkpoint.init_from %s; not "
                                        "loaded again)", cfg->checkpoint.init_from);
   } else if (init_desc[0]) {
     loom_progress_note(&c->progress, "%s", init_desc);
   } else {
+    if (o->resume_run)
+      loom_progress_note(&c->progress, "no complete checkpoint yet: starting again from step 0");
     if (d) loom_decoder_init_params(d, (uint64_t)cfg->run.seed);
     if (loom_exec_vision(c->exec)) loom_vmod_init_params(loom_exec_vision(c->exec), (uint64_t)cfg->run.seed);
   }
   if (d) loom_grad_sync_params_loaded(loom_exec_grad_sync(c->exec));
   if (loom_exec_vision(c->exec)) loom_vmod_params_loaded(loom_exec_vision(c->exec));
-  if (!c->lead) return 0;
-  char *mpath = loom_sprintf("%s/metrics.jsonl", c->run_dir);
-  rc = o->resume ? truncate_metrics(mpath, c->state.step) : 0;
-  if (!rc && o->resume) rc = loom_eval_track_resume(&c->evals, mpath);
-  c->metrics = rc ? NULL : fopen(mpath, o->resume ? "a" : "w");
-  if (!rc && !c->metrics) rc = loom_err("cannot open '%s': %s", mpath, strerror(errno));
-  free(mpath);
-  return rc;
+  return agree(c, 0); /* a failed write to train.log above stops here */
 }
 
 /* Fault injection for the failure tests: LOOM_FAULT=exit:RANK:STEP makes that rank die (as a
- * crash would) before that step, LOOM_FAULT=hang:RANK:STEP makes it stop answering. */
+ * crash would) before that step, LOOM_FAULT=hang:RANK:STEP makes it stop answering,
+ * LOOM_FAULT=kill:RANK:STEP makes it SIGKILL itself; kill-<point>:RANK:STEP is fault.c's. */
 static void inject_fault(const run_ctx *c) {
   const char *f = getenv("LOOM_FAULT");
   char kind[8];
   int rank;
   long step;
   if (!f || sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3) return;
-  if (rank != c->job.rank || step != c->state.step + 1) return;
+  if (rank != c->job.rank || step != c->state.step + 1 || !loom_fault_fire_once()) return;
   fprintf(stderr, "loom: LOOM_FAULT: rank %d %s before step %ld\n", rank, kind, step);
+  fflush(stderr);
   if (!strcmp(kind, "exit")) _exit(3);
+  if (!strcmp(kind, "kill")) kill(getpid(), SIGKILL);
   if (!strcmp(kind, "hang"))
     for (;;) pause();
 }
@@ -500,30 +618,41 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
     }
     if (r.loss < min_loss || min_loss != min_loss) min_loss = r.loss;
     last = r.loss;
-    write_metrics(c, &r, dt, c->state.elapsed);
+    int wrc = write_metrics(c, &r, dt, c->state.elapsed);
     loom_registry_run_heartbeat(c->registry, c->state.step, r.loss); /* rate-limited */
     double avg = timed_steps ? timed / timed_steps : dt;
     loom_progress_step(&c->progress, c->state.step, &r, dt, c->state.elapsed,
                        avg * (double)(t->steps - c->state.step));
-    if (r.loss != r.loss) {
+    if (!wrc && c->deferred) wrc = loom_err("%s", c->deferred); /* the last pruning failed */
+    if (!wrc && r.loss != r.loss)
+      wrc = loom_err("loss became NaN at step %ld; lower training.lr or enable "
+                     "training.grad_clip", c->state.step);
+    /* a failed write (full disk) stops every rank here, before the next checkpoint could
+     * be attempted: the newest complete checkpoint stays as it is */
+    if (agree(c, wrc)) {
       loom_progress_finish(&c->progress);
-      return loom_err("loss became NaN at step %ld; lower training.lr or enable "
-                      "training.grad_clip", c->state.step);
+      return LOOM_ERR;
     }
     if (loom_eval_track_due(&c->evals, c->state.step, t->steps) &&
-        loom_eval_track_run(&c->evals, &c->job.world_comm, c->state.step, c->metrics, &c->progress))
+        agree(c, loom_eval_track_run(&c->evals, &c->job.world_comm, c->state.step, c->metrics,
+                                     c->metrics_path, &c->progress)))
       return LOOM_ERR;
     bool stop = o->stop_after > 0 && c->state.step >= o->stop_after;
     if (cfg->checkpoint.every > 0 && c->state.step % cfg->checkpoint.every == 0 &&
         c->state.step < t->steps) {
       char name[64];
       snprintf(name, sizeof name, "checkpoint_%ld", c->state.step);
-      if (save_checkpoint(c, name)) return LOOM_ERR;
-      prune_checkpoints(c, c->state.step);
+      if (save_checkpoint(c, name)) {
+        c->agreed = true; /* loom_ckpt_save fails on every rank together */
+        c->fail.rank = -1;
+        return LOOM_ERR;
+      }
+      prune_checkpoints(c);
     }
     if (stop) break;
   }
   loom_progress_finish(&c->progress);
+  if (agree(c, c->deferred ? loom_err("%s", c->deferred) : 0)) return LOOM_ERR;
   long steps = c->state.step - first;
   int rc = write_comm_stats(c, steps);
   if (!rc && o->trace) {
@@ -532,15 +661,20 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
     loom_trace_enable(false);
     if (!rc) loom_progress_note(&c->progress, "trace written to %s", o->trace);
   }
-  if (rc) return rc;
+  if (agree(c, rc)) return LOOM_ERR;
   if (c->state.step < t->steps) {
     loom_progress_note(&c->progress, "stopping after step %ld as asked", c->state.step);
     return 0;
   }
   if (c->evals.ev && c->evals.last_step != c->state.step && /* no step ran (steps = 0) */
-      loom_eval_track_run(&c->evals, &c->job.world_comm, c->state.step, c->metrics, &c->progress))
+      agree(c, loom_eval_track_run(&c->evals, &c->job.world_comm, c->state.step, c->metrics,
+                                   c->metrics_path, &c->progress)))
     return LOOM_ERR;
-  if (cfg->checkpoint.save_final && save_checkpoint(c, "final_checkpoint")) return LOOM_ERR;
+  if (cfg->checkpoint.save_final && save_checkpoint(c, "final_checkpoint")) {
+    c->agreed = true; /* loom_ckpt_save fails on every rank together */
+    c->fail.rank = -1;
+    return LOOM_ERR;
+  }
   if (loom_data_is_vqa(c->data)) {
     char *final = cfg->checkpoint.save_final ? loom_sprintf("%s/final_checkpoint", c->run_dir) : NULL;
     int erc = loom_eval_vqa_final(c->exec, cfg, &c->spec, &c->mesh, &c->job.world_comm, final,
@@ -559,13 +693,51 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
                          100 * c->val.accuracy, c->val.samples, base);
     }
   }
-  return write_summary(c, steps > 0, last, min_loss, timed_steps ? timed / timed_steps : 0, timed_steps);
+  return agree(c, write_summary(c, steps > 0, last, min_loss, timed_steps ? timed / timed_steps : 0, timed_steps));
+}
+
+/* summary.json of a failed run: the status, the error and the last step reached. */
+static void write_failure_summary(run_ctx *c, const char *error) {
+  json_t *o = json_pack("{s:s, s:s, s:I}", "status", "failed", "error", error, "steps",
+                        (json_int_t)c->state.step);
+  char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+  json_decref(o);
+  if (!text) return;
+  char *path = loom_sprintf("%s/summary.json", c->run_dir);
+  size_t n = strlen(text);
+  text = realloc(text, n + 2);
+  text[n] = '\n';
+  text[n + 1] = 0;
+  if (loom_write_file_atomic(path, text, n + 1)) /* best effort: the disk may be full */
+    loom_log("warning: %s", loom_errmsg());
+  free(path);
+  free(text);
+}
+
+/* One report of a failure: the text names the failing rank unless every rank failed alike;
+ * the lead writes it to train.log and summary.json (status failed) and the registry. */
+static char *report_failure(run_ctx *c, const loom_train_opts *o) {
+  int world = c->job_ready ? c->job.world : loom_dist_world();
+  int rank = c->agreed ? c->fail.rank : (c->job_ready ? c->job.rank : loom_dist_rank());
+  bool everywhere = c->agreed && (c->fail.all_same || rank < 0);
+  char *text = world > 1 && !everywhere ? loom_sprintf("rank %d: %s", rank, loom_errmsg())
+                                        : loom_strdup(loom_errmsg());
+  if (o->failure) *o->failure = (loom_train_failure){c->agreed, everywhere, everywhere ? -1 : rank};
+  if (c->lead && c->run_dir && loom_is_dir(c->run_dir)) {
+    char *line = loom_sprintf("error: %s", text);
+    loom_progress_log_line(&c->progress, line);
+    free(line);
+    write_failure_summary(c, text);
+    report_to_supervisor("failed");
+  }
+  return text;
 }
 
 int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   run_ctx c;
   memset(&c, 0, sizeof c);
   c.cfg = cfg;
+  c.lock_fd = -1;
   int rc = setup(&c, o);
   char *setup_error = rc ? loom_strdup(loom_errmsg()) : NULL; /* the registry may reset it */
   if (c.lead && c.run_dir && loom_is_dir(c.run_dir)) /* run registry: runs/registry.db */
@@ -579,8 +751,7 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
     loom_progress_note(&c.progress, "done: %ld steps; the run is in %s", c.state.step, c.run_dir);
     if (c.lead) printf("%s\n", c.run_dir);
   }
-  if (rc && c.progress.log) fprintf(c.progress.log, "error: %s\n", loom_errmsg());
-  char *error = rc ? loom_strdup(loom_errmsg()) : NULL;
+  char *error = rc ? report_failure(&c, o) : NULL;
   loom_registry_run_finish(c.registry, rc == 0, error);
   if (error) { /* keep the run's error for the caller, whatever the registry did */
     loom_err("%s", error);
@@ -597,5 +768,10 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   free(c.tokens);
   free(c.targets);
   free(c.run_dir);
+  free(c.metrics_path);
+  free(c.deferred);
+  free(c.cleaned);
+  free(c.resumed_from);
+  if (c.lock_fd >= 0) close(c.lock_fd); /* after the last write of the run */
   return rc;
 }

@@ -211,6 +211,22 @@ static void test_regexes(void) {
   expect_pieces(LOOM_GPT2_PATTERN, bad, sizeof bad - 1, "|ab|\xff\xfe|cd| |\xe6\x97| ef|\xc0\xaf");
   expect_pieces(LOOM_GPT2_PATTERN, "caf\xc3\xa9 \xce\xba\xcf\x8c\xcf\x83\xce\xbc\xce\xb5", 16,
                 "|caf\xc3\xa9| \xce\xba\xcf\x8c\xcf\x83\xce\xbc\xce\xb5");
+  /* empty matches (a Split regex "\s+|$", or "x*") emit nothing and never read past the
+   * text: the texts sit in buffers of exactly their length, so ASan sees text[len] */
+  char *t1 = malloc(5), *t2 = malloc(5);
+  memcpy(t1, "ab cd", 5), memcpy(t2, "abxxc", 5);
+  expect_pieces("\\s+|$", t1, 5, "|ab| |cd");
+  expect_pieces("x*", t2, 5, "|a|b|xx|c"); /* empty matches at 0, 1, 4 and 5 (Python's too) */
+  free(t1), free(t2);
+  /* \s is Unicode White_Space (as in Python's regex): U+180E MONGOLIAN VOWEL SEPARATOR is
+   * not (PCRE2's own \s says it is); U+00A0, U+2028 and U+3000 are (pieces as Python's
+   * regex gives them with the same pattern) */
+  expect_pieces(LOOM_GPT2_PATTERN, "a \xe1\xa0\x8e" "b", 6, "|a| \xe1\xa0\x8e|b");
+  expect_pieces(LOOM_GPT2_PATTERN, "a\xc2\xa0\xe2\x80\xa8\xe3\x80\x80" "b", 10,
+                "|a|\xc2\xa0\xe2\x80\xa8|\xe3\x80\x80|b");
+  /* only the escapes \s and \S change: a literal backslash-s and \Q...\E stay literal */
+  expect_pieces("\\\\s", "a\\sb", 4, "|a|\\s|b");
+  expect_pieces("\\Q\\s\\E", "x\\sy s", 6, "|x|\\s|y s");
 }
 
 static void test_byte_mapping(void) {

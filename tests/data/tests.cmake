@@ -21,3 +21,18 @@ add_test(NAME data_vqa_python
   COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/vqa_check.py $<TARGET_FILE:loom>
           $<TARGET_FILE:vqa_dump> ${CMAKE_BINARY_DIR}/data_vqa_python)
 set_tests_properties(data_vqa_python PROPERTIES TIMEOUT 120)
+
+# Pre-tokenizer split against Python's `regex` module (the GPT-2 reference) on every Unicode
+# whitespace / separator code point and a sample of every general category, for the GPT-2
+# and Qwen2 patterns (tests/data/pretok_check.py; needs python3-regex).
+add_executable(pretok_dump ${CMAKE_SOURCE_DIR}/tests/data/pretok_dump.c)
+target_link_libraries(pretok_dump PRIVATE loomlib)
+add_test(NAME data_pretok_python
+  COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/pretok_check.py $<TARGET_FILE:pretok_dump>)
+set_tests_properties(data_pretok_python PROPERTIES TIMEOUT 300)
+# ... and the GPT-2 token ids of the whitespace/separator texts against OpenAI's encoder.py
+# algorithm on GPT-2's real tokenizer.json (built by data_node_setup).
+add_test(NAME data_pretok_gpt2_ids
+  COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/pretok_check.py $<TARGET_FILE:pretok_dump>
+          ${LOOM_DATA_NODE_WORK}/gpt2.json)
+set_tests_properties(data_pretok_gpt2_ids PROPERTIES FIXTURES_REQUIRED data_node TIMEOUT 300)

@@ -148,6 +148,7 @@ dym train "$LOOM" trian
 dym help "$LOOM" hepl
 dym runs "$LOOM" help rusn
 dym list "$LOOM" runs lst
+dym diff "$LOOM" runs dif
 dym --filter "$LOOM" runs "${R[@]}" --fitler x
 dym synth-text "$LOOM" data synth-txt
 dym inspect "$LOOM" ckpt inspct
@@ -172,7 +173,7 @@ dym --help "$LOOM" config show --hlp
 dym --files "$LOOM" runs "${R[@]}" delete x --fils
 # loom help: every command of the dispatcher and the subcommands users look for
 h=$("$LOOM" help)
-for c in train eval data ckpt config model sweep runs sched sim plan bench version "runs serve" \
+for c in train eval data ckpt config model sweep runs sched sim plan generate bench version "runs serve" "runs diff" \
          "runs delete" "runs gc" "runs plot" "ckpt export" "data synth-vqa" "bench model"; do
   check "loom help lists '$c'" grep -q "^  $c " <<< "$h"
 done

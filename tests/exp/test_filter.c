@@ -114,15 +114,25 @@ static void valid(void) {
 static void invalid(const char *text, int column, const char *what) {
   loom_expr *e = NULL;
   int rc = loom_expr_parse(&e, text, "--filter", resolve, NULL, "see --list-columns");
-  CHECK(rc != 0 && !e, "'%s' should not parse", text);
+  CHECK(rc != 0 && !e, "'%.200s' should not parse", text);
   char want[64];
   snprintf(want, sizeof want, "--filter: column %d: ", column);
-  CHECK(strstr(loom_errmsg(), want) != NULL, "'%s': want \"%s\" in: %s", text, want, loom_errmsg());
-  CHECK(strstr(loom_errmsg(), what) != NULL, "'%s': want \"%s\" in: %s", text, what, loom_errmsg());
-  /* the caret line points at the column: "\n" + 2 spaces + (column - 1) spaces + "^" */
+  CHECK(strstr(loom_errmsg(), want) != NULL, "'%.200s': want \"%s\" in: %.400s", text, want,
+        loom_errmsg());
+  CHECK(strstr(loom_errmsg(), what) != NULL, "'%.200s': want \"%s\" in: %.400s", text, what,
+        loom_errmsg());
+  /* the caret line points at the column: "\n" + 2 spaces + (column - 1) spaces + "^"; a long
+   * text is shown from 60 characters before the column, after "..." */
   const char *caret = strrchr(loom_errmsg(), '\n');
-  CHECK(caret && (int)strlen(caret) == 3 + column && caret[strlen(caret) - 1] == '^',
-        "'%s': caret under column %d in: %s", text, column, loom_errmsg());
+  int shown = strlen(text) <= 160 || column <= 61 ? column : 3 + 61;
+  CHECK(caret && (int)strlen(caret) == 3 + shown && caret[strlen(caret) - 1] == '^',
+        "'%.200s': caret under column %d in: %.400s", text, column, loom_errmsg());
+  if (caret && strlen(text) > 160) {
+    const char *line = caret - 1;
+    while (line > loom_errmsg() && line[-1] != '\n') line--;
+    CHECK(line[2 + shown - 1] == text[column - 1], "'%.40s...': the caret is under the character "
+          "at column %d", text, column);
+  }
   loom_expr_free(e);
 }
 
@@ -173,14 +183,95 @@ static void values(void) {
   CHECK(loom_value_cmp(&n, &i) > 0 && loom_value_cmp(&i, &n) < 0, "NULL sorts last");
   CHECK(loom_value_cmp(&i, &t) < 0, "numbers before text");
   CHECK(loom_value_cmp(&i, &s5) == 0, "5 = '5'");
+  loom_value big = {.type = LOOM_VAL_INT, .i = 9223372036854775807LL},
+             big1 = {.type = LOOM_VAL_INT, .i = 9223372036854775806LL};
+  CHECK(loom_value_cmp(&big1, &big) < 0 && loom_value_cmp(&big, &big1) > 0,
+        "64-bit integers sort exactly");
   double d;
   loom_value inf = {.type = LOOM_VAL_TEXT, .s = "info"};
   CHECK(!loom_value_number(&inf, &d), "'info' is text");
+}
+
+/* Truth of a column-free expression (or -1 for an evaluation error). */
+static int truth_of(const char *text) {
+  loom_expr *e;
+  if (loom_expr_parse(&e, text, "--filter", resolve, NULL, NULL)) {
+    fprintf(stderr, "unexpected parse error: %s\n", loom_errmsg());
+    return -2;
+  }
+  bool r = false;
+  int rc = loom_expr_eval(e, value, (void *)&rows[0], &r);
+  loom_expr_free(e);
+  return rc ? -1 : r;
+}
+
+/* n copies of unit, then tail (malloc'd). */
+static char *repeat(const char *unit, int n, const char *tail) {
+  size_t u = strlen(unit), t = strlen(tail);
+  char *s = malloc(u * (size_t)n + t + 1), *o = s;
+  for (int i = 0; i < n; i++, o += u) memcpy(o, unit, u);
+  memcpy(o, tail, t + 1);
+  return s;
+}
+
+/* Found by fuzzing (tests/fuzz/regress/filter): 64-bit overflow, LLONG_MIN / -1, unbounded
+ * nesting; LIKE patterns with many % that took exponential time. */
+static void limits(void) {
+  /* integers that overflow 64 bits become reals (no wrap-around, no SIGFPE) */
+  CHECK(truth_of("9223372036854775807 + 1 < 0") == 0, "MAX + 1 wrapped to a negative number");
+  CHECK(truth_of("9223372036854775807 + 1 = 9223372036854775808.0") == 1, "MAX + 1 is 2^63");
+  CHECK(truth_of("(-9223372036854775807 - 1) / -1 = 9223372036854775808.0") == 1,
+        "LLONG_MIN / -1 is 2^63");
+  CHECK(truth_of("-(-9223372036854775807 - 1) > 0") == 1, "-LLONG_MIN is positive");
+  CHECK(truth_of("9223372036854775807 * 4 = 36893488147419103232.0") == 1, "MAX * 4");
+  CHECK(truth_of("-9223372036854775807 - 2 < -9223372036854775000") == 1, "MIN - 1");
+  CHECK(truth_of("(-9223372036854775807 - 1) / -2 = 4611686018427387904") == 1, "exact division");
+  CHECK(truth_of("7 / 2 = 3.5 AND 6 / 3 = 2") == 1, "division");
+  CHECK(truth_of("9223372036854775807 > 9223372036854775806 AND "
+                 "9223372036854775807 - 1 = 9223372036854775806") == 1,
+        "64-bit integers compare exactly, not as doubles");
+  CHECK(truth_of("1e308 * 10 > 0") == -1 && strstr(loom_errmsg(), "column 7: the result is too "
+                                                   "large for a number"),
+        "double overflow is an error: %s", loom_errmsg());
+  /* nesting: 256 levels parse, 257 are an error at the 257th '(' */
+  char *ok = repeat("(", 256, "1"), *okc = repeat(")", 256, "");
+  char *text = loom_sprintf("%s%s = 1", ok, okc);
+  CHECK(truth_of(text) == 1, "256 nested parentheses");
+  free(text), free(ok), free(okc);
+  char *deep = repeat("(", 20000, "1");
+  invalid(deep, 257, "the expression nests too deeply: more than 256 levels of parentheses, NOT "
+                     "or unary minus");
+  free(deep);
+  deep = repeat("-", 120000, "1");
+  invalid(deep, 257, "nests too deeply");
+  free(deep);
+  deep = repeat("NOT ", 30000, "steps = 1");
+  invalid(deep, 1025, "nests too deeply");
+  free(deep);
+  /* chains: 900 ORs are fine, 1200 pass the tree height limit of 1000 */
+  char *chain = repeat("steps = 1 OR ", 900, "steps = 100");
+  CHECK(truth_of(chain) == 1, "900-term OR chain");
+  free(chain);
+  chain = repeat("1 + ", 1200, "1 > 0");
+  loom_expr *e = NULL;
+  CHECK(loom_expr_parse(&e, chain, "--filter", resolve, NULL, NULL) != 0 &&
+            strstr(loom_errmsg(), "the expression is too deep: more than 1000 operators"),
+        "1200-term sum: %s", loom_errmsg());
+  free(chain);
+  /* LIKE: linear time whatever the pattern, same answers */
+  CHECK(truth_of("'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' LIKE "
+                 "'%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%b'") == 0,
+        "many %% against a near miss");
+  CHECK(truth_of("'abcabd' LIKE '%ab_' AND 'abcabd' LIKE 'a%d' AND 'ab' LIKE '%%%' AND "
+                 "'ab' NOT LIKE 'a' AND 'x' LIKE '_' AND '' LIKE '%' AND '' NOT LIKE '_' AND "
+                 "'mississippi' LIKE '%iss%ppi' AND 'mississippi' NOT LIKE '%iss%pi%x'") == 1,
+        "LIKE semantics");
 }
 
 int main(void) {
   valid();
   errors();
   values();
+  limits();
   return harness_finish("test_filter");
 }

@@ -10,8 +10,17 @@
 #                        simulator: OOM marking, trends, vision sp vs tp, bad input
 #   exp_sweep_vl_real    the same sweep file trained for real on a tiny Qwen2.5-VL (command-line
 #                        overrides; vision sp vs tp under mpirun -np 2)
-foreach(t sweep crash sweep_multirank sweep_sim sweep_vl_real registry_cli)
+#   exp_runs_diff        loom runs diff (tp2/dp2 vs one process: 0, lr: 1, bad input: 2, step
+#                        sets, allclose semantics, plot) and loom ckpt compare on the same runs
+#   exp_sweep_env        multi-rank sweep points without the root consent in the environment;
+#                        failed points' error lines in summary.txt / summary.csv
+#   exp_sweep_slurm      the Slurm launcher against a real slurmctld + slurmd (slurm-wlm, munge)
+#                        started by the test; SKIP (exit 77) where they cannot run
+foreach(t sweep crash sweep_multirank sweep_sim sweep_vl_real runs_diff sweep_env registry_cli)
   add_test(NAME exp_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/exp/${t}_test.sh $<TARGET_FILE:loom>)
   set_tests_properties(exp_${t} PROPERTIES TIMEOUT 120
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
 endforeach()
+add_test(NAME exp_sweep_slurm COMMAND bash ${CMAKE_SOURCE_DIR}/tests/exp/sweep_slurm_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(exp_sweep_slurm PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")

@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
       snprintf(names[n++], len, "%s/%s", argv[i], e->d_name);
     }
     closedir(d);
-    qsort(names, n, sizeof *names, by_name);
+    if (n) qsort(names, n, sizeof *names, by_name);
     for (size_t k = 0; k < n; k++) {
       if (replay_file(names[k])) failed++;
       count++;

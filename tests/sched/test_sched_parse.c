@@ -138,6 +138,10 @@ static void test_load(void) {
   CHECK(loom_sched_load(&s, fixture("1f1b_pp2_m2.txt")) == 0, "%s", loom_errmsg());
   CHECK(!strcmp(s.name, "1f1b") && s.pp == 2 && s.count[0] == 12, "golden 1f1b loaded");
   loom_sched_free(&s);
+  /* a directory (read as INT64_MAX bytes on ext4 and aborted in malloc before) */
+  loom_mkdir_p("sched-parse.tmp/dir.txt");
+  CHECK(loom_sched_load(&s, "sched-parse.tmp/dir.txt") < 0, "a directory loaded");
+  CHECK_MSG("schedule file 'sched-parse.tmp/dir.txt' is a directory");
 }
 
 int main(void) {

@@ -84,8 +84,62 @@ static void test_interpolation(void) {
         "group placement on tiers");
 }
 
+/* Found by fuzzing (tests/fuzz/regress/hw): numbers the cost model divides by or takes log2
+ * of must be positive and finite, and the writer must produce a file that loads back to the
+ * identical profile whatever the strings hold. */
+static void test_fuzz_limits(void) {
+  const char *dev = "name: x\ndevice:\n";
+  char text[512];
+  snprintf(text, sizeof text, "%s  gemm_size_efficiency: [[0, 0.9], [100, 1]]\n", dev);
+  bad(text, "device.gemm_size_efficiency: point 1 has 0 GFLOP", "must be > 0");
+  snprintf(text, sizeof text, "%s  gemm_efficiency: [[0, 0.5], [64, 0.9]]\n", dev);
+  bad(text, "device.gemm_efficiency: dimension 0", "not a positive number");
+  snprintf(text, sizeof text, "%s  peak_tflops: {fp32: 0, bf16: 100}\n", dev);
+  bad(text, "device.peak_tflops.fp32 must be > 0", "use it");
+  snprintf(text, sizeof text, "%s  memory_gib: 1e308\n", dev);
+  bad(text, "device.memory_gib must be a finite number", "inf");
+  snprintf(text, sizeof text, "%s  vector_melem_per_s: {adamw: -5}\n", dev);
+  bad(text, "device.vector_melem_per_s.adamw must be a finite rate >= 0", "-5");
+  snprintf(text, sizeof text,
+           "%s  gemm_grid: {m: [64], n: [0], k: [32], fwd: [0.5], dgrad: [0.5], wgrad: [0.5]}\n", dev);
+  bad(text, "device.gemm_grid.n: value 0", "positive");
+  snprintf(text, sizeof text,
+           "%s  gemm_grid: {m: [64], n: [64], k: [32], fwd: [0.5], dgrad: [0], wgrad: [0.5]}\n", dev);
+  bad(text, "device.gemm_grid.dgrad: efficiency 0", "(0, 1]");
+  snprintf(text, sizeof text, "%s  attention: loom\n  attention_gunits_per_s: {fwd: 1, bwd: -1}\n", dev);
+  bad(text, "device.attention_gunits_per_s.bwd must be a finite number >= 0", "-1");
+
+  loom_mkdir_p("sim-hw.tmp/dir.yaml"); /* malloc(INT64_MAX) abort before */
+  loom_hw_profile d;
+  CHECK(loom_hw_load_file(&d, "sim-hw.tmp/dir.yaml") != 0 &&
+            strstr(loom_errmsg(), "hardware profile 'sim-hw.tmp/dir.yaml' is a directory"),
+        "directory: %s", loom_errmsg());
+
+  /* quotes, backslashes, controls and non-ASCII in the names; numbers that %.4g would round */
+  loom_hw_profile a, b;
+  const char *src = "name: \"h\\\"x\"\n"
+                    "description: \"tab\\there \\\"q\\\" \\x85 NEL, caf\xc3\xa9, \\x01\"\n"
+                    "device:\n  memory_gib: 79.123456789\n  memory_bandwidth_gbs: 2039.000001\n"
+                    "  gemm_overhead_us: 3.3333333333333335\n"
+                    "network:\n  - {name: \"a: b # c\", domain: 8, bandwidth_gbs: 300.0000001}\n"
+                    "  - {name: \"\\u2028\", domain: 0, bandwidth_gbs: 25, latency_us: 1e-9}\n";
+  CHECK(loom_hw_parse(&a, src, "quoted.yaml") == 0, "%s", loom_errmsg());
+  CHECK(!strcmp(a.name, "h\"x") && !strcmp(a.tier[0].name, "a: b # c") &&
+            !strcmp(a.tier[1].name, "\xe2\x80\xa8"),
+        "names as written: [%s] [%s]", a.name, a.tier[0].name);
+  char *w = loom_hw_to_yaml(&a, NULL);
+  CHECK(loom_hw_parse(&b, w, "quoted.yaml") == 0, "written profile does not load: %s\n%s",
+        loom_errmsg(), w);
+  CHECK(memcmp(&a, &b, sizeof a) == 0, "written profile loads back different:\n%s", w);
+  CHECK(strstr(w, "memory_gib: 79.123456789\n") && strstr(w, "latency_us: 1e-09\n") &&
+            strstr(w, "bandwidth_gbs: 300.0000001\n") && strstr(w, "latency_us: 6\n") == NULL,
+        "numbers in their shortest exact form:\n%s", w);
+  free(w);
+}
+
 int main(void) {
   test_shipped();
+  test_fuzz_limits();
   test_roundtrip();
   test_errors();
   test_interpolation();

@@ -1,0 +1,296 @@
+/* `loom generate`: sample text from a checkpoint (loom or Hugging Face directory) with a KV
+ * cache: prompts from --prompt / --prompts FILE (batched) / --prompt-ids, or a question about
+ * an image (--image) for a vision-language model; greedy or temperature / top-k / top-p with a
+ * seed; stop tokens (end of text) and stop strings; text streamed to stdout as it comes (one
+ * prompt) or every row in order at the end (several); --json for ids; tokens/s to stderr. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/commands.h"
+#include "cli/generate_io.h"
+#include "loom/generate.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+      "usage: loom generate CKPT (--prompt TEXT | --prompts FILE | --prompt-ids IDS)\n"
+      "                     [--image FILE.jpg] [--max-new-tokens N] [--temperature T]\n"
+      "                     [--top-k K] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos]\n"
+      "                     [--tokenizer tokenizer.json] [--dtype fp32|bf16] [--json]\n\n"
+      "Generate from a loom checkpoint directory (single-file or multi-rank pieces, loaded\n"
+      "whole into this process) or a Hugging Face directory (config.json + safetensors).\n"
+      "The prompt is run once (prefill) and every new token reuses the cached keys/values.\n"
+      "Text is decoded with the run's tokenizer (data.tokenizer of the checkpoint's\n"
+      "config.yaml, tokenizer.json of a Hugging Face directory) unless --tokenizer is given.\n"
+      "With one prompt the text is streamed as it is generated; with several (--prompts, one\n"
+      "per line, run as one batch) they are printed in order when the batch ends, as\n"
+      "'[N] text'. Prefill and decode tokens/s go to stderr.\n\n"
+      "options:\n"
+      "  --prompt TEXT         the prompt\n"
+      "  --prompts FILE        one prompt per line (empty lines are an error), batched\n"
+      "  --prompt-ids IDS      token ids instead of text: '1,2,3', rows separated by ';'\n"
+      "  --image FILE.jpg      vision-language models: ask --prompt (the question) about the\n"
+      "                        image, with the chat template and image preprocessing of the\n"
+      "                        training data (answer ends at <|im_end|>)\n"
+      "  --max-new-tokens N    at most N new tokens per prompt (default 64)\n"
+      "  --temperature T       0 = greedy (default); > 0 samples softmax(logits / T)\n"
+      "  --top-k K             sample among the K most likely tokens (0 = all; 1 = greedy)\n"
+      "  --top-p P             sample among the most likely tokens holding mass P (1 = all)\n"
+      "  --seed S              random seed (default 0); prompt N uses seed + N - 1\n"
+      "  --stop STR            stop when the text contains STR (repeatable; STR not printed)\n"
+      "  --ignore-eos          do not stop at <|endoftext|> / <|im_end|>\n"
+      "  --tokenizer FILE      tokenizer.json to encode prompts and decode output\n"
+      "  --dtype fp32|bf16     matmuls on fp32 weights (default) or on bf16-rounded weights\n"
+      "                        and inputs with fp32 accumulation (half the weight bytes per\n"
+      "                        token; needs a CPU with native bf16 GEMMs)\n"
+      "  --json                print one JSON object per prompt (prompt_ids, ids, text, stop)\n"
+      "                        instead of the text\n"
+      "  -h, --help            this text\n");
+}
+
+static const char *opt_value(int argc, char **argv, int *i, const char *opt, int *missing) {
+  size_t n = strlen(opt);
+  if (strncmp(argv[*i], opt, n)) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n]) return NULL;
+  if (*i + 1 >= argc) {
+    *missing = 1;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+static int parse_double(const char *opt, const char *v, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || *end || !(x >= lo && x <= hi))
+    return loom_err("%s must be a number in [%g, %g], got '%s'", opt, lo, hi, v);
+  *out = x;
+  return 0;
+}
+
+static int parse_long(const char *opt, const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi)
+    return loom_err("%s must be an integer in [%ld, %ld], got '%s'", opt, lo, hi, v);
+  *out = x;
+  return 0;
+}
+
+static char *find_tokenizer(const loom_gen_model *m, const char *flag, char **why) {
+  *why = NULL;
+  if (flag) return loom_strdup(flag);
+  char *p = m->from_hf ? loom_sprintf("%s/tokenizer.json", m->dir)
+                       : loom_strdup(m->cfg.data.tokenizer);
+  if (p[0] && loom_path_exists(p)) return p;
+  *why = m->from_hf ? loom_sprintf("%s has no tokenizer.json", m->dir)
+                    : loom_sprintf("data.tokenizer of %s/config.yaml is '%s', which does not "
+                                   "exist", m->dir, p);
+  free(p);
+  return NULL;
+}
+
+static const char *stop_name(int s) {
+  static const char *names[] = {"max_new_tokens", "eos", "stop_string", "max_seq"};
+  return names[s];
+}
+
+int loom_cmd_generate(int argc, char **argv) {
+  if (loom_cli_wants_help(argc, argv)) return usage(stdout), 0;
+  const char *ckpt = NULL, *prompt = NULL, *prompts_file = NULL, *prompt_ids = NULL;
+  const char *image = NULL, *tok_flag = NULL, *dtype = "fp32", *v;
+  const char **stops = calloc((size_t)argc + 1, sizeof *stops);
+  int n_stops = 0;
+  bool json = false, ignore_eos = false;
+  long max_new = 64, top_k = 0, seed = 0;
+  double temperature = 0, top_p = 1;
+  int rc = 0;
+  for (int i = 1; i < argc && !rc; i++) {
+    int missing = 0;
+    if ((v = opt_value(argc, argv, &i, "--prompts", &missing))) prompts_file = v;
+    else if ((v = opt_value(argc, argv, &i, "--prompt-ids", &missing))) prompt_ids = v;
+    else if ((v = opt_value(argc, argv, &i, "--prompt", &missing))) prompt = v;
+    else if ((v = opt_value(argc, argv, &i, "--image", &missing))) image = v;
+    else if ((v = opt_value(argc, argv, &i, "--tokenizer", &missing))) tok_flag = v;
+    else if ((v = opt_value(argc, argv, &i, "--dtype", &missing))) dtype = v;
+    else if ((v = opt_value(argc, argv, &i, "--stop", &missing))) stops[n_stops++] = v;
+    else if ((v = opt_value(argc, argv, &i, "--max-new-tokens", &missing)))
+      rc = parse_long("--max-new-tokens", v, 1, 1 << 20, &max_new);
+    else if ((v = opt_value(argc, argv, &i, "--top-k", &missing)))
+      rc = parse_long("--top-k", v, 0, 1 << 30, &top_k);
+    else if ((v = opt_value(argc, argv, &i, "--seed", &missing)))
+      rc = parse_long("--seed", v, 0, 0x7fffffffffffffffL, &seed);
+    else if ((v = opt_value(argc, argv, &i, "--temperature", &missing)))
+      rc = parse_double("--temperature", v, 0, 1e6, &temperature);
+    else if ((v = opt_value(argc, argv, &i, "--top-p", &missing)))
+      rc = parse_double("--top-p", v, 1e-9, 1, &top_p);
+    else if (!strcmp(argv[i], "--json")) json = true;
+    else if (!strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
+    else if (argv[i][0] != '-' && !ckpt && !missing) ckpt = argv[i];
+    else {
+      fprintf(stderr, "loom generate: %s '%s'\n\n",
+              missing ? "missing value for" : "unexpected argument", argv[i]);
+      free(stops);
+      return usage(stderr), 1;
+    }
+  }
+  int given = (prompt != NULL) + (prompts_file != NULL) + (prompt_ids != NULL);
+  if (!rc && !ckpt) rc = loom_err("missing CKPT (a checkpoint directory)");
+  else if (!rc && strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))
+    rc = loom_err("--dtype must be fp32 or bf16, not '%s'", dtype);
+  else if (!rc && image && !prompt)
+    rc = loom_err("--image needs the question as --prompt TEXT");
+  else if (!rc && given != 1)
+    rc = loom_err("give exactly one of --prompt, --prompts FILE and --prompt-ids");
+  else if (!rc && prompt && !prompt[0])
+    rc = loom_err("the prompt is empty: give some text with --prompt");
+  if (rc) {
+    fprintf(stderr, "loom generate: %s\n", loom_errmsg());
+    free(stops);
+    return 1;
+  }
+  loom_gen_model m;
+  loom_tokenizer *tok = NULL;
+  char *tok_path = NULL, **lines = NULL;
+  int n_lines = 0, n = 0;
+  loom_gen_prompt *prompts = NULL;
+  int32_t **ids = NULL;
+  loom_vlm_prompt vp = {0};
+  loom_gen_output *out = NULL;
+  if (loom_gen_model_load(&m, ckpt)) {
+    fprintf(stderr, "loom generate: %s\n", loom_errmsg());
+    free(stops);
+    return 1;
+  }
+  m.bf16 = !strcmp(dtype, "bf16");
+  char *why = NULL;
+  tok_path = find_tokenizer(&m, tok_flag, &why);
+  if (tok_path && loom_tokenizer_load(&tok, tok_path)) {
+    char *msg = loom_strdup(loom_errmsg());
+    rc = loom_err("%s%s", msg, tok_flag ? "" : " (the run's tokenizer; pass --tokenizer PATH)");
+    free(msg);
+  } else if (!tok && (!prompt_ids || image || n_stops)) {
+    rc = loom_err("no tokenizer to encode the prompt: %s; pass --tokenizer tokenizer.json (or "
+                  "token ids with --prompt-ids)", why);
+  } else if (tok && loom_tokenizer_vocab_size(tok) > m.spec.vocab_size) {
+    rc = loom_err("the tokenizer %s has %d tokens but the model's vocabulary is %d: wrong "
+                  "tokenizer for this checkpoint (pass --tokenizer)", tok_path,
+                  loom_tokenizer_vocab_size(tok), m.spec.vocab_size);
+  }
+  free(why);
+  if (!rc && prompts_file) rc = loom_gen_cli_read_lines(prompts_file, &lines, &n_lines);
+  /* the prompts as token ids */
+  if (!rc) {
+    if (prompt_ids) {
+      n = 1;
+      for (const char *p = prompt_ids; *p; p++) n += *p == ';';
+    } else {
+      n = prompts_file ? n_lines : 1;
+    }
+    prompts = calloc((size_t)n, sizeof *prompts);
+    ids = calloc((size_t)n, sizeof *ids);
+    LOOM_ASSERT(prompts && ids);
+  }
+  if (!rc && image) {
+    rc = loom_vlm_prompt_build(&m, tok, image, prompt, &vp);
+    if (!rc)
+      prompts[0] = (loom_gen_prompt){vp.ids, vp.n, vp.mrope, vp.rope_delta, vp.inject, vp.embeds};
+  } else if (!rc && prompt_ids) {
+    char *copy = loom_strdup(prompt_ids), *save = NULL, *part = strtok_r(copy, ";", &save);
+    for (int i = 0; i < n && !rc; i++, part = strtok_r(NULL, ";", &save)) {
+      rc = loom_gen_cli_parse_ids(part ? part : "", &ids[i], &prompts[i].n, m.spec.vocab_size);
+      prompts[i].ids = ids[i];
+    }
+    free(copy);
+  } else if (!rc) {
+    for (int i = 0; i < n && !rc; i++) {
+      const char *text = prompts_file ? lines[i] : prompt;
+      size_t cnt;
+      if (loom_tokenizer_encode(tok, text, strlen(text), &ids[i], &cnt)) rc = LOOM_ERR;
+      else if (cnt == 0) rc = loom_err("prompt %d encodes to no tokens", i + 1);
+      prompts[i].ids = ids[i];
+      prompts[i].n = (int)cnt;
+    }
+  }
+  /* stop tokens: the tokenizer's end of text (and the chat turn end for image questions) */
+  int32_t stop_ids[2];
+  int n_stop_ids = 0;
+  if (tok && !ignore_eos) {
+    const char *names[] = {"<|endoftext|>", "<|im_end|>"};
+    for (int k = 0; k < 2; k++) {
+      int id = loom_tokenizer_token_id(tok, names[k]);
+      if (id >= 0 && id < m.spec.vocab_size) stop_ids[n_stop_ids++] = id;
+    }
+  }
+  if (!rc && n_stops && !tok) rc = loom_err("--stop needs a tokenizer (--tokenizer)");
+  loom_gen_streamer st = {tok, stops, n_stops, !json && n == 1, NULL, NULL, NULL, NULL, NULL};
+  if (!rc) {
+    st.buf = calloc((size_t)n, sizeof *st.buf);
+    st.len = calloc((size_t)n, sizeof *st.len);
+    st.cap = calloc((size_t)n, sizeof *st.cap);
+    st.printed = calloc((size_t)n, sizeof *st.printed);
+    st.cut = calloc((size_t)n, sizeof *st.cut);
+    out = calloc((size_t)n, sizeof *out);
+    loom_gen_options o = {{temperature, (int)top_k, top_p}, (uint64_t)seed, (int)max_new,
+                          stop_ids, n_stop_ids, stops, n_stops, tok,
+                          tok ? loom_gen_cli_on_token : NULL, &st};
+    loom_gen_stats stats;
+    rc = loom_generate(&m, prompts, n, &o, out, &stats);
+    if (!rc) {
+      for (int i = 0; i < n; i++) {
+        if (json) {
+          json_t *j = json_object(), *pi = json_array(), *gi = json_array();
+          for (int k = 0; k < prompts[i].n; k++) json_array_append_new(pi, json_integer(prompts[i].ids[k]));
+          for (int k = 0; k < out[i].n; k++) json_array_append_new(gi, json_integer(out[i].ids[k]));
+          json_object_set_new(j, "prompt", json_integer(i));
+          json_object_set_new(j, "prompt_ids", pi);
+          json_object_set_new(j, "ids", gi);
+          if (out[i].text) {
+            char *clean = loom_gen_cli_utf8(out[i].text);
+            json_object_set_new(j, "text", json_string(clean));
+            free(clean);
+          }
+          json_object_set_new(j, "stop", json_string(stop_name(out[i].stop)));
+          char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+          printf("%s\n", s);
+          free(s);
+          json_decref(j);
+        } else if (st.stream) {
+          const char *t = out[i].text ? out[i].text : "";
+          if (strlen(t) > st.printed[i]) fputs(t + st.printed[i], stdout);
+          fputc('\n', stdout);
+        } else if (out[i].text) {
+          printf("[%d] %s\n", i + 1, out[i].text);
+        } else {
+          printf("[%d]", i + 1);
+          for (int k = 0; k < out[i].n; k++) printf(" %d", out[i].ids[k]);
+          printf("\n");
+        }
+      }
+      fflush(stdout);
+      double pf = stats.prefill_s > 0 ? stats.prefill_tokens / stats.prefill_s : 0;
+      double dc = stats.decode_s > 0 ? stats.decode_tokens / stats.decode_s : 0;
+      fprintf(stderr,
+              "generate: %d prompt%s; prefill %ld tokens in %.3f s (%.1f tokens/s); decode %ld "
+              "tokens in %.3f s (%.1f tokens/s)\n", n, n == 1 ? "" : "s", stats.prefill_tokens,
+              stats.prefill_s, pf, stats.decode_tokens, stats.decode_s, dc);
+    }
+  }
+  if (rc) fprintf(stderr, "loom generate: %s\n", loom_errmsg());
+  for (int i = 0; i < n; i++) {
+    if (out) loom_gen_output_free(&out[i]);
+    if (ids) free(ids[i]);
+    if (st.buf) free(st.buf[i]);
+  }
+  for (int i = 0; i < n_lines; i++) free(lines[i]);
+  free(lines), free(out), free(ids), free(prompts), free(stops), free(tok_path);
+  free(st.buf), free(st.len), free(st.cap), free(st.printed), free(st.cut);
+  loom_vlm_prompt_free(&vp);
+  if (tok) loom_tokenizer_free(tok);
+  loom_gen_model_free(&m);
+  return rc ? 1 : 0;
+}

@@ -1,0 +1,363 @@
+/* `loom train --nproc N [--max-restarts K]`: the launcher stays up while the job runs. It
+ * starts the ranks (mpirun, or loom itself for one process), forwards their output without
+ * Open MPI's banners, and when the job ends without loom's own report (a rank was killed or
+ * crashed, a collective timed out) it records the failure in train.log, summary.json and the
+ * registry, then relaunches from the newest complete checkpoint, at most K times, logging
+ * each restart. Rank 0 tells it the run directory through LOOM_REPORT_FILE. */
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "loom/core.h"
+#include "loom/registry.h"
+#include "train/run_dir.h"
+
+typedef struct {
+  char *run_dir;   /* from the report file, NULL when rank 0 never got that far */
+  bool reported;   /* loom reported the failure itself (train.log, summary.json, registry) */
+  char reason[512];/* what ended the job, when loom did not report it */
+  int exited_rank; /* from Open MPI's "Process name: [[job,1],RANK]" line, -1 if none */
+} attempt_result;
+
+static void log_line(const char *run_dir, const char *text) {
+  char *path = loom_sprintf("%s/train.log", run_dir);
+  FILE *f = fopen(path, "a");
+  free(path);
+  if (!f) return;
+  char ts[32];
+  time_t now = time(NULL);
+  struct tm tm;
+  localtime_r(&now, &tm);
+  strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", &tm);
+  fprintf(f, "[%s] %s\n", ts, text);
+  fclose(f);
+}
+
+/* Open MPI's banners are blocks between lines of dashes; the ones that name mpirun/prterun
+ * or MPI_ABORT are dropped (what they say is in loom's own line), and the dead rank they
+ * name is kept as the reason. */
+static bool is_dashes(const char *s) {
+  size_t n = 0;
+  while (s[n] == '-') n++;
+  return n >= 20 && (s[n] == '\n' || s[n] == 0);
+}
+
+static void note_reason(const char *line, attempt_result *res) {
+  int rank, sig, code;
+  const char *q = strstr(line, "Process name: [[");
+  if (q && (q = strchr(q + 16, ',')) && (q = strchr(q + 1, ',')) && sscanf(q + 1, "%d", &rank) == 1)
+    res->exited_rank = rank;
+  q = strstr(line, "MPI_ABORT was invoked on rank ");
+  if (q && !res->reason[0] && sscanf(q, "MPI_ABORT was invoked on rank %d", &rank) == 1)
+    snprintf(res->reason, sizeof res->reason, "rank %d aborted the job (its message is above)",
+             rank);
+  q = strstr(line, "Exit code:");
+  if (q && res->exited_rank >= 0 && !res->reason[0] && sscanf(q, "Exit code: %d", &code) == 1)
+    snprintf(res->reason, sizeof res->reason, "rank %d exited with status %d without loom's "
+             "report", res->exited_rank, code);
+  const char *p = strstr(line, "process rank ");
+  if (p && sscanf(p, "process rank %d", &rank) == 1) {
+    const char *s = strstr(line, "on signal ");
+    if (s && sscanf(s, "on signal %d", &sig) == 1)
+      snprintf(res->reason, sizeof res->reason, "rank %d was killed by signal %d (%s)", rank,
+               sig, strsignal(sig));
+    else if (strstr(line, "exited"))
+      snprintf(res->reason, sizeof res->reason, "rank %d exited without loom's report", rank);
+  }
+}
+
+typedef struct {
+  char *block;      /* a dashes-delimited block being collected */
+  size_t blen;
+  bool in_block;
+} filter_state;
+
+static void handle_line(const char *line, filter_state *st, attempt_result *res) {
+  if (!st->in_block && is_dashes(line)) {
+    st->in_block = true;
+    st->blen = 0;
+  }
+  note_reason(line, res);
+  if (st->in_block) {
+    size_t n = strlen(line);
+    st->block = realloc(st->block, st->blen + n + 1);
+    memcpy(st->block + st->blen, line, n + 1);
+    st->blen += n;
+    if (is_dashes(line) && st->blen > n) { /* the closing line */
+      st->in_block = false;
+      bool mpi = strstr(st->block, "mpirun") || strstr(st->block, "prterun") ||
+                 strstr(st->block, "MPI_ABORT") || strstr(st->block, "MPI_COMM_WORLD") ||
+                 strstr(st->block, "Primary job");
+      if (!mpi) fputs(st->block, stderr);
+    }
+    return;
+  }
+  if (strstr(line, "mpirun noticed") || strstr(line, "prterun noticed")) return;
+  fputs(line, stderr);
+}
+
+/* Forward the job's stderr line by line through the filter; a live progress line (redrawn
+ * with "\r", no newline) goes through at once. */
+static void forward_output(int fd, attempt_result *res) {
+  filter_state st = {0};
+  char buf[4096], *line = NULL;
+  size_t len = 0, cap = 0;
+  bool live = false; /* the current line is a live progress line: passed straight through */
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; i++) {
+      char ch = buf[i];
+      if (live) {
+        fputc(ch, stderr);
+        if (ch == '\n') live = false;
+        continue;
+      }
+      if (len + 2 > cap) {
+        cap = 2 * cap + 256;
+        line = realloc(line, cap);
+      }
+      line[len++] = ch;
+      line[len] = 0;
+      if (ch == '\n') {
+        handle_line(line, &st, res);
+        len = 0;
+      }
+    }
+    if (len && !st.in_block && line[0] == '\r') { /* the progress line being redrawn */
+      fputs(line, stderr);
+      live = true;
+      len = 0;
+    }
+    fflush(stderr);
+  }
+  if (len) {
+    line[len] = 0;
+    handle_line(line, &st, res);
+  }
+  if (st.in_block && st.blen) fputs(st.block, stderr);
+  fflush(stderr);
+  free(line);
+  free(st.block);
+  close(fd);
+}
+
+static void read_report(const char *path, attempt_result *res) {
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  char line[4200];
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    if (!strncmp(line, "run ", 4)) {
+      free(res->run_dir);
+      res->run_dir = loom_strdup(line + 4);
+    } else if (!strcmp(line, "failed")) {
+      res->reported = true;
+    }
+  }
+  fclose(f);
+}
+
+/* SIGINT/SIGTERM/SIGHUP to the launcher go on to the job (mpirun passes them to the ranks). */
+static volatile pid_t running_child = 0;
+static volatile sig_atomic_t stop_signal = 0; /* a stop was asked for: no restart */
+static void forward_signal(int sig) {
+  stop_signal = sig;
+  if (running_child > 0) kill(running_child, sig);
+}
+
+/* One launch; returns the exit status (128 + signal when killed). */
+static int launch(char **args, const char *report, bool restart, attempt_result *res) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) {
+    fprintf(stderr, "loom train: cannot create a pipe: %s\n", strerror(errno));
+    return 1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "loom train: cannot start the job: %s\n", strerror(errno));
+    return 1;
+  }
+  if (pid == 0) {
+    close(pipefd[0]);
+    bool tty = isatty(STDERR_FILENO);
+    dup2(pipefd[1], STDERR_FILENO);
+    close(pipefd[1]);
+    setenv("LOOM_SUPERVISED", "1", 1);
+    setenv("LOOM_REPORT_FILE", report, 1);
+    setenv("LOOM_SUPERVISOR_TTY", tty ? "1" : "0", 1);
+    if (restart) setenv("LOOM_RESTART", "1", 1);
+    execvp(args[0], args);
+    fprintf(stderr, "loom train: cannot run %s (%s)%s\n", args[0], strerror(errno),
+            strcmp(args[0], "mpirun") ? "" : "; install openmpi-bin");
+    _exit(127);
+  }
+  close(pipefd[1]);
+  running_child = pid;
+  forward_output(pipefd[0], res);
+  int status;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  running_child = 0;
+  read_report(report, res);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+/* The registry: the run failed (status, reason), or a restart count as custom metric. */
+static void registry_update(const char *output_dir, const char *run_dir, const char *reason,
+                            long restarts) {
+  const char *env = getenv("LOOM_REGISTRY");
+  if (env && !strcmp(env, "off")) return;
+  char *db = loom_registry_path(output_dir);
+  loom_registry *reg = NULL;
+  if (loom_registry_open(&reg, db) == 0) {
+    const char *slash = strrchr(run_dir, '/');
+    const char *id = slash ? slash + 1 : run_dir;
+    char count[32];
+    snprintf(count, sizeof count, "%ld", restarts);
+    int rc = reason ? loom_registry_finish(reg, id, "failed", NULL, reason)
+                    : loom_registry_set_metric(reg, id, "restarts", count);
+    if (rc) fprintf(stderr, "loom train: warning: run registry: %s\n", loom_errmsg());
+    loom_registry_close(reg);
+  }
+  free(db);
+  loom_err_clear();
+}
+
+/* The job ended without loom's report: train.log, summary.json and the registry say so. */
+static void record_unreported(const char *output_dir, const char *run_dir, const char *reason) {
+  char *line = loom_sprintf("error: the job ended without a report from loom: %s", reason);
+  log_line(run_dir, line);
+  free(line);
+  json_t *o = json_pack("{s:s, s:s}", "status", "failed", "error", reason);
+  char *text = json_dumps(o, JSON_INDENT(2));
+  json_decref(o);
+  char *path = loom_sprintf("%s/summary.json", run_dir);
+  char *body = loom_sprintf("%s\n", text);
+  if (loom_write_file_atomic(path, body, strlen(body)))
+    fprintf(stderr, "loom train: warning: %s\n", loom_errmsg());
+  free(body);
+  free(path);
+  free(text);
+  registry_update(output_dir, run_dir, reason, 0);
+}
+
+int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_restarts,
+                             const char *output_dir) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    fprintf(stderr, "loom train: cannot find the loom executable\n");
+    return 1;
+  }
+  self[n] = 0;
+  if (geteuid() == 0) { /* Open MPI refuses root unless told it is deliberate */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = forward_signal;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  char **args = calloc((size_t)argc + 12, sizeof(char *));
+  char report[] = "/tmp/loom-report.XXXXXX";
+  int rc = 1;
+  char *run_dir = NULL;
+  for (long attempt = 0;; attempt++) {
+    int k = 0;
+    if (nproc) {
+      args[k++] = "mpirun";
+      if (atol(nproc) > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
+      args[k++] = "-np";
+      args[k++] = (char *)nproc;
+    }
+    args[k++] = self;
+    args[k++] = "train";
+    for (int i = 1; i < argc; i++) {
+      bool valued = !strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts") ||
+                    !strcmp(argv[i], "--resume");
+      if (valued && attempt > 0 && run_dir) { /* a restart continues in the run directory */
+        i++;
+        continue;
+      }
+      if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts")) {
+        i++;
+        continue;
+      }
+      args[k++] = argv[i];
+    }
+    if (attempt > 0 && run_dir) {
+      args[k++] = "--resume";
+      args[k++] = run_dir;
+    }
+    args[k] = NULL;
+    int fd = mkstemp(report);
+    if (fd < 0) {
+      fprintf(stderr, "loom train: cannot create a report file in /tmp: %s\n", strerror(errno));
+      break;
+    }
+    close(fd);
+    attempt_result res = {.exited_rank = -1};
+    int status = launch(args, report, attempt > 0 && run_dir, &res);
+    unlink(report);
+    strcpy(report, "/tmp/loom-report.XXXXXX");
+    if (res.run_dir) {
+      free(run_dir);
+      run_dir = res.run_dir;
+    }
+    rc = status;
+    if (status == 0 || res.reported) { /* done, or loom's own error (not helped by a restart) */
+      if (status == 0) rc = 0;
+      break;
+    }
+    if (!res.reason[0] && status > 128) /* one process (no mpirun), killed by a signal */
+      snprintf(res.reason, sizeof res.reason, "the process was killed by signal %d (%s)",
+               status - 128, strsignal(status - 128));
+    if (!res.reason[0])
+      snprintf(res.reason, sizeof res.reason, "the job exited with status %d%s", status,
+               status == 1 ? " (a rank aborted: see its message above)" : "");
+    fprintf(stderr, "loom train: the job failed: %s\n", res.reason);
+    if (run_dir) record_unreported(output_dir, run_dir, res.reason);
+    if (stop_signal) {
+      fprintf(stderr, "loom train: stopped by signal %d (%s); not restarting\n", (int)stop_signal,
+              strsignal(stop_signal));
+      break;
+    }
+    if (attempt >= max_restarts) {
+      if (max_restarts > 0)
+        fprintf(stderr, "loom train: giving up after %ld restart%s\n", max_restarts,
+                max_restarts == 1 ? "" : "s");
+      break;
+    }
+    char *ckpt = NULL;
+    long step = -1;
+    if (run_dir && loom_run_dir_newest_checkpoint(run_dir, &ckpt, &step)) loom_err_clear();
+    char *line = loom_sprintf("restart %ld of %ld after: %s; %s%s", attempt + 1, max_restarts,
+                              res.reason, ckpt ? "resuming from " : "",
+                              ckpt ? ckpt : run_dir ? "no complete checkpoint: from step 0"
+                                                    : "the run directory was not created yet");
+    fprintf(stderr, "loom train: %s\n", line);
+    if (run_dir) log_line(run_dir, line);
+    if (run_dir) registry_update(output_dir, run_dir, NULL, attempt + 1);
+    free(line);
+    free(ckpt);
+  }
+  free(run_dir);
+  free(args);
+  return rc == 0 ? 0 : 1;
+}

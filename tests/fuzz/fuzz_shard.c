@@ -1,0 +1,51 @@
+/* Fuzz harness: token shards (LOOMTOK1 header and token array) as `loom data inspect-shard`,
+ * loom_shard_read and the training data loader read them. Invariants beyond memory safety:
+ * every token an opened shard yields lies in [0, header vocab_size) (the header's promise, on
+ * which the embedding lookup relies), max_token is the largest of them, and the loader's
+ * windows hold only such tokens. */
+#include "fuzz_util.h"
+#include "loom/core.h"
+#include "loom/loader.h"
+#include "loom/shard.h"
+
+/* fuzz_input_file's directory goes when the process ends (the replay tests run every build). */
+static char input_dir[128];
+static void remove_input_dir(void) { loom_rm_rf(input_dir); }
+static void remove_input_dir_at_exit(const char *path) {
+  if (input_dir[0]) return;
+  snprintf(input_dir, sizeof input_dir, "%s", path);
+  *strrchr(input_dir, '/') = 0;
+  atexit(remove_input_dir);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  const char *path = fuzz_input_file(data, size, ".bin");
+  remove_input_dir_at_exit(path);
+  loom_shard_header h;
+  int32_t *tok = NULL;
+  if (loom_shard_read(path, &h, &tok)) return 0;
+  int32_t max = -1;
+  for (uint64_t i = 0; i < h.count; i++) {
+    if (tok[i] < 0 || (uint32_t)tok[i] >= h.vocab_size)
+      FUZZ_FINDING("token %d at index %llu is outside [0, vocab_size %u) of the header",
+                   (int)tok[i], (unsigned long long)i, h.vocab_size);
+    if (tok[i] > max) max = tok[i];
+  }
+  free(tok);
+  loom_loader *l;
+  if (loom_loader_open(&l, path, 1, 4, 0, 1, 7) == 0) {
+    if (loom_loader_max_token(l) != max || loom_loader_vocab_size(l) != h.vocab_size)
+      FUZZ_FINDING("loader max_token %d / vocab %u, shard max %d / vocab %u",
+                   (int)loom_loader_max_token(l), loom_loader_vocab_size(l), (int)max, h.vocab_size);
+    int32_t in[4], tg[4];
+    for (int step = 0; step < 3; step++) {
+      loom_loader_next(l, in, tg);
+      for (int k = 0; k < 4; k++)
+        if (in[k] < 0 || in[k] > max || tg[k] < 0 || tg[k] > max)
+          FUZZ_FINDING("loader window holds token %d / %d outside [0, %d]", (int)in[k],
+                       (int)tg[k], (int)max);
+    }
+    loom_loader_close(l);
+  }
+  return 0;
+}
