@@ -1,6 +1,7 @@
 /* `loom ckpt export`: a loom checkpoint directory -> a Hugging Face directory (HF tensor names
  * and layouts, F32 or BF16, sharded with model.safetensors.index.json when larger than the
- * shard size, config.json), written under OUT.tmp.<pid> and renamed into place. Every value
+ * shard size, config.json, and the run's tokenizer as tokenizer.json so that the directory
+ * generates text as it is), written under OUT.tmp.<pid> and renamed into place. Every value
  * of the checkpoint is written or the export is refused (loom_hf_plan_check; vocabulary
  * padding rows must be zero): never a silent subset. */
 #include <jansson.h>
@@ -35,9 +36,23 @@ static void find_token_ids(const loom_config *cfg, const loom_model_spec *spec,
   free(paths[0]), free(paths[1]);
 }
 
-/* The model of a loom checkpoint directory: config.yaml -> spec -> layout, then weights. */
+/* The run's tokenizer file (data.tokenizer, else data.vqa_path/tokenizer.json; as for
+ * find_token_ids) if one exists, else NULL. */
+static char *find_tokenizer(const loom_config *cfg) {
+  if (cfg->data.tokenizer[0] && loom_path_exists(cfg->data.tokenizer) &&
+      !loom_is_dir(cfg->data.tokenizer))
+    return loom_strdup(cfg->data.tokenizer);
+  if (!cfg->data.vqa_path[0]) return NULL;
+  char *p = loom_sprintf("%s/tokenizer.json", cfg->data.vqa_path);
+  if (loom_path_exists(p)) return p;
+  free(p);
+  return NULL;
+}
+
+/* The model of a loom checkpoint directory: config.yaml -> spec -> layout, then weights;
+ * *tokenizer: the run's tokenizer file or NULL. */
 static int load_checkpoint(const char *dir, loom_model_spec *spec, loom_param_layout *lay,
-                           float **params, loom_hf_token_ids *ids) {
+                           float **params, loom_hf_token_ids *ids, char **tokenizer) {
   *params = NULL;
   if (!loom_is_dir(dir))
     return loom_err("checkpoint '%s' is not a directory (expected e.g. "
@@ -54,6 +69,10 @@ static int load_checkpoint(const char *dir, loom_model_spec *spec, loom_param_la
   free(cfg_path);
   if (rc) return rc;
   find_token_ids(&cfg, spec, ids);
+  *tokenizer = find_tokenizer(&cfg);
+  if (!*tokenizer)
+    loom_log("note: the run's tokenizer (data.tokenizer '%s') does not exist: the export has no "
+             "tokenizer.json (give `loom generate` --tokenizer)", cfg.data.tokenizer);
   loom_param_layout_build(lay, spec);
   *params = loom_alloc(lay->total * sizeof(float));
   if (!loom_ckpt_is_multi_rank(dir)) return loom_weights_read(dir, spec, lay, *params);
@@ -173,9 +192,20 @@ static int check_padding(const loom_model_spec *spec, const loom_param_layout *l
   return 0;
 }
 
+/* A copy of the run's tokenizer.json (Hugging Face tokenizers format) as DIR/tokenizer.json. */
+static int copy_tokenizer(const char *dir, const char *tokenizer) {
+  char *data, *path = loom_sprintf("%s/tokenizer.json", dir);
+  size_t len;
+  int rc = loom_read_file(tokenizer, &data, &len);
+  if (rc) loom_err_prefix("data.tokenizer: ");
+  else rc = loom_write_file_atomic(path, data, len), free(data);
+  free(path);
+  return rc;
+}
+
 static int export_to(const char *tmp, const loom_model_spec *spec, const loom_param_layout *lay,
                      const float *params, const loom_hf_export_opts *o,
-                     const loom_hf_token_ids *ids) {
+                     const loom_hf_token_ids *ids, const char *tokenizer) {
   loom_hf_tensor *t;
   int n;
   if (loom_hf_plan(spec, lay, &t, &n)) return LOOM_ERR;
@@ -192,6 +222,7 @@ static int export_to(const char *tmp, const loom_model_spec *spec, const loom_pa
     rc = write_shard(tmp, t, n, shard, s, nshards, params, o->dtype);
   if (!rc && nshards > 1) rc = write_index(tmp, t, n, shard, nshards, total);
   if (!rc) rc = write_config(tmp, spec, o->dtype, ids);
+  if (!rc && tokenizer) rc = copy_tokenizer(tmp, tokenizer);
   free(shard);
   free(t);
   return rc;
@@ -207,11 +238,12 @@ int loom_hf_export(const char *ckpt_dir, const char *out_dir, const loom_hf_expo
   loom_param_layout lay = {0};
   float *params = NULL;
   loom_hf_token_ids ids;
-  if (!rc) rc = load_checkpoint(ckpt_dir, &spec, &lay, &params, &ids);
+  char *tokenizer = NULL;
+  if (!rc) rc = load_checkpoint(ckpt_dir, &spec, &lay, &params, &ids, &tokenizer);
   if (!rc) {
     char *tmp = loom_tmp_path(out);
     loom_rm_rf(tmp);
-    rc = export_to(tmp, &spec, &lay, params, o, &ids);
+    rc = export_to(tmp, &spec, &lay, params, o, &ids, tokenizer);
     if (!rc) rc = loom_rename_dir_atomic(tmp, out);
     if (rc) loom_rm_rf(tmp);
     free(tmp);
@@ -219,6 +251,6 @@ int loom_hf_export(const char *ckpt_dir, const char *out_dir, const loom_hf_expo
   if (rc) loom_err_prefix("exporting '%s' to '%s': ", ckpt_dir, out);
   loom_free(params);
   loom_param_layout_free(&lay);
-  free(out);
+  free(out), free(tokenizer);
   return rc;
 }

@@ -1,12 +1,14 @@
 /* `loom ckpt import`: a Hugging Face directory (model.safetensors, or shards listed in
  * model.safetensors.index.json; GPT-2, Llama/Qwen2, Qwen2.5-VL or loom's LLaVA-style naming;
  * F32/BF16/F16) -> a loom weights-only checkpoint (model.safetensors in fp32 with loom names
- * and padded vocabulary, config.yaml), written under OUT.tmp.<pid> and renamed into place.
+ * and padded vocabulary, config.yaml; the directory's tokenizer.json, if any, as data.tokenizer),
+ * written under OUT.tmp.<pid> and renamed into place.
  * Every tensor of the directory must be a parameter of the model its config describes (or a
  * known buffer), and every parameter must be there: errors name the tensors. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "loom/core.h"
 #include "loom/hf.h"
@@ -361,9 +363,30 @@ static int read_tensors(const hf_source *s, const loom_hf_tensor *t, int n, floa
   return rc;
 }
 
-static int write_checkpoint(const char *tmp, const char *hf_dir, const loom_param_layout *lay,
-                            const float *params, const loom_config *cfg) {
+/* The Hugging Face directory's tokenizer.json, if it has one, copied to TMP/tokenizer.json;
+ * data.tokenizer then names it at its final place OUT/tokenizer.json. */
+static int copy_tokenizer(const char *tmp, const char *hf_dir, const char *out,
+                          loom_config *cfg) {
+  char *src = loom_sprintf("%s/tokenizer.json", hf_dir), *data;
+  size_t len;
+  int rc = 0;
+  if (loom_path_exists(src)) {
+    char *dst = loom_sprintf("%s/tokenizer.json", tmp), *final = loom_sprintf("%s/tokenizer.json", out);
+    rc = loom_read_file(src, &data, &len);
+    if (!rc) rc = loom_write_file_atomic(dst, data, len), free(data);
+    if (!rc && strlen(final) >= sizeof cfg->data.tokenizer)
+      rc = loom_err("the path '%s' is too long for data.tokenizer", final);
+    if (!rc) snprintf(cfg->data.tokenizer, sizeof cfg->data.tokenizer, "%s", final);
+    free(dst), free(final);
+  }
+  free(src);
+  return rc;
+}
+
+static int write_checkpoint(const char *tmp, const char *hf_dir, const char *out,
+                            const loom_param_layout *lay, const float *params, loom_config *cfg) {
   int rc = loom_mkdir_p(tmp);
+  if (!rc) rc = copy_tokenizer(tmp, hf_dir, out, cfg);
   loom_st_writer *w = loom_st_writer_create();
   loom_st_writer_set_metadata(w, "format", "loom");
   loom_st_writer_set_metadata(w, "loom.source", hf_dir);
@@ -401,7 +424,7 @@ static int import_from(const hf_source *s, const char *hf_dir, const char *out,
   if (!rc) {
     char *tmp = loom_tmp_path(out);
     loom_rm_rf(tmp);
-    rc = write_checkpoint(tmp, hf_dir, &lay, params, &cfg);
+    rc = write_checkpoint(tmp, hf_dir, out, &lay, params, &cfg);
     if (!rc) rc = loom_rename_dir_atomic(tmp, out);
     if (rc) loom_rm_rf(tmp);
     free(tmp);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "loom/core.h"
 #include "loom/mesh.h"
@@ -44,13 +45,17 @@ void loom_dist_finalize(void) {
 }
 
 void loom_dist_abort(const char *fmt, ...) {
+  /* one write per line: ranks that fail together print whole lines, not interleaved pieces */
+  char line[4096];
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "loom: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+  int n = snprintf(line, sizeof line, "loom: ");
+  n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
   va_end(ap);
+  if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+  line[n++] = '\n';
   fflush(stderr);
+  if (write(STDERR_FILENO, line, (size_t)n) < 0) { /* nothing left to report it to */ }
   if (mpi_started) MPI_Abort(MPI_COMM_WORLD, 1);
   exit(1);
 }

@@ -72,20 +72,22 @@ int loom_evaluator_run(loom_evaluator *e, const loom_comm *job, loom_eval_loss_r
   int rc = loom_data_set_state(e->data, &start);
   double sum = 0, count = 0;
   bool failed = false;
+  loom_failure fail;
   for (long k = 0; k < e->batches; k++) {
     if (!rc) rc = loom_data_next(e->data, e->tokens, e->targets, e->vqa);
     /* data-parallel groups read different samples: a bad one stops every rank here, before
-     * the batch's collectives (a rank of the encoder only reads its group's samples too) */
-    if ((failed = loom_comm_any_failed(job, rc))) break;
+     * the batch's collectives (a rank of the encoder only reads its group's samples too),
+     * and every rank reports the reading rank's message */
+    if ((failed = loom_comm_agree(job, rc, &fail))) break;
     if (loom_data_is_vqa(e->data)) loom_exec_set_vision_batches(e->ex, e->vqa);
     double s, c;
     loom_exec_eval(e->ex, e->tokens, e->targets, &s, &c);
     sum += s;
     count += c;
   }
-  if (failed || rc) {
+  if (failed) {
     loom_comm_counters = saved;
-    return rc ? LOOM_ERR : loom_err("another rank failed to read the validation data");
+    return job->size > 1 ? loom_err("rank %d: %s", fail.rank, fail.msg) : loom_err("%s", fail.msg);
   }
   /* every rank of the text decoder has the sums; a rank of the encoder only has none: share
    * rank 0's (a text rank) */

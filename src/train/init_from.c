@@ -335,9 +335,14 @@ int loom_init_from_load(const loom_config *cfg, const loom_model_spec *spec, loo
   loom_model_spec w;
   if (!rc) rc = agree(job, weights_model(dir, &wcfg, &w) || check_model(path, cfg, spec, &wcfg, &w));
   if (!rc) rc = agree(job, load_modules(dir, ex));
-  if (kind == SRC_HF && job->rank == 0) {
-    loom_rm_rf(dir);
-    remove_levels(cfg->run.output_dir, made); /* only those still empty */
+  if (kind == SRC_HF) {
+    if (job->rank == 0) {
+      loom_rm_rf(dir);
+      remove_levels(cfg->run.output_dir, made); /* only those still empty */
+    }
+    /* no rank returns (and, on an error, aborts the job) before rank 0 has removed the
+     * import: an abort from another rank would leave it behind (rc is already agreed) */
+    rc = agree(job, rc);
   }
   if (rc) return rc;
   char what[256];

@@ -171,6 +171,16 @@ int loom_run_dir_resolve(const char *arg, const char *output_dir, bool allow_non
       *ckpt = dir;
       return 0;
     }
+    char *weights = loom_sprintf("%s/model.safetensors", dir);
+    bool weights_only = loom_path_exists(weights); /* e.g. `loom ckpt import` output */
+    free(weights);
+    if (weights_only) {
+      loom_err("--resume: '%s' has no trainer_state.json: it holds weights only (as `loom ckpt "
+               "import` writes) and cannot be resumed; start a new run from it with "
+               "checkpoint.init_from=%s", dir, dir);
+      free(dir);
+      return LOOM_ERR;
+    }
     char *cfg = loom_sprintf("%s/config.yaml", dir);
     bool is_run = loom_path_exists(cfg);
     free(cfg);

@@ -45,7 +45,7 @@ untouched "latest, no run" "no run under '$WORK/empty'" --resume latest run.outp
 cp -a "$RUN/checkpoint_9/trainer_state.json" "$WORK/ts.json"
 sed -i '0,/"step": 9/s//"stXp": 9/' "$RUN/checkpoint_9/trainer_state.json"
 BEFORE=$(state)
-untouched "corrupt trainer_state.json" "malformed trainer state" --resume "$RUN/checkpoint_9" --quiet
+untouched "corrupt trainer_state.json" "\"step\" must be an integer >= 1 (it is missing); the checkpoint is damaged" --resume "$RUN/checkpoint_9" --quiet
 cp -a "$WORK/ts.json" "$RUN/checkpoint_9/trainer_state.json"
 # a missing shard: the marker check names it
 mv "$RUN/checkpoint_9/optimizer.safetensors" "$WORK/opt.st"

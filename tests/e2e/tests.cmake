@@ -1,0 +1,14 @@
+# End-to-end: the whole user path through the `loom` executable (data -> tokenizer -> train
+# with validation -> HF export -> import -> 4-rank init_from fine-tune -> loom eval ->
+# loom generate = PyTorch greedy -> a VLM answering about an image), and bad input along it.
+# 4-rank runs are started with mpirun, whose start-up allocations LeakSanitizer would report.
+set(LOOM_E2E_ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0;LOOM_PYTHON=${LOOM_PYTHON}")
+# The VLM must learn to answer (300 steps): too slow under the sanitizers (~20x), like
+# train_vqa_learns_test; the sanitizer suite runs the same code through the other tests.
+if(NOT LOOM_SANITIZE)
+  add_test(NAME e2e_user_path
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/user_path_test.sh $<TARGET_FILE:loom> $<TARGET_FILE:gen_vqa_helper>)
+  set_tests_properties(e2e_user_path PROPERTIES TIMEOUT 400 ENVIRONMENT "${LOOM_E2E_ENV}")
+endif()
+add_test(NAME e2e_bad_input COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bad_input_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(e2e_bad_input PROPERTIES TIMEOUT 300 ENVIRONMENT "${LOOM_E2E_ENV}")
