@@ -62,6 +62,11 @@ typedef struct {
 
 /* Read summary.json of a run directory (missing keys stay NAN / -1). 0, or -1 if unreadable. */
 int loom_registry_read_summary(const char *run_dir, loom_registry_metrics *m);
+/* Progress from run_dir/metrics.jsonl (steps, final_loss, min_loss; a cut last line is
+ * skipped) and the file's modification time (*last_write, seconds since the epoch). Other
+ * fields of m are untouched. 0, or -1 when the file is missing or holds no step. */
+int loom_registry_read_progress(const char *run_dir, loom_registry_metrics *m,
+                                double *last_write);
 /* Final status ("finished" or "failed"), end time, summary metrics and error text. */
 int loom_registry_finish(loom_registry *r, const char *run_id, const char *status,
                          const loom_registry_metrics *m, const char *error);
@@ -72,9 +77,17 @@ int loom_registry_set_metric(loom_registry *r, const char *run_id, const char *k
 /* Mark running rows crashed when their heartbeat is older than timeout_s or (same host) their
  * process is gone. Returns how many were marked, or -1. */
 int loom_registry_detect_crashed(loom_registry *r, double timeout_s);
-/* Resolve an id given by a user: exact run_id, unique prefix of one, or unique run name.
+/* Resolve an id given by a user: exact run_id, else a unique run name, else a unique prefix of
+ * a run_id (an exact id or name wins over a prefix of a longer one).
  * Writes the full id (malloc'd) to *out. */
 int loom_registry_resolve(loom_registry *r, const char *given, char **out);
+/* Remove a run's row and custom metrics; with files, also its run directory (its path in
+ * *removed_dir, malloc'd, NULL when there was none). A running run is refused. */
+int loom_registry_delete(loom_registry *r, const char *run_id, bool files, char **removed_dir);
+/* Drop the rows of finished/failed/crashed runs whose run directory is gone, calling each()
+ * for every one (dry_run: only call each, change nothing). Returns how many, or -1. */
+int loom_registry_gc(loom_registry *r, bool dry_run,
+                     void (*each)(const char *id, const char *dir, void *ctx), void *ctx);
 /* run_dir and status of the newest run named `name` registered by sweep execution sweep_id
  * (malloc'd; NULL when there is none). */
 int loom_registry_find_sweep_run(loom_registry *r, const char *sweep_id, const char *name,

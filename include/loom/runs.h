@@ -66,6 +66,14 @@ typedef enum { LOOM_FMT_TABLE, LOOM_FMT_CSV, LOOM_FMT_JSON } loom_runs_format;
 int loom_runs_format_parse(const char *s, loom_runs_format *f);
 void loom_runs_print(FILE *out, const loom_runs_table *t, const loom_runs_view *v,
                      loom_runs_format f);
+/* Width in characters of column c of the view in the text table (run_id and name are never
+ * cut; other text is cut at 48 characters). */
+int loom_runs_column_width(const loom_runs_table *t, const loom_runs_view *v, int c);
+/* Fit the text table into width characters (0: no limit) by dropping the lowest-priority
+ * columns (never run_id or status; name first when the ids start with it) from v; note gets a line naming them and how to show
+ * them ("" when none). Returns how many were hidden. */
+int loom_runs_fit(const loom_runs_table *t, loom_runs_view *v, int width, char *note,
+                  size_t note_size);
 /* Every column with its kind, for --list-columns. */
 void loom_runs_list_columns(FILE *out, const loom_runs_table *t);
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/mesh.h"
 #include "loom/sim_bench.h"
@@ -93,21 +94,20 @@ int loom_cmd_bench(int argc, char **argv) {
   }
   const char *out = "configs/hardware/this-machine.yaml", *nproc = NULL, *only = NULL;
   bool quiet = false, quick = false;
-  for (int i = 1; i < argc; i++) {
-    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(o, "--quiet")) quiet = true;
-    else if (!strcmp(o, "--quick")) quick = true;
-    else if (!strcmp(o, "--out") || !strcmp(o, "--nproc") || !strcmp(o, "--only")) {
-      if (!v) return fprintf(stderr, "loom bench: %s needs a value\n", o), 2;
-      if (o[2] == 'o' && o[3] == 'u') out = v;
-      else if (o[2] == 'n') nproc = v;
-      else only = v;
-      i++;
-    } else {
-      fprintf(stderr, "loom bench: unknown argument '%s' (see loom bench --help)\n", o);
-      return 2;
-    }
+  const loom_cli_opt opts[] = {LOOM_OPT_FLAG("--quiet", &quiet), LOOM_OPT_FLAG("--quick", &quick),
+                               LOOM_OPT_VALUE("--out", &out),    LOOM_OPT_VALUE("--nproc", &nproc),
+                               LOOM_OPT_VALUE("--only", &only),  {0}};
+  loom_cli_parser p = {.command = "bench", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  if (!prc && p.npos) {
+    static const char *const subs[] = {"model", NULL};
+    fprintf(stderr, "loom bench: unknown argument '%s'%s (see loom bench --help)\n", p.pos[0],
+            loom_cli_did_you_mean(p.pos[0], subs));
+    prc = LOOM_CLI_BAD;
   }
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
+  if (prc) return 2;
   if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return loom_cli_exec_mpirun("bench", argc, argv, nproc, true);
   if (loom_dist_init(&argc, &argv)) return fprintf(stderr, "loom bench: %s\n", loom_errmsg()), 1;
   int rank = loom_dist_rank(), world = loom_dist_world();

@@ -65,7 +65,13 @@ static int parse(opts *o, int argc, char **argv) {
     else if (!strcmp(a, "--seq")) o->T = atoi(v), i++;
     else if (!strcmp(a, "--steps")) o->steps = atoi(v), i++;
     else if (!strcmp(a, "--warmup")) o->warmup = atoi(v), i++;
-    else return loom_err("unknown option '%s' (loom bench model --help)", a);
+    else {
+      static const char *const known[] = {"--model", "--dtype", "--gemm", "--json", "--out",
+                                          "--batch", "--seq", "--steps", "--warmup",
+                                          "--no-gemm", "--quiet", "--help", NULL};
+      return loom_err("unknown option '%s'%s (loom bench model --help)", a,
+                      loom_cli_did_you_mean(a, known));
+    }
   }
   if (strcmp(o->dtype, "fp32") && strcmp(o->dtype, "bf16"))
     return loom_err("--dtype must be fp32 or bf16, found '%s'", o->dtype);

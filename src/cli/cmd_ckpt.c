@@ -275,7 +275,9 @@ static int ckpt_inspect(int argc, char **argv) {
     if (!strcmp(argv[i], "--json")) {
       as_json = 1;
     } else if (argv[i][0] == '-' || path) {
-      fprintf(stderr, "loom ckpt inspect: unexpected argument '%s'\n\n", argv[i]);
+      static const char *const known[] = {"--json", "--help", NULL};
+      fprintf(stderr, "loom ckpt inspect: unexpected argument '%s'%s\n\n", argv[i],
+              argv[i][0] == '-' ? loom_cli_did_you_mean(argv[i], known) : "");
       return inspect_usage(stderr), 1;
     } else {
       path = argv[i];
@@ -331,7 +333,10 @@ int loom_cmd_ckpt(int argc, char **argv) {
     return ckpt_usage(stdout), 0;
   for (size_t i = 0; i < N_SUB; i++)
     if (!strcmp(argv[1], subcommands[i].name)) return subcommands[i].fn(argc - 1, argv + 1);
-  fprintf(stderr, "loom ckpt: unknown subcommand '%s'\n\n", argv[1]);
+  const char *names[N_SUB + 1] = {0};
+  for (size_t i = 0; i < N_SUB; i++) names[i] = subcommands[i].name;
+  fprintf(stderr, "loom ckpt: unknown subcommand '%s'%s\n\n", argv[1],
+          loom_cli_did_you_mean(argv[1], names));
   ckpt_usage(stderr);
   return 1;
 }

@@ -54,7 +54,9 @@ int loom_cmd_ckpt_compare(int argc, char **argv) {
       i++;
     } else if (!strcmp(argv[i], "--ignore") && i + 1 < argc && n_ignore < 16) ignore[n_ignore++] = argv[++i];
     else {
-      fprintf(stderr, "loom ckpt compare: unknown argument '%s' (see --help)\n", argv[i]);
+      static const char *const known[] = {"--rtol", "--atol", "--ignore", "--help", NULL};
+      fprintf(stderr, "loom ckpt compare: unknown argument '%s'%s (see --help)\n", argv[i],
+              loom_cli_did_you_mean(argv[i], known));
       return 2;
     }
   }

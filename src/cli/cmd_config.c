@@ -64,8 +64,9 @@ static int cmd_show(int argc, char **argv) {
   for (; i < argc; i++) {
     if (loom_config_is_group_choice(argv[i])) continue;
     if (argv[i][0] == '-') {
-      fprintf(stderr, "loom config show: unknown option '%s' (see loom config --help)\n",
-              argv[i]);
+      static const char *const known[] = {"--help", NULL};
+      fprintf(stderr, "loom config show: unknown option '%s'%s (see loom config --help)\n",
+              argv[i], loom_cli_did_you_mean(argv[i], known));
       return 1;
     }
     if (!is_override(argv[i])) {
@@ -100,8 +101,9 @@ int loom_cmd_config(int argc, char **argv) {
     loom_config_print_schema();
     return 0;
   }
-  fprintf(stderr, "loom config: unknown subcommand '%s' (expected show or schema)\n\n",
-          argv[1]);
+  static const char *const names[] = {"show", "schema", NULL};
+  fprintf(stderr, "loom config: unknown subcommand '%s' (expected show or schema)%s\n\n",
+          argv[1], loom_cli_did_you_mean(argv[1], names));
   usage(stderr);
   return 1;
 }

@@ -57,7 +57,12 @@ static int parse(const char *sub, int argc, char **argv, opts *o) {
     } else if (!strcmp(a, "--eot")) {
       o->eot = 1;
     } else if (a[0] == '-' && a[1] == '-') {
-      return fprintf(stderr, "loom data %s: unknown option '%s' (see --help)\n", sub, a), 1;
+      static const char *const known[] = {"--out",   "--tokenizer", "--text", "--bytes",
+                                          "--seed",  "--vocab-size", "--count", "--json",
+                                          "--eot",   "--help",       NULL};
+      fprintf(stderr, "loom data %s: unknown option '%s'%s (see --help)\n", sub, a,
+              loom_cli_did_you_mean(a, known));
+      return 1;
     } else {
       o->pos[o->npos++] = argv[i]; /* npos < i: never overwrites an unread argument */
     }
@@ -473,7 +478,10 @@ int loom_cmd_data(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
     if (!strcmp(argv[1], subs[i].name)) return subs[i].fn(argc - 1, argv + 1);
-  fprintf(stderr, "loom data: unknown subcommand '%s'\n\n", argv[1]);
+  const char *names[sizeof subs / sizeof subs[0] + 1] = {0};
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) names[i] = subs[i].name;
+  fprintf(stderr, "loom data: unknown subcommand '%s'%s\n\n", argv[1],
+          loom_cli_did_you_mean(argv[1], names));
   usage(stderr);
   return 1;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/config.h"
 #include "loom/core.h"
 #include "loom/hf.h"
@@ -41,36 +42,32 @@ static void usage(FILE *out) {
 typedef struct {
   const char *ckpt, *data, *batches, *nproc;
   bool json;
+  char **overrides; /* KEY=VALUE / ~KEY arguments, in order (malloc'd array) */
+  int noverrides;
 } eval_args;
 
-static int is_option_with_value(const char *a) {
-  return !strcmp(a, "--data") || !strcmp(a, "--batches") || !strcmp(a, "--nproc");
-}
-
+/* Options and positional arguments; LOOM_CLI_HELP after --help, 2 after a usage error. */
 static int parse_args(int argc, char **argv, eval_args *a) {
   memset(a, 0, sizeof *a);
-  for (int i = 1; i < argc; i++) {
-    if (is_option_with_value(argv[i])) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "loom eval: %s needs a value\n", argv[i]);
-        return 2;
-      }
-      const char **slot = argv[i][2] == 'd' ? &a->data : argv[i][2] == 'b' ? &a->batches : &a->nproc;
-      *slot = argv[++i];
-    } else if (!strcmp(argv[i], "--json")) {
-      a->json = true;
-    } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-      fprintf(stderr, "loom eval: unknown option '%s' (see loom eval --help)\n", argv[i]);
-      return 2;
-    } else if (!strchr(argv[i], '=') && argv[i][0] != '~') {
-      if (a->ckpt) {
-        fprintf(stderr, "loom eval: two checkpoints given ('%s' and '%s'); evaluate one at a "
-                "time\n", a->ckpt, argv[i]);
-        return 2;
-      }
-      a->ckpt = argv[i];
+  const loom_cli_opt opts[] = {LOOM_OPT_VALUE("--data", &a->data),
+                               LOOM_OPT_VALUE("--batches", &a->batches),
+                               LOOM_OPT_VALUE("--nproc", &a->nproc),
+                               LOOM_OPT_FLAG("--json", &a->json), {0}};
+  loom_cli_parser p = {.command = "eval", .opts = opts};
+  int rc = loom_cli_parse(&p, argc, argv, 1);
+  a->overrides = p.pos; /* the overrides are compacted in place: never past a checkpoint */
+  for (int i = 0; i < p.npos && !rc; i++) {
+    if (strchr(p.pos[i], '=') || p.pos[i][0] == '~') {
+      a->overrides[a->noverrides++] = p.pos[i];
+    } else if (a->ckpt) {
+      fprintf(stderr, "loom eval: two checkpoints given ('%s' and '%s'); evaluate one at a "
+              "time\n", a->ckpt, p.pos[i]);
+      rc = 2;
+    } else {
+      a->ckpt = p.pos[i];
     }
   }
+  if (rc) return rc;
   if (!a->ckpt) {
     fprintf(stderr, "loom eval: no checkpoint given\n");
     usage(stderr);
@@ -141,19 +138,12 @@ static int resolve_checkpoint(const char *ckpt, const loom_mesh *world, char **d
   return 0;
 }
 
-static int load_config(loom_config *cfg, const char *dir, int argc, char **argv,
-                       const eval_args *a) {
+static int load_config(loom_config *cfg, const char *dir, const eval_args *a) {
   loom_config_defaults(cfg);
   char *path = loom_sprintf("%s/config.yaml", dir);
   int rc = loom_config_load(cfg, path);
   free(path);
-  for (int i = 1; i < argc && !rc; i++) {
-    if (is_option_with_value(argv[i])) {
-      i++;
-      continue;
-    }
-    if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(cfg, argv[i]);
-  }
+  for (int i = 0; i < a->noverrides && !rc; i++) rc = loom_config_override(cfg, a->overrides[i]);
   if (!rc && a->data) {
     if (strlen(a->data) >= sizeof cfg->data.val_shards)
       return loom_err("--data: path longer than %zu bytes", sizeof cfg->data.val_shards - 1);
@@ -192,13 +182,13 @@ static void print_result(const eval_args *a, const loom_eval_loss_result *r, con
 }
 
 int loom_cmd_eval(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return 0;
-  }
   eval_args a;
   int prc = parse_args(argc, argv, &a);
-  if (prc) return prc;
+  if (prc == LOOM_CLI_HELP) usage(stdout);
+  if (prc) {
+    free(a.overrides);
+    return prc == LOOM_CLI_HELP ? 0 : 2;
+  }
   if (a.nproc && !getenv("OMPI_COMM_WORLD_SIZE"))
     return loom_cli_exec_mpirun("eval", argc, argv, a.nproc, false);
   if (loom_dist_init(&argc, &argv)) {
@@ -215,7 +205,9 @@ int loom_cmd_eval(int argc, char **argv) {
   loom_eval_loss_result r;
   int rc = loom_mesh_create_on(&world, 1, loom_dist_world(), 1, 1, defaults.parallel.timeout_s, 0);
   if (!rc) rc = resolve_checkpoint(a.ckpt, &world, &dir, &tmp);
-  if (!rc) rc = load_config(&cfg, dir, argc, argv, &a);
+  if (!rc) rc = load_config(&cfg, dir, &a);
+  free(a.overrides);
+  a.overrides = NULL;
   if (!rc) rc = loom_eval_checkpoint(&cfg, dir, &r, data, sizeof data);
   if (rc) {
     if (tmp && lead) loom_rm_rf(tmp);

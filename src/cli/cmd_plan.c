@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/sim.h"
 
@@ -102,27 +103,35 @@ int loom_cmd_plan(int argc, char **argv) {
   }
   plan_args a;
   memset(&a, 0, sizeof a);
-  for (int i = 1; i < argc; i++) {
-    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(o, "--dropout")) a.dropout = true;
-    else if (!strcmp(o, "--trainable")) a.trainable = true;
-    else if (!strncmp(o, "--", 2)) {
-      const char **s = !strcmp(o, "--model") ? &a.model : !strcmp(o, "--hardware") ? &a.hardware
-                       : !strcmp(o, "--dtype") ? &a.dtype : !strcmp(o, "--write-config") ? &a.write : NULL;
-      int *n = !strcmp(o, "--gpus") ? &a.gpus : !strcmp(o, "--global-batch") ? &a.gbs
-               : !strcmp(o, "--seq") ? &a.seq : !strcmp(o, "--finalists") ? &a.finalists
-               : !strcmp(o, "--top") ? &a.top : NULL;
-      if (!s && !n) return fprintf(stderr, "loom plan: unknown option '%s' (see loom plan --help)\n", o), 2;
-      if (!v) return fprintf(stderr, "loom plan: %s needs a value\n", o), 2;
-      if (s) *s = v;
-      else if (num(o, v, n)) return 2;
-      i++;
-    } else if (!strchr(o, '=') && o[0] != '~') {
-      return fprintf(stderr, "loom plan: unexpected argument '%s' (the model goes after --model)\n", o), 2;
+  const char *gpus = NULL, *gbs = NULL, *seq = NULL, *finalists = NULL, *top = NULL;
+  const loom_cli_opt opts[] = {
+      LOOM_OPT_VALUE("--model", &a.model),          LOOM_OPT_VALUE("--hardware", &a.hardware),
+      LOOM_OPT_VALUE("--gpus", &gpus),              LOOM_OPT_VALUE("--global-batch", &gbs),
+      LOOM_OPT_VALUE("--seq", &seq),                LOOM_OPT_VALUE("--dtype", &a.dtype),
+      LOOM_OPT_VALUE("--finalists", &finalists),    LOOM_OPT_VALUE("--top", &top),
+      LOOM_OPT_VALUE("--write-config", &a.write),   LOOM_OPT_FLAG("--dropout", &a.dropout),
+      LOOM_OPT_FLAG("--trainable", &a.trainable),   {0}};
+  loom_cli_parser p = {.command = "plan", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  for (int i = 0; i < p.npos && !prc; i++) /* positional: KEY=VALUE / ~KEY overrides only */
+    if (!strchr(p.pos[i], '=') && p.pos[i][0] != '~') {
+      fprintf(stderr, "loom plan: unexpected argument '%s' (the model goes after --model)\n",
+              p.pos[i]);
+      prc = LOOM_CLI_BAD;
     }
+  if (!prc && ((gpus && num("--gpus", gpus, &a.gpus)) || (gbs && num("--global-batch", gbs, &a.gbs)) ||
+               (seq && num("--seq", seq, &a.seq)) ||
+               (finalists && num("--finalists", finalists, &a.finalists)) ||
+               (top && num("--top", top, &a.top))))
+    prc = LOOM_CLI_BAD;
+  if (prc) {
+    free(p.pos);
+    if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
+    return 2;
   }
   if (!a.model || !a.hardware || !a.gpus) {
     fprintf(stderr, "loom plan: --model, --hardware and --gpus are required (see loom plan --help)\n");
+    free(p.pos);
     return 2;
   }
   loom_config cfg;
@@ -135,14 +144,8 @@ int loom_cmd_plan(int argc, char **argv) {
     snprintf(expr, sizeof expr, "model.preset=%s", a.model);
     rc = loom_config_override(&cfg, expr);
   }
-  for (int i = 1; i < argc && !rc; i++) {
-    if (!strcmp(argv[i], "--dropout") || !strcmp(argv[i], "--trainable")) continue;
-    if (!strncmp(argv[i], "--", 2)) {
-      i++;
-      continue;
-    }
-    rc = loom_config_override(&cfg, argv[i]);
-  }
+  for (int i = 0; i < p.npos && !rc; i++) rc = loom_config_override(&cfg, p.pos[i]);
+  free(p.pos);
   if (!rc) rc = loom_config_validate(&cfg);
   if (!rc) rc = run(&cfg, &a);
   if (rc) {

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/plot.h"
 #include "loom/registry.h"
@@ -21,6 +22,10 @@ static void usage(FILE *out) {
           "       loom runs show ID               config, metrics, checkpoints, log path\n"
           "       loom runs compare ID ID...      config differences and a metrics table\n"
           "       loom runs set-metric ID KEY=VALUE...  add custom metrics to a run\n"
+          "       loom runs delete ID... [--files]  remove runs from the registry (--files: and\n"
+          "                        their run directories); running runs are refused\n"
+          "       loom runs gc [--dry-run]  drop the rows of runs whose run directory is gone\n"
+          "                        (shown with status 'missing'); --dry-run: only list them\n"
           "       loom runs export --csv FILE [list options]   the table for pandas\n"
           "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--output F.svg|F.png]\n"
           "                        [--log-y] [--title TEXT]   curves of several runs (SVG)\n"
@@ -37,7 +42,8 @@ static void usage(FILE *out) {
           "  --heartbeat-timeout S   running runs silent for S seconds count as crashed\n"
           "                          (default 600, or $LOOM_HEARTBEAT_TIMEOUT)\n"
           "list options:\n"
-          "  --filter EXPR           e.g. \"training.lr > 1e-4 AND status = 'finished'\"\n"
+          "  --filter EXPR           e.g. \"training.lr > 1e-4 AND status = 'finished'\"; given\n"
+          "                          several times, a run must match all of them (AND)\n"
           "                          (=, !=, <, <=, >, >=, LIKE, AND, OR, NOT, IS NULL,\n"
           "                          + - * /, 'text', dotted config keys)\n"
           "  --sweep NAME            only runs of this sweep\n"
@@ -49,7 +55,9 @@ static void usage(FILE *out) {
           "  --format table|csv|json output format (default table)\n"
           "  --list-columns          every column name and its kind\n"
           "Default columns: run fields and metrics that are set, custom metrics, and the\n"
-          "config keys whose values differ between the listed runs.\n");
+          "config keys whose values differ between the listed runs; the table fits the\n"
+          "terminal ($COLUMNS, else its width, else 100 characters): low-priority columns are\n"
+          "hidden and named in a note. Run ids and names are never cut.\n");
 }
 
 typedef struct {
@@ -57,7 +65,9 @@ typedef struct {
   double timeout;
   loom_runs_query q;
   loom_runs_format format;
-  bool list_columns;
+  bool list_columns, files, dry_run;
+  char *filters; /* every --filter, joined with AND */
+  int nfilters;
   const char *csv_out;
   /* plot */
   const char *metric, *x, *output, *title;
@@ -81,11 +91,52 @@ static void push(char ***list, int *n, char *s) {
   (*list)[(*n)++] = s;
 }
 
-/* Values of --show/--hide: every argument up to the next option. */
-static int collect(int argc, char **argv, int *i, char ***list, int *n) {
-  int start = *i;
-  while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2)) push(list, n, argv[++*i]);
-  return *i > start ? 0 : bad("%s needs column names", argv[start]);
+/* Options with values that need more than storing (the parser calls these per value). */
+static int on_filter(const char *v, void *ctx) { /* every --filter, joined with AND */
+  runs_args *a = ctx;
+  /* one filter stays as given (its error positions and the dashboard link show it) */
+  char *all = !a->q.filter   ? loom_strdup(v)
+              : a->nfilters == 1 ? loom_sprintf("(%s) AND (%s)", a->q.filter, v)
+                                 : loom_sprintf("%s AND (%s)", a->q.filter, v);
+  free(a->filters);
+  a->q.filter = a->filters = all;
+  a->nfilters++;
+  return 0;
+}
+static int on_show(const char *v, void *ctx) {
+  runs_args *a = ctx;
+  push(&a->q.show, &a->q.nshow, (char *)v);
+  return 0;
+}
+static int on_hide(const char *v, void *ctx) {
+  runs_args *a = ctx;
+  push(&a->q.hide, &a->q.nhide, (char *)v);
+  return 0;
+}
+static int on_port(const char *v, void *ctx) {
+  char *end;
+  long port = strtol(v, &end, 10);
+  if (*end || !v[0] || port < 0 || port > 65535)
+    return loom_err("--port takes a number 0..65535 (0: any free port), not '%s'", v);
+  ((runs_args *)ctx)->port = port;
+  return 0;
+}
+static int on_limit(const char *v, void *ctx) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*end || !v[0] || n < 1) return loom_err("--limit takes a whole number >= 1, not '%s'", v);
+  ((runs_args *)ctx)->q.limit = n;
+  return 0;
+}
+static int on_timeout(const char *v, void *ctx) {
+  char *end;
+  double t = strtod(v, &end);
+  if (*end || !v[0] || t <= 0) return loom_err("--heartbeat-timeout takes seconds > 0, not '%s'", v);
+  ((runs_args *)ctx)->timeout = t;
+  return 0;
+}
+static int on_format(const char *v, void *ctx) {
+  return loom_runs_format_parse(v, &((runs_args *)ctx)->format);
 }
 
 static int parse(int argc, char **argv, int first, runs_args *a) {
@@ -95,57 +146,40 @@ static int parse(int argc, char **argv, int first, runs_args *a) {
   a->x = "step";
   a->host = "127.0.0.1";
   a->port = 8765;
-  for (int i = first; i < argc; i++) {
-    const char *o = argv[i];
-    static const char *const with_value[] = {"--db", "--runs-dir", "--filter", "--sweep",
-                                             "--sort-by", "--csv", "--metric", "--x", "--output",
-                                             "-o", "--title", "--limit", "--heartbeat-timeout",
-                                             "--format", "--port", "--host", "--sweeps-dir",
-                                             NULL};
-    for (int k = 0; with_value[k]; k++)
-      if (!strcmp(o, with_value[k]) && i + 1 >= argc) return bad("%s needs a value", o);
-#define VAL(name) (!strcmp(o, name))
-    if (VAL("--db")) a->db = argv[++i];
-    else if (VAL("--runs-dir")) a->runs_dir = argv[++i];
-    else if (VAL("--filter")) a->q.filter = argv[++i];
-    else if (VAL("--sweep")) a->q.sweep = argv[++i];
-    else if (VAL("--sort-by")) a->q.sort_by = argv[++i];
-    else if (VAL("--csv")) a->csv_out = argv[++i];
-    else if (VAL("--metric")) a->metric = argv[++i];
-    else if (VAL("--x")) a->x = argv[++i];
-    else if (VAL("--output") || VAL("-o")) a->output = argv[++i];
-    else if (VAL("--title")) a->title = argv[++i];
-    else if (VAL("--host")) a->host = argv[++i];
-    else if (VAL("--sweeps-dir")) a->sweeps_dir = argv[++i];
-    else if (VAL("--port")) {
-      char *end;
-      a->port = strtol(argv[++i], &end, 10);
-      if (*end || !argv[i][0] || a->port < 0 || a->port > 65535)
-        return bad("--port takes a number 0..65535 (0: any free port), not '%s'", argv[i]);
-    }
-    else if (VAL("--limit")) {
-      char *end;
-      a->q.limit = strtol(argv[++i], &end, 10);
-      if (*end || a->q.limit < 1) return bad("--limit takes a whole number >= 1, not '%s'", argv[i]);
-    } else if (VAL("--heartbeat-timeout")) {
-      char *end;
-      a->timeout = strtod(argv[++i], &end);
-      if (*end || a->timeout <= 0) return bad("--heartbeat-timeout takes seconds > 0, not '%s'", argv[i]);
-    } else if (VAL("--format")) {
-      if (loom_runs_format_parse(argv[++i], &a->format)) return bad("%s", loom_errmsg());
-    } else if (!strcmp(o, "--show")) {
-      if (collect(argc, argv, &i, &a->q.show, &a->q.nshow)) return 2;
-    } else if (!strcmp(o, "--hide")) {
-      if (collect(argc, argv, &i, &a->q.hide, &a->q.nhide)) return 2;
-    } else if (!strcmp(o, "--descending")) a->q.descending = true;
-    else if (!strcmp(o, "--all-columns")) a->q.all_columns = true;
-    else if (!strcmp(o, "--list-columns")) a->list_columns = true;
-    else if (!strcmp(o, "--log-y")) a->log_y = true;
-    else if (o[0] == '-' && o[1]) return bad("unknown option '%s'", o);
-    else push(&a->ids, &a->nids, argv[i]);
-#undef VAL
-  }
-  return 0;
+  const char *sweep = NULL, *sort_by = NULL;
+  const loom_cli_opt opts[] = {
+      LOOM_OPT_VALUE("--db", &a->db),
+      LOOM_OPT_VALUE("--runs-dir", &a->runs_dir),
+      LOOM_OPT_EACH("--filter", on_filter),
+      LOOM_OPT_VALUE("--sweep", &sweep),
+      LOOM_OPT_VALUE("--sort-by", &sort_by),
+      LOOM_OPT_FLAG("--descending", &a->q.descending),
+      {.name = "--show", .each = on_show, .greedy = true},
+      {.name = "--hide", .each = on_hide, .greedy = true},
+      LOOM_OPT_FLAG("--all-columns", &a->q.all_columns),
+      LOOM_OPT_EACH("--limit", on_limit),
+      LOOM_OPT_EACH("--format", on_format),
+      LOOM_OPT_FLAG("--list-columns", &a->list_columns),
+      LOOM_OPT_EACH("--heartbeat-timeout", on_timeout),
+      LOOM_OPT_VALUE("--csv", &a->csv_out),
+      LOOM_OPT_VALUE("--metric", &a->metric),
+      LOOM_OPT_VALUE("--x", &a->x),
+      {.name = "--output", .alias = "-o", .value = &a->output},
+      LOOM_OPT_VALUE("--title", &a->title),
+      LOOM_OPT_FLAG("--log-y", &a->log_y),
+      LOOM_OPT_EACH("--port", on_port),
+      LOOM_OPT_VALUE("--host", &a->host),
+      LOOM_OPT_VALUE("--sweeps-dir", &a->sweeps_dir),
+      LOOM_OPT_FLAG("--files", &a->files),
+      LOOM_OPT_FLAG("--dry-run", &a->dry_run),
+      {0}};
+  loom_cli_parser p = {.command = "runs", .opts = opts, .ctx = a};
+  int rc = loom_cli_parse(&p, argc, argv, first);
+  a->q.sweep = sweep;
+  a->q.sort_by = sort_by;
+  a->ids = p.pos;
+  a->nids = p.npos;
+  return rc == LOOM_CLI_HELP ? (usage(stdout), -1) : rc;
 }
 
 static int open_registry(const runs_args *a, loom_registry **r) {
@@ -202,7 +236,12 @@ static int do_list(runs_args *a, loom_registry *r, loom_runs_table *t) {
       else printf("wrote %d runs x %d columns to %s\n", v.nrows, v.ncols, a->csv_out);
     }
   } else {
+    char note[1400] = "";
+    /* the default columns fit the terminal; --show / --all-columns print what was asked */
+    if (a->format == LOOM_FMT_TABLE && !a->q.nshow && !a->q.all_columns)
+      loom_runs_fit(t, &v, loom_cli_terminal_width(), note, sizeof note);
     loom_runs_print(stdout, t, &v, a->format);
+    if (note[0]) printf("%s\n", note);
   }
   loom_runs_view_free(&v);
   return rc;
@@ -283,6 +322,38 @@ static int do_plot(runs_args *a, loom_registry *r, loom_runs_table *t) {
   for (int i = 0; i < a->nids; i++) loom_series_free(&series[i]), free(names[i]);
   free(series), free(names), free(curves);
   return rc;
+}
+
+static int do_delete(runs_args *a, loom_registry *r, loom_runs_table *t) {
+  (void)t;
+  if (a->nids < 1) return loom_err("usage: loom runs delete ID... [--files]");
+  char **ids = calloc((size_t)a->nids, sizeof *ids);
+  int rc = 0;
+  for (int i = 0; i < a->nids && !rc; i++) /* every id resolves before anything is deleted */
+    rc = loom_registry_resolve(r, a->ids[i], &ids[i]);
+  for (int i = 0; i < a->nids && !rc; i++) {
+    char *dir;
+    rc = loom_registry_delete(r, ids[i], a->files, &dir);
+    if (!rc) printf("deleted %s%s%s\n", ids[i], dir ? " and " : "", dir ? dir : "");
+    free(dir);
+  }
+  for (int i = 0; i < a->nids; i++) free(ids[i]);
+  free(ids);
+  return rc;
+}
+
+static void print_gc(const char *id, const char *dir, void *ctx) {
+  printf("%s %s (%s is gone)\n", *(bool *)ctx ? "would drop" : "dropped", id, dir);
+}
+
+static int do_gc(runs_args *a, loom_registry *r, loom_runs_table *t) {
+  (void)t;
+  if (a->nids) return loom_err("gc takes no run ids ('%s')", a->ids[0]);
+  int n = loom_registry_gc(r, a->dry_run, print_gc, &a->dry_run);
+  if (n < 0) return -1;
+  printf("%s%d run%s whose run directory is gone\n", a->dry_run ? "would drop " : "dropped ", n,
+         n == 1 ? "" : "s");
+  return 0;
 }
 
 /* The dashboard; runs until SIGINT/SIGTERM. The registry was opened by load(): a missing one
@@ -433,14 +504,24 @@ int loom_cmd_runs(int argc, char **argv) {
     int (*fn)(runs_args *, loom_registry *, loom_runs_table *);
   } subs[] = {{"list", do_list},         {"show", do_show},   {"compare", do_compare},
               {"set-metric", do_set_metric}, {"export", do_list}, {"plot", do_plot},
-              {"serve", do_serve}};
+              {"serve", do_serve},   {"delete", do_delete}, {"gc", do_gc}};
   runs_args a = {0};
   int rc = parse(argc, argv, 1, &a), sub = 0;
+  if (rc < 0) { /* --help */
+    free(a.q.show), free(a.q.hide), free(a.ids), free(a.filters);
+    return 0;
+  }
   bool named = false; /* the first positional argument may name a subcommand */
   for (size_t k = 0; !rc && a.nids && k < sizeof subs / sizeof subs[0]; k++)
     if (!strcmp(a.ids[0], subs[k].name)) sub = (int)k, named = true;
   if (named) memmove(a.ids, a.ids + 1, sizeof(char *) * (size_t)--a.nids);
-  if (!rc && sub == 0 && a.nids) rc = bad("unexpected argument '%s'", a.ids[0]);
+  if (!rc && sub == 0 && a.nids) {
+    const char *names[sizeof subs / sizeof subs[0] + 2] = {"diff"}; /* diff: do_diff */
+    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) names[k + 1] = subs[k].name;
+    fprintf(stderr, "loom runs: unknown subcommand '%s'%s (see loom runs --help)\n", a.ids[0],
+            loom_cli_did_you_mean(a.ids[0], names));
+    rc = 2;
+  }
   if (!rc && !strcmp(subs[sub].name, "export") && !a.csv_out) rc = bad("%s", "export needs --csv FILE");
   if (!rc) {
     loom_registry *r = NULL;
@@ -453,6 +534,6 @@ int loom_cmd_runs(int argc, char **argv) {
     loom_runs_free(&t);
     loom_registry_close(r);
   }
-  free(a.q.show), free(a.q.hide), free(a.ids);
+  free(a.q.show), free(a.q.hide), free(a.ids), free(a.filters);
   return rc;
 }

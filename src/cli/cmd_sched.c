@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/sched.h"
 
@@ -84,24 +85,25 @@ static int cmd_show(int argc, char **argv) {
   }
   int pp = 0, vpp = 1, m = 0;
   const char *name = "1f1b", *format = "text", *file = NULL;
-  for (int i = 1; i < argc; i += 2) {
-    const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-    int known = !strcmp(opt, "--pp") || !strcmp(opt, "--vpp") ||
-                !strcmp(opt, "--microbatches") || !strcmp(opt, "--schedule") ||
-                !strcmp(opt, "--format") || !strcmp(opt, "--file");
-    if (!known || !val) {
-      fprintf(stderr, "loom sched show: %s '%s' (see loom sched show --help)\n",
-              known ? "missing value after" : "unknown option", opt);
-      return 2;
-    }
-    if ((!strcmp(opt, "--pp") && parse_count(opt, val, &pp)) ||
-        (!strcmp(opt, "--vpp") && parse_count(opt, val, &vpp)) ||
-        (!strcmp(opt, "--microbatches") && parse_count(opt, val, &m)))
-      return 2;
-    if (!strcmp(opt, "--schedule")) name = val;
-    if (!strcmp(opt, "--format")) format = val;
-    if (!strcmp(opt, "--file")) file = val;
+  const char *pp_s = NULL, *vpp_s = NULL, *m_s = NULL;
+  const loom_cli_opt opts[] = {
+      LOOM_OPT_VALUE("--pp", &pp_s),         LOOM_OPT_VALUE("--vpp", &vpp_s),
+      LOOM_OPT_VALUE("--microbatches", &m_s), LOOM_OPT_VALUE("--schedule", &name),
+      LOOM_OPT_VALUE("--format", &format),   LOOM_OPT_VALUE("--file", &file),
+      {0}};
+  loom_cli_parser p = {.command = "sched show", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  if (!prc && p.npos) {
+    fprintf(stderr, "loom sched show: unexpected argument '%s' (see loom sched show --help)\n",
+            p.pos[0]);
+    prc = LOOM_CLI_BAD;
   }
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return usage_show(stdout), 0;
+  if (prc) return 2;
+  if ((pp_s && parse_count("--pp", pp_s, &pp)) || (vpp_s && parse_count("--vpp", vpp_s, &vpp)) ||
+      (m_s && parse_count("--microbatches", m_s, &m)))
+    return 2;
   if (strcmp(format, "text") && strcmp(format, "grid")) {
     fprintf(stderr, "loom sched show: --format must be text or grid, got '%s'\n", format);
     return 2;
@@ -168,7 +170,10 @@ int loom_cmd_sched(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
-  if (argc >= 2) fprintf(stderr, "loom sched: unknown subcommand '%s'\n\n", argv[1]);
+  static const char *const names[] = {"show", "validate", NULL};
+  if (argc >= 2)
+    fprintf(stderr, "loom sched: unknown subcommand '%s'%s\n\n", argv[1],
+            loom_cli_did_you_mean(argv[1], names));
   usage(stderr);
   return 2;
 }

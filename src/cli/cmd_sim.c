@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/sim.h"
 
@@ -150,61 +151,57 @@ int loom_cmd_sim(int argc, char **argv) {
     return 0;
   }
   sim_args a = {0};
-  const char *config_path = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(o, "--list-hardware")) {
-      loom_hw_list();
-      return 0;
-    } else if (!strcmp(o, "--dropout")) {
-      a.dropout = true;
-    } else if (!strcmp(o, "--breakdown")) {
-      a.breakdown = true;
-    } else if (!strncmp(o, "--", 2)) {
-      const char **dst = !strcmp(o, "--hardware") ? &a.hardware : !strcmp(o, "--schedule") ? &a.schedule
-                         : !strcmp(o, "--trace") ? &a.trace : !strcmp(o, "--recompute") ? &a.recompute
-                         : !strcmp(o, "--dtype") ? &a.dtype : !strcmp(o, "--attention") ? &a.attention
-                         : !strcmp(o, "--json") ? &a.json : !strcmp(o, "--vision") ? &a.vision : NULL;
-      if (!strcmp(o, "--nodes") || !strcmp(o, "--gpus") || !strcmp(o, "--patches")) {
-        if (parse_int(o, v, o[2] == 'n' ? &a.nodes : o[2] == 'g' ? &a.gpus : &a.patches)) return 2;
-      } else if (!dst) {
-        fprintf(stderr, "loom sim: unknown option '%s' (see loom sim --help)\n", o);
-        return 2;
-      } else if (!v) {
-        fprintf(stderr, "loom sim: %s needs a value\n", o);
-        return 2;
-      } else {
-        *dst = v;
-      }
-      i++;
-    } else if (!strchr(o, '=') && o[0] != '~') {
-      if (config_path) {
-        fprintf(stderr, "loom sim: two config files given ('%s' and '%s')\n", config_path, o);
-        return 2;
-      }
-      config_path = o;
+  const char *config_path = NULL, *nodes = NULL, *gpus = NULL, *patches = NULL;
+  bool list_hardware = false;
+  const loom_cli_opt opts[] = {
+      LOOM_OPT_VALUE("--hardware", &a.hardware),   LOOM_OPT_VALUE("--nodes", &nodes),
+      LOOM_OPT_VALUE("--gpus", &gpus),             LOOM_OPT_VALUE("--schedule", &a.schedule),
+      LOOM_OPT_VALUE("--recompute", &a.recompute), LOOM_OPT_VALUE("--dtype", &a.dtype),
+      LOOM_OPT_VALUE("--attention", &a.attention), LOOM_OPT_VALUE("--vision", &a.vision),
+      LOOM_OPT_VALUE("--patches", &patches),       LOOM_OPT_VALUE("--trace", &a.trace),
+      LOOM_OPT_VALUE("--json", &a.json),           LOOM_OPT_FLAG("--dropout", &a.dropout),
+      LOOM_OPT_FLAG("--breakdown", &a.breakdown),  LOOM_OPT_FLAG("--list-hardware", &list_hardware),
+      {0}};
+  loom_cli_parser p = {.command = "sim", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  char **overrides = p.pos; /* compacted in place: KEY=VALUE / ~KEY, in order */
+  int noverrides = 0;
+  for (int i = 0; i < p.npos && !prc; i++) {
+    if (strchr(p.pos[i], '=') || p.pos[i][0] == '~') {
+      overrides[noverrides++] = p.pos[i];
+    } else if (config_path) {
+      fprintf(stderr, "loom sim: two config files given ('%s' and '%s')\n", config_path, p.pos[i]);
+      prc = LOOM_CLI_BAD;
+    } else {
+      config_path = p.pos[i];
     }
+  }
+  if (!prc && ((nodes && parse_int("--nodes", nodes, &a.nodes)) ||
+               (gpus && parse_int("--gpus", gpus, &a.gpus)) ||
+               (patches && parse_int("--patches", patches, &a.patches))))
+    prc = LOOM_CLI_BAD;
+  if (prc || list_hardware) {
+    free(overrides);
+    if (prc == LOOM_CLI_HELP) usage(stdout);
+    if (!prc) loom_hw_list();
+    return prc == LOOM_CLI_BAD ? 2 : 0;
   }
   if (!a.hardware) {
     fprintf(stderr, "loom sim: --hardware is required (a100-80gb, h100-sxm, h200, this-machine "
             "or a file; see loom sim --list-hardware)\n");
+    free(overrides);
     return 2;
   }
   if (a.nodes && a.gpus) {
     fprintf(stderr, "loom sim: give --nodes or --gpus, not both\n");
+    free(overrides);
     return 2;
   }
   loom_config cfg;
   loom_config_defaults(&cfg);
   int rc = config_path ? loom_config_load(&cfg, config_path) : 0;
-  for (int i = 1; i < argc && !rc; i++) {
-    if (!strcmp(argv[i], "--dropout") || !strcmp(argv[i], "--breakdown")) continue;
-    if (!strncmp(argv[i], "--", 2)) {
-      i++;
-      continue;
-    }
-    if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(&cfg, argv[i]);
-  }
+  for (int i = 0; i < noverrides && !rc; i++) rc = loom_config_override(&cfg, overrides[i]);
+  free(overrides);
   if (!rc) rc = loom_config_validate(&cfg);
   if (!rc) rc = run(&cfg, &a);
   if (rc) {

@@ -110,7 +110,9 @@ static int cmd_generate(int argc, char **argv) {
     else if (is_override(argv[i])) ov[nov++] = argv[i];
     else if (argv[i][0] == '-' || src) {
       free(ov);
-      return fprintf(stderr, "loom sweep generate: unexpected '%s'\n", argv[i]), 2;
+      static const char *const known[] = {"--output-dir", "--force", "--help", NULL};
+      return fprintf(stderr, "loom sweep generate: unexpected '%s'%s\n", argv[i],
+                     argv[i][0] == '-' ? loom_cli_did_you_mean(argv[i], known) : ""), 2;
     } else src = argv[i];
   }
   if (!src) return free(ov), fprintf(stderr, "loom sweep generate: missing SWEEP.yaml\n"), 2;
@@ -238,8 +240,15 @@ static int cmd_run(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--stop-on-failure")) o.stop_on_failure = true;
     else if (!strcmp(argv[i], "--continue-on-failure")) o.stop_on_failure = false;
     else if (!strcmp(argv[i], "--dry-run")) o.dry_run = true;
-    else if (argv[i][0] == '-' || src)
-      rc = (fprintf(stderr, "loom sweep run: unexpected '%s' (see loom sweep --help)\n", argv[i]), 2);
+    else if (argv[i][0] == '-' || src) {
+      static const char *const known[] = {
+          "--launcher", "--hardware", "--parallel", "--log-dir", "--mpirun-args", "--mpirun",
+          "--sbatch", "--skip", "--color", "--stop-on-failure", "--continue-on-failure",
+          "--dry-run", "--account", "--constraint", "--mem", "--ntasks-per-node", "--partition",
+          "--qos", "--srun-args", "--time", "--help", NULL};
+      rc = (fprintf(stderr, "loom sweep run: unexpected '%s'%s (see loom sweep --help)\n", argv[i],
+                    argv[i][0] == '-' ? loom_cli_did_you_mean(argv[i], known) : ""), 2);
+    }
     else src = argv[i];
   }
   if (!rc && !src) rc = (fprintf(stderr, "loom sweep run: missing SWEEP.yaml or directory\n"), 2);
@@ -292,7 +301,9 @@ int loom_cmd_sweep(int argc, char **argv) {
   if (!strcmp(sub, "run")) return cmd_run(argc - 1, argv + 1);
   if (!strcmp(sub, "summary")) return cmd_summary(argc - 1, argv + 1);
   if (loom_path_exists(sub) && !loom_is_dir(sub)) return cmd_run(argc, argv); /* sweep FILE */
-  fprintf(stderr, "loom sweep: unknown subcommand '%s' (nor a sweep file)\n\n", sub);
+  static const char *const names[] = {"generate", "show", "run", "summary", NULL};
+  fprintf(stderr, "loom sweep: unknown subcommand '%s' (nor a sweep file)%s\n\n", sub,
+          loom_cli_did_you_mean(sub, names));
   usage(stderr);
   return 2;
 }

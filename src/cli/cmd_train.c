@@ -54,16 +54,17 @@ static void usage(FILE *out) {
           "  loom train --resume latest\n");
 }
 
-
-static char *join_args(int argc, char **argv) {
-  size_t n = 16;
-  for (int i = 0; i < argc; i++) n += strlen(argv[i]) + 1;
-  char *s = calloc(1, n);
-  strcpy(s, "loom");
-  for (int i = 0; i < argc; i++) {
-    strcat(s, " ");
-    strcat(s, argv[i]);
+/* The command that re-runs this one, shell-quoted (ranks started by mpirun: with --nproc). */
+static char *recorded_command(int argc, char **argv) {
+  char **args = calloc((size_t)argc + 2, sizeof *args), world[16];
+  for (int i = 1; i < argc; i++) args[i - 1] = argv[i];
+  int n = argc - 1;
+  if (loom_dist_world() > 1) {
+    snprintf(world, sizeof world, "%d", loom_dist_world());
+    args[n++] = "--nproc", args[n++] = world;
   }
+  char *s = loom_cli_command_line("train", n, args);
+  free(args);
   return s;
 }
 
@@ -194,7 +195,10 @@ int loom_cmd_train(int argc, char **argv) {
     } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--multirun")) {
       multi = true;
     } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-      fprintf(stderr, "loom train: unknown option '%s' (see loom train --help)\n", argv[i]);
+      static const char *const known[] = {"--resume", "--stop-after", "--nproc", "--trace",
+                                          "--max-restarts", "--quiet", "--help", NULL};
+      fprintf(stderr, "loom train: unknown option '%s'%s (see loom train --help)\n", argv[i],
+              loom_cli_did_you_mean(argv[i], known));
       return 2;
     } else if (!strchr(argv[i], '=') && argv[i][0] != '~') {
       if (config_path) {
@@ -248,7 +252,7 @@ int loom_cmd_train(int argc, char **argv) {
     fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
     return 1;
   }
-  opts.command_line = join_args(argc - 1, argv + 1);
+  opts.command_line = recorded_command(argc, argv);
   loom_train_failure failure = {false, false, -1};
   opts.failure = &failure;
   rc = loom_train_run(&cfg, &opts);

@@ -20,6 +20,14 @@ int loom_cmd_plan(int argc, char **argv);    /* src/cli/cmd_plan.c */
 int loom_cmd_generate(int argc, char **argv); /* src/cli/cmd_generate.c */
 /* true when argv holds -h or --help */
 int loom_cli_wants_help(int argc, char **argv);
+/* "; did you mean 'X'?" for the name in names (NULL-terminated) nearest to word (edit
+ * distance, src/exp/config_suggest.c), or "" when none is near. Static buffer. */
+const char *loom_cli_did_you_mean(const char *word, const char *const *names);
+/* "loom <command> argv..." with every argument shell-quoted where needed: pasted into a shell
+ * it runs the same command (malloc'd). */
+char *loom_cli_command_line(const char *command, int argc, char **argv);
+/* Width of the output: $COLUMNS, else the terminal's (TIOCGWINSZ), else 100. */
+int loom_cli_terminal_width(void);
 /* loom train --nproc/--max-restarts: run the job under a supervising launcher that reports
  * unreported failures and relaunches from the newest complete checkpoint (train_supervisor.c) */
 int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_restarts,

@@ -3,9 +3,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "exp/config_internal.h"
+#include "loom/core.h"
 #include "loom/mpi_env.h"
 
 int loom_cli_wants_help(int argc, char **argv) {
@@ -44,4 +47,54 @@ int loom_cli_exec_mpirun(const char *command, int argc, char **argv, const char 
           strerror(errno));
   free(args);
   return 1;
+}
+
+const char *loom_cli_did_you_mean(const char *word, const char *const *names) {
+  static char text[160];
+  const char *near = loom_config_nearest_of(word, names);
+  if (!near) return "";
+  snprintf(text, sizeof text, "; did you mean '%s'?", near);
+  return text;
+}
+
+/* A word the shell passes through unchanged needs no quotes. */
+static bool shell_plain(const char *s) {
+  if (!*s) return false;
+  for (const char *p = s; *p; p++)
+    if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%_+=:,./-", *p))
+      return false;
+  return true;
+}
+
+char *loom_cli_command_line(const char *command, int argc, char **argv) {
+  size_t n = strlen(command) + 8;
+  for (int i = 0; i < argc; i++) n += 4 * strlen(argv[i]) + 3;
+  char *s = calloc(1, n), *p = s;
+  p += sprintf(p, "loom %s", command);
+  for (int i = 0; i < argc; i++) {
+    *p++ = ' ';
+    if (shell_plain(argv[i])) {
+      p += sprintf(p, "%s", argv[i]);
+      continue;
+    }
+    *p++ = '\''; /* '...' with each ' written as '\'' */
+    for (const char *c = argv[i]; *c; c++) {
+      if (*c == '\'') p += sprintf(p, "'\\''");
+      else *p++ = *c;
+    }
+    *p++ = '\'';
+  }
+  *p = 0;
+  return s;
+}
+
+int loom_cli_terminal_width(void) {
+  const char *env = getenv("COLUMNS");
+  char *end;
+  long n = env && *env ? strtol(env, &end, 10) : 0;
+  if (env && *env && !*end && n > 0) return (int)n;
+  struct winsize ws;
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  return 100;
 }

@@ -69,7 +69,9 @@ int loom_grad_norms_cmd(int argc, char **argv) {
     if (!strcmp(argv[i], "--sort")) sort = true;
     else if (!strcmp(argv[i], "--json")) as_json = true;
     else if (argv[i][0] == '-' || path) {
-      fprintf(stderr, "loom ckpt grad-norms: unexpected argument '%s'\n\n", argv[i]);
+      static const char *const known[] = {"--sort", "--json", "--help", NULL};
+      fprintf(stderr, "loom ckpt grad-norms: unexpected argument '%s'%s\n\n", argv[i],
+              argv[i][0] == '-' ? loom_cli_did_you_mean(argv[i], known) : "");
       return usage(stderr), 1;
     } else path = argv[i];
   }

@@ -1,6 +1,7 @@
 /* Reading-side upkeep of the run registry: marking runs crashed (no heartbeat within the
  * timeout, or their process gone on this host) and resolving the run ids users type. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,16 +15,35 @@ static bool process_gone(long pid) {
   return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
-static int mark_crashed(loom_registry *r, const char *run_id, double heartbeat,
-                        const char *why) {
+static void bind_real_or_null(sqlite3_stmt *st, int i, double v) {
+  if (isfinite(v)) sqlite3_bind_double(st, i, v);
+  else sqlite3_bind_null(st, i);
+}
+
+/* The run keeps the progress its metrics.jsonl records (the heartbeat may be older than its
+ * last steps, or absent for a short run): steps, final and lowest loss, and the end time is
+ * the later of the heartbeat and the file's last write. */
+static int mark_crashed(loom_registry *r, const char *run_id, const char *run_dir,
+                        double heartbeat, const char *why) {
+  loom_registry_metrics m = {.steps = -1, .final_loss = NAN, .min_loss = NAN};
+  double last_write = NAN;
+  if (run_dir && loom_registry_read_progress(run_dir, &m, &last_write)) loom_err_clear();
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(r->db,
-                         "UPDATE runs SET status='crashed', end_time=heartbeat, error=? WHERE "
-                         "run_id=? AND status='running' AND heartbeat=?", -1, &st, NULL))
+                         "UPDATE runs SET status='crashed', end_time=MAX(heartbeat, "
+                         "COALESCE(?4, heartbeat)), steps=COALESCE(?5, steps), "
+                         "final_loss=COALESCE(?6, final_loss), min_loss=COALESCE(?7, min_loss), "
+                         "error=?1 WHERE run_id=?2 AND status='running' AND heartbeat=?3",
+                         -1, &st, NULL))
     return loom_registry_sql_err(r, "preparing the crash update");
   sqlite3_bind_text(st, 1, why, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st, 2, run_id, -1, SQLITE_TRANSIENT);
   sqlite3_bind_double(st, 3, heartbeat);
+  bind_real_or_null(st, 4, last_write);
+  if (m.steps >= 0) sqlite3_bind_int64(st, 5, m.steps);
+  else sqlite3_bind_null(st, 5);
+  bind_real_or_null(st, 6, m.final_loss);
+  bind_real_or_null(st, 7, m.min_loss);
   int rc = loom_registry_step(r, st) == SQLITE_DONE ? 0 : loom_registry_sql_err(r, "marking a crash");
   sqlite3_finalize(st);
   return rc ? -1 : sqlite3_changes(r->db);
@@ -36,7 +56,7 @@ int loom_registry_detect_crashed(loom_registry *r, double timeout_s) {
   if (loom_registry_exec(r, "BEGIN IMMEDIATE")) return -1;
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(r->db,
-                         "SELECT run_id, host, pid, heartbeat FROM runs WHERE status='running'",
+                         "SELECT run_id, host, pid, heartbeat, run_dir FROM runs WHERE status='running'",
                          -1, &st, NULL)) {
     loom_registry_sql_err(r, "looking for crashed runs");
     sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
@@ -44,7 +64,7 @@ int loom_registry_detect_crashed(loom_registry *r, double timeout_s) {
   }
   /* collect first, then update: no writes while the SELECT is being stepped */
   typedef struct {
-    char *id;
+    char *id, *dir;
     double beat;
     char why[400];
   } stale;
@@ -64,15 +84,18 @@ int loom_registry_detect_crashed(loom_registry *r, double timeout_s) {
     if (!why[0] || !id) continue;
     list = realloc(list, (size_t)(n + 1) * sizeof *list);
     list[n].id = loom_strdup(id);
+    const char *dir = (const char *)sqlite3_column_text(st, 4);
+    list[n].dir = dir ? loom_strdup(dir) : NULL;
     list[n].beat = beat;
     memcpy(list[n].why, why, sizeof why);
     n++;
   }
   sqlite3_finalize(st);
   for (int i = 0; i < n; i++) {
-    if (rc >= 0) rc = mark_crashed(r, list[i].id, list[i].beat, list[i].why);
+    if (rc >= 0) rc = mark_crashed(r, list[i].id, list[i].dir, list[i].beat, list[i].why);
     if (rc > 0) marked += rc;
     free(list[i].id);
+    free(list[i].dir);
   }
   free(list);
   if (rc < 0) {
@@ -106,9 +129,9 @@ static void free_ids(char **ids, int n) {
 int loom_registry_resolve(loom_registry *r, const char *given, char **out) {
   if (!given || !*given) return loom_err("empty run id; 'loom runs' lists run ids");
   static const char *const queries[] = {
-      "SELECT run_id FROM runs WHERE run_id=?",
-      "SELECT run_id FROM runs WHERE substr(run_id, 1, length(?1))=?1 ORDER BY start_time",
+      "SELECT run_id FROM runs WHERE run_id=?", /* exact matches win over prefixes */
       "SELECT run_id FROM runs WHERE name=? ORDER BY start_time",
+      "SELECT run_id FROM runs WHERE substr(run_id, 1, length(?1))=?1 ORDER BY start_time",
   };
   for (int q = 0; q < 3; q++) {
     char **ids;

@@ -18,7 +18,7 @@ const loom_registry_column loom_registry_columns[] = {
     {"name", "TEXT", LOOM_RCOL_RUN, "run.name (a sweep point's generated name)"},
     {"sweep", "TEXT", LOOM_RCOL_RUN, "sweep name, empty for a single run"},
     {"sweep_id", "TEXT", LOOM_RCOL_RUN, "one execution of a sweep: sweep_<timestamp>"},
-    {"status", "TEXT", LOOM_RCOL_RUN, "running, finished, stopped, failed or crashed"},
+    {"status", "TEXT", LOOM_RCOL_RUN, "running, finished, stopped, failed, crashed; missing: run_dir is gone"},
     {"start_time", "REAL", LOOM_RCOL_RUN, "start (local time)"},
     {"end_time", "REAL", LOOM_RCOL_RUN, "end, or last heartbeat of a crashed run"},
     {"heartbeat", "REAL", LOOM_RCOL_RUN, "last sign of life of a running run"},

@@ -109,6 +109,17 @@ void loom_registry_run_finish(loom_registry_run *h, bool ok, const char *error) 
   /* a run that ended without summary.json was stopped early on request (--stop-after) */
   bool summary = loom_registry_read_summary(h->run_dir, &m) == 0;
   if (!summary) loom_err_clear();
+  /* failed or stopped (summary.json absent, or a failure report without losses): keep the
+   * progress metrics.jsonl records for what the summary lacks (steps, final and min loss) */
+  loom_registry_metrics progress = m;
+  double last_write;
+  if ((!summary || !ok) && loom_registry_read_progress(h->run_dir, &progress, &last_write) == 0) {
+    if (m.steps < 0) m.steps = progress.steps;
+    if (isnan(m.final_loss)) m.final_loss = progress.final_loss;
+    if (isnan(m.min_loss)) m.min_loss = progress.min_loss;
+  } else if (!summary || !ok) {
+    loom_err_clear();
+  }
   const char *status = !ok ? "failed" : summary ? "finished" : "stopped";
   if (loom_registry_finish(h->reg, h->run_id, status, &m, ok ? NULL : err))
     warn("recording the end of the run");

@@ -1,5 +1,5 @@
 /* Printing a selection of the runs table: an aligned text table (numbers right-aligned,
- * 6 significant digits, long text cut), CSV (RFC 4180 quoting, exact numbers: what pandas
+ * 6 significant digits, long text cut except run ids and names, which are copied), CSV (RFC 4180 quoting, exact numbers: what pandas
  * reads back) or JSON (an array of objects, numbers as numbers); and --list-columns. */
 #include <jansson.h>
 #include <math.h>
@@ -20,14 +20,19 @@ int loom_runs_format_parse(const char *s, loom_runs_format *f) {
   return 0;
 }
 
-/* Display text of a cell in the text table. */
-static void table_text(const loom_value *v, char *buf, size_t n) {
+/* Columns whose text is never cut: what users copy into the next command. */
+static bool never_cut(const char *column) {
+  return !strcmp(column, "run_id") || !strcmp(column, "name");
+}
+
+/* Display text of a cell in the text table (buf holds any cell of a never_cut column). */
+static void table_text(const loom_value *v, bool cut, char *buf, size_t n) {
   switch (v->type) {
     case LOOM_VAL_NULL: snprintf(buf, n, "-"); break;
     case LOOM_VAL_INT: snprintf(buf, n, "%lld", v->i); break;
     case LOOM_VAL_REAL: snprintf(buf, n, "%.6g", v->r); break;
     case LOOM_VAL_TEXT:
-      if (strlen(v->s) > MAX_CELL) snprintf(buf, n, "%.*s...", MAX_CELL - 3, v->s);
+      if (cut && strlen(v->s) > MAX_CELL) snprintf(buf, n, "%.*s...", MAX_CELL - 3, v->s);
       else snprintf(buf, n, "%s", v->s);
       break;
   }
@@ -37,16 +42,23 @@ static bool numeric(const loom_value *v) {
   return v->type == LOOM_VAL_INT || v->type == LOOM_VAL_REAL;
 }
 
+#define CELL_BUF 4096
+
+int loom_runs_column_width(const loom_runs_table *t, const loom_runs_view *v, int c) {
+  const char *name = t->cols[v->cols[c]].name;
+  int w = (int)strlen(name);
+  char buf[CELL_BUF];
+  for (int r = 0; r < v->nrows; r++) {
+    table_text(loom_runs_cell(t, v->rows[r], v->cols[c]), !never_cut(name), buf, sizeof buf);
+    if ((int)strlen(buf) > w) w = (int)strlen(buf);
+  }
+  return w;
+}
+
 static void print_table(FILE *out, const loom_runs_table *t, const loom_runs_view *v) {
   int *w = calloc((size_t)v->ncols + 1, sizeof *w);
-  char buf[MAX_CELL + 16];
-  for (int c = 0; c < v->ncols; c++) {
-    w[c] = (int)strlen(t->cols[v->cols[c]].name);
-    for (int r = 0; r < v->nrows; r++) {
-      table_text(loom_runs_cell(t, v->rows[r], v->cols[c]), buf, sizeof buf);
-      if ((int)strlen(buf) > w[c]) w[c] = (int)strlen(buf);
-    }
-  }
+  char buf[CELL_BUF];
+  for (int c = 0; c < v->ncols; c++) w[c] = loom_runs_column_width(t, v, c);
   for (int c = 0; c < v->ncols; c++)
     fprintf(out, "%s%-*s", c ? "  " : "", c + 1 < v->ncols ? w[c] : 0, t->cols[v->cols[c]].name);
   fprintf(out, "\n");
@@ -58,7 +70,7 @@ static void print_table(FILE *out, const loom_runs_table *t, const loom_runs_vie
   for (int r = 0; r < v->nrows; r++) {
     for (int c = 0; c < v->ncols; c++) {
       const loom_value *x = loom_runs_cell(t, v->rows[r], v->cols[c]);
-      table_text(x, buf, sizeof buf);
+      table_text(x, !never_cut(t->cols[v->cols[c]].name), buf, sizeof buf);
       bool last = c + 1 == v->ncols;
       if (numeric(x)) fprintf(out, "%s%*s", c ? "  " : "", w[c], buf);
       else fprintf(out, "%s%-*s", c ? "  " : "", last ? 0 : w[c], buf);

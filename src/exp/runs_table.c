@@ -138,6 +138,13 @@ static void derive(loom_runs_table *t, int row, const double *times) {
   double a;
   if (avg >= 0 && loom_value_number(&cells[avg], &a) && a > 0)
     cells[ips] = (loom_value){.type = LOOM_VAL_REAL, .r = 1.0 / a};
+  /* a run whose directory is gone (deleted, moved) shows status 'missing', not what it
+   * ended as: 'loom runs gc' drops such rows, 'loom runs delete' one of them */
+  int status = loom_runs_find_column(t, "status"), dir = loom_runs_find_column(t, "run_dir");
+  if (status >= 0 && dir >= 0 && cells[dir].type == LOOM_VAL_TEXT && !loom_is_dir(cells[dir].s)) {
+    if (cells[status].type == LOOM_VAL_TEXT) free((char *)cells[status].s);
+    cells[status] = (loom_value){.type = LOOM_VAL_TEXT, .s = loom_strdup("missing")};
+  }
 }
 
 int loom_runs_load(loom_registry *r, loom_runs_table *t) {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "loom/core.h"
+#include "run_loom.h"
 
 /* mkdtemp under the current directory (CTest runs tests in the build directory). */
 static inline char *st_scratch_dir(const char *prefix) {
@@ -54,19 +55,11 @@ static inline int st_count_entries(const char *dir, const char *needle) {
 /* Run `$LOOM_BIN args` with stdout/stderr captured into malloc'd strings; returns the exit
  * code (or -1 when LOOM_BIN is unset or the process did not exit normally). */
 static inline int st_run_loom(const char *scratch, const char *args, char **out, char **err) {
-  const char *bin = getenv("LOOM_BIN");
-  if (!bin) return -1;
-  char *o = loom_sprintf("%s/cli.out", scratch), *e = loom_sprintf("%s/cli.err", scratch);
-  char *cmd = loom_sprintf("'%s' %s >'%s' 2>'%s'", bin, args, o, e);
-  int status = system(cmd);
   *out = *err = NULL;
-  if (loom_read_file(o, out, NULL)) *out = loom_strdup("");
-  if (loom_read_file(e, err, NULL)) *err = loom_strdup("");
-  remove(o);
-  remove(e);
-  free(o);
-  free(e);
-  free(cmd);
-  return (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
+  if (!getenv("LOOM_BIN")) return -1;
+  run_result r = loom_run_in(scratch, args); /* tests/run_loom.h */
+  *out = r.out;
+  *err = r.err;
+  return r.status;
 }
 #endif

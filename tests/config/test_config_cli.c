@@ -3,42 +3,19 @@
 #include <sys/wait.h>
 
 #include "config_test_util.h"
+#include "run_loom.h"
 
 #define SCRATCH "config-cli.tmp"
 
-typedef struct {
-  int status;
-  char *out; /* stdout */
-  char *err; /* stderr */
-} run_result;
-
-static const char *loom_bin(void) {
-  const char *b = getenv("LOOM_BIN");
-  return b && *b ? b : "./loom";
-}
-
-static char *slurp(const char *path) {
-  char *text = NULL;
-  if (loom_read_file(path, &text, NULL)) return loom_strdup("");
-  return text;
-}
-
 /* Run `loom config ARGS` (ARGS is shell text) capturing stdout and stderr. */
 static run_result run_config(const char *args) {
-  loom_mkdir_p(SCRATCH);
-  char *cmd = loom_sprintf("'%s' config %s >" SCRATCH "/out.txt 2>" SCRATCH "/err.txt",
-                           loom_bin(), args);
-  int st = system(cmd);
-  free(cmd);
-  run_result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(SCRATCH "/out.txt"),
-                  slurp(SCRATCH "/err.txt")};
+  char *full = loom_sprintf("config %s", args);
+  run_result r = loom_run_in(SCRATCH, full);
+  free(full);
   return r;
 }
 
-static void done(run_result *r) {
-  free(r->out);
-  free(r->err);
-}
+static void done(run_result *r) { run_done(r); }
 
 static void test_show_defaults(void) {
   run_result r = run_config("show");

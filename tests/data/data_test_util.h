@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "run_loom.h"
 #include "loom/core.h"
 #include "loom/tokenizer.h"
 
@@ -101,38 +102,7 @@ static inline char *tiny_tokenizer_json(const char *const (*merges)[2], int n_me
 
 /* ---- running loom -------------------------------------------------------------------- */
 
-typedef struct {
-  int status;
-  char *out, *err;
-} run_result;
-
-static inline const char *loom_bin(void) {
-  const char *b = getenv("LOOM_BIN");
-  return b && *b ? b : "./loom";
-}
-
-static inline char *slurp(const char *path) {
-  char *text = NULL;
-  if (loom_read_file(path, &text, NULL)) return loom_strdup("");
-  return text;
-}
-
-/* Run `loom ARGS` (shell text) in dir, capturing stdout and stderr. */
-static inline run_result run_loom(const char *dir, const char *args) {
-  loom_mkdir_p(dir);
-  char *cmd = loom_sprintf("'%s' %s >%s/out.txt 2>%s/err.txt", loom_bin(), args, dir, dir);
-  int st = system(cmd);
-  free(cmd);
-  char *o = loom_sprintf("%s/out.txt", dir), *e = loom_sprintf("%s/err.txt", dir);
-  run_result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(o), slurp(e)};
-  free(o);
-  free(e);
-  return r;
-}
-
-static inline void run_done(run_result *r) {
-  free(r->out);
-  free(r->err);
-}
+/* Run `loom ARGS` (shell text) in dir, capturing stdout and stderr (tests/run_loom.h). */
+static inline run_result run_loom(const char *dir, const char *args) { return loom_run_in(dir, args); }
 
 #endif

@@ -50,7 +50,8 @@ static int writer(int p) {
     snprintf(c.run.name, sizeof c.run.name, "p%d_k%d", p, k);
     char id[64], metric[32];
     snprintf(id, sizeof id, "run_p%d_k%d", p, k);
-    loom_registry_start_info info = {.run_id = id, .run_dir = "/nonexistent", .sweep = "conc"};
+    /* run_dir must exist: a row whose directory is gone shows status "missing" */
+    loom_registry_start_info info = {.run_id = id, .run_dir = "/tmp", .sweep = "conc"};
     loom_registry_metrics m = {.steps = k, .final_loss = p + k / 100.0, .min_loss = p,
                                .avg_step_time = 0.5, .tokens_per_s = 1000.0 * p,
                                .peak_rss_mb = 64};
@@ -118,7 +119,7 @@ static void concurrency(void) {
 static void insert(loom_registry *r, const char *id, const char *host, long pid) {
   loom_config c;
   loom_config_defaults(&c);
-  loom_registry_start_info info = {.run_id = id, .run_dir = "/x", .host = host, .pid = pid};
+  loom_registry_start_info info = {.run_id = id, .run_dir = "/tmp", .host = host, .pid = pid};
   CHECK(loom_registry_insert(r, &c, &info) == 0, "insert %s: %s", id, loom_errmsg());
 }
 

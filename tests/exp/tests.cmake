@@ -3,6 +3,8 @@
 #   exp_sweep            grid + random sweeps end to end, registry columns/statuses, summary
 #                        numbers vs the runs' metrics, loom runs, plots, grad-norms, Slurm
 #   exp_crash            a run killed with SIGKILL shows as crashed
+#   exp_registry_cli     runs filters (AND), exact names, pasted commands, crashed progress,
+#                        missing directories, runs delete/gc, did you mean, loom help
 #   exp_sweep_multirank  the grid's multi-rank points (parallel.dp=2 under mpirun -np 2)
 #   exp_sweep_sim        seed 000's Qwen2.5-VL grid (configs/sweeps/qwen_vl_grid.yaml) on the
 #                        simulator: OOM marking, trends, vision sp vs tp, bad input
@@ -16,7 +18,8 @@
 #                        started by the test; SKIP (exit 77) where they cannot run
 #   exp_hydra            loom train -m (grid through the sweep runner), +key user keys as
 #                        registry columns, run.tags / run.notes
-foreach(t sweep crash sweep_multirank sweep_sim sweep_vl_real runs_diff sweep_env hydra)
+foreach(t sweep crash sweep_multirank sweep_sim sweep_vl_real runs_diff sweep_env hydra
+    registry_cli)
   add_test(NAME exp_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/exp/${t}_test.sh $<TARGET_FILE:loom>)
   set_tests_properties(exp_${t} PROPERTIES TIMEOUT 120
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")

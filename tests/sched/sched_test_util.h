@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "run_loom.h"
 #include "loom/core.h"
 #include "loom/sched.h"
 
@@ -52,32 +53,6 @@ static inline int parse_and_validate(const char *text) {
   return rc;
 }
 
-typedef struct {
-  int status;
-  char *out, *err;
-} run_result;
-
-static inline char *slurp(const char *path) {
-  char *text = NULL;
-  if (loom_read_file(path, &text, NULL)) return loom_strdup("");
-  return text;
-}
-
 /* Run `loom ARGS` (shell text) from the build directory, capturing stdout and stderr. */
-static inline run_result run_loom(const char *args) {
-  const char *bin = getenv("LOOM_BIN");
-  loom_mkdir_p("sched-cli.tmp");
-  char *cmd = loom_sprintf("'%s' %s >sched-cli.tmp/out.txt 2>sched-cli.tmp/err.txt",
-                           bin && *bin ? bin : "./loom", args);
-  int st = system(cmd);
-  free(cmd);
-  run_result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp("sched-cli.tmp/out.txt"),
-                  slurp("sched-cli.tmp/err.txt")};
-  return r;
-}
-
-static inline void run_done(run_result *r) {
-  free(r->out);
-  free(r->err);
-}
+static inline run_result run_loom(const char *args) { return loom_run_in("sched-cli.tmp", args); }
 #endif

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "run_loom.h"
 #include "loom/core.h"
 #include "loom/sim.h"
 
@@ -65,34 +66,8 @@ static inline int contains_all(const char *msg, ...) {
 }
 #define HAS(msg, ...) contains_all(msg, __VA_ARGS__, (const char *)NULL)
 
-typedef struct {
-  int status;
-  char *out, *err;
-} run_result;
-
-static inline char *slurp(const char *path) {
-  char *text = NULL;
-  if (loom_read_file(path, &text, NULL)) return loom_strdup("");
-  return text;
-}
-
 /* Run `loom ARGS` (shell text) in the build directory, capturing stdout and stderr. */
-static inline run_result run_loom(const char *args) {
-  const char *bin = getenv("LOOM_BIN");
-  loom_mkdir_p("sim-cli.tmp");
-  char *cmd = loom_sprintf("'%s' %s >sim-cli.tmp/out.txt 2>sim-cli.tmp/err.txt",
-                           bin && *bin ? bin : "./loom", args);
-  int st = system(cmd);
-  free(cmd);
-  run_result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp("sim-cli.tmp/out.txt"),
-                  slurp("sim-cli.tmp/err.txt")};
-  return r;
-}
-
-static inline void run_done(run_result *r) {
-  free(r->out);
-  free(r->err);
-}
+static inline run_result run_loom(const char *args) { return loom_run_in("sim-cli.tmp", args); }
 
 static inline int load_hw(loom_hw_profile *hw, const char *name) {
   char *path = loom_sprintf("%s/configs/hardware/%s.yaml", source_dir(), name);

@@ -1,0 +1,80 @@
+/* The table-driven option parser of the subcommands (see options.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "loom/core.h"
+
+static int bad(const loom_cli_parser *p, const char *what, const char *arg, const char *extra) {
+  fprintf(stderr, "loom %s: %s '%s'%s (see loom %s --help)\n", p->command, what, arg, extra,
+          p->command);
+  return LOOM_CLI_BAD;
+}
+
+static const loom_cli_opt *find(const loom_cli_opt *opts, const char *arg, size_t len) {
+  for (const loom_cli_opt *o = opts; o->name; o++)
+    if ((strlen(o->name) == len && !strncmp(o->name, arg, len)) ||
+        (o->alias && strlen(o->alias) == len && !strncmp(o->alias, arg, len)))
+      return o;
+  return NULL;
+}
+
+static int unknown(const loom_cli_parser *p, const char *arg) {
+  int n = 1;
+  for (const loom_cli_opt *o = p->opts; o->name; o++) n++;
+  const char **names = calloc((size_t)n + 1, sizeof *names);
+  int k = 0;
+  for (const loom_cli_opt *o = p->opts; o->name; o++) names[k++] = o->name;
+  names[k] = "--help";
+  char word[128];
+  snprintf(word, sizeof word, "%.*s", (int)strcspn(arg, "="), arg);
+  int rc = bad(p, "unknown option", word, loom_cli_did_you_mean(word, names));
+  free(names);
+  return rc;
+}
+
+static int take(loom_cli_parser *p, const loom_cli_opt *o, const char *v) {
+  if (o->value) *o->value = v;
+  if (o->each && o->each(v, p->ctx)) {
+    fprintf(stderr, "loom %s: %s: %s (see loom %s --help)\n", p->command, o->name,
+            loom_errmsg(), p->command);
+    return LOOM_CLI_BAD;
+  }
+  return LOOM_CLI_OK;
+}
+
+int loom_cli_parse(loom_cli_parser *p, int argc, char **argv, int first) {
+  p->pos = calloc((size_t)argc + 1, sizeof *p->pos);
+  p->npos = 0;
+  bool options = true;
+  for (int i = first; i < argc; i++) {
+    const char *a = argv[i];
+    if (!options || a[0] != '-' || !a[1]) {
+      p->pos[p->npos++] = argv[i];
+      continue;
+    }
+    if (!strcmp(a, "--")) {
+      options = false;
+      continue;
+    }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) return LOOM_CLI_HELP;
+    size_t len = strcspn(a, "=");
+    const loom_cli_opt *o = find(p->opts, a, len);
+    if (!o) return unknown(p, a);
+    bool wants_value = o->value || o->each;
+    if (!wants_value) {
+      if (a[len]) return bad(p, "option takes no value:", a, "");
+      *o->flag = true;
+      continue;
+    }
+    const char *v = a[len] ? a + len + 1 : i + 1 < argc ? argv[++i] : NULL;
+    if (!v) return bad(p, "missing value after", a, "");
+    int rc = take(p, o, v);
+    while (!rc && o->greedy && !a[len] && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+      rc = take(p, o, argv[++i]);
+    if (rc) return rc;
+  }
+  return LOOM_CLI_OK;
+}
