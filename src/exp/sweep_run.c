@@ -235,8 +235,11 @@ static int prepare(runner *r, loom_sweep_plan *plan, const loom_sweep_run_opts *
     r->ctx.hardware = r->info.hardware;
   }
   r->color = o->color > 0 || (o->color < 0 && isatty(STDOUT_FILENO) && !getenv("NO_COLOR"));
-  if (!strcmp(r->launcher->name, "local") && !o->dry_run)
-    r->info.peak_flops = loom_progress_measure_peak();
+  if (!strcmp(r->launcher->name, "local") && !o->dry_run) { /* as loom train's MFU */
+    char why[256];
+    r->info.peak_flops[0] = loom_progress_profile_peak("fp32", why, sizeof why);
+    r->info.peak_flops[1] = loom_progress_profile_peak("bf16", why, sizeof why);
+  }
   return 0;
 }
 

@@ -38,12 +38,14 @@ int loom_sweep_state_write(const loom_sweep_info *info, const loom_sweep_plan *p
   char *t = malloc(cap);
   size_t n = (size_t)snprintf(t, cap,
                               "# loom sweep state\n# sweep: %s\n# sweep_id: %s\n# launcher: %s\n"
-                              "%s%s%s# parallel: %d\n# peak_flops: %.6g\n# wall_s: %.3f\n"
+                              "%s%s%s# parallel: %d\n# peak_flops: %.17g\n# peak_flops_bf16: %.17g\n"
+                              "# wall_s: %.3f\n"
                               "# name\tstatus\texit\twall_s\tjob\tconfig\tlog\tnote\tvalues...\n",
                               info->sweep_name, info->sweep_id, info->launcher,
                               info->hardware ? "# hardware: " : "",
                               info->hardware ? info->hardware : "", info->hardware ? "\n" : "",
-                              info->parallel, info->peak_flops, info->wall_s);
+                              info->parallel, info->peak_flops[0], info->peak_flops[1],
+                              info->wall_s);
   for (int i = 0; i < plan->n; i++) {
     const loom_sweep_point *p = &plan->points[i];
     char note[512];
@@ -121,7 +123,8 @@ int loom_sweep_state_read(const char *log_dir, loom_sweep_info *info, loom_sweep
     else if ((v = header_value(line, "launcher"))) free(info->launcher), info->launcher = v;
     else if ((v = header_value(line, "hardware"))) free(info->hardware), info->hardware = v;
     else if ((v = header_value(line, "parallel"))) info->parallel = atoi(v), free(v);
-    else if ((v = header_value(line, "peak_flops"))) info->peak_flops = atof(v), free(v);
+    else if ((v = header_value(line, "peak_flops_bf16"))) info->peak_flops[1] = atof(v), free(v);
+    else if ((v = header_value(line, "peak_flops"))) info->peak_flops[0] = atof(v), free(v);
     else if ((v = header_value(line, "wall_s"))) info->wall_s = atof(v), free(v);
     if (line[0] == '#') continue;
     if (plan->n == cap) {

@@ -141,8 +141,10 @@ static void collect(const loom_sweep_info *info, const loom_sweep_point *p,
   from_metrics(m->run_dir, m, have);
   if (m->avg_iter > 0) m->iters_per_s = 1.0 / m->avg_iter;
   double fpt = flops_per_token(&p->cfg);
-  if (info->peak_flops > 0 && isfinite(fpt) && m->tokens_per_s > 0)
-    m->mfu = 100.0 * m->tokens_per_s * fpt / (info->peak_flops * (p->ranks > 0 ? p->ranks : 1));
+  double peak = info->peak_flops[strcmp(p->cfg.training.dtype, "bf16") ? 0 : 1];
+  if (peak > 0 && isfinite(fpt) && m->tokens_per_s > 0) /* never above the bound: else absent */
+    m->mfu = 100.0 * m->tokens_per_s * fpt / (peak * (p->ranks > 0 ? p->ranks : 1));
+  if (m->mfu > 100) m->mfu = NAN;
   if (have) simulator_keys(m->run_dir, m);
 }
 

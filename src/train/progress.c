@@ -1,28 +1,29 @@
 /* Progress line and train.log writer. */
-#include <cblas.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "loom/core.h"
+#include "loom/hw.h"
 #include "train/progress.h"
 
-double loom_progress_measure_peak(void) {
-  const int n = 512;
-  float *a = loom_alloc((size_t)3 * n * n * sizeof(float));
-  float *b = a + (size_t)n * n, *c = b + (size_t)n * n;
-  for (size_t i = 0; i < (size_t)2 * n * n; i++) a[i] = (float)(i % 7) * 0.1f;
-  double best = 0;
-  for (int rep = 0; rep < 4; rep++) {
-    double t0 = loom_now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    double dt = loom_now() - t0;
-    double f = 2.0 * n * n * n / dt;
-    if (f > best) best = f;
+double loom_progress_profile_peak(const char *dtype, char *why, size_t n) {
+  loom_hw_profile hw;
+  if (loom_hw_load(&hw, "this-machine")) {
+    snprintf(why, n, "MFU not shown: no measured peak of this machine (run 'loom bench' once; "
+             "it writes configs/hardware/this-machine.yaml)");
+    loom_err_clear();
+    return 0;
   }
-  loom_free(a);
-  return best;
+  loom_hw_dtype dt = strcmp(dtype, "bf16") ? LOOM_DT_FP32 : LOOM_DT_BF16;
+  if (hw.peak_flops[dt] <= 0) {
+    snprintf(why, n, "MFU not shown: the profile of this machine has no %s peak", dtype);
+    return 0;
+  }
+  snprintf(why, n, "MFU against %.1f GFLOP/s per rank (the %s matrix peak of hardware profile "
+           "'%s', loaded as this machine's)", hw.peak_flops[dt] / 1e9, dtype, hw.name);
+  return hw.peak_flops[dt];
 }
 
 static void fmt_eta(char *buf, size_t n, double s) {
@@ -60,17 +61,29 @@ void loom_progress_log_line(loom_progress *p, const char *line) {
 
 void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
                         double step_seconds, double elapsed, double remaining_seconds) {
-  double tps = step_seconds > 0 ? (double)r->tokens / step_seconds : 0;
-  double mfu = p->peak_flops > 0 ? tps * p->flops_per_token / p->peak_flops : 0;
+  p->win_tokens += (double)r->tokens; /* tok/s: the average since the last logged line */
+  p->win_seconds += step_seconds;
+  double tps = p->win_seconds > 0 ? p->win_tokens / p->win_seconds : 0;
+  double mfu = p->peak_flops > 0 ? tps * p->flops_per_token / p->peak_flops : -1;
+  if (mfu > 1 && !p->mfu_refused) { /* beyond the physical bound: the peak is not this run's */
+    p->mfu_refused = true;
+    loom_progress_note(p, "MFU not shown: the achieved %.1f GFLOP/s per rank exceed the profile's "
+                       "peak of %.1f (measured with fewer threads or another GEMM backend than "
+                       "this run uses?); run 'loom bench' again as training runs",
+                       tps * p->flops_per_token / 1e9, p->peak_flops / 1e9);
+  }
+  char mfu_text[32] = "";
+  if (mfu >= 0 && !p->mfu_refused) snprintf(mfu_text, sizeof mfu_text, " | MFU %.1f%%", 100 * mfu);
   char eta[32];
   fmt_eta(eta, sizeof eta, remaining_seconds);
   char line[288], val[40] = "";
   if (p->has_val) snprintf(val, sizeof val, " | val loss %.4f", p->val_loss);
   snprintf(line, sizeof line,
-           "step %*ld/%ld | loss %.4f%s | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
-           "ETA %s", (int)snprintf(NULL, 0, "%ld", p->total_steps), step, p->total_steps,
-           r->loss, val, r->lr, r->grad_norm, tps, 100 * mfu, eta);
+           "step %*ld/%ld | loss %.4f%s | lr %.3e | grad norm %.3f | %.0f tok/s%s | ETA %s",
+           (int)snprintf(NULL, 0, "%ld", p->total_steps), step, p->total_steps, r->loss, val,
+           r->lr, r->grad_norm, tps, mfu_text, eta);
   bool due = step % p->log_every == 0 || step == p->total_steps || step == 1;
+  if (due) p->win_tokens = p->win_seconds = 0;
   if (due && p->log) {
     char text[320];
     snprintf(text, sizeof text, "%s (%.1f s)", line, elapsed);

@@ -1,5 +1,9 @@
 /* Progress reporting of a training run: a live line on a terminal (step/total, loss,
- * tokens/s, MFU, ETA), plain lines otherwise, and the same plain lines in train.log. Writes
+ * tokens/s averaged since the last logged line, MFU, ETA), plain lines otherwise, and the
+ * same plain lines in train.log. MFU = achieved model FLOP/s per rank / the peak of the run's
+ * dtype in this machine's hardware profile (`loom bench`); without a profile it is not shown,
+ * and a figure above 100% (the profile's peak is not what this run can reach, e.g. measured
+ * with fewer threads) is never shown: a note says why instead. Writes
  * to train.log are checked: the first failure is kept (log_error) and the log closed; the
  * run driver stops on it. */
 #ifndef LOOM_TRAIN_PROGRESS_H
@@ -18,13 +22,17 @@ typedef struct {
   long total_steps;
   long log_every;
   double flops_per_token;
-  double peak_flops;    /* measured sgemm FLOP/s of this machine (for the MFU estimate) */
+  double peak_flops;    /* per rank, the run's dtype, from this machine's profile; 0: no MFU */
+  bool mfu_refused;     /* an MFU above 100% was computed: the peak is wrong, MFU not shown */
+  double win_tokens, win_seconds; /* since the last logged line: the tok/s shown */
   bool has_val;         /* a validation loss was measured: the step line shows the latest */
   double val_loss;
 } loom_progress;
 
-/* Measure this machine's fp32 GEMM throughput quickly (~0.1 s) for MFU estimates. */
-double loom_progress_measure_peak(void);
+/* The matrix peak (FLOP/s per rank) of dtype ("fp32" or "bf16") in this machine's hardware
+ * profile (`loom bench` writes it; see loom_hw_load "this-machine"), or 0 with why[] saying
+ * why MFU is not shown. */
+double loom_progress_profile_peak(const char *dtype, char *why, size_t n);
 void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
                         double step_seconds, double elapsed, double remaining_seconds);
 void loom_progress_finish(loom_progress *p);

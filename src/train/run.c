@@ -476,7 +476,8 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   c->progress.log_every = t->log_every;
   c->progress.flops_per_token =
       loom_decoder_flops_per_token(&c->spec, (int)t->seq_len) / c->job.world;
-  c->progress.peak_flops = c->lead ? loom_progress_measure_peak() : 0;
+  char mfu_why[256] = "";
+  c->progress.peak_flops = c->lead ? loom_progress_profile_peak(t->dtype, mfu_why, sizeof mfu_why) : 0;
   if (o->command_line) loom_progress_note(&c->progress, "command: %s", o->command_line);
   loom_progress_note(&c->progress, "run directory: %s", c->run_dir);
   if (c->cleaned) loom_progress_note(&c->progress, "%s", c->cleaned);
@@ -508,6 +509,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                        cfg->parallel.zero);
   }
   loom_progress_note(&c->progress, "data: %s", loom_data_describe(c->data));
+  if (c->lead) loom_progress_note(&c->progress, "%s", mfu_why);
   loom_eval_track_note(&c->evals, &c->progress);
   report_memory(c);
   loom_decoder *d = loom_exec_decoder(c->exec);
