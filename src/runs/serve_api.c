@@ -67,6 +67,20 @@ int serve_runs_find(serve_runs *s, const char *given) {
   return row >= 0 ? row : loom_err("run '%s' vanished from the registry", given);
 }
 
+int serve_runs_open_row(const loom_serve_opts *o, const char *given, serve_runs *s,
+                        loom_serve_reply *out) {
+  if (serve_runs_load(o, s)) {
+    serve_reply_error(out, 500, loom_errmsg());
+    return -1;
+  }
+  int row = serve_runs_find(s, given);
+  if (row < 0) {
+    serve_reply_error(out, 404, loom_errmsg());
+    serve_runs_free(s);
+  }
+  return row;
+}
+
 json_t *serve_value_json(const loom_value *v) {
   switch (v->type) {
     case LOOM_VAL_INT: return json_integer(v->i);
@@ -158,16 +172,8 @@ static void api_run(const loom_serve_opts *o, loom_serve_arg_fn arg, void *ctx,
     return;
   }
   serve_runs s;
-  if (serve_runs_load(o, &s)) {
-    serve_reply_error(out, 500, loom_errmsg());
-    return;
-  }
-  int row = serve_runs_find(&s, given);
-  if (row < 0) {
-    serve_reply_error(out, 404, loom_errmsg());
-    serve_runs_free(&s);
-    return;
-  }
+  int row = serve_runs_open_row(o, given, &s, out);
+  if (row < 0) return;
   json_t *groups = json_object();
   for (int k = 0; k < 4; k++) json_object_set_new(groups, kind_names[k], json_object());
   for (int j = 0; j < s.t.ncols; j++) {

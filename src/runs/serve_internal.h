@@ -21,6 +21,11 @@ int serve_runs_load(const loom_serve_opts *o, serve_runs *s);
 void serve_runs_free(serve_runs *s);
 /* Row of a run named by id, id prefix or unique name; -1 with the error set. */
 int serve_runs_find(serve_runs *s, const char *given);
+/* The runs loaded and the row of the run `given` names (a request's parameter); on failure
+ * the reply is the error (500: the registry, 404: no such run) and -1 is returned with
+ * nothing left to free. */
+int serve_runs_open_row(const loom_serve_opts *o, const char *given, serve_runs *s,
+                        loom_serve_reply *out);
 /* Text of a text cell by column name, or NULL. */
 const char *serve_runs_text(const serve_runs *s, int row, const char *col);
 json_t *serve_value_json(const loom_value *v);

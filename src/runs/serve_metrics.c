@@ -77,16 +77,8 @@ void serve_api_metrics(const loom_serve_opts *o, loom_serve_arg_fn arg, void *ct
     return;
   }
   serve_runs s;
-  if (serve_runs_load(o, &s)) {
-    serve_reply_error(out, 500, loom_errmsg());
-    return;
-  }
-  int row = serve_runs_find(&s, given);
-  if (row < 0) {
-    serve_reply_error(out, 404, loom_errmsg());
-    serve_runs_free(&s);
-    return;
-  }
+  int row = serve_runs_open_row(o, given, &s, out);
+  if (row < 0) return;
   const char *dir = serve_runs_text(&s, row, "run_dir"), *status = serve_runs_text(&s, row, "status");
   char *path = dir ? loom_sprintf("%s/metrics.jsonl", dir) : loom_strdup("(the run has no run_dir)");
   json_t *fields = json_object();

@@ -12,21 +12,10 @@
 #include "loom/image.h"
 #include "loom/vqa.h"
 
-/* fuzz_input_file's directory goes when the process ends (the replay tests run every build). */
-static char input_dir[128];
-static void remove_input_dir(void) { loom_rm_rf(input_dir); }
-static void remove_input_dir_at_exit(const char *path) {
-  if (input_dir[0]) return;
-  snprintf(input_dir, sizeof input_dir, "%s", path);
-  *strrchr(input_dir, '/') = 0;
-  atexit(remove_input_dir);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   int jsonl = data[0] & 1;
   const char *path = fuzz_input_file(data + 1, size - 1, jsonl ? ".jsonl" : ".json");
-  remove_input_dir_at_exit(path);
   static int ready;
   if (!ready) { /* the directory's fixtures, once per process */
     char *dir = loom_strdup(path), *img;

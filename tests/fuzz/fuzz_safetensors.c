@@ -6,19 +6,8 @@
 #include "loom/core.h"
 #include "loom/safetensors.h"
 
-/* fuzz_input_file's directory goes when the process ends (the replay tests run every build). */
-static char input_dir[128];
-static void remove_input_dir(void) { loom_rm_rf(input_dir); }
-static void remove_input_dir_at_exit(const char *path) {
-  if (input_dir[0]) return;
-  snprintf(input_dir, sizeof input_dir, "%s", path);
-  *strrchr(input_dir, '/') = 0;
-  atexit(remove_input_dir);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *path = fuzz_input_file(data, size, ".safetensors");
-  remove_input_dir_at_exit(path);
   loom_st_file *f;
   if (loom_st_open(&f, path)) return 0;
   for (int i = 0; i < loom_st_count(f); i++) {

@@ -8,19 +8,8 @@
 #include "loom/loader.h"
 #include "loom/shard.h"
 
-/* fuzz_input_file's directory goes when the process ends (the replay tests run every build). */
-static char input_dir[128];
-static void remove_input_dir(void) { loom_rm_rf(input_dir); }
-static void remove_input_dir_at_exit(const char *path) {
-  if (input_dir[0]) return;
-  snprintf(input_dir, sizeof input_dir, "%s", path);
-  *strrchr(input_dir, '/') = 0;
-  atexit(remove_input_dir);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *path = fuzz_input_file(data, size, ".bin");
-  remove_input_dir_at_exit(path);
   loom_shard_header h;
   int32_t *tok = NULL;
   if (loom_shard_read(path, &h, &tok)) return 0;

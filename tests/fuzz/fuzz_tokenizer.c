@@ -25,23 +25,12 @@ static int strips_whitespace(const char *path) {
   return strips;
 }
 
-/* fuzz_input_file's directory goes when the process ends (the replay tests run every build). */
-static char input_dir[128];
-static void remove_input_dir(void) { loom_rm_rf(input_dir); }
-static void remove_input_dir_at_exit(const char *path) {
-  if (input_dir[0]) return;
-  snprintf(input_dir, sizeof input_dir, "%s", path);
-  *strrchr(input_dir, '/') = 0;
-  atexit(remove_input_dir);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint8_t *nul = memchr(data, 0, size);
   size_t json_len = nul ? (size_t)(nul - data) : size;
   const char *text = nul ? (const char *)nul + 1 : default_text;
   size_t text_len = nul ? size - json_len - 1 : sizeof default_text - 1;
   const char *path = fuzz_input_file(data, json_len, ".json");
-  remove_input_dir_at_exit(path);
   loom_tokenizer *t;
   if (loom_tokenizer_load(&t, path)) return 0;
   int32_t *ids = NULL;
