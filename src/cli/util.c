@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "exp/config_internal.h"
+#include "config/config_internal.h"
 #include "loom/core.h"
 #include "loom/mpi_env.h"
 

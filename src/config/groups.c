@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exp/config_internal.h"
+#include "config/config_internal.h"
 #include "loom/core.h"
 
 static void add_dir(loom_group_ctx *g, const char *dir) {

@@ -5,7 +5,7 @@
 #include <ctype.h>
 #include <string.h>
 
-#include "exp/config_internal.h"
+#include "config/config_internal.h"
 #include "loom/core.h"
 
 static int check_name(const char *name) {

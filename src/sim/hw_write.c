@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exp/config_quote.h"
+#include "config/config_quote.h"
 #include "loom/core.h"
 #include "loom/hw.h"
 
