@@ -41,7 +41,10 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
   loom_sim_layer_cost(c, &layer);
   loom_sim_embed_cost(c, &embed);
   loom_sim_head_cost(c, &head);
-  double gb = c->loom_cpu || st->dtype == LOOM_DT_FP32 ? 4 : 2;
+  /* gradient bytes reduced over dp x sp: fp32 on loom's CPU engine and in fp32 runs, else the
+   * precision policy's reduce dtype (Megatron accumulates and reduces bf16 runs' gradients in
+   * fp32 by default; FSDP2's MixedPrecisionPolicy.reduce_dtype) */
+  double gb = c->loom_cpu || st->dtype == LOOM_DT_FP32 || st->reduce_dtype == LOOM_DT_FP32 ? 4 : 2;
   double pl = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
   R->vs = calloc((size_t)R->K, sizeof *R->vs);
   R->rank_params = calloc((size_t)s->pp, sizeof(double));
@@ -186,7 +189,8 @@ static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) 
                    "more tensor/pipeline parallelism or ZeRO",
                    r, i, text, now, m.total / 1073741824.0, m.weights / 1073741824.0,
                    m.grads / 1073741824.0, m.optimizer / 1073741824.0,
-                   m.activations / 1073741824.0, (m.workspace + m.comm_buffers) / 1073741824.0,
+                   m.activations / 1073741824.0,
+                   (m.workspace + m.comm_buffers + m.fragmentation) / 1073741824.0,
                    out->mem_limit / 1073741824.0);
           out->oom_rank = r;
           break;
