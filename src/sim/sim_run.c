@@ -70,6 +70,15 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
                                    (x->head ? head.coll_bytes[p][k] : 0);
     x->layer_grad_bytes = pl * gb;
     x->grad_bytes = x->layers * pl * gb;
+    if (x->embed) { /* the encoder's own time, for its span in the trace */
+      loom_sim_op ops[LOOM_SIM_MAX_OPS];
+      sim_ops b;
+      sim_ops_init(&b, c, ops, LOOM_SIM_MAX_OPS);
+      sim_vision_ops(&b);
+      loom_sim_cost vc;
+      loom_sim_cost_of(ops, b.n, &vc);
+      for (int p = 0; p < LOOM_PHASE_COUNT; p++) x->vision[p] = vc.t[p];
+    }
   }
   for (int r = 0; r < s->pp; r++) {
     bool e = false, h = false;
@@ -81,6 +90,7 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
     R->rank_params[r] = loom_sim_rank_params(c->spec, st->tp, layers, e, h);
   }
   free(first);
+  if (s->pp < 1 || s->vpp < 1) LOOM_ASSERT(!"a schedule has pp, vpp >= 1");
   R->last_bwd = calloc((size_t)s->pp, sizeof *R->last_bwd);
   LOOM_ASSERT(R->last_bwd);
   for (int r = 0; r < s->pp; r++) {
