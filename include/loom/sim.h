@@ -219,6 +219,8 @@ typedef struct {
   int gpus;                  /* ranks available */
   int global_batch, seq;     /* sequences per step, T */
   loom_hw_dtype dtype;
+  /* the config's precision policy (loom_sim_strategy's fields of the same names; zero: fp32) */
+  loom_hw_dtype param_dtype, optim_dtype, reduce_dtype, vision_param_dtype, vision_optim_dtype;
   bool dropout;
   bool trainable_only;       /* only what loom train runs (no selective recompute, no fp16) */
   int finalists;             /* simulated after the closed-form pruning */
