@@ -202,9 +202,14 @@ void sim_vision_ops(sim_ops *b) {
   vblocks(b, &x, &c->spec->vision, true, false);
   double mrows = x.split_sp ? x.M / x.tp : x.M;
   sim_vec(b, "merger norm", x.qwen ? LOOM_VOP_RMSNORM_FWD : LOOM_VOP_LAYERNORM_FWD, rows * x.Cv, 2 * x.e, 8);
-  sim_gemm(b, "merger fc1", LOOM_GEMM_FWD, mrows, x.ph, x.in, 1);
-  sim_vec(b, "merger gelu", LOOM_VOP_GELU_FWD, mrows * x.ph, 2 * x.e, 20);
-  sim_gemm(b, "merger fc2", LOOM_GEMM_FWD, mrows, x.Ct, x.ph, 1);
+  /* tp: the merger's fc1 column- and fc2 row-parallel (its hidden width split), fc2's output
+   * summed over the ranks (src/model/vision_encoder.c; the seed's
+   * _parallelize_projector_or_merger) */
+  double phl = x.split_tp ? x.ph / x.tp : x.ph;
+  sim_gemm(b, "merger fc1", LOOM_GEMM_FWD, mrows, phl, x.in, 1);
+  sim_vec(b, "merger gelu", LOOM_VOP_GELU_FWD, mrows * phl, 2 * x.e, 20);
+  sim_gemm(b, "merger fc2", LOOM_GEMM_FWD, mrows, x.Ct, phl, 1);
+  if (x.split_tp) sim_comm(b, "merger tp all-reduce", LOOM_COLL_ALLREDUCE, mrows * x.Ct * x.e, 1, x.tp, 0);
   if (x.split_sp) sim_comm(b, "vit all-gather tokens", LOOM_COLL_ALLGATHER, x.M * x.Ct * x.e, 1, x.tp, 0);
   if (c->st->freeze_vision) {
     b->phase = keep;
@@ -212,11 +217,12 @@ void sim_vision_ops(sim_ops *b) {
     return;
   }
   b->phase = LOOM_PHASE_BWD_IN;
-  sim_gemm(b, "merger fc2 dgrad", LOOM_GEMM_DGRAD, mrows, x.ph, x.Ct, 1);
-  sim_gemm(b, "merger fc2 wgrad", LOOM_GEMM_WGRAD, x.Ct, x.ph, mrows, 1);
-  sim_vec(b, "merger gelu bwd", LOOM_VOP_GELU_BWD, mrows * x.ph, 3 * x.e, 25);
-  sim_gemm(b, "merger fc1 dgrad", LOOM_GEMM_DGRAD, mrows, x.in, x.ph, 1);
-  sim_gemm(b, "merger fc1 wgrad", LOOM_GEMM_WGRAD, x.ph, x.in, mrows, 1);
+  sim_gemm(b, "merger fc2 dgrad", LOOM_GEMM_DGRAD, mrows, phl, x.Ct, 1);
+  sim_gemm(b, "merger fc2 wgrad", LOOM_GEMM_WGRAD, x.Ct, phl, mrows, 1);
+  sim_vec(b, "merger gelu bwd", LOOM_VOP_GELU_BWD, mrows * phl, 3 * x.e, 25);
+  sim_gemm(b, "merger fc1 dgrad", LOOM_GEMM_DGRAD, mrows, x.in, phl, 1);
+  sim_gemm(b, "merger fc1 wgrad", LOOM_GEMM_WGRAD, phl, x.in, mrows, 1);
+  if (x.split_tp) sim_comm(b, "merger tp all-reduce", LOOM_COLL_ALLREDUCE, mrows * x.in * x.e, 1, x.tp, 0);
   vblocks(b, &x, &c->spec->vision, true, true);
   vblocks(b, &x, &c->spec->vision, false, true);
   sim_gemm(b, "vit patch embed wgrad", LOOM_GEMM_WGRAD, x.Cv, x.pv, rows, 1);

@@ -122,9 +122,12 @@ static void test_collectives(void) {
         a[LOOM_COLL_ALLREDUCE] - b[LOOM_COLL_ALLREDUCE], extra);
   /* vision tp, Megatron style with recomputation: 2 forward + 2 recomputed + 2 backward
    * all-reduces per block of P x Cv; the text: the same 6 of N x C per layer, the vocabulary-
-   * parallel embedding's forward and the head's input gradient (N x C each), and the
-   * vocabulary-parallel cross-entropy's three fp32 scalars per token (max, sum, target) */
-  double meg = (6 * (layers * N * C + blocks * P * Cv) * e + 2 * N * C * e + 3 * N * 4) * 2 * (p - 1) / p;
+   * parallel embedding's forward and the head's input gradient (N x C each), the vocabulary-
+   * parallel cross-entropy's three fp32 scalars per token (max, sum, target), and the
+   * tensor-parallel merger's fc2 output and fc1 input gradient (P/4 merged tokens x 5120) */
+  double merger = 2 * (P / 4) * (4 * Cv) * e;
+  double meg = (6 * (layers * N * C + blocks * P * Cv) * e + 2 * N * C * e + 3 * N * 4 + merger) *
+               2 * (p - 1) / p;
   CHECK(fabs(b[LOOM_COLL_ALLREDUCE] - meg) < 1e-9 * meg, "Megatron-style all-reduce bytes %.0f, "
         "expected %.0f", b[LOOM_COLL_ALLREDUCE], meg);
 }
