@@ -78,12 +78,13 @@ static int read_list(const yt_node *n, const char *file, const char *key, double
   return 0;
 }
 
-/* [rows, columns] of a tile: two numbers >= 1 */
+/* [rows, columns] of a tile: two numbers in [1, 65536] (real tiles are at most 256 wide) */
 static int read_tile(const yt_node *n, const char *file, const char *key, double *out) {
   int got;
   if (read_list(n, file, key, out, 2, &got)) return -1;
-  if (got != 2 || !(out[0] >= 1) || !(out[1] >= 1) || !isfinite(out[0]) || !isfinite(out[1]))
-    return loom_err("%s:%d: %s: expected [rows, columns], two numbers >= 1", file, n->line, key);
+  if (got != 2 || !(out[0] >= 1 && out[0] <= 65536) || !(out[1] >= 1 && out[1] <= 65536))
+    return loom_err("%s:%d: %s: expected [rows, columns], two numbers in [1, 65536]", file,
+                    n->line, key);
   return 0;
 }
 
@@ -435,6 +436,9 @@ int loom_hw_check(const loom_hw_profile *hw) {
   if (hw->devices_per_node < 1) return loom_err("node.devices must be >= 1");
   if (hw->overlap_slowdown < 0 || hw->overlap_slowdown > 1)
     return loom_err("runtime.overlap_slowdown must be in [0, 1]");
+  if (hw->attn_hdim_step > 4096)
+    return loom_err("device.attention_head_dim_step must be in [0, 4096] (0: no padding), found %g",
+                    hw->attn_hdim_step);
   if (hw->mem_fragmentation >= 1)
     return loom_err("device.memory_fragmentation must be in [0, 1) (a share of the allocated "
                     "bytes), found %g", hw->mem_fragmentation);

@@ -64,6 +64,8 @@ static void test_errors(void) {
   bad("name: x\nruntime:\n  vision_sp_local_windows: maybe\n", ":3", "vision_sp_local_windows");
   bad("name: x\ndevice:\n  gemm_tile: [128]\n", ":3", "device.gemm_tile: expected [rows, columns]");
   bad("name: x\ndevice:\n  attention_tile: [128, 0]\n", ":3", "device.attention_tile: expected [rows, columns]");
+  bad("name: x\ndevice:\n  gemm_tile: [1e300, 128]\n", ":3", "two numbers in [1, 65536]");
+  bad("name: x\ndevice:\n  attention_head_dim_step: 1e9\n", "bad.yaml", "attention_head_dim_step must be in [0, 4096]");
   bad("name: x\ndevice:\n  memory_fragmentation: 1\n", "bad.yaml", "device.memory_fragmentation must be in [0, 1)");
   bad("name: x\ndevice:\n  memory_fragmentation: -0.1\n", ":3", "must be >= 0");
   bad("name: [x\n", "bad.yaml", "YAML");
