@@ -15,15 +15,16 @@ static void human(double x, char *buf, size_t n) {
 
 /* The step's time by what it is spent on, on the critical rank: compute, each collective
  * exposed on the compute stream inside the layers (the first stage's layers, embedding and
- * vision encoder, head when there is one stage, per micro-batch), the data-parallel / ZeRO
- * reductions and gathers exposed outside them (the rest of the exposed communication), the
- * optimizer and the pipeline bubble; out of memory first when a rank is over the limit. */
+ * vision encoder, head when there is one stage, per micro-batch), the rest of the exposed
+ * communication (data-parallel / ZeRO reductions and gathers, pipeline transfers), the
+ * optimizer and the rank's idle time (the pipeline bubble): parts that add up to the step;
+ * out of memory first when a rank is over the limit. */
 static void print_bottleneck(const loom_sim_ctx *c, const loom_sim_result *r) {
   enum { COMPUTE = 0, REDUCTIONS = 1 + LOOM_COLL_COUNT, OPTIMIZER, BUBBLE, PARTS };
   double part[PARTS] = {0};
   const char *name[PARTS] = {"compute"};
   for (int k = 0; k < LOOM_COLL_COUNT; k++) name[1 + k] = loom_coll_name((loom_coll_kind)k);
-  name[REDUCTIONS] = "gradient reductions / parameter gathers";
+  name[REDUCTIONS] = "other communication (gradient reductions, gathers, pipeline transfers)";
   name[OPTIMIZER] = "the optimizer";
   name[BUBBLE] = "the pipeline bubble";
   loom_sim_op ops[LOOM_SIM_MAX_OPS];
@@ -45,7 +46,8 @@ static void print_bottleneck(const loom_sim_ctx *c, const loom_sim_result *r) {
   part[REDUCTIONS] = fmax(0, r->exposed_comm - inlayer * scale);
   part[COMPUTE] = r->compute_time;
   part[OPTIMIZER] = r->optimizer_time;
-  part[BUBBLE] = r->step_time * r->bubble / (1 + r->bubble);
+  /* the critical rank's idle time: waiting for other stages (the bubble) */
+  part[BUBBLE] = fmax(0, r->step_time - r->compute_time - r->exposed_comm - r->optimizer_time);
   int order[PARTS];
   for (int i = 0; i < PARTS; i++) order[i] = i;
   for (int i = 1; i < PARTS; i++) /* by share, largest first */

@@ -30,6 +30,8 @@ static void test_sim_config(void) {
   r = run_loom("sim sim-cli.tmp/run.yaml --hardware h200 --nodes 4");
   CHECK(r.status == 0 && HAS(r.out, "dp=2 tp=8 pp=2", "recompute=full"), "config file: %d %s%s",
         r.status, r.out, r.err);
+  /* two stages: the critical rank's idle time is named among the parts of its step */
+  CHECK(HAS(r.out, "bottleneck     compute ", "the pipeline bubble "), "pipeline bottleneck: %s", r.out);
   run_done(&r);
   r = run_loom("sim sim-cli.tmp/run.yaml --hardware h200 --gpus 24");
   CHECK(r.status == 1 && HAS(r.err, "24"), "mesh does not fit: %d %s", r.status, r.err);
