@@ -57,6 +57,9 @@ typedef struct {
   double beta1, beta2, eps;    /* AdamW */
   double grad_clip;            /* global-norm clip; 0 disables */
   char dtype[8];               /* fp32 | bf16 (bf16 matmul inputs, fp32 master weights) */
+  char param_dtype[8];         /* fp32 | bf16: parameters and gradients are stored in this */
+  char optim_dtype[8];         /* fp32 | bf16: AdamW first/second moments */
+  char reduce_dtype[8];        /* fp32 | bf16: data-parallel gradient reductions */
   bool activation_checkpointing; /* recompute each block in backward */
   bool decay_norms_and_biases; /* false: no weight decay on norms, biases */
   bool freeze_vision;          /* vision-language: keep the vision encoder fixed */
@@ -104,6 +107,13 @@ typedef struct {
   char placement[16];       /* collocated | separate */
 } loom_config_vision_parallel;
 
+/* Vision-language models: the vision module's precision policy (`vision.*_dtype`); "" = the
+ * text module's training.param_dtype / training.optim_dtype. */
+typedef struct {
+  char param_dtype[8];      /* "" | fp32 | bf16 */
+  char optim_dtype[8];      /* "" | fp32 | bf16 */
+} loom_config_vision;
+
 typedef struct {
   long every;         /* save checkpoint_<step>/ every N steps; 0 = never */
   bool save_final;    /* write final_checkpoint/ */
@@ -130,6 +140,7 @@ typedef struct {
   loom_config_checkpoint checkpoint;
   loom_config_parallel parallel;
   loom_config_vision_parallel vision_parallel;
+  loom_config_vision vision;
   int nuser;                                   /* user keys, in the order they were added */
   loom_config_user_key user[LOOM_USER_KEYS_MAX];
 } loom_config;

@@ -96,6 +96,12 @@ typedef struct {
   loom_attn_kernel attention;
   double attn_eff;                     /* flash: fraction of matrix peak */
   double attn_rate_fwd, attn_rate_bwd; /* loom kernel: (query,key) pairs x head_dim per s */
+  /* tile quantisation (0 = not modelled): a GEMM computes whole output tiles of
+   * gemm_tile[0] x gemm_tile[1]; flash attention processes each (varlen) segment in tiles of
+   * attn_tile[0] queries x attn_tile[1] keys and pads the head dimension to a multiple of
+   * attn_hdim_step */
+  double gemm_tile[2], attn_tile[2], attn_hdim_step;
+  double mem_fragmentation;            /* allocator headroom: a share of the allocated bytes */
   /* node */
   int devices_per_node;
   bool timeshare;      /* more ranks than devices on a node share them in time (CPU cores) */
@@ -111,6 +117,14 @@ typedef struct {
   double overlap_slowdown; /* fraction of overlapped communication that still costs compute
                               time (collective kernels take SMs and memory bandwidth) */
   bool p2p_overlap;        /* pipeline sends overlap compute (else they block the sender) */
+  /* the framework's tensor parallelism: Megatron (one all-reduce per column-parallel group of
+   * GEMMs) or PyTorch DTensor parallelize_module (one per ColwiseParallel module: q, k, v,
+   * gate and up each all-reduce their input gradient; nothing overlapped) */
+  bool tp_dtensor;
+  bool vision_sp_local_windows; /* Ulysses splits the encoder's patches at window boundaries:
+                                   windowed blocks run locally, all-to-alls only in full blocks */
+  bool elementwise_eager;  /* norms and rotary as PyTorch eager ops (fp32 upcasts, one kernel
+                              per op) rather than fused kernels */
 } loom_hw_profile;
 
 /* Defaults (every field set; a generic GPU-like device), then a file or a name over them.
@@ -130,6 +144,9 @@ char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes);
 void loom_hw_list(void);
 
 /* ---- time primitives -------------------------------------------------------------------- */
+/* Share of a GEMM's computed output that is useful under tile quantisation, m x n over the
+ * tiles covering it (1 when the profile has no gemm_tile). */
+double loom_hw_gemm_quant(const loom_hw_profile *hw, double m, double n);
 /* Fraction of peak of an (m x k) @ (k x n) GEMM in a role. */
 double loom_hw_gemm_eff(const loom_hw_profile *hw, loom_gemm_role role, double m, double n,
                         double k);

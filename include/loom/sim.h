@@ -41,6 +41,11 @@ typedef struct {
   int vision_zero;           /* ... which is this (else it follows zero) */
   int vision_patches;        /* patches per sequence's image (0: no image) */
   bool freeze_vision;        /* the encoder is not trained: no backward */
+  /* precision policy (training.param_dtype, optim_dtype, reduce_dtype; vision.param_dtype,
+   * optim_dtype): parameters and gradients stored in param (fp32 in a 16-bit run: a 16-bit
+   * working copy beside fp32 master weights; bf16: the model cast to bf16, no master), AdamW
+   * moments in optim, data-parallel gradient reductions in reduce */
+  loom_hw_dtype param_dtype, optim_dtype, reduce_dtype, vision_param_dtype, vision_optim_dtype;
 } loom_sim_strategy;
 
 /* From a train config (parallel.*, training.*); `world` > 0 fills parallel.dp when the config
@@ -87,7 +92,7 @@ typedef struct {
   double bytes;          /* comm payload per rank / vector-op memory traffic */
   double time;           /* seconds on this profile */
 } loom_sim_op;
-#define LOOM_SIM_MAX_OPS 160
+#define LOOM_SIM_MAX_OPS 320
 
 /* Ops of one transformer layer, the embedding (first stage) and the head with the loss (last
  * stage), for one micro-batch on one rank, in execution order; returns the count. */
@@ -112,6 +117,12 @@ void loom_sim_head_cost(const loom_sim_ctx *c, loom_sim_cost *out);
 /* Parameters one rank holds (closed form, equal to the trainer's shard layout without
  * alignment padding): `layers` transformer layers, plus the embedding / the head. */
 double loom_sim_rank_params(const loom_model_spec *spec, int tp, int layers, bool embed, bool head);
+/* Bytes per parameter of one module's state on the GPU engine under the strategy's precision
+ * policy (vision: the encoder's overrides): the 16/32-bit working weights, the gradients, and
+ * the optimizer state ZeRO-1 partitions (fp32 master weights when parameters are fp32 in a
+ * 16-bit run, and the two AdamW moments). */
+void loom_sim_state_bytes(const loom_sim_strategy *st, bool vision, double *weights,
+                          double *grads, double *optimizer);
 /* Parameters of a vision-language model's encoder and merger (replicated on the first stage's
  * tensor-parallel ranks, as the trainer lays them out); 0 for text models. */
 double loom_sim_vision_params(const loom_model_spec *spec);
@@ -125,6 +136,7 @@ typedef struct {
   double activations;                /* saved activations of the micro-batches in flight */
   double workspace;                  /* backward scratch, recompute buffers, logits */
   double comm_buffers;               /* pipeline message buffers, DP buckets, ZeRO shards */
+  double fragmentation;              /* allocator headroom (the profile's share of the rest) */
   double total;
   double per_layer;                  /* activations of one layer, one micro-batch */
   int inflight;                      /* chunks in flight at the peak */
@@ -207,6 +219,8 @@ typedef struct {
   int gpus;                  /* ranks available */
   int global_batch, seq;     /* sequences per step, T */
   loom_hw_dtype dtype;
+  /* the config's precision policy (loom_sim_strategy's fields of the same names; zero: fp32) */
+  loom_hw_dtype param_dtype, optim_dtype, reduce_dtype, vision_param_dtype, vision_optim_dtype;
   bool dropout;
   bool trainable_only;       /* only what loom train runs (no selective recompute, no fp16) */
   int finalists;             /* simulated after the closed-form pruning */

@@ -19,7 +19,8 @@ static void usage(FILE *out) {
           "micro-batch size and recomputation for the fastest step that fits in memory: every\n"
           "valid layout is costed in closed form, the best are simulated on their schedules.\n\n"
           "  --model M          a preset (gpt2-124m, qwen2.5-7b, llama3-8b, ...) or a train config\n"
-          "  --hardware H       a100-80gb, h100-sxm, h200, this-machine or a profile file\n"
+          "  --hardware H       a100-80gb, h100-sxm, h100-sxm-hf, h200, this-machine or a\n"
+          "                     profile file\n"
           "  --gpus N           ranks available (dp takes what tp*sp*pp leave; some may idle)\n"
           "  --global-batch B   sequences per optimizer step (default: the config's)\n"
           "  --seq S            tokens per sequence (default: training.seq_len)\n"
@@ -79,6 +80,9 @@ static int run(loom_config *cfg, const plan_args *a) {
   loom_sim_strategy_from_config(&probe, cfg, 0);
   q.vision_patches = probe.vision_patches;
   q.freeze_vision = probe.freeze_vision;
+  q.param_dtype = probe.param_dtype, q.optim_dtype = probe.optim_dtype;
+  q.reduce_dtype = probe.reduce_dtype;
+  q.vision_param_dtype = probe.vision_param_dtype, q.vision_optim_dtype = probe.vision_optim_dtype;
   loom_err_clear();
   q.top = a->top ? a->top : 10;
   loom_plan_result r;

@@ -18,9 +18,11 @@ static void usage(FILE *out) {
           "Simulate one optimizer step of the config's model and parallel layout (parallel.*,\n"
           "training.*) on a cluster described by a hardware profile, replaying the very\n"
           "schedule the trainer runs. Prints step time, tokens/s, MFU and HFU, the pipeline\n"
-          "bubble, exposed communication and the memory of every pipeline rank.\n\n"
-          "  --hardware NAME|FILE  a100-80gb, h100-sxm, h200, this-machine (written by\n"
-          "                        'loom bench') or a profile YAML file\n"
+          "bubble, exposed communication, what bounds the step (compute, a collective, the\n"
+          "optimizer, the bubble or memory, with shares) and the memory of every pipeline rank.\n\n"
+          "  --hardware NAME|FILE  a100-80gb, h100-sxm, h100-sxm-hf (the same GPUs under\n"
+          "                        PyTorch eager, HF modules, DTensor TP), h200,\n"
+          "                        this-machine (written by 'loom bench') or a profile file\n"
           "  --nodes N             nodes of the profile (world = N x devices per node); a\n"
           "                        config with parallel.dp=1 fills the world with dp\n"
           "  --gpus N              ranks instead of whole nodes\n"
@@ -187,7 +189,7 @@ int loom_cmd_sim(int argc, char **argv) {
     return prc == LOOM_CLI_BAD ? 2 : 0;
   }
   if (!a.hardware) {
-    fprintf(stderr, "loom sim: --hardware is required (a100-80gb, h100-sxm, h200, this-machine "
+    fprintf(stderr, "loom sim: --hardware is required (a100-80gb, h100-sxm, h100-sxm-hf, h200, this-machine "
             "or a file; see loom sim --list-hardware)\n");
     free(overrides);
     return 2;

@@ -15,6 +15,7 @@ static const char *const arch_values[] = {"", "gpt2", "llama", NULL};
 static const char *const tristate_values[] = {"", "true", "false", NULL};
 static const char *const schedule_values[] = {"constant", "linear", "cosine", NULL};
 static const char *const dtype_values[] = {"fp32", "bf16", NULL};
+static const char *const dtype_or_text_values[] = {"", "fp32", "bf16", NULL};
 static const char *const sp_mode_values[] = {"ulysses", "megatron", NULL};
 static const char *const pp_schedule_values[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const data_format_values[] = {"tokens", "vqa", NULL};
@@ -107,6 +108,16 @@ const loom_config_key loom_config_keys[] = {
      FIELD(training, grad_clip)},
     {"training.dtype", E, "fp32", dtype_values,
      "matmul input precision (bf16 keeps fp32 master weights)", FIELD(training, dtype)},
+    /* precision policy (docs/TRAINING.md "Precision"): storage dtypes of parameters,
+     * gradients, optimizer state and data-parallel reductions */
+    {"training.param_dtype", E, "fp32", dtype_values,
+     "dtype parameters and their gradients are stored in (bf16 = model.to(torch.bfloat16); "
+     "needs training.dtype=bf16)", FIELD(training, param_dtype)},
+    {"training.optim_dtype", E, "fp32", dtype_values,
+     "dtype of the AdamW first and second moments", FIELD(training, optim_dtype)},
+    {"training.reduce_dtype", E, "fp32", dtype_values,
+     "dtype of data-parallel gradient reductions (FSDP2 MixedPrecisionPolicy.reduce_dtype)",
+     FIELD(training, reduce_dtype)},
     {"training.activation_checkpointing", B, "false", NULL,
      "recompute each block's activations in backward", FIELD(training, activation_checkpointing)},
     {"training.decay_norms_and_biases", B, "false", NULL,
@@ -196,6 +207,14 @@ const loom_config_key loom_config_keys[] = {
      FIELD(parallel, bucket_mb)},
     {"parallel.timeout_s", F, "300", NULL,
      "seconds a rank waits in a collective before aborting the job", FIELD(parallel, timeout_s)},
+
+    /* the vision module's precision policy (docs/TRAINING.md "Precision") */
+    {"vision.param_dtype", E, "", dtype_or_text_values,
+     "vision-language: the vision module's training.param_dtype (\"\" = the text module's)",
+     FIELD(vision, param_dtype)},
+    {"vision.optim_dtype", E, "", dtype_or_text_values,
+     "vision-language: the vision module's training.optim_dtype (\"\" = the text module's)",
+     FIELD(vision, optim_dtype)},
 
     {"vision.parallel.dp", I, "0", NULL,
      "vision encoder data-parallel replicas (0 = parallel.dp; must equal it)",

@@ -185,10 +185,26 @@ static int check_val_data(const loom_config *c) {
   return 0;
 }
 
+/* Precision policy: a bf16 parameter is a bf16 matmul input (PyTorch's model.to(bfloat16)
+ * computes in bf16), so bf16 storage needs bf16 compute; fp32 storage with bf16 compute is
+ * the mixed-precision case (fp32 master weights). */
+static int check_precision(const loom_config *c) {
+  const char *vparam = c->vision.param_dtype[0] ? c->vision.param_dtype : c->training.param_dtype;
+  if (!strcmp(c->training.dtype, "fp32") && !strcmp(c->training.param_dtype, "bf16"))
+    return loom_err("training.param_dtype = bf16 needs training.dtype = bf16 (bf16 parameters "
+                    "are bf16 matmul inputs, as with model.to(torch.bfloat16)); set "
+                    "training.dtype=bf16, or training.param_dtype=fp32 for fp32 weights");
+  if (!strcmp(c->training.dtype, "fp32") && !strcmp(vparam, "bf16"))
+    return loom_err("vision.param_dtype = bf16 needs training.dtype = bf16 (bf16 parameters are "
+                    "bf16 matmul inputs); set training.dtype=bf16, or vision.param_dtype=fp32");
+  return 0;
+}
+
 int loom_config_validate(const loom_config *c) {
   for (size_t i = 0; i < loom_config_nkeys; i++)
     if (check_key(c, &loom_config_keys[i])) return loom_err_prefix("invalid config: ");
-  if (check_ranges(c) || check_val_data(c)) return loom_err_prefix("invalid config: ");
+  if (check_ranges(c) || check_val_data(c) || check_precision(c))
+    return loom_err_prefix("invalid config: ");
   return 0;
 }
 

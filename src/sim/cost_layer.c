@@ -209,15 +209,19 @@ static void gpu_forward(sim_ops *b, const shape *x) {
  * output: dgrad, then the input-gradient reduction overlapped with the wgrad GEMM (and, with
  * sequence parallelism, the all-gather of the input redone behind the dgrad GEMM) */
 static void gpu_column_bwd(sim_ops *b, const shape *x, const char *dname, const char *wname,
-                           double out) {
+                           double out, int modules) {
   bool overlap = b->c->hw->tp_overlap;
+  /* DTensor (runtime.tp_style: dtensor): each ColwiseParallel module all-reduces its own input
+   * gradient (q, k and v; gate and up); Megatron one per fused GEMM */
+  int reductions = b->c->hw->tp_dtensor ? modules : 1;
   double td = sim_gemm(b, dname, LOOM_GEMM_DGRAD, x->N, x->C, out, 1);
   if (x->seqpar && !b->recompute) tp_gather(b, x, "tp all-gather (redo)", overlap ? td : 0);
   loom_sim_phase keep = b->phase;
   b->phase = LOOM_PHASE_BWD_W;
   double tw = loom_hw_gemm_time(b->c->hw, b->c->st->dtype, LOOM_GEMM_WGRAD, out, x->C, x->N, 1);
   b->phase = keep;
-  if (x->tp > 1) tp_reduce(b, x, "tp reduce", overlap ? tw : 0);
+  for (int i = 0; i < reductions && x->tp > 1; i++)
+    tp_reduce(b, x, "tp reduce", overlap ? tw / reductions : 0);
   b->phase = LOOM_PHASE_BWD_W;
   sim_gemm(b, wname, LOOM_GEMM_WGRAD, out, x->C, x->N, 1);
   b->phase = keep;
@@ -237,7 +241,7 @@ static void gpu_backward(sim_ops *b, const shape *x) {
   b->phase = keep;
   if (x->gpt2) sim_vec(b, "bias-gelu bwd", LOOM_VOP_GELU_BWD, N * x->li, 3 * e, 25);
   else sim_vec(b, "swiglu bwd", LOOM_VOP_SWIGLU_BWD, N * x->li, 5 * e, 25);
-  gpu_column_bwd(b, x, "mlp up dgrad", "mlp up wgrad", x->li * (x->llama ? 2 : 1));
+  gpu_column_bwd(b, x, "mlp up dgrad", "mlp up wgrad", x->li * (x->llama ? 2 : 1), x->llama ? 2 : 1);
   sim_vec(b, "norm2 bwd", norm_vop(x, true), Nr * C, 3 * e, 12);
   sim_vec(b, "residual grad", LOOM_VOP_ADD, Nr * C, 3 * e, 1);
   /* attention */
@@ -254,7 +258,7 @@ static void gpu_backward(sim_ops *b, const shape *x) {
   a2a(b, x, "ulysses a2a dk", x->KD);
   a2a(b, x, "ulysses a2a dv", x->KD);
   if (x->llama) sim_vec(b, "rope bwd", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * e, 6);
-  gpu_column_bwd(b, x, "qkv dgrad", "qkv wgrad", x->QD + 2 * x->KD);
+  gpu_column_bwd(b, x, "qkv dgrad", "qkv wgrad", x->QD + 2 * x->KD, 3);
   sim_vec(b, "norm1 bwd", norm_vop(x, true), Nr * C, 3 * e, 12);
   sim_vec(b, "residual grad", LOOM_VOP_ADD, Nr * C, 3 * e, 1);
 }

@@ -14,6 +14,34 @@ void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap) 
   b->cap = cap;
   b->phase = LOOM_PHASE_FWD;
   b->recompute = false;
+  b->vision = false;
+}
+
+/* PyTorch eager kernels (HuggingFace modules, runtime.elementwise: eager): the memory traffic
+ * per element and the kernel launches of RMSNorm and rotary as their op-by-op code moves
+ * them, e = bytes of an activation element. Qwen2RMSNorm.forward (transformers): x.to(fp32)
+ * (e + 4), pow(2) (4 + 4), mean(-1) (4), x * rsqrt(var + eps) (4 + 4), .to(bf16) (4 + e),
+ * weight * x (e + e) = 5e + 28 bytes in 7 kernels (rsqrt and the eps add are per row); its
+ * autograd backward runs each op's backward, reading the saved input and the incoming
+ * gradient and writing one gradient: twice the forward's traffic and kernels.
+ * apply_rotary_pos_emb_vision (Qwen2.5-VL vision, fp32): q.float() (e + 4), rotate_half's
+ * negated half (4 per element) and cat (4 + 4), q * cos (4 + 4 + 4), rotate_half(q) * sin
+ * (4 + 4 + 4), the sum (4 + 4 + 4), .to(bf16) (4 + e) = 2e + 56 in 7 kernels; the text
+ * decoder's apply_multimodal_rotary_pos_emb in bf16: q * cos (3e), the negated half (e), cat
+ * (2e), * sin (3e), the sum (3e) = 12e in 5 kernels. Other kernels (LayerNorm, SwiGLU's two
+ * ops, residual adds) move about what the fused ones move. */
+static bool eager_vop(const sim_ops *b, loom_vop v, double *bytes, int *kernels) {
+  double e = b->c->act_bytes;
+  if (!b->c->hw->elementwise_eager || b->c->loom_cpu) return false;
+  switch (v) {
+  case LOOM_VOP_RMSNORM_FWD: *bytes = 5 * e + 28, *kernels = 7; return true;
+  case LOOM_VOP_RMSNORM_BWD: *bytes = 2 * (5 * e + 28), *kernels = 14; return true;
+  case LOOM_VOP_ROPE:
+    if (b->vision) *bytes = 2 * e + 56, *kernels = 7;
+    else *bytes = 12 * e, *kernels = 5;
+    return true;
+  default: return false;
+  }
 }
 
 static loom_sim_op *add(sim_ops *b, const char *name, loom_sim_op_type type) {
@@ -40,9 +68,13 @@ double sim_vec(sim_ops *b, const char *name, loom_vop v, double elements, double
                double flops_per_elem) {
   if (elements <= 0) return 0;
   loom_sim_op *o = add(b, name, LOOM_OP_VEC);
+  int kernels = 1;
+  double eager;
+  if (eager_vop(b, v, &eager, &kernels)) bytes_per_elem = eager;
   o->bytes = elements * bytes_per_elem;
   o->time = loom_hw_vop_time(b->c->hw, b->c->st->dtype, v, elements, o->bytes,
-                             elements * flops_per_elem);
+                             elements * flops_per_elem) +
+            (kernels - 1) * b->c->hw->kernel_overhead;
   return o->time;
 }
 

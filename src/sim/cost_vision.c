@@ -7,7 +7,16 @@
  *   replicate  every rank of the tensor-parallel group runs the whole encoder (no comm);
  *   tp         Megatron tensor parallelism over the tp ranks (heads and MLP split, two
  *              all-reduces of (patches x Cv) forward and two backward);
- *   sp         the patches split over the tp ranks, all-to-alls around attention (Ulysses).
+ *   sp         the patches split over the tp ranks, all-to-alls around attention (Ulysses);
+ *              with runtime.vision_sp_local_windows the split follows window boundaries and
+ *              the windowed blocks attend locally: all-to-alls only in the full blocks (the
+ *              seed's sequence_parallel_utils.py, _compute_window_cut_positions).
+ * q, k, v and (Qwen) gate, up are separate GEMMs, as in both loom's encoder and HF's; under
+ * DTensor tensor parallelism (runtime.tp_style: dtensor) each of these ColwiseParallel modules
+ * all-reduces its own input gradient. With activation checkpointing on the GPU engine every
+ * block's forward (collectives included) is rerun in the backward (HF gradient checkpointing
+ * per block). Flash attention over short varlen segments (the 64-patch windows) computes whole
+ * tiles of the profile's attention_tile, with the head dimension padded to its step.
  * A frozen encoder (training.freeze_vision) has no backward. */
 #include <math.h>
 #include <string.h>
@@ -46,11 +55,23 @@ static vshape vshape_of(const loom_sim_ctx *c) {
   return x;
 }
 
-/* bidirectional attention over P patches in windows of `keys` (or the whole image) */
-static void vattention(sim_ops *b, const vshape *x, double keys, double heads, bool backward) {
+/* Share of flash attention's computed (query, key) tiles that are useful for segments of
+ * `len` patches, times the head dimension over its padded size (1 when the profile does not
+ * model tiles) */
+static double attn_quant(const loom_hw_profile *hw, double len, double D) {
+  double f = 1, tq = hw->attn_tile[0], tk = hw->attn_tile[1], step = hw->attn_hdim_step;
+  if (tq > 0 && tk > 0 && len > 0) f *= len * len / (ceil(len / tq) * tq * ceil(len / tk) * tk);
+  if (step > 0) f *= D / (ceil(D / step) * step);
+  return f;
+}
+
+/* bidirectional attention of `rows` query patches over `keys` keys each (segments of `keys`
+ * patches: windows or whole images) on `heads` heads */
+static void vattention(sim_ops *b, const vshape *x, double rows, double keys, double heads,
+                       bool backward) {
   const loom_sim_ctx *c = b->c;
   if (b->n >= b->cap) return;
-  double pairs = x->P * keys * heads;
+  double pairs = rows * keys * heads;
   loom_sim_op *a = &b->ops[b->n++];
   memset(a, 0, sizeof *a);
   a->name = backward ? "vit attention bwd" : "vit attention";
@@ -64,7 +85,7 @@ static void vattention(sim_ops *b, const vshape *x, double keys, double heads, b
   }
   double peak = c->hw->peak_flops[c->st->dtype] > 0 ? c->hw->peak_flops[c->st->dtype] : c->hw->peak_flops[0];
   a->flops = (backward ? 2.5 : 1) * 4 * pairs * x->D;
-  a->time = a->flops / (peak * c->hw->attn_eff) + c->hw->gemm_overhead;
+  a->time = a->flops / (peak * c->hw->attn_eff * attn_quant(c->hw, keys, x->D)) + c->hw->gemm_overhead;
 }
 
 static bool full_block(const loom_vision_spec *v, int l) {
@@ -74,51 +95,75 @@ static bool full_block(const loom_vision_spec *v, int l) {
   return false;
 }
 
+/* the input-gradient all-reduce(s) after a column-parallel group of `modules` GEMMs */
+static void col_reduce(sim_ops *b, const vshape *x, int modules) {
+  int n = b->c->hw->tp_dtensor ? modules : 1;
+  for (int i = 0; i < n && x->split_tp; i++)
+    sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, x->P * x->Cv * x->e, 1, x->tp, 0);
+}
+
 static void vblock(sim_ops *b, const vshape *x, bool full, bool backward) {
   const loom_sim_strategy *st = b->c->st;
   double P = x->P, Cv = x->Cv, e = x->e;
   double rows = x->split_sp ? P / x->tp : P;        /* rows into the linears */
   double wdiv = x->split_tp ? x->tp : 1;            /* weights split */
-  double heads = x->split_tp || x->split_sp ? x->H / x->tp : x->H;
   double keys = full || x->win <= 0 ? P / st->micro_batch : x->win; /* keys per query */
+  /* Ulysses all-to-alls: every block, or only the full ones when windows stay local */
+  bool a2a = x->split_sp && (full || x->win <= 0 || !b->c->hw->vision_sp_local_windows);
+  /* attention layout: all patches on heads/tp (tp, or sp after its all-to-all), or this
+   * rank's patches on every head (sp, local windows) */
+  double arows = x->split_sp && !a2a ? rows : P;
+  double heads = x->split_tp || a2a ? x->H / x->tp : x->H;
   loom_vop nf = x->qwen ? LOOM_VOP_RMSNORM_FWD : LOOM_VOP_LAYERNORM_FWD;
   loom_vop nb = x->qwen ? LOOM_VOP_RMSNORM_BWD : LOOM_VOP_LAYERNORM_BWD;
-  double mlp = x->qwen ? 2 * x->I : x->I;
+  double Cl = Cv / wdiv, Il = x->I / wdiv;          /* local attention and MLP widths */
   int tps = sim_tp_stride(st);
   if (!backward) {
     sim_vec(b, "vit norm1", nf, rows * Cv, 2 * e, 8);
-    sim_gemm(b, "vit qkv", LOOM_GEMM_FWD, rows, 3 * Cv / wdiv, Cv, 1);
-    if (x->qwen) sim_vec(b, "vit rope", LOOM_VOP_ROPE, rows * 2 * Cv / wdiv, 2 * e, 6);
-    if (x->split_sp) sim_comm(b, "vit a2a qkv", LOOM_COLL_ALLTOALL, rows * 3 * Cv * e, tps, x->tp, 0);
-    vattention(b, x, keys, heads, false);
-    if (x->split_sp) sim_comm(b, "vit a2a out", LOOM_COLL_ALLTOALL, rows * Cv * e, tps, x->tp, 0);
-    sim_gemm(b, "vit o", LOOM_GEMM_FWD, rows, Cv, Cv / wdiv, 1);
+    sim_gemm(b, "vit q", LOOM_GEMM_FWD, rows, Cl, Cv, 1);
+    sim_gemm(b, "vit k", LOOM_GEMM_FWD, rows, Cl, Cv, 1);
+    sim_gemm(b, "vit v", LOOM_GEMM_FWD, rows, Cl, Cv, 1);
+    if (x->qwen) sim_vec(b, "vit rope", LOOM_VOP_ROPE, rows * 2 * Cl, 2 * e, 6);
+    if (a2a) sim_comm(b, "vit a2a qkv", LOOM_COLL_ALLTOALL, rows * 3 * Cv * e, tps, x->tp, 0);
+    vattention(b, x, arows, keys, heads, false);
+    if (a2a) sim_comm(b, "vit a2a out", LOOM_COLL_ALLTOALL, rows * Cv * e, tps, x->tp, 0);
+    sim_gemm(b, "vit o", LOOM_GEMM_FWD, rows, Cv, Cl, 1);
     if (x->split_tp) sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, rows * Cv * e, tps, x->tp, 0);
     sim_vec(b, "vit residual", LOOM_VOP_ADD, rows * Cv, 3 * e, 1);
     sim_vec(b, "vit norm2", nf, rows * Cv, 2 * e, 8);
-    sim_gemm(b, "vit mlp in", LOOM_GEMM_FWD, rows, mlp / wdiv, Cv, 1);
-    sim_vec(b, "vit act", x->qwen ? LOOM_VOP_SWIGLU_FWD : LOOM_VOP_GELU_FWD, rows * x->I / wdiv, 3 * e, 20);
-    sim_gemm(b, "vit mlp out", LOOM_GEMM_FWD, rows, Cv, x->I / wdiv, 1);
+    if (x->qwen) {
+      sim_gemm(b, "vit mlp gate", LOOM_GEMM_FWD, rows, Il, Cv, 1);
+      sim_gemm(b, "vit mlp up", LOOM_GEMM_FWD, rows, Il, Cv, 1);
+    } else {
+      sim_gemm(b, "vit mlp up", LOOM_GEMM_FWD, rows, Il, Cv, 1);
+    }
+    sim_vec(b, "vit act", x->qwen ? LOOM_VOP_SWIGLU_FWD : LOOM_VOP_GELU_FWD, rows * Il, 3 * e, 20);
+    sim_gemm(b, "vit mlp out", LOOM_GEMM_FWD, rows, Cv, Il, 1);
     if (x->split_tp) sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, rows * Cv * e, tps, x->tp, 0);
     sim_vec(b, "vit residual", LOOM_VOP_ADD, rows * Cv, 3 * e, 1);
     return;
   }
-  sim_gemm(b, "vit mlp out dgrad", LOOM_GEMM_DGRAD, rows, x->I / wdiv, Cv, 1);
-  sim_gemm(b, "vit mlp out wgrad", LOOM_GEMM_WGRAD, Cv, x->I / wdiv, rows, 1);
-  sim_vec(b, "vit act bwd", x->qwen ? LOOM_VOP_SWIGLU_BWD : LOOM_VOP_GELU_BWD, rows * x->I / wdiv, 5 * e, 25);
-  sim_gemm(b, "vit mlp in dgrad", LOOM_GEMM_DGRAD, rows, Cv, mlp / wdiv, 1);
-  sim_gemm(b, "vit mlp in wgrad", LOOM_GEMM_WGRAD, mlp / wdiv, Cv, rows, 1);
-  if (x->split_tp) sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, rows * Cv * e, tps, x->tp, 0);
+  sim_gemm(b, "vit mlp out dgrad", LOOM_GEMM_DGRAD, rows, Il, Cv, 1);
+  sim_gemm(b, "vit mlp out wgrad", LOOM_GEMM_WGRAD, Cv, Il, rows, 1);
+  sim_vec(b, "vit act bwd", x->qwen ? LOOM_VOP_SWIGLU_BWD : LOOM_VOP_GELU_BWD, rows * Il, 5 * e, 25);
+  int mlp_in = x->qwen ? 2 : 1;
+  for (int i = 0; i < mlp_in; i++) {
+    sim_gemm(b, "vit mlp in dgrad", LOOM_GEMM_DGRAD, rows, Cv, Il, 1);
+    sim_gemm(b, "vit mlp in wgrad", LOOM_GEMM_WGRAD, Il, Cv, rows, 1);
+  }
+  col_reduce(b, x, mlp_in);
   sim_vec(b, "vit norm2 bwd", nb, rows * Cv, 3 * e, 12);
-  sim_gemm(b, "vit o dgrad", LOOM_GEMM_DGRAD, rows, Cv / wdiv, Cv, 1);
-  sim_gemm(b, "vit o wgrad", LOOM_GEMM_WGRAD, Cv, Cv / wdiv, rows, 1);
-  if (x->split_sp) sim_comm(b, "vit a2a dout", LOOM_COLL_ALLTOALL, rows * Cv * e, tps, x->tp, 0);
-  vattention(b, x, keys, heads, true);
-  if (x->split_sp) sim_comm(b, "vit a2a dqkv", LOOM_COLL_ALLTOALL, rows * 3 * Cv * e, tps, x->tp, 0);
-  if (x->qwen) sim_vec(b, "vit rope bwd", LOOM_VOP_ROPE, rows * 2 * Cv / wdiv, 2 * e, 6);
-  sim_gemm(b, "vit qkv dgrad", LOOM_GEMM_DGRAD, rows, Cv, 3 * Cv / wdiv, 1);
-  sim_gemm(b, "vit qkv wgrad", LOOM_GEMM_WGRAD, 3 * Cv / wdiv, Cv, rows, 1);
-  if (x->split_tp) sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, rows * Cv * e, tps, x->tp, 0);
+  sim_gemm(b, "vit o dgrad", LOOM_GEMM_DGRAD, rows, Cl, Cv, 1);
+  sim_gemm(b, "vit o wgrad", LOOM_GEMM_WGRAD, Cv, Cl, rows, 1);
+  if (a2a) sim_comm(b, "vit a2a dout", LOOM_COLL_ALLTOALL, rows * Cv * e, tps, x->tp, 0);
+  vattention(b, x, arows, keys, heads, true);
+  if (a2a) sim_comm(b, "vit a2a dqkv", LOOM_COLL_ALLTOALL, rows * 3 * Cv * e, tps, x->tp, 0);
+  if (x->qwen) sim_vec(b, "vit rope bwd", LOOM_VOP_ROPE, rows * 2 * Cl, 2 * e, 6);
+  for (int i = 0; i < 3; i++) {
+    sim_gemm(b, "vit qkv dgrad", LOOM_GEMM_DGRAD, rows, Cv, Cl, 1);
+    sim_gemm(b, "vit qkv wgrad", LOOM_GEMM_WGRAD, Cl, Cv, rows, 1);
+  }
+  col_reduce(b, x, 3);
   sim_vec(b, "vit norm1 bwd", nb, rows * Cv, 3 * e, 12);
 }
 
@@ -129,6 +174,11 @@ static void vblocks(sim_ops *b, const vshape *x, const loom_vision_spec *v, bool
   for (int l = 0; l < x->depth; l++) n += full_block(v, l) == full;
   if (n == 0) return;
   int from = b->n;
+  if (backward && b->c->st->recompute == LOOM_RECOMPUTE_FULL && !b->c->loom_cpu) {
+    b->recompute = true; /* the block's forward again, from its checkpointed input */
+    vblock(b, x, full, false);
+    b->recompute = false;
+  }
   vblock(b, x, full, backward);
   for (int i = from; i < b->n; i++) {
     b->ops[i].time *= n;
@@ -144,28 +194,38 @@ void sim_vision_ops(sim_ops *b) {
   vshape x = vshape_of(c);
   double rows = x.split_sp ? x.P / x.tp : x.P;
   loom_sim_phase keep = b->phase;
+  bool keep_vision = b->vision;
+  b->vision = true;
   b->phase = LOOM_PHASE_FWD;
   sim_gemm(b, "vit patch embed", LOOM_GEMM_FWD, rows, x.Cv, x.pv, 1);
   vblocks(b, &x, &c->spec->vision, false, false);
   vblocks(b, &x, &c->spec->vision, true, false);
   double mrows = x.split_sp ? x.M / x.tp : x.M;
   sim_vec(b, "merger norm", x.qwen ? LOOM_VOP_RMSNORM_FWD : LOOM_VOP_LAYERNORM_FWD, rows * x.Cv, 2 * x.e, 8);
-  sim_gemm(b, "merger fc1", LOOM_GEMM_FWD, mrows, x.ph, x.in, 1);
-  sim_vec(b, "merger gelu", LOOM_VOP_GELU_FWD, mrows * x.ph, 2 * x.e, 20);
-  sim_gemm(b, "merger fc2", LOOM_GEMM_FWD, mrows, x.Ct, x.ph, 1);
+  /* tp: the merger's fc1 column- and fc2 row-parallel (its hidden width split), fc2's output
+   * summed over the ranks (src/model/vision_encoder.c; the seed's
+   * _parallelize_projector_or_merger) */
+  double phl = x.split_tp ? x.ph / x.tp : x.ph;
+  sim_gemm(b, "merger fc1", LOOM_GEMM_FWD, mrows, phl, x.in, 1);
+  sim_vec(b, "merger gelu", LOOM_VOP_GELU_FWD, mrows * phl, 2 * x.e, 20);
+  sim_gemm(b, "merger fc2", LOOM_GEMM_FWD, mrows, x.Ct, phl, 1);
+  if (x.split_tp) sim_comm(b, "merger tp all-reduce", LOOM_COLL_ALLREDUCE, mrows * x.Ct * x.e, 1, x.tp, 0);
   if (x.split_sp) sim_comm(b, "vit all-gather tokens", LOOM_COLL_ALLGATHER, x.M * x.Ct * x.e, 1, x.tp, 0);
   if (c->st->freeze_vision) {
     b->phase = keep;
+    b->vision = keep_vision;
     return;
   }
   b->phase = LOOM_PHASE_BWD_IN;
-  sim_gemm(b, "merger fc2 dgrad", LOOM_GEMM_DGRAD, mrows, x.ph, x.Ct, 1);
-  sim_gemm(b, "merger fc2 wgrad", LOOM_GEMM_WGRAD, x.Ct, x.ph, mrows, 1);
-  sim_vec(b, "merger gelu bwd", LOOM_VOP_GELU_BWD, mrows * x.ph, 3 * x.e, 25);
-  sim_gemm(b, "merger fc1 dgrad", LOOM_GEMM_DGRAD, mrows, x.in, x.ph, 1);
-  sim_gemm(b, "merger fc1 wgrad", LOOM_GEMM_WGRAD, x.ph, x.in, mrows, 1);
+  sim_gemm(b, "merger fc2 dgrad", LOOM_GEMM_DGRAD, mrows, phl, x.Ct, 1);
+  sim_gemm(b, "merger fc2 wgrad", LOOM_GEMM_WGRAD, x.Ct, phl, mrows, 1);
+  sim_vec(b, "merger gelu bwd", LOOM_VOP_GELU_BWD, mrows * phl, 3 * x.e, 25);
+  sim_gemm(b, "merger fc1 dgrad", LOOM_GEMM_DGRAD, mrows, x.in, phl, 1);
+  sim_gemm(b, "merger fc1 wgrad", LOOM_GEMM_WGRAD, phl, x.in, mrows, 1);
+  if (x.split_tp) sim_comm(b, "merger tp all-reduce", LOOM_COLL_ALLREDUCE, mrows * x.in * x.e, 1, x.tp, 0);
   vblocks(b, &x, &c->spec->vision, true, true);
   vblocks(b, &x, &c->spec->vision, false, true);
   sim_gemm(b, "vit patch embed wgrad", LOOM_GEMM_WGRAD, x.Cv, x.pv, rows, 1);
   b->phase = keep;
+  b->vision = keep_vision;
 }

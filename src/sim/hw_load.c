@@ -78,6 +78,16 @@ static int read_list(const yt_node *n, const char *file, const char *key, double
   return 0;
 }
 
+/* [rows, columns] of a tile: two numbers in [1, 65536] (real tiles are at most 256 wide) */
+static int read_tile(const yt_node *n, const char *file, const char *key, double *out) {
+  int got;
+  if (read_list(n, file, key, out, 2, &got)) return -1;
+  if (got != 2 || !(out[0] >= 1 && out[0] <= 65536) || !(out[1] >= 1 && out[1] <= 65536))
+    return loom_err("%s:%d: %s: expected [rows, columns], two numbers in [1, 65536]", file,
+                    n->line, key);
+  return 0;
+}
+
 static int read_grid(loom_hw_profile *hw, const yt_node *g, const char *file) {
   static const char *const allowed[] = {"m", "n", "k", "fwd", "dgrad", "wgrad", NULL};
   static const char *const axes[] = {"m", "n", "k"}, *const roles[] = {"fwd", "dgrad", "wgrad"};
@@ -107,7 +117,8 @@ static int read_device(loom_hw_profile *hw, const yt_node *d, const char *f) {
       "peak_tflops", "vector_tflops", "gemm_efficiency", "gemm_size_efficiency", "gemm_grid",
       "gemm_overhead_us",
       "kernel_overhead_us", "vector_melem_per_s", "attention", "attention_efficiency",
-      "attention_gunits_per_s", NULL};
+      "attention_gunits_per_s", "gemm_tile", "attention_tile", "attention_head_dim_step",
+      "memory_fragmentation", NULL};
   if (yt_only(d, f, "device", allowed)) return -1;
   const yt_node *n;
   double v;
@@ -124,7 +135,12 @@ static int read_device(loom_hw_profile *hw, const yt_node *d, const char *f) {
   NUM("gemm_overhead_us", gemm_overhead, 1e-6)
   NUM("kernel_overhead_us", kernel_overhead, 1e-6)
   NUM("attention_efficiency", attn_eff, 1)
+  NUM("attention_head_dim_step", attn_hdim_step, 1)
+  NUM("memory_fragmentation", mem_fragmentation, 1)
 #undef NUM
+  if ((n = yt_get(d, "gemm_tile")) && read_tile(n, f, "device.gemm_tile", hw->gemm_tile)) return -1;
+  if ((n = yt_get(d, "attention_tile")) && read_tile(n, f, "device.attention_tile", hw->attn_tile))
+    return -1;
   if ((n = yt_get(d, "peak_tflops")) && read_dtype_map(n, f, "device.peak_tflops", 1e12, hw->peak_flops))
     return -1;
   if ((n = yt_get(d, "vector_tflops")) &&
@@ -218,7 +234,8 @@ static int read_tier(loom_hw_tier *t, const yt_node *n, const char *f) {
 static int read_runtime(loom_hw_profile *hw, const yt_node *r, const char *f) {
   static const char *const allowed[] = {"engine", "tp_comm_overlap", "dp_comm_overlap",
                                         "optimizer_bytes_per_param", "overlap_slowdown",
-                                        "p2p_overlap", NULL};
+                                        "p2p_overlap", "tp_style", "vision_sp_local_windows",
+                                        "elementwise", NULL};
   if (yt_only(r, f, "runtime", allowed)) return -1;
   const yt_node *x;
   if ((x = yt_get(r, "engine"))) {
@@ -240,6 +257,23 @@ static int read_runtime(loom_hw_profile *hw, const yt_node *r, const char *f) {
   if ((x = yt_get(r, "optimizer_bytes_per_param")) &&
       yt_number(x, f, "runtime.optimizer_bytes_per_param", &hw->optimizer_bytes_per_param))
     return -1;
+  if ((x = yt_get(r, "vision_sp_local_windows")) &&
+      yt_bool(x, f, "runtime.vision_sp_local_windows", &hw->vision_sp_local_windows))
+    return -1;
+  if ((x = yt_get(r, "tp_style"))) {
+    char s[16];
+    if (yt_string(x, f, "runtime.tp_style", s, sizeof s)) return -1;
+    if (!strcmp(s, "dtensor")) hw->tp_dtensor = true;
+    else if (!strcmp(s, "megatron")) hw->tp_dtensor = false;
+    else return loom_err("%s:%d: runtime.tp_style must be megatron or dtensor, found '%s'", f, x->line, s);
+  }
+  if ((x = yt_get(r, "elementwise"))) {
+    char s[16];
+    if (yt_string(x, f, "runtime.elementwise", s, sizeof s)) return -1;
+    if (!strcmp(s, "eager")) hw->elementwise_eager = true;
+    else if (!strcmp(s, "fused")) hw->elementwise_eager = false;
+    else return loom_err("%s:%d: runtime.elementwise must be fused or eager, found '%s'", f, x->line, s);
+  }
   return 0;
 }
 
@@ -322,6 +356,10 @@ static int check_numbers(const loom_hw_profile *hw) {
               {"device.attention_efficiency", hw->attn_eff},
               {"device.attention_gunits_per_s.fwd", hw->attn_rate_fwd},
               {"device.attention_gunits_per_s.bwd", hw->attn_rate_bwd},
+              {"device.attention_head_dim_step", hw->attn_hdim_step},
+              {"device.memory_fragmentation", hw->mem_fragmentation},
+              {"device.gemm_tile", hw->gemm_tile[0] + hw->gemm_tile[1]},
+              {"device.attention_tile", hw->attn_tile[0] + hw->attn_tile[1]},
               {"runtime.overlap_slowdown", hw->overlap_slowdown},
               {"runtime.optimizer_bytes_per_param", hw->optimizer_bytes_per_param}};
   for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
@@ -398,6 +436,12 @@ int loom_hw_check(const loom_hw_profile *hw) {
   if (hw->devices_per_node < 1) return loom_err("node.devices must be >= 1");
   if (hw->overlap_slowdown < 0 || hw->overlap_slowdown > 1)
     return loom_err("runtime.overlap_slowdown must be in [0, 1]");
+  if (hw->attn_hdim_step > 4096)
+    return loom_err("device.attention_head_dim_step must be in [0, 4096] (0: no padding), found %g",
+                    hw->attn_hdim_step);
+  if (hw->mem_fragmentation >= 1)
+    return loom_err("device.memory_fragmentation must be in [0, 1) (a share of the allocated "
+                    "bytes), found %g", hw->mem_fragmentation);
   for (int i = 0; i < hw->n_gemm_size; i++)
     if (!(hw->gemm_size_eff[i] > 0) || hw->gemm_size_eff[i] > 1 ||
         (i && !(hw->gemm_size_flops[i] > hw->gemm_size_flops[i - 1])))

@@ -58,11 +58,18 @@ static double grid_eff(const loom_hw_profile *hw, loom_gemm_role role, double m,
   return e;
 }
 
+double loom_hw_gemm_quant(const loom_hw_profile *hw, double m, double n) {
+  double tm = hw->gemm_tile[0], tn = hw->gemm_tile[1];
+  if (!(tm > 0 && tn > 0) || !(m > 0 && n > 0)) return 1;
+  return m * n / (ceil(m / tm) * tm * ceil(n / tn) * tn);
+}
+
 double loom_hw_gemm_eff(const loom_hw_profile *hw, loom_gemm_role role, double m, double n,
                         double k) {
   if (hw->grid_n[0] > 0) return grid_eff(hw, role, m, n, k);
   double d = fmin(m, fmin(n, k));
   double e = lerp_log2(d, hw->gemm_eff_dim, hw->gemm_eff, hw->n_gemm_eff);
+  e *= loom_hw_gemm_quant(hw, m, n);
   if (hw->n_gemm_size > 0)
     e *= lerp_log2(2 * m * n * k, hw->gemm_size_flops, hw->gemm_size_eff, hw->n_gemm_size);
   return e;

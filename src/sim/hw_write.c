@@ -126,6 +126,12 @@ static void put_device(buf *b, const loom_hw_profile *hw) {
   if (hw->attn_rate_fwd > 0 || hw->attn_rate_bwd > 0)
     put(b, "  attention_gunits_per_s: {fwd: %s, bwd: %s}   # (query, key) pairs x head_dim\n",
         num(hw->attn_rate_fwd, 1e9), num(hw->attn_rate_bwd, 1e9));
+  if (hw->gemm_tile[0] > 0)
+    put(b, "  gemm_tile: [%s, %s]\n", num(hw->gemm_tile[0], 1), num(hw->gemm_tile[1], 1));
+  if (hw->attn_tile[0] > 0)
+    put(b, "  attention_tile: [%s, %s]\n", num(hw->attn_tile[0], 1), num(hw->attn_tile[1], 1));
+  if (hw->attn_hdim_step > 0) put(b, "  attention_head_dim_step: %s\n", num(hw->attn_hdim_step, 1));
+  if (hw->mem_fragmentation > 0) put(b, "  memory_fragmentation: %s\n", num(hw->mem_fragmentation, 1));
 }
 
 static void put_network(buf *b, const loom_hw_profile *hw) {
@@ -168,5 +174,8 @@ char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes) {
       hw->engine_loom_cpu ? "loom-cpu" : "gpu", hw->tp_overlap ? "true" : "false",
       hw->dp_overlap ? "true" : "false", hw->p2p_overlap ? "true" : "false",
       num(hw->overlap_slowdown, 1), num(hw->optimizer_bytes_per_param, 1));
+  if (hw->tp_dtensor) put(&b, "  tp_style: dtensor\n");
+  if (hw->vision_sp_local_windows) put(&b, "  vision_sp_local_windows: true\n");
+  if (hw->elementwise_eager) put(&b, "  elementwise: eager\n");
   return b.s;
 }

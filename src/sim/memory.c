@@ -6,8 +6,10 @@
  * loom's CPU executor keeps fp32 parameters, gradients (and a bf16-rounded fp32 copy of the
  * parameters in bf16 mode), AdamW moments of the owned range, and carves the activations of
  * src/model/decoder_memory.c; the GPU engine is mixed precision (16-bit parameters and
- * gradients, fp32 master weights and moments: 16 bytes per parameter, ZeRO's K = 12) with
- * activations itemised as in Korthikanti et al. 2022, section 4. */
+ * gradients, fp32 master weights and moments: 16 bytes per parameter, ZeRO's K = 12, by
+ * default; the precision policy changes the parts: a model cast to bf16 has no master weights,
+ * bf16 AdamW moments halve them) with activations itemised as in Korthikanti et al. 2022,
+ * section 4; the total carries the profile's allocator headroom. */
 #include <math.h>
 #include <string.h>
 
@@ -130,9 +132,10 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
     }
     m->optimizer = 8 * owned;
   } else {
-    double pb = st->dtype == LOOM_DT_FP32 ? 4 : 2, K = pb == 2 ? 12 : 8;
+    double pb, gb, K;
+    loom_sim_state_bytes(st, false, &pb, &gb, &K);
     m->weights = st->zero >= 3 ? pb * P / Nd + pb * 2 * Pl : pb * P;
-    m->grads = st->zero >= 2 ? pb * P / Nd : pb * P;
+    m->grads = st->zero >= 2 ? gb * P / Nd : gb * P;
     m->optimizer = st->zero >= 1 ? K * P / Nd : K * P;
   }
   if (Pv > 0) { /* encoder parameters, gradients and moments: split by vision tp, ZeRO over
@@ -148,9 +151,10 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
       m->grads += z == 3 ? 4 * Pr + 4 * own : 4 * Pr + (z > 0 ? 4 * own : 0);
       m->optimizer += 8 * own;
     } else {
-      double pb = st->dtype == LOOM_DT_FP32 ? 4 : 2, K = pb == 2 ? 12 : 8;
+      double pb, gb, K;
+      loom_sim_state_bytes(st, true, &pb, &gb, &K);
       m->weights += z >= 3 ? pb * Pr / Nv : pb * Pr;
-      m->grads += z >= 2 ? pb * Pr / Nv : pb * Pr;
+      m->grads += z >= 2 ? gb * Pr / Nv : gb * Pr;
       m->optimizer += z >= 1 ? K * Pr / Nv : K * Pr;
     }
   }
@@ -184,6 +188,28 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
     if (st->zero == 0 && Nd > 1) m->comm_buffers += 2 * st->bucket_mb * 1048576.0;
   }
   m->total = m->weights + m->grads + m->optimizer + m->activations + m->workspace + m->comm_buffers;
+  /* the caching allocator's fragmentation: blocks it reserved but cannot hand out. It comes
+   * from the allocations made and freed every step (activations, scratch, buffers of
+   * differing sizes); parameters, gradients and optimizer state are allocated once. */
+  m->fragmentation = (m->activations + m->workspace + m->comm_buffers) * c->hw->mem_fragmentation;
+  m->total += m->fragmentation;
+}
+
+void loom_sim_state_bytes(const loom_sim_strategy *st, bool vision, double *weights,
+                          double *grads, double *optimizer) {
+  loom_hw_dtype param = vision ? st->vision_param_dtype : st->param_dtype;
+  loom_hw_dtype optim = vision ? st->vision_optim_dtype : st->optim_dtype;
+  double moments = 2 * (optim == LOOM_DT_BF16 ? 2 : 4); /* AdamW m and v */
+  if (st->dtype == LOOM_DT_FP32) { /* fp32 training: the parameters are the master */
+    *weights = *grads = 4;
+    *optimizer = moments;
+  } else if (param == LOOM_DT_BF16) { /* the model cast to bf16 (no master weights) */
+    *weights = *grads = 2;
+    *optimizer = moments;
+  } else { /* mixed precision: 16-bit working weights and gradients, fp32 master */
+    *weights = *grads = 2;
+    *optimizer = 4 + moments;
+  }
 }
 
 double loom_sim_memory_limit(const loom_hw_profile *hw, int ranks_per_node) {

@@ -7,10 +7,14 @@
 
 #include "loom/sim.h"
 
+/* the layout's columns, each under its header word (dp tp pp vpp sp zero mbs m) */
+#define LAYOUT_HDR "%3s %5s %3s %3s %3s %4s %4s %4s"
 static const char *layout(const loom_sim_strategy *st) {
   static char s[96];
-  snprintf(s, sizeof s, "%d %d%s %d %d %d %d %d %d", st->dp, st->tp, st->seq_par ? "+sp" : "",
-           st->pp, st->vpp, st->sp, st->zero, st->micro_batch, st->microbatches);
+  char tp[16];
+  snprintf(tp, sizeof tp, "%d%s", st->tp, st->seq_par ? "+sp" : "");
+  snprintf(s, sizeof s, "%3d %5s %3d %3d %3d %4d %4d %4d", st->dp, tp, st->pp, st->vpp, st->sp,
+           st->zero, st->micro_batch, st->microbatches);
   return s;
 }
 
@@ -72,13 +76,18 @@ void loom_plan_print(const loom_plan_request *q, const loom_plan_result *r) {
   printf("model: %d layers, hidden %d, %d heads; %d ranks of %s; global batch %d x %d tokens; %s\n\n",
          q->spec->layers, q->spec->hidden, q->spec->heads, q->gpus, q->hw->name, q->global_batch,
          q->seq, loom_hw_dtype_name(q->dtype));
-  printf("%-3s %-28s %-11s %-9s %6s %10s %10s %10s %6s %8s %7s %8s\n", "#", "dp tp pp vpp sp zero mbs m",
-         "schedule", "recompute", "ranks", "estimate", "step (s)", "tokens/s", "MFU", "mem GiB",
-         "bubble", "comm (s)");
+  /* vision-language models: the encoder's strategy over the tp ranks (rows may differ only
+   * there) */
+  bool vlm = q->spec->vision.arch != LOOM_VISION_NONE && r->n > 0 && r->best[0].st.vision_patches > 0;
+  printf("%-3s " LAYOUT_HDR " %-11s %-9s%s %6s %10s %10s %10s %6s %8s %7s %8s\n", "#", "dp", "tp",
+         "pp", "vpp", "sp", "zero", "mbs", "m", "schedule", "recompute", vlm ? " vision   " : "",
+         "ranks", "estimate", "step (s)", "tokens/s", "MFU", "mem GiB", "bubble", "comm (s)");
   for (int i = 0; i < r->n && i < q->top; i++) {
     const loom_plan_entry *e = &r->best[i];
-    printf("%-3d %-28s %-11s %-9s %6d %10.4f %10.4f %10.4g %5.1f%% %8.2f %7.4f %8.4f\n", i + 1,
-           layout(&e->st), e->st.schedule, loom_recompute_name(e->st.recompute), e->gpus_used,
+    char vis[16] = "";
+    if (vlm) snprintf(vis, sizeof vis, " %-9s", e->st.vision_mode);
+    printf("%-3d %s %-11s %-9s%s %6d %10.4f %10.4f %10.4g %5.1f%% %8.2f %7.4f %8.4f\n", i + 1,
+           layout(&e->st), e->st.schedule, loom_recompute_name(e->st.recompute), vis, e->gpus_used,
            e->est_time, e->sim_time, e->tokens_per_s, 100 * e->mfu, e->mem / 1073741824.0,
            e->bubble, e->exposed_comm);
   }

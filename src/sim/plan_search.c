@@ -122,6 +122,8 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
   memset(&st, 0, sizeof st);
   st.seq = q->seq;
   st.dtype = q->dtype;
+  st.param_dtype = q->param_dtype, st.optim_dtype = q->optim_dtype, st.reduce_dtype = q->reduce_dtype;
+  st.vision_param_dtype = q->vision_param_dtype, st.vision_optim_dtype = q->vision_optim_dtype;
   st.dropout = q->dropout;
   st.bucket_mb = 25;
   for (int tp = 1; tp <= q->gpus && tp <= 64; tp *= 2) {

@@ -10,6 +10,7 @@ typedef struct {
   int n, cap;
   loom_sim_phase phase; /* phase of the ops added next */
   bool recompute;       /* ops added next are recomputation */
+  bool vision;          /* ops added next belong to the vision encoder */
 } sim_ops;
 
 void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap);

@@ -11,6 +11,7 @@ typedef struct {
   loom_sim_cost cost;  /* one micro-batch: layers x layer + ends */
   double grad_bytes;   /* gradient bytes of the chunk's layers (DP buckets) */
   double layer_grad_bytes;
+  double vision[LOOM_PHASE_COUNT]; /* of cost.t: the vision encoder's share (first stage) */
 } sim_vstage;
 
 /* one timed piece of the trace: compute (tid 0) or communication (tid 1) */

@@ -1,4 +1,6 @@
-/* The simulator's report: the step's metrics and the memory of every pipeline rank. */
+/* The simulator's report: the step's metrics, what bounds the step (its bottleneck) and the
+ * memory of every pipeline rank. */
+#include <math.h>
 #include <stdio.h>
 
 #include "loom/core.h"
@@ -11,6 +13,66 @@ static void human(double x, char *buf, size_t n) {
   else snprintf(buf, n, "%.1f", x);
 }
 
+/* The step's time by what it is spent on, on the critical rank: compute, each collective
+ * exposed on the compute stream inside the layers (the first stage's layers, embedding and
+ * vision encoder, head when there is one stage, per micro-batch), the rest of the exposed
+ * communication (data-parallel / ZeRO reductions and gathers, pipeline transfers), the
+ * optimizer and the rank's idle time (the pipeline bubble): parts that add up to the step;
+ * out of memory first when a rank is over the limit. */
+static void print_bottleneck(const loom_sim_ctx *c, const loom_sim_result *r) {
+  enum { COMPUTE = 0, REDUCTIONS = 1 + LOOM_COLL_COUNT, OPTIMIZER, BUBBLE, PARTS };
+  double part[PARTS] = {0};
+  const char *name[PARTS] = {"compute"};
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) name[1 + k] = loom_coll_name((loom_coll_kind)k);
+  name[REDUCTIONS] = "other communication (gradient reductions, gathers, pipeline transfers)";
+  name[OPTIMIZER] = "the optimizer";
+  name[BUBBLE] = "the pipeline bubble";
+  loom_sim_op ops[LOOM_SIM_MAX_OPS];
+  const loom_sim_strategy *st = c->st;
+  double per_mb[LOOM_COLL_COUNT] = {0}, layers = (double)c->spec->layers / st->pp;
+  for (int part_i = 0; part_i < 3; part_i++) {
+    if (part_i == 2 && st->pp > 1) break;
+    int n = part_i == 0 ? loom_sim_layer_ops(c, ops, LOOM_SIM_MAX_OPS)
+            : part_i == 1 ? loom_sim_embed_ops(c, ops, LOOM_SIM_MAX_OPS)
+                          : loom_sim_head_ops(c, ops, LOOM_SIM_MAX_OPS);
+    for (int i = 0; i < n; i++)
+      if (ops[i].type == LOOM_OP_COMM && !ops[i].hidden)
+        per_mb[ops[i].coll] += ops[i].time * (part_i == 0 ? layers : 1);
+  }
+  double inlayer = 0;
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) inlayer += per_mb[k] * st->microbatches;
+  double scale = inlayer > r->exposed_comm && inlayer > 0 ? r->exposed_comm / inlayer : 1;
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) part[1 + k] = per_mb[k] * st->microbatches * scale;
+  part[REDUCTIONS] = fmax(0, r->exposed_comm - inlayer * scale);
+  part[COMPUTE] = r->compute_time;
+  part[OPTIMIZER] = r->optimizer_time;
+  /* the critical rank's idle time: waiting for other stages (the bubble) */
+  part[BUBBLE] = fmax(0, r->step_time - r->compute_time - r->exposed_comm - r->optimizer_time);
+  int order[PARTS];
+  for (int i = 0; i < PARTS; i++) order[i] = i;
+  for (int i = 1; i < PARTS; i++) /* by share, largest first */
+    for (int j = i; j > 0 && part[order[j]] > part[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
+    }
+  double T = r->step_time > 0 ? r->step_time : 1;
+  printf("bottleneck     ");
+  if (r->oom_rank >= 0)
+    printf("memory (rank %d needs %.2f GiB of %.2f GiB); its time: ",
+           r->oom_rank * st->dp * st->sp * st->tp, r->mem[r->oom_rank].total / 1073741824.0,
+           r->mem_limit / 1073741824.0);
+  int shown = 0;
+  for (int i = 0; i < PARTS && shown < 4; i++) {
+    int p = order[i];
+    if (shown && !(part[p] >= 5e-4 * T)) break; /* below 0.05% of the step */
+    bool coll = p >= 1 && p <= LOOM_COLL_COUNT;
+    printf("%s%s%s %.1f%%%s", shown == 1 ? " (then " : shown ? ", " : "", coll ? "exposed " : "",
+           name[p], 100 * part[p] / T, shown == 0 ? " of the step" : "");
+    shown++;
+  }
+  printf("%s\n", shown > 1 ? ")" : "");
+}
+
 void loom_sim_print(const loom_sim_ctx *c, const loom_sim_result *r) {
   const loom_sim_strategy *st = c->st;
   const double G = 1073741824.0;
@@ -20,8 +82,9 @@ void loom_sim_print(const loom_sim_ctx *c, const loom_sim_result *r) {
   printf("hardware       %s: %d ranks%s\n", c->hw->name, r->world,
          r->timeshare > 1 ? " (time-sharing the devices)" : "");
   printf("step time      %.4f s\n", r->step_time);
-  printf("tokens/s       %s  (%d sequences of %d tokens per step)\n", tps,
-         st->dp * st->microbatches * st->micro_batch, st->seq);
+  int seqs = st->dp * st->microbatches * st->micro_batch;
+  printf("tokens/s       %s  (%d sequence%s of %d tokens per step)\n", tps, seqs,
+         seqs == 1 ? "" : "s", st->seq);
   printf("MFU / HFU      %.1f%% / %.1f%%  (model FLOPs %.3g per step)\n", 100 * r->mfu,
          100 * r->hfu, r->model_flops);
   printf("bubble         %.4f  (idle / busy compute over the pipeline ranks; %.1f%% of the "
@@ -30,6 +93,7 @@ void loom_sim_print(const loom_sim_ctx *c, const loom_sim_result *r) {
          r->exposed_comm, r->critical_rank * st->dp * st->sp * st->tp, r->comm_total);
   printf("compute        %.4f s busy (forward/backward), optimizer %.4f s\n", r->compute_time,
          r->optimizer_time);
+  print_bottleneck(c, r);
   printf("memory per rank (GiB, limit %.2f):\n", r->mem_limit / G);
   printf("  %-6s %8s %8s %9s %11s %9s %8s %8s %9s\n", "stage", "weights", "grads", "optimizer",
          "activations", "workspace", "buffers", "total", "in flight");
@@ -43,6 +107,9 @@ void loom_sim_print(const loom_sim_ctx *c, const loom_sim_result *r) {
            m->grads / G, m->optimizer / G, m->activations / G, m->workspace / G,
            m->comm_buffers / G, m->total / G, m->inflight, m->total > r->mem_limit ? "  OOM" : "");
   }
+  if (c->hw->mem_fragmentation > 0)
+    printf("  (totals include the allocator's headroom: %.0f%% of the activations, workspace and "
+           "buffers, device.memory_fragmentation)\n", 100 * c->hw->mem_fragmentation);
   if (r->comm_bytes) {
     printf("bytes each rank sends per step (MB; comm.h's ring accounting, as comm.json):\n");
     printf("  %-6s %12s %14s %12s %12s %12s\n", "stage", "all-reduce", "reduce-scatter",

@@ -41,7 +41,10 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
   loom_sim_layer_cost(c, &layer);
   loom_sim_embed_cost(c, &embed);
   loom_sim_head_cost(c, &head);
-  double gb = c->loom_cpu || st->dtype == LOOM_DT_FP32 ? 4 : 2;
+  /* gradient bytes reduced over dp x sp: fp32 on loom's CPU engine and in fp32 runs, else the
+   * precision policy's reduce dtype (Megatron accumulates and reduces bf16 runs' gradients in
+   * fp32 by default; FSDP2's MixedPrecisionPolicy.reduce_dtype) */
+  double gb = c->loom_cpu || st->dtype == LOOM_DT_FP32 || st->reduce_dtype == LOOM_DT_FP32 ? 4 : 2;
   double pl = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
   R->vs = calloc((size_t)R->K, sizeof *R->vs);
   R->rank_params = calloc((size_t)s->pp, sizeof(double));
@@ -67,6 +70,15 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
                                    (x->head ? head.coll_bytes[p][k] : 0);
     x->layer_grad_bytes = pl * gb;
     x->grad_bytes = x->layers * pl * gb;
+    if (x->embed) { /* the encoder's own time, for its span in the trace */
+      loom_sim_op ops[LOOM_SIM_MAX_OPS];
+      sim_ops b;
+      sim_ops_init(&b, c, ops, LOOM_SIM_MAX_OPS);
+      sim_vision_ops(&b);
+      loom_sim_cost vc;
+      loom_sim_cost_of(ops, b.n, &vc);
+      for (int p = 0; p < LOOM_PHASE_COUNT; p++) x->vision[p] = vc.t[p];
+    }
   }
   for (int r = 0; r < s->pp; r++) {
     bool e = false, h = false;
@@ -78,6 +90,7 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
     R->rank_params[r] = loom_sim_rank_params(c->spec, st->tp, layers, e, h);
   }
   free(first);
+  if (s->pp < 1 || s->vpp < 1) LOOM_ASSERT(!"a schedule has pp, vpp >= 1");
   R->last_bwd = calloc((size_t)s->pp, sizeof *R->last_bwd);
   LOOM_ASSERT(R->last_bwd);
   for (int r = 0; r < s->pp; r++) {
@@ -186,7 +199,8 @@ static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) 
                    "more tensor/pipeline parallelism or ZeRO",
                    r, i, text, now, m.total / 1073741824.0, m.weights / 1073741824.0,
                    m.grads / 1073741824.0, m.optimizer / 1073741824.0,
-                   m.activations / 1073741824.0, (m.workspace + m.comm_buffers) / 1073741824.0,
+                   m.activations / 1073741824.0,
+                   (m.workspace + m.comm_buffers + m.fragmentation) / 1073741824.0,
                    out->mem_limit / 1073741824.0);
           out->oom_rank = r;
           break;

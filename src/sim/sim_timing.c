@@ -173,6 +173,25 @@ static double optimizer_step(sim_run *R, int rank, double start, double *exposed
   return t + norm;
 }
 
+/* The vision encoder's part of a compute instruction of the first virtual stage, on a trace
+ * row of its own: it runs before the embedding in the forward and last in the backward (its
+ * recomputation included), scaled like the instruction (time-sharing). */
+static void vision_span(sim_run *R, int rank, const loom_instr *in, double t0, double t1) {
+  const sim_vstage *v = &R->vs[loom_sched_vstage(R->s, rank, in->chunk)];
+  bool fwd = in->kind == LOOM_INSTR_FORWARD, w = in->kind == LOOM_INSTR_BACKWARD_WEIGHT;
+  bool whole = in->kind == LOOM_INSTR_BACKWARD || R->c->loom_cpu;
+  double vt = fwd ? v->vision[LOOM_PHASE_FWD]
+              : w ? (R->c->loom_cpu ? 0 : v->vision[LOOM_PHASE_BWD_W])
+                  : v->vision[LOOM_PHASE_BWD_IN] + (whole ? v->vision[LOOM_PHASE_BWD_W] : 0);
+  double all = fwd ? v->cost.t[LOOM_PHASE_FWD]
+               : w ? v->cost.t[LOOM_PHASE_BWD_W]
+                   : v->cost.t[LOOM_PHASE_BWD_IN] + (whole ? v->cost.t[LOOM_PHASE_BWD_W] : 0);
+  if (!v->embed || !(vt > 0) || !(all > 0)) return;
+  double d = fmin(1, vt / all) * (t1 - t0);
+  if (fwd) sim_event_add(R, rank, 2, -1, "vision encoder forward", t0, t0 + d, -1);
+  else sim_event_add(R, rank, 2, -1, "vision encoder backward", t1 - d, t1, -1);
+}
+
 void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched_timing *t) {
   sim_run *R = ctx;
   const loom_sim_ctx *c = R->c;
@@ -270,4 +289,5 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
     if (dur > 0) R->pipe_end[rank] = fmax(R->pipe_end[rank], start + dur);
   }
   sim_event_add(R, rank, 0, index, NULL, start, start + dur, -1);
+  if (sim_is_compute(in->kind)) vision_span(R, rank, in, start, start + dur);
 }

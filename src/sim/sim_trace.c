@@ -1,7 +1,9 @@
 /* The simulator's Chrome trace (chrome://tracing, Perfetto), in the layout of `loom train
  * --trace`: one process per rank, thread 0 "compute" holding every instruction of the
  * schedule named by its text ("forward chunk=0 mb=1"), thread 1 "communication" holding
- * pipeline transfers, data-parallel and ZeRO reductions, with their bytes. The ranks of one
+ * pipeline transfers, data-parallel and ZeRO reductions, with their bytes, and (vision-language
+ * models, first stage) thread 2 "vision encoder" with the encoder's part of each forward and
+ * backward. The ranks of one
  * pipeline stage share a timeline; with per_world_rank every world rank gets its rows. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +55,8 @@ int sim_trace_write(const sim_run *R, const char *path, bool per_world_rank) {
                  "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"compute\"}},\n"
                  "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"communication\"}}",
               first ? "" : ",\n", pid, label, pid, pid);
+      if (r == 0 && R->vs[0].vision[LOOM_PHASE_FWD] > 0)
+        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":2,\"args\":{\"name\":\"vision encoder\"}}", pid);
       first = 0;
       for (int j = 0; j < R->n_ev; j++) {
         const sim_event *e = &R->ev[j];
@@ -62,7 +66,7 @@ int sim_trace_write(const sim_run *R, const char *path, bool per_world_rank) {
         else loom_instr_format(&R->s->instr[r][e->instr], name, sizeof name);
         fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
                    "\"ts\":%.3f,\"dur\":%.3f,\"args\":{",
-                name, e->tid ? "comm" : "compute", pid, e->tid, e->t0 * 1e6, (e->t1 - e->t0) * 1e6);
+                name, e->tid == 1 ? "comm" : e->tid == 2 ? "vision" : "compute", pid, e->tid, e->t0 * 1e6, (e->t1 - e->t0) * 1e6);
         if (e->instr >= 0 && e->tid == 0) fprintf(f, "\"comm_ms\":%.4f", R->exposed[r][e->instr] * 1e3);
         if (e->bytes >= 0) fprintf(f, "%s\"bytes\":%.0f", e->instr >= 0 && e->tid == 0 ? "," : "", e->bytes);
         fprintf(f, "}}");

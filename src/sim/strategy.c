@@ -81,6 +81,30 @@ static int vision_mode(const loom_config *cfg, char *mode, size_t cap) {
                   follow ? " (follow the text)" : "", p->tp, p->sp, hint);
 }
 
+/* training.param_dtype / optim_dtype / reduce_dtype and the vision module's overrides ("" =
+ * the text module's), as the config validated them */
+static int precision(const loom_config *cfg, loom_sim_strategy *st) {
+  const loom_config_training *t = &cfg->training;
+  const struct {
+    const char *key, *value;
+    loom_hw_dtype *out;
+  } keys[] = {{"training.param_dtype", t->param_dtype, &st->param_dtype},
+              {"training.optim_dtype", t->optim_dtype, &st->optim_dtype},
+              {"training.reduce_dtype", t->reduce_dtype, &st->reduce_dtype},
+              {"vision.param_dtype", cfg->vision.param_dtype, &st->vision_param_dtype},
+              {"vision.optim_dtype", cfg->vision.optim_dtype, &st->vision_optim_dtype}};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    const char *v = keys[i].value;
+    if (!v[0] && i >= 3) { /* the vision module follows the text module */
+      *keys[i].out = i == 3 ? st->param_dtype : st->optim_dtype;
+      continue;
+    }
+    if (loom_hw_dtype_parse(v[0] ? v : "fp32", keys[i].out) || *keys[i].out == LOOM_DT_FP16)
+      return loom_err("%s=%s: expected fp32 or bf16", keys[i].key, v);
+  }
+  return 0;
+}
+
 int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg, int world) {
   const loom_config_parallel *p = &cfg->parallel;
   const loom_config_training *t = &cfg->training;
@@ -101,6 +125,7 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
   st->recompute = t->activation_checkpointing ? LOOM_RECOMPUTE_FULL : LOOM_RECOMPUTE_NONE;
   if (loom_hw_dtype_parse(t->dtype, &st->dtype)) return loom_err_prefix("training.dtype: ");
   st->bucket_mb = p->bucket_mb > 0 ? p->bucket_mb : 25;
+  if (precision(cfg, st)) return -1;
   snprintf(st->vision_mode, sizeof st->vision_mode, "replicate");
   st->freeze_vision = t->freeze_vision;
   if (!strcmp(cfg->data.format, "vqa") || cfg->model.preset[0]) { /* the images' patches */

@@ -28,7 +28,7 @@ LOG=$(ls -d "$WORK"/logs/sweep_*)
 CSV=$LOG/summary.csv
 check "summary.csv: 96 rows" test "$(($(wc -l < "$CSV") - 1))" = 96
 check "summary.txt: 96 table rows" test "$(grep -c '^qwen2.5-vl-' "$LOG/summary.txt")" = 96
-check "summary.txt names the launcher and hardware" grep -q '^launcher: sim, hardware h100-sxm$' "$LOG/summary.txt"
+check "summary.txt names the launcher and hardware" grep -q '^launcher: sim, hardware h100-sxm-hf$' "$LOG/summary.txt"
 check "summary.txt header has GiB and MFU" grep -q 'MFU (%) .*Peak Mem/Rank (GiB)' "$LOG/summary.txt"
 check "no FAILED point" test "$(awk -F, 'NR > 1 && $2 == "FAILED"' "$CSV" | wc -l)" = 0
 check "the runner's line says OOM" grep -q '^\[[ 0-9]*/96\] OOM *qwen2.5-vl-' "$WORK/out.txt"
@@ -39,7 +39,7 @@ hw_limit() { # profile -> GiB
   awk '/^ *memory_gib:/ { m = $2 } /^ *memory_reserved_gib:/ { r = $2 } END { printf "%.6f", m - r }' \
     "$SRC/configs/hardware/$1.yaml"
 }
-LIMIT=$(hw_limit h100-sxm)
+LIMIT=$(hw_limit h100-sxm-hf)
 # one line per point: model vision side batch status avg_s mem_gib sim_mem_gib sim_limit_gib
 awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
   { print $c["name"], $c["status"], $c["avg_iter_time_s"], $c["peak_mem_gib_per_rank"], $c["run_dir"] }' "$CSV" |
@@ -85,7 +85,7 @@ check "vision sp not slower than vision tp from 16k vision tokens (seed 000's fi
 check "vision sp in the point's simulation" grep -q 'vision=sp' "$LOG/qwen2.5-vl-7b_tp4_vsp4_vtp1_img1792_bs2.log"
 check "vision tp in the point's simulation" grep -q 'vision=tp' "$LOG/qwen2.5-vl-7b_tp4_vsp1_vtp4_img1792_bs2.log"
 P=qwen2.5-vl-32b_tp8_vsp8_vtp1_img896_bs4
-"$LOOM" sim "$LOG/configs/$P.yaml" --hardware h100-sxm --gpus 8 --json "$WORK/p.json" > /dev/null 2>&1
+"$LOOM" sim "$LOG/configs/$P.yaml" --hardware h100-sxm-hf --gpus 8 --json "$WORK/p.json" > /dev/null 2>&1
 direct=$(sed -n 's/.*"step_time": \([0-9.e+-]*\).*/\1/p' "$WORK/p.json")
 check "step time = loom sim on the point's config" close_to "$(csv_row "$CSV" name $P avg_iter_time_s)" "$direct" 1e-9
 check "MFU = loom sim's" close_to "$(csv_row "$CSV" name $P mfu_percent)" \
@@ -136,7 +136,7 @@ check "loom sim: text Ulysses sp with the encoder following it is refused, namin
 "$LOOM" sweep run "$GRID" --launcher sim --dry-run --log-dir "$WORK/logs_dry" > "$WORK/dry.txt" 2>&1
 check "--dry-run: exit 0" test $? = 0
 check "--dry-run: the loom sim command of every point" \
-  test "$(grep -c 'DRY-RUN .*loom sim .*/configs/qwen2.5-vl-7b_.*\.yaml --hardware h100-sxm --gpus 4$' "$WORK/dry.txt")" = 48
+  test "$(grep -c 'DRY-RUN .*loom sim .*/configs/qwen2.5-vl-7b_.*\.yaml --hardware h100-sxm-hf --gpus 4$' "$WORK/dry.txt")" = 48
 check "--dry-run: nothing simulated" test ! -e "$(ls -d "$WORK"/logs_dry/sweep_*)/sim"
 grep '^qwen2.5-vl-' "$L/summary.txt" > "$WORK/rows1"
 "$LOOM" sweep summary "$L" > /dev/null

@@ -30,6 +30,8 @@ static void test_sim_config(void) {
   r = run_loom("sim sim-cli.tmp/run.yaml --hardware h200 --nodes 4");
   CHECK(r.status == 0 && HAS(r.out, "dp=2 tp=8 pp=2", "recompute=full"), "config file: %d %s%s",
         r.status, r.out, r.err);
+  /* two stages: the critical rank's idle time is named among the parts of its step */
+  CHECK(HAS(r.out, "bottleneck     compute ", "the pipeline bubble "), "pipeline bottleneck: %s", r.out);
   run_done(&r);
   r = run_loom("sim sim-cli.tmp/run.yaml --hardware h200 --gpus 24");
   CHECK(r.status == 1 && HAS(r.err, "24"), "mesh does not fit: %d %s", r.status, r.err);
@@ -166,8 +168,81 @@ static void test_help_and_usage(void) {
   run_done(&r);
 }
 
+/* sum of the "NN.N%" shares on the bottleneck line (0 when there is none) */
+static double bottleneck_shares(const char *out, char *line, size_t cap) {
+  const char *b = strstr(out, "bottleneck     ");
+  if (!b) return 0;
+  size_t n = strcspn(b, "\n");
+  snprintf(line, cap, "%.*s", (int)n, b);
+  double sum = 0;
+  for (const char *p = line; (p = strchr(p, '%')); p++) {
+    const char *q = p;
+    while (q > line && (q[-1] == '.' || (q[-1] >= '0' && q[-1] <= '9'))) q--;
+    sum += atof(q);
+  }
+  return sum;
+}
+
+/* a vision-language model: "1 sequence", the bottleneck line whose shares make up the step,
+ * memory named first when out of memory, the encoder's own trace row; loom plan's vision
+ * column, aligned under its header */
+static void test_vlm_report(void) {
+  const char *m = "model.preset=qwen2.5-vl-7b parallel.tp=4 data.format=vqa data.image_max_pixels=802816 "
+                  "data.image_min_pixels=802816 training.seq_len=1280 training.dtype=bf16 "
+                  "training.activation_checkpointing=true vision.parallel.sp=4 vision.parallel.tp=1";
+  char *cmd = loom_sprintf("sim %s training.micro_batch_size=1 --hardware h100-sxm-hf --trace sim-cli.tmp/v.json", m);
+  run_result r = run_loom(cmd);
+  free(cmd);
+  CHECK(r.status == 0, "exit %d: %s", r.status, r.err);
+  CHECK(HAS(r.out, "(1 sequence of 1280 tokens per step)") && !strstr(r.out, "1 sequences"), "%s", r.out);
+  char line[512] = "";
+  double sum = bottleneck_shares(r.out, line, sizeof line);
+  /* one stage: the step is compute + exposed communication + optimizer; the line shows the
+   * four largest parts, each rounded to 0.1% */
+  CHECK(strstr(line, "bottleneck     compute ") && sum > 99.0 && sum < 100.3,
+        "bottleneck line sums to %.1f%%: %s", sum, line);
+  CHECK(strstr(line, "exposed all-to-all") || strstr(line, "exposed all-reduce"), "%s", line);
+  run_done(&r);
+  char *trace = slurp("sim-cli.tmp/v.json");
+  CHECK(trace && HAS(trace, "\"tid\":2,\"args\":{\"name\":\"vision encoder\"}",
+                     "\"name\":\"vision encoder forward\",\"cat\":\"vision\"",
+                     "\"name\":\"vision encoder backward\""), "vision rows in the trace");
+  free(trace);
+  cmd = loom_sprintf("sim %s training.micro_batch_size=64 --hardware h100-sxm-hf", m);
+  r = run_loom(cmd);
+  free(cmd);
+  sum = bottleneck_shares(r.out, line, sizeof line);
+  CHECK(r.status == 1 && strstr(line, "bottleneck     memory (rank 0 needs ") &&
+            strstr(line, "of 72.00 GiB); its time: compute"),
+        "OOM bottleneck: %d %s", r.status, line);
+  run_done(&r);
+  r = run_loom("plan --model qwen2.5-vl-7b --hardware h100-sxm-hf --gpus 4 --global-batch 4 "
+               "--seq 1280 --top 8");
+  CHECK(r.status == 0, "plan: %d %s", r.status, r.err);
+  const char *hdr = strstr(r.out, "\n#   ");
+  CHECK(hdr != NULL, "plan header: %s", r.out);
+  if (hdr) {
+    hdr++;
+    const char *v = strstr(hdr, " vision "), *rk = strstr(hdr, " ranks ");
+    int vcol = v ? (int)(v - hdr) + 1 : -1, rend = rk ? (int)(rk - hdr) + 6 : -1;
+    int rows = 0;
+    for (const char *l = strchr(hdr, '\n'); l && l[1] >= '1' && l[1] <= '9'; l = strchr(l + 1, '\n')) {
+      const char *row = l + 1;
+      rows++;
+      CHECK(vcol > 0 && (!strncmp(row + vcol, "sp ", 3) || !strncmp(row + vcol, "tp ", 3) ||
+                         !strncmp(row + vcol, "replicate", 9)),
+            "vision column at %d: %.*s", vcol, (int)strcspn(row, "\n"), row);
+      CHECK(rend > 0 && row[rend - 1] >= '0' && row[rend - 1] <= '9' && row[rend] == ' ',
+            "ranks right-aligned under its header: %.*s", (int)strcspn(row, "\n"), row);
+    }
+    CHECK(rows >= 2, "plan rows: %d", rows);
+  }
+  run_done(&r);
+}
+
 int main(void) {
   test_sim_config();
+  test_vlm_report();
   test_custom_schedules();
   test_plan();
   test_help_and_usage();

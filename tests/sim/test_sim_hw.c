@@ -59,6 +59,15 @@ static void test_errors(void) {
   bad("name: x\nnetwork:\n  - {name: a, domain: 8, bandwidth_gbs: 1}\n", "last one", "domain must be 0");
   bad("name: x\ndevice:\n  attention: paged\n", ":3", "flash, unfused or loom");
   bad("name: x\nruntime:\n  engine: tpu\n", "runtime.engine", "gpu or loom-cpu");
+  bad("name: x\nruntime:\n  tp_style: fsdp\n", "bad.yaml:3", "runtime.tp_style must be megatron or dtensor");
+  bad("name: x\nruntime:\n  elementwise: compiled\n", ":3", "runtime.elementwise must be fused or eager");
+  bad("name: x\nruntime:\n  vision_sp_local_windows: maybe\n", ":3", "vision_sp_local_windows");
+  bad("name: x\ndevice:\n  gemm_tile: [128]\n", ":3", "device.gemm_tile: expected [rows, columns]");
+  bad("name: x\ndevice:\n  attention_tile: [128, 0]\n", ":3", "device.attention_tile: expected [rows, columns]");
+  bad("name: x\ndevice:\n  gemm_tile: [1e300, 128]\n", ":3", "two numbers in [1, 65536]");
+  bad("name: x\ndevice:\n  attention_head_dim_step: 1e9\n", "bad.yaml", "attention_head_dim_step must be in [0, 4096]");
+  bad("name: x\ndevice:\n  memory_fragmentation: 1\n", "bad.yaml", "device.memory_fragmentation must be in [0, 1)");
+  bad("name: x\ndevice:\n  memory_fragmentation: -0.1\n", ":3", "must be >= 0");
   bad("name: [x\n", "bad.yaml", "YAML");
   bad("- a\n- b\n", "bad.yaml:1", "mapping");
 }
@@ -137,8 +146,39 @@ static void test_fuzz_limits(void) {
   free(w);
 }
 
+/* the seed's stack: its profile's keys load, survive YAML output, and only change what they
+ * model (a GEMM on whole tiles; h100-sxm and h100-sxm-hf share the device curve) */
+static void test_seed_profile(void) {
+  loom_hw_profile a, b, meg;
+  CHECK(load_hw(&a, "h100-sxm-hf") == 0 && load_hw(&meg, "h100-sxm") == 0, "%s", loom_errmsg());
+  CHECK(a.tp_dtensor && a.vision_sp_local_windows && a.elementwise_eager && !a.tp_overlap &&
+            a.gemm_tile[0] == 128 && a.gemm_tile[1] == 128 && a.attn_tile[0] == 128 &&
+            a.attn_tile[1] == 64 && a.attn_hdim_step == 32 && a.mem_fragmentation == 0.10,
+        "h100-sxm-hf keys");
+  CHECK(!meg.tp_dtensor && !meg.vision_sp_local_windows && !meg.elementwise_eager &&
+            meg.gemm_tile[0] == 0 && meg.mem_fragmentation == 0,
+        "h100-sxm: Megatron's fused, overlapped stack and no quantisation");
+  char *text = loom_hw_to_yaml(&a, NULL);
+  CHECK(loom_hw_parse(&b, text, "seed.yaml") == 0, "%s\n%s", loom_errmsg(), text);
+  CHECK(b.tp_dtensor && b.vision_sp_local_windows && b.elementwise_eager &&
+            b.gemm_tile[0] == 128 && b.attn_tile[1] == 64 && b.attn_hdim_step == 32 &&
+            b.mem_fragmentation == 0.10,
+        "round trip:\n%s", text);
+  free(text);
+  /* tile quantisation: 160 columns on 128-wide tiles compute 256; multiples of the tile lose
+   * nothing; the efficiency is the curve's times that share */
+  CHECK(fabs(loom_hw_gemm_quant(&a, 4096, 160) - 160.0 / 256) < 1e-12, "160 of 256");
+  CHECK(loom_hw_gemm_quant(&a, 4096, 1280) == 1 && loom_hw_gemm_quant(&meg, 4096, 160) == 1,
+        "whole tiles / no tiles");
+  CHECK(fabs(loom_hw_gemm_quant(&a, 100, 100) - 1e4 / (128.0 * 128)) < 1e-12, "both dims padded");
+  double ea = loom_hw_gemm_eff(&a, LOOM_GEMM_FWD, 8192, 160, 1280);
+  double em = loom_hw_gemm_eff(&meg, LOOM_GEMM_FWD, 8192, 160, 1280);
+  CHECK(fabs(ea - em * 160.0 / 256) < 1e-12, "efficiency %.6f = %.6f x 160/256", ea, em);
+}
+
 int main(void) {
   test_shipped();
+  test_seed_profile();
   test_fuzz_limits();
   test_roundtrip();
   test_errors();

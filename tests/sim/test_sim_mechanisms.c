@@ -1,0 +1,140 @@
+/* Closed forms of the mechanisms added for the seed's stack (docs/SIMULATOR.md, "The seed's
+ * result"), each checked against a count made by hand rather than against the simulator's own
+ * output:
+ *   - the precision policy's bytes per parameter (ZeRO paper's 2 + 2 + 12 by default; a model
+ *     cast to bf16 with bf16 or fp32 AdamW moments; fp32 training) and their ZeRO partitioning;
+ *   - the allocator headroom on the per-step allocations only;
+ *   - the encoder's Ulysses all-to-all bytes: every block, or only the 4 full-attention blocks
+ *     when the windows stay local (forward, recomputed forward, backward);
+ *   - DTensor's extra input-gradient all-reduces: 3 more per text layer (q, k, v and gate, up
+ *     instead of 2 fused) and 3 more per vision block, whose bytes ring formulas give. */
+#include <math.h>
+
+#include "sim_test_util.h"
+#include "loom/config.h"
+#include "loom/model.h"
+
+static void test_state_bytes(void) {
+  const struct {
+    loom_hw_dtype dtype, param, optim;
+    double w, g, o;
+  } k[] = {
+      {LOOM_DT_BF16, LOOM_DT_FP32, LOOM_DT_FP32, 2, 2, 12}, /* mixed precision, ZeRO's K = 12 */
+      {LOOM_DT_BF16, LOOM_DT_FP32, LOOM_DT_BF16, 2, 2, 8},  /* fp32 master, bf16 moments */
+      {LOOM_DT_BF16, LOOM_DT_BF16, LOOM_DT_FP32, 2, 2, 8},  /* cast to bf16, fp32 moments */
+      {LOOM_DT_BF16, LOOM_DT_BF16, LOOM_DT_BF16, 2, 2, 4},  /* the seed's text: 8 in all */
+      {LOOM_DT_FP32, LOOM_DT_FP32, LOOM_DT_FP32, 4, 4, 8},  /* fp32: the weights are the master */
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    loom_sim_strategy st = strategy(1, 1, 1, 1, 1, 1, 128);
+    st.dtype = k[i].dtype, st.param_dtype = k[i].param, st.optim_dtype = k[i].optim;
+    st.vision_param_dtype = LOOM_DT_FP32, st.vision_optim_dtype = LOOM_DT_FP32;
+    double w, g, o;
+    loom_sim_state_bytes(&st, false, &w, &g, &o);
+    CHECK(w == k[i].w && g == k[i].g && o == k[i].o, "case %zu: %g %g %g", i, w, g, o);
+    loom_sim_state_bytes(&st, true, &w, &g, &o); /* the encoder's own policy */
+    CHECK(o == (k[i].dtype == LOOM_DT_FP32 ? 8 : 12), "vision case %zu: %g", i, o);
+  }
+}
+
+/* GPU memory of one rank: the state per parameter under ZeRO over dp, and the headroom */
+static void test_memory(void) {
+  loom_model_spec g = megatron_gpt(1024, 16, 8, 32000, 512);
+  loom_hw_profile hw;
+  CHECK(load_hw(&hw, "h100-sxm-hf") == 0, "%s", loom_errmsg());
+  double P = loom_sim_rank_params(&g, 1, 8, true, true), Pl = loom_sim_rank_params(&g, 1, 1, false, false);
+  for (int zero = 0; zero <= 3; zero++) {
+    loom_sim_strategy st = strategy(4, 1, 1, 1, 2, 1, 512);
+    st.dtype = LOOM_DT_BF16, st.zero = zero;
+    st.param_dtype = st.optim_dtype = LOOM_DT_BF16;
+    st.recompute = LOOM_RECOMPUTE_FULL;
+    loom_sim_ctx c;
+    loom_sim_ctx_init(&c, &g, &hw, &st);
+    loom_sim_memory m;
+    loom_sim_memory_rank(&c, 8, 8, true, true, 1, &m);
+    double w = zero >= 3 ? 2 * P / 4 + 2 * 2 * Pl : 2 * P, gr = zero >= 2 ? 2 * P / 4 : 2 * P;
+    double o = zero >= 1 ? 4 * P / 4 : 4 * P;
+    CHECK(fabs(m.weights - w) < 1 && fabs(m.grads - gr) < 1 && fabs(m.optimizer - o) < 1,
+          "ZeRO-%d: %g %g %g against %g %g %g", zero, m.weights, m.grads, m.optimizer, w, gr, o);
+    double per_step = m.activations + m.workspace + m.comm_buffers;
+    CHECK(fabs(m.fragmentation - 0.10 * per_step) < 1e-6 * per_step &&
+              fabs(m.total - (m.weights + m.grads + m.optimizer + 1.10 * per_step)) < 1e-6 * m.total,
+          "ZeRO-%d: headroom %g of per-step %g", zero, m.fragmentation, per_step);
+  }
+}
+
+/* the bytes each rank sends per step for the 32B grid point at 16k tokens, batch 1 */
+static int seed_bytes(const loom_hw_profile *hw, bool sp, double bytes[LOOM_COLL_COUNT]) {
+  loom_config cfg;
+  loom_config_defaults(&cfg);
+  const char *kv[] = {"model.preset=qwen2.5-vl-32b", "parallel.tp=8", "data.format=vqa",
+                      "data.image_max_pixels=3211264", "data.image_min_pixels=3211264",
+                      "training.seq_len=4352", "training.micro_batch_size=1", "training.dtype=bf16",
+                      "training.activation_checkpointing=true", "vision.parallel.zero=1",
+                      sp ? "vision.parallel.sp=8" : "vision.parallel.sp=1",
+                      sp ? "vision.parallel.tp=1" : "vision.parallel.tp=8", NULL};
+  for (int i = 0; kv[i]; i++)
+    if (loom_config_override(&cfg, kv[i])) return -1;
+  loom_model_spec spec;
+  loom_sim_strategy st;
+  loom_schedule s;
+  if (loom_config_validate(&cfg) || loom_model_spec_from_config(&spec, &cfg.model) ||
+      loom_sim_strategy_from_config(&st, &cfg, 8) || loom_sim_schedule(&st, NULL, &s))
+    return -1;
+  loom_sim_ctx c;
+  loom_sim_ctx_init(&c, &spec, hw, &st);
+  loom_sim_result r;
+  loom_sim_opts o = {NULL, false, 0};
+  int rc = loom_sim_run(&c, &s, &o, &r);
+  loom_sched_free(&s);
+  if (rc) return -1;
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) bytes[k] = r.comm_bytes[0][k];
+  loom_sim_result_free(&r);
+  return 0;
+}
+
+static void test_collectives(void) {
+  loom_hw_profile hf, local_off, meg_tp;
+  CHECK(load_hw(&hf, "h100-sxm-hf") == 0, "%s", loom_errmsg());
+  local_off = hf, local_off.vision_sp_local_windows = false;
+  meg_tp = hf, meg_tp.tp_dtensor = false;
+  /* Qwen2.5-VL-32B's encoder: 32 blocks of hidden 1280, 4 of them full attention; 16384
+   * patches per image; the text decoder: 64 layers of hidden 5120, 4352 tokens */
+  const double P = 16384, Cv = 1280, e = 2, p = 8, blocks = 32, full = 4;
+  const double N = 4352, C = 5120, layers = 64;
+  double a[LOOM_COLL_COUNT], b[LOOM_COLL_COUNT];
+  /* Ulysses: per block q, k, v, out forward, the same again recomputed, dout and dq, dk, dv
+   * backward: 12 x (P/p x Cv) elements, each rank sending (p-1)/p of its buffer */
+  double per_block = 12 * (P / p) * Cv * e * (p - 1) / p;
+  CHECK(seed_bytes(&hf, true, a) == 0 && seed_bytes(&local_off, true, b) == 0, "%s", loom_errmsg());
+  CHECK(fabs(a[LOOM_COLL_ALLTOALL] - full * per_block) < 1e-6 * a[LOOM_COLL_ALLTOALL],
+        "all-to-all with local windows: %.0f, expected %.0f", a[LOOM_COLL_ALLTOALL], full * per_block);
+  CHECK(fabs(b[LOOM_COLL_ALLTOALL] - blocks * per_block) < 1e-6 * b[LOOM_COLL_ALLTOALL],
+        "all-to-all in every block: %.0f, expected %.0f", b[LOOM_COLL_ALLTOALL], blocks * per_block);
+  CHECK(a[LOOM_COLL_ALLREDUCE] == b[LOOM_COLL_ALLREDUCE], "the text's all-reduces do not depend on it");
+  /* DTensor against Megatron-style TP, vision tp: 3 more backward all-reduces per text layer
+   * (q, k, v: 3 instead of 1; gate, up: 2 instead of 1) and per vision block, each of rows x
+   * hidden elements and 2 (p-1)/p of them sent */
+  CHECK(seed_bytes(&hf, false, a) == 0 && seed_bytes(&meg_tp, false, b) == 0, "%s", loom_errmsg());
+  double extra = 3 * (layers * N * C + blocks * P * Cv) * e * 2 * (p - 1) / p;
+  CHECK(fabs(a[LOOM_COLL_ALLREDUCE] - b[LOOM_COLL_ALLREDUCE] - extra) < 1e-6 * extra,
+        "DTensor's extra all-reduce bytes %.0f, expected %.0f",
+        a[LOOM_COLL_ALLREDUCE] - b[LOOM_COLL_ALLREDUCE], extra);
+  /* vision tp, Megatron style with recomputation: 2 forward + 2 recomputed + 2 backward
+   * all-reduces per block of P x Cv; the text: the same 6 of N x C per layer, the vocabulary-
+   * parallel embedding's forward and the head's input gradient (N x C each), the vocabulary-
+   * parallel cross-entropy's three fp32 scalars per token (max, sum, target), and the
+   * tensor-parallel merger's fc2 output and fc1 input gradient (P/4 merged tokens x 5120) */
+  double merger = 2 * (P / 4) * (4 * Cv) * e;
+  double meg = (6 * (layers * N * C + blocks * P * Cv) * e + 2 * N * C * e + 3 * N * 4 + merger) *
+               2 * (p - 1) / p;
+  CHECK(fabs(b[LOOM_COLL_ALLREDUCE] - meg) < 1e-9 * meg, "Megatron-style all-reduce bytes %.0f, "
+        "expected %.0f", b[LOOM_COLL_ALLREDUCE], meg);
+}
+
+int main(void) {
+  test_state_bytes();
+  test_memory();
+  test_collectives();
+  return harness_finish("test_sim_mechanisms");
+}
