@@ -490,7 +490,7 @@ static int resume_from(run_ctx *c, const loom_train_opts *o) {
   c->agreed = true; /* the same on every rank */
   c->fail.rank = -1;
   return loom_err("--resume: '%s' is at step %ld and training.steps is %ld: nothing left to "
-                  "train (raise training.steps to continue the run)", o->resume,
+                  "train (raise training.steps: that starts a new run forked from this checkpoint)", o->resume,
                   c->state.step, t->steps);
 }
 
