@@ -82,6 +82,30 @@ if [ -n "$d" ]; then
 fi
 check "no mfu above 1 in the registry" test -z "$(python3 -c "import sqlite3; print(''.join(str(r) for r in sqlite3.connect('$RUNS/registry.db').execute('SELECT mfu FROM runs WHERE mfu > 1')))")"
 
+# ---- a registry made before these columns existed: opened, they are added (NULL in old rows) --
+python3 - "$WORK/old.db" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.executescript("""CREATE TABLE runs (run_id TEXT PRIMARY KEY, name TEXT, status TEXT,
+  start_time REAL, end_time REAL, run_dir TEXT, steps INTEGER, final_loss REAL);
+CREATE TABLE custom_metrics (run_id TEXT NOT NULL, key TEXT NOT NULL, value,
+  PRIMARY KEY (run_id, key));
+INSERT INTO runs VALUES ('old-run', 'old', 'finished', 1000.0, 1100.5, NULL, 5, 2.5);""")
+db.commit()
+PY
+check "old registry: loom runs reads it with mfu, duration_s and parent_id" python3 - \
+  <("$LOOM" runs --db "$WORK/old.db" --show run_id,mfu,duration_s,parent_id --format json) <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+sys.exit(not (len(r) == 1 and r[0]["mfu"] is None and r[0]["parent_id"] is None
+              and r[0]["duration_s"] == 100.5))  # no recorded training time: end - start
+PY
+d=$(LOOM_REGISTRY="$WORK/old.db" LOOM_HW_PROFILE="$H100" train into-old model.preset=tiny-gpt2)
+check "old registry: a new run records its mfu there" python3 -c "
+import json, sqlite3, sys
+m = sqlite3.connect('$WORK/old.db').execute(\"SELECT mfu FROM runs WHERE run_id LIKE 'into-old_%'\").fetchone()[0]
+sys.exit(m != json.load(open('$d/summary.json'))['mfu'])"
+
 # ---- no profile: absent + the reason ---------------------------------------------------------
 if [ ! -e "$SRC/configs/hardware/this-machine.yaml" ]; then
   d=$(cd "$WORK" && HOME="$WORK" LOOM_HW_PROFILE= train none model.preset=tiny-gpt2)
