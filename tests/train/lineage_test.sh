@@ -82,6 +82,10 @@ check "fork: summary.json parent_run" test "$(json "$C" parent_run)" = "$PID"
 check "fork: summary.json parent_checkpoint" test "$(json "$C" parent_checkpoint)" = "$P/checkpoint_6"
 check "fork: steps count from step 0 (16)" test "$(json "$C" steps)" = 16
 if [ "$(state "$P")" = "$BEFORE" ]; then pass; else fail "the parent changed while its fork ran"; fi
+# the curves overlap on the fork's steps 7..12 only: runs diff compares those six
+"$LOOM" runs diff "$PID" "$CID" --db "$RUNS/registry.db" >"$WORK/diff.out" 2>&1
+check "runs diff parent fork: exit 1 (training.steps changes the schedule)" test $? = 1
+check "runs diff parent fork: the 6 shared steps 7..12" grep -q "of 6 steps beyond tolerance, the first at step" "$WORK/diff.out"
 
 # ---- a +user key is part of the config: a fork -----------------------------------------------
 BEFORE=$(state "$P")
