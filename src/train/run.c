@@ -1,7 +1,9 @@
 /* The training run driver: mesh, run directory (rank 0), data (sharded by data-parallel
  * rank), the executor, the step loop, metrics, progress, periodic/final sharded checkpoints,
  * and resume from a checkpoint — in the same layout with bitwise-identical results, or in
- * another layout. Every rank runs this; only rank 0 writes the run's files and prints. */
+ * another layout; continuing the run in its directory, or as a new run forked from the
+ * checkpoint (lineage.c decides; a fork never writes into the parent's directory). Every
+ * rank runs this; only rank 0 writes the run's files and prints. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -490,8 +492,8 @@ static int resume_from(run_ctx *c, const loom_train_opts *o) {
   c->agreed = true; /* the same on every rank */
   c->fail.rank = -1;
   return loom_err("--resume: '%s' is at step %ld and training.steps is %ld: nothing left to "
-                  "train (raise training.steps: that starts a new run forked from this checkpoint)", o->resume,
-                  c->state.step, t->steps);
+                  "train (raise training.steps: that starts a new run forked from this "
+                  "checkpoint)", o->resume, c->state.step, t->steps);
 }
 
 static int setup(run_ctx *c, const loom_train_opts *o) {

@@ -121,6 +121,7 @@ LOOM_FAULT_ONCE="$WORK/once" LOOM_FAULT=kill:0:9 "$LOOM" train --resume "$P/chec
 S=$(dirs | grep -v "^$P$" | grep -v "^$C$")
 check "supervised fork: killed once" test -e "$WORK/once"
 check "supervised fork: one new run, no grandchild" test "$(echo "$S" | wc -w)" = 1
+check "supervised fork: train.log says the restart starts at the fork's checkpoint" grep -q "restart 1 of 1 after: .*; resuming from $P/checkpoint_6 (the checkpoint the run was forked from)" "$S/train.log"
 check "supervised fork: the restart continued the fork" grep -q "continuing run $(basename "$S")" "$S/train.log"
 check "supervised fork: resumed from the parent's checkpoint" grep -q "resumed from $P/checkpoint_6 at step 6" "$S/train.log"
 check "supervised fork: metrics 7..16" test "$(steps_of "$S")" = "$(seq -s ' ' 7 16) "
