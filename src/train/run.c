@@ -280,8 +280,8 @@ static void summary_time_mfu_lineage(const run_ctx *c, char *out, size_t n) {
   } else {
     char note[1400];
     if (isfinite(mfu))
-      snprintf(note, sizeof note, "MFU not recorded: %.1f GFLOP/s per rank over the run exceed "
-               "the profile's peak of %.1f (%s): the peak is not what this run can reach; run "
+      snprintf(note, sizeof note, "MFU not recorded: %.3g GFLOP/s per rank over the run exceed "
+               "the profile's peak of %.3g (%s): the peak is not what this run can reach; run "
                "'loom bench' again as training runs", fpt / c->job.world *
                (double)c->state.tokens_seen / secs / 1e9, peak / 1e9, c->peak_profile);
     else if (peak > 0)
