@@ -113,6 +113,17 @@ check "+user key: train.log names it" grep -q "differs from the run's in +exp.id
 if [ "$(state "$P")" = "$BEFORE" ]; then pass; else fail "+user key fork: the parent changed"; fi
 "$LOOM" runs --db "$RUNS/registry.db" delete "$(basename "$U")" --files >/dev/null
 
+# ---- a fork that fails (lr 1e30: the loss becomes NaN) is a failed run of its own ----------
+BEFORE=$(state "$P")
+"$LOOM" train --resume "$P/checkpoint_6" training.lr=1e30 --quiet >/dev/null 2>"$WORK/nan.err"
+check "failing fork: exit 1" test $? = 1
+N=$(dirs | grep -v "^$P$" | grep -v "^$C$")
+check "failing fork: its own run directory" test "$(echo "$N" | wc -w)" = 1
+check "failing fork: summary.json failed, naming its parent" python3 -c "import json,sys; d=json.load(open('$N/summary.json')); sys.exit(not (d['status'] == 'failed' and d['parent_run'] == '$PID' and 'NaN' in d['error']))"
+check "failing fork: registry failed with parent_id" test "$(reg "$(basename "$N")" status)/$(reg "$(basename "$N")" parent_id)" = "'failed'/'$PID'"
+if [ "$(state "$P")" = "$BEFORE" ]; then pass; else fail "failing fork: the parent changed"; fi
+"$LOOM" runs --db "$RUNS/registry.db" delete "$(basename "$N")" --files >/dev/null
+
 # ---- another layout (2 ranks, same global batch): a fork ---------------------------------------
 BEFORE=$(state "$P")
 "$LOOM" train --resume "$P/checkpoint_6" --nproc 2 parallel.dp=2 training.micro_batch_size=2 \
