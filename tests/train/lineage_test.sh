@@ -87,6 +87,12 @@ check "fork: registry parent_id" test "$(reg "$CID" parent_id)" = "'$PID'"
 check "fork: registry parent_checkpoint" test "$(reg "$CID" parent_checkpoint)" = "'$P/checkpoint_6'"
 check "fork: loom runs --show parent lists the parent" \
   grep -q "$CID *$PID" <("$LOOM" runs --db "$RUNS/registry.db" --show run_id,parent 2>&1)
+check "default table (wide terminal): parent_id shown, run.parent* not repeated" python3 - \
+  <(COLUMNS=400 "$LOOM" runs --db "$RUNS/registry.db") <<'PY'
+import sys
+head = open(sys.argv[1]).readline().split()
+sys.exit(not ("parent_id" in head and "run.parent" not in head and "parent_checkpoint" not in head))
+PY
 check "fork: loom runs show prints parent_id" \
   grep -q "parent_id *$PID" <("$LOOM" runs --db "$RUNS/registry.db" show "$CID" 2>&1)
 # --resume latest (the fork, newest) with its own config: continues the fork, no grandchild
