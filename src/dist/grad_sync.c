@@ -186,7 +186,23 @@ void loom_grad_sync_microbatch_done(loom_grad_sync *g) {
   loom_decoder_zero_grads(g->d);
 }
 
+/* training.param_dtype=bf16: the reduced gradient of the owned range is stored in bf16 (the
+ * reductions themselves sum fp32 values, as FSDP2's reduce_dtype=fp32 and Megatron's fp32
+ * main_grad accumulation do). */
+static void round_owned_grads(loom_grad_sync *g) {
+  if (!g->d->param_bf16) return;
+  float *o = g->zero > 0 ? g->gshard : g->d->grads + g->own_begin;
+  loom_round_bf16_f32(o, o, g->own_end - g->own_begin);
+}
+
+static void reduce_all(loom_grad_sync *g);
+
 void loom_grad_sync_reduce(loom_grad_sync *g) {
+  reduce_all(g);
+  round_owned_grads(g);
+}
+
+static void reduce_all(loom_grad_sync *g) {
   loom_decoder *d = g->d;
   if (g->zero == 2 && g->m->pp == 1) return; /* done after every micro-batch */
   for (int i = 0; i < g->nb; i++) /* layers whose callback did not run (not expected) */
@@ -274,8 +290,8 @@ void loom_grad_sync_step_norm(loom_grad_sync *g, loom_adamw_state *opt,
     seg[nseg++] = (loom_adamw_segment){b, e, wd};
   }
   float *param = g->zero == 3 ? g->pshard : d->params + g->own_begin;
-  loom_adamw_flat_f32(param, owned_grad(g, g->own_begin), opt->m, opt->v, NULL, g->own_begin, seg,
-                      nseg, coef < 1.0f ? coef : 1.0f, lr, t->beta1, t->beta2, t->eps, opt->step);
+  loom_adamw_state_update(opt, param, owned_grad(g, g->own_begin), d->param_bf16, g->own_begin,
+                          seg, nseg, coef < 1.0f ? coef : 1.0f, lr, t);
   if (g->zero == 3) return; /* gathered layer by layer when next used */
   if (g->zero > 0) loom_comm_allgather_v_f32(&g->m->grad_comm, d->params, g->counts);
   loom_decoder_params_updated(d);
