@@ -30,6 +30,20 @@ typedef struct {
   bool bf16;
 } section;
 
+/* bf16 storage held in fp32 words must hold bf16 values only: BF16 in the file is then exact
+ * (a value with low mantissa bits set means a missing rounding: refuse, do not round). */
+static int check_bf16(const char *key, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], 4);
+    if ((u & 0xffffu) && (u & 0x7fffffffu) <= 0x7f800000u)
+      return loom_err("internal error: %s element %zu = %.9g is not a bf16 value although "
+                      "training.param_dtype=bf16 stores bf16; the checkpoint is not written",
+                      key, i, (double)x[i]);
+  }
+  return 0;
+}
+
 static int add_piece(loom_st_writer *w, json_t *pieces, const loom_param *p, const section *s) {
   size_t b = p->offset > s->begin ? p->offset : s->begin;
   size_t e = p->offset + p->numel < s->end ? p->offset + p->numel : s->end;
@@ -45,7 +59,8 @@ static int add_piece(loom_st_writer *w, json_t *pieces, const loom_param *p, con
   if (s->base16)
     rc = loom_st_writer_add(w, key, LOOM_DT_BF16, nd, shp, s->base16 + (b - s->begin));
   else if (s->bf16)
-    rc = loom_st_writer_add_bf16_from_f32(w, key, nd, shp, s->base + (b - s->begin));
+    rc = check_bf16(key, s->base + (b - s->begin), e - b) ||
+         loom_st_writer_add_bf16_from_f32(w, key, nd, shp, s->base + (b - s->begin));
   else
     rc = loom_st_writer_add(w, key, LOOM_DT_F32, nd, shp, s->base + (b - s->begin));
   if (!rc && (p->split_dim >= 0 || !whole))

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The precision policy end to end (training.param_dtype / optim_dtype = bf16, with bf16
+# matmuls): every parallel layout trains the same run as one process, the checkpoints store
+# the real dtypes and resume bitwise, the saved gradients are bf16 values, the memory lines of
+# train.log shrink, the Hugging Face export is BF16, and refused combinations are clear errors.
+#
+# Tolerances (one process vs a layout): losses 2e-3 relative per step, as for bf16 compute in
+# tests/dist/equivalence_test.sh: a layout reorders fp32 sums (~1e-7), a reordering can flip
+# a bf16 rounding of a matmul input (2^-8 relative) and the flip propagates. Final weights
+# 1e-2 (loom ckpt compare: max|a-b| <= 1e-2 * the model's largest |w|): with bf16 storage a
+# flip moves a stored parameter by one bf16 ulp, at most 2^-8 = 3.9e-3 of the largest weight;
+# 1e-2 allows two or three such ulps on one element. Measured (4 steps): dp2 ZeRO-1/2 and pp2
+# bitwise equal to one process, ZeRO-3 and tp2 one ulp (max|a-b| 2.3e-4..4.6e-4 of the
+# largest weight), losses <= 5e-6.
+. "$(dirname "$0")/../dist/common.sh"
+make_data || { echo "could not make test data"; exit 1; }
+
+LLAMA=(model.preset=tiny-llama model.vocab_size=301 model.vocab_pad_multiple=1 model.layers=2
+  model.hidden=64 model.heads=4 model.kv_heads=2 model.intermediate=96 training.seq_len=32
+  training.steps=4 training.warmup_steps=2 data.train_shards="$WORK/train.bin"
+  training.dtype=bf16 training.param_dtype=bf16 training.log_every=1)
+TOL=2e-3 WTOL=1e-2
+
+quiet() { "$@" >/dev/null 2>&1; }
+# dtypes_of FILE: the distinct tensor dtypes of a safetensors file (loom ckpt inspect)
+dtypes_of() { "$LOOM" ckpt inspect "$1" 2>/dev/null | awk '$2 ~ /^(F32|BF16)$/ {print $2}' | sort -u | tr '\n' ' '; }
+
+for opt in fp32 bf16; do
+  echo "param_dtype=bf16, optim_dtype=$opt: layouts against one process"
+  P=("${LLAMA[@]}" training.optim_dtype=$opt checkpoint.save_gradients=true)
+  train s_$opt 1 "${P[@]}" training.micro_batch_size=4 training.grad_accum=2
+  check_case() { # name np overrides...
+    local name=$1 np=$2; shift 2
+    train "$name" "$np" "$@" && { close_losses "s_$opt" "$name" "$TOL"; close_weights "s_$opt" "$name" "$WTOL"; }
+  }
+  check_case dp2_zero1_$opt 2 "${P[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.zero=1
+  check_case dp2_zero2_$opt 2 "${P[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.zero=2
+  check_case dp2_zero3_$opt 2 "${P[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.zero=3
+  check_case tp2_$opt 2 "${P[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2
+  check_case pp2_$opt 2 "${P[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.pp=2
+  # the files hold the real dtypes: parameters and gradients BF16, moments in optim_dtype
+  want=$([ $opt = bf16 ] && echo BF16 || echo F32)
+  for name in s_$opt dp2_zero1_$opt; do
+    ck=$(run_dir $name)/final_checkpoint
+    m=$(ls "$ck"/model*.safetensors | head -1) o=$(ls "$ck"/optimizer*.safetensors | head -1)
+    g=$(ls "$ck"/gradients*.safetensors | head -1)
+    check "$name: parameters stored as BF16 ($(dtypes_of "$m"))" test "$(dtypes_of "$m")" = "BF16 "
+    check "$name: gradients stored as BF16 ($(dtypes_of "$g"))" test "$(dtypes_of "$g")" = "BF16 "
+    check "$name: moments stored as $want ($(dtypes_of "$o"))" test "$(dtypes_of "$o")" = "$want "
+  done
+done
+
+echo "resume: N steps straight == N/2, stop, resume, N/2 (bitwise losses and weights)"
+resume_case() { # name np overrides...
+  local name=$1 np=$2; shift 2
+  train ${name}_straight "$np" "$@" checkpoint.every=2 || return
+  train ${name}_cut "$np" "$@" checkpoint.every=2 --stop-after 2 || return
+  local a b
+  a=$(run_dir ${name}_straight) b=$(run_dir ${name}_cut)
+  if [ "$np" = 1 ]; then "$LOOM" train --resume "$b/checkpoint_2" --quiet >"$WORK/$name.resume.log" 2>&1
+  else timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train --resume "$b/checkpoint_2" --quiet \
+         >"$WORK/$name.resume.log" 2>&1; fi || { fail "$name: resume failed"; tail -3 "$WORK/$name.resume.log" >&2; return; }
+  check "$name: resumed run has 4 steps" test "$(losses "$b" | wc -l)" = 4
+  if [ "$(losses "$a")" = "$(losses "$b")" ]; then pass; else
+    fail "$name: losses differ after resume"; diff <(losses "$a") <(losses "$b") >&2; fi
+  check "$name: final weights identical (rtol 0)" quiet "$LOOM" ckpt compare "$a/final_checkpoint" \
+    "$b/final_checkpoint" --rtol 0
+  for f in "$a"/final_checkpoint/*.safetensors; do
+    check "$name: $(basename "$f") bitwise identical" cmp -s "$f" "$b/final_checkpoint/$(basename "$f")"
+  done
+}
+resume_case r_single 1 "${LLAMA[@]}" training.optim_dtype=bf16 training.micro_batch_size=4 training.grad_accum=2
+resume_case r_dp2_zero1 2 "${LLAMA[@]}" training.optim_dtype=bf16 training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.zero=1
+
+echo "memory: the train.log lines (allocated bytes per rank) shrink with bf16 storage"
+BIG=(model.preset=tiny-llama model.vocab_size=301 model.layers=4 model.hidden=256 model.heads=4
+  model.kv_heads=2 model.intermediate=512 training.seq_len=16 training.micro_batch_size=1
+  training.steps=1 data.train_shards="$WORK/train.bin" training.dtype=bf16)
+# mem NAME: "params grads optimizer" (MiB) of rank 0
+mem() { grep -A1 'memory per rank' "$(run_dir "$1")/train.log" | tail -1 | awk '{print $4, $5, $6}'; }
+train m_mixed 1 "${BIG[@]}"
+train m_param 1 "${BIG[@]}" training.param_dtype=bf16
+train m_both 1 "${BIG[@]}" training.param_dtype=bf16 training.optim_dtype=bf16
+read -r p0 g0 o0 <<<"$(mem m_mixed)"; read -r p1 g1 o1 <<<"$(mem m_param)"; read -r p2 g2 o2 <<<"$(mem m_both)"
+echo "  MiB params/grads/optimizer: mixed (dtype bf16) $p0/$g0/$o0, param_dtype=bf16 $p1/$g1/$o1, + optim_dtype=bf16 $p2/$g2/$o2"
+# mixed: fp32 weights + rounded copy (+ bf16 GEMM weights); bf16 parameters: no rounded copy,
+# so 4 bytes less per parameter; bf16 moments: 4 bytes per parameter instead of 8
+check "param_dtype=bf16 drops the rounded copy: params $p1 < $p0 MiB" awk -v a="$p1" -v b="$p0" 'BEGIN { exit !(a < b - 0.5) }'
+check "optim_dtype=bf16 halves the moments: $o2 = $o1 / 2 MiB" awk -v a="$o2" -v b="$o1" 'BEGIN { r = b / a; exit !(r > 1.97 && r < 2.03) }'
+check "grads unchanged ($g0 $g1 $g2)" test "$g0" = "$g1" -a "$g1" = "$g2"
+
+echo "Hugging Face export of bf16 parameters: BF16 tensors, exact (import gives the same weights)"
+ck=$(run_dir s_bf16)/final_checkpoint
+"$LOOM" ckpt export "$ck" --out "$WORK/hf" >/dev/null 2>"$WORK/export.err" || fail "export: $(cat "$WORK/export.err")"
+check "export: tensors are BF16 ($(dtypes_of "$WORK/hf/model.safetensors"))" test "$(dtypes_of "$WORK/hf/model.safetensors")" = "BF16 "
+check "export: config.json torch_dtype bfloat16" grep -q '"torch_dtype": "bfloat16"' "$WORK/hf/config.json"
+"$LOOM" ckpt import "$WORK/hf" --out "$WORK/hf_back" >/dev/null 2>"$WORK/import.err" || fail "import: $(cat "$WORK/import.err")"
+check "export -> import gives the checkpoint's weights bit for bit" quiet "$LOOM" ckpt compare "$ck" "$WORK/hf_back" --rtol 0
+"$LOOM" ckpt export "$ck" --out "$WORK/hf32" --dtype f32 >/dev/null 2>&1
+check "export --dtype f32 still writes F32" test "$(dtypes_of "$WORK/hf32/model.safetensors")" = "F32 "
+
+echo "refused combinations: clear errors, exit 1, no run directory"
+refused() { # what expected-text overrides...
+  local what=$1 want=$2; shift 2
+  local out rc
+  out=$("$LOOM" train "${LLAMA[@]}" run.output_dir="$WORK/refused" "$@" 2>&1); rc=$?
+  check "$what: exit 1 (got $rc)" test "$rc" = 1
+  check "$what: message names the keys" grep -qF "$want" <<<"$out"
+  check "$what: no run directory" test ! -e "$WORK/refused"
+}
+refused "bf16 parameters, fp32 matmuls" "training.param_dtype = bf16 needs training.dtype = bf16" training.dtype=fp32
+refused "bf16 vision parameters, fp32 matmuls" "vision.param_dtype = bf16 needs training.dtype = bf16" training.dtype=fp32 training.param_dtype=fp32 vision.param_dtype=bf16
+refused "fp16 moments" "training.optim_dtype must be one of fp32, bf16" training.optim_dtype=fp16
+out=$("$LOOM" train "${LLAMA[@]}" run.output_dir="$WORK/refused" training.reduce_dtype=bf16 parallel.dp=2 --nproc 2 2>&1); rc=$?
+check "reduce_dtype=bf16 with dp=2: exit 1 (got $rc)" test "$rc" = 1
+check "reduce_dtype=bf16 with dp=2: says it is not implemented" grep -qF "training.reduce_dtype = bf16 is not implemented by loom train" <<<"$out"
+check "reduce_dtype=bf16 with dp=2: no run directory" test ! -e "$WORK/refused"
+finish
