@@ -10,6 +10,7 @@
 #include "loom/grad_sync.h"
 #include "loom/kernels.h"
 
+#include "dist/comm_bf16.h"
 #include "dist/grad_sync_internal.h"
 
 int loom_gs_layer_of(const char *name) {
@@ -42,6 +43,31 @@ static void build_buckets(loom_grad_sync *g, double bucket_mb) {
     prev = l;
   }
 }
+
+/* Data-parallel reductions in training.reduce_dtype (fp32 or bf16; comm_bf16.c). */
+static void dp_allreduce(loom_grad_sync *g, float *x, size_t n) {
+  if (g->reduce_bf16) loom_comm_allreduce_bf16(&g->m->grad_comm, x, n);
+  else loom_comm_allreduce_f32(&g->m->grad_comm, x, n, LOOM_OP_SUM);
+}
+
+static void bucket_start(loom_grad_sync *g, bucket *b) {
+  b->started = true;
+  float *x = g->d->grads + b->begin;
+  if (g->reduce_bf16) loom_comm_iallreduce_bf16(&g->m->grad_comm, x, b->end - b->begin, &b->req, &b->buf16);
+  else loom_comm_iallreduce_f32(&g->m->grad_comm, x, b->end - b->begin, &b->req);
+}
+
+static void bucket_wait(loom_grad_sync *g, bucket *b) {
+  if (g->reduce_bf16) loom_comm_wait_bf16(&b->req, g->d->grads + b->begin, b->end - b->begin, &b->buf16);
+  else loom_comm_wait(&b->req);
+}
+
+void loom_gs_reduce_scatter_v(loom_grad_sync *g, const float *in, float *out, const int *counts) {
+  if (g->reduce_bf16) loom_comm_reduce_scatter_v_bf16(&g->m->grad_comm, in, out, counts);
+  else loom_comm_reduce_scatter_v_f32(&g->m->grad_comm, in, out, counts);
+}
+
+void loom_grad_sync_set_reduce_bf16(loom_grad_sync *g, bool bf16) { g->reduce_bf16 = bf16; }
 
 int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh *m,
                           const loom_config_parallel *p) {
@@ -159,8 +185,7 @@ void loom_grad_sync_layer_done(void *ctx, int layer) {
   if (bi < 0) return;
   bucket *b = &g->b[bi];
   if (--b->remaining > 0 || b->started) return;
-  b->started = true;
-  loom_comm_iallreduce_f32(&g->m->grad_comm, g->d->grads + b->begin, b->end - b->begin, &b->req);
+  bucket_start(g, b);
 }
 
 static void reduce_scatter_into_shard(loom_grad_sync *g) {
@@ -172,7 +197,7 @@ static void reduce_scatter_into_shard(loom_grad_sync *g) {
     return;
   }
   float *recv = loom_alloc((n + 1) * sizeof(float));
-  loom_comm_reduce_scatter_v_f32(c, g->d->grads, recv, g->counts);
+  loom_gs_reduce_scatter_v(g, g->d->grads, recv, g->counts);
   for (size_t i = 0; i < n; i++) g->gshard[i] += recv[i];
   loom_free(recv);
 }
@@ -209,9 +234,7 @@ static void reduce_all(loom_grad_sync *g) {
     if (!g->b[i].started && g->zero == 0 && g->b[i].remaining > 0) {
       for (int l = 0; l < d->spec.layers; l++)
         if (g->layer_bucket[l] == i) loom_gs_seqpar_reduce(g, l);
-      g->b[i].started = true;
-      loom_comm_iallreduce_f32(&g->m->grad_comm, d->grads + g->b[i].begin,
-                               g->b[i].end - g->b[i].begin, &g->b[i].req);
+      bucket_start(g, &g->b[i]);
     }
   loom_gs_seqpar_reduce(g, -1);
   tied_reduce(g);
@@ -224,12 +247,11 @@ static void reduce_all(loom_grad_sync *g) {
     return;
   }
   /* the non-layer tensors: everything outside the buckets */
-  const loom_comm *c = &g->m->grad_comm;
   size_t lo = g->nb ? g->b[0].begin : d->layout.total, hi = g->nb ? g->b[g->nb - 1].end : 0;
   if (g->nb == 0) lo = d->layout.total, hi = d->layout.total;
-  loom_comm_allreduce_f32(c, d->grads, lo, LOOM_OP_SUM);
-  if (hi < d->layout.total) loom_comm_allreduce_f32(c, d->grads + hi, d->layout.total - hi, LOOM_OP_SUM);
-  for (int i = 0; i < g->nb; i++) loom_comm_wait(&g->b[i].req);
+  dp_allreduce(g, d->grads, lo);
+  if (hi < d->layout.total) dp_allreduce(g, d->grads + hi, d->layout.total - hi);
+  for (int i = 0; i < g->nb; i++) bucket_wait(g, &g->b[i]);
 }
 
 /* Whether tensor i's gradient is counted in the global norm on this rank. */

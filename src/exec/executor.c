@@ -134,10 +134,6 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
                      loom_mesh *m) {
   const loom_config_parallel *p = &cfg->parallel;
   const loom_config_training *t = &cfg->training;
-  if (!strcmp(t->reduce_dtype, "bf16") && p->dp > 1) /* precision policy: docs/TRAINING.md */
-    return loom_err("training.reduce_dtype = bf16 is not implemented by loom train: its "
-                    "data-parallel gradient reductions sum fp32 values (loom sim and loom plan "
-                    "model bf16 reductions); set training.reduce_dtype=fp32");
   loom_executor *ex = calloc(1, sizeof *ex);
   ex->cfg = cfg;
   ex->mesh = m;
@@ -191,6 +187,7 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
     return LOOM_ERR;
   }
   loom_grad_sync_create(&ex->gs, ex->d, m, p);
+  loom_grad_sync_set_reduce_bf16(ex->gs, !strcmp(t->reduce_dtype, "bf16"));
   size_t b, e;
   loom_grad_sync_owned(ex->gs, &b, &e);
   loom_adamw_state_init_dtype(&ex->opt, e - b + 1, !strcmp(t->optim_dtype, "bf16"));

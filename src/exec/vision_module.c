@@ -172,6 +172,7 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
     loom_config_parallel vp = cfg->parallel;
     vp.zero = pl->zero;
     loom_grad_sync_create(&vm->gs, vm->d, m, &vp);
+    loom_grad_sync_set_reduce_bf16(vm->gs, !strcmp(t->reduce_dtype, "bf16"));
     size_t b, e;
     loom_grad_sync_owned(vm->gs, &b, &e);
     loom_adamw_state_init_dtype(&vm->opt, e - b + 1, !strcmp(odt, "bf16"));
