@@ -113,6 +113,36 @@ refused "bf16 parameters, fp32 matmuls" "training.param_dtype = bf16 needs train
 refused "bf16 vision parameters, fp32 matmuls" "vision.param_dtype = bf16 needs training.dtype = bf16" training.dtype=fp32 training.param_dtype=fp32 vision.param_dtype=bf16
 refused "fp16 moments" "training.optim_dtype must be one of fp32, bf16" training.optim_dtype=fp16
 
+echo "vision-language model: vision.param_dtype / optim_dtype apart from the text module's"
+{ "$LOOM" data synth-vqa --out "$WORK/vqa" --samples 104 --shard-size 8 &&
+  "$LOOM" data prepare "$WORK/vqa" --split 12,1,0; } >"$WORK/synth.log" 2>&1 ||
+  fail "could not make the VQA data: $(tail -2 "$WORK/synth.log")"
+VLM=(model.preset=tiny-qwen2.5-vl model.vocab_size=384 training.seq_len=48 training.steps=4
+  training.warmup_steps=1 data.format=vqa data.vqa_path="$WORK/vqa"
+  data.tokenizer="$WORK/vqa/tokenizer.json" data.image_min_pixels=12544
+  data.image_max_pixels=12544 training.dtype=bf16 training.log_every=1 checkpoint.every=2)
+# vdtypes RUN MODULE-PREFIX KIND: dtypes of the final checkpoint's file of that module and kind
+vdtypes() { dtypes_of "$(run_dir "$1")/final_checkpoint/$2$3-r00000.safetensors"; }
+train v_text 1 "${VLM[@]}" training.param_dtype=bf16 training.optim_dtype=bf16 \
+  vision.param_dtype=fp32 vision.optim_dtype=fp32
+check "text bf16 / vision fp32: text parameters BF16 ($(vdtypes v_text "" model))" test "$(vdtypes v_text "" model)" = "BF16 "
+check "text bf16 / vision fp32: text moments BF16" test "$(vdtypes v_text "" optimizer)" = "BF16 "
+check "text bf16 / vision fp32: vision parameters F32 ($(vdtypes v_text vision- model))" test "$(vdtypes v_text vision- model)" = "F32 "
+check "text bf16 / vision fp32: vision moments F32" test "$(vdtypes v_text vision- optimizer)" = "F32 "
+V2=("${VLM[@]}" vision.param_dtype=bf16 vision.optim_dtype=bf16)
+train v_vision 1 "${V2[@]}"
+check "text fp32 / vision bf16: text parameters F32 ($(vdtypes v_vision "" model))" test "$(vdtypes v_vision "" model)" = "F32 "
+check "text fp32 / vision bf16: vision parameters BF16" test "$(vdtypes v_vision vision- model)" = "BF16 "
+check "text fp32 / vision bf16: vision moments BF16" test "$(vdtypes v_vision vision- optimizer)" = "BF16 "
+"$LOOM" ckpt export "$(run_dir v_vision)/final_checkpoint" --out "$WORK/hf_vlm" >/dev/null 2>&1
+check "VLM export with fp32 text parameters defaults to F32" test "$(dtypes_of "$WORK/hf_vlm/model.safetensors")" = "F32 "
+train v_cut 1 "${V2[@]}" --stop-after 2
+"$LOOM" train --resume "$(run_dir v_cut)/checkpoint_2" --quiet >"$WORK/v_cut.resume.log" 2>&1 ||
+  fail "VLM resume: $(tail -2 "$WORK/v_cut.resume.log")"
+check "VLM (bf16 vision storage) resumes bitwise: losses" test "$(losses "$(run_dir v_vision)")" = "$(losses "$(run_dir v_cut)")"
+check "VLM resumes bitwise: weights" quiet "$LOOM" ckpt compare "$(run_dir v_vision)/final_checkpoint" \
+  "$(run_dir v_cut)/final_checkpoint" --rtol 0
+
 echo "reduce_dtype=bf16: data-parallel reductions in bf16, against one process"
 # One more bf16 rounding per reduced gradient element (each rank's sum, then the pair's sum):
 # a relative change of <= 2^-8 of a gradient element, which AdamW turns into an update change
