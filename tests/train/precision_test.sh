@@ -142,6 +142,18 @@ train v_cut 1 "${V2[@]}" --stop-after 2
 check "VLM (bf16 vision storage) resumes bitwise: losses" test "$(losses "$(run_dir v_vision)")" = "$(losses "$(run_dir v_cut)")"
 check "VLM resumes bitwise: weights" quiet "$LOOM" ckpt compare "$(run_dir v_vision)/final_checkpoint" \
   "$(run_dir v_cut)/final_checkpoint" --rtol 0
+# the VLM's modules in parallel layouts (the encoder's own synchroniser, bf16 storage and bf16
+# reductions) against one process, same tolerances as the text model
+V3=("${VLM[@]}" training.param_dtype=bf16 training.optim_dtype=bf16 checkpoint.every=0)
+train v3_single 1 "${V3[@]}" training.micro_batch_size=4 training.grad_accum=2
+for c in "v3_dp2_zero1 parallel.dp=2 parallel.zero=1 training.reduce_dtype=bf16" \
+         "v3_dp2_zero3 parallel.dp=2 parallel.zero=3" \
+         "v3_tp2 parallel.tp=2 vision.parallel.tp=2"; do
+  set -- $c; name=$1; shift
+  mb=$([ "${1#parallel.dp=2}" != "$1" ] && echo "training.micro_batch_size=2" || echo "training.micro_batch_size=4")
+  train $name 2 "${V3[@]}" $mb training.grad_accum=2 "$@" &&
+    { close_losses v3_single $name "$TOL"; close_weights v3_single $name "$WTOL"; }
+done
 
 echo "reduce_dtype=bf16: data-parallel reductions in bf16, against one process"
 # One more bf16 rounding per reduced gradient element (each rank's sum, then the pair's sum):
