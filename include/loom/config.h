@@ -59,7 +59,7 @@ typedef struct {
   double weight_decay;
   double beta1, beta2, eps;    /* AdamW */
   double grad_clip;            /* global-norm clip; 0 disables */
-  char dtype[8];               /* fp32 | bf16 (bf16 matmul inputs, fp32 master weights) */
+  char dtype[8];               /* fp32 | bf16: matmul inputs (fp32 accumulation) */
   char param_dtype[8];         /* fp32 | bf16: parameters and gradients are stored in this */
   char optim_dtype[8];         /* fp32 | bf16: AdamW first/second moments */
   char reduce_dtype[8];        /* fp32 | bf16: data-parallel gradient reductions */

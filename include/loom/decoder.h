@@ -64,11 +64,13 @@ typedef struct {
   int v0;                   /* first global vocabulary row of this rank */
   int pos0;                 /* position of this rank's first token (Ulysses) */
   bool bf16, recompute;
+  bool param_bf16;          /* training.param_dtype=bf16: params and grads hold bf16 values */
   const loom_comm *tp_comm, *sp_comm; /* NULL when not parallel */
 
   float *params;            /* (layout.total) fp32 master weights */
   float *grads;             /* (layout.total) accumulated gradients */
-  float *params_lp;         /* (layout.total) bf16-rounded weights (bf16 mode) else == params */
+  float *params_lp;         /* (layout.total) bf16-rounded weights (bf16 mode) else == params;
+                               == params when param_bf16 (the parameters are bf16 values) */
 
   int n_slots;
   loom_acts *slots;         /* activation sets */
@@ -107,6 +109,13 @@ void loom_decoder_free(loom_decoder *d);
 void loom_decoder_init_params(loom_decoder *d, uint64_t seed);
 /* After params change (optimizer step, load): refresh the bf16 copy. */
 void loom_decoder_params_updated(loom_decoder *d);
+/* training.param_dtype=bf16, right after creation (before init, load or a gradient
+ * synchroniser): parameters hold bf16 values in fp32 words, with no second rounded copy
+ * (params_lp == params); every update rounds them. Needs a bf16 decoder (error otherwise). */
+int loom_decoder_set_param_bf16(loom_decoder *d);
+/* Bytes of parameter storage: the fp32 words, the rounded copy (mixed precision) and the
+ * native GEMMs' bf16 weights. Gradients: layout.total floats. */
+size_t loom_decoder_param_bytes(const loom_decoder *d);
 void loom_decoder_zero_grads(loom_decoder *d);
 
 /* Activation slots for pipelined execution. */

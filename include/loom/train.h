@@ -8,6 +8,7 @@
 
 #include "loom/config.h"
 #include "loom/decoder.h"
+#include "loom/kernels.h"
 
 /* Warmup length: warmup_steps when > 0, else round(warmup_ratio * steps). */
 long loom_lr_warmup_steps(const loom_config_training *t);
@@ -17,14 +18,30 @@ long loom_lr_warmup_steps(const loom_config_training *t);
  * with m = min_lr_ratio. */
 double loom_lr_at(const loom_config_training *t, long s);
 
-/* AdamW moments over the same flat layout as the parameters. */
+/* AdamW moments over the same flat layout as the parameters, in training.optim_dtype: fp32
+ * (m, v; m16 = v16 = NULL) or bf16 (m16, v16; m = v = NULL). */
 typedef struct {
-  float *m, *v;  /* (layout.total) */
-  long step;     /* optimizer steps taken */
+  float *m, *v;           /* (n) fp32 moments, or NULL */
+  loom_bf16 *m16, *v16;   /* (n) bf16 moments, or NULL */
+  size_t n;               /* elements of each moment */
+  long step;              /* optimizer steps taken */
 } loom_adamw_state;
 
-void loom_adamw_state_init(loom_adamw_state *st, size_t total);
-void loom_adamw_state_free(loom_adamw_state *st);
+void loom_adamw_state_init(loom_adamw_state *st, size_t total); /* fp32 moments */
+/* bf16: moments stored in bf16 (training.optim_dtype=bf16). */
+void loom_adamw_state_init_dtype(loom_adamw_state *st, size_t total, bool bf16);
+void loom_adamw_state_free(loom_adamw_state *st); /* a zeroed state is fine */
+/* Bytes the moments occupy (what training.optim_dtype changes). */
+size_t loom_adamw_state_bytes(const loom_adamw_state *st);
+/* The moments as fp32 (dst: 2 * st->n floats, m then v) / back from fp32 (bf16 moments: rounded
+ * to nearest even, exact for values that came from bf16): checkpoints and tests. */
+void loom_adamw_state_get(const loom_adamw_state *st, float *dst);
+void loom_adamw_state_set(loom_adamw_state *st, const float *src);
+/* One pass of the policy's AdamW (loom_adamw_flat) over flat [segments) of params p (indexed
+ * from base) with the state's moments (indexed from base too); round_p: bf16 parameters. */
+void loom_adamw_state_update(loom_adamw_state *st, float *p, const float *g, bool round_p,
+                             size_t base, const loom_adamw_segment *seg, int n_seg, float clip,
+                             double lr, const loom_config_training *t);
 /* One AdamW update of every tensor with weight decay on tensors marked decay (or on all when
  * decay_norms_and_biases), using d->grads; then refreshes the bf16 weights. */
 void loom_adamw_apply(loom_adamw_state *st, loom_decoder *d, const loom_config_training *t,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "cli/commands.h"
+#include "loom/config.h"
 #include "loom/core.h"
 #include "loom/hf.h"
 
@@ -22,7 +23,9 @@ static void export_usage(FILE *out) {
           "model.safetensors.index.json.\n\n"
           "options:\n"
           "  --out DIR              output directory (must not exist unless --force)\n"
-          "  --dtype f32|bf16       tensor dtype (default f32)\n"
+          "  --dtype f32|bf16       tensor dtype (default: bf16 when the checkpoint's parameters\n"
+          "                         are bf16, training.param_dtype=bf16, which is exact;\n"
+          "                         else f32)\n"
           "  --max-shard-size SIZE  e.g. 5GB (10^9 bytes, the default), 500MB, 2GiB\n"
           "  --force                replace an existing output directory\n"
           "  -h, --help             this text\n");
@@ -58,9 +61,24 @@ static const char *opt_value(int argc, char **argv, int *i, const char *opt, int
   return argv[++*i];
 }
 
+/* The export's default dtype: "bf16" when every module of the checkpoint stores bf16
+ * parameters (its config.yaml: training.param_dtype, vision.param_dtype), else "f32". An
+ * unreadable config.yaml is left for loom_hf_export to report. */
+static const char *checkpoint_param_dtype(const char *dir) {
+  loom_config c;
+  loom_config_defaults(&c);
+  char *path = loom_sprintf("%s/config.yaml", dir);
+  int rc = loom_config_load(&c, path);
+  free(path);
+  if (rc) return "f32";
+  bool text = !strcmp(c.training.param_dtype, "bf16");
+  bool vision = !c.vision.param_dtype[0] || !strcmp(c.vision.param_dtype, "bf16");
+  return text && vision ? "bf16" : "f32";
+}
+
 int loom_hf_cmd_export(int argc, char **argv) {
   if (loom_cli_wants_help(argc, argv)) return export_usage(stdout), 0;
-  const char *in = NULL, *out = NULL, *dtype = "f32", *shard = "5GB", *v;
+  const char *in = NULL, *out = NULL, *dtype = NULL, *shard = "5GB", *v;
   loom_hf_export_opts o = {LOOM_DT_F32, 0, false};
   for (int i = 1; i < argc; i++) {
     int missing = 0;
@@ -79,6 +97,7 @@ int loom_hf_cmd_export(int argc, char **argv) {
     fprintf(stderr, "loom ckpt export: %s\n\n", !in ? "missing CKPT_DIR" : "missing --out DIR");
     return export_usage(stderr), 1;
   }
+  if (!dtype) dtype = checkpoint_param_dtype(in);
   if (!strcmp(dtype, "bf16")) o.dtype = LOOM_DT_BF16;
   else if (strcmp(dtype, "f32")) {
     fprintf(stderr, "loom ckpt export: --dtype must be f32 or bf16, not '%s'\n", dtype);

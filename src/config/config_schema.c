@@ -114,7 +114,8 @@ const loom_config_key loom_config_keys[] = {
     {"training.grad_clip", F, "1.0", NULL, "global gradient-norm clip (0 disables)",
      FIELD(training, grad_clip)},
     {"training.dtype", E, "fp32", dtype_values,
-     "matmul input precision (bf16 keeps fp32 master weights)", FIELD(training, dtype)},
+     "matmul input precision (bf16: bf16 inputs, fp32 accumulation; what is stored in which "
+     "dtype: training.param_dtype, optim_dtype)", FIELD(training, dtype)},
     /* precision policy (docs/TRAINING.md "Precision"): storage dtypes of parameters,
      * gradients, optimizer state and data-parallel reductions */
     {"training.param_dtype", E, "fp32", dtype_values,

@@ -10,6 +10,7 @@
 #include "loom/grad_sync.h"
 #include "loom/kernels.h"
 
+#include "dist/comm_bf16.h"
 #include "dist/grad_sync_internal.h"
 
 int loom_gs_layer_of(const char *name) {
@@ -42,6 +43,31 @@ static void build_buckets(loom_grad_sync *g, double bucket_mb) {
     prev = l;
   }
 }
+
+/* Data-parallel reductions in training.reduce_dtype (fp32 or bf16; comm_bf16.c). */
+static void dp_allreduce(loom_grad_sync *g, float *x, size_t n) {
+  if (g->reduce_bf16) loom_comm_allreduce_bf16(&g->m->grad_comm, x, n);
+  else loom_comm_allreduce_f32(&g->m->grad_comm, x, n, LOOM_OP_SUM);
+}
+
+static void bucket_start(loom_grad_sync *g, bucket *b) {
+  b->started = true;
+  float *x = g->d->grads + b->begin;
+  if (g->reduce_bf16) loom_comm_iallreduce_bf16(&g->m->grad_comm, x, b->end - b->begin, &b->req, &b->buf16);
+  else loom_comm_iallreduce_f32(&g->m->grad_comm, x, b->end - b->begin, &b->req);
+}
+
+static void bucket_wait(loom_grad_sync *g, bucket *b) {
+  if (g->reduce_bf16) loom_comm_wait_bf16(&b->req, g->d->grads + b->begin, b->end - b->begin, &b->buf16);
+  else loom_comm_wait(&b->req);
+}
+
+void loom_gs_reduce_scatter_v(loom_grad_sync *g, const float *in, float *out, const int *counts) {
+  if (g->reduce_bf16) loom_comm_reduce_scatter_v_bf16(&g->m->grad_comm, in, out, counts);
+  else loom_comm_reduce_scatter_v_f32(&g->m->grad_comm, in, out, counts);
+}
+
+void loom_grad_sync_set_reduce_bf16(loom_grad_sync *g, bool bf16) { g->reduce_bf16 = bf16; }
 
 int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh *m,
                           const loom_config_parallel *p) {
@@ -159,8 +185,7 @@ void loom_grad_sync_layer_done(void *ctx, int layer) {
   if (bi < 0) return;
   bucket *b = &g->b[bi];
   if (--b->remaining > 0 || b->started) return;
-  b->started = true;
-  loom_comm_iallreduce_f32(&g->m->grad_comm, g->d->grads + b->begin, b->end - b->begin, &b->req);
+  bucket_start(g, b);
 }
 
 static void reduce_scatter_into_shard(loom_grad_sync *g) {
@@ -172,7 +197,7 @@ static void reduce_scatter_into_shard(loom_grad_sync *g) {
     return;
   }
   float *recv = loom_alloc((n + 1) * sizeof(float));
-  loom_comm_reduce_scatter_v_f32(c, g->d->grads, recv, g->counts);
+  loom_gs_reduce_scatter_v(g, g->d->grads, recv, g->counts);
   for (size_t i = 0; i < n; i++) g->gshard[i] += recv[i];
   loom_free(recv);
 }
@@ -186,16 +211,30 @@ void loom_grad_sync_microbatch_done(loom_grad_sync *g) {
   loom_decoder_zero_grads(g->d);
 }
 
+/* training.param_dtype=bf16: the reduced gradient of the owned range is stored in bf16 (the
+ * reductions themselves sum fp32 values, as FSDP2's reduce_dtype=fp32 and Megatron's fp32
+ * main_grad accumulation do). */
+static void round_owned_grads(loom_grad_sync *g) {
+  if (!g->d->param_bf16) return;
+  float *o = g->zero > 0 ? g->gshard : g->d->grads + g->own_begin;
+  loom_round_bf16_f32(o, o, g->own_end - g->own_begin);
+}
+
+static void reduce_all(loom_grad_sync *g);
+
 void loom_grad_sync_reduce(loom_grad_sync *g) {
+  reduce_all(g);
+  round_owned_grads(g);
+}
+
+static void reduce_all(loom_grad_sync *g) {
   loom_decoder *d = g->d;
   if (g->zero == 2 && g->m->pp == 1) return; /* done after every micro-batch */
   for (int i = 0; i < g->nb; i++) /* layers whose callback did not run (not expected) */
     if (!g->b[i].started && g->zero == 0 && g->b[i].remaining > 0) {
       for (int l = 0; l < d->spec.layers; l++)
         if (g->layer_bucket[l] == i) loom_gs_seqpar_reduce(g, l);
-      g->b[i].started = true;
-      loom_comm_iallreduce_f32(&g->m->grad_comm, d->grads + g->b[i].begin,
-                               g->b[i].end - g->b[i].begin, &g->b[i].req);
+      bucket_start(g, &g->b[i]);
     }
   loom_gs_seqpar_reduce(g, -1);
   tied_reduce(g);
@@ -208,12 +247,11 @@ void loom_grad_sync_reduce(loom_grad_sync *g) {
     return;
   }
   /* the non-layer tensors: everything outside the buckets */
-  const loom_comm *c = &g->m->grad_comm;
   size_t lo = g->nb ? g->b[0].begin : d->layout.total, hi = g->nb ? g->b[g->nb - 1].end : 0;
   if (g->nb == 0) lo = d->layout.total, hi = d->layout.total;
-  loom_comm_allreduce_f32(c, d->grads, lo, LOOM_OP_SUM);
-  if (hi < d->layout.total) loom_comm_allreduce_f32(c, d->grads + hi, d->layout.total - hi, LOOM_OP_SUM);
-  for (int i = 0; i < g->nb; i++) loom_comm_wait(&g->b[i].req);
+  dp_allreduce(g, d->grads, lo);
+  if (hi < d->layout.total) dp_allreduce(g, d->grads + hi, d->layout.total - hi);
+  for (int i = 0; i < g->nb; i++) bucket_wait(g, &g->b[i]);
 }
 
 /* Whether tensor i's gradient is counted in the global norm on this rank. */
@@ -274,8 +312,8 @@ void loom_grad_sync_step_norm(loom_grad_sync *g, loom_adamw_state *opt,
     seg[nseg++] = (loom_adamw_segment){b, e, wd};
   }
   float *param = g->zero == 3 ? g->pshard : d->params + g->own_begin;
-  loom_adamw_flat_f32(param, owned_grad(g, g->own_begin), opt->m, opt->v, NULL, g->own_begin, seg,
-                      nseg, coef < 1.0f ? coef : 1.0f, lr, t->beta1, t->beta2, t->eps, opt->step);
+  loom_adamw_state_update(opt, param, owned_grad(g, g->own_begin), d->param_bf16, g->own_begin,
+                          seg, nseg, coef < 1.0f ? coef : 1.0f, lr, t);
   if (g->zero == 3) return; /* gathered layer by layer when next used */
   if (g->zero > 0) loom_comm_allgather_v_f32(&g->m->grad_comm, d->params, g->counts);
   loom_decoder_params_updated(d);

@@ -9,6 +9,7 @@ typedef struct {
   int remaining;          /* layers whose last backward has not finished */
   bool started;
   loom_comm_request req;
+  loom_bf16 *buf16;       /* bf16 words in flight (training.reduce_dtype=bf16), else NULL */
 } bucket;
 
 /* ZeRO-3 gather unit: the tensors of one layer, or (index layers) the non-layer "ends". */
@@ -27,6 +28,7 @@ struct loom_grad_sync {
   const loom_mesh *m;
   int zero;
   bool seqpar, tied_pp;
+  bool reduce_bf16;       /* training.reduce_dtype=bf16: data-parallel sums in bf16 */
   int nb;
   bucket *b;
   int *layer_bucket;      /* (spec.layers) bucket of each global layer held, -1 otherwise */
@@ -48,4 +50,6 @@ void loom_z3_free(loom_grad_sync *g);
 void loom_z3_hook(void *ctx, int layer, int event);
 void loom_z3_reduce_ends(loom_grad_sync *g);
 void loom_gs_seqpar_reduce(loom_grad_sync *g, int layer);
+/* data-parallel reduce-scatter in the policy's reduce dtype (grad_sync.c) */
+void loom_gs_reduce_scatter_v(loom_grad_sync *g, const float *in, float *out, const int *counts);
 #endif

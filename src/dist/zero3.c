@@ -111,7 +111,7 @@ static void reduce_scatter_range(loom_grad_sync *g, size_t a, size_t b) {
   size_t lo = a > g->own_begin ? a : g->own_begin, hi = b < g->own_end ? b : g->own_end;
   size_t mine = hi > lo ? hi - lo : 0;
   float *recv = loom_alloc((mine + 1) * sizeof(float));
-  if (n > 1) loom_comm_reduce_scatter_v_f32(&g->m->grad_comm, g->d->grads + a, recv, counts);
+  if (n > 1) loom_gs_reduce_scatter_v(g, g->d->grads + a, recv, counts);
   else memcpy(recv, g->d->grads + a, mine * sizeof(float));
   for (size_t i = 0; i < mine; i++) g->gshard[lo - g->own_begin + i] += recv[i];
   loom_free(recv);

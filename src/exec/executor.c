@@ -175,7 +175,8 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
   if (slots < 1) slots = 1;
   if (loom_decoder_create_shard(&ex->d, spec, &sh, (int)t->micro_batch_size, (int)t->seq_len,
                                 !strcmp(t->dtype, "bf16"), t->activation_checkpointing, slots,
-                                &m->tp_comm, &m->sp_comm)) {
+                                &m->tp_comm, &m->sp_comm) ||
+      (!strcmp(t->param_dtype, "bf16") && loom_decoder_set_param_bf16(ex->d))) {
     loom_exec_free(ex);
     return LOOM_ERR;
   }
@@ -186,9 +187,10 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
     return LOOM_ERR;
   }
   loom_grad_sync_create(&ex->gs, ex->d, m, p);
+  loom_grad_sync_set_reduce_bf16(ex->gs, !strcmp(t->reduce_dtype, "bf16"));
   size_t b, e;
   loom_grad_sync_owned(ex->gs, &b, &e);
-  loom_adamw_state_init(&ex->opt, e - b + 1);
+  loom_adamw_state_init_dtype(&ex->opt, e - b + 1, !strcmp(t->optim_dtype, "bf16"));
   ex->rows = (size_t)ex->d->Nr * spec->hidden;
   size_t per = (size_t)ex->vpp * ex->A * ex->rows;
   if (m->pp > 1 || ex->vpp > 1) {
@@ -208,7 +210,7 @@ void loom_exec_free(loom_executor *ex) {
   loom_grad_sync_free(ex->gs); /* reads the decoder (ZeRO-3 units): free it first */
   loom_vmod_free(ex->vision);
   loom_decoder_free(ex->d);
-  if (ex->opt.m) loom_adamw_state_free(&ex->opt);
+  loom_adamw_state_free(&ex->opt);
   loom_free(ex->act_send);
   free(ex->inject_slot);
   free(ex->reqs);

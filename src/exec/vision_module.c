@@ -155,8 +155,12 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
     sh.module = LOOM_MODULE_VISION;
     sh.tp = m->tp, sh.tp_rank = m->tp_rank, sh.sp = m->sp, sh.sp_rank = m->sp_rank;
     /* a parameter container: the smallest text shape (its activations are never used) */
+    /* precision policy: vision.param_dtype / optim_dtype, "" = the text module's */
+    const char *pdt = cfg->vision.param_dtype[0] ? cfg->vision.param_dtype : t->param_dtype;
+    const char *odt = cfg->vision.optim_dtype[0] ? cfg->vision.optim_dtype : t->optim_dtype;
     if (loom_decoder_create_shard(&vm->d, spec, &sh, 1, m->sp, !strcmp(t->dtype, "bf16"), false,
                                   1, &m->tp_comm, &m->sp_comm) ||
+        (!strcmp(pdt, "bf16") && loom_decoder_set_param_bf16(vm->d)) ||
         loom_vision_create_parallel(&vm->enc, vm->d, max_patches, &m->tp_comm, &m->sp_comm)) {
       loom_vmod_free(vm);
       return LOOM_ERR;
@@ -168,9 +172,10 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
     loom_config_parallel vp = cfg->parallel;
     vp.zero = pl->zero;
     loom_grad_sync_create(&vm->gs, vm->d, m, &vp);
+    loom_grad_sync_set_reduce_bf16(vm->gs, !strcmp(t->reduce_dtype, "bf16"));
     size_t b, e;
     loom_grad_sync_owned(vm->gs, &b, &e);
-    loom_adamw_state_init(&vm->opt, e - b + 1);
+    loom_adamw_state_init_dtype(&vm->opt, e - b + 1, !strcmp(odt, "bf16"));
     vm->out = loom_alloc(bytes);
     vm->sum = loom_alloc(bytes);
   }
@@ -183,7 +188,7 @@ void loom_vmod_free(loom_vmod *vm) {
   loom_grad_sync_free(vm->gs);
   loom_vision_free(vm->enc);
   loom_decoder_free(vm->d);
-  if (vm->opt.m) loom_adamw_state_free(&vm->opt);
+  loom_adamw_state_free(&vm->opt);
   loom_free(vm->out);
   loom_free(vm->sum);
   loom_free(vm->feats);

@@ -4,9 +4,17 @@
  * weights refreshed in the same pass. Per element the float operations are exactly those of
  * loom_adamw_f32 (no FMA contraction, IEEE sqrt and division), so results are bitwise equal
  * to the per-tensor loop for any thread count. Shapes: p, g, m, v, p_lp indexed by flat
- * offset - base over the segments' ranges. */
+ * offset - base over the segments' ranges.
+ *
+ * loom_adamw_flat: the same update for the precision policy (docs/TRAINING.md "Precision"):
+ * bf16 parameters (round_p: p is rounded to bf16 after the update, held in fp32 words) and/or
+ * bf16 moments (m16, v16: loaded as fp32, updated in fp32, stored rounded to nearest even).
+ * Every value is computed in fp32 from the stored values and rounded once when stored: the
+ * rule of PyTorch's fused AdamW (opmath fp32, storage bf16), with the per-element float
+ * operations of loom_adamw_f32 (= torch.optim.AdamW on fp32 tensors). */
 #include <immintrin.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/fast_internal.h"
 #include "loom/core.h"
@@ -30,6 +38,23 @@ static void range_generic(float *p, const float *g, float *m, float *v, float *p
     m[i] = mi;
     v[i] = vi;
     if (p_lp) p_lp[i] = loom_bf16_round(pi);
+  }
+}
+
+/* bf16 moments: m16, v16 widened to fp32, the fp32 update above, stored rounded */
+static void range16_generic(float *p, const float *g, loom_bf16 *m16, loom_bf16 *v16, int round_p,
+                            size_t n, const adam_k *k, int decay_on, float decay) {
+  for (size_t i = 0; i < n; i++) {
+    float pi = p[i], gi = g[i];
+    if (k->clip != 1.0f) gi *= k->clip;
+    if (decay_on) pi *= decay;
+    float mi = k->b1 * loom_bf16_to_f32(m16[i]) + k->one_m_b1 * gi;
+    float vi = k->b2 * loom_bf16_to_f32(v16[i]) + k->one_m_b2 * (gi * gi);
+    float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
+    pi = pi - k->step_size * (mi / denom);
+    p[i] = round_p ? loom_bf16_round(pi) : pi;
+    m16[i] = loom_f32_to_bf16(mi);
+    v16[i] = loom_f32_to_bf16(vi);
   }
 }
 
@@ -69,7 +94,44 @@ static void range_avx512(float *p, const float *g, float *m, float *v, float *p_
     if (p_lp) _mm512_mask_storeu_ps(p_lp + i, mk, round_bf16_v(pi));
   }
 }
+
+static inline __m512 load_bf16_v(__mmask16 mk, const loom_bf16 *x) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x)), 16));
+}
+
+static inline void store_bf16_v(loom_bf16 *x, __mmask16 mk, __m512 f) {
+  __m512i r = _mm512_srli_epi32(_mm512_castps_si512(round_bf16_v(f)), 16);
+  _mm256_mask_storeu_epi16(x, mk, _mm512_cvtepi32_epi16(r));
+}
+
+static void range16_avx512(float *p, const float *g, loom_bf16 *m16, loom_bf16 *v16, int round_p,
+                           size_t n, const adam_k *k, int decay_on, float decay) {
+  const __m512 ss = _mm512_set1_ps(k->step_size), bc = _mm512_set1_ps(k->bc2_sqrt);
+  const __m512 b1 = _mm512_set1_ps(k->b1), b2 = _mm512_set1_ps(k->b2), eps = _mm512_set1_ps(k->eps);
+  const __m512 c1 = _mm512_set1_ps(k->one_m_b1), c2 = _mm512_set1_ps(k->one_m_b2);
+  const __m512 clip = _mm512_set1_ps(k->clip), dec = _mm512_set1_ps(decay);
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 mk = v_tail(n - i);
+    __m512 pi = _mm512_maskz_loadu_ps(mk, p + i), gi = _mm512_maskz_loadu_ps(mk, g + i);
+    if (k->clip != 1.0f) gi = _mm512_mul_ps(gi, clip);
+    if (decay_on) pi = _mm512_mul_ps(pi, dec);
+    __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, load_bf16_v(mk, m16 + i)), _mm512_mul_ps(c1, gi));
+    __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, load_bf16_v(mk, v16 + i)),
+                              _mm512_mul_ps(c2, _mm512_mul_ps(gi, gi)));
+    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc), eps);
+    pi = _mm512_sub_ps(pi, _mm512_mul_ps(ss, _mm512_div_ps(mi, denom)));
+    _mm512_mask_storeu_ps(p + i, mk, round_p ? round_bf16_v(pi) : pi);
+    store_bf16_v(m16 + i, mk, mi);
+    store_bf16_v(v16 + i, mk, vi);
+  }
+}
 #pragma GCC pop_options
+
+/* LOOM_ADAMW_GENERIC=1: the portable loops even on AVX-512 (tests compare the two bitwise) */
+static int getenv_generic(void) {
+  const char *e = getenv("LOOM_ADAMW_GENERIC");
+  return e && *e == '1';
+}
 
 /* first segment whose end is beyond flat offset a (segments sorted, disjoint) */
 static int first_seg(const loom_adamw_segment *seg, int n, size_t a) {
@@ -82,9 +144,12 @@ static int first_seg(const loom_adamw_segment *seg, int n, size_t a) {
   return lo;
 }
 
-void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_lp, size_t base,
-                         const loom_adamw_segment *seg, int n_seg, float clip, double lr,
-                         double beta1, double beta2, double eps, long step) {
+/* The shared driver: m16 == NULL: fp32 moments m, v (p_lp as loom_adamw_flat_f32); else bf16
+ * moments m16, v16 and round_p. */
+static void adamw_flat(float *p, const float *g, float *m, float *v, float *p_lp, loom_bf16 *m16,
+                       loom_bf16 *v16, int round_p, size_t base, const loom_adamw_segment *seg,
+                       int n_seg, float clip, double lr, double beta1, double beta2, double eps,
+                       long step) {
   LOOM_ASSERT(step >= 1);
   if (n_seg <= 0) return;
   /* scalars exactly as loom_adamw_f32 forms them */
@@ -95,7 +160,7 @@ void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_
   const size_t lo = seg[0].begin, hi = seg[n_seg - 1].end;
   enum { CH = 1 << 14 };
   const size_t nch = (hi - lo + CH - 1) / CH;
-  int simd = fast_avx512();
+  int simd = fast_avx512() && !getenv_generic();
 #pragma omp parallel for schedule(static) if (hi - lo >= FAST_PAR_MIN)
   for (size_t c = 0; c < nch; c++) {
     size_t a = lo + c * CH, b = a + CH < hi ? a + CH : hi;
@@ -105,9 +170,28 @@ void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_
       double wd = seg[s].weight_decay;
       float decay = (float)(1.0 - lr * wd);
       size_t o = x0 - base, n = x1 - x0;
+      if (m16) {
+        if (simd) range16_avx512(p + o, g + o, m16 + o, v16 + o, round_p, n, &k, wd != 0.0, decay);
+        else range16_generic(p + o, g + o, m16 + o, v16 + o, round_p, n, &k, wd != 0.0, decay);
+        continue;
+      }
       float *plp = p_lp ? p_lp + o : NULL;
       if (simd) range_avx512(p + o, g + o, m + o, v + o, plp, n, &k, wd != 0.0, decay);
       else range_generic(p + o, g + o, m + o, v + o, plp, n, &k, wd != 0.0, decay);
     }
   }
+}
+
+void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_lp, size_t base,
+                         const loom_adamw_segment *seg, int n_seg, float clip, double lr,
+                         double beta1, double beta2, double eps, long step) {
+  adamw_flat(p, g, m, v, p_lp, NULL, NULL, 0, base, seg, n_seg, clip, lr, beta1, beta2, eps, step);
+}
+
+void loom_adamw_flat(float *p, const float *g, float *m, float *v, loom_bf16 *m16, loom_bf16 *v16,
+                     bool round_p, size_t base, const loom_adamw_segment *seg, int n_seg,
+                     float clip, double lr, double beta1, double beta2, double eps, long step) {
+  /* fp32 moments: p_lp = p stores the rounded value over the fp32 one (same pass) */
+  adamw_flat(p, g, m, v, round_p && !m16 ? p : NULL, m16, v16, round_p, base, seg, n_seg, clip,
+             lr, beta1, beta2, eps, step);
 }

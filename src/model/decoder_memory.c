@@ -258,7 +258,30 @@ void loom_decoder_zero_grads(loom_decoder *d) {
 
 void loom_decoder_params_updated(loom_decoder *d) {
   d->s->epoch++; /* the bf16 weight copy is refreshed at its next use */
+  /* bf16 parameters: params_lp == params, rounded in place (model.to(bfloat16) of fp32 values
+   * loaded or initialised; a no-op after a bf16 optimizer step) */
   if (d->bf16) loom_round_bf16_f32(d->params_lp, d->params, d->layout.total);
+}
+
+int loom_decoder_set_param_bf16(loom_decoder *d) {
+  if (!d->bf16)
+    return loom_err("bf16 parameters (training.param_dtype=bf16) need bf16 matmuls "
+                    "(training.dtype=bf16)");
+  if (d->param_bf16) return 0;
+  /* params + grads only: the rounded copy is the parameters themselves */
+  size_t P = d->layout.total;
+  loom_free(d->params);
+  d->params = loom_alloc(2 * P * sizeof(float));
+  d->grads = d->params + P;
+  d->params_lp = d->params;
+  d->param_bf16 = true;
+  d->s->epoch++;
+  return 0;
+}
+
+size_t loom_decoder_param_bytes(const loom_decoder *d) {
+  size_t P = d->layout.total, words = d->params_lp != d->params ? 2 : 1;
+  return words * P * sizeof(float) + (d->s->w16 ? P * sizeof(uint16_t) : 0);
 }
 
 static bool ends_with(const char *s, const char *suffix) {

@@ -18,12 +18,31 @@
 /* ---- writing -------------------------------------------------------------------------------- */
 
 /* One section of a file: values for flat indices [begin, end) of the layout, stored at
- * base[i - begin], written under names "<prefix><tensor>". */
+ * base[i - begin] (or base16[i - begin]: bf16 storage), written under names
+ * "<prefix><tensor>". The file holds the real dtype of the values: F32, or BF16 for bf16
+ * storage (base16) and for bf16 values held in fp32 words (bf16: training.param_dtype=bf16
+ * parameters and gradients; the conversion is exact). */
 typedef struct {
   const char *prefix;
   const float *base;
   size_t begin, end;
+  const loom_bf16 *base16;
+  bool bf16;
 } section;
+
+/* bf16 storage held in fp32 words must hold bf16 values only: BF16 in the file is then exact
+ * (a value with low mantissa bits set means a missing rounding: refuse, do not round). */
+static int check_bf16(const char *key, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], 4);
+    if ((u & 0xffffu) && (u & 0x7fffffffu) <= 0x7f800000u)
+      return loom_err("internal error: %s element %zu = %.9g is not a bf16 value although "
+                      "training.param_dtype=bf16 stores bf16; the checkpoint is not written",
+                      key, i, (double)x[i]);
+  }
+  return 0;
+}
 
 static int add_piece(loom_st_writer *w, json_t *pieces, const loom_param *p, const section *s) {
   size_t b = p->offset > s->begin ? p->offset : s->begin;
@@ -34,9 +53,16 @@ static int add_piece(loom_st_writer *w, json_t *pieces, const loom_param *p, con
   if (whole) snprintf(key, sizeof key, "%s%s", s->prefix, p->name);
   else snprintf(key, sizeof key, "%s%s@%zu", s->prefix, p->name, b - p->offset);
   int64_t shape[2] = {p->shape[0], p->shape[1]}, flat = (int64_t)(e - b);
-  const float *data = s->base + (b - s->begin);
-  int rc = whole ? loom_st_writer_add(w, key, LOOM_DT_F32, p->ndim, shape, data)
-                 : loom_st_writer_add(w, key, LOOM_DT_F32, 1, &flat, data);
+  int nd = whole ? p->ndim : 1;
+  const int64_t *shp = whole ? shape : &flat;
+  int rc;
+  if (s->base16)
+    rc = loom_st_writer_add(w, key, LOOM_DT_BF16, nd, shp, s->base16 + (b - s->begin));
+  else if (s->bf16)
+    rc = check_bf16(key, s->base + (b - s->begin), e - b) ||
+         loom_st_writer_add_bf16_from_f32(w, key, nd, shp, s->base + (b - s->begin));
+  else
+    rc = loom_st_writer_add(w, key, LOOM_DT_F32, nd, shp, s->base + (b - s->begin));
   if (!rc && (p->split_dim >= 0 || !whole))
     json_object_set_new(pieces, key,
                         json_pack("{s:s, s:[i,i], s:[i,i], s:i, s:i, s:I}", "tensor", p->name,
@@ -171,25 +197,27 @@ static int save_module_files(const char *tmp, const module *mo, bool indexed, lo
   bool zero = mo->zero > 0;
   int rc = 0;
   if (mo->zero == 3) { /* every replica writes the parameter shard it owns */
-    section own = {"", loom_grad_sync_owned_params(mo->gs), b, e};
+    section own = {"", loom_grad_sync_owned_params(mo->gs), b, e, NULL, d->param_bf16};
     char *p = file_name(tmp, mo->name, "model", indexed, m->rank);
     rc = write_sections(p, &d->layout, &own, 1, step);
     free(p);
   } else if (writes_params(m)) {
-    section all = {"", d->params, 0, d->layout.total};
+    section all = {"", d->params, 0, d->layout.total, NULL, d->param_bf16};
     char *p = file_name(tmp, mo->name, "model", indexed, m->rank);
     rc = write_sections(p, &d->layout, &all, 1, step);
     free(p);
   }
   if (!rc && (zero || writes_params(m))) {
-    section mv[2] = {{"exp_avg.", mo->opt->m, b, e}, {"exp_avg_sq.", mo->opt->v, b, e}};
+    const loom_adamw_state *o = mo->opt;
+    section mv[2] = {{"exp_avg.", o->m, b, e, o->m16, false},
+                     {"exp_avg_sq.", o->v, b, e, o->v16, false}};
     char *p = file_name(tmp, mo->name, "optimizer", indexed, m->rank);
     rc = write_sections(p, &d->layout, mv, 2, step);
     free(p);
   }
   if (!rc && save_gradients && (zero || writes_params(m))) {
     /* the last step's reduced (and clipped) gradients of the owned range */
-    section g = {"", loom_grad_sync_owned_grads(mo->gs), b, e};
+    section g = {"", loom_grad_sync_owned_grads(mo->gs), b, e, NULL, d->param_bf16};
     char *p = file_name(tmp, mo->name, "gradients", indexed, m->rank);
     rc = write_sections(p, &d->layout, &g, 1, step);
     free(p);
@@ -593,8 +621,13 @@ static int load_module(const char *dir, const module *mo) {
   int rc = loom_ckpt_load_params(dir, mo->d);
   file_set fs;
   if (!rc && !(rc = open_set(dir, "optimizer", &fs))) {
-    rc = assemble(&fs, "exp_avg.", mo->d, mo->opt->m, b, e, dir);
-    if (!rc) rc = assemble(&fs, "exp_avg_sq.", mo->d, mo->opt->v, b, e, dir);
+    /* moments read as fp32 (F32 or BF16 files), stored in the run's optim_dtype */
+    size_t n = mo->opt->n;
+    float *mv = mo->opt->m16 ? loom_alloc(2 * (n + 1) * sizeof(float)) : mo->opt->m;
+    rc = assemble(&fs, "exp_avg.", mo->d, mv, b, e, dir);
+    if (!rc) rc = assemble(&fs, "exp_avg_sq.", mo->d, mv + n, b, e, dir);
+    if (!rc && mo->opt->m16) loom_adamw_state_set(mo->opt, mv);
+    if (mo->opt->m16) loom_free(mv);
     close_set(&fs);
   }
   return rc;

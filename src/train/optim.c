@@ -1,5 +1,6 @@
 /* Learning-rate schedules, gradient clipping and AdamW applied tensor by tensor over the flat
- * buffers (weight decay only on tensors marked decay unless configured otherwise). */
+ * buffers (weight decay only on tensors marked decay unless configured otherwise), with the
+ * precision policy: moments in fp32 or bf16, parameters and gradients in fp32 or bf16. */
 #include <math.h>
 #include <string.h>
 
@@ -23,15 +24,53 @@ double loom_lr_at(const loom_config_training *t, long s) {
   return t->lr;
 }
 
+void loom_adamw_state_init_dtype(loom_adamw_state *st, size_t total, bool bf16) {
+  memset(st, 0, sizeof *st);
+  st->n = total;
+  if (bf16) {
+    st->m16 = loom_alloc(2 * total * sizeof(loom_bf16)); /* zeroed: bf16 0 is 0x0000 */
+    st->v16 = st->m16 + total;
+  } else {
+    st->m = loom_alloc(2 * total * sizeof(float));
+    st->v = st->m + total;
+  }
+}
+
 void loom_adamw_state_init(loom_adamw_state *st, size_t total) {
-  st->m = loom_alloc(2 * total * sizeof(float));
-  st->v = st->m + total;
-  st->step = 0;
+  loom_adamw_state_init_dtype(st, total, false);
 }
 
 void loom_adamw_state_free(loom_adamw_state *st) {
   loom_free(st->m);
+  loom_free(st->m16);
   memset(st, 0, sizeof *st);
+}
+
+size_t loom_adamw_state_bytes(const loom_adamw_state *st) {
+  return 2 * st->n * (st->m16 ? sizeof(loom_bf16) : sizeof(float));
+}
+
+void loom_adamw_state_get(const loom_adamw_state *st, float *dst) {
+  if (!st->m16) {
+    memcpy(dst, st->m, 2 * st->n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < 2 * st->n; i++) dst[i] = loom_bf16_to_f32(st->m16[i]);
+}
+
+void loom_adamw_state_set(loom_adamw_state *st, const float *src) {
+  if (!st->m16) {
+    memcpy(st->m, src, 2 * st->n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < 2 * st->n; i++) st->m16[i] = loom_f32_to_bf16(src[i]);
+}
+
+void loom_adamw_state_update(loom_adamw_state *st, float *p, const float *g, bool round_p,
+                             size_t base, const loom_adamw_segment *seg, int n_seg, float clip,
+                             double lr, const loom_config_training *t) {
+  loom_adamw_flat(p, g, st->m, st->v, st->m16, st->v16, round_p, base, seg, n_seg, clip, lr,
+                  t->beta1, t->beta2, t->eps, st->step);
 }
 
 /* AdamW over every trained tensor in one pass over the flat buffer (loom_adamw_flat_f32: the
@@ -48,8 +87,7 @@ static void adamw_all(loom_adamw_state *st, loom_decoder *d, const loom_config_t
     double wd = (p->decay || t->decay_norms_and_biases) ? t->weight_decay : 0.0;
     seg[n++] = (loom_adamw_segment){p->offset, p->offset + p->numel, wd};
   }
-  loom_adamw_flat_f32(d->params, d->grads, st->m, st->v, NULL, 0, seg, n, clip, lr, t->beta1,
-                      t->beta2, t->eps, st->step);
+  loom_adamw_state_update(st, d->params, d->grads, d->param_bf16, 0, seg, n, clip, lr, t);
   loom_decoder_params_updated(d);
 }
 
@@ -83,6 +121,8 @@ void loom_train_step(loom_decoder *d, loom_adamw_state *opt, const loom_config_t
     loss_sum += part;
     loom_decoder_backward(d, scale);
   }
+  if (d->param_bf16) /* the step's gradient is stored in bf16 (training.param_dtype) */
+    loom_round_bf16_f32(d->grads, d->grads, d->layout.total);
   r->loss = counted ? loss_sum / counted : 0.0;
   r->counted = counted;
   r->tokens = (long)A * (long)BT;

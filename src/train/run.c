@@ -367,9 +367,13 @@ static void report_memory(run_ctx *c) {
     loom_grad_sync_owned(loom_exec_grad_sync(c->exec), &b, &e);
     /* ZeRO-3 keeps the owned shard plus the layers gathered at a time (not counted here) */
     size_t resident = c->cfg->parallel.zero == 3 ? e - b : d->layout.total;
-    mine[0] = (float)(resident * sizeof(float) * (d->bf16 ? 2 : 1) / MiB);
+    /* allocated bytes: the fp32 words, the rounded copy (not with bf16 parameters) and the
+     * native GEMMs' bf16 weights; the moments in training.optim_dtype */
+    mine[0] = (float)((c->cfg->parallel.zero == 3
+                           ? resident * sizeof(float) * (d->params_lp != d->params ? 2 : 1)
+                           : loom_decoder_param_bytes(d)) / MiB);
     mine[1] = (float)(d->layout.total * sizeof(float) / MiB);
-    mine[2] = (float)(2.0 * (double)(e - b) * sizeof(float) / MiB);
+    mine[2] = (float)(loom_adamw_state_bytes(loom_exec_optimizer(c->exec)) / MiB);
     mine[3] = (float)(d->arena_bytes / MiB);
   }
   loom_vmod *vm = loom_exec_vision(c->exec);
@@ -378,9 +382,11 @@ static void report_memory(run_ctx *c) {
     size_t vb, ve;
     loom_grad_sync_owned(loom_vmod_grad_sync(vm), &vb, &ve);
     size_t vres = loom_vmod_get_plan(vm)->zero == 3 ? ve - vb : vd->layout.total;
-    mine[0] += (float)(vres * sizeof(float) * (vd->bf16 ? 2 : 1) / MiB);
+    mine[0] += (float)((loom_vmod_get_plan(vm)->zero == 3
+                            ? vres * sizeof(float) * (vd->params_lp != vd->params ? 2 : 1)
+                            : loom_decoder_param_bytes(vd)) / MiB);
     mine[1] += (float)(vd->layout.total * sizeof(float) / MiB);
-    mine[2] += (float)(2.0 * (double)(ve - vb) * sizeof(float) / MiB);
+    mine[2] += (float)(loom_adamw_state_bytes(loom_vmod_optimizer(vm)) / MiB);
   }
   if (vm) mine[3] += (float)(loom_vmod_buffer_bytes(vm) / MiB); /* encoder, hand-off buffers */
   int W = c->job.world;
@@ -388,8 +394,10 @@ static void report_memory(run_ctx *c) {
   loom_comm_allgather_f32(&c->job.world_comm, mine, all, 4);
   loom_comm_stats_reset(); /* start-up traffic is not part of any step */
   if (c->lead) {
-    loom_progress_note(&c->progress, "memory per rank (MiB): rank  params  grads  optimizer  "
-                                     "activations+scratch");
+    const loom_config_training *t = &c->cfg->training;
+    loom_progress_note(&c->progress, "memory per rank (MiB; dtype %s, param_dtype %s, "
+                       "optim_dtype %s): rank  params  grads  optimizer  activations+scratch",
+                       t->dtype, t->param_dtype, t->optim_dtype);
     for (int r = 0; r < W; r++)
       loom_progress_note(&c->progress, "  %4d %8.1f %6.1f %10.1f %12.1f", r, all[4 * r],
                          all[4 * r + 1], all[4 * r + 2], all[4 * r + 3]);

@@ -8,7 +8,13 @@ conventions), not from loom's C code:
   - bf16 mode rounds the inputs of every linear layer (q,k,v,o,up,gate,down, LM head) to bf16
     and accumulates in the working dtype (BF16Linear); everything else stays in that dtype;
   - train() runs S optimizer steps: A micro-batches, global-token-mean loss, clip_grad_norm_
-    semantics, torch.optim.AdamW with two param groups (decay / no decay), lr schedule.
+    semantics, torch.optim.AdamW with two param groups (decay / no decay), lr schedule;
+  - precision policy (param_dtype / optim_dtype bf16, docs/TRAINING.md "Precision"): the step's
+    accumulated gradient is rounded to bf16 before the norm; AdamW runs in the working dtype on
+    the stored (bf16) values, and then the parameters (param_dtype) and the moments exp_avg /
+    exp_avg_sq (optim_dtype) are rounded to bf16: every value computed in fp32 from the stored
+    ones and rounded once when stored, the rule of PyTorch's fused AdamW (torch >= 2.x;
+    Debian's torch 1.13 has no fused=True, so the rule is applied around its fp32 AdamW).
 
 Works in float64 and float32 (dtype argument). torch 1.13: no scaled_dot_product_attention.
 """
@@ -79,6 +85,11 @@ class Spec:
         s.dtype = meta["dtype"].strip()
         if s.dtype not in ("fp32", "bf16"):
             raise ValueError("metadata dtype=%r, expected fp32 or bf16" % s.dtype)
+        for k in ("param_dtype", "optim_dtype"):  # the precision policy; absent: fp32
+            v = meta.get(k, "fp32").strip()
+            if v not in ("fp32", "bf16"):
+                raise ValueError("metadata %s=%r, expected fp32 or bf16" % (k, v))
+            setattr(s, k, v)
         s.lr_schedule = meta["lr_schedule"].strip()
         if s.lr_schedule not in ("constant", "linear", "cosine"):
             raise ValueError("metadata lr_schedule=%r, expected constant|linear|cosine"
@@ -340,8 +351,17 @@ def forward_backward0(spec, params_np, tokens, targets, dtype, bf16=False, varia
     return logits.detach(), loss.detach(), grads
 
 
+def bf16_truncate(t):
+    """Round toward zero to bf16 (drop the low 16 bits): a wrong rounding, for sensitivity
+    checks of the precision policy (variant "truncate")."""
+    u = t.float().contiguous().view(torch.int32) & -65536
+    return u.view(torch.float32).to(t.dtype)
+
+
 def train(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
-    """S optimizer steps. Returns dict: losses (S,), lrs (S,), grad_norms (S,), final params."""
+    """S optimizer steps. Returns dict: losses (S,), lrs (S,), grad_norms (S,), final params.
+    variant "truncate": the precision policy's stores truncate instead of rounding."""
+    store = bf16_truncate if "truncate" in variant else bf16_round
     s = spec
     P = make_params(spec, params_np, dtype)
     shapes = param_shapes(spec)
@@ -380,6 +400,9 @@ def train(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
             step_loss += float(l.detach())
         losses.append(step_loss)
         with torch.no_grad():
+            if s.param_dtype == "bf16":  # the step's gradient is stored in bf16
+                for p in P.values():
+                    p.grad.copy_(store(p.grad))
             sq = sum(float((p.grad.double() ** 2).sum()) for p in P.values())
             norm = math.sqrt(sq)
             norms.append(norm)
@@ -396,9 +419,21 @@ def train(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
                         p.grad.mul_(coef)
         lrs.append(lr)
         opt.step()
+        with torch.no_grad():
+            for p in P.values():
+                if s.param_dtype == "bf16":
+                    p.copy_(store(p))
+                if s.optim_dtype == "bf16":
+                    for k in ("exp_avg", "exp_avg_sq"):
+                        opt.state[p][k].copy_(store(opt.state[p][k]))
     final = OrderedDict((n, p.detach().clone()) for n, p in P.items())
+    moments = OrderedDict()
+    for n, p in P.items():
+        for k in ("exp_avg", "exp_avg_sq"):
+            st = opt.state[p].get(k)
+            moments[k + "." + n] = (st if st is not None else torch.zeros_like(p)).detach().clone()
     return {"losses": np.array(losses), "lrs": np.array(lrs), "grad_norms": np.array(norms),
-            "final": final, "cond": cond}
+            "final": final, "cond": cond, "moments": moments}
 
 
 def run_all(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
@@ -418,4 +453,6 @@ def run_all(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
         out["final." + n] = p.double().numpy()
     for n, c in tr["cond"].items():
         out["cond." + n] = c.numpy()
+    for n, m in tr["moments"].items():
+        out[n] = m.double().numpy()
     return out

@@ -1,12 +1,14 @@
 /* loom_refdump: runs loom's model on random weights and data and writes everything the
  * PyTorch reference (check_refdump.py) needs into one safetensors file: initial parameters,
  * the batches, step-0 logits/loss/gradients, and a short AdamW training run (losses, learning
- * rates, gradient norms, final parameters).
+ * rates, gradient norms, final parameters and AdamW moments). training.param_dtype /
+ * training.optim_dtype (the precision policy) apply as in the trainer.
  *
  * usage: loom_refdump OUT.safetensors [config overrides a.b=c ...]   */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "loom/config.h"
 #include "loom/decoder.h"
@@ -64,7 +66,8 @@ int main(int argc, char **argv) {
   int S = (int)t->steps;
   bool bf16 = !strcmp(t->dtype, "bf16");
   loom_decoder *d;
-  if (loom_decoder_create(&d, &spec, B, T, bf16, t->activation_checkpointing)) {
+  if (loom_decoder_create(&d, &spec, B, T, bf16, t->activation_checkpointing) ||
+      (!strcmp(t->param_dtype, "bf16") && loom_decoder_set_param_bf16(d))) {
     fprintf(stderr, "loom_refdump: %s\n", loom_errmsg());
     return 1;
   }
@@ -103,7 +106,7 @@ int main(int argc, char **argv) {
   float *losses = malloc(S * sizeof(float)), *lrs = malloc(S * sizeof(float));
   float *norms = malloc(S * sizeof(float));
   loom_adamw_state opt;
-  loom_adamw_state_init(&opt, P);
+  loom_adamw_state_init_dtype(&opt, P, !strcmp(t->optim_dtype, "bf16"));
   for (int s = 0; s < S; s++) {
     loom_step_result r;
     loom_train_step(d, &opt, t, tokens + (size_t)s * A * BT, targets + (size_t)s * A * BT, A, &r);
@@ -131,6 +134,8 @@ int main(int argc, char **argv) {
   put_meta(w, "grad_accum", "%d", A);
   put_meta(w, "steps", "%d", S);
   put_meta(w, "dtype", "%s", t->dtype);
+  put_meta(w, "param_dtype", "%s", t->param_dtype);
+  put_meta(w, "optim_dtype", "%s", t->optim_dtype);
   put_meta(w, "lr", "%.17g", t->lr);
   put_meta(w, "min_lr_ratio", "%.17g", t->min_lr_ratio);
   put_meta(w, "lr_schedule", "%s", t->lr_schedule);
@@ -145,6 +150,11 @@ int main(int argc, char **argv) {
   add_params(w, &d->layout, init, "param");
   add_params(w, &d->layout, grads, "grad");
   add_params(w, &d->layout, d->params, "final");
+  float *moments = malloc(2 * P * sizeof(float)); /* m then v, widened from bf16 if so */
+  loom_adamw_state_get(&opt, moments);
+  add_params(w, &d->layout, moments, "exp_avg");
+  add_params(w, &d->layout, moments + P, "exp_avg_sq");
+  add_params(w, &d->layout, d->grads, "last_grad"); /* the last step's (stored) gradient */
   int64_t tok_shape[4] = {S, A, B, T}, logit_shape[3] = {B, T, spec.padded_vocab};
   int64_t one = 1, s_shape = S;
   loom_st_writer_add(w, "tokens", LOOM_DT_I32, 4, tok_shape, tokens);
@@ -160,6 +170,6 @@ int main(int argc, char **argv) {
   loom_adamw_state_free(&opt);
   loom_decoder_free(d);
   free(init), free(tokens), free(targets), free(logits), free(grads), free(losses), free(lrs);
-  free(norms);
+  free(norms), free(moments);
   return rc ? 1 : 0;
 }

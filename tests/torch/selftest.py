@@ -10,8 +10,9 @@ emulation faces different rounding), writes it with st_io, and then:
     tensor's norm, loss0, a later loss, a final parameter tensor, a logit or an lr perturbed
     must fail (bf16 dumps: perturbations 10x the bf16 tolerances);
   - dumps made by deliberately wrong model variants (GELU erf instead of tanh, interleaved RoPE,
-    loss as a mean of micro-batch means, a "bf16" dump computed without any bf16 rounding)
-    must fail;
+    loss as a mean of micro-batch means, a "bf16" dump computed without any bf16 rounding, a
+    precision-policy dump whose stores truncate, or one computed with fp32 storage) must fail;
+  - precision-policy dumps with one stored parameter or moment off the bf16 grid must fail;
   - the command line (check_refdump.py FILE) exits 0 on a good dump and 2 on a truncated one;
   - st_io round-trips and rejects corrupt headers.
 Usage: /usr/bin/python3 tests/torch/selftest.py [--keep DIR] [--verbose] [--threads N]
@@ -70,6 +71,10 @@ CONFIGS = {
     "llama_gqa_bias_bf16": dict(arch="llama", heads="6", kv_heads="2", head_dim="16",
                                 intermediate="256", qkv_bias="true", tied_embeddings="false",
                                 dtype="bf16"),
+    # The precision policy: bf16 parameters and moments (GPT-2, untied).
+    "gpt2_param_optim_bf16": dict(arch="gpt2", heads="4", kv_heads="4", head_dim="24",
+                                  intermediate="384", qkv_bias="true", tied_embeddings="false",
+                                  dtype="bf16", param_dtype="bf16", optim_dtype="bf16"),
 }
 
 
@@ -104,6 +109,10 @@ def make_inputs(meta, seed):
 def make_dump(meta, seed, variant=()):
     """(tensors, meta) in loom_refdump layout, produced by the reference."""
     spec, params, tokens, targets = make_inputs(meta, seed)
+    if "no_policy" in variant:  # computed with fp32 storage, labelled with the policy
+        spec.param_dtype = spec.optim_dtype = "fp32"
+    if spec.param_dtype == "bf16":  # the initial parameters as loom stores them
+        params = {n: rm.bf16_round(torch.tensor(a)).numpy() for n, a in params.items()}
     if spec.bf16:
         res = rm.run_all(spec, params, tokens, targets, torch.float64,
                          bf16="no_bf16" not in variant, variant=variant)
@@ -159,6 +168,18 @@ def perturbations(spec, t):
     lg[0, 3, 5] += np.float32(10 * tol["logits"] * np.linalg.norm(lg))
     c["logits"] = lg
     out.append(("logits[0,3,5] += %g*||logits||" % (10 * tol["logits"]), c))
+    if spec.param_dtype == "bf16":  # one stored value off the bf16 grid: a missing rounding
+        c = dict(t)
+        f = t["final.layers.0.mlp.up.weight"].copy()
+        f.view(np.uint32)[3] |= np.uint32(1)
+        c["final.layers.0.mlp.up.weight"] = f
+        out.append(("final.layers.0.mlp.up.weight[3] low bit set (not bf16)", c))
+    if spec.optim_dtype == "bf16":
+        c = dict(t)
+        m = t["exp_avg_sq.layers.1.attn.q.weight"].copy()
+        m.view(np.uint32)[0] |= np.uint32(1)
+        c["exp_avg_sq.layers.1.attn.q.weight"] = m
+        out.append(("exp_avg_sq.layers.1.attn.q.weight[0] low bit set", c))
     return out
 
 
@@ -247,7 +268,8 @@ def main():
         # semantic mutations
         muts = [("gpt2_tied_fp32", ("gelu_erf",)), ("llama_gqa_bias_untied_fp32", ("rope_interleaved",)),
                 ("llama_mqa_nobias_tied_fp32", ("micro_mean",)),
-                ("llama_gqa_bias_bf16", ("rope_interleaved",)), ("gpt2_untied_gqa_bf16", ("no_bf16",))]
+                ("llama_gqa_bias_bf16", ("rope_interleaved",)), ("gpt2_untied_gqa_bf16", ("no_bf16",)),
+                ("gpt2_param_optim_bf16", ("truncate",)), ("gpt2_param_optim_bf16", ("no_policy",))]
         for name, var in muts:
             meta = dict(BASE)
             meta.update(CONFIGS[name])

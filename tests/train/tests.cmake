@@ -26,3 +26,9 @@ set_tests_properties(train_eval_torch_check PROPERTIES TIMEOUT 300
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
 # the full-disk test mounts a tmpfs: without root it exits 77 and counts as skipped
 set_tests_properties(train_disk_full_test PROPERTIES SKIP_RETURN_CODE 77)
+# The precision policy (training.param_dtype / optim_dtype): layouts vs one process, dtypes of
+# the checkpoint files, bitwise resume, memory lines, BF16 export, refused combinations.
+add_test(NAME train_precision_test
+  COMMAND bash ${CMAKE_SOURCE_DIR}/tests/train/precision_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(train_precision_test PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
