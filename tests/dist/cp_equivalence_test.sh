@@ -49,6 +49,26 @@ check_case l_cp2_dp2_zero1 4 "${LLAMA[@]}" training.micro_batch_size=2 training.
 check_case l_cp2_dp2_zero3 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=3
 check_case l_cp2_dp2_pp2 8 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.pp=2
 
+echo "resume: a checkpoint written by cp2 x dp2 ZeRO-1 resumed in other layouts (1e-5) and in its own (bitwise)"
+train l_cp_src 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=1 checkpoint.every=2 --stop-after 2
+src=$(run_dir l_cp_src)
+resume_as() { # name np overrides...: copy the interrupted run, resume it in another layout
+  local name=$1 np=$2; shift 2
+  cp -r "$src" "$WORK/runs/${name}_run"
+  local ck="$WORK/runs/${name}_run/checkpoint_2"
+  if [ "$np" = 1 ]; then "$LOOM" train --resume "$ck" "$@" --quiet >"$WORK/$name.log" 2>&1
+  else timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train --resume "$ck" "$@" --quiet >"$WORK/$name.log" 2>&1; fi ||
+    { fail "$name: resume failed"; tail -5 "$WORK/$name.log" >&2; return; }
+  close_losses l_single "$name" 1e-5
+}
+resume_as l_resume_one_process 1 parallel.cp=1 parallel.dp=1 parallel.zero=0 training.micro_batch_size=4
+resume_as l_resume_cp4 4 parallel.cp=4 parallel.dp=1 parallel.zero=0 training.micro_batch_size=4
+resume_as l_resume_same 4
+train l_cp_straight 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=1 checkpoint.every=2
+if [ "$(losses "$(run_dir l_cp_straight)")" = "$(losses "$WORK/runs/l_resume_same_run")" ]; then pass
+  echo "  l_resume_same: losses bitwise equal to the uninterrupted cp2 x dp2 run"
+else fail "cp2 same-layout resume is not bitwise identical"; fi
+
 echo "bf16 with activation checkpointing"
 train lb_single 1 "${LLAMA[@]}" training.micro_batch_size=4 training.grad_accum=3 training.dtype=bf16 training.activation_checkpointing=true
 BASE=lb_single TOL=$BF16 WTOL=2e-2
