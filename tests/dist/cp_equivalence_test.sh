@@ -49,6 +49,19 @@ check_case l_cp2_dp2_zero1 4 "${LLAMA[@]}" training.micro_batch_size=2 training.
 check_case l_cp2_dp2_zero3 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=3
 check_case l_cp2_dp2_pp2 8 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.pp=2
 
+echo "Ulysses inside context parallelism (all-to-all within each cp rank's two chunks, then the ring"
+echo "over H/sp heads): cp2 x sp2, and cp2 x sp3 whose Ulysses slices straddle the chunk boundary"
+check_case l_cp2_sp2 4 "${LLAMA[@]}" training.micro_batch_size=4 training.grad_accum=3 parallel.cp=2 parallel.sp=2
+L6=(model.preset=tiny-llama model.vocab_size=301 model.vocab_pad_multiple=1 model.layers=2
+  model.hidden=96 model.heads=6 model.kv_heads=3 model.intermediate=96 model.max_seq=64
+  training.seq_len=48 training.steps=3 training.warmup_steps=1 data.train_shards="$WORK/train.bin"
+  checkpoint.every=0 training.micro_batch_size=2 training.grad_accum=2)
+train l6_single 1 "${L6[@]}"
+BASE=l6_single
+check_rows() { train "$1" "$2" "${@:3}" && { close_losses "$BASE" "$1" "$TOL"; close_weights "$BASE" "$1" "$WTOL"; }; }
+check_rows l6_cp2_sp3 6 "${L6[@]}" parallel.cp=2 parallel.sp=3
+BASE=l_single
+
 echo "resume: a checkpoint written by cp2 x dp2 ZeRO-1 resumed in other layouts (1e-5) and in its own (bitwise)"
 train l_cp_src 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=1 checkpoint.every=2 --stop-after 2
 src=$(run_dir l_cp_src)
@@ -101,8 +114,8 @@ refused() { # name np expected-message overrides...
   [ ! -d "$WORK/refused" ] || [ -z "$(ls "$WORK/refused")" ] ||
     fail "$name: a run directory was created for a refused layout"
 }
-refused r_cp_ulysses 4 "with Ulysses sequence parallelism (parallel.sp=2) is not supported" \
-  "${LLAMA[@]}" training.micro_batch_size=4 parallel.cp=2 parallel.sp=2
+refused r_cp_ulysses_rows 8 "parallel.sp (4) must divide the training.seq_len / parallel.cp = 12 / 2 = 6 tokens" \
+  "${GPT2[@]}" training.seq_len=12 training.micro_batch_size=4 parallel.cp=2 parallel.sp=4
 refused r_cp_seq_len 2 "training.seq_len (34) must be divisible by 4" \
   "${LLAMA[@]}" model.max_seq=64 training.seq_len=34 training.micro_batch_size=4 parallel.cp=2
 refused r_vision_cp 2 "the vision encoder has no context parallelism" \
