@@ -102,6 +102,10 @@ check_case v_text_cp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_ac
 check_case v_sp2__text_cp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 vision.parallel.sp=2
 check_case v_tp2__text_cp2_tp2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 parallel.tp=2
 check_case v_sp2_dp2__text_cp2_dp2 4 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.cp=2 parallel.dp=2 vision.parallel.sp=2 vision.parallel.zero=1
+echo "vision encoder context parallel (ring attention inside windows and frames)"
+check_case v_cp2__text_tp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 vision.parallel.cp=2
+check_case v_cp2_zero1__text_cp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 vision.parallel.cp=2 vision.parallel.zero=1
+check_case v_cp4__text_tp2_cp2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 parallel.cp=2 vision.parallel.cp=4
 
 echo "refused layouts"
 refused() { # name np expected-message overrides...
@@ -118,6 +122,6 @@ refused r_cp_ulysses_rows 8 "parallel.sp (4) must divide the training.seq_len / 
   "${GPT2[@]}" training.seq_len=12 training.micro_batch_size=4 parallel.cp=2 parallel.sp=4
 refused r_cp_seq_len 2 "training.seq_len (34) must be divisible by 4" \
   "${LLAMA[@]}" model.max_seq=64 training.seq_len=34 training.micro_batch_size=4 parallel.cp=2
-refused r_vision_cp 2 "the vision encoder has no context parallelism" \
-  "${VLM[@]}" training.micro_batch_size=4 parallel.tp=2 vision.parallel.cp=2
+refused r_vision_cp_sp 4 "the encoder splits its patches one way" \
+  "${VLM[@]}" training.micro_batch_size=4 parallel.tp=2 parallel.dp=2 vision.parallel.cp=2 vision.parallel.sp=2
 finish

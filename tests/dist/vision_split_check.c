@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
   if (loom_decoder_create(&full, &spec, 1, 1, false, false) ||
       loom_vision_create(&vfull, full, P) ||
       loom_decoder_create_shard(&part, &spec, &sh, 1, sp, false, false, 1, &m.tp_comm, &m.sp_comm, NULL) ||
-      loom_vision_create_parallel(&vpart, part, P, &m.tp_comm, &m.sp_comm)) {
+      loom_vision_create_parallel(&vpart, part, P, &m.tp_comm, &m.sp_comm, false)) {
     fprintf(stderr, "%s\n", loom_errmsg());
     return 2;
   }
