@@ -27,6 +27,7 @@ int loom_sim_world(const loom_sim_strategy *st) { return st->dp * st->tp * st->p
 static void to_parallel(const loom_sim_strategy *st, loom_config_parallel *p) {
   memset(p, 0, sizeof *p);
   p->dp = st->dp, p->tp = st->tp, p->pp = st->pp, p->sp = st->sp;
+  p->cp = 1; /* the simulator's strategies have no context parallelism yet */
   snprintf(p->sp_mode, sizeof p->sp_mode, "%s", st->seq_par ? "megatron" : "ulysses");
   p->zero = st->zero;
   p->vpp = st->vpp;
