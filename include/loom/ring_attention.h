@@ -1,4 +1,5 @@
-/* Context parallelism: ring attention over the cp ranks of the mesh (cp_comm).
+/* Context parallelism: ring attention over the cp ranks of the mesh (cp_comm): the causal
+ * text ring below, and (end of file) the vision encoder's ring within segments.
  *
  * Each sequence of T tokens is cut into 2*cp chunks of c = T/(2cp) tokens; cp rank r holds
  * chunks r and 2cp-1-r (causal load balancing, the Megatron-LM / TransformerEngine
