@@ -13,6 +13,7 @@
 #
 # Layouts the trainer does not implement are refused before any work starts, with the reason.
 . "$(dirname "$0")/common.sh"
+SPLIT_CHECK=${2:?usage: $0 path/to/loom path/to/dist_vision_split_check}
 make_data || { echo "could not make test data"; exit 1; }
 
 GPT2=(model.preset=tiny-gpt2 model.vocab_size=300 model.layers=2 model.hidden=64
@@ -103,6 +104,13 @@ check_case v_sp2__text_cp2 2 "${VLM[@]}" training.micro_batch_size=4 training.gr
 check_case v_tp2__text_cp2_tp2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 parallel.tp=2
 check_case v_sp2_dp2__text_cp2_dp2 4 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.cp=2 parallel.dp=2 vision.parallel.sp=2 vision.parallel.zero=1
 echo "vision encoder context parallel (ring attention inside windows and frames)"
+echo "the encoder alone on a ring of its own ranks against the whole encoder (tokens, gradients)"
+for args in "tiny-qwen2.5-vl 1 2" "tiny-qwen2.5-vl 1 4" "small-qwen2.5-vl 2 2" "tiny-llava 1 2" "tiny-llava 2 2"; do
+  set -- $args
+  if out=$(timeout 120 "${MPIRUN[@]}" -np $(($2 * $3)) "$SPLIT_CHECK" $args ring 2>&1); then
+    pass; echo "  vision ring $args: $(echo "$out" | grep "gradient tensors")"
+  else fail "vision ring $args: $(echo "$out" | grep FAIL | head -3)"; fi
+done
 check_case v_cp2__text_tp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 vision.parallel.cp=2
 check_case v_cp2_zero1__text_cp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 vision.parallel.cp=2 vision.parallel.zero=1
 check_case v_cp4__text_tp2_cp2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 parallel.cp=2 vision.parallel.cp=4
