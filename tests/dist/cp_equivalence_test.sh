@@ -114,6 +114,7 @@ done
 check_case v_cp2__text_tp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 vision.parallel.cp=2
 check_case v_cp2_zero1__text_cp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 vision.parallel.cp=2 vision.parallel.zero=1
 check_case v_cp4__text_tp2_cp2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 parallel.cp=2 vision.parallel.cp=4
+check_case v_cp2_separate__text_tp2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 vision.parallel.cp=2 vision.parallel.placement=separate
 
 echo "refused layouts"
 refused() { # name np expected-message overrides...
