@@ -11,6 +11,12 @@
 #include "model/decoder_internal.h"
 
 int dec_row_token_index(const loom_decoder *d, int r) {
+  if (d->shard.cp > 1) { /* Ulysses (sp > 1) splits the cp rank's Tc tokens further */
+    int cp = d->shard.cp, Tc = d->T / cp, Ts = Tc / d->shard.sp, c = Tc / 2;
+    int j = d->shard.sp_rank * Ts + r % Ts; /* index among the cp rank's Tc tokens */
+    int chunk = j < c ? d->shard.cp_rank : 2 * cp - 1 - d->shard.cp_rank;
+    return (r / Ts) * d->T + chunk * c + j % c;
+  }
   if (d->shard.sp > 1) {
     int Tl = d->T / d->shard.sp;
     return (r / Tl) * d->T + d->pos0 + r % Tl;

@@ -417,14 +417,14 @@ static int create_meshes(run_ctx *c) {
                     "vision.parallel keys or pick a vision-language preset",
                     cfg->model.preset[0] ? cfg->model.preset : cfg->model.arch);
   int world = loom_dist_world();
-  if (loom_mesh_create_on(&c->job, 1, world, 1, 1, p->timeout_s, 0)) return LOOM_ERR;
+  if (loom_mesh_create_on(&c->job, 1, world, 1, 1, 1, p->timeout_s, 0)) return LOOM_ERR;
   c->job_ready = true;
   c->lead = c->job.rank == 0;
   if (!vlm || strcmp(v->placement, "separate"))
     return loom_mesh_create(&c->mesh, p, p->timeout_s);
   loom_vmod_plan plan;
   if (loom_vmod_resolve(cfg, &c->spec, world, &plan)) return LOOM_ERR;
-  return loom_mesh_create_on(&c->mesh, (int)p->pp, (int)p->dp, (int)p->sp, (int)p->tp,
+  return loom_mesh_create_on(&c->mesh, (int)p->pp, (int)p->dp, (int)p->cp, (int)p->sp, (int)p->tp,
                              p->timeout_s, 0);
 }
 
@@ -563,20 +563,21 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                      t->micro_batch_size * t->grad_accum * c->mesh.dp,
                      t->global_batch_size > 0 ? " (training.global_batch_size)" : "");
   if (c->mesh.world > 1)
-    loom_progress_note(&c->progress, "mesh: %d ranks = pp %d x dp %d x sp %d x tp %d%s, zero %ld, "
-                       "schedule %s", c->mesh.world, c->mesh.pp, c->mesh.dp, c->mesh.sp, c->mesh.tp,
+    loom_progress_note(&c->progress, "mesh: %d ranks = pp %d x dp %d x cp %d x sp %d x tp %d%s, "
+                       "zero %ld, schedule %s", c->mesh.world, c->mesh.pp, c->mesh.dp, c->mesh.cp,
+                       c->mesh.sp, c->mesh.tp,
                        c->mesh.tp > 1 && !strcmp(cfg->parallel.sp_mode, "megatron")
                            ? " (megatron sequence parallel)" : "",
                        cfg->parallel.zero, loom_exec_schedule(c->exec)->name);
   loom_vmod *vm = loom_exec_vision(c->exec);
   if (vm) {
     const loom_vmod_plan *vp = loom_vmod_get_plan(vm);
-    loom_progress_note(&c->progress, "vision encoder: ranks %d-%d (%s) = dp %d x sp %d x tp %d, "
-                       "zero %d; text decoder: ranks 0-%d = pp %d x dp %d x sp %d x tp %d, zero %ld",
-                       vp->first, vp->first + vp->dp * vp->g_v - 1,
-                       vp->separate ? "separate" : "collocated", vp->dp, vp->sp, vp->tp, vp->zero,
-                       c->mesh.world - 1, c->mesh.pp, c->mesh.dp, c->mesh.sp, c->mesh.tp,
-                       cfg->parallel.zero);
+    loom_progress_note(&c->progress, "vision encoder: ranks %d-%d (%s) = dp %d x cp %d x sp %d x "
+                       "tp %d, zero %d; text decoder: ranks 0-%d = pp %d x dp %d x cp %d x sp %d "
+                       "x tp %d, zero %ld", vp->first, vp->first + vp->dp * vp->g_v - 1,
+                       vp->separate ? "separate" : "collocated", vp->dp, vp->cp, vp->sp, vp->tp,
+                       vp->zero, c->mesh.world - 1, c->mesh.pp, c->mesh.dp, c->mesh.cp,
+                       c->mesh.sp, c->mesh.tp, cfg->parallel.zero);
   }
   loom_progress_note(&c->progress, "data: %s", loom_data_describe(c->data));
   if (c->lead) loom_progress_note(&c->progress, "%s", c->mfu_why);
