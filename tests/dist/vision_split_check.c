@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
   }
   int tp = atoi(argv[2]), sp = atoi(argv[3]);
   loom_mesh m;
-  if (loom_mesh_create_on(&m, 1, 1, sp, tp, 60, 0)) {
+  if (loom_mesh_create_on(&m, 1, 1, 1, sp, tp, 60, 0)) {
     fprintf(stderr, "%s\n", loom_errmsg());
     return 2;
   }
