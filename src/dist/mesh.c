@@ -202,9 +202,6 @@ int loom_mesh_check_model(const loom_config_parallel *p, const loom_model_spec *
   }
   if (p->cp > 1) {
     long cp = p->cp;
-    if (cp > 1) /* LOOM_CP_WIP: removed by the commit that wires ring attention in */
-      return loom_err("parallel.cp = %ld: ring attention is not wired into the decoder in "
-                      "this build; set parallel.cp=1", cp);
     if (sp > 1)
       return loom_err("context parallelism (parallel.cp=%ld) with Ulysses sequence parallelism "
                       "(parallel.sp=%ld) is not supported; use one of them", cp, sp);

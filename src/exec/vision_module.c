@@ -160,7 +160,7 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
     sh.tp = m->tp, sh.tp_rank = m->tp_rank, sh.sp = m->sp, sh.sp_rank = m->sp_rank;
     /* a parameter container: the smallest text shape (its activations are never used) */
     if (loom_decoder_create_shard(&vm->d, spec, &sh, 1, m->sp, !strcmp(t->dtype, "bf16"), false,
-                                  1, &m->tp_comm, &m->sp_comm) ||
+                                  1, &m->tp_comm, &m->sp_comm, NULL) ||
         loom_vision_create_parallel(&vm->enc, vm->d, max_patches, &m->tp_comm, &m->sp_comm)) {
       loom_vmod_free(vm);
       return LOOM_ERR;
