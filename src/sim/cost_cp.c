@@ -1,22 +1,23 @@
 /* Context parallelism in the cost model: ring attention over the cp ranks (stride tp*sp in the
- * rank order) with causal load balancing.
+ * rank order) with causal load balancing, as src/dist/ring_attention.c runs it.
  *
- * The sequence is cut into 2*cp chunks of T/(2cp) tokens and cp rank r holds chunks r and
+ * The sequence is cut into 2*cp chunks of c = T/(2cp) tokens and cp rank r holds chunks r and
  * 2cp-1-r, so every rank computes exactly 1/cp of the causal (query, key) pairs (sim_attention
- * divides them by cp): own block 2s^2 + s, every other block 2s^2 (s = T/(2cp) per sequence
- * and head), in cp equal steps of the ring. The ring, per layer and micro-batch:
- *   forward:  cp-1 hops of the rank's K and V block (B*T/cp tokens x kv heads x head_dim
- *             each), each hop overlapped with one step's block attention;
- *   backward: cp-1 hops of K and V again and cp hops of the travelling dK/dV partial sums
- *             (the last one, home to the block's owner, after the last step: nothing to hide
- *             behind);
+ * divides them by cp) in cp steps: its own block (two causal diagonal blocks and one full one)
+ * and cp-1 blocks of two full c x c pairs each. Per layer and micro-batch:
+ *   forward:  cp-1 hops of the held K and V block (B*T/cp tokens x kv heads x head_dim each),
+ *             posted before the step's block attention and waited after it (overlapped);
+ *   backward: cp-1 hops of K and V again (overlapped likewise) and cp-1 hops of the dK/dV
+ *             accumulators, which start one rank after their block's owner and arrive home
+ *             after the last step: a rank waits for the incoming accumulator before computing
+ *             on it, so these hops are on the critical path (exposed);
  * a hop is a point-to-point send counted like the trainer's loom_comm_isend_f32
- * (LOOM_COLL_SENDRECV, n bytes). Overlap: with runtime.p2p_overlap a hop's exposed time is
- * max(0, hop - step compute) (plus the profile's overlap_slowdown of the hidden part, as for
- * every overlapped collective); without it (CPU MPI has no asynchronous progress: the
- * transfer happens in the wait) every hop is exposed. Merging a step's partial output into
- * the running one (online softmax with the log-sum-exp) reads two outputs and writes one,
- * N x QD per step but the first; backward adds each step's dK/dV into the travelling sums. */
+ * (LOOM_COLL_SENDRECV, n bytes). Overlap: with runtime.p2p_overlap a K/V hop's exposed time
+ * is max(0, hop - step compute) (plus the profile's overlap_slowdown share of the hidden part,
+ * as for every overlapped collective); without it (CPU MPI has no asynchronous progress: the
+ * transfer happens in the wait) every hop is exposed. Each block pair's partial output is
+ * merged into the running one by its log-sum-exp (2cp+1 block pairs of c tokens per sequence:
+ * (2cp+1)/2 x N x QD elements); backward adds each block pair's dq, dk, dv into their sums. */
 #include <math.h>
 
 #include "sim/sim_internal.h"
@@ -65,23 +66,24 @@ void sim_cp_attention(sim_ops *b, bool backward) {
   sim_attention(b, backward); /* this rank's 1/cp of the causal pairs */
   double compute = 0;
   for (int i = at; i < b->n; i++) compute += b->ops[i].time;
-  double step = compute / cp, qd = c->N * c->lh * c->spec->head_dim;
-  double kd = c->N * c->lkv * c->spec->head_dim, e = c->act_bytes;
+  double step = compute / cp, pairs = (2.0 * cp + 1) / 2, e = c->act_bytes;
+  double qd = c->N * c->lh * c->spec->head_dim, kd = c->N * c->lkv * c->spec->head_dim;
   if (!backward) {
-    sim_vec(b, "cp merge", LOOM_VOP_ADD, qd * (cp - 1), 3 * e, 4);
+    sim_vec(b, "cp merge", LOOM_VOP_ADD, pairs * qd, 3 * e, 4);
     ring(b, "cp ring k/v", hop_bytes(c), cp - 1, step);
     return;
   }
-  sim_vec(b, "cp dk/dv add", LOOM_VOP_ADD, 2 * kd * (cp - 1), 3 * e, 1);
-  /* steps 0..cp-2: the next K/V block and the previous step's dK/dV travel together */
-  ring(b, "cp ring k/v", hop_bytes(c), cp - 1, step / 2);
-  ring(b, "cp ring dk/dv", hop_bytes(c), cp - 1, step / 2);
-  ring(b, "cp ring dk/dv home", hop_bytes(c), 1, 0);
+  sim_vec(b, "cp grad add", LOOM_VOP_ADD, pairs * (qd + 2 * kd), 3 * e, 1);
+  ring(b, "cp ring k/v", hop_bytes(c), cp - 1, step);
+  ring(b, "cp ring dk/dv", hop_bytes(c), cp - 1, 0);
 }
 
 double sim_cp_workspace_bytes(const loom_sim_ctx *c) {
   if (sim_cp(c->st) == 1) return 0;
-  double kd = c->N * c->lkv * c->spec->head_dim, qd = c->N * c->lh * c->spec->head_dim;
-  /* K/V: the block computed on and the one arriving; dK/dV likewise; the running output */
-  return (8 * kd + qd) * c->act_bytes;
+  /* loom_ring_attention_work_floats: K/V blocks and dK/dV accumulators, two slots each
+   * (8 blocks of B*T/cp x kv heads), one chunk's partial output and dq, dk and dv, and three
+   * per-head rows of chunk statistics */
+  double Tl = (double)c->st->seq / sim_cp(c->st), D = c->spec->head_dim;
+  double blk = c->N * c->lkv * D;
+  return (8 * blk + Tl * c->lh * D + Tl * c->lkv * D + 1.5 * c->lh * Tl) * 4;
 }

@@ -93,9 +93,9 @@ static void test_cp_ring_bytes_and_flops(void) {
       double bwd = sum_ops(&c, "cp ring", LOOM_PHASE_BWD_IN).bytes;
       CHECK(fwd == (cp - 1) * hop, "cp%d tp%d forward ring %.0f bytes, closed form (cp-1) x hop %.0f",
             cp, tp, fwd, (cp - 1) * hop);
-      /* backward: K/V cp-1 hops again, dK/dV cp hops (the last one home) */
-      CHECK(bwd == (2 * cp - 1) * hop, "cp%d tp%d backward ring %.0f bytes, closed form %.0f", cp,
-            tp, bwd, (2 * cp - 1) * hop);
+      /* backward: K/V cp-1 hops again, the dK/dV accumulators cp-1 hops (home at the end) */
+      CHECK(bwd == 2 * (cp - 1) * hop, "cp%d tp%d backward ring %.0f bytes, closed form %.0f", cp,
+            tp, bwd, 2 * (cp - 1) * hop);
       /* load balancing: each rank computes exactly 1/cp of the causal pairs (of its tp heads) */
       double attn = sum_ops(&c, "attention", LOOM_PHASE_FWD).flops;
       CHECK(attn * cp * tp == attn1, "cp%d tp%d attention FLOPs %.6g x cp x tp != %.6g", cp, tp,
