@@ -2,7 +2,7 @@
 #include <stdio.h>
 
 #include "loom/core.h"
-#include "loom/sim.h"
+#include "sim/sim_internal.h"
 
 static void human(double x, char *buf, size_t n) {
   if (x >= 1e9) snprintf(buf, n, "%.2fG", x / 1e9);
@@ -27,7 +27,7 @@ void loom_sim_print(const loom_sim_ctx *c, const loom_sim_result *r) {
   printf("bubble         %.4f  (idle / busy compute over the pipeline ranks; %.1f%% of the "
          "pipeline's time)\n", r->bubble, 100 * r->bubble / (1 + r->bubble));
   printf("communication  %.4f s exposed on rank %d's compute stream, %.4f s in all\n",
-         r->exposed_comm, r->critical_rank * st->dp * st->sp * st->tp, r->comm_total);
+         r->exposed_comm, r->critical_rank * sim_stage_ranks(st), r->comm_total);
   printf("compute        %.4f s busy (forward/backward), optimizer %.4f s\n", r->compute_time,
          r->optimizer_time);
   printf("memory per rank (GiB, limit %.2f):\n", r->mem_limit / G);
