@@ -9,8 +9,9 @@
 
 static const char *layout(const loom_sim_strategy *st) {
   static char s[96];
-  snprintf(s, sizeof s, "%d %d%s %d %d %d %d %d %d", st->dp, st->tp, st->seq_par ? "+sp" : "",
-           st->pp, st->vpp, st->sp, st->zero, st->micro_batch, st->microbatches);
+  snprintf(s, sizeof s, "%d %d%s %d %d %d %d %d %d %d", st->dp, st->tp, st->seq_par ? "+sp" : "",
+           st->pp, st->vpp, st->cp > 1 ? st->cp : 1, st->sp, st->zero, st->micro_batch,
+           st->microbatches);
   return s;
 }
 
@@ -72,12 +73,12 @@ void loom_plan_print(const loom_plan_request *q, const loom_plan_result *r) {
   printf("model: %d layers, hidden %d, %d heads; %d ranks of %s; global batch %d x %d tokens; %s\n\n",
          q->spec->layers, q->spec->hidden, q->spec->heads, q->gpus, q->hw->name, q->global_batch,
          q->seq, loom_hw_dtype_name(q->dtype));
-  printf("%-3s %-28s %-11s %-9s %6s %10s %10s %10s %6s %8s %7s %8s\n", "#", "dp tp pp vpp sp zero mbs m",
+  printf("%-3s %-30s %-11s %-9s %6s %10s %10s %10s %6s %8s %7s %8s\n", "#", "dp tp pp vpp cp sp zero mbs m",
          "schedule", "recompute", "ranks", "estimate", "step (s)", "tokens/s", "MFU", "mem GiB",
          "bubble", "comm (s)");
   for (int i = 0; i < r->n && i < q->top; i++) {
     const loom_plan_entry *e = &r->best[i];
-    printf("%-3d %-28s %-11s %-9s %6d %10.4f %10.4f %10.4g %5.1f%% %8.2f %7.4f %8.4f\n", i + 1,
+    printf("%-3d %-30s %-11s %-9s %6d %10.4f %10.4f %10.4g %5.1f%% %8.2f %7.4f %8.4f\n", i + 1,
            layout(&e->st), e->st.schedule, loom_recompute_name(e->st.recompute), e->gpus_used,
            e->est_time, e->sim_time, e->tokens_per_s, 100 * e->mfu, e->mem / 1073741824.0,
            e->bubble, e->exposed_comm);

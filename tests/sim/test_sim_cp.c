@@ -200,6 +200,24 @@ static void test_plan_space(void) {
   }
   CHECK(sptp > 0, "no Ulysses x TP layout among %d finalists", r.n);
   loom_plan_result_free(&r);
+  /* 128k tokens: cp is searched, never combined with Ulysses (the trainer refuses it), and
+   * every cp finalist passes the trainer's rules (T divisible by 2cp) and fits */
+  s.max_seq = q.seq = 131072;
+  CHECK(loom_plan_search(&q, &r) == 0, "plan: %s", loom_errmsg());
+  int with_cp = 0;
+  double limit = loom_sim_memory_limit(&hw, hw.devices_per_node);
+  for (int i = 0; i < r.n; i++) {
+    const loom_sim_strategy *st = &r.best[i].st;
+    CHECK(loom_sim_strategy_check(st, &s) == 0, "finalist %s: %s", loom_sim_strategy_str(st),
+          loom_errmsg());
+    CHECK(!(st->cp > 1 && st->sp > 1), "finalist %s combines cp with Ulysses",
+          loom_sim_strategy_str(st));
+    CHECK(r.best[i].mem <= limit && r.best[i].gpus_used <= q.gpus, "finalist %s: %.1f GiB, %d ranks",
+          loom_sim_strategy_str(st), r.best[i].mem / 1073741824.0, r.best[i].gpus_used);
+    if (st->cp > 1) with_cp++;
+  }
+  CHECK(with_cp > 0, "no cp layout among %d finalists at 128k tokens", r.n);
+  loom_plan_result_free(&r);
 }
 
 int main(void) {
