@@ -167,6 +167,21 @@ def main():
         print(f"{name}: instruction order, bytes per collective and the {key} closed form "
               f"({want:.0f} B per rank per step) match")
 
+    # what the simulator does not model is refused, naming the key; what the trainer refuses
+    # the simulator refuses with the trainer's message
+    for ranks, over, msg in (
+            (2, ["model.preset=tiny-qwen2.5-vl", "training.seq_len=48", "parallel.cp=2"],
+             "vision.parallel.cp = 2 (0: parallel.cp)"),
+            (2, ["model.preset=tiny-gpt2", "training.seq_len=30", "parallel.cp=2"],
+             "training.seq_len (30) must be divisible by 4"),
+            (4, ["model.preset=tiny-gpt2", "training.seq_len=32", "parallel.cp=2", "parallel.sp=2"],
+             "is not supported; use one of them"),
+            (4, ["model.preset=tiny-llama", "parallel.sp=2", "parallel.tp=2"],
+             "model.kv_heads/tp = 2/2 = 1")):
+        r = run([LOOM, "sim"] + over + ["--hardware", "h100-sxm", "--gpus", str(ranks)])
+        check(r.returncode != 0 and msg in r.stderr, f"loom sim {' '.join(over)}: exit "
+              f"{r.returncode}, expected '{msg}' in: {r.stderr.strip()}")
+
     # step times on this machine: calibrate, train, predict
     report = {"cases": [], "cores": os.cpu_count()}
     profile = os.path.join(work, "this-machine.yaml")
