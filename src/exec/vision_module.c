@@ -4,7 +4,7 @@
  * the hand-off of vision tokens to the text decoder's ranks and of their gradients back.
  *
  * Roles. Data-parallel group j (same samples in both modules) has g_v = sp_v * tp_v encoder
- * ranks ("producers", world ranks first_v + j*g_v + k) and g_t = sp_t * tp_t text ranks of
+ * ranks ("producers", world ranks first_v + j*g_v + k) and g_t = cp_t * sp_t * tp_t text ranks of
  * the first pipeline stage ("consumers", world ranks j*g_t + k).
  *   collocated: the encoder runs on first-stage text ranks of the same group (at the same
  *     instruction of the schedule as their text work): first_v = 0, and g_v == g_t unless
@@ -63,11 +63,13 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
   pl->tp = follow ? (int)p->tp : pick(v->tp, 1);
   pl->sp = follow ? (int)p->sp : pick(v->sp, 1);
   pl->zero = v->zero >= 0 ? (int)v->zero : (int)p->zero;
-  if (p->cp > 1 || v->cp > 1)
-    return loom_err("context parallelism (parallel.cp=%ld, vision.parallel.cp=%ld) is not "
-                    "supported for vision-language models yet; set both to 1 (use "
-                    "vision.parallel.sp for long vision sequences)", p->cp, v->cp);
-  pl->g_t = (int)(p->sp * p->tp);
+  if (v->cp > 1) /* docs/ARCHITECTURE.md, "Context parallelism": why not yet */
+    return loom_err("vision.parallel.cp = %ld: the vision encoder has no context parallelism "
+                    "(its attention segments, windows and whole images, would need "
+                    "rectangular per-segment blocks on the ring); split its patches with "
+                    "vision.parallel.sp (Ulysses) instead, and set vision.parallel.cp=0 or 1",
+                    v->cp);
+  pl->g_t = (int)(p->cp * p->sp * p->tp); /* text ranks of a dp group on the first stage */
   pl->megatron_sp = p->tp > 1 && !strcmp(p->sp_mode, "megatron");
   if (pl->dp != p->dp)
     return loom_err("vision.parallel.dp (%d) must equal parallel.dp (%ld): each vision replica "
@@ -92,7 +94,7 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
                     "projector width (%d)", pl->tp, s->intermediate, ph);
   if (pl->separate) {
     if (pl->text_ranks + pl->dp * pl->g_v != world)
-      return loom_err("vision.parallel.placement=separate: the text decoder's pp*dp*sp*tp = %d "
+      return loom_err("vision.parallel.placement=separate: the text decoder's pp*dp*cp*sp*tp = %d "
                       "ranks plus the encoder's dp*sp*tp = %d*%d*%d = %d make %d, but %d ranks "
                       "were started; start %d", pl->text_ranks, pl->dp, pl->sp, pl->tp,
                       pl->dp * pl->g_v, pl->text_ranks + pl->dp * pl->g_v, world,
@@ -101,12 +103,12 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
   }
   if (pl->dp > 1 && pl->g_v != pl->g_t)
     return loom_err("vision.parallel: with parallel.dp = %d the encoder's tp*sp (%d*%d = %d) must "
-                    "equal the text decoder's tp*sp (%ld*%ld = %d), so that a rank encodes the "
-                    "images of the samples its text work uses", pl->dp, pl->tp, pl->sp, pl->g_v,
-                    p->tp, p->sp, pl->g_t);
+                    "equal the text decoder's cp*tp*sp (%ld*%ld*%ld = %d), so that a rank "
+                    "encodes the images of the samples its text work uses", pl->dp, pl->tp,
+                    pl->sp, pl->g_v, p->cp, p->tp, p->sp, pl->g_t);
   if (pl->g_v > pl->g_t)
     return loom_err("vision.parallel: the encoder's tp*sp (%d) is larger than the text "
-                    "decoder's tp*sp (%d) on the first pipeline stage; the encoder runs there",
+                    "decoder's cp*tp*sp (%d) on the first pipeline stage; the encoder runs there",
                     pl->g_v, pl->g_t);
   if ((long)pl->dp * pl->g_v > world)
     return loom_err("vision.parallel: dp*tp*sp = %d does not fit in %d ranks",
@@ -143,7 +145,7 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
   size_t bytes = (size_t)vm->max_tokens * vm->Ct * sizeof(float);
   vm->consumer = vm->producer = -1;
   if (text->member && text->pp_rank == 0) {
-    vm->consumer = text->sp_rank * text->tp + text->tp_rank;
+    vm->consumer = (text->cp_rank * text->sp + text->sp_rank) * text->tp + text->tp_rank;
     vm->group = text->dp_rank;
     vm->sends_grads = pl->megatron_sp || text->tp_rank == 0;
     vm->feats = loom_alloc(bytes);
