@@ -78,7 +78,8 @@ static double workspace(const loom_sim_ctx *c, const dims *d, bool head, int inf
   if (c->loom_cpu) {
     f += 2 * d->Nr * d->C + fmax(d->N * d->C, 2 * d->N) + d->N * d->C;
     f += d->N * (2 * d->QD + 2 * d->KD) * (d->uly ? 2 : 1) + 3 * d->N * d->li;
-    f += d->B * d->heads_att * d->T; /* attention statistics */
+    if (sim_cp(c->st) == 1) f += d->B * d->heads_att * d->T; /* flash backward scratch; the
+                                                                ring has its own (cost_cp.c) */
     if (head) f += d->N; /* targets */
     /* the head's logit gradient: whole, or (fused head: one rank, one micro-batch in
      * flight) a chunk of rows plus the head's input and weight gradients */

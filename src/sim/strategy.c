@@ -113,11 +113,12 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
       st->vision_patches = spec.vision.arch == LOOM_VISION_LLAVA
                                ? (spec.vision.image_size / spec.vision.patch) * (spec.vision.image_size / spec.vision.patch)
                                : (int)(cfg->data.image_max_pixels / px) / unit * unit;
-      long vcp = cfg->vision_parallel.cp > 0 ? cfg->vision_parallel.cp : p->cp;
-      if (vcp > 1) /* the encoder's cost model has no ring */
-        return loom_err("vision.parallel.cp = %ld%s: the simulator does not model context "
-                        "parallelism in the vision encoder; set vision.parallel.cp=1", vcp,
-                        cfg->vision_parallel.cp > 0 ? "" : " (0: parallel.cp)");
+      if (p->cp > 1 || cfg->vision_parallel.cp > 1) /* docs/SIMULATOR.md, "Not modelled" */
+        return loom_err("parallel.cp = %ld, vision.parallel.cp = %ld: the simulator does not "
+                        "model context parallelism in a vision-language model (the encoder "
+                        "runs on part of the text's cp x sp x tp ranks and hands its tokens to "
+                        "the others); simulate it with parallel.cp=1", p->cp,
+                        cfg->vision_parallel.cp);
       if (vision_mode(cfg, st->vision_mode, sizeof st->vision_mode)) return -1; /* patches set */
       st->vision_zero_own = cfg->vision_parallel.zero >= 0;
       st->vision_zero = st->vision_zero_own ? (int)cfg->vision_parallel.zero : st->zero;
