@@ -6,7 +6,8 @@
  *  - the ring's exposed time: max(0, hop - step compute) per hop with p2p overlap (plus the
  *    profile's overlap_slowdown share of the hidden part), every hop without it;
  *  - activation memory per layer divided by cp;
- *  - the planner's search space and the trainer's layout rules for Ulysses x TP.
+ *  - the planner's search space and the trainer's layout rules for Ulysses x TP and cp;
+ *  - parallel.cp read from a config, counted in the world, written back (--write-config).
  * Byte counts are exact (same integers in double); times to 1e-12 relative (the same
  * double operations in another order). */
 #include <math.h>
@@ -220,7 +221,34 @@ static void test_plan_space(void) {
   loom_plan_result_free(&r);
 }
 
+/* parallel.cp is read from a config and written back (the planner's --write-config), and the
+ * world counts it: dp fills what tp*pp*cp*sp leave */
+static void test_config_round_trip(void) {
+  loom_config cfg;
+  loom_config_defaults(&cfg);
+  const char *over[] = {"model.preset=tiny-llama", "training.seq_len=64", "parallel.cp=4",
+                        "parallel.tp=2"};
+  for (size_t i = 0; i < sizeof over / sizeof *over; i++)
+    CHECK(loom_config_override(&cfg, over[i]) == 0, "%s: %s", over[i], loom_errmsg());
+  loom_sim_strategy st;
+  CHECK(loom_sim_strategy_from_config(&st, &cfg, 16) == 0, "%s", loom_errmsg());
+  CHECK(st.cp == 4 && st.tp == 2 && st.dp == 2 && loom_sim_world(&st) == 16,
+        "cp %d tp %d dp %d world %d", st.cp, st.tp, st.dp, loom_sim_world(&st));
+  CHECK(strstr(loom_sim_strategy_str(&st), " cp=4") != NULL, "%s", loom_sim_strategy_str(&st));
+  loom_config out;
+  loom_config_defaults(&out);
+  CHECK(loom_sim_strategy_to_config(&st, &out) == 0, "%s", loom_errmsg());
+  CHECK(out.parallel.cp == 4 && out.parallel.tp == 2 && out.parallel.dp == 2,
+        "written: cp %ld tp %ld dp %ld", out.parallel.cp, out.parallel.tp, out.parallel.dp);
+  /* 12 ranks cannot hold tp2 x cp4 with a whole dp */
+  CHECK(loom_sim_strategy_from_config(&st, &cfg, 12) != 0 &&
+            strstr(loom_errmsg(), "dp*tp*pp*cp*sp = 1*2*1*4*1 = 8 ranks but the cluster has 12"),
+        "12 ranks: %s", loom_errmsg());
+  loom_err_clear();
+}
+
 int main(void) {
+  test_config_round_trip();
   test_ulysses_tp_bytes();
   test_cp_ring_bytes_and_flops();
   test_cp_overlap();
