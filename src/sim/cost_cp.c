@@ -82,8 +82,9 @@ double sim_cp_workspace_bytes(const loom_sim_ctx *c) {
   if (sim_cp(c->st) == 1) return 0;
   /* loom_ring_attention_work_floats: K/V blocks and dK/dV accumulators, two slots each
    * (8 blocks of B*T/cp x kv heads), one chunk's partial output and dq, dk and dv, and three
-   * per-head rows of chunk statistics */
+   * per-head rows of chunk statistics (fp32 on loom's CPU executor, the activation dtype on
+   * the GPU engine) */
   double Tl = (double)c->st->seq / sim_cp(c->st), D = c->spec->head_dim;
   double blk = c->N * c->lkv * D;
-  return (8 * blk + Tl * c->lh * D + Tl * c->lkv * D + 1.5 * c->lh * Tl) * 4;
+  return (8 * blk + Tl * c->lh * D + Tl * c->lkv * D + 1.5 * c->lh * Tl) * c->act_bytes;
 }
