@@ -199,12 +199,13 @@ int loom_mesh_check_model(const loom_config_parallel *p, const loom_model_spec *
                       s->kv_heads / tp);
     if (T % sp)
       return loom_err("parallel.sp (%ld) must divide training.seq_len (%d)", sp, T);
+    if (p->cp > 1 && (T / p->cp) % sp)
+      return loom_err("parallel.sp (%ld) must divide the training.seq_len / parallel.cp = %d / "
+                      "%ld = %ld tokens of a sequence on each context-parallel rank", sp, T,
+                      p->cp, T / p->cp);
   }
   if (p->cp > 1) {
     long cp = p->cp;
-    if (sp > 1)
-      return loom_err("context parallelism (parallel.cp=%ld) with Ulysses sequence parallelism "
-                      "(parallel.sp=%ld) is not supported; use one of them", cp, sp);
     if (T % (2 * cp))
       return loom_err("parallel.cp (%ld) splits each sequence into 2*cp = %ld chunks (causal "
                       "load balancing): training.seq_len (%d) must be divisible by %ld", cp,

@@ -13,6 +13,7 @@
 #
 # Layouts the trainer does not implement are refused before any work starts, with the reason.
 . "$(dirname "$0")/common.sh"
+SPLIT_CHECK=${2:?usage: $0 path/to/loom path/to/dist_vision_split_check}
 make_data || { echo "could not make test data"; exit 1; }
 
 GPT2=(model.preset=tiny-gpt2 model.vocab_size=300 model.layers=2 model.hidden=64
@@ -48,6 +49,19 @@ check_case l_cp2_tp2_megatron_sp 4 "${LLAMA[@]}" training.micro_batch_size=4 tra
 check_case l_cp2_dp2_zero1 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=1
 check_case l_cp2_dp2_zero3 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=3
 check_case l_cp2_dp2_pp2 8 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.pp=2
+
+echo "Ulysses inside context parallelism (all-to-all within each cp rank's two chunks, then the ring"
+echo "over H/sp heads): cp2 x sp2, and cp2 x sp3 whose Ulysses slices straddle the chunk boundary"
+check_case l_cp2_sp2 4 "${LLAMA[@]}" training.micro_batch_size=4 training.grad_accum=3 parallel.cp=2 parallel.sp=2
+L6=(model.preset=tiny-llama model.vocab_size=301 model.vocab_pad_multiple=1 model.layers=2
+  model.hidden=96 model.heads=6 model.kv_heads=3 model.intermediate=96 model.max_seq=64
+  training.seq_len=48 training.steps=3 training.warmup_steps=1 data.train_shards="$WORK/train.bin"
+  checkpoint.every=0 training.micro_batch_size=2 training.grad_accum=2)
+train l6_single 1 "${L6[@]}"
+BASE=l6_single
+check_rows() { train "$1" "$2" "${@:3}" && { close_losses "$BASE" "$1" "$TOL"; close_weights "$BASE" "$1" "$WTOL"; }; }
+check_rows l6_cp2_sp3 6 "${L6[@]}" parallel.cp=2 parallel.sp=3
+BASE=l_single
 
 echo "resume: a checkpoint written by cp2 x dp2 ZeRO-1 resumed in other layouts (1e-5) and in its own (bitwise)"
 train l_cp_src 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=1 checkpoint.every=2 --stop-after 2
@@ -89,6 +103,18 @@ check_case v_text_cp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_ac
 check_case v_sp2__text_cp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 vision.parallel.sp=2
 check_case v_tp2__text_cp2_tp2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 parallel.tp=2
 check_case v_sp2_dp2__text_cp2_dp2 4 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.cp=2 parallel.dp=2 vision.parallel.sp=2 vision.parallel.zero=1
+echo "vision encoder context parallel (ring attention inside windows and frames)"
+echo "the encoder alone on a ring of its own ranks against the whole encoder (tokens, gradients)"
+for args in "tiny-qwen2.5-vl 1 2" "tiny-qwen2.5-vl 1 4" "small-qwen2.5-vl 2 2" "tiny-llava 1 2" "tiny-llava 2 2"; do
+  set -- $args
+  if out=$(timeout 120 "${MPIRUN[@]}" -np $(($2 * $3)) "$SPLIT_CHECK" $args ring 2>&1); then
+    pass; echo "  vision ring $args: $(echo "$out" | grep "gradient tensors")"
+  else fail "vision ring $args: $(echo "$out" | grep FAIL | head -3)"; fi
+done
+check_case v_cp2__text_tp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 vision.parallel.cp=2
+check_case v_cp2_zero1__text_cp2 2 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 vision.parallel.cp=2 vision.parallel.zero=1
+check_case v_cp4__text_tp2_cp2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 parallel.cp=2 vision.parallel.cp=4
+check_case v_cp2_separate__text_tp2 4 "${VLM[@]}" training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 vision.parallel.cp=2 vision.parallel.placement=separate
 
 echo "refused layouts"
 refused() { # name np expected-message overrides...
@@ -101,10 +127,10 @@ refused() { # name np expected-message overrides...
   [ ! -d "$WORK/refused" ] || [ -z "$(ls "$WORK/refused")" ] ||
     fail "$name: a run directory was created for a refused layout"
 }
-refused r_cp_ulysses 4 "with Ulysses sequence parallelism (parallel.sp=2) is not supported" \
-  "${LLAMA[@]}" training.micro_batch_size=4 parallel.cp=2 parallel.sp=2
+refused r_cp_ulysses_rows 8 "parallel.sp (4) must divide the training.seq_len / parallel.cp = 12 / 2 = 6 tokens" \
+  "${GPT2[@]}" training.seq_len=12 training.micro_batch_size=4 parallel.cp=2 parallel.sp=4
 refused r_cp_seq_len 2 "training.seq_len (34) must be divisible by 4" \
   "${LLAMA[@]}" model.max_seq=64 training.seq_len=34 training.micro_batch_size=4 parallel.cp=2
-refused r_vision_cp 2 "the vision encoder has no context parallelism" \
-  "${VLM[@]}" training.micro_batch_size=4 parallel.tp=2 vision.parallel.cp=2
+refused r_vision_cp_sp 4 "the encoder splits its patches one way" \
+  "${VLM[@]}" training.micro_batch_size=4 parallel.tp=2 parallel.dp=2 vision.parallel.cp=2 vision.parallel.sp=2
 finish
