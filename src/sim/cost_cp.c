@@ -1,6 +1,9 @@
 /* Context parallelism in the cost model: ring attention over the cp ranks (stride tp*sp in the
  * rank order) with causal load balancing, as src/dist/ring_attention.c runs it.
  *
+ * With Ulysses (sp > 1) the ring runs in the attention layout: heads/sp over the T/cp tokens
+ * of the cp rank's chunks, the same element counts as below (N = B*T/(sp*cp)).
+ *
  * The sequence is cut into 2*cp chunks of c = T/(2cp) tokens and cp rank r holds chunks r and
  * 2cp-1-r, so every rank computes exactly 1/cp of the causal (query, key) pairs (sim_attention
  * divides them by cp) in cp steps: its own block (two causal diagonal blocks and one full one)
@@ -83,8 +86,9 @@ double sim_cp_workspace_bytes(const loom_sim_ctx *c) {
   /* loom_ring_attention_work_floats: K/V blocks and dK/dV accumulators, two slots each
    * (8 blocks of B*T/cp x kv heads), one chunk's partial output and dq, dk and dv, and three
    * per-head rows of chunk statistics (fp32 on loom's CPU executor, the activation dtype on
-   * the GPU engine) */
+   * the GPU engine); heads in the attention layout (Ulysses: heads/sp over T/cp tokens) */
+  int sp = c->st->sp > 1 ? c->st->sp : 1;
   double Tl = (double)c->st->seq / sim_cp(c->st), D = c->spec->head_dim;
-  double blk = c->N * c->lkv * D;
-  return (8 * blk + Tl * c->lh * D + Tl * c->lkv * D + 1.5 * c->lh * Tl) * c->act_bytes;
+  double hq = c->lh / sp, hkv = c->lkv / sp, blk = c->st->micro_batch * Tl * hkv * D;
+  return (8 * blk + Tl * hq * D + Tl * hkv * D + 1.5 * hq * Tl) * c->act_bytes;
 }

@@ -1,9 +1,8 @@
 /* The planner's search: every layout of the ranks (tp, Megatron sequence parallelism or
- * Ulysses sp (also with tp: heads split by tp, then sp), context parallelism cp (not with
- * Ulysses, as the trainer), pp, vpp and schedule, dp filling the rest), micro-batch size, ZeRO
- * stage and
- * recomputation, checked against the trainer's layout rules, costed in closed form
- * (plan_estimate.c) and pruned by memory; the best `finalists` are then simulated on their
+ * Ulysses sp (also with tp: heads split by tp, then sp), context parallelism cp, pp, vpp and
+ * schedule, dp filling the rest), micro-batch size, ZeRO stage and recomputation, checked
+ * against the trainer's layout rules, costed in closed form (plan_estimate.c) and pruned by
+ * memory; the best `finalists` are then simulated on their
  * real schedules and ranked by the simulated step time. */
 #include <math.h>
 #include <stdio.h>
@@ -134,11 +133,11 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
       for (int sp = 1; sp * tp <= q->gpus && sp <= 64; sp *= 2) {
         if (sp > 1 && ((spec->heads / tp) % sp || (spec->kv_heads / tp) % sp || q->seq % sp))
           continue;
-        /* cp: not with Ulysses, 2*cp load-balancing chunks per sequence, text models only
-         * (the encoder's cost model has no ring); the trainer's check has the last word */
+        /* cp: 2*cp load-balancing chunks per sequence, text models only (the simulator's
+         * encoder has no ring); the trainer's check (sp dividing T/cp...) has the last word */
         bool vlm_model = spec->vision.arch != LOOM_VISION_NONE && q->vision_patches > 0;
         for (int cp = 1; cp * sp * tp <= q->gpus && cp <= 64; cp *= 2) {
-        if (cp > 1 && (sp > 1 || q->seq % (2 * cp) || vlm_model)) continue;
+        if (cp > 1 && (q->seq % (2 * cp) || vlm_model)) continue;
         for (size_t bi = 0; bi < sizeof mbs_values / sizeof *mbs_values; bi++) {
           int mbs = mbs_values[bi];
           if (mbs > q->global_batch) break;

@@ -72,23 +72,23 @@ def model(kind, L, C, H, KV, T, B, A):
                 f"training.grad_accum={A}"]
 
 
-def ring_bytes(L, C, H, KV, T, B, A, cp, tp, recompute):
+def ring_bytes(L, C, H, KV, T, B, A, cp, tp, sp, recompute):
     """send/recv bytes per rank per step of the cp ring (src/dist/ring_attention.c): a hop
-    carries K and V of the rank's B*T/cp tokens x KV/tp heads x head_dim; per layer and
-    micro-batch cp-1 hops forward, cp-1 hops of K/V and cp-1 of the dK/dV accumulators
-    backward, and the forward's again when the layer is recomputed"""
+    carries K and V of the rank's B*T/cp tokens x KV/(tp*sp) heads (Ulysses: the attention
+    layout) x head_dim; per layer and micro-batch cp-1 hops forward, cp-1 hops of K/V and cp-1
+    of the dK/dV accumulators backward, and the forward's again when the layer is recomputed"""
     D = C // H
-    hop = 2 * (B * T // cp) * (KV // tp) * D * F
+    hop = 2 * (B * T // cp) * (KV // (tp * sp)) * D * F
     per_layer = (cp - 1) * hop * (2 if recompute else 1) + 2 * (cp - 1) * hop
     return A * L * per_layer
 
 
-def a2a_bytes(L, C, H, KV, T, B, A, sp, tp):
-    """all-to-all bytes per rank per step of Ulysses x TP: per layer 4 exchanges forward (q, k,
-    v, out) and 4 backward of the rank's B*T/sp tokens x (H or KV)/tp heads x head_dim, each
-    counted (sp-1)/sp of it"""
+def a2a_bytes(L, C, H, KV, T, B, A, sp, tp, cp):
+    """all-to-all bytes per rank per step of Ulysses x TP (x cp): per layer 4 exchanges forward
+    (q, k, v, out) and 4 backward of the rank's B*T/(cp*sp) tokens x (H or KV)/tp heads x
+    head_dim, each counted (sp-1)/sp of it"""
     D = C // H
-    per_layer = 2 * (sp - 1) / sp * (B * T // sp) * D * (2 * H + 2 * KV) // tp * F
+    per_layer = 2 * (sp - 1) / sp * (B * T // (cp * sp)) * D * (2 * H + 2 * KV) // tp * F
     return A * L * per_layer
 
 
@@ -112,17 +112,18 @@ def main():
     G = ("gpt", 2, 64, 4, 4, 32, 4, 2)      # kind, L, C, H, KV, T, B, A
     G2 = ("gpt", 2, 64, 4, 4, 32, 2, 2)     # 2 sequences per micro-batch and dp rank
     LL = ("llama", 2, 64, 8, 4, 32, 2, 3)
+    # (name, ranks, model kind and shape, overrides, degrees for the closed forms)
     cases = [
-        ("cp2", 2, G, ["parallel.cp=2"], ("ring", 2, 1, False)),
-        ("cp4", 4, G, ["parallel.cp=4"], ("ring", 4, 1, False)),
-        ("llama gqa cp2", 2, LL, ["parallel.cp=2"], ("ring", 2, 1, False)),
+        ("cp2", 2, G, ["parallel.cp=2"], dict(cp=2)),
+        ("cp4", 4, G, ["parallel.cp=4"], dict(cp=4)),
+        ("llama gqa cp2", 2, LL, ["parallel.cp=2"], dict(cp=2)),
         ("cp2 recompute", 2, G, ["parallel.cp=2", "training.activation_checkpointing=true"],
-         ("ring", 2, 1, True)),
-        ("cp2 tp2", 4, G, ["parallel.cp=2", "parallel.tp=2"], ("ring", 2, 2, False)),
-        ("cp2 dp2", 4, G2, ["parallel.cp=2", "parallel.dp=2", "parallel.zero=1"],
-         ("ring", 2, 1, False)),
-        ("ulysses sp2 tp2", 4, G, ["parallel.sp=2", "parallel.tp=2"], ("a2a", 2, 2, False)),
-        ("llama gqa sp2 tp2", 4, LL, ["parallel.sp=2", "parallel.tp=2"], ("a2a", 2, 2, False)),
+         dict(cp=2, rec=True)),
+        ("cp2 tp2", 4, G, ["parallel.cp=2", "parallel.tp=2"], dict(cp=2, tp=2)),
+        ("cp2 dp2", 4, G2, ["parallel.cp=2", "parallel.dp=2", "parallel.zero=1"], dict(cp=2)),
+        ("llama gqa cp2 sp2", 4, LL, ["parallel.cp=2", "parallel.sp=2"], dict(cp=2, sp=2)),
+        ("ulysses sp2 tp2", 4, G, ["parallel.sp=2", "parallel.tp=2"], dict(sp=2, tp=2)),
+        ("llama gqa sp2 tp2", 4, LL, ["parallel.sp=2", "parallel.tp=2"], dict(sp=2, tp=2)),
     ]
     for name, np_, shape, over, form in cases:
         kind, L, C, H, KV, T, B, A = shape
@@ -153,19 +154,19 @@ def main():
             for k in KINDS:
                 ok = abs(got[k] - want[k]) <= 0.005 * want[k] + 256
                 check(ok, f"{name}: rank {rank} {k}: simulated {got[k]:.0f} bytes, trainer {want[k]:.0f}")
-        what, deg, tp, rec = form
-        if what == "ring":
-            want = ring_bytes(L, C, H, KV, T, B, A, deg, tp, rec)
-            key = "send/recv"
-        else:
-            want = a2a_bytes(L, C, H, KV, T, B, A, deg, tp)
-            key = "all-to-all"
-        for rank in range(np_):
-            got_t, got_s = train_bytes[rank][key], stages[rank // per_stage][key]
-            check(got_t == want and got_s == want,
-                  f"{name}: rank {rank} {key}: trainer {got_t:.0f}, simulator {got_s:.0f}, closed form {want:.0f}")
-        print(f"{name}: instruction order, bytes per collective and the {key} closed form "
-              f"({want:.0f} B per rank per step) match")
+        cp, sp, tp, rec = form.get("cp", 1), form.get("sp", 1), form.get("tp", 1), form.get("rec", False)
+        forms = []
+        if cp > 1:
+            forms.append(("send/recv", ring_bytes(L, C, H, KV, T, B, A, cp, tp, sp, rec)))
+        if sp > 1:
+            forms.append(("all-to-all", a2a_bytes(L, C, H, KV, T, B, A, sp, tp, cp)))
+        for key, want in forms:
+            for rank in range(np_):
+                got_t, got_s = train_bytes[rank][key], stages[rank // per_stage][key]
+                check(got_t == want and got_s == want, f"{name}: rank {rank} {key}: trainer "
+                      f"{got_t:.0f}, simulator {got_s:.0f}, closed form {want:.0f}")
+        print(f"{name}: instruction order, bytes per collective and the closed forms ("
+              + ", ".join(f"{k} {w:.0f} B" for k, w in forms) + " per rank per step) match")
 
     # what the simulator does not model is refused, naming the key; what the trainer refuses
     # the simulator refuses with the trainer's message
@@ -174,8 +175,8 @@ def main():
              "does not model context parallelism in a vision-language model"),
             (2, ["model.preset=tiny-gpt2", "training.seq_len=30", "parallel.cp=2"],
              "training.seq_len (30) must be divisible by 4"),
-            (4, ["model.preset=tiny-gpt2", "training.seq_len=32", "parallel.cp=2", "parallel.sp=2"],
-             "is not supported; use one of them"),
+            (8, ["model.preset=tiny-gpt2", "training.seq_len=12", "parallel.cp=2", "parallel.sp=4"],
+             "must divide the training.seq_len / parallel.cp = 12 / 2 = 6 tokens"),
             (4, ["model.preset=tiny-llama", "parallel.sp=2", "parallel.tp=2"],
              "model.kv_heads/tp = 2/2 = 1")):
         r = run([LOOM, "sim"] + over + ["--hardware", "h100-sxm", "--gpus", str(ranks)])
