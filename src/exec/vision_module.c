@@ -102,9 +102,9 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
   }
   if (pl->dp > 1 && pl->g_v != pl->g_t)
     return loom_err("vision.parallel: with parallel.dp = %d the encoder's cp*tp*sp (%d*%d*%d = "
-                    "%d) must equal the text decoder's cp*tp*sp (%ld*%ld*%ld = %d), so that a "
+                    "%d) must equal the text decoder's tp*sp*cp (%ld*%ld*%ld = %d), so that a "
                     "rank encodes the images of the samples its text work uses", pl->dp, pl->cp,
-                    pl->tp, pl->sp, pl->g_v, p->cp, p->tp, p->sp, pl->g_t);
+                    pl->tp, pl->sp, pl->g_v, p->tp, p->sp, p->cp, pl->g_t);
   if (pl->g_v > pl->g_t)
     return loom_err("vision.parallel: the encoder's cp*tp*sp (%d) is larger than the text "
                     "decoder's cp*tp*sp (%d) on the first pipeline stage; the encoder runs there",
