@@ -115,9 +115,10 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
                                : (int)(cfg->data.image_max_pixels / px) / unit * unit;
       if (p->cp > 1 || cfg->vision_parallel.cp > 1) /* docs/SIMULATOR.md, "Not modelled" */
         return loom_err("parallel.cp = %ld, vision.parallel.cp = %ld: the simulator does not "
-                        "model context parallelism in a vision-language model (the encoder "
-                        "runs on part of the text's cp x sp x tp ranks and hands its tokens to "
-                        "the others); simulate it with parallel.cp=1", p->cp,
+                        "model context parallelism in a vision-language model (the text's cp "
+                        "ranks share an encoder that is not split over them, or the encoder's "
+                        "own ring); simulate it with parallel.cp=1 and vision.parallel.cp=1",
+                        p->cp,
                         cfg->vision_parallel.cp);
       if (vision_mode(cfg, st->vision_mode, sizeof st->vision_mode)) return -1; /* patches set */
       st->vision_zero_own = cfg->vision_parallel.zero >= 0;
