@@ -63,6 +63,14 @@ check_rows() { train "$1" "$2" "${@:3}" && { close_losses "$BASE" "$1" "$TOL"; c
 check_rows l6_cp2_sp3 6 "${L6[@]}" parallel.cp=2 parallel.sp=3
 BASE=l_single
 
+echo "loom eval of a cp2 checkpoint in its own layout (2 ranks) and in one process: same loss (1e-5)"
+ev() { "$LOOM" eval "$(run_dir l_cp2)/final_checkpoint" --data "$WORK/train.bin" --batches 3 --json "$@" 2>"$WORK/eval.err" |
+  sed -n 's/.*"val_loss": \([0-9.]*\).*/\1/p'; }
+e2=$(ev --nproc 2) e1=$(ev parallel.cp=1)
+if [ -n "$e1" ] && [ -n "$e2" ] && awk -v a="$e1" -v b="$e2" 'BEGIN { r = (a - b) / a; if (r < 0) r = -r; exit !(r <= 1e-5) }'; then
+  pass; echo "  eval: cp2 $e2, one process $e1"
+else fail "eval of the cp2 checkpoint: cp2 '$e2', one process '$e1' ($(tail -2 "$WORK/eval.err"))"; fi
+
 echo "resume: a checkpoint written by cp2 x dp2 ZeRO-1 resumed in other layouts (1e-5) and in its own (bitwise)"
 train l_cp_src 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=1 checkpoint.every=2 --stop-after 2
 src=$(run_dir l_cp_src)
