@@ -95,6 +95,11 @@ CASES=(
   "pp2 tp2|4|GPT|parallel.pp=2 parallel.tp=2"
   "dp2 pp2 tp2 zero1|8|GPT|parallel.dp=2 parallel.pp=2 parallel.tp=2 parallel.zero=1"
   "dp8|8|GPT|parallel.dp=8"
+  "ulysses sp2 tp2|4|GPT|parallel.sp=2 parallel.tp=2"
+  "cp2|2|GPT|parallel.cp=2"
+  "llama cp2|2|LLAMA|parallel.cp=2"
+  "cp4|4|GPT|parallel.cp=4"
+  "cp2 tp2|4|GPT|parallel.cp=2 parallel.tp=2"
 )
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -23,7 +23,8 @@ int loom_recompute_parse(const char *s, loom_recompute *out); /* none | selectiv
 
 /* A parallel strategy and the training shape. */
 typedef struct {
-  int dp, tp, pp, sp;        /* mesh axes (sp: Ulysses); world = dp*tp*pp*sp */
+  int dp, tp, pp, sp;        /* mesh axes (sp: Ulysses); world = dp*tp*pp*cp*sp */
+  int cp;                    /* context parallelism (ring attention); 0 or 1: none */
   bool seq_par;              /* Megatron sequence parallelism over the tp ranks */
   int zero;                  /* ZeRO stage 0..3 over the dp x sp replicas */
   int vpp;                   /* model chunks per pipeline rank */

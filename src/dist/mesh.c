@@ -198,12 +198,16 @@ int loom_mesh_check_model(const loom_config_parallel *p, const loom_model_spec *
       return loom_err("parallel.sp (%ld) is the Ulysses axis, but parallel.sp_mode is megatron; "
                       "Megatron sequence parallelism runs over the tp ranks: set parallel.sp=1",
                       sp);
-    if (tp > 1)
-      return loom_err("Ulysses sequence parallelism (parallel.sp=%ld) with parallel.tp=%ld is "
-                      "not supported yet; use one of them", sp, tp);
-    if (s->heads % sp || s->kv_heads % sp)
-      return loom_err("parallel.sp (%ld) must divide model.heads (%d) and model.kv_heads (%d)",
-                      sp, s->heads, s->kv_heads);
+    /* Ulysses x TP: tp splits the heads first, the all-to-all then trades sequence shards
+     * for shards of this tp rank's heads/tp (and kv_heads/tp) heads; key/value heads are
+     * never replicated, so both quotients must split over sp */
+    if ((s->heads / tp) % sp || (s->kv_heads / tp) % sp)
+      return loom_err("parallel.sp (%ld) must divide the heads each tensor-parallel rank holds: "
+                      "model.heads/tp = %d/%ld = %ld and model.kv_heads/tp = %d/%ld = %ld "
+                      "(Ulysses splits a tp rank's heads over sp; key/value heads are not "
+                      "replicated); make sp*tp divide both, e.g. lower parallel.sp or "
+                      "parallel.tp", sp, s->heads, tp, s->heads / tp, s->kv_heads, tp,
+                      s->kv_heads / tp);
     if (T % sp)
       return loom_err("parallel.sp (%ld) must divide training.seq_len (%d)", sp, T);
     if (p->cp > 1 && (T / p->cp) % sp)

@@ -108,7 +108,7 @@ static void loom_forward(sim_ops *b, const shape *x) {
   loom_a2a(b, x, "ulysses a2a q", x->QD);
   loom_a2a(b, x, "ulysses a2a k", x->KD);
   loom_a2a(b, x, "ulysses a2a v", x->KD);
-  sim_attention(b, false);
+  sim_cp_attention(b, false);
   loom_a2a(b, x, "ulysses a2a out", x->QD);
   loom_linear_fwd(b, x, "o", x->QD, C, true);
   loom_reduce_rows(b, x, "tp reduce");
@@ -149,7 +149,7 @@ static void loom_backward(sim_ops *b, const shape *x) {
   loom_gather_rows(b, x, "tp all-gather");
   loom_linear_bwd(b, x, "o dgrad", "o wgrad", x->QD, C, false, true);
   loom_a2a(b, x, "ulysses a2a dout", x->QD);
-  sim_attention(b, true);
+  sim_cp_attention(b, true);
   loom_a2a(b, x, "ulysses a2a dq", x->QD);
   loom_a2a(b, x, "ulysses a2a dk", x->KD);
   loom_a2a(b, x, "ulysses a2a dv", x->KD);
@@ -186,7 +186,7 @@ static void gpu_forward(sim_ops *b, const shape *x) {
   a2a(b, x, "ulysses a2a q", x->QD);
   a2a(b, x, "ulysses a2a k", x->KD);
   a2a(b, x, "ulysses a2a v", x->KD);
-  sim_attention(b, false);
+  sim_cp_attention(b, false);
   a2a(b, x, "ulysses a2a out", x->QD);
   sim_gemm(b, "o", LOOM_GEMM_FWD, N, C, x->QD, 1);
   tp_reduce(b, x, "tp reduce", 0);
@@ -253,7 +253,7 @@ static void gpu_backward(sim_ops *b, const shape *x) {
   sim_gemm(b, "o wgrad", LOOM_GEMM_WGRAD, C, x->QD, N, 1);
   b->phase = keep;
   a2a(b, x, "ulysses a2a dout", x->QD);
-  sim_attention(b, true);
+  sim_cp_attention(b, true);
   a2a(b, x, "ulysses a2a dq", x->QD);
   a2a(b, x, "ulysses a2a dk", x->KD);
   a2a(b, x, "ulysses a2a dv", x->KD);
@@ -325,7 +325,7 @@ int loom_sim_layer_ops(const loom_sim_ctx *c, loom_sim_op *ops, int cap) {
   if (c->st->recompute == LOOM_RECOMPUTE_FULL) {
     fwd(&b, &x);
   } else if (c->st->recompute == LOOM_RECOMPUTE_SELECTIVE && c->hw->attention == LOOM_ATTN_UNFUSED) {
-    sim_attention(&b, false); /* only the attention core: its T x T tensors were not kept */
+    sim_cp_attention(&b, false); /* only the attention core: its T x T tensors were not kept */
   }
   b.recompute = false;
   int mark = b.n;

@@ -116,7 +116,9 @@ void sim_attention(sim_ops *b, bool backward) {
   double B = st->micro_batch, T = st->seq, D = c->spec->head_dim;
   double heads = c->lh / st->sp;          /* query heads in the attention layout */
   double e = c->act_bytes;
-  double pairs = B * heads * T * (T + 1) / 2; /* causal (query, key) pairs */
+  /* causal (query, key) pairs; context parallelism with causal load balancing gives every
+   * cp rank exactly 1/cp of them (src/sim/cost_cp.c) */
+  double pairs = B * heads * T * (T + 1) / 2 / sim_cp(st);
   if (hw->attention == LOOM_ATTN_LOOM) {
     loom_sim_op *o = add(b, backward ? "attention bwd" : "attention", LOOM_OP_ATTN);
     o->flops = (backward ? 8 : 4) * pairs * D;

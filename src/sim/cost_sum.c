@@ -12,7 +12,7 @@ void loom_sim_ctx_init(loom_sim_ctx *c, const loom_model_spec *spec, const loom_
   c->hw = hw;
   c->st = st;
   int tp = st->tp > 0 ? st->tp : 1, sp = st->sp > 0 ? st->sp : 1;
-  c->N = (double)st->micro_batch * st->seq / sp;
+  c->N = (double)st->micro_batch * st->seq / sp / sim_cp(st); /* cp: T/cp tokens per rank */
   c->Nr = st->seq_par && tp > 1 ? c->N / tp : c->N;
   c->lh = (double)spec->heads / tp;
   c->lkv = (double)spec->kv_heads / tp;

@@ -23,7 +23,7 @@ typedef struct {
 static dims dims_of(const loom_sim_ctx *c) {
   const loom_sim_strategy *st = c->st;
   dims d = {c->act_bytes, c->N, c->Nr, c->spec->hidden, c->lh * c->spec->head_dim,
-            c->lkv * c->spec->head_dim, c->li, st->micro_batch, st->seq, c->lh / st->sp,
+            c->lkv * c->spec->head_dim, c->li, st->micro_batch, st->seq / sim_cp(st), c->lh / st->sp,
             c->spec->arch == LOOM_ARCH_LLAMA, st->seq_par && st->tp > 1, st->sp > 1};
   return d;
 }
@@ -80,7 +80,8 @@ static double workspace(const loom_sim_ctx *c, const dims *d, bool head, int inf
   if (c->loom_cpu) {
     f += 2 * d->Nr * d->C + fmax(d->N * d->C, 2 * d->N) + d->N * d->C;
     f += d->N * (2 * d->QD + 2 * d->KD) * (d->uly ? 2 : 1) + 3 * d->N * d->li;
-    f += d->B * d->heads_att * d->T; /* attention statistics */
+    if (sim_cp(c->st) == 1) f += d->B * d->heads_att * d->T; /* flash backward scratch; the
+                                                                ring has its own (cost_cp.c) */
     if (head) f += d->N; /* targets */
     /* the head's logit gradient: whole, or (fused head: one rank, one micro-batch in
      * flight) a chunk of rows plus the head's input and weight gradients */
@@ -106,7 +107,7 @@ static double workspace(const loom_sim_ctx *c, const dims *d, bool head, int inf
     c2.st = &none;
     f += loom_sim_layer_act_bytes(&c2, true);
   }
-  return f;
+  return f + sim_cp_workspace_bytes(c);
 }
 
 void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, bool embed,
@@ -118,7 +119,7 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
   double Pl = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
   double Pv = embed ? loom_sim_vision_params(c->spec) : 0; /* the encoder: a module of its own */
   P -= Pv;
-  double Nd = (double)st->dp * st->sp;
+  double Nd = sim_grad_size(st);
   double owned = st->zero > 0 ? ceil(P / Nd) : P;
   if (c->loom_cpu) {
     double copies = st->dtype == LOOM_DT_BF16 ? 2 : 1;

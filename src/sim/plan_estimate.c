@@ -43,14 +43,14 @@ double plan_estimate(const loom_sim_ctx *c, const plan_costs *k, plan_eval *out)
       msg = rows / st->tp;
       extra = loom_hw_coll_time(hw, LOOM_COLL_ALLGATHER, rows, 1, st->tp);
     }
-    double t = loom_hw_coll_time(hw, LOOM_COLL_SENDRECV, msg, st->tp * st->sp * st->dp, 2);
+    double t = loom_hw_coll_time(hw, LOOM_COLL_SENDRECV, msg, sim_pp_stride(st), 2);
     bool blocking = c->loom_cpu || !hw->p2p_overlap;
     p2p = 2.0 * v * ((blocking ? t : 0) + extra); /* per micro-batch: act and grad each way */
   }
   double bubble = p > 1 ? (!strcmp(st->schedule, "interleaved") ? (p - 1.0) / v : p - 1.0) : 0;
   double pipe = m * (t_mb + p2p) + bubble * (avg + p2p);
   /* ZeRO-3: every layer's parameters gathered twice and its gradients scattered, per mb */
-  int Nd = st->dp * st->sp;
+  int Nd = sim_grad_size(st);
   double gb = c->loom_cpu || st->dtype == LOOM_DT_FP32 ? 4 : 2;
   double Pl = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
   double z3 = 0;

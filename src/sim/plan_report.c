@@ -7,14 +7,14 @@
 
 #include "loom/sim.h"
 
-/* the layout's columns, each under its header word (dp tp pp vpp sp zero mbs m) */
-#define LAYOUT_HDR "%3s %5s %3s %3s %3s %4s %4s %4s"
+/* the layout's columns, each under its header word (dp tp pp vpp cp sp zero mbs m) */
+#define LAYOUT_HDR "%3s %5s %3s %3s %3s %3s %4s %4s %4s"
 static const char *layout(const loom_sim_strategy *st) {
   static char s[96];
   char tp[16];
   snprintf(tp, sizeof tp, "%d%s", st->tp, st->seq_par ? "+sp" : "");
-  snprintf(s, sizeof s, "%3d %5s %3d %3d %3d %4d %4d %4d", st->dp, tp, st->pp, st->vpp, st->sp,
-           st->zero, st->micro_batch, st->microbatches);
+  snprintf(s, sizeof s, "%3d %5s %3d %3d %3d %3d %4d %4d %4d", st->dp, tp, st->pp, st->vpp,
+           st->cp > 1 ? st->cp : 1, st->sp, st->zero, st->micro_batch, st->microbatches);
   return s;
 }
 
@@ -80,7 +80,7 @@ void loom_plan_print(const loom_plan_request *q, const loom_plan_result *r) {
    * there) */
   bool vlm = q->spec->vision.arch != LOOM_VISION_NONE && r->n > 0 && r->best[0].st.vision_patches > 0;
   printf("%-3s " LAYOUT_HDR " %-11s %-9s%s %6s %10s %10s %10s %6s %8s %7s %8s\n", "#", "dp", "tp",
-         "pp", "vpp", "sp", "zero", "mbs", "m", "schedule", "recompute", vlm ? " vision   " : "",
+         "pp", "vpp", "cp", "sp", "zero", "mbs", "m", "schedule", "recompute", vlm ? " vision   " : "",
          "ranks", "estimate", "step (s)", "tokens/s", "MFU", "mem GiB", "bubble", "comm (s)");
   for (int i = 0; i < r->n && i < q->top; i++) {
     const loom_plan_entry *e = &r->best[i];

@@ -1,7 +1,8 @@
 /* The planner's search: every layout of the ranks (tp, Megatron sequence parallelism or
- * Ulysses sp, pp, vpp and schedule, dp filling the rest), micro-batch size, ZeRO stage and
- * recomputation, checked against the trainer's layout rules, costed in closed form
- * (plan_estimate.c) and pruned by memory; the best `finalists` are then simulated on their
+ * Ulysses sp (also with tp: heads split by tp, then sp), context parallelism cp, pp, vpp and
+ * schedule, dp filling the rest), micro-batch size, ZeRO stage and recomputation, checked
+ * against the trainer's layout rules, costed in closed form (plan_estimate.c) and pruned by
+ * memory; the best `finalists` are then simulated on their
  * real schedules and ranked by the simulated step time. */
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ static bool layout_ok(const loom_sim_strategy *st, const loom_model_spec *spec) 
   loom_config_parallel p;
   memset(&p, 0, sizeof p);
   p.dp = st->dp, p.tp = st->tp, p.pp = st->pp, p.sp = st->sp, p.vpp = st->vpp;
+  p.cp = st->cp > 1 ? st->cp : 1;
   snprintf(p.sp_mode, sizeof p.sp_mode, "%s", st->seq_par ? "megatron" : "ulysses");
   snprintf(p.schedule, sizeof p.schedule, "%s", st->vpp > 1 ? "interleaved" : "1f1b");
   bool ok = loom_mesh_check_model(&p, spec, st->micro_batch, st->seq, loom_sim_world(st)) == 0;
@@ -131,7 +133,13 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
     for (int sq = 0; sq < 2; sq++) {
       if (sq && tp == 1) continue;
       for (int sp = 1; sp * tp <= q->gpus && sp <= 64; sp *= 2) {
-        if (sp > 1 && (tp > 1 || spec->heads % sp || spec->kv_heads % sp || q->seq % sp)) continue;
+        if (sp > 1 && ((spec->heads / tp) % sp || (spec->kv_heads / tp) % sp || q->seq % sp))
+          continue;
+        /* cp: 2*cp load-balancing chunks per sequence, text models only (the simulator's
+         * encoder has no ring); the trainer's check (sp dividing T/cp...) has the last word */
+        bool vlm_model = spec->vision.arch != LOOM_VISION_NONE && q->vision_patches > 0;
+        for (int cp = 1; cp * sp * tp <= q->gpus && cp <= 64; cp *= 2) {
+        if (cp > 1 && (q->seq % (2 * cp) || vlm_model)) continue;
         for (size_t bi = 0; bi < sizeof mbs_values / sizeof *mbs_values; bi++) {
           int mbs = mbs_values[bi];
           if (mbs > q->global_batch) break;
@@ -144,7 +152,8 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
             snprintf(st.vision_mode, sizeof st.vision_mode, "%s", vmodes[vi]);
             st.vision_patches = vlm ? q->vision_patches : 0;
             st.freeze_vision = q->freeze_vision;
-            st.tp = tp, st.sp = sp, st.seq_par = sq, st.micro_batch = mbs, st.recompute = recs[ri];
+            st.tp = tp, st.sp = sp, st.cp = cp, st.seq_par = sq, st.micro_batch = mbs;
+            st.recompute = recs[ri];
             st.dp = st.pp = st.vpp = st.microbatches = 1, st.zero = 0;
             snprintf(st.schedule, sizeof st.schedule, "none");
             loom_sim_ctx c;
@@ -155,7 +164,7 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
             loom_sim_head_cost(&c, &k.head);
             for (int pi = 0; pi < npp; pi++) {
               int pp = pps[pi];
-              int dp = q->gpus / (tp * sp * pp);
+              int dp = q->gpus / (tp * sp * cp * pp);
               if (dp < 1) break;
               while (dp > 1 && q->global_batch % (dp * mbs)) dp--;
               if (q->global_batch % (dp * mbs)) continue;
@@ -177,7 +186,7 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
                 for (int si = 0; si < ns; si++) {
                   snprintf(st.schedule, sizeof st.schedule, "%s", scheds[si]);
                   for (int zero = 0; zero <= 3; zero++) {
-                    if (zero > 0 && dp * sp == 1) break;
+                    if (zero > 0 && dp * cp * sp == 1) break;
                     st.zero = zero;
                     loom_sim_ctx_init(&c, spec, hw, &st);
                     plan_eval ev;
@@ -200,6 +209,7 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
             }
           }
         }
+        } /* cp */
       }
     }
   }

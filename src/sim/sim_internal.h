@@ -29,12 +29,23 @@ void sim_attention(sim_ops *b, bool backward);
 void sim_vision_ops(sim_ops *b);
 
 /* communicator placement: (stride, size) of the groups in the rank order
- * rank = ((pp_rank * dp + dp_rank) * sp + sp_rank) * tp + tp_rank */
+ * rank = (((pp_rank * dp + dp_rank) * cp + cp_rank) * sp + sp_rank) * tp + tp_rank */
+static inline int sim_cp(const loom_sim_strategy *s) { return s->cp > 1 ? s->cp : 1; }
 static inline int sim_tp_stride(const loom_sim_strategy *s) { (void)s; return 1; }
 static inline int sim_sp_stride(const loom_sim_strategy *s) { return s->tp; }
-static inline int sim_grad_stride(const loom_sim_strategy *s) { return s->tp; } /* dp x sp */
-static inline int sim_grad_size(const loom_sim_strategy *s) { return s->dp * s->sp; }
-static inline int sim_pp_stride(const loom_sim_strategy *s) { return s->tp * s->sp * s->dp; }
+static inline int sim_cp_stride(const loom_sim_strategy *s) { return s->tp * s->sp; }
+static inline int sim_grad_stride(const loom_sim_strategy *s) { return s->tp; } /* dp x cp x sp */
+static inline int sim_grad_size(const loom_sim_strategy *s) { return s->dp * sim_cp(s) * s->sp; }
+static inline int sim_pp_stride(const loom_sim_strategy *s) {
+  return s->tp * s->sp * sim_cp(s) * s->dp;
+}
+/* ranks of one pipeline stage: dp x cp x sp x tp */
+static inline int sim_stage_ranks(const loom_sim_strategy *s) { return sim_pp_stride(s); }
+/* attention core with context parallelism (src/sim/cost_cp.c): the ring's K/V (and, backward,
+ * dK/dV) transfers overlapped with the block computations; sim_attention when cp = 1 */
+void sim_cp_attention(sim_ops *b, bool backward);
+/* the ring's buffers on one rank (bytes; 0 without cp) */
+double sim_cp_workspace_bytes(const loom_sim_ctx *c);
 
 /* layers of each virtual stage (pp*vpp + 1 entries: first[v], first[K] = layers) */
 int sim_stage_split(const loom_sim_strategy *st, int layers, int *first);

@@ -9,6 +9,7 @@
 #include "loom/core.h"
 #include "loom/decoder.h"
 #include "loom/sim.h"
+#include "sim/sim_internal.h"
 #include "train/progress.h"
 
 /* The step's MFU as a fraction, or NAN with why[] saying why it is absent. */
@@ -127,7 +128,7 @@ void loom_sim_print(const loom_sim_ctx *c, const loom_sim_result *r) {
   printf("bubble         %.4f  (idle / busy compute over the pipeline ranks; %.1f%% of the "
          "pipeline's time)\n", r->bubble, 100 * r->bubble / (1 + r->bubble));
   printf("communication  %.4f s exposed on rank %d's compute stream, %.4f s in all\n",
-         r->exposed_comm, r->critical_rank * st->dp * st->sp * st->tp, r->comm_total);
+         r->exposed_comm, r->critical_rank * sim_stage_ranks(st), r->comm_total);
   printf("compute        %.4f s busy (forward/backward), optimizer %.4f s\n", r->compute_time,
          r->optimizer_time);
   print_bottleneck(c, r);

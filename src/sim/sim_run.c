@@ -252,7 +252,7 @@ static void metrics(const sim_run *R, double makespan, loom_sim_result *out) {
   double devices = out->world;
   if (c->hw->timeshare && out->timeshare > 1) devices = out->world / out->timeshare;
   double denom = makespan * devices * peak;
-  double rec = R->flops_rec * st->dp * st->tp * st->sp;
+  double rec = R->flops_rec * sim_stage_ranks(st);
   out->mfu = denom > 0 ? out->model_flops / denom : 0;
   out->hfu = denom > 0 ? (out->model_flops + rec) / denom : 0;
 }
@@ -287,7 +287,7 @@ int loom_sim_run(const loom_sim_ctx *c, const loom_schedule *s, const loom_sim_o
   double makespan = 0;
   int rc = replay(&R, &makespan);
   if (!rc && out->timeshare > 1) { /* processor sharing: a fixed point of the slowdowns */
-    int stage_ranks = st->dp * st->tp * st->sp;
+    int stage_ranks = sim_stage_ranks(st);
     for (int it = 0; it < 12 && !rc; it++) {
       double change = sim_share_update(&R, stage_ranks, nodes, c->hw->devices_per_node);
       rc = replay(&R, &makespan);

@@ -33,7 +33,7 @@ static int by_start(const void *a, const void *b) {
 
 int sim_trace_write(const sim_run *R, const char *path, bool per_world_rank) {
   const loom_sim_strategy *st = R->c->st;
-  int S = st->dp * st->sp * st->tp, pp = R->s->pp;
+  int S = sim_stage_ranks(st), pp = R->s->pp; /* dp x cp x sp x tp */
   int rows = per_world_rank ? S : 1;
   qsort(R->ev, (size_t)R->n_ev, sizeof *R->ev, by_start);
   char *tmp = loom_tmp_path(path);

@@ -22,12 +22,13 @@ int loom_recompute_parse(const char *s, loom_recompute *out) {
   return loom_err("unknown recompute '%s' (expected none, selective or full)", s);
 }
 
-int loom_sim_world(const loom_sim_strategy *st) { return st->dp * st->tp * st->pp * st->sp; }
+int loom_sim_world(const loom_sim_strategy *st) {
+  return st->dp * st->tp * st->pp * sim_cp(st) * st->sp;
+}
 
 static void to_parallel(const loom_sim_strategy *st, loom_config_parallel *p) {
   memset(p, 0, sizeof *p);
-  p->dp = st->dp, p->tp = st->tp, p->pp = st->pp, p->sp = st->sp;
-  p->cp = 1; /* the simulator's strategies have no context parallelism yet */
+  p->dp = st->dp, p->tp = st->tp, p->pp = st->pp, p->sp = st->sp, p->cp = sim_cp(st);
   snprintf(p->sp_mode, sizeof p->sp_mode, "%s", st->seq_par ? "megatron" : "ulysses");
   p->zero = st->zero;
   p->vpp = st->vpp;
@@ -110,11 +111,8 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
   const loom_config_parallel *p = &cfg->parallel;
   const loom_config_training *t = &cfg->training;
   memset(st, 0, sizeof *st);
-  if (p->cp > 1 || cfg->vision_parallel.cp > 1) /* the ring is not in the cost model yet */
-    return loom_err("parallel.cp = %ld, vision.parallel.cp = %ld: the simulator does not model "
-                    "context parallelism yet; simulate the layout with both at 1", p->cp,
-                    cfg->vision_parallel.cp);
   st->dp = (int)p->dp, st->tp = (int)p->tp, st->pp = (int)p->pp, st->sp = (int)p->sp;
+  st->cp = (int)p->cp;
   st->seq_par = !strcmp(p->sp_mode, "megatron") && p->tp > 1;
   st->zero = (int)p->zero;
   st->vpp = (int)p->vpp;
@@ -140,6 +138,13 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
       st->vision_patches = spec.vision.arch == LOOM_VISION_LLAVA
                                ? (spec.vision.image_size / spec.vision.patch) * (spec.vision.image_size / spec.vision.patch)
                                : (int)(cfg->data.image_max_pixels / px) / unit * unit;
+      if (p->cp > 1 || cfg->vision_parallel.cp > 1) /* docs/SIMULATOR.md, "Not modelled" */
+        return loom_err("parallel.cp = %ld, vision.parallel.cp = %ld: the simulator does not "
+                        "model context parallelism in a vision-language model (the text's cp "
+                        "ranks share an encoder that is not split over them, or the encoder's "
+                        "own ring); simulate it with parallel.cp=1 and vision.parallel.cp=1",
+                        p->cp,
+                        cfg->vision_parallel.cp);
       if (vision_mode(cfg, st->vision_mode, sizeof st->vision_mode)) return -1; /* patches set */
       st->vision_zero_own = cfg->vision_parallel.zero >= 0;
       st->vision_zero = st->vision_zero_own ? (int)cfg->vision_parallel.zero : st->zero;
@@ -147,13 +152,14 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
     loom_err_clear();
   }
   if (world > 0 && world != loom_sim_world(st)) {
-    int rest = st->tp * st->pp * st->sp;
+    int rest = st->tp * st->pp * sim_cp(st) * st->sp;
     if (st->dp == 1 && world % rest == 0) {
       st->dp = world / rest;
     } else {
-      return loom_err("the config's mesh is dp*tp*pp*sp = %ld*%ld*%ld*%ld = %d ranks but the "
-                      "cluster has %d; set parallel.dp=1 to let dp fill the cluster, or change "
-                      "--nodes/--gpus", p->dp, p->tp, p->pp, p->sp, loom_sim_world(st), world);
+      return loom_err("the config's mesh is dp*tp*pp*cp*sp = %ld*%ld*%ld*%d*%ld = %d ranks but "
+                      "the cluster has %d; set parallel.dp=1 to let dp fill the cluster, or "
+                      "change --nodes/--gpus", p->dp, p->tp, p->pp, sim_cp(st), p->sp,
+                      loom_sim_world(st), world);
     }
   }
   st->microbatches = (int)t->grad_accum;
@@ -217,6 +223,8 @@ const char *loom_sim_strategy_str(const loom_sim_strategy *st) {
   int n = snprintf(s, sizeof s, "dp=%d tp=%d%s pp=%d vpp=%d sp=%d zero=%d mbs=%d m=%d %s recompute=%s",
                    st->dp, st->tp, st->seq_par ? "+sp" : "", st->pp, st->vpp, st->sp, st->zero,
                    st->micro_batch, st->microbatches, st->schedule, loom_recompute_name(st->recompute));
+  if (sim_cp(st) > 1 && n > 0 && (size_t)n < sizeof s)
+    n += snprintf(s + n, sizeof s - (size_t)n, " cp=%d", st->cp);
   if (st->vision_patches > 0 && n > 0 && (size_t)n < sizeof s)
     snprintf(s + n, sizeof s - (size_t)n, " vision=%s", st->vision_mode);
   return s;

@@ -80,6 +80,18 @@ def expected(case):
         z["all-to-all"] = A * L * 8 * ring_part(N * H * D // 2, 2)
         z["all-reduce"] = ring_allreduce(layout_total(), 2)
         ranks = [z, dict(z)]
+    elif kind == "ulysses2_tp2":
+        # Ulysses x TP, rank = sp_rank * 2 + tp_rank: tp splits the heads first (H/tp per rank),
+        # the all-to-all then runs over the sp pair on the rank's N/sp tokens x H/tp heads:
+        # per block 8 all-to-alls of (N/sp)(H/tp)D values, each counted (sp-1)/sp of it.
+        # The tp all-reduces of tp2 run on the N/sp local rows; the gradients of the rank's
+        # tp shard are all-reduced over the two sequence replicas.
+        sp, tp = 2, 2
+        z["all-to-all"] = A * L * 8 * ring_part(N // sp * (H // tp) * D, sp)
+        z["all-reduce"] = A * (ring_allreduce((2 + 4 * L) * (N // sp) * C, tp) +
+                               ring_allreduce(N // sp, tp) + ring_allreduce(2 * N // sp, tp)) + \
+            ring_allreduce(layout_total(tp), sp)
+        ranks = [z, dict(z), dict(z), dict(z)]
     elif kind in ("cp2", "cp4"):
         # ring attention, per layer and micro-batch: forward, cp-1 hops of this rank's K and V
         # blocks (B*T/cp tokens x kv heads x D each): 2 (cp-1)/cp B T Hkv D floats; backward the
@@ -108,6 +120,7 @@ CASES = [
     {"kind": "tp2_sp", "np": 2, "args": ["parallel.tp=2", "parallel.sp_mode=megatron"]},
     {"kind": "ulysses2", "np": 2, "args": ["parallel.sp=2"]},
     {"kind": "pp2", "np": 2, "args": ["parallel.pp=2"]},
+    {"kind": "ulysses2_tp2", "np": 4, "args": ["parallel.sp=2", "parallel.tp=2"]},
     {"kind": "cp2", "np": 2, "args": ["parallel.cp=2"]},
     {"kind": "cp4", "np": 4, "args": ["parallel.cp=4"]},
 ]

@@ -3,7 +3,9 @@
  * decoder's activation arena (slots of saved activations plus the backward scratch) and its
  * parameter/gradient buffers, for GPT-2 and Llama shapes, bf16, recomputation, pipeline
  * chunks with several slots, the head on the last stage, tensor parallelism with Megatron
- * sequence parallelism; and the in-flight count the executor sizes its slots with. */
+ * sequence parallelism, context parallelism (T/cp tokens, the ring's buffers; also inside
+ * Ulysses), Ulysses x TP; and the
+ * in-flight count the executor sizes its slots with. */
 #include <math.h>
 
 #include "loom/decoder.h"
@@ -14,6 +16,7 @@ typedef struct {
   const char *preset;
   int B, T, tp, layers_held, slots;
   bool head, embed, bf16, recompute, seqpar;
+  int cp, sp; /* 0: none */
 } mcase;
 
 static void check_case(const mcase *k) {
@@ -21,15 +24,20 @@ static void check_case(const mcase *k) {
   CHECK(loom_model_preset(&s, k->preset) == 0, "%s", loom_errmsg());
   loom_shard sh;
   memset(&sh, 0, sizeof sh);
-  sh.tp = k->tp, sh.sp = 1, sh.n_chunks = 1, sh.seq_parallel = k->seqpar;
+  int cp = k->cp > 1 ? k->cp : 1, sp = k->sp > 1 ? k->sp : 1;
+  sh.tp = k->tp, sh.sp = sp, sh.n_chunks = 1, sh.seq_parallel = k->seqpar;
+  sh.cp = cp;
   sh.chunk_first[0] = k->embed ? 0 : 1;
   sh.chunk_last[0] = sh.chunk_first[0] + k->layers_held;
   sh.chunk_embed[0] = k->embed, sh.chunk_head[0] = k->head;
   loom_decoder *d;
   /* a tp > 1 shard needs a communicator only to run, not to be built */
-  loom_comm fake = {NULL, k->tp, 0, "tp", 0};
+  loom_comm fake = {NULL, k->tp, 0, "tp", 0}, fake_cp = {NULL, cp, 0, "cp", 0};
+  loom_comm fake_sp = {NULL, sp, 0, "sp", 0};
   CHECK(loom_decoder_create_shard(&d, &s, &sh, k->B, k->T, k->bf16, k->recompute, k->slots,
-                                  k->tp > 1 ? &fake : NULL, NULL, NULL) == 0, "%s", loom_errmsg());
+                                  k->tp > 1 ? &fake : NULL, sp > 1 ? &fake_sp : NULL,
+                                  cp > 1 ? &fake_cp : NULL) == 0,
+        "%s", loom_errmsg());
   loom_hw_profile hw;
   loom_bench_profile_defaults(&hw);
   hw.attn_rate_fwd = hw.attn_rate_bwd = 1e9;
@@ -37,15 +45,16 @@ static void check_case(const mcase *k) {
   st.dtype = k->bf16 ? LOOM_DT_BF16 : LOOM_DT_FP32;
   st.recompute = k->recompute ? LOOM_RECOMPUTE_FULL : LOOM_RECOMPUTE_NONE;
   st.seq_par = k->seqpar;
+  st.cp = cp, st.sp = sp;
   loom_sim_ctx c;
   loom_sim_ctx_init(&c, &s, &hw, &st);
   loom_sim_memory m;
   loom_sim_memory_rank(&c, k->layers_held, k->layers_held, k->embed, k->head, k->slots, &m);
   double model = m.activations + m.workspace, real = (double)d->arena_bytes;
-  CHECK(fabs(model - real) <= 0.03 * real, "%s B=%d T=%d tp=%d%s slots=%d%s%s%s: activations + "
-        "scratch modelled %.0f, allocated %.0f (%.2f%%)", k->preset, k->B, k->T, k->tp,
-        k->seqpar ? "+sp" : "", k->slots, k->head ? " head" : "", k->bf16 ? " bf16" : "",
-        k->recompute ? " recompute" : "", model, real, 100 * (model / real - 1));
+  CHECK(fabs(model - real) <= 0.03 * real, "%s B=%d T=%d tp=%d%s cp=%d slots=%d%s%s%s: activations "
+        "+ scratch modelled %.0f, allocated %.0f (%.2f%%) (sp=%d)", k->preset, k->B, k->T, k->tp,
+        k->seqpar ? "+sp" : "", cp, k->slots, k->head ? " head" : "", k->bf16 ? " bf16" : "",
+        k->recompute ? " recompute" : "", model, real, 100 * (model / real - 1), sp);
   double buffers = (double)d->layout.total * sizeof(float) * (k->bf16 ? 3 : 2);
   CHECK(fabs(m.weights + m.grads - buffers) <= 0.01 * buffers,
         "%s: weights + gradients modelled %.0f, allocated %.0f", k->preset, m.weights + m.grads, buffers);
@@ -54,15 +63,24 @@ static void check_case(const mcase *k) {
 
 int main(void) {
   const mcase cases[] = {
-      {"tiny-gpt2", 4, 64, 1, 4, 1, true, true, false, false, false},
-      {"tiny-gpt2", 8, 128, 1, 2, 3, false, true, false, false, false},
-      {"tiny-gpt2", 4, 64, 1, 4, 2, true, false, true, false, false},
-      {"tiny-gpt2", 4, 64, 1, 4, 2, true, true, false, true, false},
-      {"tiny-llama", 4, 64, 1, 4, 1, true, true, false, false, false},
-      {"tiny-llama", 2, 128, 1, 3, 4, false, false, true, true, false},
-      {"tiny-gpt2", 4, 64, 2, 4, 1, true, true, false, false, false},
-      {"tiny-gpt2", 4, 64, 2, 4, 2, true, true, false, false, true},
-      {"gpt2-124m", 1, 256, 1, 2, 2, true, false, false, false, false},
+      {"tiny-gpt2", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0},
+      {"tiny-gpt2", 8, 128, 1, 2, 3, false, true, false, false, false, 0, 0},
+      {"tiny-gpt2", 4, 64, 1, 4, 2, true, false, true, false, false, 0, 0},
+      {"tiny-gpt2", 4, 64, 1, 4, 2, true, true, false, true, false, 0, 0},
+      {"tiny-llama", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0},
+      {"tiny-llama", 2, 128, 1, 3, 4, false, false, true, true, false, 0, 0},
+      {"tiny-gpt2", 4, 64, 2, 4, 1, true, true, false, false, false, 0, 0},
+      {"tiny-gpt2", 4, 64, 2, 4, 2, true, true, false, false, true, 0, 0},
+      {"gpt2-124m", 1, 256, 1, 2, 2, true, false, false, false, false, 0, 0},
+      /* context parallelism: T/cp tokens per rank and the ring's scratch */
+      {"tiny-llama", 2, 256, 1, 4, 1, true, true, false, false, false, 2, 0},
+      {"tiny-gpt2", 4, 256, 2, 4, 2, true, true, false, false, false, 4, 0},
+      {"tiny-llama", 2, 256, 1, 3, 2, false, false, true, true, false, 4, 0},
+      {"gpt2-124m", 1, 1024, 1, 2, 1, true, true, false, false, false, 8, 0},
+      /* Ulysses inside cp (the ring in the attention layout), and Ulysses x TP */
+      {"tiny-llama", 2, 256, 1, 4, 1, true, true, false, false, false, 2, 2},
+      {"tiny-gpt2", 4, 256, 2, 4, 2, true, true, true, false, false, 2, 2},
+      {"tiny-gpt2", 4, 128, 2, 4, 1, true, true, false, false, false, 0, 2},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
   /* the executor sizes its slots with the schedule's peak in flight; the planner's closed
