@@ -12,6 +12,8 @@ set(LOOM_TORCH_CASES
   "torch_llama_gqa_untied_fp32|model.preset= model.arch=llama model.vocab_size=1000 model.hidden=96 model.heads=6 model.kv_heads=2 model.intermediate=200 model.layers=2 model.max_seq=64 model.qkv_bias=false model.tied_embeddings=false training.seq_len=33 training.micro_batch_size=2"
   "torch_qwen2_bias_tied_fp32|model.preset= model.arch=llama model.vocab_size=1000 model.hidden=96 model.heads=3 model.kv_heads=1 model.intermediate=160 model.layers=2 model.max_seq=64 model.qkv_bias=true model.tied_embeddings=true model.rope_theta=1000000 training.seq_len=33 training.micro_batch_size=2 training.grad_accum=2 training.activation_checkpointing=true"
   "torch_gpt2_bf16|model.preset= model.arch=gpt2 model.vocab_size=1000 model.hidden=96 model.heads=3 model.layers=2 model.max_seq=64 training.seq_len=33 training.micro_batch_size=2 training.dtype=bf16"
+  "torch_llama_gqa_packed_fp32|model.preset= model.arch=llama model.vocab_size=1000 model.hidden=96 model.heads=6 model.kv_heads=2 model.intermediate=200 model.layers=2 model.max_seq=64 model.qkv_bias=true model.tied_embeddings=false training.seq_len=33 training.micro_batch_size=2 training.grad_accum=2 data.pack_documents=true"
+  "torch_gpt2_packed_fp32|model.preset= model.arch=gpt2 model.vocab_size=1000 model.hidden=96 model.heads=3 model.layers=2 model.max_seq=64 training.seq_len=33 training.micro_batch_size=2 data.pack_documents=true"
   "torch_llama_gqa_bf16|model.preset= model.arch=llama model.vocab_size=1000 model.hidden=96 model.heads=6 model.kv_heads=2 model.intermediate=200 model.layers=2 model.max_seq=64 model.qkv_bias=true model.tied_embeddings=false training.seq_len=33 training.micro_batch_size=2 training.dtype=bf16"
 )
 foreach(case ${LOOM_TORCH_CASES})
