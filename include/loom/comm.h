@@ -82,6 +82,9 @@ void loom_comm_iallgather_v_f32(const loom_comm *c, float *inout, const int *cou
 void loom_comm_isend_f32(const loom_comm *c, const float *x, size_t n, int peer, int tag,
                          loom_comm_request *r);
 void loom_comm_recv_f32(const loom_comm *c, float *x, size_t n, int peer, int tag);
+/* Non-blocking receive, completed by loom_comm_wait (with the communicator's timeout). */
+void loom_comm_irecv_f32(const loom_comm *c, float *x, size_t n, int peer, int tag,
+                         loom_comm_request *r);
 void loom_comm_barrier(const loom_comm *c);
 /* Broadcast n bytes from rank `root`. */
 void loom_comm_bcast_bytes(const loom_comm *c, void *data, size_t n, int root);

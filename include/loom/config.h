@@ -83,10 +83,11 @@ typedef struct {
   bool pack_documents;             /* attention and positions restart after each end-of-doc */
 } loom_config_data;
 
-/* Hybrid parallelism: a mesh (pp, dp, sp, tp; tp innermost) whose product is the number of
- * MPI ranks; ZeRO stage; pipeline schedule. */
+/* Hybrid parallelism: a mesh (pp, dp, cp, sp, tp; tp innermost) whose product is the number
+ * of MPI ranks; ZeRO stage; pipeline schedule. */
 typedef struct {
   long dp, tp, pp, sp;                /* mesh axes */
+  long cp;                            /* context parallelism: ring attention ranks */
   char sp_mode[16];                   /* ulysses | megatron (megatron: sequence-parallel tp) */
   long zero;                          /* 0 | 1 | 2 | 3 */
   long vpp;                           /* virtual pipeline chunks per pp rank (interleaved) */
@@ -102,6 +103,7 @@ typedef struct {
  * text strategy (see docs/VISION.md). */
 typedef struct {
   long dp, tp, sp;          /* 0: same as the text decoder (tp and sp both 0: text's tp and sp) */
+  long cp;                  /* vision context parallelism (ring attention); 0: parallel.cp */
   long zero;                /* -1: same as parallel.zero */
   char placement[16];       /* collocated | separate */
 } loom_config_vision_parallel;

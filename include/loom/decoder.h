@@ -13,8 +13,10 @@
  * the loss, master weights, gradients and optimizer state stay fp32.
  *
  * Rows: a micro-batch has B sequences of T tokens. N = B*T rows enter attention and the
- * column-parallel linears; with Ulysses each rank holds B x T/sp tokens, and with Megatron
- * sequence parallelism the residual stream holds N/tp rows per rank. */
+ * column-parallel linears; with Ulysses each rank holds B x T/sp tokens, with context
+ * parallelism B x T/cp tokens (chunks cp_rank and 2cp-1-cp_rank of 2cp per sequence,
+ * include/loom/ring_attention.h), and with Megatron sequence parallelism the residual stream
+ * holds N/tp rows per rank. */
 #ifndef LOOM_DECODER_H
 #define LOOM_DECODER_H
 #include <stdbool.h>
@@ -63,7 +65,8 @@ typedef struct {
   loom_shard shard;
   loom_param_layout layout;
   int B, T;                 /* micro-batch shape (whole sequences) */
-  int N;                    /* rows through attention: B*T (Ulysses: B*T/sp local tokens) */
+  int N;                    /* rows through attention: B*T (Ulysses: B*T/sp, context
+                               parallelism: B*T/cp local tokens) */
   int Nr;                   /* rows of the residual stream (N/tp with Megatron SP) */
   int lh, lkv, li, vloc;    /* local heads, kv heads, intermediate, vocabulary rows */
   int v0;                   /* first global vocabulary row of this rank */
@@ -72,6 +75,7 @@ typedef struct {
                                is one sequence: full causal attention, positions 0..T-1) */
   bool bf16, recompute;
   const loom_comm *tp_comm, *sp_comm; /* NULL when not parallel */
+  const loom_comm *cp_comm; /* the context-parallel ring (NULL when shard.cp == 1) */
 
   float *params;            /* (layout.total) fp32 master weights */
   float *grads;             /* (layout.total) accumulated gradients */
@@ -101,11 +105,12 @@ typedef struct {
 /* Whole model on one process, one activation slot. */
 int loom_decoder_create(loom_decoder **out, const loom_model_spec *spec, int B, int T,
                         bool bf16, bool recompute);
-/* A shard of the model with `slots` activation sets. tp_comm/sp_comm may be NULL when
- * shard->tp == 1 / shard->sp == 1. */
+/* A shard of the model with `slots` activation sets. tp_comm/sp_comm/cp_comm may be NULL
+ * when shard->tp == 1 / shard->sp == 1 / shard->cp <= 1. */
 int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
                               const loom_shard *shard, int B, int T, bool bf16, bool recompute,
-                              int slots, const loom_comm *tp_comm, const loom_comm *sp_comm);
+                              int slots, const loom_comm *tp_comm, const loom_comm *sp_comm,
+                              const loom_comm *cp_comm);
 void loom_decoder_free(loom_decoder *d);
 /* Packed documents (data.pack_documents): from now on every forward splits each sequence
  * after each token equal to eod (loom_attn_doc_segments): attention is causal within a

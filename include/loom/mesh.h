@@ -1,8 +1,8 @@
 /* Ranks and the device mesh: MPI start-up (only when launched by mpirun/srun), the mesh with
- * named axes (pp, dp, sp, tp; tp innermost so tensor-parallel peers are neighbours) built with
- * MPI_Comm_split, and layout checks against the model that run before any work starts.
+ * named axes (pp, dp, cp, sp, tp; tp innermost so tensor-parallel peers are neighbours) built
+ * with MPI_Comm_split, and layout checks against the model that run before any work starts.
  *
- * rank = ((pp_rank * dp + dp_rank) * sp + sp_rank) * tp + tp_rank */
+ * rank = (((pp_rank * dp + dp_rank) * cp + cp_rank) * sp + sp_rank) * tp + tp_rank */
 #ifndef LOOM_MESH_H
 #define LOOM_MESH_H
 #include <stdbool.h>
@@ -15,16 +15,19 @@ typedef struct {
   int world, rank;                    /* ranks in the mesh; this rank's index in it */
   int first;                          /* world rank of mesh rank 0 */
   bool member;                        /* this process belongs to the mesh */
-  int pp, dp, sp, tp;                 /* axis sizes */
-  int pp_rank, dp_rank, sp_rank, tp_rank;
+  int pp, dp, cp, sp, tp;             /* axis sizes */
+  int pp_rank, dp_rank, cp_rank, sp_rank, tp_rank;
   loom_comm world_comm;
-  loom_comm tp_comm;    /* same (pp, dp, sp): tensor-parallel peers */
-  loom_comm sp_comm;    /* same (pp, dp, tp): Ulysses peers */
-  loom_comm dp_comm;    /* same (pp, sp, tp) */
-  loom_comm pp_comm;    /* same (dp, sp, tp): the pipeline of this rank */
-  loom_comm grad_comm;  /* same (pp, tp): dp x sp ranks holding replicas of the same params */
-  loom_comm mp_comm;    /* same (dp, sp): pp x tp ranks holding different params */
-  loom_comm embed_comm; /* first and last pipeline stage of this (dp, sp, tp): tied embedding */
+  loom_comm tp_comm;    /* same (pp, dp, cp, sp): tensor-parallel peers */
+  loom_comm sp_comm;    /* same (pp, dp, cp, tp): Ulysses peers */
+  loom_comm cp_comm;    /* same (pp, dp, sp, tp): the context-parallel ring (rank order) */
+  loom_comm dp_comm;    /* same (pp, cp, sp, tp) */
+  loom_comm pp_comm;    /* same (dp, cp, sp, tp): the pipeline of this rank */
+  loom_comm grad_comm;  /* same (pp, tp): dp x cp x sp ranks holding replicas of the same
+                           params (gradients summed, ZeRO partitions over them) */
+  loom_comm mp_comm;    /* same (dp, cp, sp): pp x tp ranks holding different params */
+  loom_comm embed_comm; /* first and last pipeline stage of this (dp, cp, sp, tp): tied
+                           embedding */
 } loom_mesh;
 
 /* Start MPI when this process was launched by mpirun/srun (environment says so); otherwise
@@ -42,9 +45,9 @@ void loom_dist_abort_quiet(int code) __attribute__((noreturn));
 /* Build the mesh for config.parallel on the current world; checks the product of the axes
  * against the world size. */
 int loom_mesh_create(loom_mesh *m, const loom_config_parallel *p, double timeout_s);
-/* A mesh of pp*dp*sp*tp ranks over world ranks [first, first + n) (a module's own ranks);
+/* A mesh of pp*dp*cp*sp*tp ranks over world ranks [first, first + n) (a module's own ranks);
  * every world rank calls it, those outside get member = false. */
-int loom_mesh_create_on(loom_mesh *m, int pp, int dp, int sp, int tp, double timeout_s,
+int loom_mesh_create_on(loom_mesh *m, int pp, int dp, int cp, int sp, int tp, double timeout_s,
                         int first);
 void loom_mesh_free(loom_mesh *m);
 /* Every model/layout mismatch that makes the layout impossible, with the numbers: tp not

@@ -116,6 +116,7 @@ typedef struct {
   int tp, tp_rank;
   bool seq_parallel;           /* Megatron sequence parallelism over the tp ranks */
   int sp, sp_rank;             /* Ulysses sequence parallelism */
+  int cp, cp_rank;             /* context parallelism (ring attention); 0 is read as 1 */
   int n_chunks;
   int chunk_first[LOOM_MAX_CHUNKS], chunk_last[LOOM_MAX_CHUNKS]; /* layers [first, last) */
   bool chunk_embed[LOOM_MAX_CHUNKS], chunk_head[LOOM_MAX_CHUNKS];

@@ -153,15 +153,16 @@ static int load_config(loom_config *cfg, const char *dir, const eval_args *a) {
   if (!rc && a->batches) cfg->training.eval_batches = atol(a->batches);
   if (!rc) rc = loom_config_validate(cfg);
   const loom_config_parallel *p = &cfg->parallel;
-  long ranks = p->pp * p->dp * p->sp * p->tp;
+  long ranks = p->pp * p->dp * p->cp * p->sp * p->tp;
   if (!rc && ranks > 1 && loom_dist_world() == 1 &&
       strcmp(cfg->vision_parallel.placement, "separate"))
     rc = loom_err("the layout (the checkpoint's config.yaml and the overrides) is "
-                  "parallel.pp*dp*sp*tp = %ld*%ld*%ld*%ld = %ld ranks but this is one process: "
-                  "give --nproc %ld, or evaluate in one process with parallel.pp=1 "
-                  "parallel.dp=1 parallel.sp=1 parallel.tp=1 parallel.zero=0 (keep the batch "
-                  "with training.micro_batch_size=%ld: micro_batch_size x dp)", p->pp, p->dp,
-                  p->sp, p->tp, ranks, ranks, cfg->training.micro_batch_size * p->dp);
+                  "parallel.pp*dp*cp*sp*tp = %ld*%ld*%ld*%ld*%ld = %ld ranks but this is one "
+                  "process: give --nproc %ld, or evaluate in one process with parallel.pp=1 "
+                  "parallel.dp=1 parallel.cp=1 parallel.sp=1 parallel.tp=1 parallel.zero=0 "
+                  "(keep the batch with training.micro_batch_size=%ld: micro_batch_size x dp)",
+                  p->pp, p->dp, p->cp, p->sp, p->tp, ranks, ranks,
+                  cfg->training.micro_batch_size * p->dp);
   return rc;
 }
 
@@ -203,7 +204,7 @@ int loom_cmd_eval(int argc, char **argv) {
   char *dir = NULL, *tmp = NULL, data[LOOM_STR_MAX + 200] = "";
   loom_config cfg;
   loom_eval_loss_result r;
-  int rc = loom_mesh_create_on(&world, 1, loom_dist_world(), 1, 1, defaults.parallel.timeout_s, 0);
+  int rc = loom_mesh_create_on(&world, 1, loom_dist_world(), 1, 1, 1, defaults.parallel.timeout_s, 0);
   if (!rc) rc = resolve_checkpoint(a.ckpt, &world, &dir, &tmp);
   if (!rc) rc = load_config(&cfg, dir, &a);
   free(a.overrides);

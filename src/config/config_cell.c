@@ -14,5 +14,5 @@ loom_value loom_config_cell(const loom_config *c, const loom_config_key *k) {
 }
 
 long loom_config_ranks(const loom_config *c) {
-  return c->parallel.dp * c->parallel.tp * c->parallel.pp * c->parallel.sp;
+  return c->parallel.dp * c->parallel.tp * c->parallel.pp * c->parallel.sp * c->parallel.cp;
 }

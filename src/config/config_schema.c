@@ -186,6 +186,10 @@ const loom_config_key loom_config_keys[] = {
     {"parallel.sp_mode", E, "ulysses", sp_mode_values,
      "ulysses: all-to-all over parallel.sp; megatron: sequence-parallel norms/residuals over tp",
      FIELD(parallel, sp_mode)},
+    /* context parallelism (ring attention) */
+    {"parallel.cp", I, "1", NULL,
+     "context-parallel ranks: each holds seq_len/cp tokens of every sequence (chunks r and "
+     "2cp-1-r of 2cp), attention by ring exchange of K/V", FIELD(parallel, cp)},
     {"parallel.zero", I, "0", NULL,
      "ZeRO stage: 1 optimizer state, 2 + gradients, 3 + parameters partitioned over dp",
      FIELD(parallel, zero)},
@@ -211,6 +215,8 @@ const loom_config_key loom_config_keys[] = {
      FIELD(vision_parallel, tp)},
     {"vision.parallel.sp", I, "0", NULL, "vision encoder Ulysses sequence-parallel ranks",
      FIELD(vision_parallel, sp)},
+    {"vision.parallel.cp", I, "0", NULL,
+     "vision encoder context-parallel ranks (0 = parallel.cp)", FIELD(vision_parallel, cp)},
     {"vision.parallel.zero", I, "-1", NULL,
      "vision encoder ZeRO stage 0-3 over its data-parallel ranks (-1 = parallel.zero)",
      FIELD(vision_parallel, zero)},

@@ -58,6 +58,7 @@ static const range_rule rules[] = {
     AT_LEAST("parallel.tp", 1),
     AT_LEAST("parallel.pp", 1),
     AT_LEAST("parallel.sp", 1),
+    AT_LEAST("parallel.cp", 1),
     {"parallel.zero", 0, 3, false, false},
     AT_LEAST("parallel.vpp", 1),
     ABOVE("parallel.bucket_mb", 0),
@@ -65,6 +66,7 @@ static const range_rule rules[] = {
     AT_LEAST("vision.parallel.dp", 0), /* 0: follow the text decoder */
     AT_LEAST("vision.parallel.tp", 0),
     AT_LEAST("vision.parallel.sp", 0),
+    AT_LEAST("vision.parallel.cp", 0),
     {"vision.parallel.zero", -1, 3, false, false},
 };
 
@@ -128,11 +130,11 @@ static long product_sat(const long *v, int n) {
 /* Products that are held in an int: the rank count of the mesh and the pipeline chunks. */
 static int check_products(const loom_config *c) {
   const loom_config_parallel *q = &c->parallel;
-  long mesh[4] = {q->dp, q->tp, q->pp, q->sp}, chunks[2] = {q->pp, q->vpp};
-  long ranks = product_sat(mesh, 4), nchunks = product_sat(chunks, 2);
+  long mesh[5] = {q->dp, q->tp, q->pp, q->sp, q->cp}, chunks[2] = {q->pp, q->vpp};
+  long ranks = product_sat(mesh, 5), nchunks = product_sat(chunks, 2);
   if (ranks > INT_MAX)
-    return loom_err("parallel.dp*tp*pp*sp = %ld*%ld*%ld*%ld is out of range: the number of "
-                    "ranks must be at most %d", q->dp, q->tp, q->pp, q->sp, INT_MAX);
+    return loom_err("parallel.dp*tp*pp*sp*cp = %ld*%ld*%ld*%ld*%ld is out of range: the number "
+                    "of ranks must be at most %d", q->dp, q->tp, q->pp, q->sp, q->cp, INT_MAX);
   if (nchunks > INT_MAX)
     return loom_err("parallel.pp*vpp = %ld*%ld is out of range: the number of pipeline chunks "
                     "must be at most %d", q->pp, q->vpp, INT_MAX);

@@ -193,6 +193,20 @@ void loom_comm_isend_f32(const loom_comm *c, const float *x, size_t n, int peer,
   count(LOOM_COLL_SENDRECV, r->bytes);
 }
 
+/* Non-blocking receive (the context-parallel ring posts it before computing on the block it
+ * holds); not counted: the sender counts the bytes. */
+void loom_comm_irecv_f32(const loom_comm *c, float *x, size_t n, int peer, int tag,
+                         loom_comm_request *r) {
+  r->comm = c;
+  r->what = "receive";
+  r->extra = NULL;
+  MPI_Request *req = loom_alloc(sizeof *req);
+  r->t0 = loom_now();
+  r->bytes = (double)n * sizeof(float);
+  MPI_Irecv(x, (int)n, MPI_FLOAT, peer, tag, mpi(c), req);
+  r->req = req;
+}
+
 void loom_comm_recv_f32(const loom_comm *c, float *x, size_t n, int peer, int tag) {
   MPI_Request req;
   double t0 = loom_now();

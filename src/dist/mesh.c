@@ -91,13 +91,16 @@ static void make_comm(loom_comm *c, MPI_Comm parent, int color, int key, const c
 }
 
 /* The mesh over world ranks [first, first + count); every world rank takes part in the
- * communicator splits, those outside get member = false and single-rank communicators. */
-static int mesh_build(loom_mesh *m, int pp, int dp, int sp, int tp, double timeout_s, int first,
-                      int count) {
+ * communicator splits, those outside get member = false and single-rank communicators.
+ * rank = (((pp_rank * dp + dp_rank) * cp + cp_rank) * sp + sp_rank) * tp + tp_rank: tp
+ * innermost, then Ulysses sp, then cp (Megatron puts cp right outside tp; the Ulysses
+ * all-to-all, the heavier exchange, stays between the closer ranks), then dp and pp. */
+static int mesh_build(loom_mesh *m, int pp, int dp, int cp, int sp, int tp, double timeout_s,
+                      int first, int count) {
   int wrank = 0;
   if (mpi_started) MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   memset(m, 0, sizeof *m);
-  m->pp = pp, m->dp = dp, m->sp = sp, m->tp = tp;
+  m->pp = pp, m->dp = dp, m->cp = cp, m->sp = sp, m->tp = tp;
   m->world = count;
   m->first = first;
   m->member = wrank >= first && wrank < first + count;
@@ -105,21 +108,25 @@ static int mesh_build(loom_mesh *m, int pp, int dp, int sp, int tp, double timeo
   m->rank = r;
   m->tp_rank = r % m->tp;
   m->sp_rank = r / m->tp % m->sp;
-  m->dp_rank = r / (m->tp * m->sp) % m->dp;
-  m->pp_rank = r / (m->tp * m->sp * m->dp);
+  m->cp_rank = r / (m->tp * m->sp) % m->cp;
+  m->dp_rank = r / (m->tp * m->sp * m->cp) % m->dp;
+  m->pp_rank = r / (m->tp * m->sp * m->cp * m->dp);
   MPI_Comm w = mpi_started ? MPI_COMM_WORLD : MPI_COMM_NULL;
-  int P = m->pp_rank, D = m->dp_rank, S = m->sp_rank, T = m->tp_rank;
-  int DP = m->dp, SP = m->sp, TP = m->tp, U = MPI_UNDEFINED;
+  int P = m->pp_rank, D = m->dp_rank, X = m->cp_rank, S = m->sp_rank, T = m->tp_rank;
+  int DP = m->dp, CP = m->cp, SP = m->sp, TP = m->tp, U = MPI_UNDEFINED;
   bool in = m->member;
+  /* R: the replica index within (pp, tp) — dp x cp x sp ranks that hold the same parameters */
+  int R = (D * CP + X) * SP + S;
   make_comm(&m->world_comm, w, in ? 0 : U, r, "world", timeout_s);
-  make_comm(&m->tp_comm, w, in ? (P * DP + D) * SP + S : U, T, "tp", timeout_s);
-  make_comm(&m->sp_comm, w, in ? (P * DP + D) * TP + T : U, S, "sp", timeout_s);
-  make_comm(&m->dp_comm, w, in ? (P * SP + S) * TP + T : U, D, "dp", timeout_s);
-  make_comm(&m->pp_comm, w, in ? (D * SP + S) * TP + T : U, P, "pp", timeout_s);
-  make_comm(&m->grad_comm, w, in ? P * TP + T : U, D * SP + S, "dp x sp", timeout_s);
-  make_comm(&m->mp_comm, w, in ? D * SP + S : U, P * TP + T, "pp x tp", timeout_s);
+  make_comm(&m->tp_comm, w, in ? P * DP * CP * SP + R : U, T, "tp", timeout_s);
+  make_comm(&m->sp_comm, w, in ? ((P * DP + D) * CP + X) * TP + T : U, S, "sp", timeout_s);
+  make_comm(&m->cp_comm, w, in ? ((P * DP + D) * SP + S) * TP + T : U, X, "cp", timeout_s);
+  make_comm(&m->dp_comm, w, in ? ((P * CP + X) * SP + S) * TP + T : U, D, "dp", timeout_s);
+  make_comm(&m->pp_comm, w, in ? R * TP + T : U, P, "pp", timeout_s);
+  make_comm(&m->grad_comm, w, in ? P * TP + T : U, R, "dp x cp x sp", timeout_s);
+  make_comm(&m->mp_comm, w, in ? R : U, P * TP + T, "pp x tp", timeout_s);
   bool ends = in && (P == 0 || P == m->pp - 1);
-  make_comm(&m->embed_comm, w, ends ? (D * SP + S) * TP + T : U, P, "embed", timeout_s);
+  make_comm(&m->embed_comm, w, ends ? R * TP + T : U, P, "embed", timeout_s);
   return 0;
 }
 
@@ -127,33 +134,35 @@ int loom_mesh_create(loom_mesh *m, const loom_config_parallel *p, double timeout
   memset(m, 0, sizeof *m);
   int world = 1;
   if (mpi_started) MPI_Comm_size(MPI_COMM_WORLD, &world);
-  long product = p->pp * p->dp * p->sp * p->tp;
+  long product = p->pp * p->dp * p->cp * p->sp * p->tp;
   if (product != world) {
     if (world == 1)
-      return loom_err("parallel.pp*dp*sp*tp = %ld*%ld*%ld*%ld = %ld ranks, but this is one "
-                      "process; start it with 'mpirun -np %ld loom train ...' (or 'loom train "
-                      "--nproc %ld ...')", p->pp, p->dp, p->sp, p->tp, product, product, product);
-    return loom_err("parallel.pp*dp*sp*tp = %ld*%ld*%ld*%ld = %ld, but mpirun started %d ranks; "
-                    "make the product equal the number of ranks", p->pp, p->dp, p->sp, p->tp,
-                    product, world);
+      return loom_err("parallel.pp*dp*cp*sp*tp = %ld*%ld*%ld*%ld*%ld = %ld ranks, but this is "
+                      "one process; start it with 'mpirun -np %ld loom train ...' (or 'loom "
+                      "train --nproc %ld ...')", p->pp, p->dp, p->cp, p->sp, p->tp, product,
+                      product, product);
+    return loom_err("parallel.pp*dp*cp*sp*tp = %ld*%ld*%ld*%ld*%ld = %ld, but mpirun started %d "
+                    "ranks; make the product equal the number of ranks", p->pp, p->dp, p->cp,
+                    p->sp, p->tp, product, world);
   }
-  return mesh_build(m, (int)p->pp, (int)p->dp, (int)p->sp, (int)p->tp, timeout_s, 0, world);
+  return mesh_build(m, (int)p->pp, (int)p->dp, (int)p->cp, (int)p->sp, (int)p->tp, timeout_s,
+                    0, world);
 }
 
-int loom_mesh_create_on(loom_mesh *m, int pp, int dp, int sp, int tp, double timeout_s,
+int loom_mesh_create_on(loom_mesh *m, int pp, int dp, int cp, int sp, int tp, double timeout_s,
                         int first) {
   int world = 1;
   if (mpi_started) MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int count = pp * dp * sp * tp;
+  int count = pp * dp * cp * sp * tp;
   if (first < 0 || first + count > world)
     return loom_err("a mesh of %d ranks from rank %d does not fit in the %d ranks started",
                     count, first, world);
-  return mesh_build(m, pp, dp, sp, tp, timeout_s, first, count);
+  return mesh_build(m, pp, dp, cp, sp, tp, timeout_s, first, count);
 }
 
 void loom_mesh_free(loom_mesh *m) {
   if (!mpi_started) return;
-  loom_comm *all[] = {&m->world_comm, &m->tp_comm, &m->sp_comm, &m->dp_comm,
+  loom_comm *all[] = {&m->world_comm, &m->tp_comm,   &m->sp_comm, &m->cp_comm, &m->dp_comm,
                       &m->pp_comm,    &m->grad_comm, &m->mp_comm, &m->embed_comm};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
     MPI_Comm c = (MPI_Comm)all[i]->handle;
@@ -186,6 +195,20 @@ int loom_mesh_check_model(const loom_config_parallel *p, const loom_model_spec *
                       sp, s->heads, s->kv_heads);
     if (T % sp)
       return loom_err("parallel.sp (%ld) must divide training.seq_len (%d)", sp, T);
+  }
+  if (p->cp > 1) {
+    long cp = p->cp;
+    if (sp > 1)
+      return loom_err("context parallelism (parallel.cp=%ld) with Ulysses sequence parallelism "
+                      "(parallel.sp=%ld) is not supported; use one of them", cp, sp);
+    if (T % (2 * cp))
+      return loom_err("parallel.cp (%ld) splits each sequence into 2*cp = %ld chunks (causal "
+                      "load balancing): training.seq_len (%d) must be divisible by %ld", cp,
+                      2 * cp, T, 2 * cp);
+    if (megatron && tp > 1 && ((long)B * T / cp) % tp)
+      return loom_err("Megatron sequence parallelism splits the B*T/cp = %ld tokens a "
+                      "context-parallel rank holds across parallel.tp = %ld ranks; make them "
+                      "divisible by tp", (long)B * T / cp, tp);
   }
   if (megatron && tp > 1 && ((long)B * T) % tp)
     return loom_err("Megatron sequence parallelism splits the B*T = %d tokens of a micro-batch "

@@ -162,6 +162,7 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
   memset(&sh, 0, sizeof sh);
   sh.module = spec->vision.arch != LOOM_VISION_NONE ? LOOM_MODULE_TEXT : LOOM_MODULE_ALL;
   sh.tp = m->tp, sh.tp_rank = m->tp_rank, sh.sp = m->sp, sh.sp_rank = m->sp_rank;
+  sh.cp = m->cp, sh.cp_rank = m->cp_rank;
   sh.seq_parallel = m->tp > 1 && !strcmp(p->sp_mode, "megatron");
   sh.n_chunks = ex->vpp;
   for (int c = 0; c < ex->vpp; c++) {
@@ -175,7 +176,7 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
   if (slots < 1) slots = 1;
   if (loom_decoder_create_shard(&ex->d, spec, &sh, (int)t->micro_batch_size, (int)t->seq_len,
                                 !strcmp(t->dtype, "bf16"), t->activation_checkpointing, slots,
-                                &m->tp_comm, &m->sp_comm)) {
+                                &m->tp_comm, &m->sp_comm, &m->cp_comm)) {
     loom_exec_free(ex);
     return LOOM_ERR;
   }

@@ -63,6 +63,10 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
   pl->tp = follow ? (int)p->tp : pick(v->tp, 1);
   pl->sp = follow ? (int)p->sp : pick(v->sp, 1);
   pl->zero = v->zero >= 0 ? (int)v->zero : (int)p->zero;
+  if (p->cp > 1 || v->cp > 1)
+    return loom_err("context parallelism (parallel.cp=%ld, vision.parallel.cp=%ld) is not "
+                    "supported for vision-language models yet; set both to 1 (use "
+                    "vision.parallel.sp for long vision sequences)", p->cp, v->cp);
   pl->g_t = (int)(p->sp * p->tp);
   pl->megatron_sp = p->tp > 1 && !strcmp(p->sp_mode, "megatron");
   if (pl->dp != p->dp)
@@ -75,7 +79,7 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
     return loom_err("vision.parallel.tp and .sp must be positive (0 = follow the text decoder)");
   pl->separate = !strcmp(v->placement, "separate");
   pl->g_v = pl->sp * pl->tp;
-  pl->text_ranks = (int)(p->pp * p->dp * p->sp * p->tp);
+  pl->text_ranks = (int)(p->pp * p->dp * p->cp * p->sp * p->tp);
   pl->first = pl->separate ? pl->text_ranks : 0;
   const loom_vision_spec *s = &spec->vision;
   int unit = s->merge * s->merge;
@@ -123,8 +127,8 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
   }
   const loom_vmod_plan *pl = &vm->plan;
   double timeout = cfg->parallel.timeout_s;
-  if (loom_mesh_create_on(&vm->mesh, 1, pl->dp, pl->sp, pl->tp, timeout, pl->first) ||
-      loom_mesh_create_on(&vm->all, 1, loom_dist_world(), 1, 1, timeout, 0)) {
+  if (loom_mesh_create_on(&vm->mesh, 1, pl->dp, 1, pl->sp, pl->tp, timeout, pl->first) ||
+      loom_mesh_create_on(&vm->all, 1, loom_dist_world(), 1, 1, 1, timeout, 0)) {
     free(vm);
     return LOOM_ERR;
   }
@@ -156,7 +160,7 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
     sh.tp = m->tp, sh.tp_rank = m->tp_rank, sh.sp = m->sp, sh.sp_rank = m->sp_rank;
     /* a parameter container: the smallest text shape (its activations are never used) */
     if (loom_decoder_create_shard(&vm->d, spec, &sh, 1, m->sp, !strcmp(t->dtype, "bf16"), false,
-                                  1, &m->tp_comm, &m->sp_comm) ||
+                                  1, &m->tp_comm, &m->sp_comm, NULL) ||
         loom_vision_create_parallel(&vm->enc, vm->d, max_patches, &m->tp_comm, &m->sp_comm)) {
       loom_vmod_free(vm);
       return LOOM_ERR;

@@ -1,6 +1,7 @@
 /* One transformer block, forward and backward, on this rank's shard (Megatron tensor
  * parallelism: column-parallel q/k/v and MLP-in, row-parallel attention-out and MLP-out;
- * optional Megatron sequence parallelism and Ulysses all-to-all around attention), on the fast
+ * optional Megatron sequence parallelism, Ulysses all-to-all around attention or ring
+ * attention over the context-parallel ranks), on the fast
  * kernels: flash attention (causal, nothing T x T), residual + norm and bias + activation fused,
  * backward GEMMs that write their outputs instead of zeroing first.
  * Shapes: Nr residual rows, N rows into the linears, C hidden, D head dim, lh/lkv local heads,
@@ -9,6 +10,7 @@
 
 #include "loom/kernels.h"
 #include "loom/kernels_vision.h"
+#include "loom/ring_attention.h"
 #include "model/decoder_internal.h"
 
 static loom_layer_acts *acts_for(loom_decoder *d, loom_acts *a, int idx) {
@@ -22,6 +24,37 @@ static loom_attn_mask attn_mask(const loom_decoder *d, const loom_acts *a) {
   loom_attn_mask m = {1, 0, NULL, NULL};
   if (d->doc_eod >= 0) m.seg_lo = a->seg_lo, m.seg_hi = a->seg_hi;
   return m;
+}
+
+static bool context_parallel(const loom_decoder *d) { return d->shard.cp > 1; }
+
+/* The ring of this rank's attention: B sequences of T/cp local tokens, local heads. */
+static loom_ring_attn ring_of(loom_decoder *d) {
+  loom_ring_attn r = {d->cp_comm, d->B, d->T / d->shard.cp, d->lh, d->lkv, d->spec.head_dim,
+                      true, d->s->ring_work};
+  return r;
+}
+
+/* Rotary (forward, or its inverse rotation of a gradient) on x (N rows, H heads) at the
+ * global positions of the rows' tokens: consecutive from pos0 (the Ulysses offset), or with
+ * context parallelism chunk by chunk (chunk i of 2cp starts at i*T/(2cp)). */
+static void rope_rows(loom_decoder *d, float *x, int H, bool backward) {
+  const loom_model_spec *s = &d->spec;
+  int D = s->head_dim;
+  if (context_parallel(d)) {
+    int cp = d->shard.cp, Tl = d->T / cp, c = Tl / 2;
+    for (int b = 0; b < d->B; b++)
+      for (int half = 0; half < 2; half++) {
+        float *xc = x + ((size_t)b * Tl + (size_t)half * c) * H * D; /* (c, H, D) */
+        int pos = loom_cp_chunk(d->shard.cp_rank, half, cp) * c;
+        if (backward) loom_rope_backward_f32(xc, 1, c, H, D, s->rope_theta, pos);
+        else loom_rope_forward_f32(xc, 1, c, H, D, s->rope_theta, pos);
+      }
+    return;
+  }
+  int Tseq = ulysses(d) ? d->T / d->shard.sp : d->T;
+  if (backward) loom_rope_backward_f32(x, d->B, Tseq, H, D, s->rope_theta, d->pos0);
+  else loom_rope_forward_f32(x, d->B, Tseq, H, D, s->rope_theta, d->pos0);
 }
 
 /* resid[idx] (Nr,C) -> resid[idx+1] (Nr,C) */
@@ -43,18 +76,20 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   dec_linear_fwd(d, L->q, h, o.qw, o.qb, N, C, QD);
   dec_linear_fwd_ex(d, L->k, h, o.kw, o.kb, N, C, KD, LIN_SAME_X);
   dec_linear_fwd_ex(d, L->v, h, o.vw, o.vb, N, C, KD, LIN_SAME_X);
-  int Tseq = ulysses(d) ? T / d->shard.sp : T;
-  if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) { /* multimodal positions */
+  if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) { /* multimodal positions (rows' tokens) */
     loom_rope_table_forward_f32(L->q, a->mcos, a->msin, N, d->lh, D);
     loom_rope_table_forward_f32(L->k, a->mcos, a->msin, N, d->lkv, D);
   } else if (s->arch == LOOM_ARCH_LLAMA && d->doc_eod >= 0) { /* per-document positions */
     loom_rope_pos_forward_f32(L->q, N, d->lh, D, s->rope_theta, a->row_pos);
     loom_rope_pos_forward_f32(L->k, N, d->lkv, D, s->rope_theta, a->row_pos);
   } else if (s->arch == LOOM_ARCH_LLAMA) {
-    loom_rope_forward_f32(L->q, B, Tseq, d->lh, D, s->rope_theta, d->pos0);
-    loom_rope_forward_f32(L->k, B, Tseq, d->lkv, D, s->rope_theta, d->pos0);
+    rope_rows(d, L->q, d->lh, false);
+    rope_rows(d, L->k, d->lkv, false);
   }
-  if (ulysses(d)) {
+  if (context_parallel(d)) {
+    loom_ring_attn ring = ring_of(d);
+    loom_ring_attention_forward(&ring, L->att, L->lse, L->q, L->k, L->v);
+  } else if (ulysses(d)) {
     int sp = d->shard.sp;
     dec_ulysses_to_heads(d, L->q, L->qh, d->lh, D);
     dec_ulysses_to_heads(d, L->k, L->kh, d->lkv, D);
@@ -134,7 +169,11 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   dy = dec_gather_rows(d, S->dres, S->full);
   dec_linear_bwd_ex(d, S->d_att, o.ow, NONE, dy, L->att, N, QD, C, LIN_DX_OVERWRITE);
   /* flash attention writes d_q, d_k, d_v (no zeroing) */
-  if (ulysses(d)) {
+  if (context_parallel(d)) {
+    loom_ring_attn ring = ring_of(d);
+    loom_ring_attention_backward(&ring, S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q,
+                                 L->k, L->v);
+  } else if (ulysses(d)) {
     int sp = d->shard.sp;
     dec_ulysses_to_heads(d, S->d_att, S->d_atth, d->lh, D);
     loom_flash_attention_backward_f32(S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse,
@@ -148,7 +187,6 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
                                       L->k, L->v, B, T, d->lh, d->lkv, D, attn_mask(d, a),
                                       S->attn_work);
   }
-  int Tseq = ulysses(d) ? T / d->shard.sp : T;
   if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) {
     loom_rope_table_backward_f32(S->d_q, a->mcos, a->msin, N, d->lh, D);
     loom_rope_table_backward_f32(S->d_k, a->mcos, a->msin, N, d->lkv, D);
@@ -156,8 +194,8 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     loom_rope_pos_backward_f32(S->d_q, N, d->lh, D, s->rope_theta, a->row_pos);
     loom_rope_pos_backward_f32(S->d_k, N, d->lkv, D, s->rope_theta, a->row_pos);
   } else if (s->arch == LOOM_ARCH_LLAMA) {
-    loom_rope_backward_f32(S->d_q, B, Tseq, d->lh, D, s->rope_theta, d->pos0);
-    loom_rope_backward_f32(S->d_k, B, Tseq, d->lkv, D, s->rope_theta, d->pos0);
+    rope_rows(d, S->d_q, d->lh, true);
+    rope_rows(d, S->d_k, d->lkv, true);
   }
   dec_linear_bwd_ex(d, S->d_norm, o.qw, o.qb, S->d_q, ln1_full, N, C, QD, LIN_DX_OVERWRITE);
   dec_linear_bwd_ex(d, S->d_norm, o.kw, o.kb, S->d_k, ln1_full, N, C, KD, LIN_SAME_X);

@@ -11,6 +11,11 @@
 #include "model/decoder_internal.h"
 
 int dec_row_token_index(const loom_decoder *d, int r) {
+  if (d->shard.cp > 1) {
+    int cp = d->shard.cp, Tl = d->T / cp, c = Tl / 2, j = r % Tl;
+    int chunk = j < c ? d->shard.cp_rank : 2 * cp - 1 - d->shard.cp_rank;
+    return (r / Tl) * d->T + chunk * c + j % c;
+  }
   if (d->shard.sp > 1) {
     int Tl = d->T / d->shard.sp;
     return (r / Tl) * d->T + d->pos0 + r % Tl;

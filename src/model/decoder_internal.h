@@ -14,7 +14,7 @@ struct loom_layer_acts {
                                        == q,k,v otherwise */
   float *atth;                      /* attention output in the attention layout */
   float *att;                       /* (N,lh*D) input of the output projection */
-  float *lse;                       /* (B, heads in attention, T) */
+  float *lse;                       /* (B, heads in attention, T or T/cp) */
   float *mid;                       /* (Nr,C) residual after attention */
   float *ln2, *ln2_mean, *ln2_rstd; /* (Nr,C), (Nr), (Nr) */
   float *ln2_full;                  /* (N,C) */
@@ -35,6 +35,8 @@ struct loom_decoder_scratch {
   loom_layer_acts rec;                /* the one set used with activation checkpointing */
   /* fast paths (decoder_ops.c, decoder_ends.c) */
   float *attn_work;   /* (B, heads in attention, T) flash attention backward scratch */
+  float *ring_work;   /* context parallelism: the ring's K/V and dK/dV blocks and block
+                         scratch (loom_ring_attention_work_floats), NULL when cp == 1 */
   uint16_t *w16;      /* (layout.total) bf16 weights for native bf16 GEMMs, refreshed from
                          params_lp once per parameter update (NULL: not native) */
   unsigned long epoch, w16_epoch; /* params_updated count / epoch w16 was made at */
@@ -114,7 +116,8 @@ void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out);
 void dec_embed_backward(loom_decoder *d, loom_acts *a, const float *dres);
 void dec_head_forward(loom_decoder *d, loom_acts *a, const float *x, double *loss_sum, int *count);
 void dec_head_backward(loom_decoder *d, loom_acts *a, const float *x, float *dres, float scale);
-/* global token position and index into (B,T) arrays of local attention row r */
+/* global token position and index into (B,T) arrays of local attention row r (context
+ * parallelism: rows b*Tl + j hold chunk cp_rank then chunk 2cp-1-cp_rank of sequence b) */
 int dec_row_token_index(const loom_decoder *d, int r);
 int dec_resid_row_token_index(const loom_decoder *d, int r);
 /* Position of token tok (index into the (B,T) micro-batch): tok % T, or its position within

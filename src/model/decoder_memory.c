@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "loom/kernels.h"
+#include "loom/ring_attention.h"
 #include "model/decoder_internal.h"
 
 typedef struct {
@@ -50,6 +51,7 @@ static void plan_layer(const loom_decoder *d, carver *c, loom_layer_acts *L) {
   size_t I = (size_t)d->li;
   bool seqpar = d->shard.seq_parallel, uly = d->shard.sp > 1;
   int heads_att = uly ? d->lh / d->shard.sp : d->lh;
+  size_t T_att = (size_t)d->T / d->shard.cp; /* tokens per sequence in attention */
   L->ln1 = carve(c, Nr * C);
   L->ln1_mean = carve(c, Nr);
   L->ln1_rstd = carve(c, Nr);
@@ -62,7 +64,7 @@ static void plan_layer(const loom_decoder *d, carver *c, loom_layer_acts *L) {
   L->kh = uly ? carve(c, N * KD) : L->k;
   L->vh = uly ? carve(c, N * KD) : L->v;
   L->atth = uly ? carve(c, N * QD) : L->att;
-  L->lse = carve(c, (size_t)d->B * heads_att * d->T);
+  L->lse = carve(c, (size_t)d->B * heads_att * T_att);
   L->mid = carve(c, Nr * C);
   L->ln2 = carve(c, Nr * C);
   L->ln2_mean = carve(c, Nr);
@@ -125,6 +127,10 @@ static void plan(loom_decoder *d, carver *c) {
   S->head_dw = head && fused ? carve(c, V * C) : NULL;
   S->row_targets = head ? (int32_t *)carve(c, N) : NULL;
   S->attn_work = carve(c, (size_t)d->B * (uly ? d->lh / d->shard.sp : d->lh) * d->T);
+  S->ring_work = d->shard.cp > 1 ? carve(c, loom_ring_attention_work_floats(
+                                               d->B, d->T / d->shard.cp, d->lh, d->lkv,
+                                               d->spec.head_dim))
+                                 : NULL;
   /* the fused head converts its logit gradient to bf16 in place: round_dy never holds it */
   size_t in = maxz(maxz(C, I), QD), out = maxz(maxz(in, KD), head && !fused ? V : 0);
   S->round_x = d->bf16 ? carve(c, N * in) : NULL;
@@ -134,7 +140,8 @@ static void plan(loom_decoder *d, carver *c) {
 
 int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
                               const loom_shard *shard, int B, int T, bool bf16, bool recompute,
-                              int slots, const loom_comm *tp_comm, const loom_comm *sp_comm) {
+                              int slots, const loom_comm *tp_comm, const loom_comm *sp_comm,
+                              const loom_comm *cp_comm) {
   if (loom_model_spec_check(spec)) return LOOM_ERR;
   if (B < 1 || T < 1) return loom_err("micro-batch shape must be positive, got B=%d T=%d", B, T);
   if (T > spec->max_seq)
@@ -150,8 +157,11 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   d->recompute = recompute;
   d->tp_comm = tp_comm;
   d->sp_comm = sp_comm;
-  int tp = shard->tp, sp = shard->sp;
-  d->N = B * T / sp;
+  if (d->shard.cp < 1) d->shard.cp = 1, d->shard.cp_rank = 0;
+  d->cp_comm = d->shard.cp > 1 ? cp_comm : NULL;
+  LOOM_ASSERT(d->shard.cp == 1 || (cp_comm && cp_comm->size == d->shard.cp && T % (2 * d->shard.cp) == 0));
+  int tp = shard->tp, sp = shard->sp, cp = d->shard.cp;
+  d->N = B * T / sp / cp;
   d->Nr = shard->seq_parallel ? d->N / tp : d->N;
   d->lh = spec->heads / tp;
   d->lkv = spec->kv_heads / tp;
@@ -210,7 +220,7 @@ int loom_decoder_create(loom_decoder **out, const loom_model_spec *spec, int B, 
                         bool bf16, bool recompute) {
   loom_shard sh;
   loom_shard_full(&sh, spec);
-  return loom_decoder_create_shard(out, spec, &sh, B, T, bf16, recompute, 1, NULL, NULL);
+  return loom_decoder_create_shard(out, spec, &sh, B, T, bf16, recompute, 1, NULL, NULL, NULL);
 }
 
 void loom_decoder_free(loom_decoder *d) {

@@ -156,7 +156,7 @@ int loom_vision_patch_values(const loom_vision_spec *v) {
 
 void loom_shard_full(loom_shard *sh, const loom_model_spec *spec) {
   memset(sh, 0, sizeof *sh);
-  sh->tp = sh->sp = 1;
+  sh->tp = sh->sp = sh->cp = 1;
   sh->n_chunks = 1;
   sh->chunk_first[0] = 0;
   sh->chunk_last[0] = spec->layers;

@@ -85,6 +85,9 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
   const loom_config_parallel *p = &cfg->parallel;
   const loom_config_training *t = &cfg->training;
   memset(st, 0, sizeof *st);
+  if (p->cp > 1) /* the ring's volumes and overlap are not in the cost model yet */
+    return loom_err("parallel.cp = %ld: the simulator does not model context parallelism yet; "
+                    "simulate the layout with parallel.cp=1", p->cp);
   st->dp = (int)p->dp, st->tp = (int)p->tp, st->pp = (int)p->pp, st->sp = (int)p->sp;
   st->seq_par = !strcmp(p->sp_mode, "megatron") && p->tp > 1;
   st->zero = (int)p->zero;

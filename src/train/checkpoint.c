@@ -77,12 +77,13 @@ static char *state_json(const loom_train_state *ts, const loom_mesh *m, int zero
   }
   char hash[32];
   snprintf(hash, sizeof hash, "%016" PRIx64, ts->config_hash);
-  json_t *o = json_pack("{s:I, s:o, s:{s:I, s:I, s:I}, s:s, s:I, s:f, s:{s:i, s:i, s:i, s:i, s:i}}",
+  json_t *o = json_pack("{s:I, s:o, s:{s:I, s:I, s:I}, s:s, s:I, s:f, s:{s:i, s:i, s:i, s:i, s:i, s:i}}",
                         "step", (json_int_t)ts->step, "rng", rng, "loader", "epoch",
                         (json_int_t)ts->loader.epoch, "index", (json_int_t)ts->loader.index,
                         "batch_windows", (json_int_t)ts->loader_batch_windows, "config_hash",
                         hash, "tokens_seen", (json_int_t)ts->tokens_seen, "elapsed", ts->elapsed,
-                        "layout", "pp", m->pp, "dp", m->dp, "sp", m->sp, "tp", m->tp, "zero", zero);
+                        "layout", "pp", m->pp, "dp", m->dp, "cp", m->cp, "sp", m->sp, "tp", m->tp,
+                        "zero", zero);
   json_object_set_new(o, "skipped_bad_samples", json_integer((json_int_t)ts->skipped_bad));
   char *text = json_dumps(o, JSON_INDENT(2));
   json_decref(o);
@@ -120,18 +121,21 @@ static char *file_name(const char *dir, const char *module, const char *kind, bo
 }
 
 /* Ranks that write parameters: one replica of each (pp, tp) position. */
-static bool writes_params(const loom_mesh *m) { return m->dp_rank == 0 && m->sp_rank == 0; }
+static bool writes_params(const loom_mesh *m) {
+  return m->dp_rank == 0 && m->cp_rank == 0 && m->sp_rank == 0;
+}
 
 static void list_files(const module *mo, bool grads, json_t *model, json_t *opt, json_t *gr) {
   const loom_mesh *m = mo->m;
   for (int r = 0; r < m->world; r++) {
-    int dp = r / (m->tp * m->sp) % m->dp, sp = r / m->tp % m->sp;
+    /* replica index (dp, cp, sp) of mesh rank r; 0: the replica that writes parameters */
+    int replica = r / m->tp % (m->sp * m->cp * m->dp);
     char name[96];
-    if ((dp == 0 && sp == 0) || mo->zero == 3) {
+    if (replica == 0 || mo->zero == 3) {
       snprintf(name, sizeof name, "%smodel-r%05d.safetensors", mo->name, r);
       json_array_append_new(model, json_string(name));
     }
-    if (mo->zero > 0 || (dp == 0 && sp == 0)) {
+    if (mo->zero > 0 || replica == 0) {
       snprintf(name, sizeof name, "%soptimizer-r%05d.safetensors", mo->name, r);
       json_array_append_new(opt, json_string(name));
       snprintf(name, sizeof name, "%sgradients-r%05d.safetensors", mo->name, r);
@@ -144,9 +148,10 @@ static int write_index(const char *dir, const module *mods, int nmod, bool grads
   json_t *model = json_array(), *opt = json_array(), *gr = json_array();
   for (int i = 0; i < nmod; i++) list_files(&mods[i], grads, model, opt, gr);
   const loom_mesh *m = mods[0].m;
-  json_t *o = json_pack("{s:s, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i}, s:o, s:o, s:o}", "format",
-                        "loom-sharded", "version", 1, "world", m->world, "mesh", "pp", m->pp,
-                        "dp", m->dp, "sp", m->sp, "tp", m->tp, "zero", mods[0].zero,
+  json_t *o = json_pack("{s:s, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:o, s:o, s:o}",
+                        "format", "loom-sharded", "version", 1, "world", m->world, "mesh", "pp",
+                        m->pp, "dp", m->dp, "cp", m->cp, "sp", m->sp, "tp", m->tp, "zero",
+                        mods[0].zero,
                         "model_files", model, "optimizer_files", opt, "gradient_files", gr);
   if (nmod > 1)
     json_object_set_new(o, "vision_mesh",

@@ -15,13 +15,13 @@ static int build_meshes(const loom_config *cfg, const loom_model_spec *spec, loo
                         loom_mesh *text) {
   const loom_config_parallel *p = &cfg->parallel;
   int world = loom_dist_world();
-  if (loom_mesh_create_on(job, 1, world, 1, 1, p->timeout_s, 0)) return LOOM_ERR;
+  if (loom_mesh_create_on(job, 1, world, 1, 1, 1, p->timeout_s, 0)) return LOOM_ERR;
   bool separate = spec->vision.arch != LOOM_VISION_NONE &&
                   !strcmp(cfg->vision_parallel.placement, "separate");
   if (!separate) return loom_mesh_create(text, p, p->timeout_s);
   loom_vmod_plan plan;
   if (loom_vmod_resolve(cfg, spec, world, &plan)) return LOOM_ERR;
-  return loom_mesh_create_on(text, (int)p->pp, (int)p->dp, (int)p->sp, (int)p->tp, p->timeout_s, 0);
+  return loom_mesh_create_on(text, (int)p->pp, (int)p->dp, (int)p->cp, (int)p->sp, (int)p->tp, p->timeout_s, 0);
 }
 
 static int load(loom_executor *ex, const char *dir) {

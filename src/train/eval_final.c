@@ -33,7 +33,7 @@ int loom_eval_vqa_final(loom_executor *ex, const loom_config *cfg, const loom_mo
   one.vision_parallel = defaults.vision_parallel;
   one.training.grad_accum = 1;
   loom_mesh solo; /* world rank 0 alone; every rank takes part in creating it */
-  if (loom_mesh_create_on(&solo, 1, 1, 1, 1, cfg->parallel.timeout_s, 0)) return LOOM_ERR;
+  if (loom_mesh_create_on(&solo, 1, 1, 1, 1, 1, cfg->parallel.timeout_s, 0)) return LOOM_ERR;
   loom_executor *single = NULL;
   int rc = loom_exec_create(&single, &one, spec, &solo);
   if (!rc && solo.member) {

@@ -352,14 +352,14 @@ static int create_meshes(run_ctx *c) {
                     "vision.parallel keys or pick a vision-language preset",
                     cfg->model.preset[0] ? cfg->model.preset : cfg->model.arch);
   int world = loom_dist_world();
-  if (loom_mesh_create_on(&c->job, 1, world, 1, 1, p->timeout_s, 0)) return LOOM_ERR;
+  if (loom_mesh_create_on(&c->job, 1, world, 1, 1, 1, p->timeout_s, 0)) return LOOM_ERR;
   c->job_ready = true;
   c->lead = c->job.rank == 0;
   if (!vlm || strcmp(v->placement, "separate"))
     return loom_mesh_create(&c->mesh, p, p->timeout_s);
   loom_vmod_plan plan;
   if (loom_vmod_resolve(cfg, &c->spec, world, &plan)) return LOOM_ERR;
-  return loom_mesh_create_on(&c->mesh, (int)p->pp, (int)p->dp, (int)p->sp, (int)p->tp,
+  return loom_mesh_create_on(&c->mesh, (int)p->pp, (int)p->dp, (int)p->cp, (int)p->sp, (int)p->tp,
                              p->timeout_s, 0);
 }
 

@@ -90,7 +90,7 @@ static void test_int_ranges(void) {
   loom_config_defaults(&c);
   c.parallel.dp = c.parallel.tp = 65536;
   CHECK(loom_config_validate(&c) != 0, "65536*65536 ranks accepted");
-  CHECK_MSG("parallel.dp*tp*pp*sp = 65536*65536*1*1 is out of range", "at most 2147483647");
+  CHECK_MSG("parallel.dp*tp*pp*sp*cp = 65536*65536*1*1*1 is out of range", "at most 2147483647");
   loom_config_defaults(&c);
   c.parallel.pp = 2;
   c.parallel.vpp = 1L << 30;

@@ -80,6 +80,16 @@ def expected(case):
         z["all-to-all"] = A * L * 8 * ring_part(N * H * D // 2, 2)
         z["all-reduce"] = ring_allreduce(layout_total(), 2)
         ranks = [z, dict(z)]
+    elif kind in ("cp2", "cp4"):
+        # ring attention, per layer and micro-batch: forward, cp-1 hops of this rank's K and V
+        # blocks (B*T/cp tokens x kv heads x D each): 2 (cp-1)/cp B T Hkv D floats; backward the
+        # K/V blocks again plus the dK/dV accumulators travelling back (cp-1 hops each): twice
+        # that. Then the gradient all-reduce over the cp replicas (cp is a replica axis, like dp).
+        cp = int(kind[2:])
+        fwd = 2 * (cp - 1) / cp * B * T * H * D * F  # GPT-2: kv heads = heads
+        z["send/recv"] = A * L * 3 * fwd
+        z["all-reduce"] = ring_allreduce(layout_total(), cp)
+        ranks = [dict(z) for _ in range(cp)]
     elif kind == "pp2":
         first, last = dict(z), dict(z)
         first["send/recv"] = A * N * C * F  # activations forward
@@ -98,6 +108,8 @@ CASES = [
     {"kind": "tp2_sp", "np": 2, "args": ["parallel.tp=2", "parallel.sp_mode=megatron"]},
     {"kind": "ulysses2", "np": 2, "args": ["parallel.sp=2"]},
     {"kind": "pp2", "np": 2, "args": ["parallel.pp=2"]},
+    {"kind": "cp2", "np": 2, "args": ["parallel.cp=2"]},
+    {"kind": "cp4", "np": 4, "args": ["parallel.cp=4"]},
 ]
 
 def main():

@@ -1,7 +1,7 @@
 # Multi-rank tests under mpirun --oversubscribe: every strategy against the single-process
 # run, resharding resume, communication volume, and failure paths.
-foreach(t equivalence_test vlm_equivalence_test reshard_test failure_test init_from_test packed_test
-    global_batch_test crash_test)
+foreach(t equivalence_test cp_equivalence_test vlm_equivalence_test reshard_test failure_test init_from_test
+    global_batch_test crash_test packed_test)
   if(EXISTS ${CMAKE_SOURCE_DIR}/tests/dist/${t}.sh)
     add_test(NAME dist_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/dist/${t}.sh $<TARGET_FILE:loom>
              $<TARGET_FILE:dist_vision_split_check>)
@@ -17,3 +17,14 @@ set_tests_properties(dist_comm_volume PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE
 # under mpirun by vlm_equivalence_test.sh (a tool, not a test by itself).
 add_executable(dist_vision_split_check ${CMAKE_CURRENT_LIST_DIR}/vision_split_check.c)
 target_link_libraries(dist_vision_split_check PRIVATE loomlib)
+# Ring attention (context parallelism) on 2, 3 and 4 ranks against the reference attention of
+# the whole sequence, with the bytes sent checked against the closed form.
+add_executable(dist_ring_attention_check ${CMAKE_CURRENT_LIST_DIR}/ring_attention_check.c)
+target_include_directories(dist_ring_attention_check PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+target_link_libraries(dist_ring_attention_check PRIVATE loomlib)
+foreach(np 2 3 4)
+  add_test(NAME dist_ring_attention_cp${np} COMMAND mpirun --oversubscribe --bind-to none -np ${np}
+           $<TARGET_FILE:dist_ring_attention_check>)
+  set_tests_properties(dist_ring_attention_cp${np} PROPERTIES TIMEOUT 300
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+endforeach()

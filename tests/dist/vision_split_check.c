@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
   }
   int tp = atoi(argv[2]), sp = atoi(argv[3]);
   loom_mesh m;
-  if (loom_mesh_create_on(&m, 1, 1, sp, tp, 60, 0)) {
+  if (loom_mesh_create_on(&m, 1, 1, 1, sp, tp, 60, 0)) {
     fprintf(stderr, "%s\n", loom_errmsg());
     return 2;
   }
@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
   sh.tp = tp, sh.tp_rank = m.tp_rank, sh.sp = sp, sh.sp_rank = m.sp_rank;
   if (loom_decoder_create(&full, &spec, 1, 1, false, false) ||
       loom_vision_create(&vfull, full, P) ||
-      loom_decoder_create_shard(&part, &spec, &sh, 1, sp, false, false, 1, &m.tp_comm, &m.sp_comm) ||
+      loom_decoder_create_shard(&part, &spec, &sh, 1, sp, false, false, 1, &m.tp_comm, &m.sp_comm, NULL) ||
       loom_vision_create_parallel(&vpart, part, P, &m.tp_comm, &m.sp_comm)) {
     fprintf(stderr, "%s\n", loom_errmsg());
     return 2;

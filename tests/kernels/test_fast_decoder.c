@@ -30,7 +30,7 @@ static void run(const loom_model_spec *spec, int B, int T, bool bf16, int slots,
   loom_decoder *d;
   loom_shard sh;
   loom_shard_full(&sh, spec);
-  LOOM_ASSERT(!loom_decoder_create_shard(&d, spec, &sh, B, T, bf16, false, slots, NULL, NULL));
+  LOOM_ASSERT(!loom_decoder_create_shard(&d, spec, &sh, B, T, bf16, false, slots, NULL, NULL, NULL));
   loom_decoder_init_params(d, 5);
   loom_decoder_zero_grads(d);
   loom_decoder_forward(d, tok, tgt, &o->loss, &o->count);

@@ -29,7 +29,7 @@ static void check_case(const mcase *k) {
   /* a tp > 1 shard needs a communicator only to run, not to be built */
   loom_comm fake = {NULL, k->tp, 0, "tp", 0};
   CHECK(loom_decoder_create_shard(&d, &s, &sh, k->B, k->T, k->bf16, k->recompute, k->slots,
-                                  k->tp > 1 ? &fake : NULL, NULL) == 0, "%s", loom_errmsg());
+                                  k->tp > 1 ? &fake : NULL, NULL, NULL) == 0, "%s", loom_errmsg());
   loom_hw_profile hw;
   loom_bench_profile_defaults(&hw);
   hw.attn_rate_fwd = hw.attn_rate_bwd = 1e9;

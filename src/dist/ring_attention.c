@@ -1,0 +1,217 @@
+/* Ring attention over the context-parallel ranks (include/loom/ring_attention.h): K/V blocks
+ * passed around the ring with non-blocking send/receive posted before the current block's
+ * flash attention, partial outputs merged by log-sum-exp; backward with the dK/dV
+ * accumulators travelling with the blocks back to their owners. */
+#include <math.h>
+#include <string.h>
+
+#include "loom/core.h"
+#include "loom/kernels.h"
+#include "loom/ring_attention.h"
+
+enum { TAG_FWD_K = 11, TAG_FWD_V, TAG_BWD_K, TAG_BWD_V, TAG_BWD_DK, TAG_BWD_DV };
+
+/* scratch carved from r->work */
+typedef struct {
+  float *kv[2][2];  /* [slot][k|v] (B,Tl,Hkv,D): blocks received from the ring */
+  float *acc[2][2]; /* [slot][dk|dv] (B,Tl,Hkv,D): travelling gradient accumulators */
+  float *o, *dq;    /* (c,Hq,D): a block's partial output / dq */
+  float *dk, *dv;   /* (c,Hkv,D): a block's dk / dv */
+  float *l, *lc, *delta; /* (Hq,c): partial lse, the chunk's final lse, backward scratch */
+} ring_work;
+
+size_t loom_ring_attention_work_floats(int B, int Tl, int Hq, int Hkv, int D) {
+  size_t blk = (size_t)B * Tl * Hkv * D, c = (size_t)Tl / 2;
+  return 8 * blk + 2 * c * Hq * D + 2 * c * Hkv * D + 3 * (size_t)Hq * c;
+}
+
+static ring_work carve(const loom_ring_attn *r) {
+  size_t blk = (size_t)r->B * r->Tl * r->Hkv * r->D, c = (size_t)r->Tl / 2;
+  float *p = r->work;
+  ring_work w;
+  for (int s = 0; s < 2; s++)
+    for (int j = 0; j < 2; j++) w.kv[s][j] = p, p += blk;
+  for (int s = 0; s < 2; s++)
+    for (int j = 0; j < 2; j++) w.acc[s][j] = p, p += blk;
+  w.o = p, p += c * r->Hq * r->D;
+  w.dq = p, p += c * r->Hq * r->D;
+  w.dk = p, p += c * r->Hkv * r->D;
+  w.dv = p, p += c * r->Hkv * r->D;
+  w.l = p, p += (size_t)r->Hq * c;
+  w.lc = p, p += (size_t)r->Hq * c;
+  w.delta = p;
+  return w;
+}
+
+static int next_rank(const loom_ring_attn *r) { return (r->comm->rank + 1) % r->comm->size; }
+static int prev_rank(const loom_ring_attn *r) {
+  return (r->comm->rank + r->comm->size - 1) % r->comm->size;
+}
+
+/* Offset of token t of chunk half h of sequence b in a (B,Tl,H,D) tensor. */
+static size_t tok(const loom_ring_attn *r, int b, int h, int t, int H) {
+  return (((size_t)b * r->Tl + (size_t)h * (r->Tl / 2) + t) * H) * r->D;
+}
+
+/* Merge a block's partial (o (c,Hq,D), l (Hq,c)) into the running out/lse of chunk half qh of
+ * sequence b: lse' = log(e^lse + e^l), out' = e^(lse-lse') out + e^(l-lse') o. */
+static void merge(const loom_ring_attn *r, float *out, float *lse, const ring_work *w, int b,
+                  int qh) {
+  int c = r->Tl / 2, Hq = r->Hq, D = r->D;
+#pragma omp parallel for schedule(static) if ((size_t)c * Hq * D >= 65536)
+  for (int t = 0; t < c; t++)
+    for (int h = 0; h < Hq; h++) {
+      float *L = lse + ((size_t)b * Hq + h) * r->Tl + (size_t)qh * c + t;
+      double lp = w->l[(size_t)h * c + t];
+      float *o = out + tok(r, b, qh, t, Hq) + (size_t)h * D;
+      const float *op = w->o + ((size_t)t * Hq + h) * D;
+      if (*L == -INFINITY) { /* the first block this query sees */
+        memcpy(o, op, (size_t)D * sizeof(float));
+        *L = (float)lp;
+        continue;
+      }
+      double l0 = *L, mx = l0 > lp ? l0 : lp, mn = l0 > lp ? lp : l0;
+      double nl = mx + log1p(exp(mn - mx));
+      float wa = (float)exp(l0 - nl), wb = (float)exp(lp - nl);
+      for (int d = 0; d < D; d++) o[d] = wa * o[d] + wb * op[d];
+      *L = (float)nl;
+    }
+}
+
+/* Attention of this rank's query chunks against the K/V block of ring rank src. */
+static void forward_block(const loom_ring_attn *r, float *out, float *lse, const float *q,
+                          const float *k, const float *v, int src, ring_work *w) {
+  int cp = r->comm->size, me = r->comm->rank, c = r->Tl / 2;
+  for (int b = 0; b < r->B; b++)
+    for (int qh = 0; qh < 2; qh++)
+      for (int kh = 0; kh < 2; kh++) {
+        loom_ring_block kind = loom_ring_block_kind(loom_cp_chunk(me, qh, cp),
+                                                    loom_cp_chunk(src, kh, cp), r->causal);
+        if (kind == LOOM_RING_SKIP) continue;
+        loom_attn_mask m = {kind == LOOM_RING_CAUSAL, 0};
+        loom_flash_attention_forward_f32(w->o, w->l, q + tok(r, b, qh, 0, r->Hq),
+                                         k + tok(r, b, kh, 0, r->Hkv),
+                                         v + tok(r, b, kh, 0, r->Hkv), 1, c, r->Hq, r->Hkv,
+                                         r->D, m);
+        merge(r, out, lse, w, b, qh);
+      }
+}
+
+void loom_ring_attention_forward(const loom_ring_attn *r, float *out, float *lse,
+                                 const float *q, const float *k, const float *v) {
+  LOOM_ASSERT(r->Tl % 2 == 0 && r->Hq % r->Hkv == 0);
+  int cp = r->comm->size, me = r->comm->rank;
+  size_t blk = (size_t)r->B * r->Tl * r->Hkv * r->D, n_out = (size_t)r->B * r->Tl * r->Hq * r->D;
+  ring_work w = carve(r);
+  memset(out, 0, n_out * sizeof(float));
+  for (size_t i = 0; i < (size_t)r->B * r->Hq * r->Tl; i++) lse[i] = -INFINITY;
+  const float *ck = k, *cv = v; /* the block held at this step: this rank's own first */
+  for (int step = 0; step < cp; step++) {
+    loom_comm_request req[4];
+    int slot = step % 2;
+    if (step < cp - 1) { /* pass the held block on and receive the next, during the compute */
+      loom_comm_isend_f32(r->comm, ck, blk, next_rank(r), TAG_FWD_K, &req[0]);
+      loom_comm_isend_f32(r->comm, cv, blk, next_rank(r), TAG_FWD_V, &req[1]);
+      loom_comm_irecv_f32(r->comm, w.kv[slot][0], blk, prev_rank(r), TAG_FWD_K, &req[2]);
+      loom_comm_irecv_f32(r->comm, w.kv[slot][1], blk, prev_rank(r), TAG_FWD_V, &req[3]);
+    }
+    forward_block(r, out, lse, q, ck, cv, (me - step + cp) % cp, &w);
+    if (step < cp - 1) {
+      for (int i = 0; i < 4; i++) loom_comm_wait(&req[i]);
+      ck = w.kv[slot][0], cv = w.kv[slot][1];
+    }
+  }
+}
+
+static void add_into(float *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= 65536)
+  for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* Gradients from this rank's queries against the K/V block (k, v) of ring rank src: dq
+ * accumulated into dq, the block's dk/dv into (gk, gv) (B,Tl,Hkv,D). */
+static void backward_block(const loom_ring_attn *r, float *dq, float *gk, float *gv,
+                           const float *dout, const float *out, const float *lse,
+                           const float *q, const float *k, const float *v, int src,
+                           ring_work *w) {
+  int cp = r->comm->size, me = r->comm->rank, c = r->Tl / 2, Hq = r->Hq, Hkv = r->Hkv;
+  size_t nq = (size_t)c * Hq * r->D, nk = (size_t)c * Hkv * r->D;
+  for (int b = 0; b < r->B; b++)
+    for (int qh = 0; qh < 2; qh++) {
+      for (int h = 0; h < Hq; h++) /* this chunk's lse (Hq,c) */
+        memcpy(w->lc + (size_t)h * c, lse + ((size_t)b * Hq + h) * r->Tl + (size_t)qh * c,
+               (size_t)c * sizeof(float));
+      for (int kh = 0; kh < 2; kh++) {
+        loom_ring_block kind = loom_ring_block_kind(loom_cp_chunk(me, qh, cp),
+                                                    loom_cp_chunk(src, kh, cp), r->causal);
+        if (kind == LOOM_RING_SKIP) continue;
+        loom_attn_mask m = {kind == LOOM_RING_CAUSAL, 0};
+        size_t qo = tok(r, b, qh, 0, Hq), ko = tok(r, b, kh, 0, Hkv);
+        loom_flash_attention_backward_f32(w->dq, w->dk, w->dv, dout + qo, out + qo, w->lc,
+                                          q + qo, k + ko, v + ko, 1, c, Hq, Hkv, r->D, m,
+                                          w->delta);
+        add_into(dq + qo, w->dq, nq);
+        add_into(gk + ko, w->dk, nk);
+        add_into(gv + ko, w->dv, nk);
+      }
+    }
+}
+
+void loom_ring_attention_backward(const loom_ring_attn *r, float *dq, float *dk, float *dv,
+                                  const float *dout, const float *out, const float *lse,
+                                  const float *q, const float *k, const float *v) {
+  LOOM_ASSERT(r->Tl % 2 == 0 && r->Hq % r->Hkv == 0);
+  int cp = r->comm->size, me = r->comm->rank;
+  size_t blk = (size_t)r->B * r->Tl * r->Hkv * r->D, n_q = (size_t)r->B * r->Tl * r->Hq * r->D;
+  ring_work w = carve(r);
+  memset(dq, 0, n_q * sizeof(float));
+  memset(dk, 0, blk * sizeof(float));
+  memset(dv, 0, blk * sizeof(float));
+  loom_comm_request kvreq[4], sendacc[2], recvacc[2];
+  bool sending = false, receiving = false;
+  const float *ck = k, *cv = v;
+  for (int step = 0; step < cp; step++) {
+    int slot = step % 2, src = (me - step + cp) % cp;
+    if (step < cp - 1) {
+      loom_comm_isend_f32(r->comm, ck, blk, next_rank(r), TAG_BWD_K, &kvreq[0]);
+      loom_comm_isend_f32(r->comm, cv, blk, next_rank(r), TAG_BWD_V, &kvreq[1]);
+      loom_comm_irecv_f32(r->comm, w.kv[slot][0], blk, prev_rank(r), TAG_BWD_K, &kvreq[2]);
+      loom_comm_irecv_f32(r->comm, w.kv[slot][1], blk, prev_rank(r), TAG_BWD_V, &kvreq[3]);
+    }
+    if (step == 0) { /* this rank's own block: its gradient stays here */
+      backward_block(r, dq, dk, dv, dout, out, lse, q, ck, cv, src, &w);
+    } else {
+      /* the accumulator of src's block: started here at step 1, else received from the
+       * previous rank (posted at the end of the last step) */
+      float *ak = w.acc[slot][0], *av = w.acc[slot][1];
+      if (step == 1) {
+        memset(ak, 0, blk * sizeof(float));
+        memset(av, 0, blk * sizeof(float));
+      } else {
+        for (int i = 0; i < 2; i++) loom_comm_wait(&recvacc[i]);
+        receiving = false;
+      }
+      backward_block(r, dq, ak, av, dout, out, lse, q, ck, cv, src, &w);
+      if (sending) /* the other slot's send must be done before it receives into it */
+        for (int i = 0; i < 2; i++) loom_comm_wait(&sendacc[i]);
+      loom_comm_isend_f32(r->comm, ak, blk, next_rank(r), TAG_BWD_DK, &sendacc[0]);
+      loom_comm_isend_f32(r->comm, av, blk, next_rank(r), TAG_BWD_DV, &sendacc[1]);
+      sending = true;
+      /* the next step's accumulator (after the last step: this rank's own, coming home) */
+      loom_comm_irecv_f32(r->comm, w.acc[1 - slot][0], blk, prev_rank(r), TAG_BWD_DK, &recvacc[0]);
+      loom_comm_irecv_f32(r->comm, w.acc[1 - slot][1], blk, prev_rank(r), TAG_BWD_DV, &recvacc[1]);
+      receiving = true;
+    }
+    if (step < cp - 1) {
+      for (int i = 0; i < 4; i++) loom_comm_wait(&kvreq[i]);
+      ck = w.kv[slot][0], cv = w.kv[slot][1];
+    }
+  }
+  if (receiving) { /* every other rank's contribution to this rank's dk/dv */
+    for (int i = 0; i < 2; i++) loom_comm_wait(&recvacc[i]);
+    add_into(dk, w.acc[cp % 2][0], blk);
+    add_into(dv, w.acc[cp % 2][1], blk);
+  }
+  if (sending)
+    for (int i = 0; i < 2; i++) loom_comm_wait(&sendacc[i]);
+}
