@@ -157,10 +157,15 @@ typedef struct {
   int causal;
   int window;
   /* Segments (packed documents, varlen attention like cu_seqlens; NULL: one segment per
-   * sequence): rows b*T + t of a segment are [seg_lo[b*T+t], seg_hi[b*T+t]] (positions t
-   * within sequence b, inclusive); a query sees only keys of its own segment, within the
-   * causal/window rule above. Segments are contiguous and cover each sequence. */
-  const int *seg_lo, *seg_hi; /* (B*T) */
+   * sequence): the token at position p of sequence b belongs to the segment of positions
+   * [seg_lo[b*S+p], seg_hi[b*S+p]] (inclusive), S = seg_stride (0: T); a query sees only
+   * keys of its own segment, within the causal/window rule above. Segments are contiguous.
+   * A call may hold a block of longer sequences (ring attention): query row t is at position
+   * q_off + t and key row s at k_off + s (the causal/window rule stays in row numbers); a
+   * query that sees no key of the block gets out = 0 and lse = -inf. */
+  const int *seg_lo, *seg_hi; /* (B*S) */
+  int seg_stride;
+  int q_off, k_off;
 } loom_attn_mask;
 /* Segments of packed documents from the input tokens (B,T): a document ends at each token
  * equal to eod (the end-of-document token belongs to the document it ends) and at the end of

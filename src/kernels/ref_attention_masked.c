@@ -40,8 +40,8 @@ void loom_attention_masked_forward_f64(double *out, double *lse, const double *q
           sum += p;
           for (int d = 0; d < D; d++) o[d] += p * v[KI(b, s, kh) + d];
         }
-        for (int d = 0; d < D; d++) o[d] /= sum;
-        lse[((size_t)b * Hq + h) * T + t] = mx + log(sum);
+        for (int d = 0; d < D; d++) o[d] = sum > 0 ? o[d] / sum : 0; /* no key seen: 0 */
+        lse[((size_t)b * Hq + h) * T + t] = sum > 0 ? mx + log(sum) : -INFINITY;
       }
 }
 

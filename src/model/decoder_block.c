@@ -21,17 +21,20 @@ static bool ulysses(const loom_decoder *d) { return d->shard.sp > 1; }
 
 /* causal; with packed documents, within each token's document only */
 static loom_attn_mask attn_mask(const loom_decoder *d, const loom_acts *a) {
-  loom_attn_mask m = {1, 0, NULL, NULL};
+  loom_attn_mask m = {.causal = 1};
   if (d->doc_eod >= 0) m.seg_lo = a->seg_lo, m.seg_hi = a->seg_hi;
   return m;
 }
 
 static bool context_parallel(const loom_decoder *d) { return d->shard.cp > 1; }
 
-/* The ring of this rank's attention: B sequences of T/cp local tokens, local heads. */
-static loom_ring_attn ring_of(loom_decoder *d) {
+/* The ring of this rank's attention: B sequences of T/cp local tokens, local heads; with
+ * packed documents, their segments by global position. */
+static loom_ring_attn ring_of(loom_decoder *d, const loom_acts *a) {
+  bool packed = d->doc_eod >= 0;
   loom_ring_attn r = {d->cp_comm, d->B, d->T / d->shard.cp, d->lh, d->lkv, d->spec.head_dim,
-                      true, d->s->ring_work};
+                      true, d->s->ring_work, packed ? a->seg_lo : NULL,
+                      packed ? a->seg_hi : NULL};
   return r;
 }
 
@@ -87,7 +90,7 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     rope_rows(d, L->k, d->lkv, false);
   }
   if (context_parallel(d)) {
-    loom_ring_attn ring = ring_of(d);
+    loom_ring_attn ring = ring_of(d, a);
     loom_ring_attention_forward(&ring, L->att, L->lse, L->q, L->k, L->v);
   } else if (ulysses(d)) {
     int sp = d->shard.sp;
@@ -170,7 +173,7 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   dec_linear_bwd_ex(d, S->d_att, o.ow, NONE, dy, L->att, N, QD, C, LIN_DX_OVERWRITE);
   /* flash attention writes d_q, d_k, d_v (no zeroing) */
   if (context_parallel(d)) {
-    loom_ring_attn ring = ring_of(d);
+    loom_ring_attn ring = ring_of(d, a);
     loom_ring_attention_backward(&ring, S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q,
                                  L->k, L->v);
   } else if (ulysses(d)) {

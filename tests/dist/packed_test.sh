@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Packed documents (data.pack_documents) in every layout: a packed training run equals the
 # same packed run on one process — per-step losses, final weights and validation losses —
-# under tensor parallelism, Megatron and Ulysses sequence parallelism, and data x pipeline
-# parallelism with ZeRO-1, for Llama (rotary positions restart per document) and GPT-2
+# under tensor parallelism, Megatron and Ulysses sequence parallelism, data x pipeline
+# parallelism with ZeRO-1, and context parallelism (cp2, cp4, cp2 x tp2, cp2 x dp2), for Llama (rotary positions restart per document) and GPT-2
 # (learned positions restart per document). Every rank derives the document segments from the
 # whole micro-batch's tokens, so a layout that split or exchanged them wrongly would attend
 # across documents and move the losses by far more than the tolerance.
@@ -61,6 +61,11 @@ check_case pl_tp2 2 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_
 check_case pl_tp2_megatron_sp 2 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 parallel.sp_mode=megatron
 check_case pl_ulysses2 2 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.sp=2
 check_case pl_dp2_pp2_zero1 4 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.pp=2 parallel.zero=1
+# context parallelism: ring attention masks every (query chunk, key chunk) block by the
+# documents at the chunks' global positions and skips blocks sharing no document
+check_case pl_cp2 2 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2
+check_case pl_cp2_tp2 4 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 parallel.tp=2
+check_case pl_cp4 4 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.cp=4
 
 echo "GPT-2 (learned positions), packed documents"
 train pg_single 1 "${GPT2[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2
@@ -70,6 +75,7 @@ BASE=pg_single
 check_case pg_tp2 2 "${GPT2[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2
 check_case pg_ulysses2 2 "${GPT2[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.sp=2
 check_case pg_dp2_pp2 4 "${GPT2[@]}" data.pack_documents=true training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.pp=2
+check_case pg_cp2_dp2 4 "${GPT2[@]}" data.pack_documents=true training.micro_batch_size=2 training.grad_accum=2 parallel.cp=2 parallel.dp=2
 
 echo "refusals"
 out=$("$LOOM" train "${LLAMA[@]}" data.train_shards="$WORK/train.bin" data.pack_documents=true \

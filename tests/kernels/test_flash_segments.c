@@ -5,6 +5,9 @@
  *    segments) run on each document by itself, rows copied back into place: out, lse, dq,
  *    dk, dv within 1e-5 relative norm — the tolerance of test_fast_kernels' flash checks:
  *    the same fp32 sums of <= T products against double (~sqrt(T) u = 1e-6);
+ *  - the same packed attention block by block as ring attention computes it (chunks of the
+ *    sequence at their offsets, partial outputs merged by log-sum-exp): 1e-5 likewise, and a
+ *    query that sees no key of a block gets out 0 and lse -inf there;
  *  - bidirectional segments (causal = 0, the vision encoder's varlen attention) vs
  *    loom_seg_attention_*_f64 of kernels_vision.h: 1e-5 likewise;
  *  - fully masked tiles are skipped: documents of 64 tokens in T = 4096 visit 64 tiles per
@@ -59,13 +62,77 @@ static void rows_in(double *x, const double *src, int b, int s, int n, int T, in
   memcpy(x + ((size_t)b * T + s) * HD, src, sizeof(double) * (size_t)n * HD);
 }
 
-static void test_packed_causal(int B, int T, int Hq, int Hkv, int D, const int lens[][8]) {
+/* The packed attention computed as ring attention does it (src/dist/ring_attention.c), in one
+ * process: sequences cut into chunks of c rows, each (query chunk, key chunk <= it) block a
+ * flash call at its offsets with the whole sequences' segments, partial outputs merged by
+ * log-sum-exp in double; the backward block by block with the merged out and lse. A block
+ * where a query sees no key must give that row out = 0 and lse = -inf (counted in *empty). */
+static void flash_by_blocks(float *of, float *lf, float *dqf, float *dkf, float *dvf,
+                            const float *qf, const float *kf, const float *vf, const float *gf,
+                            int B, int T, int Hq, int Hkv, int D, const int *lo, const int *hi,
+                            int c, long *empty, long *bad_empty) {
+  size_t cq = (size_t)c * Hq * D, ck = (size_t)c * Hkv * D;
+  float *o = falloc(cq), *l = falloc((size_t)Hq * c), *dq = falloc(cq), *dk = falloc(ck);
+  float *dv = falloc(ck), *lc = falloc((size_t)Hq * c), *work = falloc((size_t)Hq * c);
+  double *O = dalloc((size_t)B * T * Hq * D), *L = dalloc((size_t)B * Hq * T);
+  memset(O, 0, sizeof(double) * B * T * Hq * D);
+  for (size_t i = 0; i < (size_t)B * Hq * T; i++) L[i] = -INFINITY;
+  memset(dqf, 0, sizeof(float) * B * T * Hq * D), memset(dkf, 0, sizeof(float) * B * T * Hkv * D);
+  memset(dvf, 0, sizeof(float) * B * T * Hkv * D);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int b = 0; b < B; b++)
+      for (int qc = 0; qc < T / c; qc++)
+        for (int kc = 0; kc <= qc; kc++) {
+          loom_attn_mask m = {.causal = kc == qc, .seg_lo = lo + (size_t)b * T,
+                              .seg_hi = hi + (size_t)b * T, .seg_stride = T, .q_off = qc * c,
+                              .k_off = kc * c};
+          size_t qo = ((size_t)b * T + (size_t)qc * c) * Hq * D;
+          size_t ko = ((size_t)b * T + (size_t)kc * c) * Hkv * D;
+          if (pass == 0) {
+            loom_flash_attention_forward_f32(o, l, qf + qo, kf + ko, vf + ko, 1, c, Hq, Hkv, D, m);
+            for (int t = 0; t < c; t++)
+              for (int h = 0; h < Hq; h++) {
+                double lp = l[(size_t)h * c + t], *Lt = L + ((size_t)b * Hq + h) * T + qc * c + t;
+                const float *op = o + ((size_t)t * Hq + h) * D;
+                double *Ot = O + qo + ((size_t)t * Hq + h) * D;
+                if (lp == -INFINITY) {
+                  ++*empty;
+                  for (int d = 0; d < D; d++) *bad_empty += op[d] != 0;
+                  continue;
+                }
+                double nl = *Lt == -INFINITY ? lp : fmax(*Lt, lp) + log1p(exp(-fabs(*Lt - lp)));
+                double wa = *Lt == -INFINITY ? 0 : exp(*Lt - nl), wb = exp(lp - nl);
+                for (int d = 0; d < D; d++) Ot[d] = wa * Ot[d] + wb * op[d];
+                *Lt = nl;
+              }
+          } else {
+            for (int h = 0; h < Hq; h++)
+              memcpy(lc + (size_t)h * c, lf + ((size_t)b * Hq + h) * T + qc * c,
+                     sizeof(float) * c);
+            loom_flash_attention_backward_f32(dq, dk, dv, gf + qo, of + qo, lc, qf + qo, kf + ko,
+                                              vf + ko, 1, c, Hq, Hkv, D, m, work);
+            for (size_t i = 0; i < cq; i++) dqf[qo + i] += dq[i];
+            for (size_t i = 0; i < ck; i++) dkf[ko + i] += dk[i], dvf[ko + i] += dv[i];
+          }
+        }
+    if (pass == 0) {
+      for (size_t i = 0; i < (size_t)B * T * Hq * D; i++) of[i] = (float)O[i];
+      for (size_t i = 0; i < (size_t)B * Hq * T; i++) lf[i] = (float)L[i];
+    }
+  }
+  loom_free(o), loom_free(l), loom_free(dq), loom_free(dk), loom_free(dv), loom_free(lc);
+  loom_free(work), loom_free(O), loom_free(L);
+}
+
+/* chunk > 0: computed block by block (flash_by_blocks) with chunks of that many rows */
+static void test_packed_causal(int B, int T, int Hq, int Hkv, int D, const int lens[][8],
+                               int chunk) {
   size_t nq = (size_t)B * T * Hq * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * Hq * T;
   int32_t *tok = malloc(sizeof(int32_t) * B * T);
   int *lo = malloc(sizeof(int) * B * T), *hi = malloc(sizeof(int) * B * T);
   make_tokens(tok, B, T, lens);
   loom_attn_doc_segments(lo, hi, NULL, tok, B, T, EOD);
-  loom_attn_mask mask = {1, 0, lo, hi};
+  loom_attn_mask mask = {.causal = 1, .seg_lo = lo, .seg_hi = hi};
   float *qf, *kf, *vf, *gf;
   double *q = dpair(&qf, nq, 1), *k = dpair(&kf, nk, 1), *v = dpair(&vf, nk, 1);
   double *dout = dpair(&gf, nq, 1);
@@ -90,11 +157,20 @@ static void test_packed_causal(int B, int T, int Hq, int Hkv, int D, const int l
     }
   float *of = falloc(nq), *lf = falloc(nl), *dqf = falloc(nq), *dkf = falloc(nk), *dvf = falloc(nk);
   float *work = falloc(nl);
-  loom_flash_attention_forward_f32(of, lf, qf, kf, vf, B, T, Hq, Hkv, D, mask);
-  loom_flash_attention_backward_f32(dqf, dkf, dvf, gf, of, lf, qf, kf, vf, B, T, Hq, Hkv, D, mask,
-                                    work);
+  long empty = 0, bad_empty = 0;
+  if (chunk > 0) {
+    flash_by_blocks(of, lf, dqf, dkf, dvf, qf, kf, vf, gf, B, T, Hq, Hkv, D, lo, hi, chunk,
+                    &empty, &bad_empty);
+    CHECK(empty > 0 && bad_empty == 0, "blocks: %ld rows saw no key, %ld nonzero outputs there",
+          empty, bad_empty);
+  } else {
+    loom_flash_attention_forward_f32(of, lf, qf, kf, vf, B, T, Hq, Hkv, D, mask);
+    loom_flash_attention_backward_f32(dqf, dkf, dvf, gf, of, lf, qf, kf, vf, B, T, Hq, Hkv, D,
+                                      mask, work);
+  }
   char what[96];
-  snprintf(what, sizeof what, "packed %d docs B=%d T=%d H=%d/%d D=%d", docs, B, T, Hq, Hkv, D);
+  snprintf(what, sizeof what, "packed %d docs B=%d T=%d H=%d/%d D=%d%s", docs, B, T, Hq, Hkv, D,
+           chunk > 0 ? " in blocks" : "");
   CHECK_REL(rel_err_fd(of, out, nq), TOL, "%s out", what);
   CHECK_REL(rel_err_fd(lf, lse, nl), TOL, "%s lse", what);
   CHECK_REL(rel_err_fd(dqf, dq, nq), TOL, "%s dq", what);
@@ -113,7 +189,7 @@ static void test_packed_bidirectional(int T, int H, int D, const int *bounds, in
   int *lo = malloc(sizeof(int) * T), *hi = malloc(sizeof(int) * T);
   for (int s = 0; s < n_seg; s++)
     for (int t = bounds[s]; t < bounds[s + 1]; t++) lo[t] = bounds[s], hi[t] = bounds[s + 1] - 1;
-  loom_attn_mask mask = {0, 0, lo, hi};
+  loom_attn_mask mask = {.causal = 0, .seg_lo = lo, .seg_hi = hi};
   float *qf, *kf, *vf, *gf;
   double *q = dpair(&qf, n, 1), *k = dpair(&kf, n, 1), *v = dpair(&vf, n, 1);
   double *dout = dpair(&gf, n, 1);
@@ -144,11 +220,14 @@ static void test_packed_bidirectional(int T, int H, int D, const int *bounds, in
 static void run_all(void) {
   /* documents across tile edges (64), a 1-token document, an EOD-only document, a whole row */
   const int a[2][8] = {{70, 1, 64, 65}, {200}};
-  test_packed_causal(2, 200, 4, 2, 16, a);
-  test_packed_causal(2, 200, 2, 2, 64, a);
+  test_packed_causal(2, 200, 4, 2, 16, a, 0);
+  test_packed_causal(2, 200, 2, 2, 64, a, 0);
   const int b[3][8] = {{3, 130, 67}, {1, 1, 1, 197}, {64, 64, 72}};
-  test_packed_causal(3, 200, 3, 1, 32, b);
-  test_packed_causal(3, 200, 2, 1, 12, b); /* D not a multiple of 16: portable tiles */
+  test_packed_causal(3, 200, 3, 1, 32, b, 0);
+  test_packed_causal(3, 200, 2, 1, 12, b, 0); /* D not a multiple of 16: portable tiles */
+  /* ring attention's blocks (cp = 2 and 4 of T = 200: chunks of 50 and 25 rows) */
+  test_packed_causal(2, 200, 4, 2, 16, a, 50);
+  test_packed_causal(3, 200, 3, 1, 32, b, 25);
   const int s1[] = {0, 16, 80, 81, 150}, s2[] = {0, 64, 128, 192};
   test_packed_bidirectional(150, 2, 16, s1, 4);
   test_packed_bidirectional(192, 3, 40, s2, 3);
@@ -176,8 +255,9 @@ static void test_tile_skipping(void) {
   for (int t = 0; t < T; t++) tok[t] = t % 64 == 63 ? EOD : 1;
   loom_attn_doc_segments(lo, hi, NULL, tok, 1, T, EOD);
   omp_set_num_threads(1);
-  double causal = time_forward(T, H, D, (loom_attn_mask){1, 0, NULL, NULL});
-  double packed = time_forward(T, H, D, (loom_attn_mask){1, 0, lo, hi});
+  double causal = time_forward(T, H, D, (loom_attn_mask){.causal = 1});
+  double packed =
+      time_forward(T, H, D, (loom_attn_mask){.causal = 1, .seg_lo = lo, .seg_hi = hi});
   omp_set_num_threads(2);
   printf("  forward T=%d: causal %.4f s, 64 documents of 64 tokens %.4f s (ratio %.1f)\n", T,
          causal, packed, causal / packed);
