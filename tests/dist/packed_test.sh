@@ -2,7 +2,7 @@
 # Packed documents (data.pack_documents) in every layout: a packed training run equals the
 # same packed run on one process — per-step losses, final weights and validation losses —
 # under tensor parallelism, Megatron and Ulysses sequence parallelism, data x pipeline
-# parallelism with ZeRO-1, and context parallelism (cp2, cp4, cp2 x tp2, cp2 x dp2), for Llama (rotary positions restart per document) and GPT-2
+# parallelism with ZeRO-1, ZeRO-3, and context parallelism (cp2, cp4, cp2 x tp2, cp2 x dp2), for Llama (rotary positions restart per document) and GPT-2
 # (learned positions restart per document). Every rank derives the document segments from the
 # whole micro-batch's tokens, so a layout that split or exchanged them wrongly would attend
 # across documents and move the losses by far more than the tolerance.
@@ -60,6 +60,7 @@ BASE=pl_single
 check_case pl_tp2 2 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2
 check_case pl_tp2_megatron_sp 2 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.tp=2 parallel.sp_mode=megatron
 check_case pl_ulysses2 2 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.sp=2
+check_case pl_dp2_zero3 2 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.zero=3
 check_case pl_dp2_pp2_zero1 4 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2 parallel.pp=2 parallel.zero=1
 # context parallelism: ring attention masks every (query chunk, key chunk) block by the
 # documents at the chunks' global positions and skips blocks sharing no document
