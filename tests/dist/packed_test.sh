@@ -12,7 +12,8 @@
 # must differ from the unpacked run's on the same shards by more than 1e-3 (packing changes
 # what every token after the first end-of-document token sees). Also: data.pack_documents
 # on shards that record no end-of-document token, and with vqa data, is refused before a run
-# directory exists.
+# directory exists; `loom eval` of a packed run's checkpoint repeats its last validation loss
+# digit for digit.
 . "$(dirname "$0")/common.sh"
 make_data || { echo "could not make test data"; exit 1; }
 
@@ -67,6 +68,15 @@ check_case pl_dp2_pp2_zero1 4 "${LLAMA[@]}" data.pack_documents=true training.mi
 check_case pl_cp2 2 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2
 check_case pl_cp2_tp2 4 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 parallel.tp=2
 check_case pl_cp4 4 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.cp=4
+
+echo "loom eval of a packed run packs its validation data the same way"
+last=$(val_losses "$(run_dir pl_single)" | tail -1 | cut -d' ' -f2)
+got=$("$LOOM" eval "$(run_dir pl_single)/final_checkpoint" --json 2>&1)
+check "loom eval = the packed run's final val loss, every digit ($last): $got" \
+  test "$(echo "$got" | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p')" = "$last"
+got=$("$LOOM" eval "$(run_dir pl_single)/final_checkpoint" --json data.pack_documents=false 2>&1)
+check "the same checkpoint scored unpacked differs: $got" \
+  test "$(echo "$got" | sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p')" != "$last"
 
 echo "GPT-2 (learned positions), packed documents"
 train pg_single 1 "${GPT2[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2
