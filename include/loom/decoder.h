@@ -117,8 +117,9 @@ void loom_decoder_free(loom_decoder *d);
  * document only and positions (rotary, or GPT-2's learned table) restart at 0 per document.
  * Every rank derives the same segments from the whole micro-batch's tokens, so tensor,
  * sequence (Megatron, Ulysses) and pipeline parallelism need no extra communication. eod < 0
- * turns it off. Allocates the per-slot tables (outside forward/backward). Not combinable with
- * multimodal rotary positions (an assertion: the config refuses it). */
+ * turns it off. Allocates the per-slot tables (outside forward/backward). A forward with
+ * multimodal rotary positions (vqa batches, which are not packed: the config refuses the
+ * combination) asserts. */
 void loom_decoder_set_doc_eod(loom_decoder *d, int32_t eod);
 /* Initialise parameters from seed, identically for every layout: each global tensor is drawn
  * from its own stream (seed, tensor name) — N(0, init_std) for matrices (GPT-2: output

@@ -323,8 +323,6 @@ void loom_decoder_init_params(loom_decoder *d, uint64_t seed) {
 }
 
 void loom_decoder_set_doc_eod(loom_decoder *d, int32_t eod) {
-  const int *ms = d->spec.vision.mrope_section;
-  LOOM_ASSERT(eod < 0 || ms[0] + ms[1] + ms[2] == 0);
   d->doc_eod = eod < 0 ? -1 : eod;
   size_t BT = (size_t)d->B * d->T;
   for (int i = 0; i < d->n_slots; i++) {
