@@ -300,6 +300,8 @@ def forward(spec, P, tokens, bf16=False, variant=()):
     doc = None
     if s.doc_eod >= 0:  # packed: positions restart per document, attention within one
         doc, pos = documents(tokens, s.doc_eod)
+        if "pack_positions_not_reset" in variant:  # deliberately wrong (selftest mutation)
+            pos = torch.arange(T).expand(B, T)
     if gpt2:
         x = x + (P["pos_embed.weight"][pos] if doc is not None else P["pos_embed.weight"][:T][None])
     else:
@@ -324,7 +326,7 @@ def forward(spec, P, tokens, bf16=False, variant=()):
         if not gpt2:
             q = apply_rope(q, cos, sin, variant)
             k = apply_rope(k, cos, sin, variant)
-        a = causal_attention(q, k, v, s.Hq, s.Hkv, doc)
+        a = causal_attention(q, k, v, s.Hq, s.Hkv, None if "pack_no_mask" in variant else doc)
         x = x + lin(a, pre + "attn.o")
         h = norm(x, pre + "mlp_norm")
         if gpt2:
