@@ -103,7 +103,7 @@ typedef struct {
  * text strategy (see docs/VISION.md). */
 typedef struct {
   long dp, tp, sp;          /* 0: same as the text decoder (tp and sp both 0: text's tp and sp) */
-  long cp;                  /* vision context parallelism (ring attention); 0: parallel.cp */
+  long cp;                  /* vision context parallelism (ring attention); 0 = 1 */
   long zero;                /* -1: same as parallel.zero */
   char placement[16];       /* collocated | separate */
 } loom_config_vision_parallel;

@@ -51,8 +51,8 @@ int loom_mesh_create_on(loom_mesh *m, int pp, int dp, int cp, int sp, int tp, do
                         int first);
 void loom_mesh_free(loom_mesh *m);
 /* Every model/layout mismatch that makes the layout impossible, with the numbers: tp not
- * dividing heads / kv heads / intermediate, sp not dividing heads / kv heads / seq_len,
- * pp larger than layers, Megatron SP without tp, ... */
+ * dividing heads / kv heads / intermediate, sp not dividing heads / kv heads / seq_len (or
+ * seq_len/cp), seq_len not divisible by 2cp, pp larger than layers, Megatron SP without tp, ... */
 int loom_mesh_check_model(const loom_config_parallel *p, const loom_model_spec *spec, int B,
                           int T, int world);
 #endif

@@ -1,4 +1,5 @@
-/* Context parallelism: ring attention over the cp ranks of the mesh (cp_comm).
+/* Context parallelism: ring attention over the cp ranks of the mesh (cp_comm): the causal
+ * text ring below, and (end of file) the vision encoder's ring within segments.
  *
  * Each sequence of T tokens is cut into 2*cp chunks of c = T/(2cp) tokens; cp rank r holds
  * chunks r and 2cp-1-r (causal load balancing, the Megatron-LM / TransformerEngine
@@ -62,4 +63,28 @@ void loom_ring_attention_forward(const loom_ring_attn *r, float *out, float *lse
 void loom_ring_attention_backward(const loom_ring_attn *r, float *dq, float *dk, float *dv,
                                   const float *dout, const float *out, const float *lse,
                                   const float *q, const float *k, const float *v);
+
+/* Bidirectional attention within segments on a ring (the vision encoder's windows and whole
+ * frames): rank r holds the P consecutive tokens [r*P, (r+1)*P) of one sequence; a query sees
+ * the keys of its own segment, wherever they are (seg: boundaries over the whole sequence,
+ * seg[0] = 0 < seg[1] < ... < seg[nseg], as loom_seg_attention_*). Same ring as above (K/V
+ * blocks of P x H x D, the same volumes); each block pair is computed row by row over the
+ * keys of the query's segment that the block holds (no tiles: segments may cross block
+ * boundaries anywhere), merged by log-sum-exp. Shapes: q, k, v, out (P,H,D); lse (H,P). */
+typedef struct {
+  const loom_comm *comm;
+  int P, H, D;
+  const int *seg;
+  int nseg;
+  float *work; /* loom_ring_seg_attention_work_floats() floats */
+} loom_ring_seg_attn;
+
+size_t loom_ring_seg_attention_work_floats(int P, int H, int D);
+void loom_ring_seg_attention_forward(const loom_ring_seg_attn *r, float *out, float *lse,
+                                     const float *q, const float *k, const float *v);
+/* Writes dq, dk, dv (P,H,D). */
+void loom_ring_seg_attention_backward(const loom_ring_seg_attn *r, float *dq, float *dk,
+                                      float *dv, const float *dout, const float *out,
+                                      const float *lse, const float *q, const float *k,
+                                      const float *v);
 #endif

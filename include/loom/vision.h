@@ -22,11 +22,12 @@ typedef struct loom_vision loom_vision;
 int loom_vision_create(loom_vision **out, loom_decoder *d, int max_patches);
 /* The encoder split over its own ranks, d being the vision module's parameter container
  * (shard module LOOM_MODULE_VISION): tensor parallel over tp_comm (d->shard.tp ranks: heads,
- * MLP and projector split Megatron-style) and Ulysses sequence parallel over sp_comm
- * (d->shard.sp ranks: each holds 1/sp of the patches; attention heads exchanged by
- * all-to-all; every rank ends with all the tokens). */
+ * MLP and projector split Megatron-style) and sequence parallel over sp_comm (d->shard.sp
+ * ranks: each holds 1/sp of the patches; every rank ends with all the tokens). Attention:
+ * Ulysses (heads exchanged by all-to-all), or with ring = true context parallelism (sp_comm
+ * is the cp ring; K/V blocks passed around it, loom_ring_seg_attention_*). */
 int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patches,
-                                const loom_comm *tp_comm, const loom_comm *sp_comm);
+                                const loom_comm *tp_comm, const loom_comm *sp_comm, bool ring);
 void loom_vision_free(loom_vision *v);
 /* Bytes of activations and scratch planned (for the largest batch the encoder was created for). */
 size_t loom_vision_arena_bytes(const loom_vision *v);

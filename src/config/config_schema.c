@@ -216,7 +216,9 @@ const loom_config_key loom_config_keys[] = {
     {"vision.parallel.sp", I, "0", NULL, "vision encoder Ulysses sequence-parallel ranks",
      FIELD(vision_parallel, sp)},
     {"vision.parallel.cp", I, "0", NULL,
-     "vision encoder context-parallel ranks (0 = parallel.cp)", FIELD(vision_parallel, cp)},
+     "vision encoder context-parallel ranks: its patches split, attention by ring exchange "
+     "of K/V within windows and frames (0 = 1; exclusive with vision.parallel.sp)",
+     FIELD(vision_parallel, cp)},
     {"vision.parallel.zero", I, "-1", NULL,
      "vision encoder ZeRO stage 0-3 over its data-parallel ranks (-1 = parallel.zero)",
      FIELD(vision_parallel, zero)},

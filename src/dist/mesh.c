@@ -182,6 +182,17 @@ int loom_mesh_check_model(const loom_config_parallel *p, const loom_model_spec *
                     "split across tensor-parallel ranks)", tp, s->kv_heads);
   if (s->intermediate % tp)
     return loom_err("parallel.tp (%ld) must divide model.intermediate (%d)", tp, s->intermediate);
+  if (p->cp > 1) {
+    long cp = p->cp;
+    if (T % (2 * cp))
+      return loom_err("parallel.cp (%ld) splits each sequence into 2*cp = %ld chunks (causal "
+                      "load balancing): training.seq_len (%d) must be divisible by %ld", cp,
+                      2 * cp, T, 2 * cp);
+    if (megatron && tp > 1 && ((long)B * T / cp) % tp)
+      return loom_err("Megatron sequence parallelism splits the B*T/cp = %ld tokens a "
+                      "context-parallel rank holds across parallel.tp = %ld ranks; make them "
+                      "divisible by tp", (long)B * T / cp, tp);
+  }
   if (sp > 1) {
     if (megatron)
       return loom_err("parallel.sp (%ld) is the Ulysses axis, but parallel.sp_mode is megatron; "
@@ -195,20 +206,10 @@ int loom_mesh_check_model(const loom_config_parallel *p, const loom_model_spec *
                       sp, s->heads, s->kv_heads);
     if (T % sp)
       return loom_err("parallel.sp (%ld) must divide training.seq_len (%d)", sp, T);
-  }
-  if (p->cp > 1) {
-    long cp = p->cp;
-    if (sp > 1)
-      return loom_err("context parallelism (parallel.cp=%ld) with Ulysses sequence parallelism "
-                      "(parallel.sp=%ld) is not supported; use one of them", cp, sp);
-    if (T % (2 * cp))
-      return loom_err("parallel.cp (%ld) splits each sequence into 2*cp = %ld chunks (causal "
-                      "load balancing): training.seq_len (%d) must be divisible by %ld", cp,
-                      2 * cp, T, 2 * cp);
-    if (megatron && tp > 1 && ((long)B * T / cp) % tp)
-      return loom_err("Megatron sequence parallelism splits the B*T/cp = %ld tokens a "
-                      "context-parallel rank holds across parallel.tp = %ld ranks; make them "
-                      "divisible by tp", (long)B * T / cp, tp);
+    if (p->cp > 1 && (T / p->cp) % sp)
+      return loom_err("parallel.sp (%ld) must divide the training.seq_len / parallel.cp = %d / "
+                      "%ld = %ld tokens of a sequence on each context-parallel rank", sp, T,
+                      p->cp, T / p->cp);
   }
   if (megatron && tp > 1 && ((long)B * T) % tp)
     return loom_err("Megatron sequence parallelism splits the B*T = %d tokens of a micro-batch "

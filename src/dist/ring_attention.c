@@ -7,9 +7,8 @@
 
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "dist/ring_internal.h"
 #include "loom/ring_attention.h"
-
-enum { TAG_FWD_K = 11, TAG_FWD_V, TAG_BWD_K, TAG_BWD_V, TAG_BWD_DK, TAG_BWD_DV };
 
 /* scratch carved from r->work */
 typedef struct {
@@ -41,11 +40,6 @@ static ring_work carve(const loom_ring_attn *r) {
   w.lc = p, p += (size_t)r->Hq * c;
   w.delta = p;
   return w;
-}
-
-static int next_rank(const loom_ring_attn *r) { return (r->comm->rank + 1) % r->comm->size; }
-static int prev_rank(const loom_ring_attn *r) {
-  return (r->comm->rank + r->comm->size - 1) % r->comm->size;
 }
 
 /* Offset of token t of chunk half h of sequence b in a (B,Tl,H,D) tensor. */
@@ -117,35 +111,27 @@ static void forward_block(const loom_ring_attn *r, float *out, float *lse, const
       }
 }
 
+typedef struct {
+  const loom_ring_attn *r;
+  float *out, *lse, *dq;
+  const float *q, *dout;
+  ring_work *w;
+} ring_ctx;
+
+static void fwd_cb(void *ctx, const float *k, const float *v, int src) {
+  ring_ctx *c = ctx;
+  forward_block(c->r, c->out, c->lse, c->q, k, v, src, c->w);
+}
+
 void loom_ring_attention_forward(const loom_ring_attn *r, float *out, float *lse,
                                  const float *q, const float *k, const float *v) {
   LOOM_ASSERT(r->Tl % 2 == 0 && r->Hq % r->Hkv == 0);
-  int cp = r->comm->size, me = r->comm->rank;
   size_t blk = (size_t)r->B * r->Tl * r->Hkv * r->D, n_out = (size_t)r->B * r->Tl * r->Hq * r->D;
   ring_work w = carve(r);
   memset(out, 0, n_out * sizeof(float));
   for (size_t i = 0; i < (size_t)r->B * r->Hq * r->Tl; i++) lse[i] = -INFINITY;
-  const float *ck = k, *cv = v; /* the block held at this step: this rank's own first */
-  for (int step = 0; step < cp; step++) {
-    loom_comm_request req[4];
-    int slot = step % 2;
-    if (step < cp - 1) { /* pass the held block on and receive the next, during the compute */
-      loom_comm_isend_f32(r->comm, ck, blk, next_rank(r), TAG_FWD_K, &req[0]);
-      loom_comm_isend_f32(r->comm, cv, blk, next_rank(r), TAG_FWD_V, &req[1]);
-      loom_comm_irecv_f32(r->comm, w.kv[slot][0], blk, prev_rank(r), TAG_FWD_K, &req[2]);
-      loom_comm_irecv_f32(r->comm, w.kv[slot][1], blk, prev_rank(r), TAG_FWD_V, &req[3]);
-    }
-    forward_block(r, out, lse, q, ck, cv, (me - step + cp) % cp, &w);
-    if (step < cp - 1) {
-      for (int i = 0; i < 4; i++) loom_comm_wait(&req[i]);
-      ck = w.kv[slot][0], cv = w.kv[slot][1];
-    }
-  }
-}
-
-static void add_into(float *dst, const float *src, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= 65536)
-  for (size_t i = 0; i < n; i++) dst[i] += src[i];
+  ring_ctx c = {r, out, lse, NULL, q, NULL, &w};
+  ring_loop_forward(r->comm, blk, k, v, w.kv, fwd_cb, &c);
 }
 
 /* Gradients from this rank's queries against the K/V block (k, v) of ring rank src: dq
@@ -172,68 +158,25 @@ static void backward_block(const loom_ring_attn *r, float *dq, float *gk, float 
         loom_flash_attention_backward_f32(w->dq, w->dk, w->dv, dout + qo, out + qo, w->lc,
                                           q + qo, k + ko, v + ko, 1, c, Hq, Hkv, r->D, m,
                                           w->delta);
-        add_into(dq + qo, w->dq, nq);
-        add_into(gk + ko, w->dk, nk);
-        add_into(gv + ko, w->dv, nk);
+        ring_add_into(dq + qo, w->dq, nq);
+        ring_add_into(gk + ko, w->dk, nk);
+        ring_add_into(gv + ko, w->dv, nk);
       }
     }
+}
+
+static void bwd_cb(void *ctx, const float *k, const float *v, float *gk, float *gv, int src) {
+  ring_ctx *c = ctx;
+  backward_block(c->r, c->dq, gk, gv, c->dout, c->out, c->lse, c->q, k, v, src, c->w);
 }
 
 void loom_ring_attention_backward(const loom_ring_attn *r, float *dq, float *dk, float *dv,
                                   const float *dout, const float *out, const float *lse,
                                   const float *q, const float *k, const float *v) {
   LOOM_ASSERT(r->Tl % 2 == 0 && r->Hq % r->Hkv == 0);
-  int cp = r->comm->size, me = r->comm->rank;
   size_t blk = (size_t)r->B * r->Tl * r->Hkv * r->D, n_q = (size_t)r->B * r->Tl * r->Hq * r->D;
   ring_work w = carve(r);
   memset(dq, 0, n_q * sizeof(float));
-  memset(dk, 0, blk * sizeof(float));
-  memset(dv, 0, blk * sizeof(float));
-  loom_comm_request kvreq[4], sendacc[2], recvacc[2];
-  bool sending = false, receiving = false;
-  const float *ck = k, *cv = v;
-  for (int step = 0; step < cp; step++) {
-    int slot = step % 2, src = (me - step + cp) % cp;
-    if (step < cp - 1) {
-      loom_comm_isend_f32(r->comm, ck, blk, next_rank(r), TAG_BWD_K, &kvreq[0]);
-      loom_comm_isend_f32(r->comm, cv, blk, next_rank(r), TAG_BWD_V, &kvreq[1]);
-      loom_comm_irecv_f32(r->comm, w.kv[slot][0], blk, prev_rank(r), TAG_BWD_K, &kvreq[2]);
-      loom_comm_irecv_f32(r->comm, w.kv[slot][1], blk, prev_rank(r), TAG_BWD_V, &kvreq[3]);
-    }
-    if (step == 0) { /* this rank's own block: its gradient stays here */
-      backward_block(r, dq, dk, dv, dout, out, lse, q, ck, cv, src, &w);
-    } else {
-      /* the accumulator of src's block: started here at step 1, else received from the
-       * previous rank (posted at the end of the last step) */
-      float *ak = w.acc[slot][0], *av = w.acc[slot][1];
-      if (step == 1) {
-        memset(ak, 0, blk * sizeof(float));
-        memset(av, 0, blk * sizeof(float));
-      } else {
-        for (int i = 0; i < 2; i++) loom_comm_wait(&recvacc[i]);
-        receiving = false;
-      }
-      backward_block(r, dq, ak, av, dout, out, lse, q, ck, cv, src, &w);
-      if (sending) /* the other slot's send must be done before it receives into it */
-        for (int i = 0; i < 2; i++) loom_comm_wait(&sendacc[i]);
-      loom_comm_isend_f32(r->comm, ak, blk, next_rank(r), TAG_BWD_DK, &sendacc[0]);
-      loom_comm_isend_f32(r->comm, av, blk, next_rank(r), TAG_BWD_DV, &sendacc[1]);
-      sending = true;
-      /* the next step's accumulator (after the last step: this rank's own, coming home) */
-      loom_comm_irecv_f32(r->comm, w.acc[1 - slot][0], blk, prev_rank(r), TAG_BWD_DK, &recvacc[0]);
-      loom_comm_irecv_f32(r->comm, w.acc[1 - slot][1], blk, prev_rank(r), TAG_BWD_DV, &recvacc[1]);
-      receiving = true;
-    }
-    if (step < cp - 1) {
-      for (int i = 0; i < 4; i++) loom_comm_wait(&kvreq[i]);
-      ck = w.kv[slot][0], cv = w.kv[slot][1];
-    }
-  }
-  if (receiving) { /* every other rank's contribution to this rank's dk/dv */
-    for (int i = 0; i < 2; i++) loom_comm_wait(&recvacc[i]);
-    add_into(dk, w.acc[cp % 2][0], blk);
-    add_into(dv, w.acc[cp % 2][1], blk);
-  }
-  if (sending)
-    for (int i = 0; i < 2; i++) loom_comm_wait(&sendacc[i]);
+  ring_ctx c = {r, (float *)out, (float *)lse, dq, q, dout, &w};
+  ring_loop_backward(r->comm, blk, k, v, dk, dv, w.kv, w.acc, bwd_cb, &c);
 }

@@ -4,7 +4,7 @@
  * the hand-off of vision tokens to the text decoder's ranks and of their gradients back.
  *
  * Roles. Data-parallel group j (same samples in both modules) has g_v = sp_v * tp_v encoder
- * ranks ("producers", world ranks first_v + j*g_v + k) and g_t = sp_t * tp_t text ranks of
+ * ranks ("producers", world ranks first_v + j*g_v + k) and g_t = cp_t * sp_t * tp_t text ranks of
  * the first pipeline stage ("consumers", world ranks j*g_t + k).
  *   collocated: the encoder runs on first-stage text ranks of the same group (at the same
  *     instruction of the schedule as their text work): first_v = 0, and g_v == g_t unless
@@ -58,16 +58,17 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
   const loom_config_parallel *p = &cfg->parallel;
   const loom_config_vision_parallel *v = &cfg->vision_parallel;
   memset(pl, 0, sizeof *pl);
-  bool follow = v->tp == 0 && v->sp == 0;
+  bool follow = v->tp == 0 && v->sp == 0 && v->cp <= 1;
   pl->dp = pick(v->dp, p->dp);
   pl->tp = follow ? (int)p->tp : pick(v->tp, 1);
   pl->sp = follow ? (int)p->sp : pick(v->sp, 1);
+  pl->cp = pick(v->cp, 1);
   pl->zero = v->zero >= 0 ? (int)v->zero : (int)p->zero;
-  if (p->cp > 1 || v->cp > 1)
-    return loom_err("context parallelism (parallel.cp=%ld, vision.parallel.cp=%ld) is not "
-                    "supported for vision-language models yet; set both to 1 (use "
-                    "vision.parallel.sp for long vision sequences)", p->cp, v->cp);
-  pl->g_t = (int)(p->sp * p->tp);
+  if (pl->cp > 1 && pl->sp > 1)
+    return loom_err("vision.parallel.cp = %d with vision.parallel.sp = %d: the encoder splits "
+                    "its patches one way, ring attention (cp) or Ulysses (sp); set one of them "
+                    "to 1", pl->cp, pl->sp);
+  pl->g_t = (int)(p->cp * p->sp * p->tp); /* text ranks of a dp group on the first stage */
   pl->megatron_sp = p->tp > 1 && !strcmp(p->sp_mode, "megatron");
   if (pl->dp != p->dp)
     return loom_err("vision.parallel.dp (%d) must equal parallel.dp (%ld): each vision replica "
@@ -78,7 +79,7 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
   if (pl->tp < 1 || pl->sp < 1)
     return loom_err("vision.parallel.tp and .sp must be positive (0 = follow the text decoder)");
   pl->separate = !strcmp(v->placement, "separate");
-  pl->g_v = pl->sp * pl->tp;
+  pl->g_v = pl->cp * pl->sp * pl->tp;
   pl->text_ranks = (int)(p->pp * p->dp * p->cp * p->sp * p->tp);
   pl->first = pl->separate ? pl->text_ranks : 0;
   const loom_vision_spec *s = &spec->vision;
@@ -92,21 +93,21 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
                     "projector width (%d)", pl->tp, s->intermediate, ph);
   if (pl->separate) {
     if (pl->text_ranks + pl->dp * pl->g_v != world)
-      return loom_err("vision.parallel.placement=separate: the text decoder's pp*dp*sp*tp = %d "
-                      "ranks plus the encoder's dp*sp*tp = %d*%d*%d = %d make %d, but %d ranks "
-                      "were started; start %d", pl->text_ranks, pl->dp, pl->sp, pl->tp,
+      return loom_err("vision.parallel.placement=separate: the text decoder's pp*dp*cp*sp*tp = %d "
+                      "ranks plus the encoder's dp*cp*sp*tp = %d*%d*%d*%d = %d make %d, but %d "
+                      "ranks were started; start %d", pl->text_ranks, pl->dp, pl->cp, pl->sp, pl->tp,
                       pl->dp * pl->g_v, pl->text_ranks + pl->dp * pl->g_v, world,
                       pl->text_ranks + pl->dp * pl->g_v);
     return 0;
   }
   if (pl->dp > 1 && pl->g_v != pl->g_t)
-    return loom_err("vision.parallel: with parallel.dp = %d the encoder's tp*sp (%d*%d = %d) must "
-                    "equal the text decoder's tp*sp (%ld*%ld = %d), so that a rank encodes the "
-                    "images of the samples its text work uses", pl->dp, pl->tp, pl->sp, pl->g_v,
-                    p->tp, p->sp, pl->g_t);
+    return loom_err("vision.parallel: with parallel.dp = %d the encoder's cp*tp*sp (%d*%d*%d = "
+                    "%d) must equal the text decoder's tp*sp*cp (%ld*%ld*%ld = %d), so that a "
+                    "rank encodes the images of the samples its text work uses", pl->dp, pl->cp,
+                    pl->tp, pl->sp, pl->g_v, p->tp, p->sp, p->cp, pl->g_t);
   if (pl->g_v > pl->g_t)
-    return loom_err("vision.parallel: the encoder's tp*sp (%d) is larger than the text "
-                    "decoder's tp*sp (%d) on the first pipeline stage; the encoder runs there",
+    return loom_err("vision.parallel: the encoder's cp*tp*sp (%d) is larger than the text "
+                    "decoder's cp*tp*sp (%d) on the first pipeline stage; the encoder runs there",
                     pl->g_v, pl->g_t);
   if ((long)pl->dp * pl->g_v > world)
     return loom_err("vision.parallel: dp*tp*sp = %d does not fit in %d ranks",
@@ -127,7 +128,7 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
   }
   const loom_vmod_plan *pl = &vm->plan;
   double timeout = cfg->parallel.timeout_s;
-  if (loom_mesh_create_on(&vm->mesh, 1, pl->dp, 1, pl->sp, pl->tp, timeout, pl->first) ||
+  if (loom_mesh_create_on(&vm->mesh, 1, pl->dp, pl->cp, pl->sp, pl->tp, timeout, pl->first) ||
       loom_mesh_create_on(&vm->all, 1, loom_dist_world(), 1, 1, 1, timeout, 0)) {
     free(vm);
     return LOOM_ERR;
@@ -143,7 +144,7 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
   size_t bytes = (size_t)vm->max_tokens * vm->Ct * sizeof(float);
   vm->consumer = vm->producer = -1;
   if (text->member && text->pp_rank == 0) {
-    vm->consumer = text->sp_rank * text->tp + text->tp_rank;
+    vm->consumer = (text->cp_rank * text->sp + text->sp_rank) * text->tp + text->tp_rank;
     vm->group = text->dp_rank;
     vm->sends_grads = pl->megatron_sp || text->tp_rank == 0;
     vm->feats = loom_alloc(bytes);
@@ -151,17 +152,21 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
   }
   if (vm->mesh.member) {
     const loom_mesh *m = &vm->mesh;
-    vm->producer = m->sp_rank * m->tp + m->tp_rank;
+    vm->producer = (m->cp_rank * m->sp + m->sp_rank) * m->tp + m->tp_rank;
     LOOM_ASSERT(pl->separate ? vm->consumer < 0 : vm->consumer >= 0 && vm->group == m->dp_rank);
     vm->group = m->dp_rank;
     loom_shard sh;
     memset(&sh, 0, sizeof sh);
     sh.module = LOOM_MODULE_VISION;
-    sh.tp = m->tp, sh.tp_rank = m->tp_rank, sh.sp = m->sp, sh.sp_rank = m->sp_rank;
+    /* the encoder's patch split: Ulysses over sp, or the cp ring (one of them is 1) */
+    bool ring = m->cp > 1;
+    const loom_comm *split = ring ? &m->cp_comm : &m->sp_comm;
+    sh.tp = m->tp, sh.tp_rank = m->tp_rank;
+    sh.sp = ring ? m->cp : m->sp, sh.sp_rank = ring ? m->cp_rank : m->sp_rank;
     /* a parameter container: the smallest text shape (its activations are never used) */
-    if (loom_decoder_create_shard(&vm->d, spec, &sh, 1, m->sp, !strcmp(t->dtype, "bf16"), false,
-                                  1, &m->tp_comm, &m->sp_comm, NULL) ||
-        loom_vision_create_parallel(&vm->enc, vm->d, max_patches, &m->tp_comm, &m->sp_comm)) {
+    if (loom_decoder_create_shard(&vm->d, spec, &sh, 1, sh.sp, !strcmp(t->dtype, "bf16"), false,
+                                  1, &m->tp_comm, split, NULL) ||
+        loom_vision_create_parallel(&vm->enc, vm->d, max_patches, &m->tp_comm, split, ring)) {
       loom_vmod_free(vm);
       return LOOM_ERR;
     }

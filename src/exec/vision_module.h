@@ -12,11 +12,11 @@
 
 /* The resolved strategy (vision.parallel.* with the text's where they say "follow"). */
 typedef struct {
-  int dp, tp, sp, zero;
-  int g_v, g_t;        /* ranks per data-parallel group: encoder (sp*tp), text (sp*tp) */
+  int dp, tp, sp, cp, zero; /* cp: the encoder's context-parallel ring (exclusive with sp) */
+  int g_v, g_t;        /* ranks per data-parallel group: encoder (cp*sp*tp), text (cp*sp*tp) */
   bool megatron_sp;    /* the text decoder uses Megatron sequence parallelism */
   bool separate;       /* vision.parallel.placement = separate */
-  int text_ranks;      /* pp*dp*sp*tp of the text decoder */
+  int text_ranks;      /* pp*dp*cp*sp*tp of the text decoder */
   int first;           /* world rank of the encoder's first rank */
 } loom_vmod_plan;
 

@@ -28,30 +28,34 @@ static loom_attn_mask attn_mask(const loom_decoder *d, const loom_acts *a) {
 
 static bool context_parallel(const loom_decoder *d) { return d->shard.cp > 1; }
 
-/* The ring of this rank's attention: B sequences of T/cp local tokens, local heads; with
- * packed documents, their segments by global position. */
+/* The ring of this rank's attention: B sequences of T/cp local tokens, the heads in the
+ * attention layout (local heads, divided by sp after the Ulysses all-to-all); with packed
+ * documents, their segments by global position. */
 static loom_ring_attn ring_of(loom_decoder *d, const loom_acts *a) {
+  int sp = d->shard.sp;
   bool packed = d->doc_eod >= 0;
-  loom_ring_attn r = {d->cp_comm, d->B, d->T / d->shard.cp, d->lh, d->lkv, d->spec.head_dim,
-                      true, d->s->ring_work, packed ? a->seg_lo : NULL,
+  loom_ring_attn r = {d->cp_comm, d->B, d->T / d->shard.cp, d->lh / sp, d->lkv / sp,
+                      d->spec.head_dim, true, d->s->ring_work, packed ? a->seg_lo : NULL,
                       packed ? a->seg_hi : NULL};
   return r;
 }
 
 /* Rotary (forward, or its inverse rotation of a gradient) on x (N rows, H heads) at the
  * global positions of the rows' tokens: consecutive from pos0 (the Ulysses offset), or with
- * context parallelism chunk by chunk (chunk i of 2cp starts at i*T/(2cp)). */
+ * context parallelism run by run of consecutive positions (a chunk, or the part of one a
+ * Ulysses rank holds: chunk i of 2cp starts at i*T/(2cp)). */
 static void rope_rows(loom_decoder *d, float *x, int H, bool backward) {
   const loom_model_spec *s = &d->spec;
   int D = s->head_dim;
   if (context_parallel(d)) {
-    int cp = d->shard.cp, Tl = d->T / cp, c = Tl / 2;
+    int rows = d->N / d->B; /* rows of each sequence on this rank */
     for (int b = 0; b < d->B; b++)
-      for (int half = 0; half < 2; half++) {
-        float *xc = x + ((size_t)b * Tl + (size_t)half * c) * H * D; /* (c, H, D) */
-        int pos = loom_cp_chunk(d->shard.cp_rank, half, cp) * c;
-        if (backward) loom_rope_backward_f32(xc, 1, c, H, D, s->rope_theta, pos);
-        else loom_rope_forward_f32(xc, 1, c, H, D, s->rope_theta, pos);
+      for (int r0 = 0, n; r0 < rows; r0 += n) {
+        int base = b * rows + r0, pos = dec_row_token_index(d, base) - b * d->T;
+        for (n = 1; r0 + n < rows && dec_row_token_index(d, base + n) == b * d->T + pos + n;) n++;
+        float *xr = x + (size_t)base * H * D; /* (n, H, D) at positions pos.. */
+        if (backward) loom_rope_backward_f32(xr, 1, n, H, D, s->rope_theta, pos);
+        else loom_rope_forward_f32(xr, 1, n, H, D, s->rope_theta, pos);
       }
     return;
   }
@@ -89,9 +93,15 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     rope_rows(d, L->q, d->lh, false);
     rope_rows(d, L->k, d->lkv, false);
   }
-  if (context_parallel(d)) {
+  if (context_parallel(d)) { /* Ulysses first (all the cp rank's tokens, H/sp heads) */
     loom_ring_attn ring = ring_of(d, a);
-    loom_ring_attention_forward(&ring, L->att, L->lse, L->q, L->k, L->v);
+    if (ulysses(d)) {
+      dec_ulysses_to_heads(d, L->q, L->qh, d->lh, D);
+      dec_ulysses_to_heads(d, L->k, L->kh, d->lkv, D);
+      dec_ulysses_to_heads(d, L->v, L->vh, d->lkv, D);
+    }
+    loom_ring_attention_forward(&ring, L->atth, L->lse, L->qh, L->kh, L->vh);
+    if (ulysses(d)) dec_ulysses_to_tokens(d, L->atth, L->att, d->lh, D);
   } else if (ulysses(d)) {
     int sp = d->shard.sp;
     dec_ulysses_to_heads(d, L->q, L->qh, d->lh, D);
@@ -174,8 +184,17 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   /* flash attention writes d_q, d_k, d_v (no zeroing) */
   if (context_parallel(d)) {
     loom_ring_attn ring = ring_of(d, a);
-    loom_ring_attention_backward(&ring, S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q,
-                                 L->k, L->v);
+    if (ulysses(d)) {
+      dec_ulysses_to_heads(d, S->d_att, S->d_atth, d->lh, D);
+      loom_ring_attention_backward(&ring, S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse,
+                                   L->qh, L->kh, L->vh);
+      dec_ulysses_to_tokens(d, S->d_qh, S->d_q, d->lh, D);
+      dec_ulysses_to_tokens(d, S->d_kh, S->d_k, d->lkv, D);
+      dec_ulysses_to_tokens(d, S->d_vh, S->d_v, d->lkv, D);
+    } else {
+      loom_ring_attention_backward(&ring, S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse,
+                                   L->q, L->k, L->v);
+    }
   } else if (ulysses(d)) {
     int sp = d->shard.sp;
     dec_ulysses_to_heads(d, S->d_att, S->d_atth, d->lh, D);

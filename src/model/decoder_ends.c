@@ -11,10 +11,11 @@
 #include "model/decoder_internal.h"
 
 int dec_row_token_index(const loom_decoder *d, int r) {
-  if (d->shard.cp > 1) {
-    int cp = d->shard.cp, Tl = d->T / cp, c = Tl / 2, j = r % Tl;
+  if (d->shard.cp > 1) { /* Ulysses (sp > 1) splits the cp rank's Tc tokens further */
+    int cp = d->shard.cp, Tc = d->T / cp, Ts = Tc / d->shard.sp, c = Tc / 2;
+    int j = d->shard.sp_rank * Ts + r % Ts; /* index among the cp rank's Tc tokens */
     int chunk = j < c ? d->shard.cp_rank : 2 * cp - 1 - d->shard.cp_rank;
-    return (r / Tl) * d->T + chunk * c + j % c;
+    return (r / Ts) * d->T + chunk * c + j % c;
   }
   if (d->shard.sp > 1) {
     int Tl = d->T / d->shard.sp;

@@ -126,10 +126,12 @@ static void plan(loom_decoder *d, carver *c) {
   S->head_dx = head && fused ? carve(c, N * C) : NULL;
   S->head_dw = head && fused ? carve(c, V * C) : NULL;
   S->row_targets = head ? (int32_t *)carve(c, N) : NULL;
-  S->attn_work = carve(c, (size_t)d->B * (uly ? d->lh / d->shard.sp : d->lh) * d->T);
+  /* flash attention's backward scratch; the ring has its own (per block) */
+  S->attn_work = d->shard.cp > 1 ? NULL
+                                 : carve(c, (size_t)d->B * (uly ? d->lh / d->shard.sp : d->lh) * d->T);
   S->ring_work = d->shard.cp > 1 ? carve(c, loom_ring_attention_work_floats(
-                                               d->B, d->T / d->shard.cp, d->lh, d->lkv,
-                                               d->spec.head_dim))
+                                               d->B, d->T / d->shard.cp, d->lh / d->shard.sp,
+                                               d->lkv / d->shard.sp, d->spec.head_dim))
                                  : NULL;
   /* the fused head converts its logit gradient to bf16 in place: round_dy never holds it */
   size_t in = maxz(maxz(C, I), QD), out = maxz(maxz(in, KD), head && !fused ? V : 0);

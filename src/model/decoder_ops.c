@@ -178,9 +178,10 @@ void dec_reduce_rows(loom_decoder *d, float *partial, float *out) {
   if (out != partial) memcpy(out, partial, n * sizeof(float));
 }
 
-/* x (B, Tl, H, D) -> y (B, T, H/sp, D) */
+/* x (B, Tl, H, D) -> y (B, T, H/sp, D); T: the tokens of a sequence on this cp rank (T/cp
+ * with context parallelism: Ulysses runs inside each cp rank's two chunks) */
 void dec_ulysses_to_heads(loom_decoder *d, const float *x, float *y, int H, int D) {
-  int sp = d->shard.sp, B = d->B, T = d->T, Tl = T / sp, Hs = H / sp;
+  int sp = d->shard.sp, B = d->B, T = d->T / d->shard.cp, Tl = T / sp, Hs = H / sp;
   size_t blk = (size_t)B * Tl * Hs * D;
   float *send = d->s->a2a, *recv = d->s->a2a + blk * sp;
   for (int j = 0; j < sp; j++)
@@ -196,9 +197,9 @@ void dec_ulysses_to_heads(loom_decoder *d, const float *x, float *y, int H, int 
                recv + i * blk + ((size_t)(b * Tl + t) * Hs) * D, (size_t)Hs * D * sizeof(float));
 }
 
-/* x (B, T, H/sp, D) -> y (B, Tl, H, D) */
+/* x (B, T, H/sp, D) -> y (B, Tl, H, D) (T as above) */
 void dec_ulysses_to_tokens(loom_decoder *d, const float *x, float *y, int H, int D) {
-  int sp = d->shard.sp, B = d->B, T = d->T, Tl = T / sp, Hs = H / sp;
+  int sp = d->shard.sp, B = d->B, T = d->T / d->shard.cp, Tl = T / sp, Hs = H / sp;
   size_t blk = (size_t)B * Tl * Hs * D;
   float *send = d->s->a2a, *recv = d->s->a2a + blk * sp;
   for (int i = 0; i < sp; i++)

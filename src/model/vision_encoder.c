@@ -2,8 +2,9 @@
  * with bidirectional attention inside windows or whole images (2D rotary positions for Qwen,
  * learned positions for LLaVA), and the merger/projector to the text hidden size.
  * Split over tp ranks (Megatron: column-parallel q/k/v, gate/up, fc1; row-parallel o, down,
- * fc2 summed over tp) and sp ranks (Ulysses: each rank embeds, normalises and projects its
- * Pl patches; attention exchanges head groups by all-to-all; the merged tokens are gathered).
+ * fc2 summed over tp) and sp ranks (each rank embeds, normalises and projects its Pl patches;
+ * attention exchanges head groups by all-to-all (Ulysses) or passes K/V blocks around the
+ * ranks (context parallelism, v->ring); the merged tokens are gathered).
  * Shapes (vision_internal.h): Pl patches of this rank, Ml = Pl/merge^2 tokens, Cv vision
  * hidden, Cl local attention width, Il local MLP width, phl local projector width, Ct text
  * hidden. */
@@ -12,6 +13,7 @@
 
 #include "loom/kernels.h"
 #include "loom/kernels_vision.h"
+#include "loom/ring_attention.h"
 #include "model/vision_internal.h"
 
 static size_t off(const loom_vision *v, const char *fmt, int i) {
@@ -80,13 +82,22 @@ static bool full_attention(const loom_vision *v, int l) {
   return false;
 }
 
+/* Context parallelism: the ring over this rank's Pl patches of the window order, attention
+ * inside the window segments or (full-attention layers) the frame segments. */
+static loom_ring_seg_attn ring_of(loom_vision *v, bool full) {
+  loom_ring_seg_attn r = {v->sp_comm, v->Pl, v->Hl, v->D,
+                          full ? v->seg_full : v->seg_win, full ? v->n_full_seg : v->n_win,
+                          v->ring_work};
+  return r;
+}
+
 static void block_forward(loom_vision *v, int l) {
   int Pl = v->Pl, Cv = v->Cv, Cl = v->Cl, Il = v->Il, half = v->D / 2;
   size_t PC = (size_t)Pl * Cv, PI = (size_t)Pl * Il;
   const float *x = v->resid + (size_t)l * PC;
   float *out = v->resid + (size_t)(l + 1) * PC;
   vis_layer *L = &v->L[l];
-  bool split = v->sp > 1;
+  bool split = v->sp > 1 && !v->ring; /* Ulysses */
   const char *B = "vision.blocks.%d.";
   char f[64];
 #define O(suffix) (snprintf(f, sizeof f, "%s%s", B, suffix), off(v, f, l))
@@ -107,8 +118,14 @@ static void block_forward(loom_vision *v, int l) {
     vis_to_heads(v, val, L->vh);
   }
   bool full = full_attention(v, l);
-  loom_seg_attention_forward_f32(L->atth, L->lse, L->qh, L->kh, L->vh, v->Pg, v->Hs, v->D,
-                                 full ? v->seg_full : v->seg_win, full ? v->n_full_seg : v->n_win);
+  if (v->ring) {
+    loom_ring_seg_attn ring = ring_of(v, full);
+    loom_ring_seg_attention_forward(&ring, L->atth, L->lse, L->qh, L->kh, L->vh);
+  } else {
+    loom_seg_attention_forward_f32(L->atth, L->lse, L->qh, L->kh, L->vh, v->Pg, v->Hs, v->D,
+                                   full ? v->seg_full : v->seg_win,
+                                   full ? v->n_full_seg : v->n_win);
+  }
   if (split) vis_to_patches(v, L->atth, L->att);
   lin_fwd_row(v, v->tmp, L->att, O("attn.o.weight"), O("attn.o.bias"), Pl, Cl, Cv);
   for (size_t i = 0; i < PC; i++) L->mid[i] = x[i] + v->tmp[i];
@@ -182,7 +199,7 @@ static void block_backward(loom_vision *v, int l) {
   size_t PC = (size_t)Pl * Cv, PI = (size_t)Pl * Il, PL = (size_t)Pl * Cl;
   const float *x = v->resid + (size_t)l * PC;
   vis_layer *L = &v->L[l];
-  bool split = v->sp > 1;
+  bool split = v->sp > 1 && !v->ring; /* Ulysses */
   const char *B = "vision.blocks.%d.";
   char f[64];
 #define O(suffix) (snprintf(f, sizeof f, "%s%s", B, suffix), off(v, f, l))
@@ -209,9 +226,16 @@ static void block_backward(loom_vision *v, int l) {
   memset(v->dkh, 0, PL * sizeof(float));
   memset(v->dvh, 0, PL * sizeof(float));
   bool full = full_attention(v, l);
-  loom_seg_attention_backward_f32(v->dqh, v->dkh, v->dvh, v->datth, L->atth, L->lse, L->qh, L->kh,
-                                  L->vh, v->Pg, v->Hs, v->D, full ? v->seg_full : v->seg_win,
-                                  full ? v->n_full_seg : v->n_win);
+  if (v->ring) { /* writes dq, dk, dv */
+    loom_ring_seg_attn ring = ring_of(v, full);
+    loom_ring_seg_attention_backward(&ring, v->dqh, v->dkh, v->dvh, v->datth, L->atth, L->lse,
+                                     L->qh, L->kh, L->vh);
+  } else {
+    loom_seg_attention_backward_f32(v->dqh, v->dkh, v->dvh, v->datth, L->atth, L->lse, L->qh,
+                                    L->kh, L->vh, v->Pg, v->Hs, v->D,
+                                    full ? v->seg_full : v->seg_win,
+                                    full ? v->n_full_seg : v->n_win);
+  }
   if (split) {
     vis_to_patches(v, v->dqh, v->dq);
     vis_to_patches(v, v->dkh, v->dk);

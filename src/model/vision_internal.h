@@ -29,6 +29,7 @@ struct loom_vision {
   int ph;              /* projector hidden width (qwen: in; llava: Ct) */
   /* parallelism */
   int tp, tp_rank, sp, sp_rank;
+  bool ring;           /* the sp ranks are a context-parallel ring (ring attention), not Ulysses */
   const loom_comm *tp_comm, *sp_comm;
   int Hl, Cl, Il, phl, Hs; /* local heads, attention width, MLP width, projector width; heads
                               in attention (Hl/sp) */
@@ -53,6 +54,7 @@ struct loom_vision {
   float *dq, *dk, *dv, *datt;  /* (Pl, Cl) by patch (forward: q/k/v before the all-to-all) */
   float *dqh, *dkh, *dvh, *datth; /* (Pg, Hs, D) (== the by-patch ones when sp == 1) */
   float *a2a;                  /* (2 * Pl * Cl) all-to-all send and receive */
+  float *ring_work;            /* ring attention scratch (ring), else NULL */
   float *dact, *da, *db;       /* (Pl,Il) */
   float *dh1, *dg1;            /* (Ml, phl) */
   float *doutw, *dln;          /* (Ml, Ct), (Pl, Cv) */

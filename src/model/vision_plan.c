@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "loom/ring_attention.h"
 #include "model/vision_internal.h"
 
 typedef struct {
@@ -30,7 +31,7 @@ static void plan(loom_vision *v, carver *c) {
   size_t Pg = (size_t)v->maxPg, Pl = Pg / (size_t)v->sp, Ml = Pl / (size_t)unit;
   size_t Cv = (size_t)v->Cv, Cl = (size_t)v->Cl, Il = (size_t)v->Il, phl = (size_t)v->phl;
   size_t Ct = (size_t)v->Ct, half = (size_t)v->D / 2, PC = Pl * Cl;
-  bool split = v->sp > 1;
+  bool split = v->sp > 1 && !v->ring; /* Ulysses: attention in the head layout */
   v->cosb = carve(c, Pg * half * sizeof(double));
   v->sinb = carve(c, Pg * half * sizeof(double));
   v->unit_perm = carve(c, (Pg / (size_t)unit + 1) * sizeof(int));
@@ -50,7 +51,8 @@ static void plan(loom_vision *v, carver *c) {
   }
   v->lnm = CF(Pl * Cv), v->meanm = CF(Pl), v->rstdm = CF(Pl);
   v->h1 = CF(Ml * phl), v->g1 = CF(Ml * phl), v->outw = CF(Ml * Ct);
-  v->outg = split ? CF(Ml * (size_t)v->sp * Ct) : v->outw;
+  v->outg = v->sp > 1 ? CF(Ml * (size_t)v->sp * Ct) : v->outw;
+  v->ring_work = v->ring ? CF(loom_ring_seg_attention_work_floats((int)Pl, v->Hl, v->D)) : NULL;
   v->dres = CF(Pl * Cv), v->dn = CF(Pl * Cv), v->tmp = CF(Pl * (Cv > Ct ? Cv : Ct) + Ml * Ct);
   v->dq = CF(PC), v->dk = CF(PC), v->dv = CF(PC), v->datt = CF(PC);
   v->dqh = split ? CF(PC) : v->dq, v->dkh = split ? CF(PC) : v->dk;
@@ -65,7 +67,7 @@ static void plan(loom_vision *v, carver *c) {
 }
 
 int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patches,
-                                const loom_comm *tp_comm, const loom_comm *sp_comm) {
+                                const loom_comm *tp_comm, const loom_comm *sp_comm, bool ring) {
   const loom_vision_spec *s = &d->spec.vision;
   if (s->arch == LOOM_VISION_NONE) return loom_err("the model has no vision encoder");
   int unit = s->merge * s->merge;
@@ -73,7 +75,9 @@ int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patc
   bool module = d->shard.module == LOOM_MODULE_VISION;
   int tp = module ? d->shard.tp : 1, sp = module ? d->shard.sp : 1;
   int ph = s->arch == LOOM_VISION_QWEN ? s->hidden * unit : d->spec.hidden;
-  if (s->heads % (tp * sp) || s->intermediate % tp || ph % tp)
+  ring = ring && sp > 1;
+  int hsplit = ring ? tp : tp * sp; /* the ring keeps every local head */
+  if (s->heads % hsplit || s->intermediate % tp || ph % tp)
     return loom_err("vision.parallel: tp*sp = %d*%d must divide the encoder's %d heads, and tp "
                     "its MLP width %d and projector width %d", tp, sp, s->heads, s->intermediate,
                     ph);
@@ -85,10 +89,11 @@ int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patc
   v->pv = loom_vision_patch_values(s);
   v->in = s->hidden * unit;
   v->ph = ph;
-  v->tp = tp, v->sp = sp;
+  v->tp = tp, v->sp = sp, v->ring = ring;
   v->tp_rank = module ? d->shard.tp_rank : 0, v->sp_rank = module ? d->shard.sp_rank : 0;
   v->tp_comm = tp > 1 ? tp_comm : NULL, v->sp_comm = sp > 1 ? sp_comm : NULL;
-  v->Hl = v->H / tp, v->Cl = v->Hl * v->D, v->Il = v->I / tp, v->phl = ph / tp, v->Hs = v->Hl / sp;
+  v->Hl = v->H / tp, v->Cl = v->Hl * v->D, v->Il = v->I / tp, v->phl = ph / tp;
+  v->Hs = ring ? v->Hl : v->Hl / sp;
   v->maxP = max_patches / unit * unit;
   v->maxPg = (v->maxP + sp * unit - 1) / (sp * unit) * (sp * unit);
   v->L = calloc((size_t)s->depth, sizeof *v->L);
@@ -104,7 +109,7 @@ int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patc
 }
 
 int loom_vision_create(loom_vision **out, loom_decoder *d, int max_patches) {
-  return loom_vision_create_parallel(out, d, max_patches, NULL, NULL);
+  return loom_vision_create_parallel(out, d, max_patches, NULL, NULL, false);
 }
 
 size_t loom_vision_arena_bytes(const loom_vision *v) { return v ? v->arena_bytes : 0; }

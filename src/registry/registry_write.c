@@ -74,7 +74,7 @@ int loom_registry_insert(loom_registry *r, const loom_config *cfg,
   const char *sweep_id = in->sweep_id ? in->sweep_id : getenv("LOOM_SWEEP_ID");
   long ranks = in->ranks > 0 ? in->ranks
                              : cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp *
-                                   cfg->parallel.sp;
+                                   cfg->parallel.sp * cfg->parallel.cp;
   char *sql = insert_sql();
   sqlite3_stmt *st;
   int rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);

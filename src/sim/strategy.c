@@ -27,6 +27,7 @@ int loom_sim_world(const loom_sim_strategy *st) { return st->dp * st->tp * st->p
 static void to_parallel(const loom_sim_strategy *st, loom_config_parallel *p) {
   memset(p, 0, sizeof *p);
   p->dp = st->dp, p->tp = st->tp, p->pp = st->pp, p->sp = st->sp;
+  p->cp = 1; /* the simulator's strategies have no context parallelism yet */
   snprintf(p->sp_mode, sizeof p->sp_mode, "%s", st->seq_par ? "megatron" : "ulysses");
   p->zero = st->zero;
   p->vpp = st->vpp;
@@ -85,9 +86,10 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
   const loom_config_parallel *p = &cfg->parallel;
   const loom_config_training *t = &cfg->training;
   memset(st, 0, sizeof *st);
-  if (p->cp > 1) /* the ring's volumes and overlap are not in the cost model yet */
-    return loom_err("parallel.cp = %ld: the simulator does not model context parallelism yet; "
-                    "simulate the layout with parallel.cp=1", p->cp);
+  if (p->cp > 1 || cfg->vision_parallel.cp > 1) /* the ring is not in the cost model yet */
+    return loom_err("parallel.cp = %ld, vision.parallel.cp = %ld: the simulator does not model "
+                    "context parallelism yet; simulate the layout with both at 1", p->cp,
+                    cfg->vision_parallel.cp);
   st->dp = (int)p->dp, st->tp = (int)p->tp, st->pp = (int)p->pp, st->sp = (int)p->sp;
   st->seq_par = !strcmp(p->sp_mode, "megatron") && p->tp > 1;
   st->zero = (int)p->zero;

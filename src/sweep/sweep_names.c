@@ -17,6 +17,7 @@ static const struct {
   const char *key, *abbr;
 } abbrevs[] = {
     {"parallel.dp", "dp"}, {"parallel.tp", "tp"}, {"parallel.pp", "pp"}, {"parallel.sp", "sp"},
+    {"parallel.cp", "cp"}, {"vision.parallel.cp", "vcp"},
     {"parallel.zero", "zero"}, {"parallel.vpp", "vpp"},
     {"training.micro_batch_size", "bs"}, {"training.global_batch_size", "gbs"},
     {"training.grad_accum", "ga"}, {"training.seq_len", "seq"}, {"training.lr", "lr"},

@@ -90,7 +90,8 @@ static int read_line(char *line, loom_sweep_plan *plan, loom_point_result *r, co
   }
   loom_config_defaults(&p->cfg);
   if (loom_config_load(&p->cfg, p->config_path)) return loom_err_prefix("%s:%d: ", path, lineno);
-  p->ranks = (int)(p->cfg.parallel.dp * p->cfg.parallel.tp * p->cfg.parallel.pp * p->cfg.parallel.sp);
+  p->ranks = (int)(p->cfg.parallel.dp * p->cfg.parallel.tp * p->cfg.parallel.pp *
+                   p->cfg.parallel.sp * p->cfg.parallel.cp);
   return 0;
 }
 

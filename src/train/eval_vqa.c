@@ -86,8 +86,8 @@ int loom_eval_vqa_detail(loom_executor *ex, const loom_config *cfg, const loom_m
                          const char *split, long max_batches, loom_eval_vqa_result *res) {
   memset(res, 0, sizeof *res);
   loom_decoder *d = loom_exec_decoder(ex);
-  if (m->pp > 1 || m->tp > 1 || m->sp > 1)
-    return loom_err("answer accuracy is computed with pp = tp = sp = 1 for now");
+  if (m->pp > 1 || m->tp > 1 || m->sp > 1 || m->cp > 1)
+    return loom_err("answer accuracy is computed with pp = tp = sp = cp = 1 for now");
   loom_tokenizer *tok;
   if (loom_tokenizer_load(&tok, cfg->data.tokenizer)) return LOOM_ERR;
   loom_vqa_options o = {cfg->data.vqa_path, split, tok, (int)cfg->training.seq_len,

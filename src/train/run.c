@@ -495,20 +495,21 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                      t->micro_batch_size * t->grad_accum * c->mesh.dp,
                      t->global_batch_size > 0 ? " (training.global_batch_size)" : "");
   if (c->mesh.world > 1)
-    loom_progress_note(&c->progress, "mesh: %d ranks = pp %d x dp %d x sp %d x tp %d%s, zero %ld, "
-                       "schedule %s", c->mesh.world, c->mesh.pp, c->mesh.dp, c->mesh.sp, c->mesh.tp,
+    loom_progress_note(&c->progress, "mesh: %d ranks = pp %d x dp %d x cp %d x sp %d x tp %d%s, "
+                       "zero %ld, schedule %s", c->mesh.world, c->mesh.pp, c->mesh.dp, c->mesh.cp,
+                       c->mesh.sp, c->mesh.tp,
                        c->mesh.tp > 1 && !strcmp(cfg->parallel.sp_mode, "megatron")
                            ? " (megatron sequence parallel)" : "",
                        cfg->parallel.zero, loom_exec_schedule(c->exec)->name);
   loom_vmod *vm = loom_exec_vision(c->exec);
   if (vm) {
     const loom_vmod_plan *vp = loom_vmod_get_plan(vm);
-    loom_progress_note(&c->progress, "vision encoder: ranks %d-%d (%s) = dp %d x sp %d x tp %d, "
-                       "zero %d; text decoder: ranks 0-%d = pp %d x dp %d x sp %d x tp %d, zero %ld",
-                       vp->first, vp->first + vp->dp * vp->g_v - 1,
-                       vp->separate ? "separate" : "collocated", vp->dp, vp->sp, vp->tp, vp->zero,
-                       c->mesh.world - 1, c->mesh.pp, c->mesh.dp, c->mesh.sp, c->mesh.tp,
-                       cfg->parallel.zero);
+    loom_progress_note(&c->progress, "vision encoder: ranks %d-%d (%s) = dp %d x cp %d x sp %d x "
+                       "tp %d, zero %d; text decoder: ranks 0-%d = pp %d x dp %d x cp %d x sp %d "
+                       "x tp %d, zero %ld", vp->first, vp->first + vp->dp * vp->g_v - 1,
+                       vp->separate ? "separate" : "collocated", vp->dp, vp->cp, vp->sp, vp->tp,
+                       vp->zero, c->mesh.world - 1, c->mesh.pp, c->mesh.dp, c->mesh.cp,
+                       c->mesh.sp, c->mesh.tp, cfg->parallel.zero);
   }
   loom_progress_note(&c->progress, "data: %s", loom_data_describe(c->data));
   if (c->lead) loom_progress_note(&c->progress, "%s", mfu_why);

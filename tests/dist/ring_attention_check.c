@@ -22,6 +22,7 @@
 #include "loom/comm.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "loom/kernels_vision.h"
 #include "loom/mesh.h"
 #include "loom/ring_attention.h"
 
@@ -115,6 +116,57 @@ static void check(const loom_comm *ring, int B, int T, int Hq, int Hkv, int D, b
   free(ra.work), free(lse_t), free(ll_t);
 }
 
+/* Segment ring (the vision encoder's): rank r holds tokens [r*P, (r+1)*P); segments of
+ * varied lengths cross rank boundaries; against loom_seg_attention_*_f64 of the whole
+ * sequence. Backward accumulates in the reference (zeroed here). Same tolerance and bytes. */
+static void check_seg(const loom_comm *ring, int P, int H, int D, const int *seg, int nseg) {
+  int cp = ring->size, r = ring->rank, S = P * cp;
+  size_t n = (size_t)S * H * D, m = (size_t)P * H * D;
+  double *q = dalloc(n), *k = dalloc(n), *v = dalloc(n), *g = dalloc(n), *out = dalloc(n);
+  double *lse = dalloc((size_t)H * S), *dq = dalloc(n), *dk = dalloc(n), *dv = dalloc(n);
+  fill(q, n, 11), fill(k, n, 12), fill(v, n, 13), fill(g, n, 14);
+  loom_seg_attention_forward_f64(out, lse, q, k, v, S, H, D, seg, nseg);
+  loom_seg_attention_backward_f64(dq, dk, dv, g, out, lse, q, k, v, S, H, D, seg, nseg);
+  float *ql = falloc(m), *kl = falloc(m), *vl = falloc(m), *gl = falloc(m);
+  for (size_t i = 0; i < m; i++) {
+    size_t o = (size_t)r * m + i;
+    ql[i] = (float)q[o], kl[i] = (float)k[o], vl[i] = (float)v[o], gl[i] = (float)g[o];
+  }
+  float *ol = falloc(m), *ll = falloc((size_t)H * P), *dql = falloc(m), *dkl = falloc(m), *dvl = falloc(m);
+  loom_ring_seg_attn ra = {ring, P, H, D, seg, nseg, NULL};
+  ra.work = falloc(loom_ring_seg_attention_work_floats(P, H, D));
+  loom_comm_stats_reset();
+  loom_ring_seg_attention_forward(&ra, ol, ll, ql, kl, vl);
+  double fwd = loom_comm_counters.bytes[LOOM_COLL_SENDRECV];
+  loom_ring_seg_attention_backward(&ra, dql, dkl, dvl, gl, ol, ll, ql, kl, vl);
+  double bwd = loom_comm_counters.bytes[LOOM_COLL_SENDRECV] - fwd;
+  const float *got[5] = {ol, dql, dkl, dvl, ll};
+  const double *want[5] = {out, dq, dk, dv, lse};
+  const char *names[5] = {"out", "dq", "dk", "dv", "lse"};
+  double e[5];
+  for (int t = 0; t < 5; t++) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < m && (t < 4 || i < (size_t)H * P); i++) {
+      /* lse (H, S): this rank's columns [r*P, (r+1)*P) of each head */
+      double w = t < 4 ? want[t][(size_t)r * m + i] : want[t][(i / P) * S + (size_t)r * P + i % P];
+      num += (got[t][i] - w) * (got[t][i] - w);
+      den += w * w;
+    }
+    e[t] = sqrt(num / (den > 0 ? den : 1));
+    CHECK(e[t] <= 1e-5, "seg ring cp=%d rank %d %s: relative error %.3g > 1e-5", cp, r, names[t], e[t]);
+  }
+  double want_fwd = 2.0 * (cp - 1) * m * sizeof(float);
+  CHECK(fwd == want_fwd && bwd == 2 * want_fwd, "seg ring cp=%d: sent fwd %.0f bwd %.0f bytes, "
+        "closed form %.0f and %.0f", cp, fwd, bwd, want_fwd, 2 * want_fwd);
+  if (r == 0)
+    printf("seg ring cp=%d P=%d H=%d D=%d, %d segments: out %.2e dq %.2e dk %.2e dv %.2e lse "
+           "%.2e; sent fwd %.0f bwd %.0f bytes\n", cp, P, H, D, nseg, e[0], e[1], e[2], e[3],
+           e[4], fwd, bwd);
+  free(q), free(k), free(v), free(g), free(out), free(lse), free(dq), free(dk), free(dv);
+  free(ql), free(kl), free(vl), free(gl), free(ol), free(ll), free(dql), free(dkl), free(dvl);
+  free(ra.work);
+}
+
 int main(int argc, char **argv) {
   if (loom_dist_init(&argc, &argv)) return 1;
   int world = loom_dist_world();
@@ -127,6 +179,17 @@ int main(int argc, char **argv) {
   check(&m.cp_comm, 2, 2 * world * 24, 4, 2, 16, true);
   check(&m.cp_comm, 1, 2 * world * 40, 4, 1, 32, true);
   check(&m.cp_comm, 2, 2 * world * 24, 2, 2, 16, false);
+  { /* segments of 7, 1, 30, 13, ... tokens (cycled), the last one cut at the end */
+    int P = 20, S = P * world, seg[64], n = 0, lens[4] = {7, 1, 30, 13};
+    seg[0] = 0;
+    while (seg[n] < S) {
+      int next = seg[n] + lens[n % 4];
+      seg[++n] = next < S ? next : S;
+    }
+    check_seg(&m.cp_comm, P, 2, 16, seg, n);
+    int whole[2] = {0, S}; /* one segment: plain full attention */
+    check_seg(&m.cp_comm, P, 3, 32, whole, 1);
+  }
   /* every rank's verdict: the job fails when any rank failed */
   double f[1] = {harness_failed};
   loom_comm_allreduce_f64(&m.world_comm, f, 1, LOOM_OP_SUM);

@@ -1,6 +1,8 @@
 /* The vision encoder split over its own ranks (tensor parallel and/or Ulysses) against the
  * whole encoder in one process, run under mpirun by vlm_equivalence_test.sh:
- *   vision_split_check PRESET TP SP
+ *   vision_split_check PRESET TP SP [ring]
+ * (ring: the SP ranks are a context-parallel ring: the same patch slices, attention by the
+ * segment ring instead of the Ulysses all-to-all; run by cp_equivalence_test.sh)
  * Every rank builds the reference (whole model, encoder replicated) and its shard of the
  * vision module from the same seed, encodes the same images (grids chosen so that the patch
  * count is not a multiple of sp * merge^2 for Qwen: the padding path runs), back-propagates
@@ -13,6 +15,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "loom/mesh.h"
 #include "loom/vision.h"
@@ -50,8 +53,9 @@ static void slice_of(const loom_param *full, const loom_param *part, const float
 }
 
 int main(int argc, char **argv) {
-  if (loom_dist_init(&argc, &argv) || argc != 4) {
-    fprintf(stderr, "usage: mpirun -np TP*SP %s PRESET TP SP\n", argv[0]);
+  if (loom_dist_init(&argc, &argv) || argc < 4 || argc > 5 ||
+      (argc == 5 && strcmp(argv[4], "ring"))) {
+    fprintf(stderr, "usage: mpirun -np TP*SP %s PRESET TP SP [ring]\n", argv[0]);
     return 2;
   }
   loom_model_spec spec;
@@ -96,7 +100,7 @@ int main(int argc, char **argv) {
   if (loom_decoder_create(&full, &spec, 1, 1, false, false) ||
       loom_vision_create(&vfull, full, P) ||
       loom_decoder_create_shard(&part, &spec, &sh, 1, sp, false, false, 1, &m.tp_comm, &m.sp_comm, NULL) ||
-      loom_vision_create_parallel(&vpart, part, P, &m.tp_comm, &m.sp_comm)) {
+      loom_vision_create_parallel(&vpart, part, P, &m.tp_comm, &m.sp_comm, argc == 5)) {
     fprintf(stderr, "%s\n", loom_errmsg());
     return 2;
   }
