@@ -2,7 +2,8 @@
 # Packed documents (data.pack_documents) in every layout: a packed training run equals the
 # same packed run on one process — per-step losses, final weights and validation losses —
 # under tensor parallelism, Megatron and Ulysses sequence parallelism, data x pipeline
-# parallelism with ZeRO-1, ZeRO-3, and context parallelism (cp2, cp4, cp2 x tp2, cp2 x dp2), for Llama (rotary positions restart per document) and GPT-2
+# parallelism with ZeRO-1, ZeRO-3, and context parallelism (cp2, cp4, cp2 x tp2,
+# cp2 x Ulysses sp2, cp2 x dp2), for Llama (rotary positions restart per document) and GPT-2
 # (learned positions restart per document). Every rank derives the document segments from the
 # whole micro-batch's tokens, so a layout that split or exchanged them wrongly would attend
 # across documents and move the losses by far more than the tolerance.
@@ -68,6 +69,7 @@ check_case pl_dp2_pp2_zero1 4 "${LLAMA[@]}" data.pack_documents=true training.mi
 check_case pl_cp2 2 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2
 check_case pl_cp2_tp2 4 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 parallel.tp=2
 check_case pl_cp4 4 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.cp=4
+check_case pl_cp2_ulysses2 4 "${LLAMA[@]}" data.pack_documents=true training.micro_batch_size=4 training.grad_accum=2 parallel.cp=2 parallel.sp=2
 
 echo "loom eval of a packed run packs its validation data the same way"
 last=$(val_losses "$(run_dir pl_single)" | tail -1 | cut -d' ' -f2)
