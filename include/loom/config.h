@@ -85,6 +85,8 @@ typedef struct {
   bool skip_bad_samples;           /* skip and count bad samples instead of stopping */
   char val_shards[LOOM_STR_MAX];   /* validation data: token shards, or (vqa) a dataset */
   double val_fraction;             /* tokens: hold out this tail fraction of train_shards */
+  /* packed documents (docs/EXPERIMENTS.md, "Packed documents"; tokens format only) */
+  bool pack_documents;             /* attention and positions restart after each end-of-doc */
 } loom_config_data;
 
 /* Hybrid parallelism: a mesh (pp, dp, cp, sp, tp; tp innermost) whose product is the number

@@ -36,5 +36,8 @@ const char *loom_data_describe(const loom_data_source *s);
 uint64_t loom_data_skipped(const loom_data_source *s, const char **last);
 void loom_data_add_skipped(loom_data_source *s, uint64_t n);
 int loom_data_is_vqa(const loom_data_source *s);
+/* data.pack_documents: the shards' end-of-document token (for loom_decoder_set_doc_eod), else
+ * -1. */
+int32_t loom_data_doc_eod(const loom_data_source *s);
 void loom_data_close(loom_data_source *s);
 #endif

@@ -53,6 +53,11 @@ typedef struct {
   float *inject_grads;      /* (n, C) receives their gradients in backward */
   double *mcos, *msin;      /* (N, D/2) rotary table of mrope_pos (planned when the model has
                                multimodal rotary sections) */
+  /* packed documents (allocated by loom_decoder_set_doc_eod, filled from tokens by the
+   * forward): the attention segments and positions of every token of the micro-batch */
+  int *seg_lo, *seg_hi;     /* (B*T) first and last position of each token's document */
+  int *doc_pos;             /* (B*T) position of each token within its document */
+  int *row_pos;             /* (N) doc_pos of this rank's attention rows (Ulysses: its tokens) */
 } loom_acts;
 
 typedef struct {
@@ -66,6 +71,8 @@ typedef struct {
   int lh, lkv, li, vloc;    /* local heads, kv heads, intermediate, vocabulary rows */
   int v0;                   /* first global vocabulary row of this rank */
   int pos0;                 /* position of this rank's first token (Ulysses) */
+  int32_t doc_eod;          /* packed documents: the end-of-document token; -1: none (a window
+                               is one sequence: full causal attention, positions 0..T-1) */
   bool bf16, recompute;
   bool param_bf16;          /* training.param_dtype=bf16: params and grads hold bf16 values */
   const loom_comm *tp_comm, *sp_comm; /* NULL when not parallel */
@@ -107,6 +114,15 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
                               int slots, const loom_comm *tp_comm, const loom_comm *sp_comm,
                               const loom_comm *cp_comm);
 void loom_decoder_free(loom_decoder *d);
+/* Packed documents (data.pack_documents): from now on every forward splits each sequence
+ * after each token equal to eod (loom_attn_doc_segments): attention is causal within a
+ * document only and positions (rotary, or GPT-2's learned table) restart at 0 per document.
+ * Every rank derives the same segments from the whole micro-batch's tokens, so tensor,
+ * sequence (Megatron, Ulysses) and pipeline parallelism need no extra communication. eod < 0
+ * turns it off. Allocates the per-slot tables (outside forward/backward). A forward with
+ * multimodal rotary positions (vqa batches, which are not packed: the config refuses the
+ * combination) asserts. */
+void loom_decoder_set_doc_eod(loom_decoder *d, int32_t eod);
 /* Initialise parameters from seed, identically for every layout: each global tensor is drawn
  * from its own stream (seed, tensor name) — N(0, init_std) for matrices (GPT-2: output
  * projections scaled by 1/sqrt(2L)), ones for norm weights, zeros for biases and vocabulary

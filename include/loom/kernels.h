@@ -54,6 +54,11 @@
   void loom_rope_forward_##S(T *x, int B, int Tn, int H, int D, double theta, int pos_offset); \
   void loom_rope_backward_##S(T *dx, int B, int Tn, int H, int D, double theta,                \
                               int pos_offset);                                                \
+  /* The same rotation with a position per row: x (rows,H,D), row r at angle pos[r] *         \
+   * theta^(-2i/D) (packed documents: positions restart per document). Bitwise equal to       \
+   * loom_rope_forward when pos[b*Tn+t] = t + pos_offset. */                                  \
+  void loom_rope_pos_forward_##S(T *x, int rows, int H, int D, double theta, const int *pos);  \
+  void loom_rope_pos_backward_##S(T *dx, int rows, int H, int D, double theta, const int *pos); \
   /* Causal scaled-dot-product attention with grouped-query heads:                             \
    * q(B,T,Hq,D), k(B,T,Hkv,D), v(B,T,Hkv,D) -> out(B,T,Hq,D); query head h uses kv head       \
    * h / (Hq/Hkv). lse(B,Hq,T) = logsumexp of each score row, saved so that the backward       \
@@ -154,7 +159,23 @@ void loom_f32_to_bf16_rows(uint16_t *dst, size_t ld_dst, const float *src, size_
 typedef struct {
   int causal;
   int window;
+  /* Segments (packed documents, varlen attention like cu_seqlens; NULL: one segment per
+   * sequence): the token at position p of sequence b belongs to the segment of positions
+   * [seg_lo[b*S+p], seg_hi[b*S+p]] (inclusive), S = seg_stride (0: T); a query sees only
+   * keys of its own segment, within the causal/window rule above. Segments are contiguous.
+   * A call may hold a block of longer sequences (ring attention): query row t is at position
+   * q_off + t and key row s at k_off + s (the causal/window rule stays in row numbers); a
+   * query that sees no key of the block gets out = 0 and lse = -inf. */
+  const int *seg_lo, *seg_hi; /* (B*S) */
+  int seg_stride;
+  int q_off, k_off;
 } loom_attn_mask;
+/* Segments of packed documents from the input tokens (B,T): a document ends at each token
+ * equal to eod (the end-of-document token belongs to the document it ends) and at the end of
+ * the sequence; the next one starts after it. Writes seg_lo, seg_hi (B*T) as loom_attn_mask
+ * wants them and, when pos != NULL, pos (B*T) = t - seg_lo (position within the document). */
+void loom_attn_doc_segments(int *seg_lo, int *seg_hi, int *pos, const int32_t *tokens, int B,
+                            int T, int32_t eod);
 /* q (B,T,Hq,D), k, v (B,T,Hkv,D) -> out (B,T,Hq,D), lse (B,Hq,T), scale 1/sqrt(D), GQA as
  * loom_attention_forward_f32. Tiled with an online softmax: nothing of size T x T is stored,
  * key tiles outside the mask are skipped. Writes out and lse. */

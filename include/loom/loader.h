@@ -20,6 +20,13 @@
  *     already made in the epoch, in [0, S). Restoring a saved state reproduces exactly the
  *     batches that followed it.
  *   - Too few tokens for one call (W < B*world) is an error that gives the numbers.
+ *   - Packed documents (loom_loader_pack_documents; data.pack_documents): the windows, their
+ *     order and the inputs stay exactly as above (documents are cut where windows end, as
+ *     Megatron-LM and torchtitan do: no token dropped, no padding); the shards record their
+ *     end-of-document token EOD (shard version 2) and every target whose input is EOD
+ *     becomes LOOM_IGNORE_INDEX: the last token of a document does not predict the first of
+ *     the next (Megatron's eod_mask_loss, Hugging Face's DataCollatorWithFlattening). The
+ *     decoder then splits attention and positions at each EOD (loom_decoder_set_doc_eod).
  * Memory: the shards are memory-mapped; the loader holds one W-entry order array. */
 #ifndef LOOM_LOADER_H
 #define LOOM_LOADER_H
@@ -43,6 +50,11 @@ int loom_loader_open(loom_loader **out, const char *shards, int B, int T, int ra
  * (0, 1). */
 int loom_loader_open_part(loom_loader **out, const char *shards, int B, int T, int rank,
                           int world, uint64_t seed, double held_out, bool validation);
+/* Turn on packed documents: every shard must record the same end-of-document token (else an
+ * error naming the shard and saying how to re-tokenize). */
+int loom_loader_pack_documents(loom_loader *l);
+/* The end-of-document token while packing documents, else -1. */
+int32_t loom_loader_doc_eod(const loom_loader *l);
 /* Fill inputs and targets, both (B, T) row-major int32; advances the state. */
 int loom_loader_next(loom_loader *l, int32_t *inputs, int32_t *targets);
 void loom_loader_get_state(const loom_loader *l, loom_loader_state *s);

@@ -30,6 +30,11 @@ typedef struct {
   int Hq, Hkv, D;        /* query heads, key/value heads (GQA: Hq % Hkv == 0), head dim */
   bool causal;           /* false: full attention (every pair of chunks visible) */
   float *work;           /* loom_ring_attention_work_floats() floats of scratch */
+  /* packed documents (NULL: none): the segments of the whole sequences, (B, T = cp*Tl) by
+   * global position, as loom_attn_mask wants them; every block is masked by them (queries
+   * and keys at their global positions), and a block no query of which shares a document
+   * with its keys is skipped */
+  const int *seg_lo, *seg_hi;
 } loom_ring_attn;
 
 /* Global chunk index (of 2*cp) of a rank's first (half 0) or second (half 1) chunk. */
@@ -37,10 +42,9 @@ static inline int loom_cp_chunk(int cp_rank, int half, int cp) {
   return half ? 2 * cp - 1 - cp_rank : cp_rank;
 }
 
-/* How query chunk qi sees key chunk kj (global chunk indices). This is the one place a
- * block pair is classified: per-document masks (packed sequences) would refine it here from
- * the per-token segment ids of both chunks (a pair sharing no document is skipped, a pair
- * crossing a boundary gets a per-token mask). */
+/* How query chunk qi sees key chunk kj (global chunk indices), before packed documents
+ * (ring_attention.c refines it: a pair sharing no document is skipped, and the flash kernels
+ * mask each block by the segments of both chunks). */
 typedef enum { LOOM_RING_SKIP = 0, LOOM_RING_FULL, LOOM_RING_CAUSAL } loom_ring_block;
 static inline loom_ring_block loom_ring_block_kind(int qi, int kj, bool causal) {
   if (!causal) return LOOM_RING_FULL;

@@ -2,12 +2,17 @@
  * (docs/FORMATS-data.md). All integers little-endian:
  *   offset  size  field
  *        0     8  magic "LOOMTOK1"
- *        8     4  u32 version = 1
+ *        8     4  u32 version: 1, or 2 when the end-of-document token is recorded
  *       12     4  u32 dtype: 1 = uint16 tokens, 2 = uint32 tokens
  *       16     8  u64 token count N
  *       24     4  u32 vocab_size (every token id is < vocab_size)
- *       28    36  reserved, zero
+ *       28     4  u32 end-of-document token (version 2 only; < vocab_size); version 1: zero
+ *       32    32  reserved, zero
  *       64  N*w  the tokens (w = 2 or 4 bytes)
+ * A version-2 shard marks document ends: its documents are the runs of tokens ending at each
+ * end-of-document token (packed training, data.pack_documents). Writers write version 1 when
+ * no end-of-document token is set (such files are byte-identical to older loom's), so every
+ * reader of version 1 files still reads them; readers accept both versions.
  * Writers pick uint16 when vocab_size <= 65536 and write atomically (PATH.tmp.<pid>, then
  * rename), so a shard either exists complete or not at all. Readers validate the header and
  * that the file holds exactly N tokens; every error names the file and says what to do. */
@@ -18,7 +23,8 @@
 
 #define LOOM_SHARD_MAGIC "LOOMTOK1"
 #define LOOM_SHARD_HEADER_BYTES 64
-#define LOOM_SHARD_VERSION 1
+#define LOOM_SHARD_VERSION 1     /* no end-of-document token recorded */
+#define LOOM_SHARD_VERSION_EOD 2 /* end-of-document token at offset 28 */
 #define LOOM_SHARD_U16 1
 #define LOOM_SHARD_U32 2
 
@@ -27,6 +33,8 @@ typedef struct {
   uint32_t dtype;      /* LOOM_SHARD_U16 or LOOM_SHARD_U32 */
   uint64_t count;      /* tokens */
   uint32_t vocab_size;
+  int has_eod;         /* version 2: eod_token is the end-of-document token */
+  int32_t eod_token;   /* meaningful only when has_eod */
 } loom_shard_header;
 
 /* dtype a writer uses for this vocabulary size. */
@@ -36,6 +44,9 @@ size_t loom_shard_dtype_bytes(uint32_t dtype);
 
 /* Write n tokens (each in [0, vocab_size)) as one shard, atomically. */
 int loom_shard_write(const char *path, const int32_t *tokens, uint64_t n, uint32_t vocab_size);
+/* The same as a version-2 shard recording end-of-document token eod (eod < 0: version 1). */
+int loom_shard_write_docs(const char *path, const int32_t *tokens, uint64_t n,
+                          uint32_t vocab_size, int32_t eod);
 
 /* Streaming writer: tokens go to PATH.tmp.<pid>; close() fixes the header and renames it
  * into place; abort() (or any failed call) removes the temporary file. */
@@ -43,6 +54,9 @@ typedef struct loom_shard_writer loom_shard_writer;
 int loom_shard_writer_open(loom_shard_writer **w, const char *path, uint32_t vocab_size);
 int loom_shard_writer_append(loom_shard_writer *w, const int32_t *tokens, size_t n);
 uint64_t loom_shard_writer_count(const loom_shard_writer *w);
+/* Record the end-of-document token (the shard becomes version 2); the caller appends it after
+ * every document. Error when eod is outside [0, vocab_size). */
+int loom_shard_writer_set_eod(loom_shard_writer *w, int32_t eod);
 int loom_shard_writer_close(loom_shard_writer *w); /* frees w, also on error */
 void loom_shard_writer_abort(loom_shard_writer *w); /* frees w */
 

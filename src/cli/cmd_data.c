@@ -193,6 +193,7 @@ static int tokenize_files(const char *sub, loom_tokenizer *t, const opts *o, loo
                           size_t *bytes) {
   int32_t eot = loom_tokenizer_token_id(t, EOT);
   if (o->eot && eot < 0) return fail(sub, "--eot: the tokenizer has no <|endoftext|> token");
+  if (o->eot && loom_shard_writer_set_eod(w, eot)) return failerr(sub);
   for (int i = 0; i < o->npos; i++) {
     char *data;
     size_t len, n;
@@ -202,8 +203,8 @@ static int tokenize_files(const char *sub, loom_tokenizer *t, const opts *o, loo
     free(data);
     if (rc) return failerr(sub);
     *bytes += len;
-    if (o->eot && i > 0) rc = loom_shard_writer_append(w, &eot, 1);
-    if (rc == 0) rc = loom_shard_writer_append(w, ids, n);
+    rc = loom_shard_writer_append(w, ids, n);
+    if (rc == 0 && o->eot) rc = loom_shard_writer_append(w, &eot, 1); /* ends the document */
     free(ids);
     if (rc) return failerr(sub);
   }
@@ -216,7 +217,9 @@ static int cmd_tokenize(int argc, char **argv) {
     printf("usage: loom data tokenize --tokenizer tokenizer.json --out shard.bin [--eot] "
            "FILES...\n\n"
            "Encode the text files with the tokenizer and write one token shard (format:\n"
-           "docs/FORMATS-data.md). --eot puts an <|endoftext|> token between files.\n"
+           "docs/FORMATS-data.md). --eot ends every file (a document) with an <|endoftext|>\n"
+           "token and records it in the shard header as the end-of-document token (version 2,\n"
+           "what data.pack_documents needs).\n"
            "Prints the token count and tokens per byte.\n");
     return 0;
   }
@@ -426,9 +429,11 @@ static int cmd_inspect_shard(int argc, char **argv) {
   int32_t *ids = malloc((n + 1) * sizeof *ids);
   if (!ids) abort();
   loom_shard_copy(&s, 0, n, ids);
-  printf("file: %s\nversion: %u\ndtype: %s\ntokens: %llu\nvocab_size: %u\nfirst %zu tokens:",
-         o.pos[0], s.h.version, s.h.dtype == LOOM_SHARD_U16 ? "uint16" : "uint32",
-         (unsigned long long)s.h.count, s.h.vocab_size, n);
+  printf("file: %s\nversion: %u\ndtype: %s\ntokens: %llu\nvocab_size: %u\n", o.pos[0],
+         s.h.version, s.h.dtype == LOOM_SHARD_U16 ? "uint16" : "uint32",
+         (unsigned long long)s.h.count, s.h.vocab_size);
+  if (s.h.has_eod) printf("end_of_document: %d\n", (int)s.h.eod_token);
+  printf("first %zu tokens:", n);
   for (size_t i = 0; i < n; i++) printf(" %d", (int)ids[i]);
   printf("\n");
   loom_shard_close(&s);

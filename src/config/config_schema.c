@@ -176,6 +176,12 @@ const loom_config_key loom_config_keys[] = {
     {"data.val_fraction", F, "0", NULL,
      "tokens: hold out this fraction of data.train_shards' tokens (the tail) as validation "
      "data; training never reads it (0: none)", FIELD(data, val_fraction)},
+    /* packed documents */
+    {"data.pack_documents", B, "false", NULL,
+     "tokens: each window holds the documents it cuts from the stream; attention stays within "
+     "a document and positions restart at 0 after each end-of-document token (shards from "
+     "`loom data tokenize --eot`); an end-of-document token predicts nothing",
+     FIELD(data, pack_documents)},
 
     {"checkpoint.every", I, "0", NULL, "save checkpoint_<step>/ every N steps (0 = never)",
      FIELD(checkpoint, every)},

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "loom/core.h"
+#include "loom/kernels.h" /* LOOM_IGNORE_INDEX */
 #include "loom/loader.h"
 #include "loom/shard.h"
 
@@ -27,6 +28,7 @@ struct loom_loader {
   uint32_t vocab_size;
   int32_t max_token;
   int32_t *window;     /* (T+1) scratch */
+  int32_t doc_eod;     /* packed documents: the shards' end-of-document token, else -1 */
 };
 
 /* ---- shard list ------------------------------------------------------------------------- */
@@ -142,7 +144,7 @@ static int open_part(loom_loader **out, const char *shards, int B, int T, int ra
   if (check_args(shards, B, T, rank, world)) return -1;
   loom_loader *l = calloc(1, sizeof *l);
   if (!l) abort();
-  *l = (loom_loader){.B = B, .T = T, .rank = rank, .world = world, .seed = seed};
+  *l = (loom_loader){.B = B, .T = T, .rank = rank, .world = world, .seed = seed, .doc_eod = -1};
   strlist paths = {0};
   int rc = resolve_shards(shards, &paths);
   if (rc == 0) rc = open_shards(l, &paths);
@@ -240,12 +242,34 @@ int loom_loader_next(loom_loader *l, int32_t *inputs, int32_t *targets) {
     memcpy(inputs + (size_t)b * T, l->window, T * sizeof *inputs);
     memcpy(targets + (size_t)b * T, l->window + 1, T * sizeof *targets);
   }
+  if (l->doc_eod >= 0) /* no target across a document boundary */
+    for (size_t i = 0; i < (size_t)l->B * T; i++)
+      if (inputs[i] == l->doc_eod) targets[i] = LOOM_IGNORE_INDEX;
   if (++l->st.index == l->per_epoch) {
     l->st.epoch++;
     l->st.index = 0;
   }
   return 0;
 }
+
+int loom_loader_pack_documents(loom_loader *l) {
+  for (size_t i = 0; i < l->nshards; i++) {
+    const loom_shard *s = &l->shards[i];
+    if (!s->h.has_eod)
+      return loom_err("data.pack_documents: token shard '%s' (version %u) records no "
+                      "end-of-document token; re-create it with 'loom data tokenize --eot' "
+                      "(every document then ends with <|endoftext|>)", s->path, s->h.version);
+    if (s->h.eod_token != l->shards[0].h.eod_token)
+      return loom_err("data.pack_documents: token shard '%s' ends documents with token %d but "
+                      "'%s' with token %d; tokenize every shard with the same tokenizer",
+                      s->path, (int)s->h.eod_token, l->shards[0].path,
+                      (int)l->shards[0].h.eod_token);
+  }
+  l->doc_eod = l->shards[0].h.eod_token;
+  return 0;
+}
+
+int32_t loom_loader_doc_eod(const loom_loader *l) { return l->doc_eod; }
 
 void loom_loader_get_state(const loom_loader *l, loom_loader_state *s) { *s = l->st; }
 

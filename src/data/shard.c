@@ -41,6 +41,7 @@ static void encode_header(uint8_t out[LOOM_SHARD_HEADER_BYTES], const loom_shard
   put_u32(out + 12, h->dtype);
   put_u64(out + 16, h->count);
   put_u32(out + 24, h->vocab_size);
+  if (h->has_eod) put_u32(out + 28, (uint32_t)h->eod_token);
 }
 
 /* ---- writer ----------------------------------------------------------------------------- */
@@ -60,7 +61,8 @@ int loom_shard_writer_open(loom_shard_writer **out, const char *path, uint32_t v
   if (!w) abort();
   w->path = loom_strdup(path);
   w->tmp = loom_tmp_path(path);
-  w->h = (loom_shard_header){LOOM_SHARD_VERSION, loom_shard_dtype_for_vocab(vocab_size), 0, vocab_size};
+  w->h = (loom_shard_header){LOOM_SHARD_VERSION, loom_shard_dtype_for_vocab(vocab_size), 0,
+                             vocab_size, 0, 0};
   w->f = fopen(w->tmp, "wb");
   if (!w->f) {
     int e = errno;
@@ -80,6 +82,16 @@ int loom_shard_writer_open(loom_shard_writer **out, const char *path, uint32_t v
 }
 
 uint64_t loom_shard_writer_count(const loom_shard_writer *w) { return w->h.count; }
+
+int loom_shard_writer_set_eod(loom_shard_writer *w, int32_t eod) {
+  if (eod < 0 || (uint32_t)eod >= w->h.vocab_size)
+    return loom_err("%s: end-of-document token %d is outside the vocabulary [0, %u)", w->path,
+                    (int)eod, w->h.vocab_size);
+  w->h.version = LOOM_SHARD_VERSION_EOD;
+  w->h.has_eod = 1;
+  w->h.eod_token = eod;
+  return 0;
+}
 
 int loom_shard_writer_append(loom_shard_writer *w, const int32_t *tokens, size_t n) {
   size_t width = loom_shard_dtype_bytes(w->h.dtype);
@@ -134,9 +146,15 @@ int loom_shard_writer_close(loom_shard_writer *w) {
 }
 
 int loom_shard_write(const char *path, const int32_t *tokens, uint64_t n, uint32_t vocab_size) {
+  return loom_shard_write_docs(path, tokens, n, vocab_size, -1);
+}
+
+int loom_shard_write_docs(const char *path, const int32_t *tokens, uint64_t n,
+                          uint32_t vocab_size, int32_t eod) {
   loom_shard_writer *w;
   if (loom_shard_writer_open(&w, path, vocab_size)) return -1;
-  if (loom_shard_writer_append(w, tokens, (size_t)n)) {
+  if ((eod >= 0 && loom_shard_writer_set_eod(w, eod)) ||
+      loom_shard_writer_append(w, tokens, (size_t)n)) {
     loom_shard_writer_abort(w);
     return -1;
   }
@@ -152,10 +170,12 @@ static int check_header(const char *path, const uint8_t *b, uint64_t size, loom_
   if (memcmp(b, LOOM_SHARD_MAGIC, 8) != 0)
     return loom_err("%s: not a loom token shard (the first 8 bytes are not \"%s\"); pass a "
                     "file written by 'loom data tokenize'", path, LOOM_SHARD_MAGIC);
-  *h = (loom_shard_header){get_u32(b + 8), get_u32(b + 12), get_u64(b + 16), get_u32(b + 24)};
-  if (h->version != LOOM_SHARD_VERSION)
-    return loom_err("%s: shard version %u is unknown (this loom reads version %d); %s with "
-                    "this loom", path, h->version, LOOM_SHARD_VERSION, REMEDY);
+  *h = (loom_shard_header){get_u32(b + 8), get_u32(b + 12), get_u64(b + 16), get_u32(b + 24),
+                           0, 0};
+  if (h->version != LOOM_SHARD_VERSION && h->version != LOOM_SHARD_VERSION_EOD)
+    return loom_err("%s: shard version %u is unknown (this loom reads versions %d and %d); %s "
+                    "with this loom", path, h->version, LOOM_SHARD_VERSION,
+                    LOOM_SHARD_VERSION_EOD, REMEDY);
   size_t width = loom_shard_dtype_bytes(h->dtype);
   if (width == 0)
     return loom_err("%s: unknown dtype %u in the header (1 = uint16, 2 = uint32); the file is "
@@ -164,6 +184,15 @@ static int check_header(const char *path, const uint8_t *b, uint64_t size, loom_
       (h->dtype == LOOM_SHARD_U16 && h->vocab_size > 65536u))
     return loom_err("%s: vocab_size %u does not fit dtype %u; the file is corrupt: %s", path,
                     h->vocab_size, h->dtype, REMEDY);
+  if (h->version == LOOM_SHARD_VERSION_EOD) {
+    uint32_t eod = get_u32(b + 28);
+    if (eod >= h->vocab_size)
+      return loom_err("%s: end-of-document token %u (header offset 28) is not below the "
+                      "header's vocab_size %u; the file is corrupt: %s", path, eod,
+                      h->vocab_size, REMEDY);
+    h->has_eod = 1;
+    h->eod_token = (int32_t)eod;
+  }
   uint64_t held = (size - LOOM_SHARD_HEADER_BYTES) / width;
   uint64_t rest = (size - LOOM_SHARD_HEADER_BYTES) % width;
   if (h->count > held)

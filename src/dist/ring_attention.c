@@ -59,6 +59,7 @@ static void merge(const loom_ring_attn *r, float *out, float *lse, const ring_wo
       double lp = w->l[(size_t)h * c + t];
       float *o = out + tok(r, b, qh, t, Hq) + (size_t)h * D;
       const float *op = w->o + ((size_t)t * Hq + h) * D;
+      if (lp == -INFINITY) continue; /* the query sees no key of this block (its document) */
       if (*L == -INFINITY) { /* the first block this query sees */
         memcpy(o, op, (size_t)D * sizeof(float));
         *L = (float)lp;
@@ -72,6 +73,23 @@ static void merge(const loom_ring_attn *r, float *out, float *lse, const ring_wo
     }
 }
 
+/* The mask of query chunk qc against key chunk kc of sequence b (global chunk indices), with
+ * the packed documents' segments at the chunks' global positions; *skip when no query of
+ * the chunk shares a document with a key of the other (segments are non-decreasing, so the
+ * first query's document decides for a key chunk before it). */
+static loom_attn_mask block_mask(const loom_ring_attn *r, int b, int qc, int kc,
+                                 loom_ring_block kind, bool *skip) {
+  int c = r->Tl / 2, T = r->Tl * r->comm->size;
+  loom_attn_mask m = {.causal = kind == LOOM_RING_CAUSAL};
+  *skip = kind == LOOM_RING_SKIP;
+  if (!r->seg_lo || *skip) return m;
+  m.seg_lo = r->seg_lo + (size_t)b * T, m.seg_hi = r->seg_hi + (size_t)b * T;
+  m.seg_stride = T, m.q_off = qc * c, m.k_off = kc * c;
+  if (kc < qc) *skip = m.seg_lo[m.q_off] > m.k_off + c - 1;
+  if (kc > qc) *skip = m.seg_hi[m.q_off + c - 1] < m.k_off;
+  return m;
+}
+
 /* Attention of this rank's query chunks against the K/V block of ring rank src. */
 static void forward_block(const loom_ring_attn *r, float *out, float *lse, const float *q,
                           const float *k, const float *v, int src, ring_work *w) {
@@ -81,8 +99,10 @@ static void forward_block(const loom_ring_attn *r, float *out, float *lse, const
       for (int kh = 0; kh < 2; kh++) {
         loom_ring_block kind = loom_ring_block_kind(loom_cp_chunk(me, qh, cp),
                                                     loom_cp_chunk(src, kh, cp), r->causal);
-        if (kind == LOOM_RING_SKIP) continue;
-        loom_attn_mask m = {kind == LOOM_RING_CAUSAL, 0};
+        bool skip;
+        loom_attn_mask m = block_mask(r, b, loom_cp_chunk(me, qh, cp),
+                                      loom_cp_chunk(src, kh, cp), kind, &skip);
+        if (skip) continue;
         loom_flash_attention_forward_f32(w->o, w->l, q + tok(r, b, qh, 0, r->Hq),
                                          k + tok(r, b, kh, 0, r->Hkv),
                                          v + tok(r, b, kh, 0, r->Hkv), 1, c, r->Hq, r->Hkv,
@@ -130,8 +150,10 @@ static void backward_block(const loom_ring_attn *r, float *dq, float *gk, float 
       for (int kh = 0; kh < 2; kh++) {
         loom_ring_block kind = loom_ring_block_kind(loom_cp_chunk(me, qh, cp),
                                                     loom_cp_chunk(src, kh, cp), r->causal);
-        if (kind == LOOM_RING_SKIP) continue;
-        loom_attn_mask m = {kind == LOOM_RING_CAUSAL, 0};
+        bool skip;
+        loom_attn_mask m = block_mask(r, b, loom_cp_chunk(me, qh, cp),
+                                      loom_cp_chunk(src, kh, cp), kind, &skip);
+        if (skip) continue;
         size_t qo = tok(r, b, qh, 0, Hq), ko = tok(r, b, kh, 0, Hkv);
         loom_flash_attention_backward_f32(w->dq, w->dk, w->dv, dout + qo, out + qo, w->lc,
                                           q + qo, k + ko, v + ko, 1, c, Hq, Hkv, r->D, m,

@@ -40,10 +40,10 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i) {
     delta[r] = r < nq ? a->delta[row] : 0.0f;
   }
   memset(dQ, 0, sizeof dQ);
-  int j0 = fmask_lo(a->mask, t0) / BK, j1 = fmask_hi(a->mask, t0 + nq - 1, T) / BK;
+  int j0 = fmask_lo(a->mask, b, t0, T) / BK, j1 = fmask_hi(a->mask, b, t0 + nq - 1, T) / BK;
   for (int j = j0; j <= j1; j++) {
     int s0 = j * BK, nk = T - s0 < BK ? T - s0 : BK;
-    if (!fmask_tile(a->mask, T, t0, nq, s0, nk, &vis)) continue;
+    if (!fmask_tile(a->mask, b, T, t0, nq, s0, nk, &vis)) continue;
     const size_t koff = (((size_t)b * T + s0) * a->Hkv + kh) * D;
     const float *kj = a->k + koff, *vj = a->v + koff;
     ftile_mm(a->simd, St, BQ, kj, ldk, 1, Qt, BQ, nk, BQ, D, 0);   /* St = K_j Q_i^T */

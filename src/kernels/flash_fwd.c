@@ -25,10 +25,10 @@ static void query_tile(float *out, float *lse, const float *q, const float *k, c
   for (int r = 0; r < BQ; r++) m[r] = -INFINITY, l[r] = 0.0f;
   memset(Ot, 0, sizeof Ot);
   ftile_transpose_in(Qt, q + (((size_t)b * T + t0) * Hq + h) * D, ldq, nq, D);
-  int j0 = fmask_lo(mask, t0) / BK, j1 = fmask_hi(mask, t0 + nq - 1, T) / BK;
+  int j0 = fmask_lo(mask, b, t0, T) / BK, j1 = fmask_hi(mask, b, t0 + nq - 1, T) / BK;
   for (int j = j0; j <= j1; j++) {
     int s0 = j * BK, nk = T - s0 < BK ? T - s0 : BK;
-    if (!fmask_tile(mask, T, t0, nq, s0, nk, &vis)) continue;
+    if (!fmask_tile(mask, b, T, t0, nq, s0, nk, &vis)) continue;
     const float *kj = k + (((size_t)b * T + s0) * Hkv + kh) * D;
     const float *vj = v + (((size_t)b * T + s0) * Hkv + kh) * D;
     ftile_mm(simd, St, BQ, kj, ldk, 1, Qt, BQ, nk, BQ, D, 0);         /* St = K_j Q_i^T */
@@ -36,11 +36,11 @@ static void query_tile(float *out, float *lse, const float *q, const float *k, c
     ftile_scale_cols(simd, Ot, D, alpha);
     ftile_mm(simd, Ot, BQ, vj, 1, ldk, St, BQ, D, BQ, nk, 1);         /* Ot += V_j^T P^T */
   }
-  for (int r = 0; r < nq; r++) {
-    float inv = 1.0f / l[r];
+  for (int r = 0; r < nq; r++) { /* a query that saw no key (a ring block): 0, lse -inf */
+    float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
     float *orow = out + (((size_t)b * T + t0 + r) * Hq + h) * D;
     for (int d = 0; d < D; d++) orow[d] = Ot[(size_t)d * BQ + r] * inv;
-    lse[((size_t)b * Hq + h) * T + t0 + r] = m[r] + logf(l[r]);
+    lse[((size_t)b * Hq + h) * T + t0 + r] = l[r] > 0 ? m[r] + logf(l[r]) : -INFINITY;
   }
 }
 

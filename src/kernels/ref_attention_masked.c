@@ -1,4 +1,4 @@
-/* Reference attention under any loom_attn_mask (full, causal, sliding windows), in double, for
+/* Reference attention under any loom_attn_mask (full, causal, sliding windows, segments), in double, for
  * checking flash attention: each query row's explicit softmax over the keys its mask leaves
  * visible; the backward recomputes probabilities from lse and accumulates (+=) like every
  * reference kernel. Single-threaded and unoptimised on purpose. Shapes: q, out, dq, dout
@@ -26,7 +26,7 @@ void loom_attention_masked_forward_f64(double *out, double *lse, const double *q
   for (int b = 0; b < B; b++)
     for (int h = 0; h < Hq; h++)
       for (int t = 0; t < T; t++) {
-        int lo = fmask_lo(mask, t), hi = fmask_hi(mask, t, T), kh = h / group;
+        int lo = fmask_lo(mask, b, t, T), hi = fmask_hi(mask, b, t, T), kh = h / group;
         double mx = -INFINITY;
         for (int s = lo; s <= hi; s++) {
           double sc = scale * dot(q + QI(b, t, h), k + KI(b, s, kh), D);
@@ -40,8 +40,8 @@ void loom_attention_masked_forward_f64(double *out, double *lse, const double *q
           sum += p;
           for (int d = 0; d < D; d++) o[d] += p * v[KI(b, s, kh) + d];
         }
-        for (int d = 0; d < D; d++) o[d] /= sum;
-        lse[((size_t)b * Hq + h) * T + t] = mx + log(sum);
+        for (int d = 0; d < D; d++) o[d] = sum > 0 ? o[d] / sum : 0; /* no key seen: 0 */
+        lse[((size_t)b * Hq + h) * T + t] = sum > 0 ? mx + log(sum) : -INFINITY;
       }
 }
 
@@ -54,7 +54,7 @@ void loom_attention_masked_backward_f64(double *dq, double *dk, double *dv, cons
   for (int b = 0; b < B; b++)
     for (int h = 0; h < Hq; h++)
       for (int t = 0; t < T; t++) {
-        int lo = fmask_lo(mask, t), hi = fmask_hi(mask, t, T), kh = h / group;
+        int lo = fmask_lo(mask, b, t, T), hi = fmask_hi(mask, b, t, T), kh = h / group;
         const double *qt = q + QI(b, t, h), *gt = dout + QI(b, t, h);
         double delta = dot(gt, out + QI(b, t, h), D), l = lse[((size_t)b * Hq + h) * T + t];
         for (int s = lo; s <= hi; s++) {

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "loom/kernels.h"
 #include "model/decoder_internal.h"
 
 static int chunk_layers(const loom_decoder *d, int c) {
@@ -40,6 +41,11 @@ void loom_decoder_forward_chunk(loom_decoder *d, loom_acts *a, const int32_t *to
   if (a->mrope_pos) {
     LOOM_ASSERT(a->mcos);
     mrope_table(d, a);
+  }
+  if (d->doc_eod >= 0) { /* packed documents: segments and positions from the tokens */
+    LOOM_ASSERT(a->seg_lo && !a->mrope_pos);
+    loom_attn_doc_segments(a->seg_lo, a->seg_hi, a->doc_pos, tokens, d->B, d->T, d->doc_eod);
+    for (int r = 0; r < d->N; r++) a->row_pos[r] = a->doc_pos[dec_row_token_index(d, r)];
   }
   if (d->shard.chunk_embed[c]) dec_embed_forward(d, a, a->resid);
   for (int i = 0; i < nl; i++) dec_block_forward(d, a, first + i, i);

@@ -19,16 +19,24 @@ static loom_layer_acts *acts_for(loom_decoder *d, loom_acts *a, int idx) {
 
 static bool ulysses(const loom_decoder *d) { return d->shard.sp > 1; }
 
-static const loom_attn_mask CAUSAL = {1, 0};
+/* causal; with packed documents, within each token's document only */
+static loom_attn_mask attn_mask(const loom_decoder *d, const loom_acts *a) {
+  loom_attn_mask m = {.causal = 1};
+  if (d->doc_eod >= 0) m.seg_lo = a->seg_lo, m.seg_hi = a->seg_hi;
+  return m;
+}
 
 static bool context_parallel(const loom_decoder *d) { return d->shard.cp > 1; }
 
 /* The ring of this rank's attention: B sequences of T/cp local tokens, the heads in the
- * attention layout (local heads, divided by sp after the Ulysses all-to-all). */
-static loom_ring_attn ring_of(loom_decoder *d) {
+ * attention layout (local heads, divided by sp after the Ulysses all-to-all); with packed
+ * documents, their segments by global position. */
+static loom_ring_attn ring_of(loom_decoder *d, const loom_acts *a) {
   int sp = d->shard.sp;
+  bool packed = d->doc_eod >= 0;
   loom_ring_attn r = {d->cp_comm, d->B, d->T / d->shard.cp, d->lh / sp, d->lkv / sp,
-                      d->spec.head_dim, true, d->s->ring_work};
+                      d->spec.head_dim, true, d->s->ring_work, packed ? a->seg_lo : NULL,
+                      packed ? a->seg_hi : NULL};
   return r;
 }
 
@@ -78,12 +86,15 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) { /* multimodal positions (rows' tokens) */
     loom_rope_table_forward_f32(L->q, a->mcos, a->msin, N, d->lh, D);
     loom_rope_table_forward_f32(L->k, a->mcos, a->msin, N, d->lkv, D);
+  } else if (s->arch == LOOM_ARCH_LLAMA && d->doc_eod >= 0) { /* per-document positions */
+    loom_rope_pos_forward_f32(L->q, N, d->lh, D, s->rope_theta, a->row_pos);
+    loom_rope_pos_forward_f32(L->k, N, d->lkv, D, s->rope_theta, a->row_pos);
   } else if (s->arch == LOOM_ARCH_LLAMA) {
     rope_rows(d, L->q, d->lh, false);
     rope_rows(d, L->k, d->lkv, false);
   }
   if (context_parallel(d)) { /* Ulysses first (all the cp rank's tokens, H/sp heads) */
-    loom_ring_attn ring = ring_of(d);
+    loom_ring_attn ring = ring_of(d, a);
     if (ulysses(d)) {
       dec_ulysses_to_heads(d, L->q, L->qh, d->lh, D);
       dec_ulysses_to_heads(d, L->k, L->kh, d->lkv, D);
@@ -97,11 +108,11 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     dec_ulysses_to_heads(d, L->k, L->kh, d->lkv, D);
     dec_ulysses_to_heads(d, L->v, L->vh, d->lkv, D);
     loom_flash_attention_forward_f32(L->atth, L->lse, L->qh, L->kh, L->vh, B, T, d->lh / sp,
-                                     d->lkv / sp, D, CAUSAL);
+                                     d->lkv / sp, D, attn_mask(d, a));
     dec_ulysses_to_tokens(d, L->atth, L->att, d->lh, D);
   } else {
     loom_flash_attention_forward_f32(L->att, L->lse, L->q, L->k, L->v, B, T, d->lh, d->lkv, D,
-                                     CAUSAL);
+                                     attn_mask(d, a));
   }
   /* partial sums over tp (straight into mid without tensor parallelism) */
   float *proj = d->shard.tp > 1 ? full : L->mid;
@@ -172,7 +183,7 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   dec_linear_bwd_ex(d, S->d_att, o.ow, NONE, dy, L->att, N, QD, C, LIN_DX_OVERWRITE);
   /* flash attention writes d_q, d_k, d_v (no zeroing) */
   if (context_parallel(d)) {
-    loom_ring_attn ring = ring_of(d);
+    loom_ring_attn ring = ring_of(d, a);
     if (ulysses(d)) {
       dec_ulysses_to_heads(d, S->d_att, S->d_atth, d->lh, D);
       loom_ring_attention_backward(&ring, S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse,
@@ -189,17 +200,21 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     dec_ulysses_to_heads(d, S->d_att, S->d_atth, d->lh, D);
     loom_flash_attention_backward_f32(S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse,
                                       L->qh, L->kh, L->vh, B, T, d->lh / sp, d->lkv / sp, D,
-                                      CAUSAL, S->attn_work);
+                                      attn_mask(d, a), S->attn_work);
     dec_ulysses_to_tokens(d, S->d_qh, S->d_q, d->lh, D);
     dec_ulysses_to_tokens(d, S->d_kh, S->d_k, d->lkv, D);
     dec_ulysses_to_tokens(d, S->d_vh, S->d_v, d->lkv, D);
   } else {
     loom_flash_attention_backward_f32(S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q,
-                                      L->k, L->v, B, T, d->lh, d->lkv, D, CAUSAL, S->attn_work);
+                                      L->k, L->v, B, T, d->lh, d->lkv, D, attn_mask(d, a),
+                                      S->attn_work);
   }
   if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) {
     loom_rope_table_backward_f32(S->d_q, a->mcos, a->msin, N, d->lh, D);
     loom_rope_table_backward_f32(S->d_k, a->mcos, a->msin, N, d->lkv, D);
+  } else if (s->arch == LOOM_ARCH_LLAMA && d->doc_eod >= 0) {
+    loom_rope_pos_backward_f32(S->d_q, N, d->lh, D, s->rope_theta, a->row_pos);
+    loom_rope_pos_backward_f32(S->d_k, N, d->lkv, D, s->rope_theta, a->row_pos);
   } else if (s->arch == LOOM_ARCH_LLAMA) {
     rope_rows(d, S->d_q, d->lh, true);
     rope_rows(d, S->d_k, d->lkv, true);

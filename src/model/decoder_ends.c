@@ -35,7 +35,7 @@ static size_t head_weight(const loom_decoder *d) {
 
 /* out (Nr,C) = embed[token] (+ pos_embed[t]) */
 void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out) {
-  int C = d->spec.hidden, N = d->N, Nr = d->Nr, T = d->T;
+  int C = d->spec.hidden, N = d->N, Nr = d->Nr;
   dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_FWD);
   const float *wte = d->params + loom_param_offset(d, "embed.weight");
   size_t pe = loom_param_offset(d, "pos_embed.weight");
@@ -54,7 +54,8 @@ void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out) {
   }
   if (pe != NONE)
     for (int r = 0; r < Nr; r++) {
-      const float *p = d->params + pe + (size_t)(dec_resid_row_token_index(d, r) % T) * C;
+      const float *p = d->params + pe +
+                       (size_t)dec_token_position(d, a, dec_resid_row_token_index(d, r)) * C;
       for (int c = 0; c < C; c++) out[(size_t)r * C + c] += p[c];
     }
   if (a->inject_slot) /* vision tokens take the place of their placeholder tokens */
@@ -67,7 +68,7 @@ void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out) {
 }
 
 void dec_embed_backward(loom_decoder *d, loom_acts *a, const float *dres) {
-  int C = d->spec.hidden, N = d->N, Nr = d->Nr, T = d->T;
+  int C = d->spec.hidden, N = d->N, Nr = d->Nr;
   /* only gradients are written here: the parameters are not needed */
   float *dwte = d->grads + loom_param_offset(d, "embed.weight");
   const int *slot_of = a->inject_slot;
@@ -79,7 +80,8 @@ void dec_embed_backward(loom_decoder *d, loom_acts *a, const float *dres) {
   size_t pe = loom_param_offset(d, "pos_embed.weight");
   if (pe != NONE)
     for (int r = 0; r < Nr; r++) {
-      float *g = d->grads + pe + (size_t)(dec_resid_row_token_index(d, r) % T) * C;
+      float *g = d->grads + pe +
+                 (size_t)dec_token_position(d, a, dec_resid_row_token_index(d, r)) * C;
       for (int c = 0; c < C; c++) g[c] += dres[(size_t)r * C + c];
     }
   if (d->shard.tp > 1) {

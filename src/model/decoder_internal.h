@@ -120,4 +120,9 @@ void dec_head_backward(loom_decoder *d, loom_acts *a, const float *x, float *dre
  * parallelism: rows b*Tl + j hold chunk cp_rank then chunk 2cp-1-cp_rank of sequence b) */
 int dec_row_token_index(const loom_decoder *d, int r);
 int dec_resid_row_token_index(const loom_decoder *d, int r);
+/* Position of token tok (index into the (B,T) micro-batch): tok % T, or its position within
+ * its document with packed documents. */
+static inline int dec_token_position(const loom_decoder *d, const loom_acts *a, int tok) {
+  return d->doc_eod >= 0 ? a->doc_pos[tok] : tok % d->T;
+}
 #endif

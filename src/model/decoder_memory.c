@@ -171,6 +171,7 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   d->vloc = loom_shard_vocab_local(shard, spec);
   d->v0 = shard->tp_rank * d->vloc;
   d->pos0 = shard->sp_rank * (T / sp);
+  d->doc_eod = -1;
   loom_param_layout_build_shard(&d->layout, spec, shard);
   size_t P = d->layout.total;
   d->params = loom_alloc((bf16 ? 3 : 2) * P * sizeof(float));
@@ -229,7 +230,10 @@ void loom_decoder_free(loom_decoder *d) {
   loom_free(d->params);
   loom_free(d->arena);
   if (d->s) free(d->s->w16);
-  for (int i = 0; i < d->n_slots; i++) free(d->slots[i].layer);
+  for (int i = 0; i < d->n_slots; i++) {
+    free(d->slots[i].layer);
+    free(d->slots[i].seg_lo);
+  }
   free(d->slots);
   free(d->s);
   loom_param_layout_free(&d->layout);
@@ -341,4 +345,18 @@ void loom_decoder_init_params(loom_decoder *d, uint64_t seed) {
     init_matrix(w, p, seed, std, vocab ? s->vocab_size : p->gshape[0]);
   }
   loom_decoder_params_updated(d);
+}
+
+void loom_decoder_set_doc_eod(loom_decoder *d, int32_t eod) {
+  d->doc_eod = eod < 0 ? -1 : eod;
+  size_t BT = (size_t)d->B * d->T;
+  for (int i = 0; i < d->n_slots; i++) {
+    loom_acts *a = &d->slots[i];
+    if (eod < 0 || a->seg_lo) continue;
+    a->seg_lo = malloc((3 * BT + (size_t)d->N) * sizeof(int)); /* one block, freed as seg_lo */
+    LOOM_ASSERT(a->seg_lo);
+    a->seg_hi = a->seg_lo + BT;
+    a->doc_pos = a->seg_hi + BT;
+    a->row_pos = a->doc_pos + BT;
+  }
 }

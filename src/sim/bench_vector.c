@@ -157,7 +157,7 @@ typedef struct {
 
 static void attn(void *p) {
   ajob *a = p;
-  loom_attn_mask causal = {1, 0};
+  loom_attn_mask causal = {.causal = 1};
   if (!a->backward)
     loom_flash_attention_forward_f32(a->o, a->lse, a->q, a->k, a->v, a->B, a->T, a->H, a->H,
                                      a->D, causal);

@@ -44,6 +44,8 @@ static int open_tokens(loom_data_source *s, const loom_model_spec *spec, int r, 
                             : loom_loader_open(&s->text, path, s->B, s->T, r, w,
                                                (uint64_t)cfg->run.seed);
   if (rc) return loom_err_prefix("%s: ", key);
+  if (cfg->data.pack_documents && loom_loader_pack_documents(s->text))
+    return loom_err_prefix("%s: ", key);
   int32_t max_tok = loom_loader_max_token(s->text);
   if (max_tok >= spec->vocab_size)
     return loom_err("%s '%s' holds token id %d but the model's vocabulary has "
@@ -59,6 +61,10 @@ static int open_tokens(loom_data_source *s, const loom_model_spec *spec, int r, 
 static int open_vqa(loom_data_source *s, const loom_model_spec *spec, int r, int w,
                     const char *path, const char *split) {
   const loom_config *cfg = s->cfg;
+  if (cfg->data.pack_documents) /* the vqa loader puts one sample per sequence */
+    return loom_err("data.pack_documents packs documents of token shards; data.format vqa "
+                    "puts one sample per sequence (cut or padded to training.seq_len) and packs "
+                    "nothing: set data.pack_documents=false");
   if (spec->vision.arch == LOOM_VISION_NONE)
     return loom_err("data.format is vqa but model.preset '%s' has no vision encoder; pick a "
                     "vision-language preset (tiny-qwen2.5-vl, small-qwen2.5-vl, qwen2.5-vl-7b, ...)",
@@ -256,6 +262,9 @@ uint64_t loom_data_skipped(const loom_data_source *s, const char **last) {
 
 void loom_data_add_skipped(loom_data_source *s, uint64_t n) { s->skipped += n; }
 int loom_data_is_vqa(const loom_data_source *s) { return s->vqa != NULL; }
+int32_t loom_data_doc_eod(const loom_data_source *s) {
+  return s->text ? loom_loader_doc_eod(s->text) : -1;
+}
 
 void loom_data_close(loom_data_source *s) {
   if (!s) return;

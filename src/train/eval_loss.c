@@ -31,6 +31,16 @@ int loom_evaluator_open(loom_evaluator **out, const loom_config *cfg, const loom
   loom_data_source *data;
   if (loom_data_open_val(&data, cfg, spec, dp_rank, m->dp)) return LOOM_ERR;
   if (!data) return 0;
+  loom_decoder *dec = loom_exec_decoder(ex); /* packed documents: the same end-of-document */
+  int32_t eod = loom_data_doc_eod(data);
+  if (dec && dec->doc_eod >= 0 && eod != dec->doc_eod) {
+    loom_err("data.pack_documents: the validation data (%s) ends documents with token %d but "
+             "the training data with token %d; tokenize both with the same tokenizer",
+             loom_data_describe(data), (int)eod, (int)dec->doc_eod);
+    loom_data_close(data);
+    return LOOM_ERR;
+  }
+  if (dec) loom_decoder_set_doc_eod(dec, eod);
   long have = (long)loom_data_batches_per_epoch(data);
   long want = t->eval_batches > 0 ? t->eval_batches : have;
   long seqs = t->micro_batch_size * t->grad_accum * m->dp;

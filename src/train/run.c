@@ -161,6 +161,8 @@ static int open_data(run_ctx *c) {
   loom_vmod *vm = loom_exec_vision(c->exec);
   int dp_rank = c->mesh.member ? c->mesh.dp_rank : loom_vmod_mesh(vm)->dp_rank;
   if (loom_data_open(&c->data, c->cfg, &c->spec, dp_rank, c->mesh.dp)) return LOOM_ERR;
+  loom_decoder *d = loom_exec_decoder(c->exec); /* packed documents: segments per document */
+  if (d) loom_decoder_set_doc_eod(d, loom_data_doc_eod(c->data));
   size_t n = (size_t)t->grad_accum * t->micro_batch_size * t->seq_len;
   c->tokens = malloc(n * sizeof(int32_t));
   c->targets = malloc(n * sizeof(int32_t));

@@ -54,6 +54,11 @@ put("shard", "tokenize-u16.bin", shard(1, 300, list(struct.unpack("<200H", open(
 put("shard", "u32-vocab-100000.bin", shard(2, 100000, [0, 99999, 65536, 5, 70000, 1, 2, 3, 4, 99998, 7, 8]))
 put("shard", "u16-vocab-65536-max.bin", shard(1, 65536, [65535, 0, 1, 65534, 2, 3, 4, 5, 6]))
 put("shard", "empty.bin", shard(1, 10, []))
+def shard_v2(dtype, vocab, eod, toks):  # version 2: the end-of-document token at offset 28
+    w = 2 if dtype == 1 else 4
+    h = b"LOOMTOK1" + struct.pack("<IIQII", 2, dtype, len(toks), vocab, eod) + bytes(32)
+    return h + b"".join(t.to_bytes(w, "little") for t in toks)
+put("shard", "v2-eod-u16.bin", shard_v2(1, 300, 299, [5, 6, 299, 7, 8, 9, 299, 10, 299, 299, 11, 12]))
 
 # ---- safetensors ---------------------------------------------------------------------------
 def st(tensors, meta=None):

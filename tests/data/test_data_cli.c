@@ -57,15 +57,25 @@ static void test_pipeline(void) {
             contains(r.out, "vocab_size: 300") && contains(r.out, "decoded: \""),
         "inspect-shard: %s%s", r.out, r.err);
   run_done(&r);
-  /* --eot between two files: one more token */
+  /* --eot ends each of two files (documents): two more tokens, recorded as version 2 */
   r = run_loom(DIR, "data tokenize --eot --tokenizer " DIR "/tok.json --out " DIR "/two.bin " DIR
                     "/corpus.txt " DIR "/corpus.txt");
-  CHECK(r.status == 0 && field(r.out, "") == 2 * n + 1, "--eot count: %s", r.out);
+  CHECK(r.status == 0 && field(r.out, "") == 2 * n + 2, "--eot count: %s", r.out);
   run_done(&r);
   loom_shard_header h;
   int32_t *tok;
-  CHECK(loom_shard_read(DIR "/two.bin", &h, &tok) == 0 && tok[n] == 299, "eot id in the shard");
+  CHECK(loom_shard_read(DIR "/two.bin", &h, &tok) == 0 && tok[n] == 299 && tok[2 * n + 1] == 299,
+        "eot id after each document");
+  CHECK(h.version == 2 && h.has_eod && h.eod_token == 299, "header: version %u, eod %d/%d",
+        h.version, h.has_eod, h.eod_token);
   free(tok);
+  r = run_loom(DIR, "data inspect-shard --count 2 " DIR "/two.bin");
+  CHECK(r.status == 0 && field(r.out, "version: ") == 2 && field(r.out, "end_of_document: ") == 299,
+        "inspect-shard of a version-2 shard: %s%s", r.out, r.err);
+  run_done(&r);
+  /* without --eot: version 1, as before */
+  CHECK(loom_shard_read_header(DIR "/train.bin", &h) == 0 && h.version == 1 && !h.has_eod,
+        "plain shard stays version 1");
 }
 
 static void test_encode_decode(void) {

@@ -72,7 +72,7 @@ static void check(const loom_comm *ring, int B, int T, int Hq, int Hkv, int D, b
   double *q = dalloc(nq), *k = dalloc(nk), *v = dalloc(nk), *g = dalloc(nq);
   fill(q, nq, 1), fill(k, nk, 2), fill(v, nk, 3), fill(g, nq, 4);
   double *out = dalloc(nq), *lse = dalloc(nl), *dq = dalloc(nq), *dk = dalloc(nk), *dv = dalloc(nk);
-  loom_attn_mask mask = {causal, 0};
+  loom_attn_mask mask = {.causal = causal};
   loom_attention_masked_forward_f64(out, lse, q, k, v, B, T, Hq, Hkv, D, mask);
   loom_attention_masked_backward_f64(dq, dk, dv, g, out, lse, q, k, v, B, T, Hq, Hkv, D, mask);
   size_t mq = nq / cp, mk = nk / cp, ml = nl / cp;
@@ -80,7 +80,7 @@ static void check(const loom_comm *ring, int B, int T, int Hq, int Hkv, int D, b
   take(ql, q, B, T, Hq, D, cp, r), take(kl, k, B, T, Hkv, D, cp, r);
   take(vl, v, B, T, Hkv, D, cp, r), take(gl, g, B, T, Hq, D, cp, r);
   float *ol = falloc(mq), *ll = falloc(ml), *dql = falloc(mq), *dkl = falloc(mk), *dvl = falloc(mk);
-  loom_ring_attn ra = {ring, B, Tl, Hq, Hkv, D, causal, NULL};
+  loom_ring_attn ra = {ring, B, Tl, Hq, Hkv, D, causal, NULL, NULL, NULL};
   ra.work = falloc(loom_ring_attention_work_floats(B, Tl, Hq, Hkv, D));
   loom_comm_stats_reset();
   loom_ring_attention_forward(&ra, ol, ll, ql, kl, vl);

@@ -2,7 +2,7 @@
 # run, resharding resume, communication volume, and failure paths.
 foreach(t equivalence_test cp_equivalence_test cp_long_test vlm_equivalence_test ulysses_tp_test
     reshard_test failure_test init_from_test
-    global_batch_test crash_test)
+    global_batch_test crash_test packed_test)
   if(EXISTS ${CMAKE_SOURCE_DIR}/tests/dist/${t}.sh)
     add_test(NAME dist_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/dist/${t}.sh $<TARGET_FILE:loom>
              $<TARGET_FILE:dist_vision_split_check>)

@@ -303,7 +303,9 @@ static void run_all(void) {
   test_act(65, 300);
   test_xent(37, 1000, 1024);
   test_adamw();
-  loom_attn_mask causal = {1, 0}, full = {0, 0}, cw = {1, 50}, bw = {0, 33}, w1 = {1, 1};
+  loom_attn_mask causal = {.causal = 1}, full = {.causal = 0};
+  loom_attn_mask cw = {.causal = 1, .window = 50}, bw = {.causal = 0, .window = 33};
+  loom_attn_mask w1 = {.causal = 1, .window = 1};
   test_flash(2, 150, 4, 2, 16, causal);
   test_flash(1, 200, 2, 2, 64, causal);
   test_flash(2, 70, 3, 1, 32, full);
@@ -322,7 +324,7 @@ static void test_threads(void) {
     float *o = rep ? o2 : o1;
     memset(o, 0, 8 * n * sizeof(float));
     omp_set_num_threads(rep ? 3 : 1);
-    loom_attn_mask mask = {1, 0};
+    loom_attn_mask mask = {.causal = 1};
     loom_flash_attention_forward_f32(o, o + nq, in, in + nq, in + 2 * nq, B, T, H, H, D, mask);
     loom_flash_attention_backward_f32(o + 2 * nq, o + 3 * nq, o + 4 * nq, in + 3 * nq, o,
                                       o + nq, in, in + nq, in + 2 * nq, B, T, H, H, D, mask,
@@ -351,10 +353,10 @@ int main(void) {
     run_all();
     loom_kernels_force_generic(0);
   }
-  test_masked_ref_fd((loom_attn_mask){1, 0});
-  test_masked_ref_fd((loom_attn_mask){0, 0});
-  test_masked_ref_fd((loom_attn_mask){1, 3});
-  test_masked_ref_fd((loom_attn_mask){0, 4});
+  test_masked_ref_fd((loom_attn_mask){.causal = 1});
+  test_masked_ref_fd((loom_attn_mask){.causal = 0});
+  test_masked_ref_fd((loom_attn_mask){.causal = 1, .window = 3});
+  test_masked_ref_fd((loom_attn_mask){.causal = 0, .window = 4});
   test_threads();
   ktest_report_worst();
   return harness_finish("test_fast_kernels");

@@ -94,6 +94,8 @@ class Spec:
         if s.lr_schedule not in ("constant", "linear", "cosine"):
             raise ValueError("metadata lr_schedule=%r, expected constant|linear|cosine"
                              % s.lr_schedule)
+        # packed documents (data.pack_documents): the end-of-document token, absent = none
+        s.doc_eod = _int("doc_eod", meta["doc_eod"]) if "doc_eod" in meta else -1
         s.check()
         return s
 
@@ -255,11 +257,30 @@ def apply_rope(x, cos, sin, variant=()):
         c = cos[:, :h].repeat_interleave(2, -1)
         s = sin[:, :h].repeat_interleave(2, -1)
         return x * c[None, :, None, :] + x2 * s[None, :, None, :]
+    if cos.dim() == 3:  # per-row tables (B,T,D) of packed documents
+        return x * cos[:, :, None, :] + rotate_half(x) * sin[:, :, None, :]
     return x * cos[None, :, None, :] + rotate_half(x) * sin[None, :, None, :]
 
 
-def causal_attention(q, k, v, Hq, Hkv):
-    """q (B,T,Hq,D), k/v (B,T,Hkv,D) -> (B,T,Hq*D). Query head h uses kv head h // (Hq/Hkv)."""
+def documents(tokens, eod):
+    """Packed documents as Megatron-LM's get_ltor_masks_and_position_ids with
+    reset_position_ids and reset_attention_mask: a document ends at each eod token (which
+    belongs to it). Returns doc ids (B,T) (each row's documents numbered from 0) and positions
+    (B,T) restarting at 0 per document, both long."""
+    ends = (tokens == eod).long()
+    doc = torch.cumsum(ends, dim=1) - ends  # tokens after the i-th eod are in document i
+    B, T = tokens.shape
+    pos = torch.zeros(B, T, dtype=torch.long)
+    for b in range(B):
+        for t in range(1, T):
+            pos[b, t] = 0 if doc[b, t] != doc[b, t - 1] else pos[b, t - 1] + 1
+    return doc, pos
+
+
+def causal_attention(q, k, v, Hq, Hkv, doc=None):
+    """q (B,T,Hq,D), k/v (B,T,Hkv,D) -> (B,T,Hq*D). Query head h uses kv head h // (Hq/Hkv).
+    doc (B,T): document ids; when given, the explicit block-diagonal causal mask lets a query
+    see only the keys of its own document."""
     B, T, _, D = q.shape
     rep = Hq // Hkv
     q = q.transpose(1, 2)
@@ -267,6 +288,9 @@ def causal_attention(q, k, v, Hq, Hkv):
     v = v.transpose(1, 2).repeat_interleave(rep, dim=1)
     scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D))
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    if doc is not None:  # (B,1,T,T): masked where the key is in another document
+        mask = mask[None] | (doc[:, :, None] != doc[:, None, :])
+        mask = mask[:, None]
     scores = scores.masked_fill(mask, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     out = probs @ v
@@ -284,10 +308,17 @@ def forward(spec, P, tokens, bf16=False, variant=()):
     gpt2 = s.arch == "gpt2"
     dt = P["embed.weight"].dtype
     x = P["embed.weight"][tokens]
+    doc = None
+    if s.doc_eod >= 0:  # packed: positions restart per document, attention within one
+        doc, pos = documents(tokens, s.doc_eod)
+        if "pack_positions_not_reset" in variant:  # deliberately wrong (selftest mutation)
+            pos = torch.arange(T).expand(B, T)
     if gpt2:
-        x = x + P["pos_embed.weight"][:T][None]
+        x = x + (P["pos_embed.weight"][pos] if doc is not None else P["pos_embed.weight"][:T][None])
     else:
         cos, sin = rope_tables(T, s.D, s.rope_theta, dt)
+        if doc is not None:  # per-row tables (B,T,D)
+            cos, sin = cos[pos], sin[pos]
 
     def norm(h, pre):
         if gpt2:
@@ -306,7 +337,7 @@ def forward(spec, P, tokens, bf16=False, variant=()):
         if not gpt2:
             q = apply_rope(q, cos, sin, variant)
             k = apply_rope(k, cos, sin, variant)
-        a = causal_attention(q, k, v, s.Hq, s.Hkv)
+        a = causal_attention(q, k, v, s.Hq, s.Hkv, None if "pack_no_mask" in variant else doc)
         x = x + lin(a, pre + "attn.o")
         h = norm(x, pre + "mlp_norm")
         if gpt2:

@@ -91,6 +91,14 @@ int main(int argc, char **argv) {
     targets[i] = loom_rng_uniform(&rng) < 0.1 ? LOOM_IGNORE_INDEX
                                                : (int32_t)loom_rng_below(&rng, (uint64_t)spec.vocab_size);
   }
+  /* data.pack_documents: documents of ~6 tokens end with token vocab_size - 1, whose target
+   * is ignored (as the loader writes them); the decoder splits attention and positions */
+  int32_t eod = cfg.data.pack_documents ? spec.vocab_size - 1 : -1;
+  for (size_t i = 0; eod >= 0 && i < n_tok; i++) {
+    if (tokens[i] == eod) tokens[i] = 0;
+    if (loom_rng_uniform(&rng) < 1.0 / 6) tokens[i] = eod, targets[i] = LOOM_IGNORE_INDEX;
+  }
+  loom_decoder_set_doc_eod(d, eod);
   /* step 0, micro-batch 0 alone: logits, loss, gradients */
   double loss_sum;
   int count;
@@ -147,6 +155,7 @@ int main(int argc, char **argv) {
   put_meta(w, "grad_clip", "%.17g", t->grad_clip);
   put_meta(w, "decay_norms_and_biases", "%s", t->decay_norms_and_biases ? "true" : "false");
   put_meta(w, "activation_checkpointing", "%s", t->activation_checkpointing ? "true" : "false");
+  if (eod >= 0) put_meta(w, "doc_eod", "%d", (int)eod);
   add_params(w, &d->layout, init, "param");
   add_params(w, &d->layout, grads, "grad");
   add_params(w, &d->layout, d->params, "final");

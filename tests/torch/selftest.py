@@ -11,7 +11,10 @@ emulation faces different rounding), writes it with st_io, and then:
     must fail (bf16 dumps: perturbations 10x the bf16 tolerances);
   - dumps made by deliberately wrong model variants (GELU erf instead of tanh, interleaved RoPE,
     loss as a mean of micro-batch means, a "bf16" dump computed without any bf16 rounding, a
-    precision-policy dump whose stores truncate, or one computed with fp32 storage) must fail;
+    precision-policy dump whose stores truncate, or one computed with fp32 storage, packed
+    documents whose positions do not restart (GPT-2's learned table; with rotary positions and
+    per-document masks a constant shift of a document's positions changes no score, so Llama
+    cannot tell) or whose attention crosses documents) must fail;
   - precision-policy dumps with one stored parameter or moment off the bf16 grid must fail;
   - the command line (check_refdump.py FILE) exits 0 on a good dump and 2 on a truncated one;
   - st_io round-trips and rejects corrupt headers.
@@ -67,6 +70,14 @@ CONFIGS = {
     "gpt2_untied_gqa_bf16": dict(arch="gpt2", heads="4", kv_heads="2", head_dim="24",
                                  intermediate="384", qkv_bias="true", tied_embeddings="false",
                                  dtype="bf16", warmup_steps="0"),
+    # Llama GQA with packed documents (data.pack_documents): ~1 token in 6 ends a document.
+    "llama_gqa_packed_fp32": dict(arch="llama", heads="6", kv_heads="2", head_dim="16",
+                                  intermediate="256", qkv_bias="true", tied_embeddings="false",
+                                  dtype="fp32", doc_eod="7"),
+    # GPT-2 with packed documents: learned positions restart per document.
+    "gpt2_packed_fp32": dict(arch="gpt2", heads="3", kv_heads="3", head_dim="32",
+                             intermediate="384", qkv_bias="true", tied_embeddings="true",
+                             dtype="fp32", doc_eod="11"),
     # bf16 Llama GQA with bias, untied.
     "llama_gqa_bias_bf16": dict(arch="llama", heads="6", kv_heads="2", head_dim="16",
                                 intermediate="256", qkv_bias="true", tied_embeddings="false",
@@ -103,6 +114,10 @@ def make_inputs(meta, seed):
     targets[rnd < 0.3] = rng.integers(0, spec.V, size=int((rnd < 0.3).sum()))
     targets[rnd > 0.88] = rm.IGNORE_INDEX
     targets[:, 0, 0, :5] = rm.IGNORE_INDEX  # micro-batch 0 has fewer targets than the others
+    if spec.doc_eod >= 0:  # packed: documents end at doc_eod, whose target is ignored
+        tokens[tokens == spec.doc_eod] = 0
+        tokens[rng.random(shp) < 1.0 / 6] = spec.doc_eod
+        targets[tokens == spec.doc_eod] = rm.IGNORE_INDEX
     return spec, params, tokens, targets
 
 
@@ -268,6 +283,8 @@ def main():
         # semantic mutations
         muts = [("gpt2_tied_fp32", ("gelu_erf",)), ("llama_gqa_bias_untied_fp32", ("rope_interleaved",)),
                 ("llama_mqa_nobias_tied_fp32", ("micro_mean",)),
+                ("gpt2_packed_fp32", ("pack_positions_not_reset",)),
+                ("llama_gqa_packed_fp32", ("pack_no_mask",)),
                 ("llama_gqa_bias_bf16", ("rope_interleaved",)), ("gpt2_untied_gqa_bf16", ("no_bf16",)),
                 ("gpt2_param_optim_bf16", ("truncate",)), ("gpt2_param_optim_bf16", ("no_policy",))]
         for name, var in muts:
