@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "exp/config_internal.h"
+#include "config/config_internal.h"
 #include "loom/config.h"
 #include "loom/core.h"
 

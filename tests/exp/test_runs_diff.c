@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "exp/sweep_internal.h"
+#include "sweep/sweep_internal.h"
 #include "harness.h"
 #include "loom/runs_diff.h"
 
