@@ -5,7 +5,8 @@
 #                      RUN_OUT / RUN_ERR and in the files $RUN_DIR/out and $RUN_DIR/err.
 #   run_show           prints the last command, its exit status and what it printed (stderr).
 #   expect_rc WHAT N, expect_out WHAT TEXT, expect_err WHAT TEXT: assertions on the last run;
-#   expect_fail WHAT TEXT CMD...: CMD exits non-zero and its stderr holds TEXT.
+#   expect_fail WHAT TEXT CMD...: CMD exits non-zero and its stderr holds TEXT (the line
+#                      holding it is printed).
 # A failing assertion prints the command and its output, so a log says what loom answered.
 [ -n "${LOOM_ASSERT_LOADED:-}" ] || . "$(dirname "${BASH_SOURCE[0]}")/assert.sh"
 LOOM_ASSERT_LOADED=1
@@ -45,5 +46,5 @@ expect_fail() { # what, text stderr must hold, command...
   run_cmd "$@"
   if [ "$RUN_RC" -eq 0 ]; then fail "$what: exit code 0"; run_show
   elif [[ "$RUN_ERR" != *"$want"* ]]; then fail "$what: message lacks '$want': $RUN_ERR"; run_show
-  else pass; fi
+  else pass; echo "  $what: $(grep -m1 -F -- "$want" <<<"$RUN_ERR" | cut -c1-200)"; fi
 }
