@@ -115,7 +115,9 @@ PIDS+=($VICTIM)
 VDIR=
 for _ in $(seq 400); do
   [ -z "$VDIR" ] && VDIR=$(dir_of victim 2>/dev/null)
-  [ -n "$VDIR" ] && [ -d "$VDIR/checkpoint_10" ] && [ "$(grep -c '"loss"' "$VDIR/metrics.jsonl" 2>/dev/null)" -ge 12 ] && break
+  # a complete checkpoint (keep_last prunes the old ones) and a few steps logged after it
+  [ -n "$VDIR" ] && compgen -G "$VDIR/checkpoint_*/COMPLETE" >/dev/null &&
+    [ "$(grep -c '"loss"' "$VDIR/metrics.jsonl" 2>/dev/null)" -ge 12 ] && break
   sleep 0.02
 done
 kill -9 "$VICTIM"
@@ -183,7 +185,7 @@ step "9. the dashboard in headless Chromium"
 if ! command -v chromium >/dev/null || ! $PY -c 'import websocket' 2>/dev/null; then
   fail "chromium or python3-websocket is missing (Debian packages chromium, python3-websocket)"
 else
-  "$LOOM" runs serve --port 0 > serve.out 2> serve.err &
+  "$LOOM" runs serve --port 0 --sweeps-dir logs > serve.out 2> serve.err &
   SERVER=$!
   PIDS+=($SERVER)
   for _ in $(seq 100); do grep -q "^loom runs serve: http://" serve.out && break; sleep 0.1; done
