@@ -147,8 +147,12 @@ fork=$(rows --filter "parent_id = '$VID'" --show run_id)
 check "fork: a new run id recording its parent ($fork)" test -n "$fork" -a "$fork" != "$VID"
 check "fork: exactly one child" test "$(echo "$fork" | grep -c .)" = 1
 check "fork: the parent's directory is untouched, byte for byte" test "$(tree_state "$VDIR")" = "$before"
-check "fork: the parent is still finished at 1000 steps" test "$(field victim status),$(field victim steps)" = "finished,1000"
-check "fork: the child trained steps 1001..1010" test "$(rows --filter "run_id = '$fork'" --show status,steps)" = "finished,1010"
+check "fork: the parent is still finished at 1000 steps" test "$(rows --filter "run_id = '$VID'" --show status,steps)" = "finished,1000"
+check "fork: the child finished at step 1010" test "$(rows --filter "run_id = '$fork'" --show status,steps)" = "finished,1010"
+FDIR=$(rows --filter "run_id = '$fork'" --show run_dir)
+check "fork: the child's metrics.jsonl holds steps 1001..1010" \
+  $PY -c 'import json, sys; s = [json.loads(l)["step"] for l in open(sys.argv[1]) if "\"loss\"" in l]; sys.exit(s != list(range(1001, 1011)))' "$FDIR/metrics.jsonl"
+check "fork: the child's config.yaml records its parent" grep -qx "  parent: $VID" "$FDIR/config.yaml"
 
 step "7. loom runs: filters, sort, show, hide, limit; show"
 "$LOOM" runs --format json --all-columns > all.json
