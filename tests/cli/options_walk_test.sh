@@ -28,6 +28,7 @@ walk() { # entry words...; leaf (1: must have an option table) is $LEAF
   run_loom "$@" --help
   expect_rc "loom $name --help" 0
   check "loom $name --help prints usage" grep -q "usage" "$RUN_DIR/out"
+  check "loom $name --help: nothing on stderr" test ! -s "$RUN_DIR/err"
   local text=$RUN_OUT
   run_loom "$@" --bogus
   if [ "$RUN_RC" != 0 ] && [[ "$RUN_ERR" == *"'--bogus'"* ]]; then pass
