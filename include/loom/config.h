@@ -20,6 +20,9 @@ typedef struct {
   long max_restarts;             /* run.max_restarts: relaunches after a rank dies (--nproc) */
   char tags[LOOM_STR_MAX];       /* run.tags: "ablation,warmup" (a YAML list in files) */
   char notes[LOOM_STR_MAX];      /* run.notes: free text about the run */
+  /* lineage: set by loom train when a resume with a changed config forks a new run */
+  char parent[LOOM_STR_MAX];            /* run.parent: run id it was forked from, "" = none */
+  char parent_checkpoint[LOOM_STR_MAX]; /* run.parent_checkpoint: the checkpoint it started at */
 } loom_config_run;
 
 typedef struct {

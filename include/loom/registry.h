@@ -3,8 +3,9 @@
  * and IMMEDIATE transactions make it safe under many concurrent writers.
  *
  * Table `runs`: one row per run with fixed columns (run_id, name, sweep, status, times, host,
- * pid, command, git commit, run_dir, ranks, error), summary metrics (steps, final_loss,
- * min_loss, avg_step_time, tokens_per_s, peak_rss_mb) and one column per config key, named
+ * pid, command, git commit, run_dir, ranks, error, parent_id and parent_checkpoint of a
+ * forked run), summary metrics (steps, final_loss, min_loss, avg_step_time, tokens_per_s,
+ * peak_rss_mb, validation losses, duration_s, mfu) and one column per config key, named
  * by its dotted key ("training.lr"). Table `custom_metrics` holds (run_id, key, value) rows
  * added with loom_registry_set_metric. Status is running, finished, failed, stopped (ended
  * early on request, resumable) or crashed; a
@@ -58,11 +59,14 @@ typedef struct {
   long steps;
   double final_loss, min_loss, avg_step_time, tokens_per_s, peak_rss_mb; /* NAN = unknown */
   double final_valid_loss, final_valid_perplexity, min_valid_loss;       /* NAN: no eval */
+  double duration_s;  /* training time (summary.json; metrics.jsonl's last "time"); NAN/0: unknown */
+  double mfu;         /* fraction, summary.json's; NAN/0: absent */
 } loom_registry_metrics;
 
 /* Read summary.json of a run directory (missing keys stay NAN / -1). 0, or -1 if unreadable. */
 int loom_registry_read_summary(const char *run_dir, loom_registry_metrics *m);
-/* Progress from run_dir/metrics.jsonl (steps, final_loss, min_loss; a cut last line is
+/* Progress from run_dir/metrics.jsonl (steps, final_loss, min_loss, duration_s: the last
+ * line's "time"; a cut last line is
  * skipped) and the file's modification time (*last_write, seconds since the epoch). Other
  * fields of m are untouched. 0, or -1 when the file is missing or holds no step. */
 int loom_registry_read_progress(const char *run_dir, loom_registry_metrics *m,

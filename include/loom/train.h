@@ -64,6 +64,7 @@ typedef struct {
   bool quiet;                /* no progress output */
   long stop_after;           /* stop (as if killed) after this step, 0 = run to the end */
   const char *trace;         /* write a Chrome trace of the run here (NULL: none) */
+  const char *lineage_note;  /* continue/fork decision for train.log (NULL or "": none) */
 } loom_train_opts;
 
 /* Run a whole training job. Returns 0 or -1 with loom_errmsg() set. */

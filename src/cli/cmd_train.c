@@ -14,6 +14,7 @@
 #include "loom/mesh.h"
 #include "loom/train.h"
 #include "loom/sweep.h"
+#include "train/lineage.h"
 #include "train/run_dir.h"
 
 static void usage(FILE *out) {
@@ -34,7 +35,11 @@ static void usage(FILE *out) {
           "                      checkpoint directory; without CONFIG, the checkpoint's\n"
           "                      config.yaml is used. Losses continue bitwise identically to\n"
           "                      an uninterrupted run. A checkpoint that fails validation\n"
-          "                      leaves the run untouched.\n"
+          "                      leaves the run untouched. With the run's config (keys like\n"
+          "                      training.log_every aside) the run continues under its id;\n"
+          "                      any other change (training.steps=70, parallel.dp=2, ...)\n"
+          "                      forks a new run that records run.parent and leaves the\n"
+          "                      parent's files as they are (docs/EXPERIMENTS.md)\n"
           "  --nproc N           start N ranks with mpirun and supervise them: a job that ends\n"
           "                      without loom's report (a rank killed) is recorded as failed\n"
           "  --max-restarts K    relaunch the job up to K times after a rank dies or a\n"
@@ -53,7 +58,8 @@ static void usage(FILE *out) {
           "  loom train run.yaml checkpoint.init_from=hf/gpt2   # fine-tune: loom checkpoint or\n"
           "                                                    # Hugging Face directory\n"
           "  loom train configs/demo.yaml --nproc 4 parallel.dp=4 --max-restarts 3\n"
-          "  loom train --resume latest\n");
+          "  loom train --resume latest\n"
+          "  loom train --resume runs/<id>/checkpoint_30 training.steps=70   # a fork\n");
 }
 
 /* The command that re-runs this one, shell-quoted (ranks started by mpirun: with --nproc). */
@@ -243,6 +249,14 @@ int loom_cmd_train(int argc, char **argv) {
     free(run_dir), free(ckpt), free(cfg_file);
     return loom_cli_train_supervise(argc, argv, nproc, max_restarts, cfg.run.output_dir);
   }
+  /* same config: continue the run; any other: a new run recording its parent (lineage.h) */
+  char lineage_note[4096];
+  if (loom_lineage_resolve(&cfg, &run_dir, &ckpt, lineage_note, sizeof lineage_note)) {
+    if (!quiet_rank) report_error(loom_errmsg());
+    free(run_dir), free(ckpt), free(cfg_file);
+    return 1;
+  }
+  opts.lineage_note = lineage_note;
   opts.resume = ckpt;
   opts.resume_run = run_dir;
   if (loom_dist_init(&argc, &argv)) {

@@ -43,6 +43,13 @@ const loom_config_key loom_config_keys[] = {
      "loom runs --filter \"run.tags HAS 'ablation'\"", FIELD(run, tags)},
     {"run.notes", S, "", NULL, "free text about the run (recorded in the registry)",
      FIELD(run, notes)},
+    /* lineage (docs/EXPERIMENTS.md "Resume and lineage"): written by loom train */
+    {"run.parent", S, "", NULL,
+     "run id this run was forked from (set by loom train when --resume changes the config)",
+     FIELD(run, parent)},
+    {"run.parent_checkpoint", S, "", NULL,
+     "checkpoint of run.parent this run started from (set by loom train with run.parent)",
+     FIELD(run, parent_checkpoint)},
 
     {"model.preset", S, "tiny-gpt2", NULL,
      "model preset (gpt2-124m, qwen2.5-0.5b, tiny-gpt2, ...) or \"\" for none",

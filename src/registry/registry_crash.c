@@ -25,7 +25,8 @@ static void bind_real_or_null(sqlite3_stmt *st, int i, double v) {
  * the later of the heartbeat and the file's last write. */
 static int mark_crashed(loom_registry *r, const char *run_id, const char *run_dir,
                         double heartbeat, const char *why) {
-  loom_registry_metrics m = {.steps = -1, .final_loss = NAN, .min_loss = NAN};
+  loom_registry_metrics m = {.steps = -1, .final_loss = NAN, .min_loss = NAN,
+                             .duration_s = NAN};
   double last_write = NAN;
   if (run_dir && loom_registry_read_progress(run_dir, &m, &last_write)) loom_err_clear();
   sqlite3_stmt *st;
@@ -33,7 +34,7 @@ static int mark_crashed(loom_registry *r, const char *run_id, const char *run_di
                          "UPDATE runs SET status='crashed', end_time=MAX(heartbeat, "
                          "COALESCE(?4, heartbeat)), steps=COALESCE(?5, steps), "
                          "final_loss=COALESCE(?6, final_loss), min_loss=COALESCE(?7, min_loss), "
-                         "error=?1 WHERE run_id=?2 AND status='running' AND heartbeat=?3",
+                         "duration_s=COALESCE(?8, duration_s), error=?1 WHERE run_id=?2 AND status='running' AND heartbeat=?3",
                          -1, &st, NULL))
     return loom_registry_sql_err(r, "preparing the crash update");
   sqlite3_bind_text(st, 1, why, -1, SQLITE_TRANSIENT);
@@ -44,6 +45,7 @@ static int mark_crashed(loom_registry *r, const char *run_id, const char *run_di
   else sqlite3_bind_null(st, 5);
   bind_real_or_null(st, 6, m.final_loss);
   bind_real_or_null(st, 7, m.min_loss);
+  bind_real_or_null(st, 8, m.duration_s);
   int rc = loom_registry_step(r, st) == SQLITE_DONE ? 0 : loom_registry_sql_err(r, "marking a crash");
   sqlite3_finalize(st);
   return rc ? -1 : sqlite3_changes(r->db);

@@ -29,6 +29,8 @@ const loom_registry_column loom_registry_columns[] = {
     {"git_commit", "TEXT", LOOM_RCOL_RUN, "commit of the git checkout it ran from"},
     {"run_dir", "TEXT", LOOM_RCOL_RUN, "run directory"},
     {"error", "TEXT", LOOM_RCOL_RUN, "why a run failed or crashed"},
+    {"parent_id", "TEXT", LOOM_RCOL_RUN, "run it was forked from (a resume with another config)"},
+    {"parent_checkpoint", "TEXT", LOOM_RCOL_RUN, "checkpoint of parent_id it started from"},
     {"steps", "INTEGER", LOOM_RCOL_METRIC, "optimizer steps done"},
     {"final_loss", "REAL", LOOM_RCOL_METRIC, "loss of the last step (latest while running)"},
     {"min_loss", "REAL", LOOM_RCOL_METRIC, "lowest step loss"},
@@ -39,6 +41,11 @@ const loom_registry_column loom_registry_columns[] = {
      "validation loss (token mean) after the last step; NULL without validation data"},
     {"final_valid_perplexity", "REAL", LOOM_RCOL_METRIC, "exp(final_valid_loss)"},
     {"min_valid_loss", "REAL", LOOM_RCOL_METRIC, "lowest validation loss of the run's evaluations"},
+    {"duration_s", "REAL", LOOM_RCOL_METRIC,
+     "training time: the step loops of the run's sessions, not start-up or gaps before resumes"},
+    {"mfu", "REAL", LOOM_RCOL_METRIC,
+     "model FLOPs utilization (fraction) over duration_s against the profile's peak; NULL: "
+     "no profile, or the peak is not this run's (summary.json's mfu_note says which)"},
 };
 const int loom_registry_ncolumns = sizeof loom_registry_columns / sizeof loom_registry_columns[0];
 

@@ -117,6 +117,7 @@ void loom_registry_run_finish(loom_registry_run *h, bool ok, const char *error) 
     if (m.steps < 0) m.steps = progress.steps;
     if (isnan(m.final_loss)) m.final_loss = progress.final_loss;
     if (isnan(m.min_loss)) m.min_loss = progress.min_loss;
+    if (isnan(m.duration_s)) m.duration_s = progress.duration_s;
   } else if (!summary || !ok) {
     loom_err_clear();
   }

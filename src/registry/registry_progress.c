@@ -20,11 +20,13 @@ int loom_registry_read_progress(const char *run_dir, loom_registry_metrics *m, d
   char *line = NULL;
   size_t cap = 0;
   long steps = -1;
-  double last = NAN, min = NAN;
+  double last = NAN, min = NAN, time = NAN;
   while (getline(&line, &cap, f) > 0) {
     json_t *o = json_loads(line, 0, NULL);
     json_t *step = json_object_get(o, "step"), *loss = json_object_get(o, "loss");
-    if (json_is_integer(step)) {
+    json_t *t = json_object_get(o, "time"); /* training seconds so far (the step loops) */
+    if (json_is_integer(step) && loss) {
+      time = json_is_number(t) ? json_number_value(t) : NAN;
       steps = (long)json_integer_value(step);
       last = json_is_number(loss) ? json_number_value(loss) : NAN; /* "loss": null when NaN */
       if (isfinite(last) && !(min <= last)) min = last;
@@ -40,5 +42,6 @@ int loom_registry_read_progress(const char *run_dir, loom_registry_metrics *m, d
   m->steps = steps;
   m->final_loss = last;
   m->min_loss = min;
+  m->duration_s = time;
   return 0;
 }

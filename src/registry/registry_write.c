@@ -45,7 +45,8 @@ static int step_done(loom_registry *r, sqlite3_stmt *st, const char *what) {
 static char *insert_sql(void) {
   static const char *const fixed[] = {"run_id", "name", "sweep", "sweep_id", "status",
                                       "start_time", "heartbeat", "host", "pid", "ranks",
-                                      "command", "git_commit", "run_dir"};
+                                      "command", "git_commit", "run_dir", "parent_id",
+                                      "parent_checkpoint"};
   size_t nf = sizeof fixed / sizeof fixed[0], n = nf + loom_config_nkeys;
   size_t cap = 256 + n * 96;
   char *cols = calloc(1, cap), *vals = calloc(1, cap), *upd = calloc(1, cap);
@@ -96,6 +97,8 @@ int loom_registry_insert(loom_registry *r, const loom_config *cfg,
   bind_text_or_null(st, i++, in->command);
   bind_text_or_null(st, i++, commit);
   bind_text_or_null(st, i++, in->run_dir);
+  bind_text_or_null(st, i++, cfg->run.parent); /* lineage: a fork's parent, else NULL */
+  bind_text_or_null(st, i++, cfg->run.parent_checkpoint);
   for (size_t k = 0; k < loom_config_nkeys; k++) bind_key(st, i++, cfg, &loom_config_keys[k]);
   if (step_done(r, st, "registering the run")) return -1;
   for (int u = 0; u < cfg->nuser; u++) /* user keys (+key=value): custom columns */
@@ -125,8 +128,9 @@ int loom_registry_finish(loom_registry *r, const char *run_id, const char *statu
                          "UPDATE runs SET status=?, end_time=?, heartbeat=?, "
                          "steps=COALESCE(?, steps), final_loss=COALESCE(?, final_loss), "
                          "min_loss=?, avg_step_time=?, tokens_per_s=?, peak_rss_mb=?, error=?, "
-                         "final_valid_loss=?, final_valid_perplexity=?, min_valid_loss=? "
-                         "WHERE run_id=?", -1, &st, NULL))
+                         "final_valid_loss=?, final_valid_perplexity=?, min_valid_loss=?, "
+                         "duration_s=COALESCE(?, duration_s), mfu=? WHERE run_id=?", -1, &st,
+                         NULL))
     return loom_registry_sql_err(r, "preparing the final update");
   double now = loom_registry_now();
   sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
@@ -143,7 +147,10 @@ int loom_registry_finish(loom_registry *r, const char *run_id, const char *statu
   bind_real_or_null(st, 11, m ? m->final_valid_loss : NAN);
   bind_real_or_null(st, 12, m ? m->final_valid_perplexity : NAN);
   bind_real_or_null(st, 13, m ? m->min_valid_loss : NAN);
-  sqlite3_bind_text(st, 14, run_id, -1, SQLITE_TRANSIENT);
+  /* 0 is no training time or MFU: callers that fill only some fields leave them 0 */
+  bind_real_or_null(st, 14, m && m->duration_s > 0 ? m->duration_s : NAN);
+  bind_real_or_null(st, 15, m && m->mfu > 0 ? m->mfu : NAN);
+  sqlite3_bind_text(st, 16, run_id, -1, SQLITE_TRANSIENT);
   return step_done(r, st, "recording the end of the run");
 }
 
@@ -156,6 +163,7 @@ int loom_registry_read_summary(const char *run_dir, loom_registry_metrics *m) {
   m->steps = -1;
   m->final_loss = m->min_loss = m->avg_step_time = m->tokens_per_s = m->peak_rss_mb = NAN;
   m->final_valid_loss = m->final_valid_perplexity = m->min_valid_loss = NAN;
+  m->duration_s = m->mfu = NAN;
   char *path = loom_sprintf("%s/summary.json", run_dir);
   json_error_t e;
   json_t *o = json_load_file(path, 0, &e);
@@ -173,6 +181,8 @@ int loom_registry_read_summary(const char *run_dir, loom_registry_metrics *m) {
   m->final_valid_loss = json_num(o, "final_valid_loss");
   m->final_valid_perplexity = json_num(o, "final_valid_perplexity");
   m->min_valid_loss = json_num(o, "min_valid_loss");
+  m->duration_s = json_num(o, "duration_s");
+  m->mfu = json_num(o, "mfu"); /* absent (mfu_note) when there is no trustworthy peak */
   json_decref(o);
   return 0;
 }

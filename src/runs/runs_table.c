@@ -1,6 +1,6 @@
 /* Loading the runs table from the registry: every column of `runs` (times shown as local
- * date-time text), two derived metrics (duration_s, iters_per_s) and one column per custom
- * metric; plus column lookup by exact name or unique dotted suffix. */
+ * date-time text), derived metrics (iters_per_s; duration_s of rows without a recorded one)
+ * and one column per custom metric; plus column lookup by exact name or unique dotted suffix. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,10 +78,13 @@ static void plan_columns(sqlite3_stmt *st, col_list *cols, int **db_index) {
   int n = sqlite3_column_count(st);
   *db_index = malloc(sizeof(int) * (size_t)(n + 2));
   for (int pass = 0; pass < 3; pass++) {
-    if (pass == 2) {
-      add_col(cols, "duration_s", LOOM_COL_METRIC);
+    if (pass == 2) { /* duration_s: a column of newer registries (training time) */
+      bool stored = false;
+      for (int i = 0; i < n; i++) stored |= !strcmp(sqlite3_column_name(st, i), "duration_s");
+      if (!stored) add_col(cols, "duration_s", LOOM_COL_METRIC);
       add_col(cols, "iters_per_s", LOOM_COL_METRIC);
-      (*db_index)[cols->n - 2] = (*db_index)[cols->n - 1] = -1;
+      if (!stored) (*db_index)[cols->n - 2] = -1;
+      (*db_index)[cols->n - 1] = -1;
     }
     for (int i = 0; i < n; i++) {
       const char *name = sqlite3_column_name(st, i);
@@ -134,7 +137,9 @@ static void derive(loom_runs_table *t, int row, const double *times) {
   int dur = loom_runs_find_column(t, "duration_s"), ips = loom_runs_find_column(t, "iters_per_s");
   int avg = loom_runs_find_column(t, "avg_step_time");
   double start = times[0], end = times[1] > 0 ? times[1] : times[2];
-  if (start > 0 && end > 0) cells[dur] = (loom_value){.type = LOOM_VAL_REAL, .r = end - start};
+  /* the training time the trainer recorded; else (running, older rows) the wall time */
+  if (start > 0 && end > 0 && cells[dur].type == LOOM_VAL_NULL)
+    cells[dur] = (loom_value){.type = LOOM_VAL_REAL, .r = end - start};
   double a;
   if (avg >= 0 && loom_value_number(&cells[avg], &a) && a > 0)
     cells[ips] = (loom_value){.type = LOOM_VAL_REAL, .r = 1.0 / a};

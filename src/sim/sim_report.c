@@ -1,8 +1,39 @@
-/* The simulator's report: the step's metrics and the memory of every pipeline rank. */
+/* The simulator's report: the step's metrics and the memory of every pipeline rank. MFU is
+ * the trainer's definition (loom_progress_mfu): model FLOPs per token from the function the
+ * trainer uses, over the step time and the devices' peak for the dtype; absent (with why)
+ * when the profile has no peak for the dtype or the figure would exceed 100%. */
+#include <math.h>
 #include <stdio.h>
 
 #include "loom/core.h"
+#include "loom/decoder.h"
 #include "loom/sim.h"
+#include "train/progress.h"
+
+/* The step's MFU as a fraction, or NAN with why[] saying why it is absent. */
+static double report_mfu(const loom_sim_ctx *c, const loom_sim_result *r, double *fpt,
+                         char *why, size_t n) {
+  const loom_sim_strategy *st = c->st;
+  *fpt = loom_decoder_flops_per_token(c->spec, st->seq);
+  double tokens = (double)st->dp * st->microbatches * st->micro_batch * st->seq;
+  double devices = r->world;
+  if (c->hw->timeshare && r->timeshare > 1) devices = r->world / r->timeshare;
+  double peak = c->hw->peak_flops[st->dtype];
+  why[0] = 0;
+  if (!(peak > 0)) {
+    snprintf(why, n, "hardware profile '%s' has no %s peak", c->hw->name,
+             loom_hw_dtype_name(st->dtype));
+    return NAN;
+  }
+  double mfu = loom_progress_mfu(tokens, r->step_time, *fpt, devices * peak);
+  if (mfu > 1) {
+    snprintf(why, n, "%.1f%% is above the profile's peak: the cost model or profile is wrong",
+             100 * mfu);
+    return NAN;
+  }
+  if (!isfinite(mfu)) snprintf(why, n, "no step time");
+  return mfu;
+}
 
 static void human(double x, char *buf, size_t n) {
   if (x >= 1e9) snprintf(buf, n, "%.2fG", x / 1e9);
@@ -22,8 +53,15 @@ void loom_sim_print(const loom_sim_ctx *c, const loom_sim_result *r) {
   printf("step time      %.4f s\n", r->step_time);
   printf("tokens/s       %s  (%d sequences of %d tokens per step)\n", tps,
          st->dp * st->microbatches * st->micro_batch, st->seq);
-  printf("MFU / HFU      %.1f%% / %.1f%%  (model FLOPs %.3g per step)\n", 100 * r->mfu,
-         100 * r->hfu, r->model_flops);
+  double fpt;
+  char why[160];
+  double mfu = report_mfu(c, r, &fpt, why, sizeof why);
+  if (isfinite(mfu))
+    printf("MFU / HFU      %.1f%% / %.1f%%  (model FLOPs %.3g per step, %.6g per token)\n",
+           100 * mfu, 100 * r->hfu, r->model_flops, fpt);
+  else
+    printf("MFU            not shown: %s  (model FLOPs %.3g per step, %.6g per token)\n", why,
+           r->model_flops, fpt);
   printf("bubble         %.4f  (idle / busy compute over the pipeline ranks; %.1f%% of the "
          "pipeline's time)\n", r->bubble, 100 * r->bubble / (1 + r->bubble));
   printf("communication  %.4f s exposed on rank %d's compute stream, %.4f s in all\n",
@@ -63,11 +101,17 @@ int loom_sim_write_json(const loom_sim_ctx *c, const loom_sim_result *r, const c
   if (!f) return loom_err("cannot write '%s'", path);
   fprintf(f, "{\n  \"strategy\": \"%s\",\n  \"hardware\": \"%s\",\n  \"world\": %d,\n",
           loom_sim_strategy_str(st), c->hw->name, r->world);
-  fprintf(f, "  \"step_time\": %.9g,\n  \"tokens_per_s\": %.9g,\n  \"mfu\": %.6g,\n  \"hfu\": %.6g,\n"
+  double fpt;
+  char why[160], mfu_text[224];
+  double mfu = report_mfu(c, r, &fpt, why, sizeof why);
+  if (isfinite(mfu)) snprintf(mfu_text, sizeof mfu_text, "%.17g", mfu);
+  else snprintf(mfu_text, sizeof mfu_text, "null,\n  \"mfu_note\": \"%s\"", why);
+  fprintf(f, "  \"step_time\": %.9g,\n  \"tokens_per_s\": %.9g,\n  \"flops_per_token\": %.17g,\n"
+             "  \"mfu\": %s,\n  \"hfu\": %.6g,\n"
              "  \"bubble\": %.6g,\n  \"exposed_comm\": %.9g,\n  \"comm_total\": %.9g,\n"
              "  \"optimizer_time\": %.9g,\n  \"mem_limit\": %.9g,\n  \"oom_rank\": %d,\n  \"stages\": [\n",
-          r->step_time, r->tokens_per_s, r->mfu, r->hfu, r->bubble, r->exposed_comm, r->comm_total,
-          r->optimizer_time, r->mem_limit, r->oom_rank);
+          r->step_time, r->tokens_per_s, fpt, mfu_text, r->hfu, r->bubble, r->exposed_comm,
+          r->comm_total, r->optimizer_time, r->mem_limit, r->oom_rank);
   for (int p = 0; p < r->pp; p++) {
     const loom_sim_memory *m = &r->mem[p];
     fprintf(f, "    {\"stage\": %d, \"memory\": %.9g, \"weights\": %.9g, \"grads\": %.9g, "

@@ -3,9 +3,12 @@
  * tokens/s, peak memory of the largest rank) when the run finished, else metrics.jsonl (the
  * same quantities recomputed from the per-step lines). The run directory is found through the
  * registry (sweep_id + name), else through the "run directory:" line of the point's log.
- * MFU = tokens/s * training FLOPs per token / (ranks * measured per-rank peak FLOP/s), or the
- * simulator's (summary.json's mfu_percent, against the hardware profile's peak) for points of
- * the sim launcher, whose peak memory is the simulated device memory per rank. */
+ * MFU is the run's own figure (summary.json's mfu, a fraction, shown in percent: the trainer's
+ * loom_progress_mfu over the run's training time; the registry holds the same), absent when
+ * the run recorded none; or the simulator's (summary.json's mfu_percent) for points of the
+ * sim launcher, whose peak memory is the simulated device memory per rank. Validation losses
+ * (final_valid_loss, final_valid_perplexity, min_valid_loss) get CSV columns when a point of
+ * the sweep had validation. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +21,6 @@
 #include "sweep/sweep_internal.h"
 #include "sweep/sweep_launch.h"
 #include "loom/core.h"
-#include "loom/decoder.h"
-#include "loom/model.h"
 #include "loom/registry.h"
 #include "loom/runs.h"
 
@@ -28,6 +29,7 @@ typedef struct {
   char *run_status;     /* registry status, or NULL */
   long steps;           /* -1 = unknown; the rest NAN when unknown */
   double avg_iter, iters_per_s, tokens_per_s, mfu, final_loss, min_loss, peak_mem, tokens;
+  double valid[3];      /* final_valid_loss, final_valid_perplexity, min_valid_loss (NAN: none) */
   char error[256];      /* a failed point: the line of its log that says why ("" otherwise) */
 } point_metrics;
 
@@ -97,15 +99,6 @@ static void from_metrics(const char *run_dir, point_metrics *m, bool have_summar
   loom_series_free(&loss), loom_series_free(&dt), loom_series_free(&tok);
 }
 
-static double flops_per_token(const loom_config *cfg) {
-  loom_model_spec spec;
-  if (loom_model_spec_from_config(&spec, &cfg->model)) {
-    loom_err_clear();
-    return NAN;
-  }
-  return loom_decoder_flops_per_token(&spec, (int)cfg->training.seq_len);
-}
-
 /* Keys of summary.json beyond the registry's: the simulator's MFU and tokens per step. */
 static void simulator_keys(const char *run_dir, point_metrics *m) {
   char *path = loom_sprintf("%s/summary.json", run_dir);
@@ -124,6 +117,7 @@ static void collect(const loom_sweep_info *info, const loom_sweep_point *p,
   m->steps = -1;
   m->avg_iter = m->iters_per_s = m->tokens_per_s = m->mfu = NAN;
   m->final_loss = m->min_loss = m->peak_mem = m->tokens = NAN;
+  m->valid[0] = m->valid[1] = m->valid[2] = NAN;
   if (r->status == LOOM_PT_SKIPPED || r->status == LOOM_PT_DRY_RUN) return;
   find_run(info, p, r, m);
   if (!m->run_dir) return;
@@ -137,14 +131,13 @@ static void collect(const loom_sweep_info *info, const loom_sweep_point *p,
     m->avg_iter = s.avg_step_time > 0 ? s.avg_step_time : NAN;
     m->tokens_per_s = s.tokens_per_s;
     m->peak_mem = s.peak_rss_mb;
+    if (s.mfu > 0 && s.mfu <= 1) m->mfu = 100 * s.mfu; /* the run's own figure, in percent */
+    m->valid[0] = s.final_valid_loss;
+    m->valid[1] = s.final_valid_perplexity;
+    m->valid[2] = s.min_valid_loss;
   }
   from_metrics(m->run_dir, m, have);
   if (m->avg_iter > 0) m->iters_per_s = 1.0 / m->avg_iter;
-  double fpt = flops_per_token(&p->cfg);
-  double peak = info->peak_flops[strcmp(p->cfg.training.dtype, "bf16") ? 0 : 1];
-  if (peak > 0 && isfinite(fpt) && m->tokens_per_s > 0) /* never above the bound: else absent */
-    m->mfu = 100.0 * m->tokens_per_s * fpt / (peak * (p->ranks > 0 ? p->ranks : 1));
-  if (m->mfu > 100) m->mfu = NAN;
   if (have) simulator_keys(m->run_dir, m);
 }
 
@@ -243,9 +236,13 @@ static int write_csv(const loom_sweep_info *info, const loom_sweep_plan *plan,
   }
   char **keys;
   int nkeys = swept_keys(plan, &keys);
+  bool valid = false; /* validation columns when a point had validation */
+  for (int i = 0; i < plan->n; i++)
+    for (int k = 0; k < 3; k++) valid |= isfinite(m[i].valid[k]);
   fputs("name,status,ranks,exit_code,wall_s,steps,avg_iter_time_s,iters_per_s,tokens_per_s,"
         "mfu_percent,final_loss,min_loss,peak_mem_mb_per_rank,peak_mem_gib_per_rank,tokens,"
         "run_dir,log,job_id,note,error", f);
+  if (valid) fputs(",final_valid_loss,final_valid_perplexity,min_valid_loss", f);
   for (int k = 0; k < nkeys; k++) csv_text(f, keys[k], false);
   fputc('\n', f);
   for (int i = 0; i < plan->n; i++) {
@@ -268,6 +265,7 @@ static int write_csv(const loom_sweep_info *info, const loom_sweep_plan *plan,
     csv_text(f, res[i].job_id, false);
     csv_text(f, res[i].note, false);
     csv_text(f, m[i].error, false);
+    for (int k = 0; k < 3 && valid; k++) csv_num(f, m[i].valid[k], "%.17g");
     for (int k = 0; k < nkeys; k++) csv_text(f, assigned(p, keys[k]), false);
     fputc('\n', f);
   }
@@ -359,8 +357,9 @@ static int write_txt(const loom_sweep_info *info, const loom_sweep_plan *plan,
                "dtype.\n\nRuns:\n", info->hardware ? info->hardware : "?");
   else
     fprintf(f, "Avg Iter Time excludes each run's first (warm-up) step; Peak Mem/Rank is the peak "
-               "resident memory of the largest rank; MFU is against this machine's measured "
-               "GEMM peak per rank.\n\nRuns:\n");
+               "resident memory of the largest rank; MFU is each run's own (summary.json: model "
+               "FLOPs over its training time against the dtype's peak in this machine's "
+               "hardware profile; '-' when it recorded none).\n\nRuns:\n");
   for (int i = 0; i < plan->n; i++) {
     const loom_sweep_point *p = &plan->points[i];
     fprintf(f, "  %s:", p->name);

@@ -1,6 +1,8 @@
 /* Progress line and train.log writer. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -8,8 +10,10 @@
 #include "loom/hw.h"
 #include "train/progress.h"
 
-double loom_progress_profile_peak(const char *dtype, char *why, size_t n) {
+double loom_progress_profile_peak_from(const char *dtype, char *profile, size_t np, char *why,
+                                       size_t n) {
   loom_hw_profile hw;
+  if (np) profile[0] = 0;
   if (loom_hw_load(&hw, "this-machine")) {
     snprintf(why, n, "MFU not shown: no measured peak of this machine (run 'loom bench' once; "
              "it writes configs/hardware/this-machine.yaml)");
@@ -18,12 +22,24 @@ double loom_progress_profile_peak(const char *dtype, char *why, size_t n) {
   }
   loom_hw_dtype dt = strcmp(dtype, "bf16") ? LOOM_DT_FP32 : LOOM_DT_BF16;
   if (hw.peak_flops[dt] <= 0) {
-    snprintf(why, n, "MFU not shown: the profile of this machine has no %s peak", dtype);
+    snprintf(why, n, "MFU not shown: the profile of this machine (%s) has no %s peak", hw.path,
+             dtype);
     return 0;
   }
+  if (np) snprintf(profile, np, "%s", hw.path);
   snprintf(why, n, "MFU against %.1f GFLOP/s per rank (the %s matrix peak of hardware profile "
            "'%s', loaded as this machine's)", hw.peak_flops[dt] / 1e9, dtype, hw.name);
   return hw.peak_flops[dt];
+}
+
+double loom_progress_profile_peak(const char *dtype, char *why, size_t n) {
+  return loom_progress_profile_peak_from(dtype, NULL, 0, why, n);
+}
+
+double loom_progress_mfu(double tokens, double seconds, double flops_per_token,
+                         double peak_flops) {
+  if (!(peak_flops > 0) || !(seconds > 0) || !(flops_per_token > 0)) return NAN;
+  return tokens * flops_per_token / (seconds * peak_flops);
 }
 
 static void fmt_eta(char *buf, size_t n, double s) {
@@ -64,7 +80,7 @@ void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
   p->win_tokens += (double)r->tokens; /* tok/s: the average since the last logged line */
   p->win_seconds += step_seconds;
   double tps = p->win_seconds > 0 ? p->win_tokens / p->win_seconds : 0;
-  double mfu = p->peak_flops > 0 ? tps * p->flops_per_token / p->peak_flops : -1;
+  double mfu = loom_progress_mfu(p->win_tokens, p->win_seconds, p->flops_per_token, p->peak_flops);
   if (mfu > 1 && !p->mfu_refused) { /* beyond the physical bound: the peak is not this run's */
     p->mfu_refused = true;
     loom_progress_note(p, "MFU not shown: the achieved %.1f GFLOP/s per rank exceed the profile's "
@@ -73,7 +89,7 @@ void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
                        tps * p->flops_per_token / 1e9, p->peak_flops / 1e9);
   }
   char mfu_text[32] = "";
-  if (mfu >= 0 && !p->mfu_refused) snprintf(mfu_text, sizeof mfu_text, " | MFU %.1f%%", 100 * mfu);
+  if (isfinite(mfu) && !p->mfu_refused) snprintf(mfu_text, sizeof mfu_text, " | MFU %.1f%%", 100 * mfu);
   char eta[32];
   fmt_eta(eta, sizeof eta, remaining_seconds);
   char line[288], val[40] = "";

@@ -33,6 +33,15 @@ typedef struct {
  * profile (`loom bench` writes it; see loom_hw_load "this-machine"), or 0 with why[] saying
  * why MFU is not shown. */
 double loom_progress_profile_peak(const char *dtype, char *why, size_t n);
+/* The same, and the profile's file in profile[] ("" when there is none). */
+double loom_progress_profile_peak_from(const char *dtype, char *profile, size_t np, char *why,
+                                       size_t n);
+/* MFU, the one definition (progress line, summary.json, registry, sweep summary, loom sim):
+ * tokens * flops_per_token / (seconds * peak_flops), a fraction, with flops_per_token and
+ * peak_flops per rank (or both per job); NAN without a peak or a time. The callers show no
+ * figure above 1: such a peak is not what this run can reach, and MFU is then absent. */
+double loom_progress_mfu(double tokens, double seconds, double flops_per_token,
+                         double peak_flops);
 void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
                         double step_seconds, double elapsed, double remaining_seconds);
 void loom_progress_finish(loom_progress *p);

@@ -19,6 +19,7 @@
 #include "loom/checkpoint.h"
 #include "loom/eval.h"
 #include "loom/exec.h"
+#include "loom/kernels.h"
 #include "loom/data_source.h"
 #include "loom/loader.h"
 #include "loom/mesh.h"
@@ -56,6 +57,8 @@ typedef struct {
   char *cleaned;       /* lead: what the resume removed from the run directory, for the log */
   char *resumed_from;  /* the checkpoint loaded (--resume's, or an earlier one: resume_from) */
   int lock_fd;         /* lead: holds the run directory's lock (-1: none) */
+  char peak_profile[512]; /* lead: the hardware profile MFU's peak comes from ("": none) */
+  char mfu_why[512];      /* lead: where the peak comes from, or why there is no MFU */
   int32_t *tokens, *targets; /* (A, B, T) */
 } run_ctx;
 
@@ -240,6 +243,57 @@ static int write_metrics(run_ctx *c, const loom_step_result *r, double dt, doubl
   return loom_append_checked(c->metrics, c->metrics_path, line, (size_t)n);
 }
 
+/* ",\n  \"key\": \"text\"" with the text JSON-quoted, appended at out[*len]. */
+static void put_text(char *out, size_t n, size_t *len, const char *key, const char *text) {
+  json_t *s = json_string(text);
+  char *q = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+  if (q && *len < n) *len += (size_t)snprintf(out + *len, n - *len, ",\n  \"%s\": %s", key, q);
+  free(q);
+  json_decref(s);
+}
+
+/* summary.json's training time, MFU (loom_progress_mfu over the whole run: tokens of the
+ * trajectory / duration_s, against the profile's peak; absent with mfu_note when there is no
+ * peak or the figure would exceed 100%) and lineage. */
+static void summary_time_mfu_lineage(const run_ctx *c, char *out, size_t n) {
+  const loom_config_training *t = &c->cfg->training;
+  size_t len = 0;
+  double fpt = loom_decoder_flops_per_token(&c->spec, (int)t->seq_len); /* the whole model's */
+  double secs = c->state.elapsed, peak = c->progress.peak_flops;
+  double mfu = loom_progress_mfu((double)c->state.tokens_seen, secs, fpt / c->job.world, peak);
+  len += (size_t)snprintf(out + len, n - len, ",\n  \"duration_s\": %.17g,\n  \"tokens\": %ld,"
+                          "\n  \"ranks\": %d,\n  \"flops_per_token\": %.17g", secs,
+                          c->state.tokens_seen, c->job.world, fpt);
+  if (peak > 0 && len < n) {
+    len += (size_t)snprintf(out + len, n - len, ",\n  \"peak_flops\": %.17g", peak);
+    json_t *src = json_pack("{s:s, s:s, s:s}", "profile", c->peak_profile, "dtype", t->dtype,
+                            "backend", loom_gemm_backend_name(loom_gemm_get_backend()));
+    char *obj = src ? json_dumps(src, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
+    if (obj && len < n) len += (size_t)snprintf(out + len, n - len, ",\n  \"peak_source\": %s", obj);
+    free(obj);
+    json_decref(src);
+  }
+  if (isfinite(mfu) && mfu <= 1) {
+    if (len < n) len += (size_t)snprintf(out + len, n - len, ",\n  \"mfu\": %.17g", mfu);
+  } else {
+    char note[1400];
+    if (isfinite(mfu))
+      snprintf(note, sizeof note, "MFU not recorded: %.1f GFLOP/s per rank over the run exceed "
+               "the profile's peak of %.1f (%s): the peak is not what this run can reach; run "
+               "'loom bench' again as training runs", fpt / c->job.world *
+               (double)c->state.tokens_seen / secs / 1e9, peak / 1e9, c->peak_profile);
+    else if (peak > 0)
+      snprintf(note, sizeof note, "MFU not recorded: no training step timed");
+    else
+      snprintf(note, sizeof note, "%s", c->mfu_why);
+    put_text(out, n, &len, "mfu_note", note);
+  }
+  if (c->cfg->run.parent[0]) {
+    put_text(out, n, &len, "parent_run", c->cfg->run.parent);
+    put_text(out, n, &len, "parent_checkpoint", c->cfg->run.parent_checkpoint);
+  }
+}
+
 static int write_summary(run_ctx *c, bool stepped, double final_loss, double min_loss,
                          double avg_step, long timed_steps) {
   struct rusage ru;
@@ -287,8 +341,11 @@ static int write_summary(run_ctx *c, bool stepped, double final_loss, double min
              avg_step, timed_steps, avg_step > 0 ? tokens_per_step / avg_step : 0.0);
   size_t used = strlen(accuracy); /* validation loss: final_valid_loss, ... */
   loom_eval_track_summary(&c->evals, accuracy + used, sizeof accuracy - used);
-  char *text = loom_sprintf("{\n  \"status\": \"completed\",\n  \"steps\": %ld,%s\n%s\n  \"peak_rss_mb\": %.1f%s\n}\n",
-                            c->state.step, head, timing, (double)ru.ru_maxrss / 1024.0, accuracy);
+  char extra[4096];
+  summary_time_mfu_lineage(c, extra, sizeof extra);
+  char *text = loom_sprintf("{\n  \"status\": \"completed\",\n  \"steps\": %ld,%s\n%s\n  \"peak_rss_mb\": %.1f%s%s\n}\n",
+                            c->state.step, head, timing, (double)ru.ru_maxrss / 1024.0, accuracy,
+                            extra);
   char *path = loom_sprintf("%s/summary.json", c->run_dir);
   int rc = loom_write_file_atomic(path, text, strlen(text));
   loom_progress_note(&c->progress, "peak resident memory %.1f MB", (double)ru.ru_maxrss / 1024.0);
@@ -433,7 +490,7 @@ static int resume_from(run_ctx *c, const loom_train_opts *o) {
   c->agreed = true; /* the same on every rank */
   c->fail.rank = -1;
   return loom_err("--resume: '%s' is at step %ld and training.steps is %ld: nothing left to "
-                  "train (raise training.steps to continue the run)", o->resume,
+                  "train (raise training.steps: that starts a new run forked from this checkpoint)", o->resume,
                   c->state.step, t->steps);
 }
 
@@ -476,8 +533,11 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   c->progress.log_every = t->log_every;
   c->progress.flops_per_token =
       loom_decoder_flops_per_token(&c->spec, (int)t->seq_len) / c->job.world;
-  char mfu_why[256] = "";
-  c->progress.peak_flops = c->lead ? loom_progress_profile_peak(t->dtype, mfu_why, sizeof mfu_why) : 0;
+  c->progress.peak_flops = c->lead ? loom_progress_profile_peak_from(t->dtype, c->peak_profile,
+                                                                      sizeof c->peak_profile,
+                                                                      c->mfu_why,
+                                                                      sizeof c->mfu_why)
+                                    : 0;
   if (o->command_line) loom_progress_note(&c->progress, "command: %s", o->command_line);
   loom_progress_note(&c->progress, "run directory: %s", c->run_dir);
   if (c->cleaned) loom_progress_note(&c->progress, "%s", c->cleaned);
@@ -509,7 +569,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
                        cfg->parallel.zero);
   }
   loom_progress_note(&c->progress, "data: %s", loom_data_describe(c->data));
-  if (c->lead) loom_progress_note(&c->progress, "%s", mfu_why);
+  if (c->lead) loom_progress_note(&c->progress, "%s", c->mfu_why);
   loom_eval_track_note(&c->evals, &c->progress);
   report_memory(c);
   loom_decoder *d = loom_exec_decoder(c->exec);
@@ -522,14 +582,20 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
       loom_progress_note(&c->progress, "%s is complete but the run did not finish (no "
                          "summary.json): redoing the last steps", o->resume);
     loom_progress_note(&c->progress, "resumed from %s at step %ld", c->resumed_from, c->state.step);
+    if (o->lineage_note && o->lineage_note[0])
+      loom_progress_note(&c->progress, "%s", o->lineage_note);
     if (cfg->checkpoint.init_from[0])
       loom_progress_note(&c->progress, "(the run started from checkpoint.init_from %s; not "
                                        "loaded again)", cfg->checkpoint.init_from);
   } else if (init_desc[0]) {
     loom_progress_note(&c->progress, "%s", init_desc);
+    if (o->lineage_note && o->lineage_note[0])
+      loom_progress_note(&c->progress, "%s", o->lineage_note);
   } else {
     if (o->resume_run)
       loom_progress_note(&c->progress, "no complete checkpoint yet: starting again from step 0");
+    if (o->lineage_note && o->lineage_note[0])
+      loom_progress_note(&c->progress, "%s", o->lineage_note);
     if (d) loom_decoder_init_params(d, (uint64_t)cfg->run.seed);
     if (loom_exec_vision(c->exec)) loom_vmod_init_params(loom_exec_vision(c->exec), (uint64_t)cfg->run.seed);
   }

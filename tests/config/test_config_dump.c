@@ -103,7 +103,8 @@ static void test_layout(void) {
   loom_config_defaults(&c);
   char *y = loom_config_to_yaml(&c);
   const char *head = "run:\n  name: \"\"\n  output_dir: runs\n  seed: 1337\n  max_restarts: 0\n"
-                     "  tags: \"\"\n  notes: \"\"\nmodel:\n";
+                     "  tags: \"\"\n  notes: \"\"\n  parent: \"\"\n  parent_checkpoint: \"\"\n"
+                     "model:\n";
   CHECK(!strncmp(y, head, strlen(head)),
         "starts with the run section in schema order:\n%s", y);
   const char *order[] = {"\nrun:", "\nmodel:", "\ntraining:", "\ndata:", "\ncheckpoint:"};

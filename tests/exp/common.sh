@@ -40,8 +40,8 @@ check_summary_numbers() { # log_dir
     check "$name: run directory known" test -f "$m"
     # from the run's own per-step lines: steps, last loss, mean step time without step 1
     local steps loss avg
-    steps=$(wc -l < "$m")
-    loss=$(sed -n '$s/.*"loss": \([^,]*\),.*/\1/p' "$m")
+    steps=$(grep -c '"loss": ' "$m") # step lines (validation lines carry "val_loss")
+    loss=$(grep '"loss": ' "$m" | sed -n '$s/.*"loss": \([^,]*\),.*/\1/p')
     avg=$(sed -n 's/.*"step_time": \([^,]*\),.*/\1/p' "$m" | awk 'NR > 1 { s += $1; n++ } END { printf "%.9f", s / n }')
     check "$name: steps in summary.csv" test "$(csv_row "$csv" name "$name" steps)" = "$steps"
     check "$name: final loss in summary.csv = metrics.jsonl" close_to "$(csv_row "$csv" name "$name" final_loss)" "$loss" 1e-12
@@ -49,6 +49,14 @@ check_summary_numbers() { # log_dir
     local tps
     tps=$(sed -n 's/.*"tokens_per_s": \([^,]*\),.*/\1/p' "$run/summary.json")
     check "$name: tokens/s in summary.csv = summary.json" close_to "$(csv_row "$csv" name "$name" tokens_per_s)" "$tps" 1e-6
+    # MFU: the run's own figure (summary.json's fraction, in percent; %.6g in the CSV), or none
+    local mfu
+    mfu=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.17g" % (100 * d["mfu"]) if "mfu" in d else "")' "$run/summary.json")
+    if [ -n "$mfu" ]; then
+      check "$name: MFU in summary.csv = summary.json's" close_to "$(csv_row "$csv" name "$name" mfu_percent)" "$mfu" "$(awk -v m="$mfu" 'BEGIN { print 1e-5 * m }')"
+    else
+      check "$name: no MFU in summary.csv (the run recorded none)" test -z "$(csv_row "$csv" name "$name" mfu_percent)"
+    fi
     # the human-readable table: | name | status | ranks | avg | it/s | tok/s | mfu | loss | mem
     local row
     row=$(grep "^$name " "$txt" | tr -d ' ')

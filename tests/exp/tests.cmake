@@ -18,8 +18,10 @@
 #                        started by the test; SKIP (exit 77) where they cannot run
 #   exp_hydra            loom train -m (grid through the sweep runner), +key user keys as
 #                        registry columns, run.tags / run.notes
+#   exp_sweep_mfu_valid  the sweep summary's MFU is each run's own; validation-loss columns
+#                        (equal to summary.json and the registry) when the runs had validation
 foreach(t sweep crash sweep_multirank sweep_sim sweep_vl_real runs_diff sweep_env hydra
-    registry_cli)
+    registry_cli sweep_mfu_valid)
   add_test(NAME exp_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/exp/${t}_test.sh $<TARGET_FILE:loom>)
   set_tests_properties(exp_${t} PROPERTIES TIMEOUT 120
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")

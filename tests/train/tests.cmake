@@ -1,7 +1,7 @@
 # End-to-end tests of `loom train` through the real executable (vqa_learns_test: the
 # synthetic VQA demo learns, against the majority baseline and a blank-image control).
 set(LOOM_TRAIN_SCRIPT_TESTS resume_test bad_input_test init_from_bad_input_test
-    resume_safety_test disk_full_test mfu_test)
+    resume_safety_test disk_full_test mfu_test lineage_test mfu_summary_test)
 # The learning test trains for ~1 minute in the Release build; under the sanitizers (Debug,
 # ~20x slower) it cannot finish, and it checks learning, not memory: the sanitizer suite runs
 # the same training code through the other tests.
