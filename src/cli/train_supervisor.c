@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "loom/core.h"
 #include "loom/registry.h"
+#include "train/lineage.h"
 #include "train/run_dir.h"
 
 typedef struct {
@@ -253,6 +254,18 @@ static void record_unreported(const char *output_dir, const char *run_dir, const
   registry_update(output_dir, run_dir, reason, 0);
 }
 
+/* A forked run without a checkpoint of its own restarts from the one it was forked from
+ * (run.parent_checkpoint of its config.yaml; malloc'd, NULL when it is not a fork). */
+static char *fork_start(const char *run_dir) {
+  loom_config *cfg = malloc(sizeof *cfg);
+  char *ckpt = NULL;
+  if (cfg && loom_lineage_load_run_config(run_dir, NULL, cfg) == 0 && cfg->run.parent_checkpoint[0])
+    ckpt = loom_strdup(cfg->run.parent_checkpoint);
+  loom_err_clear();
+  free(cfg);
+  return ckpt;
+}
+
 int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_restarts,
                              const char *output_dir) {
   char self[4096];
@@ -347,10 +360,12 @@ int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_
     char *ckpt = NULL;
     long step = -1;
     if (run_dir && loom_run_dir_newest_checkpoint(run_dir, &ckpt, &step)) loom_err_clear();
-    char *line = loom_sprintf("restart %ld of %ld after: %s; %s%s", attempt + 1, max_restarts,
+    bool forked = run_dir && !ckpt && (ckpt = fork_start(run_dir)) != NULL;
+    char *line = loom_sprintf("restart %ld of %ld after: %s; %s%s%s", attempt + 1, max_restarts,
                               res.reason, ckpt ? "resuming from " : "",
                               ckpt ? ckpt : run_dir ? "no complete checkpoint: from step 0"
-                                                    : "the run directory was not created yet");
+                                                    : "the run directory was not created yet",
+                              forked ? " (the checkpoint the run was forked from)" : "");
     fprintf(stderr, "loom train: %s\n", line);
     if (run_dir) log_line(run_dir, line);
     if (run_dir) registry_update(output_dir, run_dir, NULL, attempt + 1);

@@ -83,8 +83,8 @@ void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
   double mfu = loom_progress_mfu(p->win_tokens, p->win_seconds, p->flops_per_token, p->peak_flops);
   if (mfu > 1 && !p->mfu_refused) { /* beyond the physical bound: the peak is not this run's */
     p->mfu_refused = true;
-    loom_progress_note(p, "MFU not shown: the achieved %.1f GFLOP/s per rank exceed the profile's "
-                       "peak of %.1f (measured with fewer threads or another GEMM backend than "
+    loom_progress_note(p, "MFU not shown: the achieved %.3g GFLOP/s per rank exceed the profile's "
+                       "peak of %.3g (measured with fewer threads or another GEMM backend than "
                        "this run uses?); run 'loom bench' again as training runs",
                        tps * p->flops_per_token / 1e9, p->peak_flops / 1e9);
   }

@@ -1,7 +1,9 @@
 /* The training run driver: mesh, run directory (rank 0), data (sharded by data-parallel
  * rank), the executor, the step loop, metrics, progress, periodic/final sharded checkpoints,
  * and resume from a checkpoint — in the same layout with bitwise-identical results, or in
- * another layout. Every rank runs this; only rank 0 writes the run's files and prints. */
+ * another layout; continuing the run in its directory, or as a new run forked from the
+ * checkpoint (lineage.c decides; a fork never writes into the parent's directory). Every
+ * rank runs this; only rank 0 writes the run's files and prints. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -278,8 +280,8 @@ static void summary_time_mfu_lineage(const run_ctx *c, char *out, size_t n) {
   } else {
     char note[1400];
     if (isfinite(mfu))
-      snprintf(note, sizeof note, "MFU not recorded: %.1f GFLOP/s per rank over the run exceed "
-               "the profile's peak of %.1f (%s): the peak is not what this run can reach; run "
+      snprintf(note, sizeof note, "MFU not recorded: %.3g GFLOP/s per rank over the run exceed "
+               "the profile's peak of %.3g (%s): the peak is not what this run can reach; run "
                "'loom bench' again as training runs", fpt / c->job.world *
                (double)c->state.tokens_seen / secs / 1e9, peak / 1e9, c->peak_profile);
     else if (peak > 0)
@@ -490,8 +492,8 @@ static int resume_from(run_ctx *c, const loom_train_opts *o) {
   c->agreed = true; /* the same on every rank */
   c->fail.rank = -1;
   return loom_err("--resume: '%s' is at step %ld and training.steps is %ld: nothing left to "
-                  "train (raise training.steps: that starts a new run forked from this checkpoint)", o->resume,
-                  c->state.step, t->steps);
+                  "train (raise training.steps: that starts a new run forked from this "
+                  "checkpoint)", o->resume, c->state.step, t->steps);
 }
 
 static int setup(run_ctx *c, const loom_train_opts *o) {

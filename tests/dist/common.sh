@@ -17,10 +17,11 @@ train() {
   fi || { fail "$name: training failed"; tail -5 "$log" >&2; return 1; }
 }
 run_dir() { ls -d "$WORK/runs/$1"_* | head -1; }
-# close A B RTOL: every per-step loss of run B within RTOL (relative) of run A's
+# close A B RTOL [SKIP]: every per-step loss of run B within RTOL (relative) of run A's; with
+# SKIP, B is a run forked at step SKIP (its metrics start after it): A's first SKIP are left out
 close_losses() {
   local a b
-  a=$(losses "$(run_dir "$1")") b=$(losses "$(run_dir "$2")")
+  a=$(losses "$(run_dir "$1")" | tail -n +$((${4:-0} + 1))) b=$(losses "$(run_dir "$2")")
   if [ -z "$b" ] || [ "$(echo "$a" | wc -l)" != "$(echo "$b" | wc -l)" ]; then
     fail "$2: has $(echo "$b" | grep -c .) losses, $1 has $(echo "$a" | wc -l)"; return; fi
   local worst

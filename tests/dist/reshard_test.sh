@@ -15,15 +15,13 @@ src=$(run_dir src)
 check "sharded checkpoint has an index" test -f "$src/checkpoint_3/index.json"
 check "four optimizer shards (ZeRO-1 over dp, tp slices)" test "$(ls "$src/checkpoint_3"/optimizer-r*.safetensors | wc -l)" = 4
 
-resume_as() { # name np overrides...: copy the interrupted run, resume it in another layout
-  local name=$1 np=$2; shift 2
-  mkdir -p "$WORK/runs"
-  cp -r "$src" "$WORK/runs/${name}_run"
-  local ck="$WORK/runs/${name}_run/checkpoint_3"
-  if [ "$np" = 1 ]; then "$LOOM" train --resume "$ck" "$@" --quiet >"$WORK/$name.log" 2>&1
-  else timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train --resume "$ck" "$@" --quiet >"$WORK/$name.log" 2>&1; fi ||
+resume_as() { # name np overrides...: resume the interrupted run in another layout: a new run
+  local name=$1 np=$2; shift 2 # (named $name) forked at step 3, its metrics from step 4
+  local ck="$src/checkpoint_3"
+  if [ "$np" = 1 ]; then "$LOOM" train --resume "$ck" run.name="$name" "$@" --quiet >"$WORK/$name.log" 2>&1
+  else timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train --resume "$ck" run.name="$name" "$@" --quiet >"$WORK/$name.log" 2>&1; fi ||
     { fail "$name: resume failed"; tail -5 "$WORK/$name.log" >&2; return; }
-  close_losses straight "$name" 1e-5
+  close_losses straight "$name" 1e-5 3
 }
 resume_as one_process 1 parallel.dp=1 parallel.tp=1 parallel.zero=0 training.micro_batch_size=4
 resume_as pp2_1f1b 2 parallel.dp=1 parallel.tp=1 parallel.zero=0 parallel.pp=2 training.micro_batch_size=4
@@ -31,15 +29,18 @@ resume_as tp2_megatron 2 parallel.dp=1 parallel.zero=0 parallel.sp_mode=megatron
 resume_as dp2_zero2 2 parallel.tp=1 parallel.zero=2 training.micro_batch_size=2
 resume_as dp4_zero1 4 parallel.dp=4 parallel.tp=1 training.micro_batch_size=1
 resume_as dp2_zero3 2 parallel.tp=1 parallel.zero=3 training.micro_batch_size=2
-resume_as same_layout 4
+# same layout, same config: the interrupted run itself continues (in a copy, its own id)
+cp -r "$src" "$WORK/copy_same_layout"
+timeout 300 "${MPIRUN[@]}" -np 4 "$LOOM" train --resume "$WORK/copy_same_layout/checkpoint_3" --quiet \
+  >"$WORK/same_layout.log" 2>&1 || { fail "same_layout: resume failed"; tail -5 "$WORK/same_layout.log" >&2; }
 
 # same layout: bitwise (the uninterrupted run in that layout vs stop + resume)
 train src_straight 4 "${M[@]}" training.micro_batch_size=2 parallel.dp=2 parallel.tp=2 parallel.zero=1
-if [ "$(losses "$(run_dir src_straight)")" = "$(losses "$WORK/runs/same_layout_run")" ]; then pass; else
-  fail "same-layout resume is not bitwise identical"; diff <(losses "$(run_dir src_straight)") <(losses "$WORK/runs/same_layout_run") >&2; fi
+if [ "$(losses "$(run_dir src_straight)")" = "$(losses "$WORK/copy_same_layout")" ]; then pass; else
+  fail "same-layout resume is not bitwise identical"; diff <(losses "$(run_dir src_straight)") <(losses "$WORK/copy_same_layout") >&2; fi
 
 # export of a sharded checkpoint equals the export of the same weights from one process
-"$LOOM" ckpt compare "$(run_dir src_straight)/final_checkpoint" "$WORK/runs/one_process_run/final_checkpoint" --rtol 1e-4 >/dev/null &&
+"$LOOM" ckpt compare "$(run_dir src_straight)/final_checkpoint" "$(run_dir one_process)/final_checkpoint" --rtol 1e-4 >/dev/null &&
   pass || fail "sharded final weights differ from the one-process resume"
 
 # the Chrome trace of a pipelined run names each rank's instructions and collectives

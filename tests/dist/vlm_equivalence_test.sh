@@ -116,21 +116,22 @@ train rs_straight 1 "${R[@]}"
 train rs_src 2 "${R[@]}" parallel.tp=2 vision.parallel.sp=2 vision.parallel.zero=1 --stop-after 3
 src=$(run_dir rs_src)
 check "both modules' files are listed in the index" grep -q "vision-optimizer-r00001.safetensors" "$src/checkpoint_3/index.json"
-resume_as() { # name np overrides...: copy the interrupted run, resume it in another layout
-  local name=$1 np=$2; shift 2
-  cp -r "$src" "$WORK/runs/${name}_run"
-  local ck="$WORK/runs/${name}_run/checkpoint_3"
-  if [ "$np" = 1 ]; then "$LOOM" train --resume "$ck" "$@" --quiet >"$WORK/$name.log" 2>&1
-  else timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train --resume "$ck" "$@" --quiet >"$WORK/$name.log" 2>&1; fi ||
+resume_as() { # name np overrides...: resume the interrupted run in another layout: a new run
+  local name=$1 np=$2; shift 2 # (named $name) forked at step 3, its metrics from step 4
+  local ck="$src/checkpoint_3"
+  if [ "$np" = 1 ]; then "$LOOM" train --resume "$ck" run.name="$name" "$@" --quiet >"$WORK/$name.log" 2>&1
+  else timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train --resume "$ck" run.name="$name" "$@" --quiet >"$WORK/$name.log" 2>&1; fi ||
     { fail "$name: resume failed"; tail -5 "$WORK/$name.log" >&2; return; }
-  close_losses rs_straight "$name" 1e-5
+  close_losses rs_straight "$name" 1e-5 3
 }
 resume_as rs_one_process 1 parallel.tp=1 vision.parallel.sp=0 vision.parallel.zero=-1
 resume_as rs_uniform_zero3 2 parallel.tp=1 parallel.dp=2 parallel.zero=3 vision.parallel.sp=0 \
   vision.parallel.zero=-1 training.micro_batch_size=2
-resume_as rs_same_layout 2
+cp -r "$src" "$WORK/copy_rs_same_layout" # same layout, same config: the run continues
+timeout 300 "${MPIRUN[@]}" -np 2 "$LOOM" train --resume "$WORK/copy_rs_same_layout/checkpoint_3" --quiet \
+  >"$WORK/rs_same_layout.log" 2>&1 || { fail "rs_same_layout: resume failed"; tail -5 "$WORK/rs_same_layout.log" >&2; }
 train rs_src_straight 2 "${R[@]}" parallel.tp=2 vision.parallel.sp=2 vision.parallel.zero=1
-if [ "$(losses "$WORK/runs/rs_same_layout_run")" = "$(losses "$(run_dir rs_src_straight)")" ]; then pass; else
+if [ "$(losses "$WORK/copy_rs_same_layout")" = "$(losses "$(run_dir rs_src_straight)")" ]; then pass; else
   fail "same-layout VLM resume is not bitwise identical"; fi
 
 echo "bad strategies are refused before any work, naming the keys"

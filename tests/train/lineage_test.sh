@@ -5,7 +5,8 @@
 # training time and not the idle gap before the resume. Any trajectory change (training.steps,
 # the layout, a +user key) forks a new run that records run.parent / run.parent_checkpoint in
 # config.yaml, summary.json and the registry, starts its metrics.jsonl after the fork step,
-# and leaves every file of the parent byte-for-byte as it was. A forked run killed before
+# and leaves every file of the parent byte-for-byte as it was. A run killed mid-way is
+# crashed in the registry with metrics.jsonl's training time. A forked run killed before
 # its first checkpoint of its own is restarted by the supervisor from its parent checkpoint
 # as the same run; `--resume latest` continues it too.
 . "$(dirname "$0")/common.sh"
@@ -51,6 +52,21 @@ check "duration_s ($dur) < the idle gap ($GAP s)" awk -v d="$dur" -v g=$GAP 'BEG
 check "duration_s >= sum of step times ($steptime)" awk -v d="$dur" -v s="$steptime" 'BEGIN { exit !(d + 6e-6 >= s) }'
 check "registry duration_s = summary.json's" python3 -c "import sys; sys.exit(abs(float('$(reg "$PID" duration_s)') - $dur) > 1e-12 * $dur)"
 check "registry: finished, 12 steps" test "$(reg "$PID" status)/$(reg "$PID" steps)" = "'finished'/12"
+
+# ---- a run killed mid-way: the registry marks it crashed with the training time it recorded
+(LOOM_FAULT=kill:0:5 "$LOOM" train "${M[@]}" run.output_dir="$RUNS" run.name=killed >/dev/null 2>&1) 2>/dev/null
+K=$(ls -d "$RUNS"/killed_*)
+check "killed run: 4 steps recorded" test "$(steps_of "$K")" = "1 2 3 4 "
+check "killed run: registry crashed, duration_s = metrics.jsonl's last time" python3 - "$K" \
+  <("$LOOM" runs --db "$RUNS/registry.db" --show run_id,status,duration_s --format json) <<'PY'
+import json, os, sys
+run = sys.argv[1]
+row = [r for r in json.load(open(sys.argv[2])) if r["run_id"] == os.path.basename(run)][0]
+last = [json.loads(l) for l in open(run + "/metrics.jsonl") if '"loss"' in l][-1]["time"]
+print("  killed run: %s, duration_s %s (metrics.jsonl: %s)" % (row["status"], row["duration_s"], last))
+sys.exit(not (row["status"] == "crashed" and row["duration_s"] == last))
+PY
+"$LOOM" runs --db "$RUNS/registry.db" delete "$(basename "$K")" --files >/dev/null
 
 # ---- changed training.steps: a new run; the parent is untouched -----------------------------
 BEFORE=$(state "$P")
@@ -121,6 +137,7 @@ LOOM_FAULT_ONCE="$WORK/once" LOOM_FAULT=kill:0:9 "$LOOM" train --resume "$P/chec
 S=$(dirs | grep -v "^$P$" | grep -v "^$C$")
 check "supervised fork: killed once" test -e "$WORK/once"
 check "supervised fork: one new run, no grandchild" test "$(echo "$S" | wc -w)" = 1
+check "supervised fork: train.log says the restart starts at the fork's checkpoint" grep -q "restart 1 of 1 after: .*; resuming from $P/checkpoint_6 (the checkpoint the run was forked from)" "$S/train.log"
 check "supervised fork: the restart continued the fork" grep -q "continuing run $(basename "$S")" "$S/train.log"
 check "supervised fork: resumed from the parent's checkpoint" grep -q "resumed from $P/checkpoint_6 at step 6" "$S/train.log"
 check "supervised fork: metrics 7..16" test "$(steps_of "$S")" = "$(seq -s ' ' 7 16) "

@@ -82,6 +82,14 @@ if [ -n "$d" ]; then
 fi
 check "no mfu above 1 in the registry" test -z "$(python3 -c "import sqlite3; print(''.join(str(r) for r in sqlite3.connect('$RUNS/registry.db').execute('SELECT mfu FROM runs WHERE mfu > 1')))")"
 
+# ---- loom sim with a profile that has no peak for the dtype: no MFU (not the fp32 one) --------
+sed 's/peak_tflops: {fp32: 67, bf16: [0-9.]*/peak_tflops: {fp32: 67, bf16: 0/' "$H100" >"$WORK/nobf16.yaml"
+check "fixture: profile without a bf16 peak" grep -q "bf16: 0," "$WORK/nobf16.yaml"
+"$LOOM" sim "${M[@]}" --hardware "$WORK/nobf16.yaml" --gpus 1 --dtype bf16 --json "$WORK/nobf16.json" \
+  >"$WORK/nobf16.out" 2>&1 || fail "loom sim without a bf16 peak failed: $(tail -2 "$WORK/nobf16.out")"
+check "sim, no bf16 peak: MFU not shown, and why" grep -q "MFU *not shown: hardware profile 'h100-sxm' has no bf16 peak" "$WORK/nobf16.out"
+check "sim, no bf16 peak: --json mfu null with mfu_note" python3 -c "import json,sys; d=json.load(open('$WORK/nobf16.json')); sys.exit(not (d['mfu'] is None and 'no bf16 peak' in d['mfu_note']))"
+
 # ---- a registry made before these columns existed: opened, they are added (NULL in old rows) --
 python3 - "$WORK/old.db" <<'PY'
 import sqlite3, sys
