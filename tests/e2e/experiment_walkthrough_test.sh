@@ -5,7 +5,8 @@
 #   2. a -m multirun over two lrs
 #   3. a grid and a random sweep (`loom sweep run`)
 #   4. a run killed with SIGKILL mid-training: the registry says crashed, with its progress
-#   5. the killed run resumed with its own config: the same run id continues to the end
+#   5. the killed run resumed with its own config: the same run id continues to the end, with
+#      the losses of the same config run without interruption, bit for bit
 #   6. a fork: resumed with a changed key: a new run id whose parent_id is the first run, the
 #      parent's directory left byte for byte as it was
 #   7. loom runs: --filter (twice: AND) / --sort-by / --show / --hide / --limit against the
@@ -138,6 +139,13 @@ check "resume: still one run named victim, the same id" test "$(rows --filter "n
 check "resume: finished with all 1000 steps" test "$(field victim status),$(field victim steps)" = "finished,1000"
 check "resume: metrics.jsonl holds steps 1..1000, each once" \
   $PY -c 'import json, sys; s = [json.loads(l)["step"] for l in open(sys.argv[1]) if "\"loss\"" in l]; sys.exit(s != list(range(1, 1001)))' "$VDIR/metrics.jsonl"
+# the same config never interrupted: the killed-and-resumed losses are its losses, bit for bit
+# (the printed decimals of the doubles compared as text)
+run_loom train configs/walk.yaml run.name=reference training.steps=1000 --quiet
+expect_rc "an uninterrupted run of the victim's config" 0
+losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1/metrics.jsonl"; }
+check "resume: the 1000 losses equal the uninterrupted run's, bit for bit" \
+  test "$(losses "$VDIR" | wc -l)" = 1000 -a "$(losses "$VDIR")" = "$(losses "$(dir_of reference)")"
 
 step "6. a fork: resumed with a changed key"
 before=$(tree_state "$VDIR")
