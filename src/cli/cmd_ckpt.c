@@ -334,8 +334,8 @@ int loom_cmd_ckpt(int argc, char **argv) {
     if (!strcmp(argv[1], subcommands[i].name)) return subcommands[i].fn(argc - 1, argv + 1);
   const char *names[N_SUB + 1] = {0};
   for (size_t i = 0; i < N_SUB; i++) names[i] = subcommands[i].name;
-  fprintf(stderr, "loom ckpt: unknown subcommand '%s'%s\n\n", argv[1],
-          loom_cli_did_you_mean(argv[1], names));
+  loom_cli_unknown_subcommand("ckpt", argv[1], names, NULL);
+  fputc('\n', stderr);
   ckpt_usage(stderr);
   return 1;
 }

@@ -115,8 +115,8 @@ int loom_cmd_config(int argc, char **argv) {
     return 1;
   }
   static const char *const names[] = {"show", "schema", NULL};
-  fprintf(stderr, "loom config: unknown subcommand '%s' (expected show or schema)%s\n\n",
-          argv[1], loom_cli_did_you_mean(argv[1], names));
+  loom_cli_unknown_subcommand("config", argv[1], names, " (expected show or schema)");
+  fputc('\n', stderr);
   usage(stderr);
   return 1;
 }

@@ -473,8 +473,8 @@ int loom_cmd_data(int argc, char **argv) {
     if (!strcmp(argv[1], subs[i].name)) return subs[i].fn(argc - 1, argv + 1);
   const char *names[sizeof subs / sizeof subs[0] + 1] = {0};
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) names[i] = subs[i].name;
-  fprintf(stderr, "loom data: unknown subcommand '%s'%s\n\n", argv[1],
-          loom_cli_did_you_mean(argv[1], names));
+  loom_cli_unknown_subcommand("data", argv[1], names, NULL);
+  fputc('\n', stderr);
   usage(stderr);
   return 1;
 }

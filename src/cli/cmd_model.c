@@ -35,7 +35,6 @@ int loom_cmd_model(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   static const char *const names[] = {"list", NULL};
-  fprintf(stderr, "loom model: unknown subcommand '%s'%s (try: loom model list)\n", argv[1],
-          loom_cli_did_you_mean(argv[1], names));
+  loom_cli_unknown_subcommand("model", argv[1], names, " (try: loom model list)");
   return 2;
 }

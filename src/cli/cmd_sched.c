@@ -175,8 +175,7 @@ int loom_cmd_sched(int argc, char **argv) {
   }
   static const char *const names[] = {"show", "validate", NULL};
   if (argc >= 2)
-    fprintf(stderr, "loom sched: unknown subcommand '%s'%s\n\n", argv[1],
-            loom_cli_did_you_mean(argv[1], names));
+    loom_cli_unknown_subcommand("sched", argv[1], names, NULL), fputc('\n', stderr);
   usage(stderr);
   return 2;
 }

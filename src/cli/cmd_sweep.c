@@ -344,8 +344,8 @@ int loom_cmd_sweep(int argc, char **argv) {
   if (!strcmp(sub, "summary")) return cmd_summary(argc - 1, argv + 1);
   if (loom_path_exists(sub) && !loom_is_dir(sub)) return cmd_run(argc, argv); /* sweep FILE */
   static const char *const names[] = {"generate", "show", "run", "summary", NULL};
-  fprintf(stderr, "loom sweep: unknown subcommand '%s' (nor a sweep file)%s\n\n", sub,
-          loom_cli_did_you_mean(sub, names));
+  loom_cli_unknown_subcommand("sweep", sub, names, " (nor a sweep file)");
+  fputc('\n', stderr);
   usage(stderr);
   return 2;
 }

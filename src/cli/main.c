@@ -127,7 +127,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
   const char *names[sizeof commands / sizeof commands[0] + 3] = {"help", "version"};
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) names[i + 2] = commands[i].name;
-  fprintf(stderr, "loom: unknown command '%s'%s\n\n", cmd, loom_cli_did_you_mean(cmd, names));
+  if (cmd[0] == '-')
+    fprintf(stderr, "loom: unknown option '%s' (options follow the command: loom <command> "
+            "--help)\n\n", cmd);
+  else
+    fprintf(stderr, "loom: unknown command '%s'%s\n\n", cmd, loom_cli_did_you_mean(cmd, names));
   usage(stderr);
   return 2;
 }

@@ -58,6 +58,16 @@ static void list_options(const loom_cli_parser *p) {
   fflush(stdout);
 }
 
+void loom_cli_unknown_subcommand(const char *command, const char *arg,
+                                 const char *const *names, const char *extra) {
+  if (arg[0] == '-')
+    fprintf(stderr, "loom %s: unknown option '%s' (options follow the subcommand: loom %s "
+            "<subcommand> --help)\n", command, arg, command);
+  else
+    fprintf(stderr, "loom %s: unknown subcommand '%s'%s%s\n", command, arg, extra ? extra : "",
+            loom_cli_did_you_mean(arg, names));
+}
+
 int loom_cli_parse(loom_cli_parser *p, int argc, char **argv, int first) {
   for (int i = first; i < argc && strcmp(argv[i], "--"); i++)
     if (!strcmp(argv[i], "--list-options")) {

@@ -37,4 +37,11 @@ enum { LOOM_CLI_OK = 0, LOOM_CLI_HELP = 1, LOOM_CLI_BAD = 2 };
  * that takes a value) and exits 0: for shell completion, and for
  * tests/cli/options_walk_test.sh, which checks that --help names every accepted option. */
 int loom_cli_parse(loom_cli_parser *p, int argc, char **argv, int first);
+
+/* A command with subcommands got arg where a subcommand belongs: prints to stderr "loom
+ * <command>: unknown subcommand 'arg'<extra>; did you mean 'X'?" (names: NULL-terminated), or
+ * for an option there "unknown option 'arg' (options follow the subcommand: loom <command>
+ * <subcommand> --help)". */
+void loom_cli_unknown_subcommand(const char *command, const char *arg,
+                                 const char *const *names, const char *extra);
 #endif

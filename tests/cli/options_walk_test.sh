@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Walks every command and subcommand `loom help` lists: `--help` exits 0 and names every option
 # the command's parser accepts (the parser's own table, printed by the hidden --list-options);
-# `--bogus` exits non-zero naming '--bogus'; an option misspelt by one letter gets "did you
+# `--bogus` exits non-zero with "unknown option '--bogus'" (commands with subcommands too); an option misspelt by one letter gets "did you
 # mean" the option; an option that takes a value, given last without one, is refused naming
 # it. Leaf commands (subcommands, and commands without subcommands) must list their options.
 # Nothing here runs a command's work: every call stops in the parser.
@@ -21,6 +21,10 @@ subcommands=$(echo "$help" | sed -n '/^subcommands:/,/^$/p' | sed -n 's/^  \([a-
 check "loom help lists commands ($(echo $commands | wc -w))" test "$(echo $commands | wc -w)" -ge 14
 check "loom help lists subcommands ($(echo "$subcommands" | grep -c .))" test "$(echo "$subcommands" | grep -c .)" -ge 30
 
+run_loom --bogus
+expect_rc "loom --bogus" 2
+expect_err "loom --bogus: an unknown option" "loom: unknown option '--bogus'"
+
 entries=0 options=0
 walk() { # entry words...; leaf (1: must have an option table) is $LEAF
   local name="$*" opt bare
@@ -31,8 +35,8 @@ walk() { # entry words...; leaf (1: must have an option table) is $LEAF
   check "loom $name --help: nothing on stderr" test ! -s "$RUN_DIR/err"
   local text=$RUN_OUT
   run_loom "$@" --bogus
-  if [ "$RUN_RC" != 0 ] && [[ "$RUN_ERR" == *"'--bogus'"* ]]; then pass
-  else fail "loom $name --bogus: exit $RUN_RC, stderr must name '--bogus'"; run_show; fi
+  if [ "$RUN_RC" != 0 ] && [[ "$RUN_ERR" == *"unknown option '--bogus'"* ]]; then pass
+  else fail "loom $name --bogus: exit $RUN_RC, stderr must say unknown option '--bogus'"; run_show; fi
   run_loom "$@" --list-options
   if [ "$RUN_RC" != 0 ]; then
     if [ "$LEAF" = 1 ]; then fail "loom $name: no option table (--list-options)"; run_show; fi
