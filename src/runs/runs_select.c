@@ -91,10 +91,12 @@ static bool varies(const loom_runs_table *t, const loom_runs_view *v, int col) {
 /* Columns shown when no --show is given. */
 static bool default_col(const loom_runs_table *t, const loom_runs_view *v, int j) {
   static const char *const hidden[] = {"sweep_id", "end_time", "heartbeat", "host", "pid",
-                                       "command",  "git_commit", "run_dir", "error", NULL};
+                                       "command",  "git_commit", "run_dir", "error",
+                                       "parent_checkpoint", NULL};
   const loom_runs_column *c = &t->cols[j];
   if (c->kind == LOOM_COL_CUSTOM) return true;
-  if (c->kind == LOOM_COL_CONFIG) return varies(t, v, j) && strcmp(c->name, "run.name");
+  if (c->kind == LOOM_COL_CONFIG) /* run.parent*: the same as parent_id, parent_checkpoint */
+    return varies(t, v, j) && strcmp(c->name, "run.name") && strncmp(c->name, "run.parent", 10);
   for (int i = 0; hidden[i]; i++)
     if (!strcmp(c->name, hidden[i])) return false;
   return !all_null(t, v, j);

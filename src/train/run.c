@@ -766,11 +766,16 @@ static int loop(run_ctx *c, const loom_train_opts *o) {
   return agree(c, write_summary(c, steps > 0, last, min_loss, timed_steps ? timed / timed_steps : 0, timed_steps));
 }
 
-/* summary.json of a failed run: the status, the error and the last step reached. */
+/* summary.json of a failed run: the status, the error and the last step reached (and a
+ * fork's parent). */
 static void write_failure_summary(run_ctx *c, const char *error) {
   json_t *o = json_pack("{s:s, s:s, s:I}", "status", "failed", "error", error, "steps",
                         (json_int_t)c->state.step);
-  char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+  if (o && c->cfg->run.parent[0]) { /* a fork says whose, also when it failed */
+    json_object_set_new(o, "parent_run", json_string(c->cfg->run.parent));
+    json_object_set_new(o, "parent_checkpoint", json_string(c->cfg->run.parent_checkpoint));
+  }
+  char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
   json_decref(o);
   if (!text) return;
   char *path = loom_sprintf("%s/summary.json", c->run_dir);

@@ -54,7 +54,8 @@ check "registry duration_s = summary.json's" python3 -c "import sys; sys.exit(ab
 check "registry: finished, 12 steps" test "$(reg "$PID" status)/$(reg "$PID" steps)" = "'finished'/12"
 
 # ---- a run killed mid-way: the registry marks it crashed with the training time it recorded
-(LOOM_FAULT=kill:0:5 "$LOOM" train "${M[@]}" run.output_dir="$RUNS" run.name=killed >/dev/null 2>&1) 2>/dev/null
+# (through sh, which does not announce the SIGKILL as bash does)
+LOOM_FAULT=kill:0:5 sh -c '"$@" >/dev/null 2>&1; :' sh "$LOOM" train "${M[@]}" run.output_dir="$RUNS" run.name=killed
 K=$(ls -d "$RUNS"/killed_*)
 check "killed run: 4 steps recorded" test "$(steps_of "$K")" = "1 2 3 4 "
 check "killed run: registry crashed, duration_s = metrics.jsonl's last time" python3 - "$K" \
@@ -86,6 +87,12 @@ check "fork: registry parent_id" test "$(reg "$CID" parent_id)" = "'$PID'"
 check "fork: registry parent_checkpoint" test "$(reg "$CID" parent_checkpoint)" = "'$P/checkpoint_6'"
 check "fork: loom runs --show parent lists the parent" \
   grep -q "$CID *$PID" <("$LOOM" runs --db "$RUNS/registry.db" --show run_id,parent 2>&1)
+check "default table (wide terminal): parent_id shown, run.parent* not repeated" python3 - \
+  <(COLUMNS=400 "$LOOM" runs --db "$RUNS/registry.db") <<'PY'
+import sys
+head = open(sys.argv[1]).readline().split()
+sys.exit(not ("parent_id" in head and "run.parent" not in head and "parent_checkpoint" not in head))
+PY
 check "fork: loom runs show prints parent_id" \
   grep -q "parent_id *$PID" <("$LOOM" runs --db "$RUNS/registry.db" show "$CID" 2>&1)
 # --resume latest (the fork, newest) with its own config: continues the fork, no grandchild
@@ -112,6 +119,17 @@ check "+user key added: a new run" test "$(echo "$U" | wc -w)" = 1
 check "+user key: train.log names it" grep -q "differs from the run's in +exp.idea (added)" "$U/train.log"
 if [ "$(state "$P")" = "$BEFORE" ]; then pass; else fail "+user key fork: the parent changed"; fi
 "$LOOM" runs --db "$RUNS/registry.db" delete "$(basename "$U")" --files >/dev/null
+
+# ---- a fork that fails (lr 1e30: the loss becomes NaN) is a failed run of its own ----------
+BEFORE=$(state "$P")
+"$LOOM" train --resume "$P/checkpoint_6" training.lr=1e30 --quiet >/dev/null 2>"$WORK/nan.err"
+check "failing fork: exit 1" test $? = 1
+N=$(dirs | grep -v "^$P$" | grep -v "^$C$")
+check "failing fork: its own run directory" test "$(echo "$N" | wc -w)" = 1
+check "failing fork: summary.json failed, naming its parent" python3 -c "import json,sys; d=json.load(open('$N/summary.json')); sys.exit(not (d['status'] == 'failed' and d['parent_run'] == '$PID' and 'NaN' in d['error']))"
+check "failing fork: registry failed with parent_id" test "$(reg "$(basename "$N")" status)/$(reg "$(basename "$N")" parent_id)" = "'failed'/'$PID'"
+if [ "$(state "$P")" = "$BEFORE" ]; then pass; else fail "failing fork: the parent changed"; fi
+"$LOOM" runs --db "$RUNS/registry.db" delete "$(basename "$N")" --files >/dev/null
 
 # ---- another layout (2 ranks, same global batch): a fork ---------------------------------------
 BEFORE=$(state "$P")
