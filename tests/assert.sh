@@ -1,5 +1,6 @@
 # Assertion helpers of the shell tests: count passes and failures, print the closing
-# "N passed, N failed" line, exit non-zero on any failure.
+# "N passed, N failed" line, exit non-zero on any failure. To run loom and assert on its exit
+# status and output, source tests/loom.sh instead (it sources this file).
 PASSED=0
 FAILED=0
 pass() { PASSED=$((PASSED + 1)); }

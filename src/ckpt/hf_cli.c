@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/config.h"
 #include "loom/core.h"
 #include "loom/hf.h"
@@ -48,19 +49,6 @@ static void import_usage(FILE *out) {
           "  -h, --help       this text\n");
 }
 
-/* "--opt VALUE" or "--opt=VALUE" at argv[*i]; advances *i. NULL when argv[*i] is not opt. */
-static const char *opt_value(int argc, char **argv, int *i, const char *opt, int *missing) {
-  size_t n = strlen(opt);
-  if (strncmp(argv[*i], opt, n)) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n]) return NULL;
-  if (*i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
-  }
-  return argv[++*i];
-}
-
 /* The export's default dtype: "bf16" when every module of the checkpoint stores bf16
  * parameters (its config.yaml: training.param_dtype, vision.param_dtype), else "f32". An
  * unreadable config.yaml is left for loom_hf_export to report. */
@@ -77,22 +65,21 @@ static const char *checkpoint_param_dtype(const char *dir) {
 }
 
 int loom_hf_cmd_export(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) return export_usage(stdout), 0;
-  const char *in = NULL, *out = NULL, *dtype = NULL, *shard = "5GB", *v;
+  const char *out = NULL, *dtype = NULL, *shard = "5GB";
   loom_hf_export_opts o = {LOOM_DT_F32, 0, false};
-  for (int i = 1; i < argc; i++) {
-    int missing = 0;
-    if ((v = opt_value(argc, argv, &i, "--out", &missing))) out = v;
-    else if ((v = opt_value(argc, argv, &i, "--dtype", &missing))) dtype = v;
-    else if ((v = opt_value(argc, argv, &i, "--max-shard-size", &missing))) shard = v;
-    else if (!strcmp(argv[i], "--force")) o.force = true;
-    else if (argv[i][0] != '-' && !in && !missing) in = argv[i];
-    else {
-      fprintf(stderr, "loom ckpt export: %s '%s'\n\n", missing ? "missing value for" :
-              "unexpected argument", argv[i]);
-      return export_usage(stderr), 1;
-    }
+  const loom_cli_opt opts[] = {LOOM_OPT_VALUE("--out", &out), LOOM_OPT_VALUE("--dtype", &dtype),
+                               LOOM_OPT_VALUE("--max-shard-size", &shard),
+                               LOOM_OPT_FLAG("--force", &o.force), {0}};
+  loom_cli_parser p = {.command = "ckpt export", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  const char *in = p.npos ? p.pos[0] : NULL;
+  if (prc == LOOM_CLI_OK && p.npos > 1) {
+    fprintf(stderr, "loom ckpt export: unexpected argument '%s' (one CKPT_DIR)\n\n", p.pos[1]);
+    prc = LOOM_CLI_BAD;
   }
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return export_usage(stdout), 0;
+  if (prc) return 1;
   if (!in || !out) {
     fprintf(stderr, "loom ckpt export: %s\n\n", !in ? "missing CKPT_DIR" : "missing --out DIR");
     return export_usage(stderr), 1;
@@ -112,21 +99,21 @@ int loom_hf_cmd_export(int argc, char **argv) {
 }
 
 int loom_hf_cmd_import(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) return import_usage(stdout), 0;
-  const char *in = NULL, *out = NULL, *v;
+  const char *out = NULL;
   loom_hf_import_opts o = {NULL, false};
-  for (int i = 1; i < argc; i++) {
-    int missing = 0;
-    if ((v = opt_value(argc, argv, &i, "--out", &missing))) out = v;
-    else if ((v = opt_value(argc, argv, &i, "--config", &missing))) o.config_path = v;
-    else if (!strcmp(argv[i], "--force")) o.force = true;
-    else if (argv[i][0] != '-' && !in && !missing) in = argv[i];
-    else {
-      fprintf(stderr, "loom ckpt import: %s '%s'\n\n", missing ? "missing value for" :
-              "unexpected argument", argv[i]);
-      return import_usage(stderr), 1;
-    }
+  const loom_cli_opt opts[] = {LOOM_OPT_VALUE("--out", &out),
+                               LOOM_OPT_VALUE("--config", &o.config_path),
+                               LOOM_OPT_FLAG("--force", &o.force), {0}};
+  loom_cli_parser p = {.command = "ckpt import", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  const char *in = p.npos ? p.pos[0] : NULL;
+  if (prc == LOOM_CLI_OK && p.npos > 1) {
+    fprintf(stderr, "loom ckpt import: unexpected argument '%s' (one HF_DIR)\n\n", p.pos[1]);
+    prc = LOOM_CLI_BAD;
   }
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return import_usage(stdout), 0;
+  if (prc) return 1;
   if (!in || !out) {
     fprintf(stderr, "loom ckpt import: %s\n\n", !in ? "missing HF_DIR" : "missing --out DIR");
     return import_usage(stderr), 1;

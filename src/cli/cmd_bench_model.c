@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/config.h"
 #include "loom/core.h"
 #include "loom/decoder.h"
@@ -48,31 +49,39 @@ static void usage(FILE *f) {
           "  --json FILE     the results as one JSON object\n");
 }
 
+/* --batch, --seq, --steps, --warmup: whole numbers (range checked after parsing) */
+static int whole(const char *v, int *dst) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (end == v || *end || n < 0 || n > 1 << 30) return loom_err("takes a whole number, not '%s'", v);
+  *dst = (int)n;
+  return 0;
+}
+static int take_batch(const char *v, void *ctx) { return whole(v, &((opts *)ctx)->B); }
+static int take_seq(const char *v, void *ctx) { return whole(v, &((opts *)ctx)->T); }
+static int take_steps(const char *v, void *ctx) { return whole(v, &((opts *)ctx)->steps); }
+static int take_warmup(const char *v, void *ctx) { return whole(v, &((opts *)ctx)->warmup); }
+
+/* LOOM_CLI_OK, LOOM_CLI_HELP, LOOM_CLI_BAD (printed), or -1 with loom_err set. */
 static int parse(opts *o, int argc, char **argv) {
   *o = (opts){"gpt2-124m", "fp32", NULL, NULL, "configs/hardware/this-machine-step.yaml", 4, 64,
               5, 1, false, false};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--no-gemm")) o->no_gemm = true;
-    else if (!strcmp(a, "--quiet")) o->quiet = true;
-    else if (!v) return loom_err("%s needs a value", a);
-    else if (!strcmp(a, "--model")) o->model = v, i++;
-    else if (!strcmp(a, "--dtype")) o->dtype = v, i++;
-    else if (!strcmp(a, "--gemm")) o->gemm = v, i++;
-    else if (!strcmp(a, "--json")) o->json = v, i++;
-    else if (!strcmp(a, "--out")) o->out = v, i++;
-    else if (!strcmp(a, "--batch")) o->B = atoi(v), i++;
-    else if (!strcmp(a, "--seq")) o->T = atoi(v), i++;
-    else if (!strcmp(a, "--steps")) o->steps = atoi(v), i++;
-    else if (!strcmp(a, "--warmup")) o->warmup = atoi(v), i++;
-    else {
-      static const char *const known[] = {"--model", "--dtype", "--gemm", "--json", "--out",
-                                          "--batch", "--seq", "--steps", "--warmup",
-                                          "--no-gemm", "--quiet", "--help", NULL};
-      return loom_err("unknown option '%s'%s (loom bench model --help)", a,
-                      loom_cli_did_you_mean(a, known));
-    }
+  const loom_cli_opt table[] = {
+      LOOM_OPT_VALUE("--model", &o->model), LOOM_OPT_VALUE("--dtype", &o->dtype),
+      LOOM_OPT_VALUE("--gemm", &o->gemm),   LOOM_OPT_VALUE("--json", &o->json),
+      LOOM_OPT_VALUE("--out", &o->out),     LOOM_OPT_EACH("--batch", take_batch),
+      LOOM_OPT_EACH("--seq", take_seq),     LOOM_OPT_EACH("--steps", take_steps),
+      LOOM_OPT_EACH("--warmup", take_warmup), LOOM_OPT_FLAG("--no-gemm", &o->no_gemm),
+      LOOM_OPT_FLAG("--quiet", &o->quiet),  {0}};
+  loom_cli_parser p = {.command = "bench model", .opts = table, .ctx = o};
+  int rc = loom_cli_parse(&p, argc, argv, 1);
+  if (rc == LOOM_CLI_OK && p.npos) {
+    fprintf(stderr, "loom bench model: unexpected argument '%s' (see loom bench model --help)\n",
+            p.pos[0]);
+    rc = LOOM_CLI_BAD;
   }
+  free(p.pos);
+  if (rc) return rc;
   if (strcmp(o->dtype, "fp32") && strcmp(o->dtype, "bf16"))
     return loom_err("--dtype must be fp32 or bf16, found '%s'", o->dtype);
   if (o->B < 1 || o->T < 1 || o->steps < 1 || o->warmup < 0)
@@ -186,13 +195,12 @@ typedef struct {
 } shape;
 
 int loom_cmd_bench_model(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return 0;
-  }
   opts o;
   loom_model_spec spec;
-  if (parse(&o, argc, argv) || loom_model_preset(&spec, o.model)) {
+  int prc = parse(&o, argc, argv);
+  if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
+  if (prc == LOOM_CLI_BAD) return 2;
+  if (prc || loom_model_preset(&spec, o.model)) {
     fprintf(stderr, "loom bench model: %s\n", loom_errmsg());
     return 2;
   }

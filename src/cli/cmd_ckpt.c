@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/grad_norms.h"
 #include "loom/hf.h"
@@ -269,20 +270,18 @@ static int inspect_files(const path_list *files, json_t *state, int as_json, con
 
 static int ckpt_inspect(int argc, char **argv) {
   const char *path = NULL;
-  int as_json = 0;
-  if (loom_cli_wants_help(argc, argv)) return inspect_usage(stdout), 0;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) {
-      as_json = 1;
-    } else if (argv[i][0] == '-' || path) {
-      static const char *const known[] = {"--json", "--help", NULL};
-      fprintf(stderr, "loom ckpt inspect: unexpected argument '%s'%s\n\n", argv[i],
-              argv[i][0] == '-' ? loom_cli_did_you_mean(argv[i], known) : "");
-      return inspect_usage(stderr), 1;
-    } else {
-      path = argv[i];
-    }
+  bool as_json = false;
+  const loom_cli_opt opts[] = {LOOM_OPT_FLAG("--json", &as_json), {0}};
+  loom_cli_parser p = {.command = "ckpt inspect", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  if (prc == LOOM_CLI_OK && p.npos > 1) {
+    fprintf(stderr, "loom ckpt inspect: unexpected argument '%s' (one PATH)\n\n", p.pos[1]);
+    prc = LOOM_CLI_BAD;
   }
+  path = p.npos ? p.pos[0] : NULL;
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return inspect_usage(stdout), 0;
+  if (prc) return 1;
   if (!path) {
     fprintf(stderr, "loom ckpt inspect: missing PATH\n\n");
     return inspect_usage(stderr), 1;
@@ -335,8 +334,8 @@ int loom_cmd_ckpt(int argc, char **argv) {
     if (!strcmp(argv[1], subcommands[i].name)) return subcommands[i].fn(argc - 1, argv + 1);
   const char *names[N_SUB + 1] = {0};
   for (size_t i = 0; i < N_SUB; i++) names[i] = subcommands[i].name;
-  fprintf(stderr, "loom ckpt: unknown subcommand '%s'%s\n\n", argv[1],
-          loom_cli_did_you_mean(argv[1], names));
+  loom_cli_unknown_subcommand("ckpt", argv[1], names, NULL);
+  fputc('\n', stderr);
   ckpt_usage(stderr);
   return 1;
 }

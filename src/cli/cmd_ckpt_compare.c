@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/checkpoint.h"
 #include "loom/config.h"
 
@@ -22,54 +23,72 @@ static int load_full(const char *dir, const loom_model_spec *spec, loom_decoder 
   return loom_ckpt_load_params(dir, *out);
 }
 
-int loom_cmd_ckpt_compare(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv) || argc < 3) {
-    FILE *o = argc < 3 && !loom_cli_wants_help(argc, argv) ? stderr : stdout;
-    fprintf(o, "usage: loom ckpt compare CKPT_A CKPT_B [--rtol X] [--atol X] [--ignore SUFFIX]...\n\n"
-               "Load both checkpoints (any parallel layout) into the whole model, using A's\n"
-               "config.yaml for the model, and compare every tensor: it matches when\n"
-               "  max|a - b| <= atol + rtol * max|b|      (numpy.allclose on the tensor's max)\n"
-               "--rtol defaults to 1e-5; --atol to rtol * M, M the largest |b| in the whole\n"
-               "model, so that a tensor that stays near zero (attn.k.bias: zero gradient in\n"
-               "exact arithmetic, moved by rounding noise only) is judged at the model's scale,\n"
-               "not its own. --rtol 0 (and no --atol) demands bitwise equality. Prints per\n"
-               "tensor max|a - b|, max|b| and max|a - b| / (atol + rtol * max|b|) (> 1: beyond).\n"
-               "Exit 0 when every tensor matches, 1 when one does not, 2 on bad input.\n"
-               "--ignore skips tensors whose name ends with SUFFIX (repeatable).\n");
-    return o == stdout ? 0 : 2;
-  }
-  double rtol = 1e-5, atol = -1; /* atol < 0: rtol * the model's largest |b| */
+static void usage(FILE *o) {
+  fprintf(o, "usage: loom ckpt compare CKPT_A CKPT_B [--rtol X] [--atol X] [--ignore SUFFIX]...\n\n"
+             "Load both checkpoints (any parallel layout) into the whole model, using A's\n"
+             "config.yaml for the model, and compare every tensor: it matches when\n"
+             "  max|a - b| <= atol + rtol * max|b|      (numpy.allclose on the tensor's max)\n"
+             "--rtol defaults to 1e-5; --atol to rtol * M, M the largest |b| in the whole\n"
+             "model, so that a tensor that stays near zero (attn.k.bias: zero gradient in\n"
+             "exact arithmetic, moved by rounding noise only) is judged at the model's scale,\n"
+             "not its own. --rtol 0 (and no --atol) demands bitwise equality. Prints per\n"
+             "tensor max|a - b|, max|b| and max|a - b| / (atol + rtol * max|b|) (> 1: beyond).\n"
+             "Exit 0 when every tensor matches, 1 when one does not, 2 on bad input.\n"
+             "--ignore skips tensors whose name ends with SUFFIX (repeatable).\n");
+}
+
+/* The parsed options (the parser's callbacks fill them). */
+typedef struct {
+  double rtol, atol; /* atol < 0: rtol * the model's largest |b| */
   const char *ignore[16];
-  int n_ignore = 0;
-  for (int i = 3; i < argc; i++) {
-    if ((!strcmp(argv[i], "--rtol") || !strcmp(argv[i], "--atol")) && i + 1 < argc) {
-      char *end;
-      double v = strtod(argv[i + 1], &end);
-      if (*end || !(v >= 0)) {
-        fprintf(stderr, "loom ckpt compare: %s takes a number >= 0, not '%s'\n", argv[i],
-                argv[i + 1]);
-        return 2;
-      }
-      *(argv[i][2] == 'r' ? &rtol : &atol) = v;
-      i++;
-    } else if (!strcmp(argv[i], "--ignore") && i + 1 < argc && n_ignore < 16) ignore[n_ignore++] = argv[++i];
-    else {
-      static const char *const known[] = {"--rtol", "--atol", "--ignore", "--help", NULL};
-      fprintf(stderr, "loom ckpt compare: unknown argument '%s'%s (see --help)\n", argv[i],
-              loom_cli_did_you_mean(argv[i], known));
-      return 2;
-    }
+  int n_ignore;
+} compare_opts;
+
+static int tolerance(const char *v, double *dst) {
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v || *end || !(x >= 0)) return loom_err("takes a number >= 0, not '%s'", v);
+  *dst = x;
+  return 0;
+}
+static int take_rtol(const char *v, void *ctx) { return tolerance(v, &((compare_opts *)ctx)->rtol); }
+static int take_atol(const char *v, void *ctx) { return tolerance(v, &((compare_opts *)ctx)->atol); }
+static int take_ignore(const char *v, void *ctx) {
+  compare_opts *c = ctx;
+  if (c->n_ignore == 16) return loom_err("at most 16 suffixes");
+  c->ignore[c->n_ignore++] = v;
+  return 0;
+}
+
+int loom_cmd_ckpt_compare(int argc, char **argv) {
+  compare_opts c = {.rtol = 1e-5, .atol = -1};
+  const loom_cli_opt opts[] = {LOOM_OPT_EACH("--rtol", take_rtol), LOOM_OPT_EACH("--atol", take_atol),
+                               LOOM_OPT_EACH("--ignore", take_ignore), {0}};
+  loom_cli_parser p = {.command = "ckpt compare", .opts = opts, .ctx = &c};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  const char *dir_a = p.npos > 0 ? p.pos[0] : NULL, *dir_b = p.npos > 1 ? p.pos[1] : NULL;
+  if (prc == LOOM_CLI_OK && p.npos != 2) {
+    fprintf(stderr, "loom ckpt compare: takes two checkpoints, CKPT_A and CKPT_B (%d given)\n\n",
+            p.npos);
+    usage(stderr);
+    prc = LOOM_CLI_BAD;
   }
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
+  if (prc) return 2;
+  double rtol = c.rtol, atol = c.atol;
+  const char **ignore = c.ignore;
+  int n_ignore = c.n_ignore;
   loom_config cfg;
   loom_config_defaults(&cfg);
-  char *cpath = loom_sprintf("%s/config.yaml", argv[1]);
+  char *cpath = loom_sprintf("%s/config.yaml", dir_a);
   loom_model_spec spec;
   loom_decoder *a = NULL, *b = NULL;
   int rc = loom_config_load(&cfg, cpath);
   free(cpath);
   if (!rc) rc = loom_model_spec_from_config(&spec, &cfg.model);
-  if (!rc) rc = load_full(argv[1], &spec, &a);
-  if (!rc) rc = load_full(argv[2], &spec, &b);
+  if (!rc) rc = load_full(dir_a, &spec, &a);
+  if (!rc) rc = load_full(dir_b, &spec, &b);
   if (rc) {
     fprintf(stderr, "loom ckpt compare: %s\n", loom_errmsg());
     loom_decoder_free(a);

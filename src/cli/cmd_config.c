@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/config.h"
 #include "loom/core.h"
 
@@ -49,33 +50,37 @@ static bool is_override(const char *a) {
 }
 
 static int cmd_show(int argc, char **argv) {
+  const loom_cli_opt opts[] = {{0}};
+  loom_cli_parser p = {.command = "config show", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  if (prc) {
+    free(p.pos);
+    if (prc == LOOM_CLI_HELP) usage(stdout);
+    return prc == LOOM_CLI_HELP ? 0 : 1;
+  }
   loom_config c;
   loom_config_defaults(&c);
-  int i = 1;
+  int i = 0;
   const char *path = NULL;
-  if (i < argc && argv[i][0] != '-' && !is_override(argv[i])) path = argv[i++];
-  char **choices = calloc((size_t)argc + 1, sizeof *choices);
+  if (i < p.npos && !is_override(p.pos[i])) path = p.pos[i++];
+  char **choices = calloc((size_t)p.npos + 1, sizeof *choices);
   int nchoices = 0;
-  for (int j = i; j < argc; j++)
-    if (loom_config_is_group_choice(argv[j])) choices[nchoices++] = argv[j];
+  for (int j = i; j < p.npos; j++)
+    if (loom_config_is_group_choice(p.pos[j])) choices[nchoices++] = p.pos[j];
   int rc = (path || nchoices) ? loom_config_load_composed(&c, path, choices, nchoices) : 0;
   free(choices);
-  if (rc) return fail();
-  for (; i < argc; i++) {
-    if (loom_config_is_group_choice(argv[i])) continue;
-    if (argv[i][0] == '-') {
-      static const char *const known[] = {"--help", NULL};
-      fprintf(stderr, "loom config show: unknown option '%s'%s (see loom config --help)\n",
-              argv[i], loom_cli_did_you_mean(argv[i], known));
-      return 1;
-    }
-    if (!is_override(argv[i])) {
+  for (; i < p.npos && !rc; i++) {
+    if (loom_config_is_group_choice(p.pos[i])) continue;
+    if (!is_override(p.pos[i])) {
       fprintf(stderr, "loom config show: '%s' is not an override (key=value, +key=value, "
-              "~key); only the first argument may be a config file\n", argv[i]);
+              "~key); only the first argument may be a config file\n", p.pos[i]);
+      free(p.pos);
       return 1;
     }
-    if (loom_config_override(&c, argv[i])) return fail();
+    rc = loom_config_override(&c, p.pos[i]);
   }
+  free(p.pos);
+  if (rc) return fail();
   if (loom_config_validate(&c)) return fail();
   char *yaml = loom_config_to_yaml(&c);
   fputs(yaml, stdout);
@@ -83,7 +88,24 @@ static int cmd_show(int argc, char **argv) {
   return 0;
 }
 
+static int cmd_schema(int argc, char **argv) {
+  const loom_cli_opt opts[] = {{0}};
+  loom_cli_parser p = {.command = "config schema", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  if (prc == LOOM_CLI_OK && p.npos) {
+    fprintf(stderr, "loom config schema: takes no arguments ('%s' given)\n", p.pos[0]);
+    prc = LOOM_CLI_BAD;
+  }
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) usage(stdout);
+  if (prc) return prc == LOOM_CLI_HELP ? 0 : 1;
+  loom_config_print_schema();
+  return 0;
+}
+
 int loom_cmd_config(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "show")) return cmd_show(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "schema")) return cmd_schema(argc - 1, argv + 1);
   if (loom_cli_wants_help(argc, argv)) {
     usage(stdout);
     return 0;
@@ -92,18 +114,9 @@ int loom_cmd_config(int argc, char **argv) {
     usage(stderr);
     return 1;
   }
-  if (!strcmp(argv[1], "show")) return cmd_show(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "schema")) {
-    if (argc > 2) {
-      fprintf(stderr, "loom config schema: takes no arguments\n");
-      return 1;
-    }
-    loom_config_print_schema();
-    return 0;
-  }
   static const char *const names[] = {"show", "schema", NULL};
-  fprintf(stderr, "loom config: unknown subcommand '%s' (expected show or schema)%s\n\n",
-          argv[1], loom_cli_did_you_mean(argv[1], names));
+  loom_cli_unknown_subcommand("config", argv[1], names, " (expected show or schema)");
+  fputc('\n', stderr);
   usage(stderr);
   return 1;
 }

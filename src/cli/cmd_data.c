@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/shard.h"
 #include "loom/tokenizer.h"
@@ -20,7 +21,7 @@
 typedef struct {
   const char *out, *tokenizer, *text, *bytes, *seed, *vocab_size, *count;
   int json, eot;
-  char **pos; /* positional arguments (compacted in place at the front of argv + 1) */
+  char **pos; /* positional arguments (copied in order to the front of argv + 1) */
   int npos;
 } opts;
 
@@ -31,43 +32,35 @@ static int fail(const char *sub, const char *msg) {
 
 static int failerr(const char *sub) { return fail(sub, loom_errmsg()); }
 
-/* Options that take a value; returns the slot or NULL. */
-static const char **value_slot(opts *o, const char *name) {
-  static const char *names[] = {"--out", "--tokenizer", "--text", "--bytes", "--seed",
-                                "--vocab-size", "--count"};
-  const char **slots[] = {&o->out, &o->tokenizer, &o->text, &o->bytes, &o->seed,
-                          &o->vocab_size, &o->count};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (!strcmp(name, names[i])) return slots[i];
-  return NULL;
-}
-
-/* Parse argv (argv[0] = subcommand). Returns 0, or 1 after printing a usage error. */
-static int parse(const char *sub, int argc, char **argv, opts *o) {
+/* Parse argv (argv[0] = subcommand) with the options `allowed` (space-separated names, a
+ * subset of the ones below) through the shared parser. Returns 0, or 1 after printing a
+ * usage error. */
+static int parse(const char *sub, int argc, char **argv, opts *o, const char *allowed) {
   memset(o, 0, sizeof *o);
-  o->pos = argv + 1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char **slot = value_slot(o, a);
-    if (slot) {
-      if (i + 1 >= argc) return fprintf(stderr, "loom data %s: %s needs a value\n", sub, a), 1;
-      *slot = argv[++i];
-    } else if (!strcmp(a, "--json")) {
-      o->json = 1;
-    } else if (!strcmp(a, "--eot")) {
-      o->eot = 1;
-    } else if (a[0] == '-' && a[1] == '-') {
-      static const char *const known[] = {"--out",   "--tokenizer", "--text", "--bytes",
-                                          "--seed",  "--vocab-size", "--count", "--json",
-                                          "--eot",   "--help",       NULL};
-      fprintf(stderr, "loom data %s: unknown option '%s'%s (see --help)\n", sub, a,
-              loom_cli_did_you_mean(a, known));
-      return 1;
-    } else {
-      o->pos[o->npos++] = argv[i]; /* npos < i: never overwrites an unread argument */
-    }
+  bool json = false, eot = false;
+  const loom_cli_opt all[] = {
+      LOOM_OPT_VALUE("--out", &o->out),          LOOM_OPT_VALUE("--tokenizer", &o->tokenizer),
+      LOOM_OPT_VALUE("--text", &o->text),        LOOM_OPT_VALUE("--bytes", &o->bytes),
+      LOOM_OPT_VALUE("--seed", &o->seed),        LOOM_OPT_VALUE("--vocab-size", &o->vocab_size),
+      LOOM_OPT_VALUE("--count", &o->count),      LOOM_OPT_FLAG("--json", &json),
+      LOOM_OPT_FLAG("--eot", &eot)};
+  loom_cli_opt table[sizeof all / sizeof all[0] + 1];
+  int n = 0;
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    const char *at = strstr(allowed, all[i].name);
+    size_t len = strlen(all[i].name);
+    if (at && (at[len] == ' ' || !at[len])) table[n++] = all[i];
   }
-  return 0;
+  table[n] = (loom_cli_opt){0};
+  char command[64];
+  snprintf(command, sizeof command, "data %s", sub);
+  loom_cli_parser p = {.command = command, .opts = table};
+  int rc = loom_cli_parse(&p, argc, argv, 1);
+  o->json = json, o->eot = eot;
+  o->pos = argv + 1; /* compacted in place: npos <= the arguments already read */
+  for (int i = 0; i < p.npos; i++) o->pos[o->npos++] = p.pos[i];
+  free(p.pos);
+  return rc == LOOM_CLI_OK ? 0 : 1;
 }
 
 /* Parse a non-negative integer option; returns -1 (after printing) when invalid. */
@@ -107,7 +100,7 @@ static int cmd_synth(int argc, char **argv) {
     return 0;
   }
   opts o;
-  int rc = parse(sub, argc, argv, &o);
+  int rc = parse(sub, argc, argv, &o, "--out --bytes --seed");
   if (rc || (rc = need(sub, "--out", o.out)) || (rc = need(sub, "--bytes", o.bytes))) return rc;
   long long bytes = parse_count(sub, "--bytes", o.bytes, 1);
   long long seed = o.seed ? parse_count(sub, "--seed", o.seed, 0) : 1;
@@ -163,7 +156,7 @@ static int cmd_train_tokenizer(int argc, char **argv) {
     return 0;
   }
   opts o;
-  int rc = parse(sub, argc, argv, &o);
+  int rc = parse(sub, argc, argv, &o, "--vocab-size --out");
   if (rc || (rc = need(sub, "--out", o.out)) || (rc = need(sub, "--vocab-size", o.vocab_size)))
     return rc;
   long long vs = parse_count(sub, "--vocab-size", o.vocab_size, 0);
@@ -224,7 +217,7 @@ static int cmd_tokenize(int argc, char **argv) {
     return 0;
   }
   opts o;
-  int rc = parse(sub, argc, argv, &o);
+  int rc = parse(sub, argc, argv, &o, "--tokenizer --out --eot");
   if (rc || (rc = need(sub, "--out", o.out)) || (rc = need(sub, "--tokenizer", o.tokenizer)))
     return rc;
   if (o.npos == 0) return fail(sub, "give at least one text file"), 1;
@@ -298,7 +291,7 @@ static int cmd_encode(int argc, char **argv) {
     return 0;
   }
   opts o;
-  int rc = parse(sub, argc, argv, &o);
+  int rc = parse(sub, argc, argv, &o, "--tokenizer --json --text");
   if (rc || (rc = need(sub, "--tokenizer", o.tokenizer))) return rc;
   if ((o.text != NULL) == (o.npos > 0)) return fail(sub, "give either --text STR or FILES");
   loom_tokenizer *t;
@@ -358,7 +351,7 @@ static int cmd_decode(int argc, char **argv) {
     return 0;
   }
   opts o;
-  int rc = parse(sub, argc, argv, &o);
+  int rc = parse(sub, argc, argv, &o, "--tokenizer");
   if (rc || (rc = need(sub, "--tokenizer", o.tokenizer))) return rc;
   int32_t *ids;
   size_t n;
@@ -418,7 +411,7 @@ static int cmd_inspect_shard(int argc, char **argv) {
     return 0;
   }
   opts o;
-  int rc = parse(sub, argc, argv, &o);
+  int rc = parse(sub, argc, argv, &o, "--tokenizer --count");
   if (rc) return rc;
   if (o.npos != 1) return fail(sub, "give exactly one shard file"), 1;
   long long count = o.count ? parse_count(sub, "--count", o.count, 0) : 32;
@@ -485,8 +478,8 @@ int loom_cmd_data(int argc, char **argv) {
     if (!strcmp(argv[1], subs[i].name)) return subs[i].fn(argc - 1, argv + 1);
   const char *names[sizeof subs / sizeof subs[0] + 1] = {0};
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) names[i] = subs[i].name;
-  fprintf(stderr, "loom data: unknown subcommand '%s'%s\n\n", argv[1],
-          loom_cli_did_you_mean(argv[1], names));
+  loom_cli_unknown_subcommand("data", argv[1], names, NULL);
+  fputc('\n', stderr);
   usage(stderr);
   return 1;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/generate_io.h"
 #include "loom/generate.h"
 
@@ -49,18 +50,6 @@ static void usage(FILE *out) {
       "  -h, --help            this text\n");
 }
 
-static const char *opt_value(int argc, char **argv, int *i, const char *opt, int *missing) {
-  size_t n = strlen(opt);
-  if (strncmp(argv[*i], opt, n)) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n]) return NULL;
-  if (*i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
-  }
-  return argv[++*i];
-}
-
 static int parse_double(const char *opt, const char *v, double lo, double hi, double *out) {
   char *end;
   errno = 0;
@@ -99,45 +88,64 @@ static const char *stop_name(int s) {
   return names[s];
 }
 
+/* The options whose values are checked numbers, and the repeatable --stop. */
+typedef struct {
+  const char **stops;
+  int n_stops;
+  long max_new, top_k, seed;
+  double temperature, top_p;
+} gen_opts;
+static int take_stop(const char *v, void *ctx) {
+  gen_opts *g = ctx;
+  g->stops[g->n_stops++] = v;
+  return 0;
+}
+static int take_max_new(const char *v, void *ctx) {
+  return parse_long("--max-new-tokens", v, 1, 1 << 20, &((gen_opts *)ctx)->max_new);
+}
+static int take_top_k(const char *v, void *ctx) {
+  return parse_long("--top-k", v, 0, 1 << 30, &((gen_opts *)ctx)->top_k);
+}
+static int take_seed(const char *v, void *ctx) {
+  return parse_long("--seed", v, 0, 0x7fffffffffffffffL, &((gen_opts *)ctx)->seed);
+}
+static int take_temperature(const char *v, void *ctx) {
+  return parse_double("--temperature", v, 0, 1e6, &((gen_opts *)ctx)->temperature);
+}
+static int take_top_p(const char *v, void *ctx) {
+  return parse_double("--top-p", v, 1e-9, 1, &((gen_opts *)ctx)->top_p);
+}
+
 int loom_cmd_generate(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) return usage(stdout), 0;
   const char *ckpt = NULL, *prompt = NULL, *prompts_file = NULL, *prompt_ids = NULL;
-  const char *image = NULL, *tok_flag = NULL, *dtype = "fp32", *v;
-  const char **stops = calloc((size_t)argc + 1, sizeof *stops);
-  int n_stops = 0;
+  const char *image = NULL, *tok_flag = NULL, *dtype = "fp32";
+  gen_opts g = {calloc((size_t)argc + 1, sizeof(char *)), 0, 64, 0, 0, 0, 1};
   bool json = false, ignore_eos = false;
-  long max_new = 64, top_k = 0, seed = 0;
-  double temperature = 0, top_p = 1;
-  int rc = 0;
-  for (int i = 1; i < argc && !rc; i++) {
-    int missing = 0;
-    if ((v = opt_value(argc, argv, &i, "--prompts", &missing))) prompts_file = v;
-    else if ((v = opt_value(argc, argv, &i, "--prompt-ids", &missing))) prompt_ids = v;
-    else if ((v = opt_value(argc, argv, &i, "--prompt", &missing))) prompt = v;
-    else if ((v = opt_value(argc, argv, &i, "--image", &missing))) image = v;
-    else if ((v = opt_value(argc, argv, &i, "--tokenizer", &missing))) tok_flag = v;
-    else if ((v = opt_value(argc, argv, &i, "--dtype", &missing))) dtype = v;
-    else if ((v = opt_value(argc, argv, &i, "--stop", &missing))) stops[n_stops++] = v;
-    else if ((v = opt_value(argc, argv, &i, "--max-new-tokens", &missing)))
-      rc = parse_long("--max-new-tokens", v, 1, 1 << 20, &max_new);
-    else if ((v = opt_value(argc, argv, &i, "--top-k", &missing)))
-      rc = parse_long("--top-k", v, 0, 1 << 30, &top_k);
-    else if ((v = opt_value(argc, argv, &i, "--seed", &missing)))
-      rc = parse_long("--seed", v, 0, 0x7fffffffffffffffL, &seed);
-    else if ((v = opt_value(argc, argv, &i, "--temperature", &missing)))
-      rc = parse_double("--temperature", v, 0, 1e6, &temperature);
-    else if ((v = opt_value(argc, argv, &i, "--top-p", &missing)))
-      rc = parse_double("--top-p", v, 1e-9, 1, &top_p);
-    else if (!strcmp(argv[i], "--json")) json = true;
-    else if (!strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
-    else if (argv[i][0] != '-' && !ckpt && !missing) ckpt = argv[i];
-    else {
-      fprintf(stderr, "loom generate: %s '%s'\n\n",
-              missing ? "missing value for" : "unexpected argument", argv[i]);
-      free(stops);
-      return usage(stderr), 1;
-    }
+  const loom_cli_opt opts[] = {
+      LOOM_OPT_VALUE("--prompt", &prompt),       LOOM_OPT_VALUE("--prompts", &prompts_file),
+      LOOM_OPT_VALUE("--prompt-ids", &prompt_ids), LOOM_OPT_VALUE("--image", &image),
+      LOOM_OPT_VALUE("--tokenizer", &tok_flag),  LOOM_OPT_VALUE("--dtype", &dtype),
+      LOOM_OPT_EACH("--stop", take_stop),        LOOM_OPT_EACH("--max-new-tokens", take_max_new),
+      LOOM_OPT_EACH("--top-k", take_top_k),      LOOM_OPT_EACH("--seed", take_seed),
+      LOOM_OPT_EACH("--temperature", take_temperature), LOOM_OPT_EACH("--top-p", take_top_p),
+      LOOM_OPT_FLAG("--json", &json),            LOOM_OPT_FLAG("--ignore-eos", &ignore_eos), {0}};
+  loom_cli_parser p = {.command = "generate", .opts = opts, .ctx = &g};
+  int prc = loom_cli_parse(&p, argc, argv, 1), rc = 0;
+  ckpt = p.npos ? p.pos[0] : NULL;
+  if (prc == LOOM_CLI_OK && p.npos > 1) {
+    fprintf(stderr, "loom generate: unexpected argument '%s' (one CKPT)\n\n", p.pos[1]);
+    prc = LOOM_CLI_BAD;
   }
+  free(p.pos);
+  if (prc) {
+    free(g.stops);
+    if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
+    return usage(stderr), 1;
+  }
+  const char **stops = g.stops;
+  int n_stops = g.n_stops;
+  long max_new = g.max_new, top_k = g.top_k, seed = g.seed;
+  double temperature = g.temperature, top_p = g.top_p;
   int given = (prompt != NULL) + (prompts_file != NULL) + (prompt_ids != NULL);
   if (!rc && !ckpt) rc = loom_err("missing CKPT (a checkpoint directory)");
   else if (!rc && strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))

@@ -27,7 +27,7 @@ static void usage(FILE *out) {
           "       loom runs gc [--dry-run]  drop the rows of runs whose run directory is gone\n"
           "                        (shown with status 'missing'); --dry-run: only list them\n"
           "       loom runs export --csv FILE [list options]   the table for pandas\n"
-          "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--output F.svg|F.png]\n"
+          "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [-o|--output F.svg|F.png]\n"
           "                        [--log-y] [--title TEXT]   curves of several runs (SVG)\n"
           "       loom runs serve [--port 8765] [--host 127.0.0.1] [--sweeps-dir DIR] [list options]\n"
           "                        live web dashboard of the registry (--port 0: any free port;\n"
@@ -434,37 +434,52 @@ static int diff_locate(runs_args *a, loom_registry **r, const char *given, char 
   return rc;
 }
 
+/* --rtol/--atol X (numbers >= 0), --worst N (a whole number >= 0) */
+typedef struct {
+  loom_runs_diff_tol tol;
+  int worst;
+} diff_opts;
+static int diff_tol(const char *v, double *dst) {
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v || *end || !(x >= 0)) return loom_err("takes a number >= 0, not '%s'", v);
+  *dst = x;
+  return 0;
+}
+static int diff_rtol(const char *v, void *ctx) { return diff_tol(v, &((diff_opts *)ctx)->tol.rtol); }
+static int diff_atol(const char *v, void *ctx) { return diff_tol(v, &((diff_opts *)ctx)->tol.atol); }
+static int diff_worst(const char *v, void *ctx) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (end == v || *end || n < 0 || n > 1000000) return loom_err("takes a whole number >= 0, not '%s'", v);
+  ((diff_opts *)ctx)->worst = (int)n;
+  return 0;
+}
+
 static int do_diff(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) return diff_usage(stdout), 0;
   runs_args a = {0};
   a.metric = "loss";
-  loom_runs_diff_tol tol = {LOOM_RUNS_DIFF_RTOL, LOOM_RUNS_DIFF_ATOL};
+  diff_opts d_opts = {{LOOM_RUNS_DIFF_RTOL, LOOM_RUNS_DIFF_ATOL}, 5};
   const char *out = NULL, *ids[2];
-  int nids = 0, worst = 5;
   bool common_only = false;
-  for (int i = 1; i < argc; i++) {
-    const char *o = argv[i];
-    bool value = !strcmp(o, "--metric") || !strcmp(o, "--rtol") || !strcmp(o, "--atol") ||
-                 !strcmp(o, "--out") || !strcmp(o, "--worst") || !strcmp(o, "--db") ||
-                 !strcmp(o, "--runs-dir");
-    if (value && i + 1 >= argc) return bad("diff: %s needs a value", o);
-    char *end = NULL;
-    if (!strcmp(o, "--metric")) a.metric = argv[++i];
-    else if (!strcmp(o, "--out")) out = argv[++i];
-    else if (!strcmp(o, "--db")) a.db = argv[++i];
-    else if (!strcmp(o, "--runs-dir")) a.runs_dir = argv[++i];
-    else if (!strcmp(o, "--rtol") || !strcmp(o, "--atol")) {
-      double v = strtod(argv[++i], &end);
-      if (*end || !(v >= 0)) return bad("diff: tolerances are numbers >= 0, not '%s'", argv[i]);
-      *(o[2] == 'r' ? &tol.rtol : &tol.atol) = v;
-    } else if (!strcmp(o, "--worst")) {
-      worst = (int)strtol(argv[++i], &end, 10);
-      if (*end || worst < 0) return bad("diff: --worst takes a whole number >= 0, not '%s'", argv[i]);
-    } else if (!strcmp(o, "--common-steps")) common_only = true;
-    else if (o[0] == '-' && o[1]) return bad("diff: unknown option '%s'", o);
-    else if (nids == 2) return bad("diff: takes two runs; '%s' is a third", o);
-    else ids[nids++] = argv[i];
+  const loom_cli_opt opts[] = {
+      LOOM_OPT_VALUE("--metric", &a.metric), LOOM_OPT_VALUE("--out", &out),
+      LOOM_OPT_VALUE("--db", &a.db),         LOOM_OPT_VALUE("--runs-dir", &a.runs_dir),
+      LOOM_OPT_EACH("--rtol", diff_rtol),    LOOM_OPT_EACH("--atol", diff_atol),
+      LOOM_OPT_EACH("--worst", diff_worst),  LOOM_OPT_FLAG("--common-steps", &common_only), {0}};
+  loom_cli_parser p = {.command = "runs diff", .opts = opts, .ctx = &d_opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1), nids = p.npos;
+  for (int i = 0; i < nids && i < 2; i++) ids[i] = p.pos[i];
+  char *third = nids > 2 ? loom_strdup(p.pos[2]) : NULL;
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return diff_usage(stdout), 0;
+  if (prc) return free(third), 2;
+  if (third) {
+    bad("diff: takes two runs; '%s' is a third", third);
+    return free(third), 2;
   }
+  loom_runs_diff_tol tol = d_opts.tol;
+  int worst = d_opts.worst;
   if (nids != 2) return bad("%s", "diff: takes two runs, A and B");
   loom_registry *r = NULL;
   char *dir[2] = {NULL, NULL}, *label[2] = {NULL, NULL};

@@ -140,16 +140,19 @@ static int cmd_show(int argc, char **argv) {
 }
 
 static int cmd_validate(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) {
-    usage_validate(stdout);
-    return 0;
-  }
-  if (argc != 2 || argv[1][0] == '-') {
+  const loom_cli_opt opts[] = {{0}};
+  loom_cli_parser p = {.command = "sched validate", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  const char *file = p.npos == 1 ? p.pos[0] : NULL;
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return usage_validate(stdout), 0;
+  if (prc) return 2;
+  if (!file) {
     usage_validate(stderr);
     return 2;
   }
   loom_schedule s;
-  if (loom_sched_load(&s, argv[1]) || loom_sched_validate(&s)) {
+  if (loom_sched_load(&s, file) || loom_sched_validate(&s)) {
     fprintf(stderr, "loom sched validate: %s\n", loom_errmsg());
     loom_sched_free(&s);
     return 1;
@@ -157,7 +160,7 @@ static int cmd_validate(int argc, char **argv) {
   long total = 0;
   for (int r = 0; r < s.pp; r++) total += s.count[r];
   printf("OK: %s: schedule %s, pp=%d vpp=%d microbatches=%d, %ld instructions, bubble "
-         "fraction %.4f\n", argv[1], s.name, s.pp, s.vpp, s.microbatches, total,
+         "fraction %.4f\n", file, s.name, s.pp, s.vpp, s.microbatches, total,
          loom_sched_bubble_fraction(&s, 1, 2));
   loom_sched_free(&s);
   return 0;
@@ -172,8 +175,7 @@ int loom_cmd_sched(int argc, char **argv) {
   }
   static const char *const names[] = {"show", "validate", NULL};
   if (argc >= 2)
-    fprintf(stderr, "loom sched: unknown subcommand '%s'%s\n\n", argv[1],
-            loom_cli_did_you_mean(argv[1], names));
+    loom_cli_unknown_subcommand("sched", argv[1], names, NULL), fputc('\n', stderr);
   usage(stderr);
   return 2;
 }

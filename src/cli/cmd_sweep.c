@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/sweep.h"
 
@@ -37,7 +38,7 @@ static void usage(FILE *out) {
           "                             sim: {hardware}, else h100-sxm; loom sim --list-hardware)\n"
           "  --parallel N               local: run N points at once (default 1)\n"
           "  --stop-on-failure          do not start more points after a failure (default:\n"
-          "                             continue past failures)\n"
+          "                             continue past failures: --continue-on-failure)\n"
           "  --skip NAME                skip a point (repeatable; run_sweep.sh passes its flags)\n"
           "  --dry-run                  local/sim: print the commands; slurm: write, not submit\n"
           "  --log-dir DIR              parent of sweep_<timestamp>/ (default logs)\n"
@@ -52,19 +53,6 @@ static void usage(FILE *out) {
           "--sweep'); simulated points keep their results under LOGDIR/sim/<name>/.\n"
           "exit status of run: 0 all runs succeeded (or were simulated, OOM included), 1 some\n"
           "failed, 2 bad usage or setup\n");
-}
-
-/* --name VALUE or --name=VALUE at argv[*i]; advances *i past the value. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name) {
-  size_t n = strlen(name);
-  if (strncmp(argv[*i], name, n)) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != 0) return NULL;
-  if (*i + 1 >= argc) {
-    fprintf(stderr, "loom sweep: %s needs a value\n", name);
-    exit(2);
-  }
-  return argv[++*i];
 }
 
 /* A config override on the command line: KEY=VALUE, +KEY=VALUE or ~KEY. */
@@ -99,21 +87,35 @@ static void print_points(const loom_sweep_plan *plan) {
   }
 }
 
+/* The sweep file (the first positional argument) and the KEY=VALUE overrides after it; 2
+ * after printing an error. */
+static int split_positional(const char *command, const loom_cli_parser *p, const char **src,
+                            char **ov, int *nov) {
+  *src = NULL, *nov = 0;
+  for (int i = 0; i < p->npos; i++) {
+    if (is_override(p->pos[i])) ov[(*nov)++] = p->pos[i];
+    else if (!*src) *src = p->pos[i];
+    else return fprintf(stderr, "loom %s: unexpected '%s' (one sweep file; then KEY=VALUE "
+                        "overrides)\n", command, p->pos[i]), 2;
+  }
+  return 0;
+}
+
 static int cmd_generate(int argc, char **argv) {
-  const char *src = NULL, *out = NULL, *v;
+  const char *src = NULL, *out = NULL;
   bool force = false;
   char **ov = calloc((size_t)argc, sizeof *ov);
   int nov = 0;
-  for (int i = 1; i < argc; i++) {
-    if ((v = opt_value(argc, argv, &i, "--output-dir"))) out = v;
-    else if (!strcmp(argv[i], "--force")) force = true;
-    else if (is_override(argv[i])) ov[nov++] = argv[i];
-    else if (argv[i][0] == '-' || src) {
-      free(ov);
-      static const char *const known[] = {"--output-dir", "--force", "--help", NULL};
-      return fprintf(stderr, "loom sweep generate: unexpected '%s'%s\n", argv[i],
-                     argv[i][0] == '-' ? loom_cli_did_you_mean(argv[i], known) : ""), 2;
-    } else src = argv[i];
+  const loom_cli_opt opts[] = {LOOM_OPT_VALUE("--output-dir", &out),
+                               LOOM_OPT_FLAG("--force", &force), {0}};
+  loom_cli_parser p = {.command = "sweep generate", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  if (!prc) prc = split_positional("sweep generate", &p, &src, ov, &nov);
+  free(p.pos);
+  if (prc) {
+    free(ov);
+    if (prc == LOOM_CLI_HELP) usage(stdout);
+    return prc == LOOM_CLI_HELP ? 0 : 2;
   }
   if (!src) return free(ov), fprintf(stderr, "loom sweep generate: missing SWEEP.yaml\n"), 2;
   loom_sweep_spec spec;
@@ -141,15 +143,25 @@ static int cmd_generate(int argc, char **argv) {
 }
 
 static int cmd_show(int argc, char **argv) {
-  if (argc < 2 || is_override(argv[1]) || argv[1][0] == '-')
-    return fprintf(stderr, "usage: loom sweep show SWEEP.yaml|DIR [KEY=VALUE...]\n"), 2;
-  for (int i = 2; i < argc; i++)
-    if (!is_override(argv[i]))
-      return fprintf(stderr, "loom sweep show: unexpected '%s' (after the sweep file: KEY=VALUE "
-                     "overrides only)\n", argv[i]), 2;
+  const char *src = NULL;
+  char **ov = calloc((size_t)argc, sizeof *ov);
+  int nov = 0;
+  const loom_cli_opt opts[] = {{0}};
+  loom_cli_parser p = {.command = "sweep show", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  if (!prc) prc = split_positional("sweep show", &p, &src, ov, &nov);
+  if (!prc && !src)
+    prc = (fprintf(stderr, "usage: loom sweep show SWEEP.yaml|DIR [KEY=VALUE...]\n"), 2);
+  free(p.pos);
+  if (prc) {
+    free(ov);
+    if (prc == LOOM_CLI_HELP) usage(stdout);
+    return prc == LOOM_CLI_HELP ? 0 : 2;
+  }
   loom_sweep_plan plan;
-  if (load_plan(argv[1], argv + 2, argc - 2, &plan))
-    return fprintf(stderr, "loom sweep show: %s\n", loom_errmsg()), 1;
+  int rc = load_plan(src, ov, nov, &plan);
+  free(ov);
+  if (rc) return fprintf(stderr, "loom sweep show: %s\n", loom_errmsg()), 1;
   printf("sweep %s: %d points\n", plan.name, plan.n);
   print_points(&plan);
   loom_sweep_plan_free(&plan);
@@ -170,28 +182,37 @@ static int int_opt(int *dst, const char *v, const char *name) {
   return 0;
 }
 
-/* Slurm options: 0 when argv[*i] was one (or -1 when it was not), 2 on a bad value. */
-static int slurm_opt(int argc, char **argv, int *i, loom_slurm_opts *s) {
-  const char *v;
+/* The Slurm options as given (NULL: not given), copied into loom_slurm_opts after parsing. */
+typedef struct {
+  const char *partition, *account, *qos, *time, *mem, *constraint, *srun_args;
+  const char *ntasks_per_node, *cpus_per_task, *gpus_per_node;
+} slurm_args;
+
+/* 0, or 2 after printing the option with a bad value. */
+static int slurm_opts_take(const slurm_args *a, loom_slurm_opts *s) {
   struct {
-    const char *name;
+    const char *name, *v;
     char *dst;
     size_t cap;
-    int *num;
-  } t[] = {{"--partition", s->partition, sizeof s->partition, NULL},
-           {"--account", s->account, sizeof s->account, NULL},
-           {"--qos", s->qos, sizeof s->qos, NULL},
-           {"--time", s->time, sizeof s->time, NULL},
-           {"--mem", s->mem, sizeof s->mem, NULL},
-           {"--constraint", s->constraint, sizeof s->constraint, NULL},
-           {"--srun-args", s->srun_args, sizeof s->srun_args, NULL},
-           {"--ntasks-per-node", NULL, 0, &s->ntasks_per_node},
-           {"--cpus-per-task", NULL, 0, &s->cpus_per_task},
-           {"--gpus-per-node", NULL, 0, &s->gpus_per_node}};
-  for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
-    if ((v = opt_value(argc, argv, i, t[k].name)))
-      return t[k].num ? int_opt(t[k].num, v, t[k].name) : copy_opt(t[k].dst, t[k].cap, v, t[k].name);
-  return -1;
+  } str[] = {{"--partition", a->partition, s->partition, sizeof s->partition},
+             {"--account", a->account, s->account, sizeof s->account},
+             {"--qos", a->qos, s->qos, sizeof s->qos},
+             {"--time", a->time, s->time, sizeof s->time},
+             {"--mem", a->mem, s->mem, sizeof s->mem},
+             {"--constraint", a->constraint, s->constraint, sizeof s->constraint},
+             {"--srun-args", a->srun_args, s->srun_args, sizeof s->srun_args}};
+  struct {
+    const char *name, *v;
+    int *dst;
+  } num[] = {{"--ntasks-per-node", a->ntasks_per_node, &s->ntasks_per_node},
+             {"--cpus-per-task", a->cpus_per_task, &s->cpus_per_task},
+             {"--gpus-per-node", a->gpus_per_node, &s->gpus_per_node}};
+  int rc = 0;
+  for (size_t k = 0; k < sizeof str / sizeof str[0] && !rc; k++)
+    if (str[k].v) rc = copy_opt(str[k].dst, str[k].cap, str[k].v, str[k].name);
+  for (size_t k = 0; k < sizeof num / sizeof num[0] && !rc; k++)
+    if (num[k].v) rc = int_opt(num[k].dst, num[k].v, num[k].name);
+  return rc;
 }
 
 /* Options given on the command line replace the sweep file's. */
@@ -214,49 +235,64 @@ static char *self_exe(void) {
   return loom_strdup(buf);
 }
 
+/* --skip NAME (repeatable) */
+static int take_skip(const char *v, void *ctx) {
+  loom_sweep_run_opts *o = ctx;
+  char **skip = realloc((char **)o->skip, sizeof(char *) * (size_t)(o->nskip + 1));
+  if (!skip) abort();
+  skip[o->nskip++] = (char *)v;
+  o->skip = skip;
+  return 0;
+}
+
 static int cmd_run(int argc, char **argv) {
   loom_sweep_run_opts o = {.launcher = "local", .parallel = 1, .log_root = "logs", .color = -1};
   loom_slurm_opts cli = {0};
-  const char *src = NULL, *v;
-  char **skip = NULL, **ov = calloc((size_t)argc, sizeof *ov);
+  slurm_args sa = {0};
+  const char *src = NULL, *parallel = NULL, *color = NULL;
+  bool stop = false, cont = false;
+  char **ov = calloc((size_t)argc, sizeof *ov);
   int rc = 0, nov = 0;
-  for (int i = 1; i < argc && !rc; i++) {
-    int s = slurm_opt(argc, argv, &i, &cli);
-    if (s >= 0) rc = s;
-    else if ((v = opt_value(argc, argv, &i, "--launcher"))) o.launcher = v;
-    else if ((v = opt_value(argc, argv, &i, "--hardware"))) o.hardware = v;
-    else if (is_override(argv[i])) ov[nov++] = argv[i];
-    else if ((v = opt_value(argc, argv, &i, "--parallel"))) rc = int_opt(&o.parallel, v, "--parallel");
-    else if ((v = opt_value(argc, argv, &i, "--log-dir"))) o.log_root = v;
-    else if ((v = opt_value(argc, argv, &i, "--mpirun-args"))) o.mpirun_args = v;
-    else if ((v = opt_value(argc, argv, &i, "--mpirun"))) o.mpirun = v;
-    else if ((v = opt_value(argc, argv, &i, "--sbatch"))) o.sbatch = v;
-    else if ((v = opt_value(argc, argv, &i, "--skip"))) {
-      skip = realloc(skip, sizeof(char *) * (size_t)(o.nskip + 1));
-      skip[o.nskip++] = (char *)v;
-    } else if ((v = opt_value(argc, argv, &i, "--color"))) {
-      o.color = !strcmp(v, "always") ? 1 : !strcmp(v, "never") ? 0 : !strcmp(v, "auto") ? -1 : -2;
-      if (o.color == -2) rc = (fprintf(stderr, "loom sweep run: --color auto|always|never\n"), 2);
-    } else if (!strcmp(argv[i], "--stop-on-failure")) o.stop_on_failure = true;
-    else if (!strcmp(argv[i], "--continue-on-failure")) o.stop_on_failure = false;
-    else if (!strcmp(argv[i], "--dry-run")) o.dry_run = true;
-    else if (argv[i][0] == '-' || src) {
-      static const char *const known[] = {
-          "--launcher", "--hardware", "--parallel", "--log-dir", "--mpirun-args", "--mpirun",
-          "--sbatch", "--skip", "--color", "--stop-on-failure", "--continue-on-failure",
-          "--dry-run", "--account", "--constraint", "--mem", "--ntasks-per-node", "--partition",
-          "--qos", "--srun-args", "--time", "--help", NULL};
-      rc = (fprintf(stderr, "loom sweep run: unexpected '%s'%s (see loom sweep --help)\n", argv[i],
-                    argv[i][0] == '-' ? loom_cli_did_you_mean(argv[i], known) : ""), 2);
-    }
-    else src = argv[i];
+  const loom_cli_opt opts[] = {
+      LOOM_OPT_VALUE("--launcher", &o.launcher),   LOOM_OPT_VALUE("--hardware", &o.hardware),
+      LOOM_OPT_VALUE("--parallel", &parallel),     LOOM_OPT_VALUE("--log-dir", &o.log_root),
+      LOOM_OPT_VALUE("--mpirun", &o.mpirun),       LOOM_OPT_VALUE("--mpirun-args", &o.mpirun_args),
+      LOOM_OPT_VALUE("--sbatch", &o.sbatch),       LOOM_OPT_EACH("--skip", take_skip),
+      LOOM_OPT_VALUE("--color", &color),           LOOM_OPT_FLAG("--stop-on-failure", &stop),
+      LOOM_OPT_FLAG("--continue-on-failure", &cont), LOOM_OPT_FLAG("--dry-run", &o.dry_run),
+      LOOM_OPT_VALUE("--partition", &sa.partition), LOOM_OPT_VALUE("--account", &sa.account),
+      LOOM_OPT_VALUE("--qos", &sa.qos),            LOOM_OPT_VALUE("--time", &sa.time),
+      LOOM_OPT_VALUE("--mem", &sa.mem),            LOOM_OPT_VALUE("--constraint", &sa.constraint),
+      LOOM_OPT_VALUE("--srun-args", &sa.srun_args),
+      LOOM_OPT_VALUE("--ntasks-per-node", &sa.ntasks_per_node),
+      LOOM_OPT_VALUE("--cpus-per-task", &sa.cpus_per_task),
+      LOOM_OPT_VALUE("--gpus-per-node", &sa.gpus_per_node), {0}};
+  loom_cli_parser p = {.command = "sweep run", .opts = opts, .ctx = &o};
+  rc = loom_cli_parse(&p, argc, argv, 1);
+  if (!rc) rc = split_positional("sweep run", &p, &src, ov, &nov);
+  free(p.pos);
+  if (rc == LOOM_CLI_HELP) {
+    free((char **)o.skip), free(ov);
+    return usage(stdout), 0;
   }
+  if (!rc) rc = slurm_opts_take(&sa, &cli);
+  if (!rc && parallel) rc = int_opt(&o.parallel, parallel, "--parallel");
+  if (!rc && color) {
+    o.color = !strcmp(color, "always") ? 1 : !strcmp(color, "never") ? 0 : !strcmp(color, "auto") ? -1 : -2;
+    if (o.color == -2) rc = (fprintf(stderr, "loom sweep run: --color auto|always|never\n"), 2);
+  }
+  if (stop && cont) /* the last one given wins, as before: take argv order */
+    for (int i = 1; i < argc; i++) {
+      if (!strcmp(argv[i], "--stop-on-failure")) o.stop_on_failure = true;
+      else if (!strcmp(argv[i], "--continue-on-failure")) o.stop_on_failure = false;
+    }
+  else o.stop_on_failure = stop;
+  char **skip = (char **)o.skip;
   if (!rc && !src) rc = (fprintf(stderr, "loom sweep run: missing SWEEP.yaml or directory\n"), 2);
   loom_sweep_plan plan = {0};
   if (!rc && load_plan(src, ov, nov, &plan))
     rc = (fprintf(stderr, "loom sweep run: %s\n", loom_errmsg()), 2);
   if (!rc) {
-    o.skip = skip;
     char *exe = self_exe();
     o.loom_bin = exe;
     merge_slurm(&o.slurm, &plan.slurm, &cli);
@@ -276,10 +312,17 @@ static int cmd_run(int argc, char **argv) {
 }
 
 static int cmd_summary(int argc, char **argv) {
-  if (argc != 2) return fprintf(stderr, "usage: loom sweep summary LOGDIR\n"), 2;
-  if (loom_sweep_summarize_dir(argv[1]))
+  const loom_cli_opt opts[] = {{0}};
+  loom_cli_parser p = {.command = "sweep summary", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  const char *dir = p.npos == 1 ? p.pos[0] : NULL;
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
+  if (prc) return 2;
+  if (!dir) return fprintf(stderr, "usage: loom sweep summary LOGDIR\n"), 2;
+  if (loom_sweep_summarize_dir(dir))
     return fprintf(stderr, "loom sweep summary: %s\n", loom_errmsg()), 1;
-  char *path = loom_sprintf("%s/summary.txt", argv[1]), *text;
+  char *path = loom_sprintf("%s/summary.txt", dir), *text;
   size_t len;
   if (!loom_read_file(path, &text, &len)) {
     fputs(text, stdout);
@@ -294,7 +337,6 @@ int loom_cmd_sweep(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  if (loom_cli_wants_help(argc, argv)) return usage(stdout), 0;
   const char *sub = argv[1];
   if (!strcmp(sub, "generate")) return cmd_generate(argc - 1, argv + 1);
   if (!strcmp(sub, "show")) return cmd_show(argc - 1, argv + 1);
@@ -302,8 +344,8 @@ int loom_cmd_sweep(int argc, char **argv) {
   if (!strcmp(sub, "summary")) return cmd_summary(argc - 1, argv + 1);
   if (loom_path_exists(sub) && !loom_is_dir(sub)) return cmd_run(argc, argv); /* sweep FILE */
   static const char *const names[] = {"generate", "show", "run", "summary", NULL};
-  fprintf(stderr, "loom sweep: unknown subcommand '%s' (nor a sweep file)%s\n\n", sub,
-          loom_cli_did_you_mean(sub, names));
+  loom_cli_unknown_subcommand("sweep", sub, names, " (nor a sweep file)");
+  fputc('\n', stderr);
   usage(stderr);
   return 2;
 }

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/commands.h"
 #include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
 
 #include "loom/config.h"
 #include "loom/core.h"
@@ -74,29 +76,19 @@ static char *recorded_command(int argc, char **argv) {
   return s;
 }
 
-static bool valued_option(const char *a) {
-  return !strcmp(a, "--resume") || !strcmp(a, "--stop-after") || !strcmp(a, "--nproc") ||
-         !strcmp(a, "--trace") || !strcmp(a, "--max-restarts");
-}
-
 /* defaults, the config file (if any), then the KEY=VALUE overrides in order; validated
- * unless only run.output_dir is wanted (to find `--resume latest`) */
+ * unless only run.output_dir is wanted (to find `--resume latest`). argv[1..argc): the
+ * positional arguments (options already taken out by the parser). */
 static int load_config(loom_config *cfg, const char *path, int argc, char **argv,
                        bool validate) {
   loom_config_defaults(cfg);
   char **choices = calloc((size_t)argc + 1, sizeof *choices); /* GROUP=OPTION */
   int nchoices = 0;
-  for (int i = 1; i < argc; i++) {
-    if (valued_option(argv[i])) i++;
-    else if (loom_config_is_group_choice(argv[i])) choices[nchoices++] = argv[i];
-  }
+  for (int i = 1; i < argc; i++)
+    if (loom_config_is_group_choice(argv[i])) choices[nchoices++] = argv[i];
   int rc = path || nchoices ? loom_config_load_composed(cfg, path, choices, nchoices) : 0;
   free(choices);
   for (int i = 1; i < argc && !rc; i++) {
-    if (valued_option(argv[i])) {
-      i++;
-      continue;
-    }
     if (loom_config_is_group_choice(argv[i])) continue;
     if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(cfg, argv[i]);
   }
@@ -176,58 +168,62 @@ static int multirun(const char *config_path, int argc, char **argv, bool quiet) 
 }
 
 int loom_cmd_train(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return 0;
-  }
   loom_train_opts opts = {0};
-  const char *config_path = NULL, *nproc = NULL, *restarts = NULL;
+  const char *config_path = NULL, *nproc = NULL, *restarts = NULL, *stop_after = NULL;
   bool multi = false;
   loom_config cfg;
-  /* first pass: options and the config file */
-  for (int i = 1; i < argc; i++) {
-    if (valued_option(argv[i])) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "loom train: %s needs a value\n", argv[i]);
-        return 2;
-      }
-      if (!strcmp(argv[i], "--resume")) opts.resume = argv[++i];
-      else if (!strcmp(argv[i], "--nproc")) nproc = argv[++i];
-      else if (!strcmp(argv[i], "--trace")) opts.trace = argv[++i];
-      else if (!strcmp(argv[i], "--max-restarts")) restarts = argv[++i];
-      else opts.stop_after = atol(argv[++i]);
-    } else if (!strcmp(argv[i], "--quiet")) {
-      opts.quiet = true;
-    } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--multirun")) {
-      multi = true;
-    } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-      static const char *const known[] = {"--resume", "--stop-after", "--nproc", "--trace",
-                                          "--max-restarts", "--quiet", "--help", NULL};
-      fprintf(stderr, "loom train: unknown option '%s'%s (see loom train --help)\n", argv[i],
-              loom_cli_did_you_mean(argv[i], known));
-      return 2;
-    } else if (!strchr(argv[i], '=') && argv[i][0] != '~') {
-      if (config_path) {
-        fprintf(stderr, "loom train: two config files given ('%s' and '%s')\n", config_path,
-                argv[i]);
-        return 2;
-      }
-      config_path = argv[i];
+  const loom_cli_opt table[] = {
+      LOOM_OPT_VALUE("--resume", &opts.resume),     LOOM_OPT_VALUE("--nproc", &nproc),
+      LOOM_OPT_VALUE("--max-restarts", &restarts),  LOOM_OPT_VALUE("--stop-after", &stop_after),
+      LOOM_OPT_VALUE("--trace", &opts.trace),       LOOM_OPT_FLAG("--quiet", &opts.quiet),
+      {.name = "--multirun", .alias = "-m", .flag = &multi}, {0}};
+  loom_cli_parser p = {.command = "train", .opts = table};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  /* pos[0] = "train", then the positional arguments: config file, KEY=VALUE, GROUP=OPTION */
+  char **pos = calloc((size_t)p.npos + 2, sizeof *pos);
+  pos[0] = argv[0];
+  for (int i = 0; i < p.npos; i++) pos[i + 1] = p.pos[i];
+  int npos = p.npos + 1;
+  free(p.pos);
+  for (int i = 1; i < npos && !prc; i++) {
+    if (strchr(pos[i], '=') || pos[i][0] == '~') continue;
+    if (config_path) {
+      fprintf(stderr, "loom train: two config files given ('%s' and '%s')\n", config_path,
+              pos[i]);
+      prc = LOOM_CLI_BAD;
     }
+    config_path = pos[i];
+  }
+  char *end = NULL;
+  if (!prc && stop_after) {
+    opts.stop_after = strtol(stop_after, &end, 10);
+    if (*end || end == stop_after || opts.stop_after < 1) {
+      fprintf(stderr, "loom train: --stop-after needs a step number >= 1, not '%s'\n",
+              stop_after);
+      prc = LOOM_CLI_BAD;
+    }
+  }
+  if (prc) {
+    free(pos);
+    if (prc == LOOM_CLI_HELP) usage(stdout);
+    return prc == LOOM_CLI_HELP ? 0 : 2;
   }
   if (multi) {
     if (opts.resume || nproc || restarts || opts.stop_after || opts.trace) {
       fprintf(stderr, "loom train: -m/--multirun takes a config and overrides only (set ranks "
               "with parallel.* keys; --resume, --nproc, --max-restarts, --stop-after and "
               "--trace are per run)\n");
+      free(pos);
       return 2;
     }
-    return multirun(config_path, argc, argv, opts.quiet);
+    int mrc = multirun(config_path, npos, pos, opts.quiet);
+    free(pos);
+    return mrc;
   }
-  char *end = NULL;
   long max_restarts = restarts ? strtol(restarts, &end, 10) : -1;
   if (restarts && (*end || max_restarts < 0 || end == restarts)) {
     fprintf(stderr, "loom train: --max-restarts needs a whole number >= 0, not '%s'\n", restarts);
+    free(pos);
     return 2;
   }
   /* Errors up to here are the same on every rank: rank 0 tells, the others stay silent. */
@@ -235,13 +231,14 @@ int loom_cmd_train(int argc, char **argv) {
   int rc = 0;
   char *run_dir = NULL, *ckpt = NULL, *cfg_file = NULL;
   if (opts.resume) { /* which run and checkpoint; "latest" needs run.output_dir first */
-    rc = load_config(&cfg, config_path, argc, argv, false);
+    rc = load_config(&cfg, config_path, npos, pos, false);
     if (!rc) rc = loom_run_dir_resolve(opts.resume, cfg.run.output_dir,
                                        getenv("LOOM_RESTART") != NULL, &run_dir, &ckpt);
     if (!rc && !config_path) /* the checkpoint's config (or the run's, before any checkpoint) */
       config_path = cfg_file = loom_sprintf("%s/config.yaml", ckpt ? ckpt : run_dir);
   }
-  if (!rc) rc = load_config(&cfg, config_path, argc, argv, true);
+  if (!rc) rc = load_config(&cfg, config_path, npos, pos, true);
+  free(pos);
   if (rc) {
     if (!quiet_rank) report_error(loom_errmsg());
     free(run_dir), free(ckpt), free(cfg_file);

@@ -1,8 +1,10 @@
 /* `loom` entry point: dispatches to subcommands. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 
 static const struct {
@@ -44,6 +46,7 @@ static const struct {
     {"ckpt grad-norms", "per-tensor norms of a checkpoint's saved gradients"},
     {"config show", "the resolved config of a YAML file and overrides"},
     {"config schema", "every config key with its type, default and meaning"},
+    {"model list", "the model presets with dimensions and parameter counts"},
     {"sweep generate", "expand a sweep file into its runs' configs"},
     {"sweep show", "the runs a sweep file expands to"},
     {"sweep run", "run a sweep (local mpirun, Slurm or the simulator)"},
@@ -86,6 +89,12 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    const loom_cli_opt none[] = {{0}}; /* loom help [COMMAND]: no options */
+    loom_cli_parser p = {.command = "help", .opts = none};
+    int prc = loom_cli_parse(&p, argc - 1, argv + 1, 1);
+    free(p.pos);
+    if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
+    if (prc) return 2;
     if (argc >= 3) {
       for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[2], commands[i].name)) {
@@ -103,10 +112,14 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-    if (argc >= 3 && loom_cli_wants_help(argc - 1, argv + 1)) {
-      printf("usage: loom version\n\nPrint loom's version.\n");
-      return 0;
-    }
+    const loom_cli_opt none[] = {{0}};
+    loom_cli_parser p = {.command = "version", .opts = none};
+    int prc = loom_cli_parse(&p, argc - 1, argv + 1, 1);
+    if (prc == LOOM_CLI_OK && p.npos)
+      fprintf(stderr, "loom version: takes no arguments ('%s' given)\n", p.pos[0]), prc = LOOM_CLI_BAD;
+    free(p.pos);
+    if (prc == LOOM_CLI_HELP) printf("usage: loom version\n\nPrint loom's version.\n");
+    if (prc) return prc == LOOM_CLI_HELP ? 0 : 2;
     printf("loom %s\n", LOOM_VERSION_STRING);
     return 0;
   }
@@ -114,7 +127,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
   const char *names[sizeof commands / sizeof commands[0] + 3] = {"help", "version"};
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) names[i + 2] = commands[i].name;
-  fprintf(stderr, "loom: unknown command '%s'%s\n\n", cmd, loom_cli_did_you_mean(cmd, names));
+  if (cmd[0] == '-')
+    fprintf(stderr, "loom: unknown option '%s' (options follow the command: loom <command> "
+            "--help)\n\n", cmd);
+  else
+    fprintf(stderr, "loom: unknown command '%s'%s\n\n", cmd, loom_cli_did_you_mean(cmd, names));
   usage(stderr);
   return 2;
 }

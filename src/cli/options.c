@@ -37,15 +37,43 @@ static int unknown(const loom_cli_parser *p, const char *arg) {
 
 static int take(loom_cli_parser *p, const loom_cli_opt *o, const char *v) {
   if (o->value) *o->value = v;
-  if (o->each && o->each(v, p->ctx)) {
-    fprintf(stderr, "loom %s: %s: %s (see loom %s --help)\n", p->command, o->name,
-            loom_errmsg(), p->command);
+  if (o->each && o->each(v, p->ctx)) { /* the option's name first, once */
+    const char *msg = loom_errmsg();
+    bool named = !strncmp(msg, o->name, strlen(o->name));
+    fprintf(stderr, "loom %s: %s%s%s (see loom %s --help)\n", p->command, named ? "" : o->name,
+            named ? "" : ": ", msg, p->command);
     return LOOM_CLI_BAD;
   }
   return LOOM_CLI_OK;
 }
 
+/* --list-options: the table's option names, one a line, "=" after one that takes a value
+ * (shell completion, tests/cli/options_walk_test.sh). */
+static void list_options(const loom_cli_parser *p) {
+  for (const loom_cli_opt *o = p->opts; o->name; o++) {
+    const char *eq = o->value || o->each ? "=" : "";
+    printf("%s%s\n", o->name, eq);
+    if (o->alias) printf("%s%s\n", o->alias, eq);
+  }
+  fflush(stdout);
+}
+
+void loom_cli_unknown_subcommand(const char *command, const char *arg,
+                                 const char *const *names, const char *extra) {
+  if (arg[0] == '-')
+    fprintf(stderr, "loom %s: unknown option '%s' (options follow the subcommand: loom %s "
+            "<subcommand> --help)\n", command, arg, command);
+  else
+    fprintf(stderr, "loom %s: unknown subcommand '%s'%s%s\n", command, arg, extra ? extra : "",
+            loom_cli_did_you_mean(arg, names));
+}
+
 int loom_cli_parse(loom_cli_parser *p, int argc, char **argv, int first) {
+  for (int i = first; i < argc && strcmp(argv[i], "--"); i++)
+    if (!strcmp(argv[i], "--list-options")) {
+      list_options(p);
+      exit(0);
+    }
   p->pos = calloc((size_t)argc + 1, sizeof *p->pos);
   p->npos = 0;
   bool options = true;

@@ -32,6 +32,16 @@ typedef struct {
 
 enum { LOOM_CLI_OK = 0, LOOM_CLI_HELP = 1, LOOM_CLI_BAD = 2 };
 /* Parse argv[first..argc). LOOM_CLI_HELP when -h/--help was given (print usage, exit 0);
- * LOOM_CLI_BAD after printing the error to stderr (exit 2). */
+ * LOOM_CLI_BAD after printing the error to stderr (exit 2, or the command's usage-error
+ * status). A hidden --list-options prints the table's names (one a line, "=" after one
+ * that takes a value) and exits 0: for shell completion, and for
+ * tests/cli/options_walk_test.sh, which checks that --help names every accepted option. */
 int loom_cli_parse(loom_cli_parser *p, int argc, char **argv, int first);
+
+/* A command with subcommands got arg where a subcommand belongs: prints to stderr "loom
+ * <command>: unknown subcommand 'arg'<extra>; did you mean 'X'?" (names: NULL-terminated), or
+ * for an option there "unknown option 'arg' (options follow the subcommand: loom <command>
+ * <subcommand> --help)". */
+void loom_cli_unknown_subcommand(const char *command, const char *arg,
+                                 const char *const *names, const char *extra);
 #endif

@@ -5,8 +5,10 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/vqa.h"
 
@@ -20,29 +22,31 @@ typedef struct {
   int *flag;
 } opt;
 
-/* Parse options; positional arguments go to pos (at most max_pos). 0 or 1 (printed). */
+/* Parse options with the shared parser (src/cli/options.c); positional arguments go to pos
+ * (at most max_pos). 0 or 1 (printed). */
 static int parse(const char *sub, int argc, char **argv, const opt *opts, const char **pos,
                  int max_pos, int *npos) {
   *npos = 0;
-  for (int i = 1; i < argc; i++) {
-    const opt *o = NULL;
-    for (const opt *p = opts; p->name; p++)
-      if (!strcmp(argv[i], p->name)) o = p;
-    if (o && o->slot) {
-      if (i + 1 >= argc) return fprintf(stderr, "loom data %s: %s needs a value\n", sub, argv[i]), 1;
-      *o->slot = argv[++i];
-    } else if (o) {
-      *o->flag = 1;
-    } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-      return fprintf(stderr, "loom data %s: unknown option '%s' (see --help)\n", sub, argv[i]), 1;
-    } else if (*npos < max_pos) {
-      pos[(*npos)++] = argv[i];
-    } else {
-      return fprintf(stderr, "loom data %s: unexpected argument '%s' (see --help)\n", sub,
-                     argv[i]), 1;
-    }
+  int n = 0;
+  while (opts[n].name) n++;
+  loom_cli_opt *table = calloc((size_t)n + 1, sizeof *table);
+  bool *flags = calloc((size_t)n + 1, sizeof *flags);
+  for (int k = 0; k < n; k++)
+    table[k] = opts[k].slot ? (loom_cli_opt)LOOM_OPT_VALUE(opts[k].name, opts[k].slot)
+                            : (loom_cli_opt)LOOM_OPT_FLAG(opts[k].name, &flags[k]);
+  char command[64];
+  snprintf(command, sizeof command, "data %s", sub);
+  loom_cli_parser p = {.command = command, .opts = table};
+  int rc = loom_cli_parse(&p, argc, argv, 1) == LOOM_CLI_OK ? 0 : 1;
+  for (int k = 0; k < n; k++)
+    if (flags[k]) *opts[k].flag = 1;
+  for (int k = 0; k < p.npos && !rc; k++) {
+    if (*npos < max_pos) pos[(*npos)++] = p.pos[k];
+    else rc = (fprintf(stderr, "loom data %s: unexpected argument '%s' (see --help)\n", sub,
+                       p.pos[k]), 1);
   }
-  return 0;
+  free(p.pos), free(table), free(flags);
+  return rc;
 }
 
 static int num(const char *sub, const char *name, const char *v, long long min, long long *out) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/grad_norms.h"
 
@@ -62,19 +63,19 @@ static void print_table(const loom_grad_norms *g) {
 }
 
 int loom_grad_norms_cmd(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) return usage(stdout), 0;
-  const char *path = NULL;
   bool sort = false, as_json = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--sort")) sort = true;
-    else if (!strcmp(argv[i], "--json")) as_json = true;
-    else if (argv[i][0] == '-' || path) {
-      static const char *const known[] = {"--sort", "--json", "--help", NULL};
-      fprintf(stderr, "loom ckpt grad-norms: unexpected argument '%s'%s\n\n", argv[i],
-              argv[i][0] == '-' ? loom_cli_did_you_mean(argv[i], known) : "");
-      return usage(stderr), 1;
-    } else path = argv[i];
+  const loom_cli_opt opts[] = {LOOM_OPT_FLAG("--sort", &sort), LOOM_OPT_FLAG("--json", &as_json),
+                               {0}};
+  loom_cli_parser p = {.command = "ckpt grad-norms", .opts = opts};
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  const char *path = p.npos ? p.pos[0] : NULL;
+  if (prc == LOOM_CLI_OK && p.npos > 1) {
+    fprintf(stderr, "loom ckpt grad-norms: unexpected argument '%s' (one PATH)\n\n", p.pos[1]);
+    prc = LOOM_CLI_BAD;
   }
+  free(p.pos);
+  if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
+  if (prc) return usage(stderr), 1;
   if (!path) return fprintf(stderr, "loom ckpt grad-norms: missing PATH\n\n"), usage(stderr), 1;
   loom_grad_norms g;
   if (loom_grad_norms_read(path, &g)) {

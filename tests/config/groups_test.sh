@@ -9,7 +9,7 @@ LOOM=$(realpath "${1:?usage: $0 path/to/loom}")
 SRC=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../..")
 WORK=$(mktemp -d /tmp/loom-groups-test.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-. "$(dirname "${BASH_SOURCE[0]}")/../assert.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../loom.sh" # assert.sh and run_loom
 cd "$WORK"
 mkdir -p conf/model conf/optim conf/cyc conf/bad configs/model
 printf 'preset: tiny-gpt2\nlayers: 2\n' > conf/model/small.yaml
@@ -76,13 +76,11 @@ check "./configs when the config dir lacks the option" test "$(show conf/plain.y
 check "no config file: ./configs" test "$(show model=small | val preset)" = tiny-qwen2
 
 # errors: non-zero exit, the file / override named, what to do
-errcase() { # what expected_substring args...
-  local what=$1 want=$2; shift 2
-  if show "$@" >/dev/null; then fail "$what: accepted"; return; fi
-  if grep -qF -- "$want" "$WORK/err"; then pass; else fail "$what: got: $(cat "$WORK/err")"; fi
+errcase() { # what expected_substring args...: loom config show ARGS (tests/loom.sh)
+  expect_fail "$1" "$2" "$LOOM" config show "${@:3}"
 }
 errcase "unknown option (CLI)" "command-line override 'model=lama': unknown option 'lama' of config group 'model'; did you mean 'llama'; available: " conf/plain.yaml model=lama
-check "unknown option: the list has every directory's options" grep -qE "available: [^(]*llama, qwen, small, [^(]*tiny-gpt2" "$WORK/err"
+check "unknown option: the list has every directory's options" grep -qE "available: [^(]*llama, qwen, small, [^(]*tiny-gpt2" "$RUN_DIR/err"
 printf 'defaults:\n  - model: smal\n' > conf/badopt.yaml
 errcase "unknown option (file:line)" "conf/badopt.yaml:2: unknown option 'smal' of config group 'model'; did you mean 'small'" conf/badopt.yaml
 errcase "unknown group (CLI)" "unknown config group 'modl'; did you mean 'model'" conf/plain.yaml modl=small

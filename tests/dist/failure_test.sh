@@ -16,8 +16,9 @@ M=(model.preset=tiny-gpt2 model.vocab_size=300 model.layers=2 model.hidden=64
 expect_fail() { # what, expected-substring, np, args...
   local what=$1 want=$2 np=$3; shift 3
   local out rc start=$SECONDS
-  if [ "$np" = 1 ]; then out=$(timeout 120 "$LOOM" train "$@" 2>&1); rc=$?
-  else out=$(timeout 120 "${MPIRUN[@]}" -np "$np" "$LOOM" train "$@" 2>&1); rc=$?; fi
+  if [ "$np" = 1 ]; then run_cmd timeout 120 "$LOOM" train "$@" # tests/loom.sh
+  else run_cmd timeout 120 "${MPIRUN[@]}" -np "$np" "$LOOM" train "$@"; fi
+  rc=$RUN_RC out=$RUN_OUT$'\n'$RUN_ERR # stdout and stderr together
   if [ $rc -eq 0 ]; then fail "$what: exit code 0"; return; fi
   if [ $rc -eq 124 ]; then fail "$what: hung (killed after 120 s)"; return; fi
   if [[ "$out" != *"$want"* ]]; then fail "$what: output lacks '$want': $(echo "$out" | head -5)"; return; fi

@@ -35,12 +35,11 @@ close_losses g1 g2 1e-5
 
 RUNS="$WORK/bad_runs"
 refused() { # what np expected-substring overrides...
-  local what=$1 np=$2 want=$3 err rc; shift 3
-  if [ "$np" = 1 ]; then err=$("$LOOM" train "${M[@]}" run.output_dir="$RUNS" "$@" 2>&1 >/dev/null)
-  else err=$(timeout 120 "${MPIRUN[@]}" -np "$np" "$LOOM" train "${M[@]}" run.output_dir="$RUNS" "$@" 2>&1 >/dev/null); fi
-  rc=$?
-  if [ $rc -eq 0 ]; then fail "$what: exit code 0"
-  elif [[ "$err" != *"$want"* ]]; then fail "$what: message lacks '$want': $err"
+  local what=$1 np=$2 want=$3; shift 3
+  if [ "$np" = 1 ]; then run_loom train "${M[@]}" run.output_dir="$RUNS" "$@" # tests/loom.sh
+  else run_cmd timeout 120 "${MPIRUN[@]}" -np "$np" "$LOOM" train "${M[@]}" run.output_dir="$RUNS" "$@"; fi
+  if [ $RUN_RC -eq 0 ]; then fail "$what: exit code 0"; run_show
+  elif [[ "$RUN_ERR" != *"$want"* ]]; then fail "$what: message lacks '$want': $RUN_ERR"; run_show
   else pass; fi
   check "$what: no run directory" test ! -e "$RUNS"
 }

@@ -137,10 +137,9 @@ if [ "$(losses "$WORK/copy_rs_same_layout")" = "$(losses "$(run_dir rs_src_strai
 echo "bad strategies are refused before any work, naming the keys"
 expect_error() { # name np message overrides...
   local name=$1 np=$2 msg=$3; shift 3
-  local log="$WORK/$name.log"
-  if timeout 120 "${MPIRUN[@]}" -np "$np" "$LOOM" train "${VLM[@]}" "$@" run.output_dir="$WORK/bad" \
-      --quiet >"$log" 2>&1; then fail "$name: expected an error"; return; fi
-  if grep -q -- "$msg" "$log"; then pass; else fail "$name: no '$msg' in: $(head -3 "$log")"; fi
+  if run_cmd timeout 120 "${MPIRUN[@]}" -np "$np" "$LOOM" train "${VLM[@]}" "$@" \
+      run.output_dir="$WORK/bad" --quiet; then fail "$name: expected an error"; run_show; return; fi
+  if grep -q -- "$msg" <<<"$RUN_OUT"$'\n'"$RUN_ERR"; then pass; else fail "$name: no '$msg' in its output"; run_show; fi
 }
 expect_error bad_heads 2 "must divide the vision encoder's 2 heads" training.micro_batch_size=4 \
   parallel.tp=2 vision.parallel.sp=2 vision.parallel.tp=2

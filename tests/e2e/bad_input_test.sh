@@ -28,15 +28,8 @@ CK=$(ls -d "$WORK"/src/src_*/final_checkpoint)
 export TMPDIR="$WORK/tmp"
 mkdir -p "$TMPDIR"
 
-# expect_fail WHAT EXPECTED-SUBSTRING command...: non-zero exit, the message, then the caller
-# checks what must not exist
-expect_fail() {
-  local what=$1 want=$2 err rc; shift 2
-  err=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -eq 0 ]; then fail "$what: exit code 0"
-  elif [[ "$err" != *"$want"* ]]; then fail "$what: message lacks '$want': $err"
-  else pass; echo "  $what: $(grep -m1 -F -- "$want" <<<"$err" | cut -c1-200)"; fi
-}
+# expect_fail WHAT EXPECTED-SUBSTRING command... (tests/loom.sh): non-zero exit, the message;
+# then the caller checks what must not exist
 nothing() { # what paths...: none of them exists, and $TMPDIR is empty
   local what=$1 p; shift
   for p in "$@"; do check "$what: nothing left at ${p#"$WORK"/}" test ! -e "$p"; done

@@ -12,3 +12,10 @@ if(NOT LOOM_SANITIZE)
 endif()
 add_test(NAME e2e_bad_input COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bad_input_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(e2e_bad_input PROPERTIES TIMEOUT 300 ENVIRONMENT "${LOOM_E2E_ENV}")
+# The experiment walk-through (issue 13): groups and +keys, -m, grid and random sweeps, a
+# killed, a resumed and a forked run, loom runs filters/sort/show/hide/limit, runs diff of TP
+# vs DP (0) and of two lrs (1), the dashboard in headless Chromium (screenshot kept here).
+add_test(NAME e2e_experiment_walkthrough
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/experiment_walkthrough_test.sh $<TARGET_FILE:loom>
+          ${CMAKE_BINARY_DIR}/experiment_walkthrough_screenshot.png)
+set_tests_properties(e2e_experiment_walkthrough PROPERTIES TIMEOUT 300 ENVIRONMENT "${LOOM_E2E_ENV}")

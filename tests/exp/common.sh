@@ -8,7 +8,7 @@ trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 NO_COLOR=1
 unset LOOM_REGISTRY LOOM_SWEEP LOOM_SWEEP_ID
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-. "$(dirname "${BASH_SOURCE[0]}")/../assert.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../loom.sh" # assert.sh and run_loom
 make_data() { # tiny corpus, a 300-token tokenizer trained on it, its token shard, a base config
   "$LOOM" data synth-text --out "$WORK/corpus.txt" --bytes 60000 --seed 3 >/dev/null &&
   "$LOOM" data train-tokenizer --vocab-size 300 --out "$WORK/tok.json" "$WORK/corpus.txt" >/dev/null &&

@@ -23,12 +23,11 @@ t dp2 parallel.dp=2 training.micro_batch_size=1 --nproc 2
 t tp2 parallel.tp=2 --nproc 2
 t lr2 training.lr=3e-3
 dir() { ls -d "$WORK/runs/$1"_*; }
-diff_rc() { # expected_rc args... : runs diff, output in $WORK/d.txt
+diff_rc() { # expected_rc args... : runs diff (run_loom: tests/loom.sh), output in $WORK/d.txt
   local want=$1; shift
-  "$LOOM" runs diff "$@" > "$WORK/d.txt" 2> "$WORK/d.err"
-  local rc=$?
-  check "runs diff $* exits $want (got $rc)" test $rc = "$want"
-  [ $rc = "$want" ] || cat "$WORK/d.txt" "$WORK/d.err" >&2
+  run_loom runs diff "$@"
+  cp "$RUN_DIR/out" "$WORK/d.txt" && cp "$RUN_DIR/err" "$WORK/d.err"
+  expect_rc "runs diff $*" "$want"
 }
 # Independent figures from the two metrics files: max |a-b|, max |a-b|/|b|, first step beyond
 py_figures() { # dirA dirB metric rtol atol

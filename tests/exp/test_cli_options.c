@@ -1,9 +1,11 @@
 /* The table-driven CLI option parser (src/cli/options.c): values as "--x V" and "--x=V",
  * flags, aliases, repeatable options through a callback (and its error), greedy values,
  * positional arguments in order, "--", --help, and the errors: unknown option with "did
- * you mean", a missing value, a value given to a flag. */
+ * you mean", a missing value, a value given to a flag; the hidden --list-options (in a child
+ * process: it exits). */
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/options.h"
@@ -18,6 +20,7 @@ typedef struct {
 static int on_tag(const char *v, void *ctx) {
   log_ctx *l = ctx;
   if (!strcmp(v, "bad")) return loom_err("a tag may not be 'bad'");
+  if (!strcmp(v, "dup")) return loom_err("--tag must not be 'dup'"); /* names the option */
   snprintf(l->seen + strlen(l->seen), sizeof l->seen - strlen(l->seen), "%s;", v);
   l->n++;
   return 0;
@@ -109,5 +112,33 @@ int main(void) {
   CHECK(rc == LOOM_CLI_BAD && strstr(err, "loom demo: --tag: a tag may not be 'bad'"),
         "callback error: %s", err);
   free(r.p.pos);
+  rc = parse(&r, err, sizeof err, (const char *[]){"demo", "--tag", "dup", NULL});
+  CHECK(rc == LOOM_CLI_BAD && strstr(err, "loom demo: --tag must not be 'dup' (see") &&
+            !strstr(err, "--tag: --tag"),
+        "a callback message that names its option: the name once: %s", err);
+  free(r.p.pos);
+
+  /* --list-options (anywhere before "--"): the table, "=" after options taking a value, exit 0 */
+  int fds[2];
+  LOOM_ASSERT(pipe(fds) == 0);
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    parse(&r, err, sizeof err, (const char *[]){"demo", "x", "--list-options", "--bogus", NULL});
+    _exit(3); /* not reached when --list-options exits */
+  }
+  close(fds[1]);
+  char listed[256] = {0};
+  size_t got = 0;
+  ssize_t k;
+  while ((k = read(fds[0], listed + got, sizeof listed - 1 - got)) > 0) got += (size_t)k;
+  close(fds[0]);
+  int st;
+  waitpid(child, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "--list-options exits 0 (status %d)", st);
+  CHECK(!strcmp(listed, "--model=\n--output=\n-o=\n--dry-run\n--tag=\n--tags=\n"),
+        "--list-options prints the table: '%s'", listed);
   return harness_finish("test_cli_options");
 }

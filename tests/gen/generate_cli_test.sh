@@ -96,11 +96,10 @@ fi
 # bad input: message on stderr, exit 1, nothing on stdout
 bad() { # bad "what" "expected message part" args...
   local what=$1 msg=$2; shift 2
-  "$LOOM" generate "$@" >"$WORK/bad.out" 2>"$WORK/bad.err"
-  local rc=$?
-  check "$what: exit 1 (got $rc)" [ $rc = 1 ]
-  check "$what: message '$msg' (got: $(head -c 300 "$WORK/bad.err"))" grep -qF -- "$msg" "$WORK/bad.err"
-  check "$what: nothing on stdout" [ ! -s "$WORK/bad.out" ]
+  run_loom generate "$@"
+  expect_rc "$what: exit 1" 1
+  expect_err "$what: message" "$msg"
+  check "$what: nothing on stdout" [ ! -s "$RUN_DIR/out" ]
 }
 long=$(python3 -c 'print(",".join(["7"] * 40))')
 bad "prompt of 40 tokens, max_seq 40" "prompt 1 has 40 tokens but the model's max_seq is 40" \

@@ -9,14 +9,7 @@ RUNS="$WORK/runs"
 base=(run.output_dir="$RUNS" model.vocab_size=300 training.steps=2 training.seq_len=16
   training.micro_batch_size=2 data.train_shards="$WORK/train.bin")
 
-expect_fail() { # what, expected-substring, command...
-  local what=$1 want=$2; shift 2
-  local err rc
-  err=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -eq 0 ]; then fail "$what: exit code 0"; return; fi
-  if [[ "$err" != *"$want"* ]]; then fail "$what: message lacks '$want': $err"; return; fi
-  pass
-}
+# expect_fail WHAT EXPECTED-SUBSTRING command...: tests/loom.sh
 no_runs() { check "$1: no run directory left behind" test ! -e "$RUNS" -o -z "$(ls -A "$RUNS" 2>/dev/null)"; }
 
 printf 'training:\n  steps: 2\n  lrr: 0.1\n' > "$WORK/bad_key.yaml"

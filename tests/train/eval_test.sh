@@ -186,14 +186,7 @@ check "registry: sorted by final_valid_loss (trained, initial weights, none last
 
 echo "bad input"
 BAD="$WORK/bad_runs"
-expect_fail() { # what, expected-substring, command...
-  local what=$1 want=$2; shift 2
-  local err rc
-  err=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -eq 0 ]; then fail "$what: exit code 0"; return; fi
-  if [[ "$err" != *"$want"* ]]; then fail "$what: message lacks '$want': $err"; return; fi
-  pass
-}
+# expect_fail WHAT EXPECTED-SUBSTRING command...: tests/loom.sh
 bad=("${base[@]}" run.output_dir="$BAD")
 expect_fail "missing val shards" "data.val_shards: $WORK/none.bin: no token shard matches" \
   "$LOOM" train "${bad[@]}" data.val_shards="$WORK/none.bin"

@@ -15,10 +15,10 @@ CK="$SRC/final_checkpoint"
 "$LOOM" ckpt export "$CK" --out "$WORK/hf" >/dev/null || { echo "could not export"; exit 1; }
 
 expect_fail() { # what, expected-substring, overrides... (one process, output to $RUNS)
-  local what=$1 want=$2 err rc; shift 2
-  err=$("$LOOM" train "${GPT2[@]}" run.output_dir="$RUNS" "$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -eq 0 ]; then fail "$what: exit code 0"
-  elif [[ "$err" != *"$want"* ]]; then fail "$what: message lacks '$want': $err"
+  local what=$1 want=$2; shift 2
+  run_loom train "${GPT2[@]}" run.output_dir="$RUNS" "$@" # tests/loom.sh
+  if [ $RUN_RC -eq 0 ]; then fail "$what: exit code 0"; run_show
+  elif [[ "$RUN_ERR" != *"$want"* ]]; then fail "$what: message lacks '$want': $RUN_ERR"; run_show
   else pass; fi
   check "$what: no run directory or temporary import left" test ! -e "$RUNS"
 }

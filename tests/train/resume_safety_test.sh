@@ -22,15 +22,14 @@ mkdir "$RUN/checkpoint_99.tmp" && echo partial >"$RUN/checkpoint_99.tmp/model.sa
 
 state() { (cd "$RUN" && find . | sort && find . -type f | sort | xargs sha256sum); }
 BEFORE=$(state)
-untouched() { # what, expected error text, args...
+untouched() { # what, expected error text, args... (run_loom: tests/loom.sh)
   local what=$1 want=$2; shift 2
-  local err rc
-  err=$("$LOOM" train "$@" 2>&1 >/dev/null); rc=$?
-  check "$what: fails" test $rc != 0
-  if [[ "$err" == *"$want"* ]]; then pass; else fail "$what: error lacks '$want': $err"; fi
+  run_loom train "$@"
+  check "$what: fails" test $RUN_RC != 0
+  expect_err "$what: error" "$want"
   if [ "$(state)" = "$BEFORE" ]; then pass; else
     fail "$what: the run directory changed"; diff <(echo "$BEFORE") <(state) | head -5 >&2; fi
-  echo "  $what: $(echo "$err" | head -1 | cut -c1-200)"
+  echo "  $what: $(echo "$RUN_ERR" | head -1 | cut -c1-200)"
 }
 untouched "fewer layers" "tensor layers.2.attn_norm.weight (shape [64]), which the model of this config does not have" \
   --resume "$RUN" model.layers=2 --quiet
