@@ -165,6 +165,26 @@ void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const fl
                                        const float *out, const float *lse, const float *q,
                                        const float *k, const float *v, int B, int T, int Hq,
                                        int Hkv, int D, loom_attn_mask mask, float *work);
+/* bf16 flash attention (flash_fwd_bf16.c, flash_bwd_bf16.c), what training.dtype=bf16 runs:
+ * the same shapes, masks, schedule and outputs as the fp32 kernels above, with every product
+ * on bf16 operands and fp32 accumulation (vdpbf16ps on AVX512-BF16): q, k, v (and dout) are
+ * rounded to bf16 (to nearest even) as tiles are loaded — so fp32 tensors holding bf16 values
+ * are taken exactly —, the probabilities P (and dS) are rounded to bf16 as operands of the
+ * products that follow them; scores, softmax statistics (lse), delta and outputs are fp32.
+ * Without AVX512-BF16 the same arithmetic runs on AVX-512F (or portable C: D % 16 != 0 or no
+ * AVX-512); loom_kernels_attn_bf16_path() names the path. */
+void loom_flash_attention_forward_bf16(float *out, float *lse, const float *q, const float *k,
+                                       const float *v, int B, int T, int Hq, int Hkv, int D,
+                                       loom_attn_mask mask);
+void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const float *dout,
+                                        const float *out, const float *lse, const float *q,
+                                        const float *k, const float *v, int B, int T, int Hq,
+                                        int Hkv, int D, loom_attn_mask mask, float *work);
+/* "avx512_bf16" (vdpbf16ps), "avx512" (emulated on AVX-512F: no AVX512-BF16 on this CPU, or
+ * LOOM_SIMD=avx512) or "generic". loom_kernels_force_no_bf16(1) takes the AVX-512F path even
+ * where AVX512-BF16 exists (tests), (0) back to detection. */
+const char *loom_kernels_attn_bf16_path(void);
+void loom_kernels_force_no_bf16(int on);
 /* Reference of the same masks in double, for the tests (checked by finite differences there):
  * the explicit masked softmax row by row; the backward accumulates (+=) like every reference. */
 void loom_attention_masked_forward_f64(double *out, double *lse, const double *q,

@@ -31,6 +31,11 @@ static void cvt_avx512(uint16_t *dst, const float *src, size_t n) {
 }
 #pragma GCC pop_options
 
+void fast_f32_to_bf16_row(uint16_t *dst, const float *src, size_t n) {
+  if (fast_avx512()) cvt_avx512(dst, src, n);
+  else cvt_generic(dst, src, n);
+}
+
 /* Serial over the blocks of one range: in place stays correct because block i is read before
  * the half-size write that overlaps earlier elements only. */
 static void cvt(uint16_t *dst, const float *src, size_t n) {

@@ -1,0 +1,67 @@
+/* bf16 flash attention forward: the fp32 kernel's loop (flash_fwd.c: work items per (sequence,
+ * query head, tile of BQ queries), key tiles the mask leaves visible, online softmax, nothing
+ * T x T stored) with the two products on bf16 pairs (flash_tile_bf16.h): Q, K and V are rounded
+ * to bf16 as their tiles are packed, P = exp(s - m) is rounded to bf16 before P V, and
+ * everything else — accumulators, scores, softmax statistics m, l, lse, the output — is fp32.
+ * Shapes: q, out (B,T,Hq,D); k, v (B,T,Hkv,D); lse (B,Hq,T). */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/fast_internal.h"
+#include "kernels/flash_mask.h"
+#include "kernels/flash_tile.h"
+#include "kernels/flash_tile_bf16.h"
+#include "loom/core.h"
+#include "loom/kernels.h"
+
+static void query_tile(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int b, int h, int i, int T, int Hq, int Hkv, int D, loom_attn_mask mask,
+                       int path) {
+  const int kh = h / (Hq / Hkv), t0 = i * BQ, nq = T - t0 < BQ ? T - t0 : BQ;
+  const int DP = (D + 1) / 2, simd = path != FB_GENERIC;
+  const float scale = (float)(1.0 / sqrt((double)D));
+  const long ldq = (long)Hq * D, ldk = (long)Hkv * D;
+  float Qt[D * BQ], Ot[D * BQ], St[BK * BQ];             /* (D,BQ) (D,BQ) (BK,BQ) fp32 */
+  uint32_t Qp[DP * BQ], Kb[BK * DP], Pp[BK / 2 * BQ];    /* pairs: (DP,BQ) (BK,DP) (BK/2,BQ) */
+  uint32_t Vp[BK / 2 * D];                               /* pairs (BK/2, D) */
+  float m[BQ], l[BQ], alpha[BQ];
+  ftile_vis vis;
+  for (int r = 0; r < BQ; r++) m[r] = -INFINITY, l[r] = 0.0f;
+  memset(Ot, 0, sizeof Ot);
+  ftile_transpose_in(Qt, q + (((size_t)b * T + t0) * Hq + h) * D, ldq, nq, D);
+  fb_pack_vnni(path, Qp, BQ, Qt, BQ, D, BQ, DP); /* Q_i^T as pairs of head-dim rows */
+  int j0 = fmask_lo(mask, t0) / BK, j1 = fmask_hi(mask, t0 + nq - 1, T) / BK;
+  for (int j = j0; j <= j1; j++) {
+    int s0 = j * BK, nk = T - s0 < BK ? T - s0 : BK, nkp = (nk + 1) / 2;
+    if (!fmask_tile(mask, T, t0, nq, s0, nk, &vis)) continue;
+    const float *kj = k + (((size_t)b * T + s0) * Hkv + kh) * D;
+    const float *vj = v + (((size_t)b * T + s0) * Hkv + kh) * D;
+    fb_pack_rows(path, Kb, DP, kj, ldk, nk, D, nk);
+    fb_mm(path, St, BQ, Kb, DP, 1, Qp, BQ, nk, BQ, DP, 0);          /* St = K_j Q_i^T */
+    ftile_softmax_step(simd, St, nk, nq, &vis, scale, m, l, alpha); /* St = P^T */
+    ftile_scale_cols(simd, Ot, D, alpha);
+    fb_pack_vnni(path, Pp, BQ, St, BQ, nk, BQ, nkp);                /* P^T as key pairs */
+    fb_pack_vnni(path, Vp, D, vj, ldk, nk, D, nkp);                 /* V_j as key pairs */
+    fb_mm(path, Ot, BQ, Vp, 1, D, Pp, BQ, D, BQ, nkp, 1);           /* Ot += V_j^T P^T */
+  }
+  for (int r = 0; r < nq; r++) {
+    float inv = 1.0f / l[r];
+    float *orow = out + (((size_t)b * T + t0 + r) * Hq + h) * D;
+    for (int d = 0; d < D; d++) orow[d] = Ot[(size_t)d * BQ + r] * inv;
+    lse[((size_t)b * Hq + h) * T + t0 + r] = m[r] + logf(l[r]);
+  }
+}
+
+void loom_flash_attention_forward_bf16(float *out, float *lse, const float *q, const float *k,
+                                       const float *v, int B, int T, int Hq, int Hkv, int D,
+                                       loom_attn_mask mask) {
+  LOOM_ASSERT(Hkv > 0 && Hq % Hkv == 0 && D > 0 && D <= 256);
+  if (B <= 0 || T <= 0 || Hq <= 0) return;
+  const int path = fb_path(D), nqt = (T + BQ - 1) / BQ;
+  const long items = (long)B * Hq * nqt;
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * Hq * T * T * D >= FAST_PAR_MIN)
+  for (long it = 0; it < items; it++) {
+    int i = (int)(it % nqt), h = (int)((it / nqt) % Hq), b = (int)(it / ((long)nqt * Hq));
+    query_tile(out, lse, q, k, v, b, h, nqt - 1 - i, T, Hq, Hkv, D, mask, path);
+  }
+}
