@@ -19,6 +19,24 @@ static bool ulysses(const loom_decoder *d) { return d->shard.sp > 1; }
 
 static const loom_attn_mask CAUSAL = {1, 0};
 
+/* bf16 runs multiply attention's q k^T and P v (and the backward's products) on bf16 operands
+ * with fp32 accumulation and softmax statistics, like their linear layers */
+static void attn_fwd(const loom_decoder *d, float *out, float *lse, const float *q,
+                     const float *k, const float *v, int B, int T, int Hq, int Hkv, int D) {
+  if (d->bf16) loom_flash_attention_forward_bf16(out, lse, q, k, v, B, T, Hq, Hkv, D, CAUSAL);
+  else loom_flash_attention_forward_f32(out, lse, q, k, v, B, T, Hq, Hkv, D, CAUSAL);
+}
+static void attn_bwd(const loom_decoder *d, float *dq, float *dk, float *dv, const float *dout,
+                     const float *out, const float *lse, const float *q, const float *k,
+                     const float *v, int B, int T, int Hq, int Hkv, int D, float *work) {
+  if (d->bf16)
+    loom_flash_attention_backward_bf16(dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D,
+                                       CAUSAL, work);
+  else
+    loom_flash_attention_backward_f32(dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D,
+                                      CAUSAL, work);
+}
+
 /* resid[idx] (Nr,C) -> resid[idx+1] (Nr,C) */
 void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   const loom_model_spec *s = &d->spec;
@@ -51,12 +69,10 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     dec_ulysses_to_heads(d, L->q, L->qh, d->lh, D);
     dec_ulysses_to_heads(d, L->k, L->kh, d->lkv, D);
     dec_ulysses_to_heads(d, L->v, L->vh, d->lkv, D);
-    loom_flash_attention_forward_f32(L->atth, L->lse, L->qh, L->kh, L->vh, B, T, d->lh / sp,
-                                     d->lkv / sp, D, CAUSAL);
+    attn_fwd(d, L->atth, L->lse, L->qh, L->kh, L->vh, B, T, d->lh / sp, d->lkv / sp, D);
     dec_ulysses_to_tokens(d, L->atth, L->att, d->lh, D);
   } else {
-    loom_flash_attention_forward_f32(L->att, L->lse, L->q, L->k, L->v, B, T, d->lh, d->lkv, D,
-                                     CAUSAL);
+    attn_fwd(d, L->att, L->lse, L->q, L->k, L->v, B, T, d->lh, d->lkv, D);
   }
   /* partial sums over tp (straight into mid without tensor parallelism) */
   float *proj = d->shard.tp > 1 ? full : L->mid;
@@ -129,15 +145,14 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   if (ulysses(d)) {
     int sp = d->shard.sp;
     dec_ulysses_to_heads(d, S->d_att, S->d_atth, d->lh, D);
-    loom_flash_attention_backward_f32(S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse,
-                                      L->qh, L->kh, L->vh, B, T, d->lh / sp, d->lkv / sp, D,
-                                      CAUSAL, S->attn_work);
+    attn_bwd(d, S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse, L->qh, L->kh, L->vh, B,
+             T, d->lh / sp, d->lkv / sp, D, S->attn_work);
     dec_ulysses_to_tokens(d, S->d_qh, S->d_q, d->lh, D);
     dec_ulysses_to_tokens(d, S->d_kh, S->d_k, d->lkv, D);
     dec_ulysses_to_tokens(d, S->d_vh, S->d_v, d->lkv, D);
   } else {
-    loom_flash_attention_backward_f32(S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q,
-                                      L->k, L->v, B, T, d->lh, d->lkv, D, CAUSAL, S->attn_work);
+    attn_bwd(d, S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q, L->k, L->v, B, T, d->lh,
+             d->lkv, D, S->attn_work);
   }
   int Tseq = ulysses(d) ? T / d->shard.sp : T;
   if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) {
