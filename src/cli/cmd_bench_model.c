@@ -19,20 +19,23 @@
 #include "loom/hw.h"
 #include "loom/kernels.h"
 #include "loom/model.h"
+#include "loom/prof.h"
+#include "loom/roofline.h"
 #include "loom/sim_bench.h"
 #include "loom/train.h"
 
 typedef struct {
   const char *model, *dtype, *gemm, *json, *out;
   int B, T, steps, warmup;
-  bool no_gemm, quiet;
+  bool no_gemm, quiet, roofline;
 } opts;
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: loom bench model [--model PRESET] [--batch B] [--seq T] [--dtype fp32|bf16]\n"
           "                        [--steps N] [--warmup W] [--gemm onednn|openblas]\n"
-          "                        [--no-gemm] [--json FILE] [--out PROFILE] [--quiet]\n\n"
+          "                        [--no-gemm] [--json FILE] [--out PROFILE] [--quiet]\n"
+          "                        [--roofline]\n\n"
           "Time training steps of a model preset on this process (OMP_NUM_THREADS threads):\n"
           "tokens/s, model FLOP/s (6 x matmul params + causal attention per token), MFU against\n"
           "the GEMM peak measured here for the step's dtype, peak resident memory. Then the GEMM\n"
@@ -45,16 +48,22 @@ static void usage(FILE *f) {
           "  --steps N       timed steps, default 5 (median reported); --warmup W default 1\n"
           "  --gemm B        GEMM backend (default $LOOM_GEMM or onednn)\n"
           "  --no-gemm       skip the GEMM peak and bandwidth measurements (MFU not given)\n"
-          "  --json FILE     the results as one JSON object\n");
+          "  --json FILE     the results as one JSON object\n"
+          "  --roofline      one more step, profiled: each part (GEMMs by role and phase,\n"
+          "                  attention, norms, activations, cross-entropy, embeddings, AdamW,\n"
+          "                  clipping, bf16 conversions, zeroing, unattributed) with its time,\n"
+          "                  work, rate and fraction of its bound (GEMM peak of the dtype or\n"
+          "                  streaming bandwidth, measured here), and the bottleneck\n");
 }
 
 static int parse(opts *o, int argc, char **argv) {
   *o = (opts){"gpt2-124m", "fp32", NULL, NULL, "configs/hardware/this-machine-step.yaml", 4, 64,
-              5, 1, false, false};
+              5, 1, false, false, false};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--no-gemm")) o->no_gemm = true;
     else if (!strcmp(a, "--quiet")) o->quiet = true;
+    else if (!strcmp(a, "--roofline")) o->roofline = true;
     else if (!v) return loom_err("%s needs a value", a);
     else if (!strcmp(a, "--model")) o->model = v, i++;
     else if (!strcmp(a, "--dtype")) o->dtype = v, i++;
@@ -68,7 +77,8 @@ static int parse(opts *o, int argc, char **argv) {
     else {
       static const char *const known[] = {"--model", "--dtype", "--gemm", "--json", "--out",
                                           "--batch", "--seq", "--steps", "--warmup",
-                                          "--no-gemm", "--quiet", "--help", NULL};
+                                          "--no-gemm", "--quiet", "--roofline", "--help",
+                                          NULL};
       return loom_err("unknown option '%s'%s (loom bench model --help)", a,
                       loom_cli_did_you_mean(a, known));
     }
@@ -93,6 +103,8 @@ static int cmp_double(const void *a, const void *b) {
 typedef struct {
   double step_s, tokens_s, flops_s, rss_gib, loss_first, loss_last, min_s, max_s;
   double fwd_s, bwd_s, opt_s; /* one more step timed by part */
+  loom_prof_report prof;      /* --roofline: one more step, profiled */
+  double prof_wall;           /* its wall time measured around it */
 } step_result;
 
 /* The step: loom_train_step on random tokens, `warmup` untimed steps then `steps` timed. */
@@ -136,6 +148,14 @@ static int run_steps(const opts *o, const loom_model_spec *spec, step_result *r,
   loom_adamw_apply(&opt, d, &t, t.lr);
   double t3 = loom_now();
   r->fwd_s = t1 - t0, r->bwd_s = t2 - t1, r->opt_s = t3 - t2;
+  if (o->roofline) { /* the same loom_train_step, every part timed */
+    loom_step_result sr;
+    double w0 = loom_now();
+    loom_prof_start();
+    loom_train_step(d, &opt, &t, tok, tok + 1, 1, &sr);
+    loom_prof_stop(&r->prof);
+    r->prof_wall = loom_now() - w0;
+  }
   qsort(times, (size_t)o->steps, sizeof(double), cmp_double);
   r->step_s = times[o->steps / 2];
   if (o->steps % 2 == 0) r->step_s = 0.5 * (times[o->steps / 2 - 1] + times[o->steps / 2]);
@@ -262,6 +282,14 @@ int loom_cmd_bench_model(int argc, char **argv) {
                   threads);
   }
   if (log) printf("%s", notes);
+  loom_roofline_row rows[LOOM_PART_N];
+  int nrows = 0;
+  if (o.roofline) {
+    nrows = loom_roofline_build(&r.prof, dt_peak * 1e9, hw.mem_bw, rows);
+    printf("profiled step: %.3f s wall around it (median step %.3f s); data loading: none in "
+           "this step (random tokens in memory)\n", r.prof_wall, r.step_s);
+    loom_roofline_print(stdout, &r.prof, rows, nrows, dt_peak * 1e9, hw.mem_bw, o.dtype);
+  }
   if (!o.no_gemm && o.out) {
     /* the profile's devices are the cores (one thread per rank): calibrate it as `loom bench`
      * does, one thread, and keep this run's figures as its notes */
@@ -289,10 +317,16 @@ int loom_cmd_bench_model(int argc, char **argv) {
             "\"gemm\": \"%s\", \"isa\": \"%s\", \"step_s\": %.6f, \"step_min_s\": %.6f, "
             "\"step_max_s\": %.6f, \"tokens_s\": %.3f, \"flops_s\": %.6g, \"mfu\": %.4f, "
             "\"gemm_peak_gflops\": %.3f, \"peak_rss_gib\": %.4f, \"loss_first\": %.6f, "
-            "\"loss_last\": %.6f, \"fwd_s\": %.6f, \"bwd_s\": %.6f, \"opt_s\": %.6f}\n",
+            "\"loss_last\": %.6f, \"fwd_s\": %.6f, \"bwd_s\": %.6f, \"opt_s\": %.6f",
             o.model, o.B, o.T, o.dtype, threads, loom_gemm_backend_name(loom_gemm_get_backend()),
             loom_gemm_isa(), r.step_s, r.min_s, r.max_s, r.tokens_s, r.flops_s, mfu, dt_peak,
             r.rss_gib, r.loss_first, r.loss_last, r.fwd_s, r.bwd_s, r.opt_s);
+    if (o.roofline) {
+      fprintf(f, ", \"roofline_step_s\": %.6f, \"roofline_wall_s\": %.6f, \"roofline\": ",
+              r.prof.total, r.prof_wall);
+      loom_roofline_json(f, rows, nrows);
+    }
+    fprintf(f, "}\n");
     fclose(f);
   }
   return 0;

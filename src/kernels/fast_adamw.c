@@ -11,6 +11,7 @@
 #include "kernels/fast_internal.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "loom/prof.h"
 
 typedef struct {
   float step_size, bc2_sqrt, b1, b2, eps, one_m_b1, one_m_b2, clip;
@@ -87,6 +88,7 @@ void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_
                          double beta1, double beta2, double eps, long step) {
   LOOM_ASSERT(step >= 1);
   if (n_seg <= 0) return;
+  LOOM_PROF_PUSH(LOOM_PART_ADAMW);
   /* scalars exactly as loom_adamw_f32 forms them */
   const double bc1 = 1.0 - pow(beta1, (double)step);
   const double bc2 = 1.0 - pow(beta2, (double)step);
@@ -110,4 +112,6 @@ void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_
       else range_generic(p + o, g + o, m + o, v + o, plp, n, &k, wd != 0.0, decay);
     }
   }
+  /* compulsory traffic per element: p, m, v read and written, g read (+ p_lp written) */
+  LOOM_PROF_POP(0, (double)(hi - lo) * (28 + (p_lp ? 4 : 0)));
 }

@@ -11,6 +11,7 @@
 #include "kernels/fast_internal.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "loom/prof.h"
 
 static void row_stats_generic(const float *l, int real, float *mx_out, float *sum_out) {
   float mx = -INFINITY;
@@ -67,7 +68,7 @@ static void row_grad_avx512(float *g, const float *l, int V, int real, float mx,
 }
 #pragma GCC pop_options
 
-void loom_xent_stats_f32(float *row_max, float *row_sumexp, float *losses, const float *l,
+static void loom_xent_stats_f32_run(float *row_max, float *row_sumexp, float *losses, const float *l,
                          const int32_t *targets, int R, int V, int real) {
   int simd = fast_avx512();
 #pragma omp parallel for schedule(static) if ((size_t)R * V >= FAST_PAR_MIN)
@@ -86,7 +87,14 @@ void loom_xent_stats_f32(float *row_max, float *row_sumexp, float *losses, const
   }
 }
 
-void loom_xent_grad_f32(float *g, const float *l, const float *row_max,
+void loom_xent_stats_f32(float *row_max, float *row_sumexp, float *losses, const float *l,
+                         const int32_t *targets, int R, int V, int real) {
+  LOOM_PROF_PUSH(LOOM_PART_XENT);
+  loom_xent_stats_f32_run(row_max, row_sumexp, losses, l, targets, R, V, real);
+  LOOM_PROF_POP(0, 4.0 * ((double)R * V + 3.0 * R)); /* logits read, max sumexp loss written */
+}
+
+static void loom_xent_grad_f32_run(float *g, const float *l, const float *row_max,
                         const float *row_sumexp, const int32_t *targets, int R, int V, int real,
                         float scale) {
   int simd = fast_avx512();
@@ -104,4 +112,12 @@ void loom_xent_grad_f32(float *g, const float *l, const float *row_max,
     else row_grad_generic(gr, lr, V, real, row_max[r], inv, scale);
     if (t >= 0) gr[t] -= scale;
   }
+}
+
+void loom_xent_grad_f32(float *g, const float *l, const float *row_max,
+                        const float *row_sumexp, const int32_t *targets, int R, int V, int real,
+                        float scale) {
+  LOOM_PROF_PUSH(LOOM_PART_XENT);
+  loom_xent_grad_f32_run(g, l, row_max, row_sumexp, targets, R, V, real, scale);
+  LOOM_PROF_POP(0, 4.0 * (2.0 * R * V + 3.0 * R)); /* logits read, gradient written, row stats and targets read */
 }
