@@ -25,7 +25,10 @@ typedef struct {
   int path;
 } bwd_args;
 
-static void query_tile(const bwd_args *a, int b, int h, int kh, int i) {
+/* Kall, Vall (T, DP) pairs: K, V of (b, kh) row by row; Kvall ((T+1)/2, D): K as key pairs —
+ * packed once per work item */
+static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uint32_t *Kall,
+                       const uint32_t *Vall, const uint32_t *Kvall) {
   const int T = a->T, D = a->D, t0 = i * BQ, nq = T - t0 < BQ ? T - t0 : BQ;
   const int DP = (D + 1) / 2, nqp = (nq + 1) / 2, path = a->path, simd = path != FB_GENERIC;
   const float scale = (float)(1.0 / sqrt((double)D));
@@ -34,8 +37,6 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i) {
   float Qt[D * BQ], dQ[BQ * D], St[BK * BQ], dPt[BK * BQ]; /* (D,BQ) (BQ,D) (BK,BQ) (BK,BQ) */
   uint32_t Qp[DP * BQ], dOp[DP * BQ];       /* Q_i^T, dO_i^T as head-dim pairs (DP, BQ) */
   uint32_t Qv[BQ / 2 * D], dOv[BQ / 2 * D]; /* Q_i, dO_i as query pairs (BQ/2, D) */
-  uint32_t Kb[BK * DP], Vb[BK * DP];        /* K_j, V_j rows as head-dim pairs (BK, DP) */
-  uint32_t Kv[BK / 2 * D];                  /* K_j as key pairs (BK/2, D) */
   uint32_t Pb[BK * BQ / 2], dSb[BK * BQ / 2], dSp[BK / 2 * BQ]; /* (BK,BQ/2) x2, (BK/2,BQ) */
   float lse[BQ], delta[BQ];
   ftile_vis vis;
@@ -56,8 +57,8 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i) {
     int s0 = j * BK, nk = T - s0 < BK ? T - s0 : BK, nkp = (nk + 1) / 2;
     if (!fmask_tile(a->mask, T, t0, nq, s0, nk, &vis)) continue;
     const size_t koff = (((size_t)b * T + s0) * a->Hkv + kh) * D;
-    fb_pack_rows(path, Kb, DP, a->k + koff, ldk, nk, D, nk);
-    fb_pack_rows(path, Vb, DP, a->v + koff, ldk, nk, D, nk);
+    const uint32_t *Kb = Kall + (size_t)s0 * DP, *Vb = Vall + (size_t)s0 * DP;
+    const uint32_t *Kv = Kvall + (size_t)(s0 / 2) * D;
     fb_mm(path, St, BQ, Kb, DP, 1, Qp, BQ, nk, BQ, DP, 0);   /* St = K_j Q_i^T */
     fb_mm(path, dPt, BQ, Vb, DP, 1, dOp, BQ, nk, BQ, DP, 0); /* dPt = V_j dO_i^T */
     ftile_bwd_p_ds(simd, St, dPt, nk, nq, &vis, scale, lse, delta);
@@ -69,7 +70,6 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i) {
       fb_mm(path, a->dk + koff, (int)ldk, dSb, BQ / 2, 1, Qv, D, nk, D, nqp, 1);
     /* dQ_i (nq,D) += dS (nq,nk) K_j (nk,D) */
     fb_pack_vnni(path, dSp, BQ, dPt, BQ, nk, BQ, nkp);
-    fb_pack_vnni(path, Kv, D, a->k + koff, ldk, nk, D, nkp);
     fb_mm(path, dQ, D, dSp, 1, BQ, Kv, D, nq, D, nkp, 1);
   }
   if (a->dq)
@@ -97,17 +97,29 @@ void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const f
         work[((size_t)b * Hq + h) * T + t] = acc;
       }
   bwd_args a = {dq, dk, dv, dout, lse, q, k, v, work, T, Hq, Hkv, D, mask, fb_path(D)};
-  const int group = Hq / Hkv, nqt = (T + BQ - 1) / BQ;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (par)
-  for (int b = 0; b < B; b++)
-    for (int kh = 0; kh < Hkv; kh++) {
-      for (int s = 0; s < T; s++) { /* this item's dk/dv rows start at zero */
-        size_t o = (((size_t)b * T + s) * Hkv + kh) * D;
-        if (dk) memset(dk + o, 0, (size_t)D * sizeof(float));
-        if (dv) memset(dv + o, 0, (size_t)D * sizeof(float));
+  const int group = Hq / Hkv, nqt = (T + BQ - 1) / BQ, DP = (D + 1) / 2;
+  const long ldk = (long)Hkv * D;
+  const size_t nkb = (size_t)T * DP, nkv = (size_t)(T + 1) / 2 * D;
+#pragma omp parallel if (par)
+  {
+    uint32_t *Kall = loom_alloc((2 * nkb + nkv) * sizeof(uint32_t));
+    uint32_t *Vall = Kall + nkb, *Kvall = Vall + nkb;
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+      for (int kh = 0; kh < Hkv; kh++) {
+        const size_t off = ((size_t)b * T * Hkv + kh) * D;
+        for (int s = 0; s < T; s++) { /* this item's dk/dv rows start at zero */
+          size_t o = off + (size_t)s * ldk;
+          if (dk) memset(dk + o, 0, (size_t)D * sizeof(float));
+          if (dv) memset(dv + o, 0, (size_t)D * sizeof(float));
+        }
+        fb_pack_rows(a.path, Kall, DP, k + off, ldk, T, D, T); /* K, V packed once per item */
+        fb_pack_rows(a.path, Vall, DP, v + off, ldk, T, D, T);
+        fb_pack_vnni(a.path, Kvall, D, k + off, ldk, T, D, (T + 1) / 2);
+        for (int h = kh * group; h < (kh + 1) * group; h++)
+          for (int i = 0; i < nqt; i++) query_tile(&a, b, h, kh, i, Kall, Vall, Kvall);
       }
-      for (int h = kh * group; h < (kh + 1) * group; h++)
-        for (int i = 0; i < nqt; i++) query_tile(&a, b, h, kh, i);
-    }
+    loom_free(Kall);
+  }
   LOOM_PROF_POP(10.0 * D * B * Hq * flash_visible_pairs(mask, T), 0);
 }

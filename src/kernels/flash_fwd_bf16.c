@@ -15,16 +15,17 @@
 #include "loom/kernels.h"
 #include "loom/prof.h"
 
-static void query_tile(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int b, int h, int i, int T, int Hq, int Hkv, int D, loom_attn_mask mask,
-                       int path) {
-  const int kh = h / (Hq / Hkv), t0 = i * BQ, nq = T - t0 < BQ ? T - t0 : BQ;
+/* Kall (T, DP) pairs: K of (b, kh) row by row; Vall ((T+1)/2, D) pairs: V as key pairs —
+ * packed once per (sequence, kv head) by the caller */
+static void query_tile(float *out, float *lse, const float *q, const uint32_t *Kall,
+                       const uint32_t *Vall, int b, int h, int i, int T, int Hq, int D,
+                       loom_attn_mask mask, int path) {
+  const int t0 = i * BQ, nq = T - t0 < BQ ? T - t0 : BQ;
   const int DP = (D + 1) / 2, simd = path != FB_GENERIC;
   const float scale = (float)(1.0 / sqrt((double)D));
-  const long ldq = (long)Hq * D, ldk = (long)Hkv * D;
+  const long ldq = (long)Hq * D;
   float Qt[D * BQ], Ot[D * BQ], St[BK * BQ];             /* (D,BQ) (D,BQ) (BK,BQ) fp32 */
-  uint32_t Qp[DP * BQ], Kb[BK * DP], Pp[BK / 2 * BQ];    /* pairs: (DP,BQ) (BK,DP) (BK/2,BQ) */
-  uint32_t Vp[BK / 2 * D];                               /* pairs (BK/2, D) */
+  uint32_t Qp[DP * BQ], Pp[BK / 2 * BQ];                 /* pairs: (DP,BQ) (BK/2,BQ) */
   float m[BQ], l[BQ], alpha[BQ];
   ftile_vis vis;
   for (int r = 0; r < BQ; r++) m[r] = -INFINITY, l[r] = 0.0f;
@@ -35,14 +36,11 @@ static void query_tile(float *out, float *lse, const float *q, const float *k, c
   for (int j = j0; j <= j1; j++) {
     int s0 = j * BK, nk = T - s0 < BK ? T - s0 : BK, nkp = (nk + 1) / 2;
     if (!fmask_tile(mask, T, t0, nq, s0, nk, &vis)) continue;
-    const float *kj = k + (((size_t)b * T + s0) * Hkv + kh) * D;
-    const float *vj = v + (((size_t)b * T + s0) * Hkv + kh) * D;
-    fb_pack_rows(path, Kb, DP, kj, ldk, nk, D, nk);
+    const uint32_t *Kb = Kall + (size_t)s0 * DP, *Vp = Vall + (size_t)(s0 / 2) * D;
     fb_mm(path, St, BQ, Kb, DP, 1, Qp, BQ, nk, BQ, DP, 0);          /* St = K_j Q_i^T */
     ftile_softmax_step(simd, St, nk, nq, &vis, scale, m, l, alpha); /* St = P^T */
     ftile_scale_cols(simd, Ot, D, alpha);
     fb_pack_vnni(path, Pp, BQ, St, BQ, nk, BQ, nkp);                /* P^T as key pairs */
-    fb_pack_vnni(path, Vp, D, vj, ldk, nk, D, nkp);                 /* V_j as key pairs */
     fb_mm(path, Ot, BQ, Vp, 1, D, Pp, BQ, D, BQ, nkp, 1);           /* Ot += V_j^T P^T */
   }
   for (int r = 0; r < nq; r++) {
@@ -59,12 +57,25 @@ void loom_flash_attention_forward_bf16(float *out, float *lse, const float *q, c
   LOOM_ASSERT(Hkv > 0 && Hq % Hkv == 0 && D > 0 && D <= 256);
   if (B <= 0 || T <= 0 || Hq <= 0) return;
   LOOM_PROF_PUSH(LOOM_PART_ATTN_FWD);
-  const int path = fb_path(D), nqt = (T + BQ - 1) / BQ;
-  const long items = (long)B * Hq * nqt;
-#pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * Hq * T * T * D >= FAST_PAR_MIN)
-  for (long it = 0; it < items; it++) {
-    int i = (int)(it % nqt), h = (int)((it / nqt) % Hq), b = (int)(it / ((long)nqt * Hq));
-    query_tile(out, lse, q, k, v, b, h, nqt - 1 - i, T, Hq, Hkv, D, mask, path);
+  const int path = fb_path(D), nqt = (T + BQ - 1) / BQ, DP = (D + 1) / 2, group = Hq / Hkv;
+  const long ldk = (long)Hkv * D;
+  const size_t nkb = (size_t)T * DP, nvp = (size_t)(T + 1) / 2 * D;
+  /* one work item per (sequence, kv head): its K and V packed once (a tile would be packed
+   * again for every query tile that sees it), then its query heads' tiles */
+#pragma omp parallel if ((size_t)B * Hq * T * T * D >= FAST_PAR_MIN)
+  {
+    uint32_t *Kall = loom_alloc((nkb + nvp) * sizeof(uint32_t)), *Vall = Kall + nkb;
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+      for (int kh = 0; kh < Hkv; kh++) {
+        const size_t off = ((size_t)b * T * Hkv + kh) * D;
+        fb_pack_rows(path, Kall, DP, k + off, ldk, T, D, T);
+        fb_pack_vnni(path, Vall, D, v + off, ldk, T, D, (T + 1) / 2);
+        for (int h = kh * group; h < (kh + 1) * group; h++)
+          for (int i = nqt - 1; i >= 0; i--)
+            query_tile(out, lse, q, Kall, Vall, b, h, i, T, Hq, D, mask, path);
+      }
+    loom_free(Kall);
   }
   LOOM_PROF_POP(4.0 * D * B * Hq * flash_visible_pairs(mask, T), 0);
 }
