@@ -143,6 +143,46 @@ static void mm_emu(float *C, int ldc, const uint32_t *A, long ai, long ap, const
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")
+/* Packs with vcvtne2ps2bf16 (round to nearest even like loom_f32_to_bf16; it quiets NaN and
+ * flushes subnormals to zero, which vdpbf16ps does to its bf16 inputs anyway) */
+static inline __m512i cvt32(const float *src, int n) { /* n <= 32 values -> 32 bf16 */
+  __mmask16 m0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+  __mmask16 m1 = n >= 32 ? (__mmask16)0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1u) : 0;
+  __m512 lo = _mm512_maskz_loadu_ps(m0, src), hi = _mm512_maskz_loadu_ps(m1, src + 16);
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+static void rows_bf16(uint32_t *dst, int lddst, const float *src, long ld, int nrows, int ncols) {
+  for (int r = 0; r < nrows; r++) {
+    uint16_t *d = (uint16_t *)(dst + (size_t)r * lddst);
+    const float *x = src + r * ld;
+    for (int j = 0; j < ncols; j += 32) {
+      int n = ncols - j < 32 ? ncols - j : 32, np = (n + 1) & ~1; /* an odd tail pads a zero */
+      __mmask32 m = np >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << np) - 1u);
+      _mm512_mask_storeu_epi16(d + j, m, cvt32(x + j, n));
+    }
+  }
+}
+
+static void vnni_bf16(uint32_t *dst, int lddst, const float *src, long ld, int nrows, int ncols,
+                      int npairs) {
+  /* (even row i, odd row i) for i < 16 from [even 0..15 | odd 0..15] */
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                       24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                       16, 0);
+  for (int p = 0; p < npairs; p++) {
+    const float *e = src + 2 * p * ld, *o = src + (2 * p + 1) * ld;
+    int he = 2 * p < nrows, ho = 2 * p + 1 < nrows;
+    for (int j = 0; j < ncols; j += 16) {
+      __mmask16 m = ncols - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ncols - j)) - 1u);
+      __m512 ve = he ? _mm512_maskz_loadu_ps(m, e + j) : _mm512_setzero_ps();
+      __m512 vo = ho ? _mm512_maskz_loadu_ps(m, o + j) : _mm512_setzero_ps();
+      __m512i x = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(vo, ve));
+      _mm512_mask_storeu_epi32(dst + (size_t)p * lddst + j, m, x);
+    }
+  }
+}
+
 static inline __attribute__((always_inline)) void kern_bf16(KERN_ARGS) { KERN_BODY(0) }
 static void mm_bf16(float *C, int ldc, const uint32_t *A, long ai, long ap, const uint32_t *B,
                     long ldb, int m, int n, int kp, int acc) {
@@ -155,6 +195,12 @@ static void mm_bf16(float *C, int ldc, const uint32_t *A, long ai, long ap, cons
 void fb_pack_rows(int path, uint32_t *dst, int lddst, const float *src, long ld, int nrows,
                   int ncols, int nrows_pad) {
   int np = (ncols + 1) / 2;
+  if (path == FB_BF16) {
+    rows_bf16(dst, lddst, src, ld, nrows, ncols);
+    for (int r = nrows; r < nrows_pad; r++)
+      memset(dst + (size_t)r * lddst, 0, (size_t)np * sizeof(uint32_t));
+    return;
+  }
   for (int r = 0; r < nrows_pad; r++) {
     uint32_t *d = dst + (size_t)r * lddst;
     if (r >= nrows) {
@@ -174,6 +220,7 @@ void fb_pack_rows(int path, uint32_t *dst, int lddst, const float *src, long ld,
 void fb_pack_vnni(int path, uint32_t *dst, int lddst, const float *src, long ld, int nrows,
                   int ncols, int npairs) {
   if (path == FB_GENERIC) vnni_generic(dst, lddst, src, ld, nrows, ncols, npairs);
+  else if (path == FB_BF16) vnni_bf16(dst, lddst, src, ld, nrows, ncols, npairs);
   else vnni_avx512(dst, lddst, src, ld, nrows, ncols, npairs);
 }
 
