@@ -169,8 +169,10 @@ void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const fl
  * the same shapes, masks, schedule and outputs as the fp32 kernels above, with every product
  * on bf16 operands and fp32 accumulation (vdpbf16ps on AVX512-BF16): q, k, v (and dout) are
  * rounded to bf16 (to nearest even) as tiles are loaded — so fp32 tensors holding bf16 values
- * are taken exactly —, the probabilities P (and dS) are rounded to bf16 as operands of the
- * products that follow them; scores, softmax statistics (lse), delta and outputs are fp32.
+ * are taken exactly —; the forward rounds P = exp(s - m) (m the running row maximum, the final
+ * one when T <= 64) before it weights v and divides by the row sum after; the backward rounds
+ * P = exp(s - lse) and dS = P (dP - delta) / sqrt(D) as operands of dV, dK and dQ; delta =
+ * rowsum(bf16(dout) out); scores, softmax statistics (lse) and outputs are fp32.
  * Without AVX512-BF16 the same arithmetic runs on AVX-512F (or portable C: D % 16 != 0 or no
  * AVX-512); loom_kernels_attn_bf16_path() names the path. */
 void loom_flash_attention_forward_bf16(float *out, float *lse, const float *q, const float *k,

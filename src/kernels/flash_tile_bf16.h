@@ -1,7 +1,9 @@
 /* Private to bf16 flash attention: tiles of bf16 pairs and the small GEMM over them. A pair
  * is one uint32 holding two bf16 values of consecutive reduction indices (2p in the low half,
  * 2p+1 in the high half), the operand format of vdpbf16ps. Every pack rounds fp32 to bf16 to
- * nearest even (exactly loom_f32_to_bf16) and pads a missing odd index with zero. */
+ * nearest even (loom_f32_to_bf16; the vdpbf16ps path converts with vcvtne2ps2bf16, which also
+ * flushes subnormals to zero — as vdpbf16ps treats subnormal inputs) and pads a missing odd
+ * index with zero. */
 #ifndef LOOM_FLASH_TILE_BF16_H
 #define LOOM_FLASH_TILE_BF16_H
 #include <stddef.h>
