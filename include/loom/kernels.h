@@ -241,6 +241,13 @@ void loom_xent_stats_f32(float *row_max, float *row_sumexp, float *losses, const
 void loom_xent_grad_f32(float *g, const float *l, const float *row_max,
                         const float *row_sumexp, const int32_t *targets, int R, int V, int real,
                         float scale);
+/* The same gradient rounded to bf16 (exactly loom_f32_to_bf16 of loom_xent_grad_f32's values),
+ * rows of g with stride ldg values; g may be (uint16_t *)l with ldg = 2 V (each row's bf16
+ * values in the first half of its own fp32 storage). For the bf16 head: no fp32 gradient
+ * written, no conversion pass. */
+void loom_xent_grad_bf16(uint16_t *g, size_t ldg, const float *l, const float *row_max,
+                         const float *row_sumexp, const int32_t *targets, int R, int V, int real,
+                         float scale);
 
 /* ---- one-pass AdamW over the flat buffer (src/kernels/fast_adamw.c) ----------------------- */
 /* One tensor's range of the flat buffer and its weight decay. */

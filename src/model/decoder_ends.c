@@ -211,11 +211,10 @@ static void head_chunk_grad(loom_decoder *d, loom_acts *a, const head_ops *o, in
                             const float *L, float *G, float scale, float *dx, float *dw,
                             float beta) {
   int V = d->vloc, C = d->spec.hidden;
-  loom_xent_grad_f32(G, L, a->row_max + r0, a->row_sumexp + r0, d->s->row_targets + r0, R, V,
-                     real_columns(d), scale);
-  if (o->w16) {
-    uint16_t *G16 = (uint16_t *)G; /* row r's bf16 values in row r's own fp32 storage */
-    loom_f32_to_bf16_rows(G16, 2 * (size_t)V, G, V, R, V);
+  if (o->w16) { /* the gradient straight to bf16, row r's values in row r's own storage */
+    uint16_t *G16 = (uint16_t *)G;
+    loom_xent_grad_bf16(G16, 2 * (size_t)V, L, a->row_max + r0, a->row_sumexp + r0,
+                        d->s->row_targets + r0, R, V, real_columns(d), scale);
     LOOM_PROF_PUSH(LOOM_PART_HEAD_DGRAD);
     loom_gemm_bf16(0, 0, R, C, V, G16, 2 * V, o->w16, C, NULL, 0.0f, dx, C);
     LOOM_PROF_POP(2.0 * R * V * C, 0);
@@ -223,6 +222,8 @@ static void head_chunk_grad(loom_decoder *d, loom_acts *a, const head_ops *o, in
     loom_gemm_bf16(1, 0, V, C, R, G16, 2 * V, o->h16 + (size_t)r0 * C, C, NULL, beta, dw, C);
     LOOM_PROF_POP(2.0 * R * V * C, 0);
   } else {
+    loom_xent_grad_f32(G, L, a->row_max + r0, a->row_sumexp + r0, d->s->row_targets + r0, R, V,
+                       real_columns(d), scale);
     if (d->bf16) loom_round_bf16_f32(G, G, (size_t)R * V);
     LOOM_PROF_PUSH(LOOM_PART_HEAD_DGRAD);
     loom_gemm_f32(0, 0, R, C, V, G, V, o->w, C, NULL, 0.0f, dx, C);
