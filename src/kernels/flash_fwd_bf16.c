@@ -5,6 +5,7 @@
  * everything else — accumulators, scores, softmax statistics m, l, lse, the output — is fp32.
  * Shapes: q, out (B,T,Hq,D); k, v (B,T,Hkv,D); lse (B,Hq,T). */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "kernels/fast_internal.h"
@@ -16,7 +17,7 @@
 #include "loom/prof.h"
 
 /* Kall (T, DP) pairs: K of (b, kh) row by row; Vall ((T+1)/2, D) pairs: V as key pairs —
- * packed once per (sequence, kv head) by the caller */
+ * packed by the caller (the rows of the key tiles this query tile visits) */
 static void query_tile(float *out, float *lse, const float *q, const uint32_t *Kall,
                        const uint32_t *Vall, int b, int h, int i, int T, int Hq, int D,
                        loom_attn_mask mask, int path) {
@@ -60,21 +61,32 @@ void loom_flash_attention_forward_bf16(float *out, float *lse, const float *q, c
   const int path = fb_path(D), nqt = (T + BQ - 1) / BQ, DP = (D + 1) / 2, group = Hq / Hkv;
   const long ldk = (long)Hkv * D;
   const size_t nkb = (size_t)T * DP, nvp = (size_t)(T + 1) / 2 * D;
-  /* one work item per (sequence, kv head): its K and V packed once (a tile would be packed
-   * again for every query tile that sees it), then its query heads' tiles */
-#pragma omp parallel if ((size_t)B * Hq * T * T * D >= FAST_PAR_MIN)
+  /* work items: (sequence, kv head, chunk of query tiles), enough chunks for ~4 items per
+   * thread; each item packs the K and V rows its tiles can see once (a tile would otherwise be
+   * packed again for every query tile that sees it). Results do not depend on the split. */
+  const int par = (size_t)B * Hq * T * T * D >= FAST_PAR_MIN;
+  const long kvs = (long)B * Hkv, want = 4L * (par ? omp_get_max_threads() : 1);
+  const int nch = (int)(kvs >= want ? 1 : (want + kvs - 1) / kvs < nqt ? (want + kvs - 1) / kvs : nqt);
+#pragma omp parallel if (par)
   {
     uint32_t *Kall = loom_alloc((nkb + nvp) * sizeof(uint32_t)), *Vall = Kall + nkb;
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < B; b++)
-      for (int kh = 0; kh < Hkv; kh++) {
-        const size_t off = ((size_t)b * T * Hkv + kh) * D;
-        fb_pack_rows(path, Kall, DP, k + off, ldk, T, D, T);
-        fb_pack_vnni(path, Vall, D, v + off, ldk, T, D, (T + 1) / 2);
-        for (int h = kh * group; h < (kh + 1) * group; h++)
-          for (int i = nqt - 1; i >= 0; i--)
-            query_tile(out, lse, q, Kall, Vall, b, h, i, T, Hq, D, mask, path);
-      }
+#pragma omp for schedule(dynamic, 1)
+    for (long it = 0; it < kvs * nch; it++) {
+      const int c = (int)(it % nch), kh = (int)((it / nch) % Hkv), b = (int)(it / ((long)nch * Hkv));
+      const int i0 = (int)((long)c * nqt / nch), i1 = (int)((long)(c + 1) * nqt / nch);
+      if (i0 >= i1) continue;
+      const int tlast = (i1 * BQ < T ? i1 * BQ : T) - 1;
+      /* the key tiles these query tiles visit, whole (masked keys are multiplied by P = 0) */
+      const int k0 = fmask_lo(mask, i0 * BQ) / BK * BK;
+      const int k1 = (fmask_hi(mask, tlast, T) / BK + 1) * BK < T ? (fmask_hi(mask, tlast, T) / BK + 1) * BK : T;
+      const size_t off = (((size_t)b * T + k0) * Hkv + kh) * D;
+      fb_pack_rows(path, Kall + (size_t)k0 * DP, DP, k + off, ldk, k1 - k0, D, k1 - k0);
+      fb_pack_vnni(path, Vall + (size_t)(k0 / 2) * D, D, v + off, ldk, k1 - k0, D,
+                   (k1 - k0 + 1) / 2);
+      for (int h = kh * group; h < (kh + 1) * group; h++)
+        for (int i = i1 - 1; i >= i0; i--)
+          query_tile(out, lse, q, Kall, Vall, b, h, i, T, Hq, D, mask, path);
+    }
     loom_free(Kall);
   }
   LOOM_PROF_POP(4.0 * D * B * Hq * flash_visible_pairs(mask, T), 0);
