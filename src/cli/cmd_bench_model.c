@@ -59,8 +59,16 @@ static void usage(FILE *f) {
 static int parse(opts *o, int argc, char **argv) {
   *o = (opts){"gpt2-124m", "fp32", NULL, NULL, "configs/hardware/this-machine-step.yaml", 4, 64,
               5, 1, false, false, false};
+  static const char *const known[] = {"--model", "--dtype", "--gemm", "--json", "--out",
+                                      "--batch", "--seq", "--steps", "--warmup", "--no-gemm",
+                                      "--quiet", "--roofline", "--help", NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int known_opt = 0;
+    for (int k = 0; known[k]; k++) known_opt |= !strcmp(a, known[k]);
+    if (!known_opt) /* unknown (a misspelt flag too, even last): say which was meant */
+      return loom_err("unknown option '%s'%s (loom bench model --help)", a,
+                      loom_cli_did_you_mean(a, known));
     if (!strcmp(a, "--no-gemm")) o->no_gemm = true;
     else if (!strcmp(a, "--quiet")) o->quiet = true;
     else if (!strcmp(a, "--roofline")) o->roofline = true;
@@ -74,14 +82,6 @@ static int parse(opts *o, int argc, char **argv) {
     else if (!strcmp(a, "--seq")) o->T = atoi(v), i++;
     else if (!strcmp(a, "--steps")) o->steps = atoi(v), i++;
     else if (!strcmp(a, "--warmup")) o->warmup = atoi(v), i++;
-    else {
-      static const char *const known[] = {"--model", "--dtype", "--gemm", "--json", "--out",
-                                          "--batch", "--seq", "--steps", "--warmup",
-                                          "--no-gemm", "--quiet", "--roofline", "--help",
-                                          NULL};
-      return loom_err("unknown option '%s'%s (loom bench model --help)", a,
-                      loom_cli_did_you_mean(a, known));
-    }
   }
   if (strcmp(o->dtype, "fp32") && strcmp(o->dtype, "bf16"))
     return loom_err("--dtype must be fp32 or bf16, found '%s'", o->dtype);
@@ -285,10 +285,11 @@ int loom_cmd_bench_model(int argc, char **argv) {
   loom_roofline_row rows[LOOM_PART_N];
   int nrows = 0;
   if (o.roofline) {
-    nrows = loom_roofline_build(&r.prof, dt_peak * 1e9, hw.mem_bw, rows);
+    double bw = o.no_gemm ? 0 : hw.mem_bw; /* --no-gemm: nothing measured, no fractions */
+    nrows = loom_roofline_build(&r.prof, dt_peak * 1e9, bw, rows);
     printf("profiled step: %.3f s wall around it (median step %.3f s); data loading: none in "
            "this step (random tokens in memory)\n", r.prof_wall, r.step_s);
-    loom_roofline_print(stdout, &r.prof, rows, nrows, dt_peak * 1e9, hw.mem_bw, o.dtype);
+    loom_roofline_print(stdout, &r.prof, rows, nrows, dt_peak * 1e9, bw, o.dtype);
   }
   if (!o.no_gemm && o.out) {
     /* the profile's devices are the cores (one thread per rank): calibrate it as `loom bench`
