@@ -143,16 +143,18 @@ static void mm_emu(float *C, int ldc, const uint32_t *A, long ai, long ap, const
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")
+/* the same as a function attribute, which clang (the fuzzing build) honours too */
+#define BF16_FN __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
 /* Packs with vcvtne2ps2bf16 (round to nearest even like loom_f32_to_bf16; it quiets NaN and
  * flushes subnormals to zero, which vdpbf16ps does to its bf16 inputs anyway) */
-static inline __m512i cvt32(const float *src, int n) { /* n <= 32 values -> 32 bf16 */
+static inline BF16_FN __m512i cvt32(const float *src, int n) { /* n <= 32 values -> 32 bf16 */
   __mmask16 m0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
   __mmask16 m1 = n >= 32 ? (__mmask16)0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1u) : 0;
   __m512 lo = _mm512_maskz_loadu_ps(m0, src), hi = _mm512_maskz_loadu_ps(m1, src + 16);
   return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
-static void rows_bf16(uint32_t *dst, int lddst, const float *src, long ld, int nrows, int ncols) {
+static BF16_FN void rows_bf16(uint32_t *dst, int lddst, const float *src, long ld, int nrows, int ncols) {
   for (int r = 0; r < nrows; r++) {
     uint16_t *d = (uint16_t *)(dst + (size_t)r * lddst);
     const float *x = src + r * ld;
@@ -164,7 +166,7 @@ static void rows_bf16(uint32_t *dst, int lddst, const float *src, long ld, int n
   }
 }
 
-static void vnni_bf16(uint32_t *dst, int lddst, const float *src, long ld, int nrows, int ncols,
+static BF16_FN void vnni_bf16(uint32_t *dst, int lddst, const float *src, long ld, int nrows, int ncols,
                       int npairs) {
   /* (even row i, odd row i) for i < 16 from [even 0..15 | odd 0..15] */
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
@@ -183,8 +185,8 @@ static void vnni_bf16(uint32_t *dst, int lddst, const float *src, long ld, int n
   }
 }
 
-static inline __attribute__((always_inline)) void kern_bf16(KERN_ARGS) { KERN_BODY(0) }
-static void mm_bf16(float *C, int ldc, const uint32_t *A, long ai, long ap, const uint32_t *B,
+static inline __attribute__((always_inline)) BF16_FN void kern_bf16(KERN_ARGS) { KERN_BODY(0) }
+static BF16_FN void mm_bf16(float *C, int ldc, const uint32_t *A, long ai, long ap, const uint32_t *B,
                     long ldb, int m, int n, int kp, int acc) {
   MM_BODY(kern_bf16)
 }
