@@ -88,7 +88,7 @@ void loom_roofline_json(FILE *f, const loom_roofline_row *rows, int n) {
   fputc('[', f);
   for (int i = 0; i < n; i++) {
     const loom_roofline_row *w = &rows[i];
-    fprintf(f, "%s{\"part\": \"%s\", \"seconds\": %.6g, \"share\": %.6g, \"%s\": %.6g, ",
+    fprintf(f, "%s{\"part\": \"%s\", \"seconds\": %.6g, \"share\": %.6g, \"%s\": %.17g, ",
             i ? ", " : "", loom_prof_part_name(w->part), w->seconds, w->share,
             w->compute ? "flops" : "bytes", w->work);
     if (isnan(w->fraction)) fprintf(f, "\"fraction\": null, ");
