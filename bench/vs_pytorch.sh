@@ -77,10 +77,10 @@ for c in cases:
         l = json.load(open(os.path.join(work, c + ".loom.json")))
     except OSError:
         continue
-    rows = sorted(l.get("roofline", []), key=lambda r: -r["lost_s"])[:6]
+    rows = sorted(l.get("roofline", []), key=lambda r: -(r["lost_s"] or 0))[:6]
     print(f"\n{c}: profiled step {l.get('roofline_step_s', 0):.3f} s; most time lost against the bound:")
     for r in rows:
         frac = "-" if r["fraction"] is None else f"{100 * r['fraction']:.1f}%"
         print(f"  {r['part']:<16} {r['seconds']:8.3f} s  {100 * r['share']:5.1f}%  of bound {frac:>6}"
-              f"  lost {r['lost_s']:.3f} s  {r['note']}")
+              f"  lost {'-' if r['lost_s'] is None else format(r['lost_s'], '.3f')} s  {r['note']}")
 EOF

@@ -19,7 +19,7 @@ typedef enum {
   LOOM_PART_HEAD_FWD, LOOM_PART_HEAD_DGRAD, LOOM_PART_HEAD_WGRAD,
   LOOM_PART_ATTN_FWD, LOOM_PART_ATTN_BWD,
   LOOM_PART_NORM,     /* residual add + norm forward, norm backward */
-  LOOM_PART_ACT,      /* bias + activation, activation backward, residual add, bias grads, scale */
+  LOOM_PART_ACT,      /* bias + activation and backward, residual add, bias grads, scale, rotary */
   LOOM_PART_XENT,     /* cross-entropy statistics and gradient of the head */
   LOOM_PART_EMBED,    /* token (+ position) embedding forward and backward */
   LOOM_PART_ZERO,     /* zeroing the gradient buffer */

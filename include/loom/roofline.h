@@ -16,7 +16,8 @@ typedef struct {
   int compute;           /* 1: work is FLOPs, bound the GEMM peak; 0: bytes, bandwidth */
   double rate;           /* work / seconds (FLOP/s or B/s); 0 when no work */
   double fraction;       /* rate / bound in [0, 1]; NAN when absent (see note) */
-  double lost;           /* seconds - work / bound: time above the bound (all of it when absent) */
+  double lost;           /* seconds - work / bound: time above the bound; NAN when the fraction
+                            is absent (unknown), all of it for the unattributed rest */
   const char *note;      /* why the fraction is absent, or NULL */
 } loom_roofline_row;
 
@@ -26,7 +27,8 @@ typedef struct {
  * never printed above 100%). */
 int loom_roofline_build(const loom_prof_report *r, double gemm_peak, double mem_bw,
                         loom_roofline_row rows[LOOM_PART_N]);
-/* The table, then the bottleneck line: the part losing the most time against its bound. */
+/* The table, then the bottleneck line: the part losing the most time against its bound (parts
+ * without a fraction are not candidates: what they lose is unknown). */
 void loom_roofline_print(FILE *f, const loom_prof_report *r, const loom_roofline_row *rows,
                          int n, double gemm_peak, double mem_bw, const char *dtype);
 /* The rows as a JSON array (no trailing newline). */

@@ -25,10 +25,11 @@ int loom_roofline_build(const loom_prof_report *r, double gemm_peak, double mem_
     if (r->calls[p] == 0) continue;
     loom_roofline_row *w = &rows[n++];
     *w = (loom_roofline_row){p, r->seconds[p], r->seconds[p] / total, 0, is_compute(p), 0, NAN,
-                             r->seconds[p], NULL};
+                             NAN, NULL};
     double bound = w->compute ? gemm_peak : mem_bw;
     w->work = w->compute ? r->flops[p] : r->bytes[p];
-    if (p == LOOM_PART_OTHER) {
+    if (p == LOOM_PART_OTHER) { /* no work: all of its time is above any bound */
+      w->lost = w->seconds;
       w->note = "no kernel: decoder glue, copies";
       continue;
     }
@@ -67,16 +68,17 @@ void loom_roofline_print(FILE *f, const loom_prof_report *r, const loom_roofline
   int worst = -1;
   for (int i = 0; i < n; i++) {
     const loom_roofline_row *w = &rows[i];
-    char work[32] = "-", rate[32] = "-", frac[16] = "-";
+    char work[32] = "-", rate[32] = "-", frac[16] = "-", lost[16] = "-";
     if (w->work > 0)
       snprintf(work, sizeof work, w->compute ? "%.2f GFLOP" : "%.3f GB", w->work / 1e9);
     if (w->rate > 0)
       snprintf(rate, sizeof rate, w->compute ? "%.1f GF/s" : "%.2f GB/s", w->rate / 1e9);
     if (!isnan(w->fraction)) snprintf(frac, sizeof frac, "%.1f%%", 100 * w->fraction);
-    fprintf(f, "  %-16s %9.4f %5.1f%% %7ld %12s %11s %9s %8.4f  %s\n",
+    if (!isnan(w->lost)) snprintf(lost, sizeof lost, "%.4f", w->lost);
+    fprintf(f, "  %-16s %9.4f %5.1f%% %7ld %12s %11s %9s %8s  %s\n",
             loom_prof_part_name(w->part), w->seconds, 100 * w->share, r->calls[w->part], work,
-            rate, frac, w->lost, w->note ? w->note : "");
-    if (worst < 0 || w->lost > rows[worst].lost) worst = i;
+            rate, frac, lost, w->note ? w->note : "");
+    if (!isnan(w->lost) && (worst < 0 || w->lost > rows[worst].lost)) worst = i;
   }
   if (worst >= 0)
     fprintf(f, "bottleneck: %s loses %.3f s (%.1f%% of the step) against its bound\n",
@@ -93,7 +95,9 @@ void loom_roofline_json(FILE *f, const loom_roofline_row *rows, int n) {
             w->compute ? "flops" : "bytes", w->work);
     if (isnan(w->fraction)) fprintf(f, "\"fraction\": null, ");
     else fprintf(f, "\"fraction\": %.6g, ", w->fraction);
-    fprintf(f, "\"lost_s\": %.6g, \"note\": \"%s\"}", w->lost, w->note ? w->note : "");
+    if (isnan(w->lost)) fprintf(f, "\"lost_s\": null, ");
+    else fprintf(f, "\"lost_s\": %.6g, ", w->lost);
+    fprintf(f, "\"note\": \"%s\"}", w->note ? w->note : "");
   }
   fputc(']', f);
 }

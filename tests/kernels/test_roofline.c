@@ -141,7 +141,8 @@ static void check_table(void) {
   r.calls[LOOM_PART_ATTN_FWD] = 1, r.seconds[LOOM_PART_ATTN_FWD] = 0.5, r.flops[LOOM_PART_ATTN_FWD] = 2e12;
   loom_roofline_row rows[LOOM_PART_N];
   /* peak 2 TFLOP/s, 40 GB/s: fc1 runs 1 TFLOP/s = 50%, loses 1 s; adamw 30 GB/s = 75%, loses
-   * 0.25 s; attention 4 TFLOP/s > peak: no fraction, a note, all its time counted as lost */
+   * 0.25 s; attention 4 TFLOP/s > peak: no fraction, a note, lost unknown; the unattributed
+   * rest loses all of its time */
   int n = loom_roofline_build(&r, 2e12, 4e10, rows);
   CHECK(n == 4, "%d rows, want 4", n);
   CHECK(rows[0].part == LOOM_PART_FC1_FWD && fabs(rows[0].fraction - 0.5) < 1e-12 &&
@@ -153,9 +154,12 @@ static void check_table(void) {
         "adamw row: fraction %g lost %g", rows[1].fraction, rows[1].lost);
   int attn = rows[2].part == LOOM_PART_ATTN_FWD ? 2 : 3;
   CHECK(rows[attn].part == LOOM_PART_ATTN_FWD && isnan(rows[attn].fraction) &&
-            rows[attn].note && strstr(rows[attn].note, "peak"),
+            isnan(rows[attn].lost) && rows[attn].note && strstr(rows[attn].note, "peak"),
         "attention above the peak: fraction %g, note %s", rows[attn].fraction,
         rows[attn].note ? rows[attn].note : "(none)");
+  int other = rows[2].part == LOOM_PART_OTHER ? 2 : 3;
+  CHECK(rows[other].part == LOOM_PART_OTHER && rows[other].lost == 0.5,
+        "unattributed row: lost %g", rows[other].lost);
   n = loom_roofline_build(&r, 0, 0, rows); /* nothing measured: every fraction absent */
   for (int i = 0; i < n; i++)
     CHECK(isnan(rows[i].fraction) && rows[i].note, "no bounds: %s has fraction %g",
