@@ -3,6 +3,8 @@
 # `loom bench model` and bench/torch_step.py with the same threads, steps and AdamW, then print
 # the table of step times, tokens/s, loom/PyTorch ratios, loom's MFU against the GEMM peak it
 # measured, and peak resident memory. Medians of the timed steps (first steps are warm-up).
+# loom also profiles one more step (--roofline): after the table, each case's parts that lose
+# the most time against their bound (GEMM peak of the dtype, streaming bandwidth).
 # Not a CTest test: a benchmark on a possibly shared machine (repeat when it is loaded).
 #
 # usage: bench/vs_pytorch.sh [path/to/loom] [--cases LIST] [--steps N] [--threads N]
@@ -45,7 +47,8 @@ for c in ${CASES//,/ }; do
   read -r model B T dtype <<<"$(case_args "$c")"
   echo "== $c: $model B=$B T=$T $dtype" >&2
   "$LOOM" bench model --model "$model" --batch "$B" --seq "$T" --dtype "$dtype" \
-    --steps "$STEPS" --warmup 1 --json "$WORK/$c.loom.json" --out "$WORK/$c.profile.yaml" >&2 ||
+    --steps "$STEPS" --warmup 1 --roofline --json "$WORK/$c.loom.json" \
+    --out "$WORK/$c.profile.yaml" >&2 ||
     { echo "loom failed on $c" >&2; continue; }
   ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA_TORCH /usr/bin/python3 "$HERE/torch_step.py" \
     --model "$model" --batch "$B" --seq "$T" --dtype "$dtype" --steps "$STEPS" --warmup 1 \
@@ -69,4 +72,15 @@ for c in cases:
           f"{t['step_s']:.3f} | {l['tokens_s']:.1f} | {t['tokens_s']:.1f} | "
           f"{l['tokens_s'] / t['tokens_s']:.2f}x | {l['flops_s'] / 1e9:.1f} | {100 * l['mfu']:.1f}% | "
           f"{l['gemm_peak_gflops']:.1f} | {l['peak_rss_gib']:.2f} | {t['peak_rss_gib']:.2f} |")
+for c in cases:
+    try:
+        l = json.load(open(os.path.join(work, c + ".loom.json")))
+    except OSError:
+        continue
+    rows = sorted(l.get("roofline", []), key=lambda r: -(r["lost_s"] or 0))[:6]
+    print(f"\n{c}: profiled step {l.get('roofline_step_s', 0):.3f} s; most time lost against the bound:")
+    for r in rows:
+        frac = "-" if r["fraction"] is None else f"{100 * r['fraction']:.1f}%"
+        print(f"  {r['part']:<16} {r['seconds']:8.3f} s  {100 * r['share']:5.1f}%  of bound {frac:>6}"
+              f"  lost {'-' if r['lost_s'] is None else format(r['lost_s'], '.3f')} s  {r['note']}")
 EOF

@@ -189,6 +189,28 @@ void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const fl
                                        const float *out, const float *lse, const float *q,
                                        const float *k, const float *v, int B, int T, int Hq,
                                        int Hkv, int D, loom_attn_mask mask, float *work);
+/* bf16 flash attention (flash_fwd_bf16.c, flash_bwd_bf16.c), what training.dtype=bf16 runs:
+ * the same shapes, masks, schedule and outputs as the fp32 kernels above, with every product
+ * on bf16 operands and fp32 accumulation (vdpbf16ps on AVX512-BF16): q, k, v (and dout) are
+ * rounded to bf16 (to nearest even) as tiles are loaded — so fp32 tensors holding bf16 values
+ * are taken exactly —; the forward rounds P = exp(s - m) (m the running row maximum, the final
+ * one when T <= 64) before it weights v and divides by the row sum after; the backward rounds
+ * P = exp(s - lse) and dS = P (dP - delta) / sqrt(D) as operands of dV, dK and dQ; delta =
+ * rowsum(bf16(dout) out); scores, softmax statistics (lse) and outputs are fp32.
+ * Without AVX512-BF16 the same arithmetic runs on AVX-512F (or portable C: D % 16 != 0 or no
+ * AVX-512); loom_kernels_attn_bf16_path() names the path. */
+void loom_flash_attention_forward_bf16(float *out, float *lse, const float *q, const float *k,
+                                       const float *v, int B, int T, int Hq, int Hkv, int D,
+                                       loom_attn_mask mask);
+void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const float *dout,
+                                        const float *out, const float *lse, const float *q,
+                                        const float *k, const float *v, int B, int T, int Hq,
+                                        int Hkv, int D, loom_attn_mask mask, float *work);
+/* "avx512_bf16" (vdpbf16ps), "avx512" (emulated on AVX-512F: no AVX512-BF16 on this CPU, or
+ * LOOM_SIMD=avx512) or "generic". loom_kernels_force_no_bf16(1) takes the AVX-512F path even
+ * where AVX512-BF16 exists (tests), (0) back to detection. */
+const char *loom_kernels_attn_bf16_path(void);
+void loom_kernels_force_no_bf16(int on);
 /* Reference of the same masks in double, for the tests (checked by finite differences there):
  * the explicit masked softmax row by row; the backward accumulates (+=) like every reference. */
 void loom_attention_masked_forward_f64(double *out, double *lse, const double *q,
@@ -243,6 +265,13 @@ void loom_xent_stats_f32(float *row_max, float *row_sumexp, float *losses, const
 void loom_xent_grad_f32(float *g, const float *l, const float *row_max,
                         const float *row_sumexp, const int32_t *targets, int R, int V, int real,
                         float scale);
+/* The same gradient rounded to bf16 (exactly loom_f32_to_bf16 of loom_xent_grad_f32's values),
+ * rows of g with stride ldg values; g may be (uint16_t *)l with ldg = 2 V (each row's bf16
+ * values in the first half of its own fp32 storage). For the bf16 head: no fp32 gradient
+ * written, no conversion pass. */
+void loom_xent_grad_bf16(uint16_t *g, size_t ldg, const float *l, const float *row_max,
+                         const float *row_sumexp, const int32_t *targets, int R, int V, int real,
+                         float scale);
 
 /* ---- one-pass AdamW over the flat buffer (src/kernels/fast_adamw.c) ----------------------- */
 /* One tensor's range of the flat buffer and its weight decay. */

@@ -20,20 +20,23 @@
 #include "loom/hw.h"
 #include "loom/kernels.h"
 #include "loom/model.h"
+#include "loom/prof.h"
+#include "loom/roofline.h"
 #include "loom/sim_bench.h"
 #include "loom/train.h"
 
 typedef struct {
   const char *model, *dtype, *gemm, *json, *out;
   int B, T, steps, warmup;
-  bool no_gemm, quiet;
+  bool no_gemm, quiet, roofline;
 } opts;
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: loom bench model [--model PRESET] [--batch B] [--seq T] [--dtype fp32|bf16]\n"
           "                        [--steps N] [--warmup W] [--gemm onednn|openblas]\n"
-          "                        [--no-gemm] [--json FILE] [--out PROFILE] [--quiet]\n\n"
+          "                        [--no-gemm] [--json FILE] [--out PROFILE] [--quiet]\n"
+          "                        [--roofline]\n\n"
           "Time training steps of a model preset on this process (OMP_NUM_THREADS threads):\n"
           "tokens/s, model FLOP/s (6 x matmul params + causal attention per token), MFU against\n"
           "the GEMM peak measured here for the step's dtype, peak resident memory. Then the GEMM\n"
@@ -46,7 +49,12 @@ static void usage(FILE *f) {
           "  --steps N       timed steps, default 5 (median reported); --warmup W default 1\n"
           "  --gemm B        GEMM backend (default $LOOM_GEMM or onednn)\n"
           "  --no-gemm       skip the GEMM peak and bandwidth measurements (MFU not given)\n"
-          "  --json FILE     the results as one JSON object\n");
+          "  --json FILE     the results as one JSON object\n"
+          "  --roofline      one more step, profiled: each part (GEMMs by role and phase,\n"
+          "                  attention, norms, activations, cross-entropy, embeddings, AdamW,\n"
+          "                  clipping, bf16 conversions, zeroing, unattributed) with its time,\n"
+          "                  work, rate and fraction of its bound (GEMM peak of the dtype or\n"
+          "                  streaming bandwidth, measured here), and the bottleneck\n");
 }
 
 /* --batch, --seq, --steps, --warmup: whole numbers (range checked after parsing) */
@@ -65,14 +73,15 @@ static int take_warmup(const char *v, void *ctx) { return whole(v, &((opts *)ctx
 /* LOOM_CLI_OK, LOOM_CLI_HELP, LOOM_CLI_BAD (printed), or -1 with loom_err set. */
 static int parse(opts *o, int argc, char **argv) {
   *o = (opts){"gpt2-124m", "fp32", NULL, NULL, "configs/hardware/this-machine-step.yaml", 4, 64,
-              5, 1, false, false};
+              5, 1, false, false, false};
   const loom_cli_opt table[] = {
       LOOM_OPT_VALUE("--model", &o->model), LOOM_OPT_VALUE("--dtype", &o->dtype),
       LOOM_OPT_VALUE("--gemm", &o->gemm),   LOOM_OPT_VALUE("--json", &o->json),
       LOOM_OPT_VALUE("--out", &o->out),     LOOM_OPT_EACH("--batch", take_batch),
       LOOM_OPT_EACH("--seq", take_seq),     LOOM_OPT_EACH("--steps", take_steps),
       LOOM_OPT_EACH("--warmup", take_warmup), LOOM_OPT_FLAG("--no-gemm", &o->no_gemm),
-      LOOM_OPT_FLAG("--quiet", &o->quiet),  {0}};
+      LOOM_OPT_FLAG("--quiet", &o->quiet),  LOOM_OPT_FLAG("--roofline", &o->roofline),
+      {0}};
   loom_cli_parser p = {.command = "bench model", .opts = table, .ctx = o};
   int rc = loom_cli_parse(&p, argc, argv, 1);
   if (rc == LOOM_CLI_OK && p.npos) {
@@ -102,6 +111,8 @@ static int cmp_double(const void *a, const void *b) {
 typedef struct {
   double step_s, tokens_s, flops_s, rss_gib, loss_first, loss_last, min_s, max_s;
   double fwd_s, bwd_s, opt_s; /* one more step timed by part */
+  loom_prof_report prof;      /* --roofline: one more step, profiled */
+  double prof_wall;           /* its wall time measured around it */
 } step_result;
 
 /* The step: loom_train_step on random tokens, `warmup` untimed steps then `steps` timed. */
@@ -145,6 +156,14 @@ static int run_steps(const opts *o, const loom_model_spec *spec, step_result *r,
   loom_adamw_apply(&opt, d, &t, t.lr);
   double t3 = loom_now();
   r->fwd_s = t1 - t0, r->bwd_s = t2 - t1, r->opt_s = t3 - t2;
+  if (o->roofline) { /* the same loom_train_step, every part timed */
+    loom_step_result sr;
+    double w0 = loom_now();
+    loom_prof_start();
+    loom_train_step(d, &opt, &t, tok, tok + 1, 1, &sr);
+    loom_prof_stop(&r->prof);
+    r->prof_wall = loom_now() - w0;
+  }
   qsort(times, (size_t)o->steps, sizeof(double), cmp_double);
   r->step_s = times[o->steps / 2];
   if (o->steps % 2 == 0) r->step_s = 0.5 * (times[o->steps / 2 - 1] + times[o->steps / 2]);
@@ -270,6 +289,15 @@ int loom_cmd_bench_model(int argc, char **argv) {
                   threads);
   }
   if (log) printf("%s", notes);
+  loom_roofline_row rows[LOOM_PART_N];
+  int nrows = 0;
+  if (o.roofline) {
+    double bw = o.no_gemm ? 0 : hw.mem_bw; /* --no-gemm: nothing measured, no fractions */
+    nrows = loom_roofline_build(&r.prof, dt_peak * 1e9, bw, rows);
+    printf("profiled step: %.3f s wall around it (median step %.3f s); data loading: none in "
+           "this step (random tokens in memory)\n", r.prof_wall, r.step_s);
+    loom_roofline_print(stdout, &r.prof, rows, nrows, dt_peak * 1e9, bw, o.dtype);
+  }
   if (!o.no_gemm && o.out) {
     /* the profile's devices are the cores (one thread per rank): calibrate it as `loom bench`
      * does, one thread, and keep this run's figures as its notes */
@@ -297,10 +325,16 @@ int loom_cmd_bench_model(int argc, char **argv) {
             "\"gemm\": \"%s\", \"isa\": \"%s\", \"step_s\": %.6f, \"step_min_s\": %.6f, "
             "\"step_max_s\": %.6f, \"tokens_s\": %.3f, \"flops_s\": %.6g, \"mfu\": %.4f, "
             "\"gemm_peak_gflops\": %.3f, \"peak_rss_gib\": %.4f, \"loss_first\": %.6f, "
-            "\"loss_last\": %.6f, \"fwd_s\": %.6f, \"bwd_s\": %.6f, \"opt_s\": %.6f}\n",
+            "\"loss_last\": %.6f, \"fwd_s\": %.6f, \"bwd_s\": %.6f, \"opt_s\": %.6f",
             o.model, o.B, o.T, o.dtype, threads, loom_gemm_backend_name(loom_gemm_get_backend()),
             loom_gemm_isa(), r.step_s, r.min_s, r.max_s, r.tokens_s, r.flops_s, mfu, dt_peak,
             r.rss_gib, r.loss_first, r.loss_last, r.fwd_s, r.bwd_s, r.opt_s);
+    if (o.roofline) {
+      fprintf(f, ", \"roofline_step_s\": %.6f, \"roofline_wall_s\": %.6f, \"roofline\": ",
+              r.prof.total, r.prof_wall);
+      loom_roofline_json(f, rows, nrows);
+    }
+    fprintf(f, "}\n");
     fclose(f);
   }
   return 0;

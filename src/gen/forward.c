@@ -229,7 +229,7 @@ static void rope_apply(loom_gen_ctx *g, float *x, int M, int H) {
 /* One query row against n cached keys/values of one head: o (D) = softmax(q K^T * scale) V,
  * sc (n) scratch. Portable form: per-key dot products summed in order. */
 static void attend_generic(float *o, float *sc, const float *q, const float *K, const float *V,
-                           int n, int D, float scale) {
+                           int n, int D, float scale, bool bf16) {
   float mx = -INFINITY;
   for (int j = 0; j < n; j++) {
     const float *kj = K + (size_t)j * D;
@@ -247,9 +247,11 @@ static void attend_generic(float *o, float *sc, const float *q, const float *K, 
   for (int e = 0; e < D; e++) o[e] = 0;
   for (int j = 0; j < n; j++) {
     const float *vj = V + (size_t)j * D;
-    float p = sc[j] * inv;
+    float p = bf16 ? loom_bf16_round(sc[j]) : sc[j] * inv;
     for (int e = 0; e < D; e++) o[e] += p * vj[e];
   }
+  if (bf16)
+    for (int e = 0; e < D; e++) o[e] *= inv;
 }
 
 #pragma GCC push_options
@@ -257,7 +259,7 @@ static void attend_generic(float *o, float *sc, const float *q, const float *K, 
 /* The same with AVX-512: the dot products 16 lanes wide (masked tail when D % 16 != 0), the
  * weighted sum of values in registers for D <= 256. */
 static void attend_avx512(float *o, float *sc, const float *q, const float *K, const float *V,
-                          int n, int D, float scale) {
+                          int n, int D, float scale, bool bf16) {
   int nv = (D + 15) / 16;
   __mmask16 tail = (D % 16) ? (__mmask16)((1u << (D % 16)) - 1) : (__mmask16)0xffff;
   __m512 qv[16];
@@ -283,13 +285,15 @@ static void attend_avx512(float *o, float *sc, const float *q, const float *K, c
   for (int c = 0; c < nv; c++) ov[c] = _mm512_setzero_ps();
   for (int j = 0; j < n; j++) {
     const float *vj = V + (size_t)j * D;
-    __m512 p = _mm512_set1_ps(sc[j] * inv);
+    __m512 p = _mm512_set1_ps(bf16 ? loom_bf16_round(sc[j]) : sc[j] * inv);
     for (int c = 0; c < nv; c++)
       ov[c] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(c == nv - 1 ? tail : (__mmask16)0xffff,
                                                        vj + 16 * c), ov[c]);
   }
+  __m512 vinv = _mm512_set1_ps(bf16 ? inv : 1.0f); /* bf16: normalised after the sum */
   for (int c = 0; c < nv; c++)
-    _mm512_mask_storeu_ps(o + 16 * c, c == nv - 1 ? tail : (__mmask16)0xffff, ov[c]);
+    _mm512_mask_storeu_ps(o + 16 * c, c == nv - 1 ? tail : (__mmask16)0xffff,
+                          bf16 ? _mm512_mul_ps(ov[c], vinv) : ov[c]);
 }
 #pragma GCC pop_options
 
@@ -299,6 +303,10 @@ static void attention(loom_gen_ctx *g, int l, int M) {
   int Hq = s->heads, Hkv = s->kv_heads, D = s->head_dim, group = Hq / Hkv, S = g->cache.max_seq;
   float scale = (float)(1.0 / sqrt((double)D));
   bool vec = !strcmp(loom_kernels_simd(), "avx512") && D <= 256; /* the fast kernels' choice */
+  /* bf16 mode, as training's bf16 flash attention: q, k, v rounded to bf16 (k, v when stored
+   * in the cache), and exp(s - max) rounded before it weights v, normalised after the sum */
+  bool bf16 = g->m->bf16;
+  if (bf16) loom_round_bf16_f32(g->q, g->q, (size_t)M * Hq * D);
   long work = 0;
   for (int m = 0; m < M; m++) work += (long)(g->slot[m] + 1) * Hq * D;
 #pragma omp parallel if (work >= 32768)
@@ -312,8 +320,8 @@ static void attention(loom_gen_ctx *g, int l, int M) {
         const float *K = loom_kv_cache_k(&g->cache, l, g->crow[m], kvh); /* (S, D) */
         const float *Vv = loom_kv_cache_v(&g->cache, l, g->crow[m], kvh);
         float *o = g->att + ((size_t)m * Hq + h) * D;
-        if (vec) attend_avx512(o, sc, q, K, Vv, n, D, scale);
-        else attend_generic(o, sc, q, K, Vv, n, D, scale);
+        if (vec) attend_avx512(o, sc, q, K, Vv, n, D, scale, bf16);
+        else attend_generic(o, sc, q, K, Vv, n, D, scale, bf16);
       }
   }
 }
@@ -324,8 +332,12 @@ static void cache_store(loom_gen_ctx *g, int l, int M) {
   for (int m = 0; m < M; m++)
     for (int h = 0; h < Hkv; h++) {
       size_t src = ((size_t)m * Hkv + h) * D, dst = (size_t)g->slot[m] * D;
-      memcpy(loom_kv_cache_k(&g->cache, l, g->crow[m], h) + dst, g->k + src, D * sizeof(float));
-      memcpy(loom_kv_cache_v(&g->cache, l, g->crow[m], h) + dst, g->v + src, D * sizeof(float));
+      float *kd = loom_kv_cache_k(&g->cache, l, g->crow[m], h) + dst;
+      float *vd = loom_kv_cache_v(&g->cache, l, g->crow[m], h) + dst;
+      memcpy(kd, g->k + src, D * sizeof(float));
+      memcpy(vd, g->v + src, D * sizeof(float));
+      if (g->m->bf16) /* bf16 attention operands (see attention) */
+        loom_round_bf16_f32(kd, kd, (size_t)D), loom_round_bf16_f32(vd, vd, (size_t)D);
     }
 }
 

@@ -10,6 +10,7 @@
 #include "kernels/fast_internal.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "loom/prof.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
@@ -119,7 +120,7 @@ static void bias_grad_avx512(float *db, const float *dy, int N, int C) {
 }
 #pragma GCC pop_options
 
-void loom_bias_gelu_forward_f32(float *u, float *act, const float *bias, int N, int C) {
+static void loom_bias_gelu_forward_f32_run(float *u, float *act, const float *bias, int N, int C) {
   if (fast_avx512()) {
     bias_gelu_avx512(u, act, bias, N, C);
     return;
@@ -135,7 +136,13 @@ void loom_bias_gelu_forward_f32(float *u, float *act, const float *bias, int N, 
     }
 }
 
-void loom_gelu_backward_fast_f32(float *du, const float *dact, const float *u, size_t n) {
+void loom_bias_gelu_forward_f32(float *u, float *act, const float *bias, int N, int C) {
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  loom_bias_gelu_forward_f32_run(u, act, bias, N, C);
+  LOOM_PROF_POP(0, 4.0 * (3.0 * N * C + C)); /* u read and written back, act written, bias read */
+}
+
+static void loom_gelu_backward_fast_f32_run(float *du, const float *dact, const float *u, size_t n) {
   if (fast_avx512()) {
     gelu_bwd_avx512(du, dact, u, n);
     return;
@@ -144,12 +151,24 @@ void loom_gelu_backward_fast_f32(float *du, const float *dact, const float *u, s
   loom_gelu_backward_f32(du, dact, u, n);
 }
 
-void loom_swiglu_forward_fast_f32(float *y, const float *gate, const float *up, size_t n) {
+void loom_gelu_backward_fast_f32(float *du, const float *dact, const float *u, size_t n) {
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  loom_gelu_backward_fast_f32_run(du, dact, u, n);
+  LOOM_PROF_POP(0, 12.0 * n); /* dact, u read, du written */
+}
+
+static void loom_swiglu_forward_fast_f32_run(float *y, const float *gate, const float *up, size_t n) {
   if (fast_avx512()) swiglu_fwd_avx512(y, gate, up, n);
   else loom_swiglu_forward_f32(y, gate, up, n);
 }
 
-void loom_swiglu_backward_fast_f32(float *dgate, float *dup, const float *dy, const float *gate,
+void loom_swiglu_forward_fast_f32(float *y, const float *gate, const float *up, size_t n) {
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  loom_swiglu_forward_fast_f32_run(y, gate, up, n);
+  LOOM_PROF_POP(0, 12.0 * n); /* gate, up read, y written */
+}
+
+static void loom_swiglu_backward_fast_f32_run(float *dgate, float *dup, const float *dy, const float *gate,
                                    const float *up, size_t n) {
   if (fast_avx512()) {
     swiglu_bwd_avx512(dgate, dup, dy, gate, up, n);
@@ -160,7 +179,14 @@ void loom_swiglu_backward_fast_f32(float *dgate, float *dup, const float *dy, co
   loom_swiglu_backward_f32(dgate, dup, dy, gate, up, n);
 }
 
-void loom_residual_add_f32(float *y, const float *x, const float *a, const float *bias, int N,
+void loom_swiglu_backward_fast_f32(float *dgate, float *dup, const float *dy, const float *gate,
+                                   const float *up, size_t n) {
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  loom_swiglu_backward_fast_f32_run(dgate, dup, dy, gate, up, n);
+  LOOM_PROF_POP(0, 4.0 * n * (3 + (dgate != NULL) + (dup != NULL))); /* dy, gate, up read, dgate dup written */
+}
+
+static void loom_residual_add_f32_run(float *y, const float *x, const float *a, const float *bias, int N,
                            int C) {
   if (fast_avx512()) {
     residual_avx512(y, x, a, bias, N, C);
@@ -174,15 +200,34 @@ void loom_residual_add_f32(float *y, const float *x, const float *a, const float
     }
 }
 
-void loom_scale_f32(float *y, const float *x, float s, size_t n) {
+void loom_residual_add_f32(float *y, const float *x, const float *a, const float *bias, int N,
+                           int C) {
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  loom_residual_add_f32_run(y, x, a, bias, N, C);
+  LOOM_PROF_POP(0, 4.0 * (3.0 * N * C + C)); /* x, a read, y written, bias read */
+}
+
+static void loom_scale_f32_run(float *y, const float *x, float s, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= FAST_PAR_MIN)
   for (size_t i = 0; i < n; i++) y[i] = s * x[i];
 }
 
-void loom_bias_grad_f32(float *db, const float *dy, int N, int C) {
+void loom_scale_f32(float *y, const float *x, float s, size_t n) {
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  loom_scale_f32_run(y, x, s, n);
+  LOOM_PROF_POP(0, 8.0 * n); /* x read, y written */
+}
+
+static void loom_bias_grad_f32_run(float *db, const float *dy, int N, int C) {
   if (fast_avx512()) {
     bias_grad_avx512(db, dy, N, C);
     return;
   }
   loom_linear_backward_f32(NULL, NULL, db, dy, NULL, NULL, N, 0, C);
+}
+
+void loom_bias_grad_f32(float *db, const float *dy, int N, int C) {
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  loom_bias_grad_f32_run(db, dy, N, C);
+  LOOM_PROF_POP(0, 4.0 * ((double)N * C + 2.0 * C)); /* dy read, db accumulated */
 }

@@ -19,6 +19,7 @@
 #include "kernels/fast_internal.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "loom/prof.h"
 
 typedef struct {
   float step_size, bc2_sqrt, b1, b2, eps, one_m_b1, one_m_b2, clip;
@@ -152,6 +153,7 @@ static void adamw_flat(float *p, const float *g, float *m, float *v, float *p_lp
                        long step) {
   LOOM_ASSERT(step >= 1);
   if (n_seg <= 0) return;
+  LOOM_PROF_PUSH(LOOM_PART_ADAMW);
   /* scalars exactly as loom_adamw_f32 forms them */
   const double bc1 = 1.0 - pow(beta1, (double)step);
   const double bc2 = 1.0 - pow(beta2, (double)step);
@@ -180,6 +182,8 @@ static void adamw_flat(float *p, const float *g, float *m, float *v, float *p_lp
       else range_generic(p + o, g + o, m + o, v + o, plp, n, &k, wd != 0.0, decay);
     }
   }
+  /* compulsory traffic per element: p, m, v read and written, g read (+ p_lp written) */
+  LOOM_PROF_POP(0, (double)(hi - lo) * (28 + (p_lp ? 4 : 0)));
 }
 
 void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_lp, size_t base,

@@ -1,13 +1,17 @@
-/* Run-time choice of the fast kernels' code path: AVX-512 when the CPU has it, else portable C.
+/* Run-time choice of the fast kernels' code path: AVX-512 when the CPU has it, else portable C;
+ * for the bf16 products of flash attention also whether AVX512-BF16 (vdpbf16ps) is there.
  * LOOM_SIMD=generic in the environment, or loom_kernels_force_generic(1), forces the portable
- * path (the tests run both). */
+ * path; LOOM_SIMD=avx512 or loom_kernels_force_no_bf16(1) AVX-512 without AVX512-BF16 (the
+ * tests run every path). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/fast_internal.h"
 #include "loom/kernels.h"
 
-static int state = -1; /* -1: not probed */
+static int state = -1;      /* -1: not probed */
+static int bf16_state = -1; /* -1: not probed */
+static int no_bf16_forced;
 
 int fast_avx512(void) {
   if (state < 0) {
@@ -27,3 +31,21 @@ void loom_kernels_force_generic(int on) {
 }
 
 const char *loom_kernels_simd(void) { return fast_avx512() ? "avx512" : "generic"; }
+
+int fast_avx512_bf16(void) {
+  if (bf16_state < 0) {
+    const char *e = getenv("LOOM_SIMD");
+    int forced = no_bf16_forced || (e && !strcmp(e, "avx512"));
+    bf16_state = !forced && fast_avx512() && __builtin_cpu_supports("avx512bf16");
+  }
+  return bf16_state && fast_avx512();
+}
+
+void loom_kernels_force_no_bf16(int on) {
+  no_bf16_forced = on;
+  bf16_state = -1;
+}
+
+const char *loom_kernels_attn_bf16_path(void) {
+  return fast_avx512_bf16() ? "avx512_bf16" : fast_avx512() ? "avx512" : "generic";
+}

@@ -3,10 +3,15 @@
 #ifndef LOOM_FAST_INTERNAL_H
 #define LOOM_FAST_INTERNAL_H
 #include <stddef.h>
+#include <stdint.h>
 
 /* Loops with less work than this run on one thread (thread start-up is not free). */
 #define FAST_PAR_MIN 32768
 
 /* 1 when the CPU has AVX-512 F/BW/DQ/VL (and LOOM_SIMD is not "generic"). */
 int fast_avx512(void);
+/* 1 when fast_avx512() and the CPU has AVX512-BF16 (and LOOM_SIMD is not "avx512"). */
+int fast_avx512_bf16(void);
+/* dst(n) = bf16(src(n)) exactly as loom_f32_to_bf16, on this thread (fast_bf16.c) */
+void fast_f32_to_bf16_row(uint16_t *dst, const float *src, size_t n);
 #endif

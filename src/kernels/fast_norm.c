@@ -11,6 +11,7 @@
 #include "kernels/fast_internal.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "loom/prof.h"
 
 #define CB 64 /* column block of the dw/db reduction */
 
@@ -170,14 +171,22 @@ static void norm_dwdb_avx512(float *dw, float *db, const float *dy, const float 
 }
 #pragma GCC pop_options
 
-void loom_add_norm_forward_f32(float *r, float *y, float *mean, float *rstd, const float *x,
+static void loom_add_norm_forward_f32_run(float *r, float *y, float *mean, float *rstd, const float *x,
                                const float *res, const float *bias, const float *w,
                                const float *b, int N, int C, float eps) {
   if (fast_avx512()) add_norm_avx512(r, y, mean, rstd, x, res, bias, w, b, N, C, eps);
   else add_norm_generic(r, y, mean, rstd, x, res, bias, w, b, N, C, eps);
 }
 
-void loom_norm_backward_fast_f32(float *dx, float *dw, float *db, const float *dy, const float *x,
+void loom_add_norm_forward_f32(float *r, float *y, float *mean, float *rstd, const float *x,
+                               const float *res, const float *bias, const float *w,
+                               const float *b, int N, int C, float eps) {
+  LOOM_PROF_PUSH(LOOM_PART_NORM);
+  loom_add_norm_forward_f32_run(r, y, mean, rstd, x, res, bias, w, b, N, C, eps);
+  LOOM_PROF_POP(0, 4.0 * ((double)N * C * (2 + (res != NULL) + (res || bias)) + 2.0 * N + 3.0 * C)); /* compulsory traffic: x (+ res) read, (r) y written, mean/rstd written, w b bias read */
+}
+
+static void loom_norm_backward_fast_f32_run(float *dx, float *dw, float *db, const float *dy, const float *x,
                                  const float *w, const float *mean, const float *rstd, int N,
                                  int C) {
   if (!fast_avx512()) {
@@ -187,4 +196,12 @@ void loom_norm_backward_fast_f32(float *dx, float *dw, float *db, const float *d
   }
   if (dx) norm_dx_avx512(dx, dy, x, w, mean, rstd, N, C);
   if (dw || (db && mean)) norm_dwdb_avx512(dw, db, dy, x, mean, rstd, N, C);
+}
+
+void loom_norm_backward_fast_f32(float *dx, float *dw, float *db, const float *dy, const float *x,
+                                 const float *w, const float *mean, const float *rstd, int N,
+                                 int C) {
+  LOOM_PROF_PUSH(LOOM_PART_NORM);
+  loom_norm_backward_fast_f32_run(dx, dw, db, dy, x, w, mean, rstd, N, C);
+  LOOM_PROF_POP(0, 4.0 * ((double)N * C * (2 + (dx != NULL)) + 2.0 * N + 5.0 * C)); /* compulsory traffic: dy, x read, (dx) written, mean/rstd w read, dw db accumulated */
 }

@@ -15,6 +15,7 @@
 #include "kernels/flash_tile.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "loom/prof.h"
 
 typedef struct {
   float *dq, *dk, *dv;
@@ -67,6 +68,7 @@ void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const fl
                                        int Hkv, int D, loom_attn_mask mask, float *work) {
   LOOM_ASSERT(Hkv > 0 && Hq % Hkv == 0 && D > 0 && D <= 256);
   if (B <= 0 || T <= 0 || Hq <= 0) return;
+  LOOM_PROF_PUSH(LOOM_PART_ATTN_BWD);
   const int par = (size_t)B * Hq * T * T * D >= FAST_PAR_MIN;
   /* delta (B,Hq,T) = rowsum(dout * out) */
 #pragma omp parallel for collapse(2) schedule(static) if (par)
@@ -93,4 +95,5 @@ void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const fl
       for (int h = kh * group; h < (kh + 1) * group; h++)
         for (int i = 0; i < nqt; i++) query_tile(&a, b, h, kh, i);
     }
+  LOOM_PROF_POP(10.0 * D * Hq * flash_visible_pairs(mask, B, T), 0);
 }

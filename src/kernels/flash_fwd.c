@@ -12,6 +12,7 @@
 #include "kernels/flash_tile.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "loom/prof.h"
 
 static void query_tile(float *out, float *lse, const float *q, const float *k, const float *v,
                        int b, int h, int i, int T, int Hq, int Hkv, int D, loom_attn_mask mask,
@@ -49,6 +50,7 @@ void loom_flash_attention_forward_f32(float *out, float *lse, const float *q, co
                                       loom_attn_mask mask) {
   LOOM_ASSERT(Hkv > 0 && Hq % Hkv == 0 && D > 0 && D <= 256);
   if (B <= 0 || T <= 0 || Hq <= 0) return;
+  LOOM_PROF_PUSH(LOOM_PART_ATTN_FWD);
   const int simd = fast_avx512() && D % 16 == 0, nqt = (T + BQ - 1) / BQ;
   const long items = (long)B * Hq * nqt;
 #pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * Hq * T * T * D >= FAST_PAR_MIN)
@@ -56,4 +58,5 @@ void loom_flash_attention_forward_f32(float *out, float *lse, const float *q, co
     int i = (int)(it % nqt), h = (int)((it / nqt) % Hq), b = (int)(it / ((long)nqt * Hq));
     query_tile(out, lse, q, k, v, b, h, nqt - 1 - i, T, Hq, Hkv, D, mask, simd);
   }
+  LOOM_PROF_POP(4.0 * D * Hq * flash_visible_pairs(mask, B, T), 0);
 }

@@ -32,4 +32,9 @@ void ftile_scale_cols(int simd, float *Ot, int D, const float *alpha);
  * dPt (nk, BQ) -> dS * scale = P (dP - delta) scale. */
 void ftile_bwd_p_ds(int simd, float *St, float *dPt, int nk, int nq, const ftile_vis *vis,
                     float scale, const float *lse, const float *delta);
+/* (query, key) pairs of one sequence and head that mask m leaves visible (flash_work.c). The
+ * profiler's work: forward 4 D FLOPs per pair (q.k and p v), backward 10 D (scores recomputed,
+ * dP = dO.v, dV, dK, dQ), times B Hq — visible pairs only, not the masked halves of tiles. */
+#include "loom/kernels.h"
+double flash_visible_pairs(loom_attn_mask m, int B, int T);
 #endif

@@ -3,6 +3,7 @@
 
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "loom/prof.h"
 
 #define PAR_MIN_WORK 16384
 
@@ -35,13 +36,19 @@ void loom_adamw_f32(float *p, const float *g, float *m, float *v, size_t n, doub
   }
 }
 
-void loom_round_bf16_f32(float *dst, const float *src, size_t n) {
+static void loom_round_bf16_f32_run(float *dst, const float *src, size_t n) {
   // dst (n), src (n); dst == src is allowed. Round to nearest, ties to even; NaN stays NaN.
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN_WORK)
   for (size_t i = 0; i < n; i++) dst[i] = loom_bf16_round(src[i]);
 }
 
-double loom_sumsq_f32(const float *x, size_t n) {
+void loom_round_bf16_f32(float *dst, const float *src, size_t n) {
+  LOOM_PROF_PUSH(LOOM_PART_BF16_CVT);
+  loom_round_bf16_f32_run(dst, src, n);
+  LOOM_PROF_POP(0, 8.0 * n); /* 4 bytes read, 4 written per value */
+}
+
+static double loom_sumsq_f32_run(const float *x, size_t n) {
   // x (n). Fixed chunking that depends only on n: NCHUNK partial sums in double, each over a
   // contiguous range in order, then added in chunk order. Same bits for any thread count.
   enum { NCHUNK = 256 };
@@ -59,4 +66,11 @@ double loom_sumsq_f32(const float *x, size_t n) {
   double total = 0.0;
   for (int c = 0; c < NCHUNK; c++) total += part[c];
   return total;
+}
+
+double loom_sumsq_f32(const float *x, size_t n) {
+  LOOM_PROF_PUSH(LOOM_PART_CLIP);
+  double r = loom_sumsq_f32_run(x, n);
+  LOOM_PROF_POP(0, 4.0 * n); /* x read once */
+  return r;
 }

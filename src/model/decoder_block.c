@@ -64,6 +64,26 @@ static void rope_rows(loom_decoder *d, float *x, int H, bool backward) {
   else loom_rope_forward_f32(x, d->B, Tseq, H, D, s->rope_theta, d->pos0);
 }
 
+/* bf16 runs multiply attention's q k^T and P v (and the backward's products) on bf16 operands
+ * with fp32 accumulation and softmax statistics, like their linear layers */
+static void attn_fwd(const loom_decoder *d, float *out, float *lse, const float *q,
+                     const float *k, const float *v, int B, int T, int Hq, int Hkv, int D,
+                     loom_attn_mask mask) {
+  if (d->bf16) loom_flash_attention_forward_bf16(out, lse, q, k, v, B, T, Hq, Hkv, D, mask);
+  else loom_flash_attention_forward_f32(out, lse, q, k, v, B, T, Hq, Hkv, D, mask);
+}
+static void attn_bwd(const loom_decoder *d, float *dq, float *dk, float *dv, const float *dout,
+                     const float *out, const float *lse, const float *q, const float *k,
+                     const float *v, int B, int T, int Hq, int Hkv, int D, loom_attn_mask mask,
+                     float *work) {
+  if (d->bf16)
+    loom_flash_attention_backward_bf16(dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D,
+                                       mask, work);
+  else
+    loom_flash_attention_backward_f32(dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D,
+                                      mask, work);
+}
+
 /* resid[idx] (Nr,C) -> resid[idx+1] (Nr,C) */
 void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   const loom_model_spec *s = &d->spec;
@@ -107,12 +127,10 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     dec_ulysses_to_heads(d, L->q, L->qh, d->lh, D);
     dec_ulysses_to_heads(d, L->k, L->kh, d->lkv, D);
     dec_ulysses_to_heads(d, L->v, L->vh, d->lkv, D);
-    loom_flash_attention_forward_f32(L->atth, L->lse, L->qh, L->kh, L->vh, B, T, d->lh / sp,
-                                     d->lkv / sp, D, attn_mask(d, a));
+    attn_fwd(d, L->atth, L->lse, L->qh, L->kh, L->vh, B, T, d->lh / sp, d->lkv / sp, D, attn_mask(d, a));
     dec_ulysses_to_tokens(d, L->atth, L->att, d->lh, D);
   } else {
-    loom_flash_attention_forward_f32(L->att, L->lse, L->q, L->k, L->v, B, T, d->lh, d->lkv, D,
-                                     attn_mask(d, a));
+    attn_fwd(d, L->att, L->lse, L->q, L->k, L->v, B, T, d->lh, d->lkv, D, attn_mask(d, a));
   }
   /* partial sums over tp (straight into mid without tensor parallelism) */
   float *proj = d->shard.tp > 1 ? full : L->mid;
@@ -198,16 +216,14 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   } else if (ulysses(d)) {
     int sp = d->shard.sp;
     dec_ulysses_to_heads(d, S->d_att, S->d_atth, d->lh, D);
-    loom_flash_attention_backward_f32(S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse,
-                                      L->qh, L->kh, L->vh, B, T, d->lh / sp, d->lkv / sp, D,
-                                      attn_mask(d, a), S->attn_work);
+    attn_bwd(d, S->d_qh, S->d_kh, S->d_vh, S->d_atth, L->atth, L->lse, L->qh, L->kh, L->vh, B,
+             T, d->lh / sp, d->lkv / sp, D, attn_mask(d, a), S->attn_work);
     dec_ulysses_to_tokens(d, S->d_qh, S->d_q, d->lh, D);
     dec_ulysses_to_tokens(d, S->d_kh, S->d_k, d->lkv, D);
     dec_ulysses_to_tokens(d, S->d_vh, S->d_v, d->lkv, D);
   } else {
-    loom_flash_attention_backward_f32(S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q,
-                                      L->k, L->v, B, T, d->lh, d->lkv, D, attn_mask(d, a),
-                                      S->attn_work);
+    attn_bwd(d, S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q, L->k, L->v, B, T, d->lh,
+             d->lkv, D, attn_mask(d, a), S->attn_work);
   }
   if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) {
     loom_rope_table_backward_f32(S->d_q, a->mcos, a->msin, N, d->lh, D);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "loom/kernels.h"
+#include "loom/prof.h"
 #include "model/decoder_internal.h"
 
 int dec_row_token_index(const loom_decoder *d, int r) {
@@ -33,9 +34,11 @@ static size_t head_weight(const loom_decoder *d) {
   return loom_param_offset(d, d->spec.tied_embeddings ? "embed.weight" : "lm_head.weight");
 }
 
-/* out (Nr,C) = embed[token] (+ pos_embed[t]) */
+/* out (Nr,C) = embed[token] (+ pos_embed[t]); traffic 4 Nr C (2 + 1 with positions) bytes:
+ * table rows read, out written (+ position rows read) */
 void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out) {
   int C = d->spec.hidden, N = d->N, Nr = d->Nr;
+  LOOM_PROF_PUSH(LOOM_PART_EMBED);
   dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_FWD);
   const float *wte = d->params + loom_param_offset(d, "embed.weight");
   size_t pe = loom_param_offset(d, "pos_embed.weight");
@@ -65,10 +68,13 @@ void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out) {
         memcpy(out + (size_t)r * C, a->inject_feats + (size_t)slot * C, C * sizeof(float));
     }
   dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
+  LOOM_PROF_POP(0, 4.0 * Nr * C * (2 + (pe != NONE)));
 }
 
+/* traffic 4 Nr C (3 + 2 with positions) bytes: dres read, gradient rows read and written */
 void dec_embed_backward(loom_decoder *d, loom_acts *a, const float *dres) {
   int C = d->spec.hidden, N = d->N, Nr = d->Nr;
+  LOOM_PROF_PUSH(LOOM_PART_EMBED);
   /* only gradients are written here: the parameters are not needed */
   float *dwte = d->grads + loom_param_offset(d, "embed.weight");
   const int *slot_of = a->inject_slot;
@@ -99,6 +105,7 @@ void dec_embed_backward(loom_decoder *d, loom_acts *a, const float *dres) {
       for (int c = 0; c < C; c++) g[c] += dres[(size_t)r * C + c];
     }
   }
+  LOOM_PROF_POP(0, 4.0 * Nr * C * (3 + 2 * (pe != NONE)));
 }
 
 /* Columns j of this rank's vocabulary slice that are real tokens: [0, real). */
@@ -200,8 +207,10 @@ static head_ops head_operands(loom_decoder *d, const float *h) {
 /* L (R, V) = h[r0:r0+R] W^T */
 static void head_logits(loom_decoder *d, const head_ops *o, int r0, int R, float *L) {
   int V = d->vloc, C = d->spec.hidden;
+  LOOM_PROF_PUSH(LOOM_PART_HEAD_FWD);
   if (o->w16) loom_gemm_bf16(0, 1, R, V, C, o->h16 + (size_t)r0 * C, C, o->w16, C, NULL, 0.0f, L, V);
   else loom_gemm_f32(0, 1, R, V, C, o->h + (size_t)r0 * C, C, o->w, C, NULL, 0.0f, L, V);
+  LOOM_PROF_POP(2.0 * R * V * C, 0);
 }
 
 /* G (R, V) = scale (softmax(L) - onehot) of rows r0.. (G may be L); dx (R, C) = G W;
@@ -210,17 +219,26 @@ static void head_chunk_grad(loom_decoder *d, loom_acts *a, const head_ops *o, in
                             const float *L, float *G, float scale, float *dx, float *dw,
                             float beta) {
   int V = d->vloc, C = d->spec.hidden;
-  loom_xent_grad_f32(G, L, a->row_max + r0, a->row_sumexp + r0, d->s->row_targets + r0, R, V,
-                     real_columns(d), scale);
-  if (o->w16) {
-    uint16_t *G16 = (uint16_t *)G; /* row r's bf16 values in row r's own fp32 storage */
-    loom_f32_to_bf16_rows(G16, 2 * (size_t)V, G, V, R, V);
+  if (o->w16) { /* the gradient straight to bf16, row r's values in row r's own storage */
+    uint16_t *G16 = (uint16_t *)G;
+    loom_xent_grad_bf16(G16, 2 * (size_t)V, L, a->row_max + r0, a->row_sumexp + r0,
+                        d->s->row_targets + r0, R, V, real_columns(d), scale);
+    LOOM_PROF_PUSH(LOOM_PART_HEAD_DGRAD);
     loom_gemm_bf16(0, 0, R, C, V, G16, 2 * V, o->w16, C, NULL, 0.0f, dx, C);
+    LOOM_PROF_POP(2.0 * R * V * C, 0);
+    LOOM_PROF_PUSH(LOOM_PART_HEAD_WGRAD);
     loom_gemm_bf16(1, 0, V, C, R, G16, 2 * V, o->h16 + (size_t)r0 * C, C, NULL, beta, dw, C);
+    LOOM_PROF_POP(2.0 * R * V * C, 0);
   } else {
+    loom_xent_grad_f32(G, L, a->row_max + r0, a->row_sumexp + r0, d->s->row_targets + r0, R, V,
+                       real_columns(d), scale);
     if (d->bf16) loom_round_bf16_f32(G, G, (size_t)R * V);
+    LOOM_PROF_PUSH(LOOM_PART_HEAD_DGRAD);
     loom_gemm_f32(0, 0, R, C, V, G, V, o->w, C, NULL, 0.0f, dx, C);
+    LOOM_PROF_POP(2.0 * R * V * C, 0);
+    LOOM_PROF_PUSH(LOOM_PART_HEAD_WGRAD);
     loom_gemm_f32(1, 0, V, C, R, G, V, o->h + (size_t)r0 * C, C, NULL, beta, dw, C);
+    LOOM_PROF_POP(2.0 * R * V * C, 0);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "loom/kernels.h"
 #include "loom/ring_attention.h"
+#include "loom/prof.h"
 #include "model/decoder_internal.h"
 
 typedef struct {
@@ -267,9 +268,11 @@ void loom_decoder_slot_release(loom_decoder *d, loom_acts *a) {
 void loom_decoder_zero_grads(loom_decoder *d) {
   /* in parallel chunks: one thread does not saturate the memory bandwidth */
   size_t n = d->layout.total, ch = (size_t)1 << 20, nch = (n + ch - 1) / ch;
+  LOOM_PROF_PUSH(LOOM_PART_ZERO);
 #pragma omp parallel for schedule(static) if (nch > 1)
   for (size_t c = 0; c < nch; c++)
     memset(d->grads + c * ch, 0, ((c + 1) * ch < n ? ch : n - c * ch) * sizeof(float));
+  LOOM_PROF_POP(0, 4.0 * n); /* written once */
 }
 
 void loom_decoder_params_updated(loom_decoder *d) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "loom/kernels.h"
+#include "loom/prof.h"
 #include "model/decoder_internal.h"
 
 size_t loom_param_offset(const loom_decoder *d, const char *name) {
@@ -75,18 +76,30 @@ static const float *rounded_input(loom_decoder *d, const float *x, size_t n, int
   return s->round_x;
 }
 
-/* y (M,N) = x (M,K) @ W^T (+ b) */
+/* the profiler's part of a linear layer's GEMM, from its weight's name (profiling only) */
+static loom_part lin_part(const loom_decoder *d, size_t w_off, int phase) {
+  for (int i = 0; i < d->layout.count; i++)
+    if (d->layout.params[i].offset == w_off) {
+      int role = loom_prof_gemm_role(d->layout.params[i].name);
+      return role < 0 ? LOOM_PART_OTHER : loom_prof_gemm_part(role, phase);
+    }
+  return LOOM_PART_OTHER;
+}
+
+/* y (M,N) = x (M,K) @ W^T (+ b): 2 M N K FLOPs */
 void dec_linear_fwd_ex(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
                        int M, int K, int N, int flags) {
   const float *b = b_off == NONE ? NULL : d->params + b_off;
+  LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_FWD));
   const uint16_t *w16 = dec_weights16(d);
   if (w16) {
     const uint16_t *x16 = dec_input16(d, x, (size_t)M * K, flags);
     loom_gemm_bf16(0, 1, M, N, K, x16, K, w16 + w_off, K, b, 0.0f, y, N);
-    return;
+  } else {
+    if (d->bf16) x = rounded_input(d, x, (size_t)M * K, flags);
+    loom_gemm_f32(0, 1, M, N, K, x, K, d->params_lp + w_off, K, b, 0.0f, y, N);
   }
-  if (d->bf16) x = rounded_input(d, x, (size_t)M * K, flags);
-  loom_gemm_f32(0, 1, M, N, K, x, K, d->params_lp + w_off, K, b, 0.0f, y, N);
+  LOOM_PROF_POP(2.0 * M * N * K, 0);
 }
 
 void dec_linear_fwd(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
@@ -95,7 +108,7 @@ void dec_linear_fwd(loom_decoder *d, float *y, const float *x, size_t w_off, siz
 }
 
 /* dx (M,K) (+)= dy (M,N) @ W; dW += dy^T x; db += colsum(dy) — with bf16(dy), bf16(x),
- * bf16(W) in bf16 mode; dx may be NULL */
+ * bf16(W) in bf16 mode; dx may be NULL. 2 M N K FLOPs for each of the two GEMMs. */
 void dec_linear_bwd_ex(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,
                        const float *x, int M, int K, int N, int flags) {
   float *dw = d->grads + w_off;
@@ -107,8 +120,14 @@ void dec_linear_bwd_ex(loom_decoder *d, float *dx, size_t w_off, size_t b_off, c
     uint16_t *dy16 = (uint16_t *)d->s->round_dy;
     loom_f32_to_bf16_n(dy16, dy, (size_t)M * N);
     const uint16_t *x16 = dec_input16(d, x, (size_t)M * K, flags);
-    if (dx) loom_gemm_bf16(0, 0, M, K, N, dy16, N, w16 + w_off, K, NULL, beta, dx, K);
+    if (dx) {
+      LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_DGRAD));
+      loom_gemm_bf16(0, 0, M, K, N, dy16, N, w16 + w_off, K, NULL, beta, dx, K);
+      LOOM_PROF_POP(2.0 * M * N * K, 0);
+    }
+    LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_WGRAD));
     loom_gemm_bf16(1, 0, N, K, M, dy16, N, x16, K, NULL, 1.0f, dw, K);
+    LOOM_PROF_POP(2.0 * M * N * K, 0);
     return;
   }
   if (d->bf16) {
@@ -117,8 +136,14 @@ void dec_linear_bwd_ex(loom_decoder *d, float *dx, size_t w_off, size_t b_off, c
     x = rounded_input(d, x, (size_t)M * K, flags);
   }
   const float *w = d->params_lp + w_off;
-  if (dx) loom_gemm_f32(0, 0, M, K, N, dy, N, w, K, NULL, beta, dx, K);
+  if (dx) {
+    LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_DGRAD));
+    loom_gemm_f32(0, 0, M, K, N, dy, N, w, K, NULL, beta, dx, K);
+    LOOM_PROF_POP(2.0 * M * N * K, 0);
+  }
+  LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_WGRAD));
   loom_gemm_f32(1, 0, N, K, M, dy, N, x, K, NULL, 1.0f, dw, K);
+  LOOM_PROF_POP(2.0 * M * N * K, 0);
 }
 
 void dec_linear_bwd(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,

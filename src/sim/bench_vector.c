@@ -152,13 +152,19 @@ int loom_bench_memory(loom_hw_profile *hw, const loom_bench_ctx *b) {
 typedef struct {
   int B, T, H, D;
   float *q, *k, *v, *o, *lse, *dq, *dk, *dv, *dout, *work;
-  bool backward;
+  bool backward, bf16;
 } ajob;
 
 static void attn(void *p) {
   ajob *a = p;
   loom_attn_mask causal = {.causal = 1};
-  if (!a->backward)
+  if (a->bf16 && !a->backward)
+    loom_flash_attention_forward_bf16(a->o, a->lse, a->q, a->k, a->v, a->B, a->T, a->H, a->H,
+                                      a->D, causal);
+  else if (a->bf16)
+    loom_flash_attention_backward_bf16(a->dq, a->dk, a->dv, a->dout, a->o, a->lse, a->q, a->k,
+                                       a->v, a->B, a->T, a->H, a->H, a->D, causal, a->work);
+  else if (!a->backward)
     loom_flash_attention_forward_f32(a->o, a->lse, a->q, a->k, a->v, a->B, a->T, a->H, a->H,
                                      a->D, causal);
   else
@@ -167,7 +173,8 @@ static void attn(void *p) {
 }
 
 int loom_bench_attention(loom_hw_profile *hw, const loom_bench_ctx *b) {
-  ajob a = {2, 256, 4, 64, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false};
+  ajob a = {2, 256, 4, 64, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false,
+            false};
   size_t n = (size_t)a.B * a.T * a.H * a.D, rows = (size_t)a.B * a.H * a.T;
   float *buf = loom_alloc((8 * n + 2 * rows) * sizeof(float));
   a.q = buf, a.k = buf + n, a.v = buf + 2 * n, a.o = buf + 3 * n, a.dq = buf + 4 * n;
@@ -185,6 +192,14 @@ int loom_bench_attention(loom_hw_profile *hw, const loom_bench_ctx *b) {
     fprintf(b->log, "flash attention (B=2, T=256, 4 heads of 64, causal): forward %.2f ms, "
             "backward %.2f ms (%.2f / %.2f G pair-dims/s)\n", tf * 1e3, tb * 1e3, units / tf / 1e9,
             units / tb / 1e9);
+  /* the bf16 kernels (training.dtype=bf16): logged; the profile keeps the fp32 rates */
+  a.bf16 = true, a.backward = false;
+  double tf16 = loom_bench_time(attn, &a, 0.05 * b->scale);
+  a.backward = true;
+  double tb16 = loom_bench_time(attn, &a, 0.05 * b->scale);
+  if (b->log)
+    fprintf(b->log, "bf16 flash attention (%s, same shape): forward %.2f ms, backward %.2f ms\n",
+            loom_kernels_attn_bf16_path(), tf16 * 1e3, tb16 * 1e3);
   loom_free(buf);
   return 0;
 }

@@ -192,6 +192,34 @@ static void test_xent(int R, int V, int Vp) {
   loom_free(se), loom_free(lossf), loom_free(gf);
 }
 
+/* loom_xent_grad_bf16 == loom_f32_to_bf16(loom_xent_grad_f32), bitwise: into its own rows
+ * (stride Vp + 3), and in place (each row's bf16 values in the first half of its storage) */
+static void test_xent_bf16(int R, int V, int Vp) {
+  size_t n = (size_t)R * Vp;
+  float *l = falloc(n), *g = falloc(n), *mx = falloc(R), *se = falloc(R), *inplace = falloc(n);
+  for (size_t i = 0; i < n; i++) l[i] = 3.0f * (float)loom_rng_normal(&ktest_rng);
+  int32_t *t = malloc(R * sizeof(int32_t));
+  for (int r = 0; r < R; r++) t[r] = r % 5 == 2 ? LOOM_IGNORE_INDEX : (r * 37) % V;
+  loom_xent_stats_f32(mx, se, NULL, l, NULL, R, Vp, V);
+  loom_xent_grad_f32(g, l, mx, se, t, R, Vp, V, 0.125f);
+  size_t ld = (size_t)Vp + 3;
+  uint16_t *g16 = loom_alloc((size_t)R * ld * sizeof(uint16_t));
+  loom_xent_grad_bf16(g16, ld, l, mx, se, t, R, Vp, V, 0.125f);
+  memcpy(inplace, l, n * sizeof(float));
+  loom_xent_grad_bf16((uint16_t *)inplace, 2 * (size_t)Vp, inplace, mx, se, t, R, Vp, V, 0.125f);
+  int bad = 0, bad_in = 0;
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < Vp; j++) {
+      uint16_t want = loom_f32_to_bf16(g[(size_t)r * Vp + j]);
+      bad += g16[(size_t)r * ld + j] != want;
+      bad_in += ((uint16_t *)inplace)[(size_t)r * 2 * Vp + j] != want;
+    }
+  CHECK(bad == 0 && bad_in == 0, "xent bf16 gradient R=%d V=%d Vp=%d: %d values differ (%d in place)",
+        R, V, Vp, bad, bad_in);
+  loom_free(l), loom_free(g), loom_free(mx), loom_free(se), loom_free(inplace), loom_free(g16);
+  free(t);
+}
+
 /* ---- AdamW --------------------------------------------------------------------------------- */
 
 static void test_adamw(void) {
@@ -302,6 +330,8 @@ static void run_all(void) {
   test_norm(3, 768, 1);
   test_act(65, 300);
   test_xent(37, 1000, 1024);
+  test_xent_bf16(37, 1000, 1024);
+  test_xent_bf16(5, 33, 35); /* short rows, odd widths */
   test_adamw();
   loom_attn_mask causal = {.causal = 1}, full = {.causal = 0};
   loom_attn_mask cw = {.causal = 1, .window = 50}, bw = {.causal = 0, .window = 33};

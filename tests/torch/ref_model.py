@@ -6,6 +6,7 @@ conventions), not from loom's C code:
   - forward gives logits (B, T, Vp) including the vocabulary padding columns;
   - the loss is cross-entropy over the first V columns, ignore_index -100;
   - bf16 mode rounds the inputs of every linear layer (q,k,v,o,up,gate,down, LM head) to bf16
+    (and attention's operands as loom's bf16 flash attention does: BF16Attention)
     and accumulates in the working dtype (BF16Linear); everything else stays in that dtype;
   - train() runs S optimizer steps: A micro-batches, global-token-mean loss, clip_grad_norm_
     semantics, torch.optim.AdamW with two param groups (decay / no decay), lr schedule;
@@ -277,13 +278,65 @@ def documents(tokens, eod):
     return doc, pos
 
 
-def causal_attention(q, k, v, Hq, Hkv, doc=None):
+class BF16Attention(torch.autograd.Function):
+    """Causal attention with loom's bf16 flash-attention roundings (src/kernels/flash_*_bf16.c),
+    q (B,Hq,T,D), k/v (B,Hkv,T,D), accumulation in q's dtype:
+    forward: s = round(q) round(k)^T / sqrt(D), m = row max, e = exp(s - m), l = sum e,
+    out = round(e) round(v) / l (loom rounds exp(s - m_running) per 64-key tile: the same as m
+    for T <= 64, as in these dumps), lse = m + log l;
+    backward: dO' = round(dO), P = exp(s - lse), delta = rowsum(dO' out), dP = dO' round(v)^T,
+    dS = P (dP - delta) / sqrt(D), dV = round(P)^T dO', dQ = round(dS) round(k),
+    dK = round(dS)^T round(q) (dK, dV summed over the query heads of each kv head)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        B, Hq, T, D = q.shape
+        rep = Hq // k.shape[1]
+        scale = 1.0 / math.sqrt(D)
+        qr = bf16_round(q)
+        kr = bf16_round(k).repeat_interleave(rep, dim=1)
+        vr = bf16_round(v).repeat_interleave(rep, dim=1)
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        s = ((qr @ kr.transpose(-1, -2)) * scale).masked_fill(mask, float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        e = torch.exp(s - m)
+        lsum = e.sum(-1, keepdim=True)
+        out = (bf16_round(e) @ vr) / lsum
+        ctx.save_for_backward(qr, kr, vr, s, m + torch.log(lsum), out)
+        ctx.rep = rep
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        qr, kr, vr, s, lse, out = ctx.saved_tensors
+        B, Hq, T, D = qr.shape
+        scale = 1.0 / math.sqrt(D)
+        dor = bf16_round(dout)
+        p = torch.exp(s - lse)
+        delta = (dor * out).sum(-1, keepdim=True)
+        ds = p * (dor @ vr.transpose(-1, -2) - delta) * scale
+        dsr = bf16_round(ds)
+        dq = dsr @ kr
+        dk = dsr.transpose(-1, -2) @ qr
+        dv = bf16_round(p).transpose(-1, -2) @ dor
+        rep = ctx.rep
+        dk = dk.view(B, Hq // rep, rep, T, D).sum(2)
+        dv = dv.view(B, Hq // rep, rep, T, D).sum(2)
+        return dq, dk, dv
+
+
+def causal_attention(q, k, v, Hq, Hkv, doc=None, bf16=False):
     """q (B,T,Hq,D), k/v (B,T,Hkv,D) -> (B,T,Hq*D). Query head h uses kv head h // (Hq/Hkv).
     doc (B,T): document ids; when given, the explicit block-diagonal causal mask lets a query
-    see only the keys of its own document."""
+    see only the keys of its own document. bf16: loom's bf16 flash attention (BF16Attention;
+    not combined with doc: no packed bf16 case is checked)."""
+    assert not (bf16 and doc is not None), "packed documents with bf16 attention: no reference"
     B, T, _, D = q.shape
     rep = Hq // Hkv
     q = q.transpose(1, 2)
+    if bf16:
+        out = BF16Attention.apply(q, k.transpose(1, 2), v.transpose(1, 2))
+        return out.transpose(1, 2).reshape(B, T, Hq * D)
     k = k.transpose(1, 2).repeat_interleave(rep, dim=1)
     v = v.transpose(1, 2).repeat_interleave(rep, dim=1)
     scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D))
@@ -337,7 +390,7 @@ def forward(spec, P, tokens, bf16=False, variant=()):
         if not gpt2:
             q = apply_rope(q, cos, sin, variant)
             k = apply_rope(k, cos, sin, variant)
-        a = causal_attention(q, k, v, s.Hq, s.Hkv, None if "pack_no_mask" in variant else doc)
+        a = causal_attention(q, k, v, s.Hq, s.Hkv, None if "pack_no_mask" in variant else doc, bf16)
         x = x + lin(a, pre + "attn.o")
         h = norm(x, pre + "mlp_norm")
         if gpt2:

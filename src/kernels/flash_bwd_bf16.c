@@ -1,0 +1,125 @@
+/* bf16 flash attention backward: the fp32 kernel's schedule (flash_bwd.c: one work item per
+ * (sequence, kv head), query tiles of its heads in order, visible key tiles recomputed from
+ * lse; deterministic, independent of the thread count) with the five products on bf16 pairs
+ * (flash_tile_bf16.h). Q, K, V and dO are rounded to bf16 as their tiles are packed; P and
+ * dS are computed in fp32 (from fp32 scores and lse) and rounded to bf16 only as operands of
+ * dV += P^T dO, dK += dS^T Q and dQ += dS K; accumulation, delta = rowsum(bf16(dO) * out) and
+ * every output are fp32. Shapes: q, dq, out, dout (B,T,Hq,D); k, v, dk, dv (B,T,Hkv,D);
+ * lse, work (B,Hq,T). */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/fast_internal.h"
+#include "kernels/flash_mask.h"
+#include "kernels/flash_tile.h"
+#include "kernels/flash_tile_bf16.h"
+#include "loom/core.h"
+#include "loom/kernels.h"
+#include "loom/prof.h"
+
+typedef struct {
+  float *dq, *dk, *dv;
+  const float *dout, *lse, *q, *k, *v, *delta;
+  int T, Hq, Hkv, D;
+  loom_attn_mask mask;
+  int path;
+} bwd_args;
+
+/* Kall, Vall (T, DP) pairs: K, V of (b, kh) row by row; Kvall ((T+1)/2, D): K as key pairs —
+ * packed once per work item */
+static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uint32_t *Kall,
+                       const uint32_t *Vall, const uint32_t *Kvall) {
+  const int T = a->T, D = a->D, t0 = i * BQ, nq = T - t0 < BQ ? T - t0 : BQ;
+  const int DP = (D + 1) / 2, nqp = (nq + 1) / 2, path = a->path, simd = path != FB_GENERIC;
+  const float scale = (float)(1.0 / sqrt((double)D));
+  const long ldq = (long)a->Hq * D, ldk = (long)a->Hkv * D;
+  const size_t qoff = (((size_t)b * T + t0) * a->Hq + h) * D;
+  float Qt[D * BQ], dQ[BQ * D], St[BK * BQ], dPt[BK * BQ]; /* (D,BQ) (BQ,D) (BK,BQ) (BK,BQ) */
+  uint32_t Qp[DP * BQ], dOp[DP * BQ];       /* Q_i^T, dO_i^T as head-dim pairs (DP, BQ) */
+  uint32_t Qv[BQ / 2 * D], dOv[BQ / 2 * D]; /* Q_i, dO_i as query pairs (BQ/2, D) */
+  uint32_t Pb[BK * BQ / 2], dSb[BK * BQ / 2], dSp[BK / 2 * BQ]; /* (BK,BQ/2) x2, (BK/2,BQ) */
+  float lse[BQ], delta[BQ];
+  ftile_vis vis;
+  ftile_transpose_in(Qt, a->q + qoff, ldq, nq, D);
+  fb_pack_vnni(path, Qp, BQ, Qt, BQ, D, BQ, DP);
+  ftile_transpose_in(Qt, a->dout + qoff, ldq, nq, D); /* Qt reused for dO_i^T */
+  fb_pack_vnni(path, dOp, BQ, Qt, BQ, D, BQ, DP);
+  fb_pack_vnni(path, Qv, D, a->q + qoff, ldq, nq, D, nqp);
+  fb_pack_vnni(path, dOv, D, a->dout + qoff, ldq, nq, D, nqp);
+  for (int r = 0; r < BQ; r++) {
+    size_t row = ((size_t)b * a->Hq + h) * T + t0 + r;
+    lse[r] = r < nq ? a->lse[row] : 0.0f;
+    delta[r] = r < nq ? a->delta[row] : 0.0f;
+  }
+  memset(dQ, 0, sizeof dQ);
+  int j0 = fmask_lo(a->mask, b, t0, T) / BK, j1 = fmask_hi(a->mask, b, t0 + nq - 1, T) / BK;
+  for (int j = j0; j <= j1; j++) {
+    int s0 = j * BK, nk = T - s0 < BK ? T - s0 : BK, nkp = (nk + 1) / 2;
+    if (!fmask_tile(a->mask, b, T, t0, nq, s0, nk, &vis)) continue;
+    const size_t koff = (((size_t)b * T + s0) * a->Hkv + kh) * D;
+    const uint32_t *Kb = Kall + (size_t)s0 * DP, *Vb = Vall + (size_t)s0 * DP;
+    const uint32_t *Kv = Kvall + (size_t)(s0 / 2) * D;
+    fb_mm(path, St, BQ, Kb, DP, 1, Qp, BQ, nk, BQ, DP, 0);   /* St = K_j Q_i^T */
+    fb_mm(path, dPt, BQ, Vb, DP, 1, dOp, BQ, nk, BQ, DP, 0); /* dPt = V_j dO_i^T */
+    ftile_bwd_p_ds(simd, St, dPt, nk, nq, &vis, scale, lse, delta);
+    fb_pack_rows(path, Pb, BQ / 2, St, BQ, nk, BQ, nk);   /* P^T rows, query pairs */
+    fb_pack_rows(path, dSb, BQ / 2, dPt, BQ, nk, BQ, nk); /* dS^T rows, query pairs */
+    if (a->dv) /* dV_j (nk,D) += P^T (nk,nq) dO_i (nq,D) */
+      fb_mm(path, a->dv + koff, (int)ldk, Pb, BQ / 2, 1, dOv, D, nk, D, nqp, 1);
+    if (a->dk) /* dK_j += dS^T Q_i */
+      fb_mm(path, a->dk + koff, (int)ldk, dSb, BQ / 2, 1, Qv, D, nk, D, nqp, 1);
+    /* dQ_i (nq,D) += dS (nq,nk) K_j (nk,D) */
+    fb_pack_vnni(path, dSp, BQ, dPt, BQ, nk, BQ, nkp);
+    fb_mm(path, dQ, D, dSp, 1, BQ, Kv, D, nq, D, nkp, 1);
+  }
+  if (a->dq)
+    for (int r = 0; r < nq; r++)
+      memcpy(a->dq + qoff + (size_t)r * ldq, dQ + (size_t)r * D, (size_t)D * sizeof(float));
+}
+
+void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const float *dout,
+                                        const float *out, const float *lse, const float *q,
+                                        const float *k, const float *v, int B, int T, int Hq,
+                                        int Hkv, int D, loom_attn_mask mask, float *work) {
+  LOOM_ASSERT(Hkv > 0 && Hq % Hkv == 0 && D > 0 && D <= 256);
+  if (B <= 0 || T <= 0 || Hq <= 0) return;
+  LOOM_PROF_PUSH(LOOM_PART_ATTN_BWD);
+  const int par = (size_t)B * Hq * T * T * D >= FAST_PAR_MIN;
+  /* delta (B,Hq,T) = rowsum(bf16(dout) * out): the dO the products see */
+#pragma omp parallel for collapse(2) schedule(static) if (par)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < Hq; h++) {
+        const float *o = out + (((size_t)b * T + t) * Hq + h) * D;
+        const float *g = dout + (((size_t)b * T + t) * Hq + h) * D;
+        float acc = 0;
+        for (int d = 0; d < D; d++) acc += o[d] * loom_bf16_round(g[d]);
+        work[((size_t)b * Hq + h) * T + t] = acc;
+      }
+  bwd_args a = {dq, dk, dv, dout, lse, q, k, v, work, T, Hq, Hkv, D, mask, fb_path(D)};
+  const int group = Hq / Hkv, nqt = (T + BQ - 1) / BQ, DP = (D + 1) / 2;
+  const long ldk = (long)Hkv * D;
+  const size_t nkb = (size_t)T * DP, nkv = (size_t)(T + 1) / 2 * D;
+#pragma omp parallel if (par)
+  {
+    uint32_t *Kall = loom_alloc((2 * nkb + nkv) * sizeof(uint32_t));
+    uint32_t *Vall = Kall + nkb, *Kvall = Vall + nkb;
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+      for (int kh = 0; kh < Hkv; kh++) {
+        const size_t off = ((size_t)b * T * Hkv + kh) * D;
+        for (int s = 0; s < T; s++) { /* this item's dk/dv rows start at zero */
+          size_t o = off + (size_t)s * ldk;
+          if (dk) memset(dk + o, 0, (size_t)D * sizeof(float));
+          if (dv) memset(dv + o, 0, (size_t)D * sizeof(float));
+        }
+        fb_pack_rows(a.path, Kall, DP, k + off, ldk, T, D, T); /* K, V packed once per item */
+        fb_pack_rows(a.path, Vall, DP, v + off, ldk, T, D, T);
+        fb_pack_vnni(a.path, Kvall, D, k + off, ldk, T, D, (T + 1) / 2);
+        for (int h = kh * group; h < (kh + 1) * group; h++)
+          for (int i = 0; i < nqt; i++) query_tile(&a, b, h, kh, i, Kall, Vall, Kvall);
+      }
+    loom_free(Kall);
+  }
+  LOOM_PROF_POP(10.0 * D * Hq * flash_visible_pairs(mask, B, T), 0);
+}

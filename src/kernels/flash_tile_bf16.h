@@ -1,0 +1,35 @@
+/* Private to bf16 flash attention: tiles of bf16 pairs and the small GEMM over them. A pair
+ * is one uint32 holding two bf16 values of consecutive reduction indices (2p in the low half,
+ * 2p+1 in the high half), the operand format of vdpbf16ps. Every pack rounds fp32 to bf16 to
+ * nearest even (loom_f32_to_bf16; the vdpbf16ps path converts with vcvtne2ps2bf16, which also
+ * flushes subnormals to zero — as vdpbf16ps treats subnormal inputs) and pads a missing odd
+ * index with zero. */
+#ifndef LOOM_FLASH_TILE_BF16_H
+#define LOOM_FLASH_TILE_BF16_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Code paths of the pair GEMM: vdpbf16ps; the same arithmetic in AVX-512F (bf16 widened by
+ * shifts, the odd product added first, then the even one, as vdpbf16ps specifies: products
+ * of two bf16 values are exact in fp32, so each step rounds once, like the instruction);
+ * portable C in the same order. */
+enum { FB_GENERIC = 0, FB_AVX512 = 1, FB_BF16 = 2 };
+/* The path for head dim D on this CPU (AVX-512 paths need D % 16 == 0). */
+int fb_path(int D);
+
+/* dst (nrows_pad, (ncols+1)/2) pairs, row stride lddst pairs: row r = bf16 of src row r
+ * (row stride ld floats) read as pairs of consecutive columns; rows >= nrows zero. */
+void fb_pack_rows(int path, uint32_t *dst, int lddst, const float *src, long ld, int nrows,
+                  int ncols, int nrows_pad);
+/* dst (npairs, ncols) pairs, row stride lddst: dst[p][j] = (bf16 src[2p][j], bf16 src[2p+1][j])
+ * (src row stride ld floats; rows >= nrows read as zero): the VNNI layout of a (rows, ncols)
+ * matrix that is the B operand (or the pair-strided A operand) of a product reducing over
+ * its rows. npairs = (nrows + 1) / 2 at least. */
+void fb_pack_vnni(int path, uint32_t *dst, int lddst, const float *src, long ld, int nrows,
+                  int ncols, int npairs);
+/* C (m, n) (+)= sum over kp pairs p of A(i, p) . B(p, j), fp32 accumulation:
+ * A(i, p) = A[i*ai + p*ap] (a pair), B(p, j) = B[p*ldb + j] (a pair), C row i at C + i*ldc.
+ * n a multiple of 16 on the AVX-512 paths. acc = 0 overwrites C. */
+void fb_mm(int path, float *C, int ldc, const uint32_t *A, long ai, long ap, const uint32_t *B,
+           long ldb, int m, int n, int kp, int acc);
+#endif

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `loom bench model --roofline` as a user runs it, on tiny GPT-2 in fp32 and bf16 without the
+# GEMM and bandwidth measurements (--no-gemm): the table ends with the bottleneck line; the
+# JSON's roofline rows cover the GEMM roles, attention, norms, AdamW (and bf16 conversions in
+# bf16 only), sum to the profiled step, carry no fraction (nothing measured) but a note each;
+# a misspelt option is refused with a suggestion and exit 2.
+# usage: bench_roofline_test.sh LOOM
+. "$(dirname "$0")/../assert.sh"
+LOOM=$1
+WORK=$(mktemp -d /tmp/loom-roofline.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+for dt in fp32 bf16; do
+  if ! "$LOOM" bench model --model tiny-gpt2 --batch 2 --seq 32 --steps 1 --warmup 1 \
+    --dtype $dt --no-gemm --roofline --json "$WORK/$dt.json" >"$WORK/$dt.txt" 2>&1; then
+    fail "bench model --roofline $dt"; tail -5 "$WORK/$dt.txt" >&2; continue
+  fi
+  # without bounds only the unattributed rest has a known loss
+  check "$dt: bottleneck line" grep -q "^bottleneck: unattributed loses .* against its bound" "$WORK/$dt.txt"
+  check "$dt: table header" grep -q "part .*time s .*work .*of bound" "$WORK/$dt.txt"
+  check "$dt: JSON rows" /usr/bin/python3 - "$WORK/$dt.json" "$dt" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); dt = sys.argv[2]
+rows = {r["part"]: r for r in j["roofline"]}
+need = ["qkv fwd", "qkv dgrad", "qkv wgrad", "proj fwd", "fc1 fwd", "fc2 wgrad", "lm head fwd",
+        "attention fwd", "attention bwd", "norms", "activations", "cross-entropy", "embeddings",
+        "adamw", "grad clip norm", "zero grads", "unattributed"]
+missing = [p for p in need if p not in rows]
+assert not missing, f"missing parts {missing}"
+assert ("bf16 convert" in rows) == (dt == "bf16"), "bf16 conversions only in bf16"
+total = sum(r["seconds"] for r in j["roofline"])
+assert abs(total - j["roofline_step_s"]) <= 1e-4 * j["roofline_step_s"] + 1e-5, (total, j["roofline_step_s"])
+for r in j["roofline"]:
+    assert r["fraction"] is None and r["note"], r   # --no-gemm: no bound measured
+    if r["part"] == "unattributed":  # no work: all of its time is lost
+        assert abs(r["lost_s"] - r["seconds"]) <= 1e-9 + 1e-6 * r["seconds"], r
+    else:  # no bound: what it loses is unknown
+        assert r["lost_s"] is None, r
+# tiny-gpt2: 4 layers, hidden 128, 4 heads of 32; 2 x 32 tokens: q, k, v GEMMs 2 N C (3 C) each layer
+assert rows["qkv fwd"]["flops"] == 4 * 2 * 64 * 128 * 384, rows["qkv fwd"]["flops"]
+PY
+done
+out=$("$LOOM" bench model --rooflin 2>&1); rc=$?
+check "misspelt option exits 2" [ "$rc" = 2 ]
+check "misspelt option suggests --roofline" grep -q "roofline" <<<"$out"
+finish

@@ -1,0 +1,6 @@
+# Script tests of the kernels area: `loom bench model --roofline` end to end (the profiler's
+# own checks are test_roofline.c).
+add_test(NAME bench_roofline
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_roofline_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(bench_roofline PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;OPENBLAS_NUM_THREADS=1" TIMEOUT 300)
