@@ -74,18 +74,21 @@ else fail "eval of the cp2 checkpoint: cp2 '$e2', one process '$e1' ($(tail -2 "
 echo "resume: a checkpoint written by cp2 x dp2 ZeRO-1 resumed in other layouts (1e-5) and in its own (bitwise)"
 train l_cp_src 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=1 checkpoint.every=2 --stop-after 2
 src=$(run_dir l_cp_src)
-resume_as() { # name np overrides...: copy the interrupted run, resume it in another layout
-  local name=$1 np=$2; shift 2
-  cp -r "$src" "$WORK/runs/${name}_run"
-  local ck="$WORK/runs/${name}_run/checkpoint_2"
-  if [ "$np" = 1 ]; then "$LOOM" train --resume "$ck" "$@" --quiet >"$WORK/$name.log" 2>&1
-  else timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train --resume "$ck" "$@" --quiet >"$WORK/$name.log" 2>&1; fi ||
+resume_as() { # name np overrides...: resume the interrupted run in another layout: a new run
+  local name=$1 np=$2; shift 2 # (named $name) forked at step 2, its metrics from step 3
+  local ck="$src/checkpoint_2"
+  if [ "$np" = 1 ]; then "$LOOM" train --resume "$ck" run.name="$name" "$@" --quiet >"$WORK/$name.log" 2>&1
+  else timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train --resume "$ck" run.name="$name" "$@" --quiet >"$WORK/$name.log" 2>&1; fi ||
     { fail "$name: resume failed"; tail -5 "$WORK/$name.log" >&2; return; }
-  close_losses l_single "$name" 1e-5
+  close_losses l_single "$name" 1e-5 2
 }
 resume_as l_resume_one_process 1 parallel.cp=1 parallel.dp=1 parallel.zero=0 training.micro_batch_size=4
 resume_as l_resume_cp4 4 parallel.cp=4 parallel.dp=1 parallel.zero=0 training.micro_batch_size=4
-resume_as l_resume_same 4
+# same layout, same config: the interrupted run itself continues (in a copy, its own id)
+cp -r "$src" "$WORK/runs/l_resume_same_run"
+timeout 300 "${MPIRUN[@]}" -np 4 "$LOOM" train --resume "$WORK/runs/l_resume_same_run/checkpoint_2" --quiet \
+  >"$WORK/l_resume_same.log" 2>&1 || { fail "l_resume_same: resume failed"; tail -5 "$WORK/l_resume_same.log" >&2; }
+close_losses l_single l_resume_same 1e-5
 train l_cp_straight 4 "${LLAMA[@]}" training.micro_batch_size=2 training.grad_accum=3 parallel.cp=2 parallel.dp=2 parallel.zero=1 checkpoint.every=2
 if [ "$(losses "$(run_dir l_cp_straight)")" = "$(losses "$WORK/runs/l_resume_same_run")" ]; then pass
   echo "  l_resume_same: losses bitwise equal to the uninterrupted cp2 x dp2 run"
