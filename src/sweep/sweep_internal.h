@@ -28,7 +28,7 @@ typedef struct {
   char *sweep_name, *sweep_id, *launcher, *log_dir;
   char *hardware;       /* sim launcher: the hardware profile (NULL otherwise) */
   int parallel;
-  double peak_flops[2]; /* per-rank fp32 / bf16 matrix peak of this machine's hardware profile
+  double peak_flops[2]; /* one core's fp32 / bf16 matrix peak of this machine's hardware profile
                          * (loom bench), for the MFU estimate (0 = none: no MFU) */
   double wall_s;        /* whole sweep */
 } loom_sweep_info;

@@ -10,8 +10,8 @@
 #include "loom/hw.h"
 #include "train/progress.h"
 
-double loom_progress_profile_peak_from(const char *dtype, char *profile, size_t np, char *why,
-                                       size_t n) {
+double loom_progress_profile_peak_from(const char *dtype, int threads, char *profile, size_t np,
+                                       char *why, size_t n) {
   loom_hw_profile hw;
   if (np) profile[0] = 0;
   if (loom_hw_load(&hw, "this-machine")) {
@@ -27,13 +27,27 @@ double loom_progress_profile_peak_from(const char *dtype, char *profile, size_t 
     return 0;
   }
   if (np) snprintf(profile, np, "%s", hw.path);
-  snprintf(why, n, "MFU against %.1f GFLOP/s per rank (the %s matrix peak of hardware profile "
-           "'%s', loaded as this machine's)", hw.peak_flops[dt] / 1e9, dtype, hw.name);
-  return hw.peak_flops[dt];
+  if (!hw.engine_loom_cpu) { /* an accelerator's profile: its device is the rank */
+    snprintf(why, n, "MFU against %.1f GFLOP/s per rank (the %s matrix peak of hardware profile "
+             "'%s', loaded as this machine's)", hw.peak_flops[dt] / 1e9, dtype, hw.name);
+    return hw.peak_flops[dt];
+  }
+  /* loom bench's devices are cores (one thread each): a rank running T threads on this
+   * machine can at most reach T cores' peak, and no more cores than the machine has. The
+   * multi-threaded GEMM rate is below T x the one-thread rate (shared caches, lower all-core
+   * clocks), so the figure never overstates MFU. */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int used = threads < 1 ? 1 : threads;
+  if (cores > 0 && used > cores) used = (int)cores;
+  snprintf(why, n, "MFU against %.1f GFLOP/s per rank (%d thread%s x %.1f GFLOP/s, the %s matrix "
+           "peak of one core in hardware profile '%s', loaded as this machine's)",
+           used * hw.peak_flops[dt] / 1e9, used, used == 1 ? "" : "s", hw.peak_flops[dt] / 1e9,
+           dtype, hw.name);
+  return used * hw.peak_flops[dt];
 }
 
 double loom_progress_profile_peak(const char *dtype, char *why, size_t n) {
-  return loom_progress_profile_peak_from(dtype, NULL, 0, why, n);
+  return loom_progress_profile_peak_from(dtype, 1, NULL, 0, why, n);
 }
 
 double loom_progress_mfu(double tokens, double seconds, double flops_per_token,

@@ -29,13 +29,15 @@ typedef struct {
   double val_loss;
 } loom_progress;
 
-/* The matrix peak (FLOP/s per rank) of dtype ("fp32" or "bf16") in this machine's hardware
- * profile (`loom bench` writes it; see loom_hw_load "this-machine"), or 0 with why[] saying
- * why MFU is not shown. */
+/* The matrix peak (FLOP/s) of dtype ("fp32" or "bf16") in this machine's hardware profile
+ * (`loom bench` writes it; see loom_hw_load "this-machine") for one core, or 0 with why[]
+ * saying why MFU is not shown. */
 double loom_progress_profile_peak(const char *dtype, char *why, size_t n);
-/* The same, and the profile's file in profile[] ("" when there is none). */
-double loom_progress_profile_peak_from(const char *dtype, char *profile, size_t np, char *why,
-                                       size_t n);
+/* The peak of one rank that runs `threads` threads: a CPU profile's (whose devices are cores)
+ * times min(threads, online cores); an accelerator profile's device peak as it is. The
+ * profile's file goes to profile[] ("" when there is none). */
+double loom_progress_profile_peak_from(const char *dtype, int threads, char *profile, size_t np,
+                                       char *why, size_t n);
 /* MFU, the one definition (progress line, summary.json, registry, sweep summary, loom sim):
  * tokens * flops_per_token / (seconds * peak_flops), a fraction, with flops_per_token and
  * peak_flops per rank (or both per job); NAN without a peak or a time. The callers show no

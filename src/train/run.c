@@ -5,6 +5,7 @@
  * checkpoint (lineage.c decides; a fork never writes into the parent's directory). Every
  * rank runs this; only rank 0 writes the run's files and prints. */
 #include <errno.h>
+#include <omp.h>
 #include <jansson.h>
 #include <math.h>
 #include <inttypes.h>
@@ -270,8 +271,9 @@ static void summary_time_mfu_lineage(const run_ctx *c, char *out, size_t n) {
                           c->state.tokens_seen, c->job.world, fpt);
   if (peak > 0 && len < n) {
     len += (size_t)snprintf(out + len, n - len, ",\n  \"peak_flops\": %.17g", peak);
-    json_t *src = json_pack("{s:s, s:s, s:s}", "profile", c->peak_profile, "dtype", t->dtype,
-                            "backend", loom_gemm_backend_name(loom_gemm_get_backend()));
+    json_t *src = json_pack("{s:s, s:s, s:s, s:i}", "profile", c->peak_profile, "dtype", t->dtype,
+                            "backend", loom_gemm_backend_name(loom_gemm_get_backend()),
+                            "threads_per_rank", omp_get_max_threads());
     char *obj = src ? json_dumps(src, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
     if (obj && len < n) len += (size_t)snprintf(out + len, n - len, ",\n  \"peak_source\": %s", obj);
     free(obj);
@@ -545,11 +547,11 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   c->progress.log_every = t->log_every;
   c->progress.flops_per_token =
       loom_decoder_flops_per_token(&c->spec, (int)t->seq_len) / c->job.world;
-  c->progress.peak_flops = c->lead ? loom_progress_profile_peak_from(t->dtype, c->peak_profile,
-                                                                      sizeof c->peak_profile,
-                                                                      c->mfu_why,
-                                                                      sizeof c->mfu_why)
-                                    : 0;
+  c->progress.peak_flops =
+      c->lead ? loom_progress_profile_peak_from(t->dtype, omp_get_max_threads(), c->peak_profile,
+                                                sizeof c->peak_profile, c->mfu_why,
+                                                sizeof c->mfu_why)
+              : 0;
   if (o->command_line) loom_progress_note(&c->progress, "command: %s", o->command_line);
   loom_progress_note(&c->progress, "run directory: %s", c->run_dir);
   if (c->cleaned) loom_progress_note(&c->progress, "%s", c->cleaned);

@@ -36,6 +36,25 @@ check "MFU on every logged step line ($n)" test "$n" = "$(steps "$d" | wc -l)" -
 bad=$(steps "$d" | sed -n 's/.*MFU \([0-9.]*\)%.*/\1/p' | awk '$1 < 0 || $1 > 100' | wc -l)
 check "every MFU within [0, 100] %" test "$bad" = 0
 
+# a CPU profile (loom bench's: its devices are cores, one thread each): a rank running T
+# threads is measured against T cores' peak, at most the machine's cores. Before this, a
+# 2-thread run was measured against one core's peak and showed about twice its MFU.
+"$LOOM" bench --quick --only gemm --quiet --out "$WORK/cpu.yaml" >/dev/null 2>&1
+core=$(sed -n 's/.*peak_tflops: {fp32: \([0-9.e+-]*\),.*/\1/p' "$WORK/cpu.yaml")
+check "fixture: a loom-cpu profile with an fp32 peak ($core TFLOP/s)" \
+  awk -v c="$core" 'BEGIN { exit !(c > 0) }'
+cores=$(getconf _NPROCESSORS_ONLN) # not nproc: it follows OMP_NUM_THREADS
+for threads in 1 2 4; do
+  d=$(OMP_NUM_THREADS=$threads LOOM_HW_PROFILE="$WORK/cpu.yaml" run "cpu$threads")
+  used=$(( threads < cores ? threads : cores ))
+  got=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["peak_flops"], s["peak_source"]["threads_per_rank"])' "$d/summary.json")
+  check "$threads threads on $cores cores: peak = $used x the core's ($got)" \
+    awk -v g="${got% *}" -v c="$core" -v u="$used" 'BEGIN { d = g - u * c * 1e12; if (d < 0) d = -d; exit !(d <= 1e-9 * g) }'
+  check "$threads threads: summary.json records the threads ($got)" test "${got#* }" = "$threads"
+  check "$threads threads: train.log names the threads and the core's peak" \
+    grep -q "MFU against [0-9.]* GFLOP/s per rank ($used thread[s]* x [0-9.]* GFLOP/s, the fp32 matrix peak of one core" "$d/train.log"
+done
+
 # tok/s is the average since the previous logged line: the line of step 12 shows the tokens
 # of steps 11-12 over their time, as metrics.jsonl records them (step_time has 6 decimals:
 # for steps of ~1 ms that is 1e-3 relative, hence the tolerance 2e-3; one step's own rate
