@@ -125,6 +125,12 @@ typedef struct {
                                    windowed blocks run locally, all-to-alls only in full blocks */
   bool elementwise_eager;  /* norms and rotary as PyTorch eager ops (fp32 upcasts, one kernel
                               per op) rather than fused kernels */
+  /* host dispatch (runtime.host_dispatch_us; 0 = not modelled): seconds of CPU per op the
+   * framework issues, through DTensor's dispatcher (an op on DTensor arguments: sharding
+   * propagation, redistribution, the local op) or PyTorch's plain eager dispatcher. The CPU
+   * issues asynchronously ahead of the GPU; between two host synchronisations (a module of
+   * the cost model) the time is max(device time, host time). */
+  double host_dtensor, host_eager;
 } loom_hw_profile;
 
 /* Defaults (every field set; a generic GPU-like device), then a file or a name over them.

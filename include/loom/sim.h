@@ -92,6 +92,9 @@ typedef struct {
   double flops;          /* GEMM/attention FLOPs executed */
   double bytes;          /* comm payload per rank / vector-op memory traffic */
   double time;           /* seconds on this profile */
+  double host;           /* seconds the CPU spends issuing it (runtime.host_dispatch_us) */
+  int module;            /* ops between two host synchronisations (0: the op alone): their
+                            time is max(device, host) */
 } loom_sim_op;
 #define LOOM_SIM_MAX_OPS 320
 
@@ -108,6 +111,8 @@ typedef struct {
   double comm_hidden;             /* communication overlapped with compute */
   double flops;                   /* FLOPs executed, recomputation included */
   double flops_recompute;
+  double host_wait;               /* of t: the GPU waiting for the CPU to issue (modules whose
+                                     host dispatch is longer than their device time) */
   double coll_bytes[LOOM_PHASE_COUNT][LOOM_COLL_COUNT]; /* bytes sent (comm.h's ring accounting) */
 } loom_sim_cost;
 void loom_sim_cost_of(const loom_sim_op *ops, int n, loom_sim_cost *out);

@@ -163,9 +163,19 @@ static void loom_backward(sim_ops *b, const shape *x) {
 
 /* ---- GPU stack (Megatron-LM style) -------------------------------------------------------- */
 
+/* host dispatch (runtime.host_dispatch_us) of the GEMM added at `mark` standing for `linears`
+ * nn.Linear modules of a HuggingFace decoder ((batch, tokens, hidden) inputs), `ops` aten ops
+ * each (sim_linear_*_ops): through DTensor under DTensor tensor parallelism, else eager */
+static void lin_host(sim_ops *b, const shape *x, int mark, double linears, double ops) {
+  bool dt = x->tp > 1 && b->c->hw->tp_dtensor;
+  sim_host(b, mark, dt ? linears * ops : 0, dt ? 0 : linears * ops);
+}
+
 static void tp_reduce(sim_ops *b, const shape *x, const char *name, double budget) {
   loom_coll_kind k = x->seqpar ? LOOM_COLL_REDUCE_SCATTER : LOOM_COLL_ALLREDUCE;
+  int mark = b->n;
   sim_comm(b, name, k, x->N * x->C * x->e, x->tps, x->tp, budget);
+  if (b->c->hw->tp_dtensor) sim_host(b, mark, 1, 0); /* one DTensor redistribute */
 }
 
 static void tp_gather(sim_ops *b, const shape *x, const char *name, double budget) {
@@ -179,28 +189,38 @@ static void a2a(sim_ops *b, const shape *x, const char *name, double width) {
 static void gpu_forward(sim_ops *b, const shape *x) {
   const loom_sim_strategy *st = b->c->st;
   double C = x->C, N = x->N, Nr = x->Nr, e = x->e, drop = st->dropout ? 1 : 0;
+  int m;
   sim_vec(b, "norm1", norm_vop(x, false), Nr * C, 2 * e, 8);
   tp_gather(b, x, "tp all-gather", 0);
+  m = b->n;
   sim_gemm(b, "qkv", LOOM_GEMM_FWD, N, x->QD + 2 * x->KD, C, 1);
+  lin_host(b, x, m, 3, sim_linear_fwd_ops(true));
   if (x->llama) sim_vec(b, "rope", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * e, 6);
   a2a(b, x, "ulysses a2a q", x->QD);
   a2a(b, x, "ulysses a2a k", x->KD);
   a2a(b, x, "ulysses a2a v", x->KD);
   sim_cp_attention(b, false);
   a2a(b, x, "ulysses a2a out", x->QD);
+  m = b->n;
   sim_gemm(b, "o", LOOM_GEMM_FWD, N, C, x->QD, 1);
+  lin_host(b, x, m, 1, sim_linear_fwd_ops(true));
   tp_reduce(b, x, "tp reduce", 0);
   sim_vec(b, "bias-dropout-add", LOOM_VOP_ADD, Nr * C, 3 * e + drop, 2);
   sim_vec(b, "norm2", norm_vop(x, false), Nr * C, 2 * e, 8);
   tp_gather(b, x, "tp all-gather", 0);
+  m = b->n;
   if (x->gpt2) {
     sim_gemm(b, "mlp up", LOOM_GEMM_FWD, N, x->li, C, 1);
+    lin_host(b, x, m, 1, sim_linear_fwd_ops(true));
     sim_vec(b, "bias-gelu", LOOM_VOP_GELU_FWD, N * x->li, 2 * e, 20);
   } else {
     sim_gemm(b, "mlp gate+up", LOOM_GEMM_FWD, N, 2 * x->li, C, 1);
+    lin_host(b, x, m, 2, sim_linear_fwd_ops(true));
     sim_vec(b, "swiglu", LOOM_VOP_SWIGLU_FWD, N * x->li, 3 * e, 20);
   }
+  m = b->n;
   sim_gemm(b, "mlp down", LOOM_GEMM_FWD, N, C, x->li, 1);
+  lin_host(b, x, m, 1, sim_linear_fwd_ops(true));
   tp_reduce(b, x, "tp reduce", 0);
   sim_vec(b, "bias-dropout-add", LOOM_VOP_ADD, Nr * C, 3 * e + drop, 2);
 }
@@ -209,12 +229,14 @@ static void gpu_forward(sim_ops *b, const shape *x) {
  * output: dgrad, then the input-gradient reduction overlapped with the wgrad GEMM (and, with
  * sequence parallelism, the all-gather of the input redone behind the dgrad GEMM) */
 static void gpu_column_bwd(sim_ops *b, const shape *x, const char *dname, const char *wname,
-                           double out, int modules) {
+                           double out, int modules, bool bias) {
   bool overlap = b->c->hw->tp_overlap;
   /* DTensor (runtime.tp_style: dtensor): each ColwiseParallel module all-reduces its own input
    * gradient (q, k and v; gate and up); Megatron one per fused GEMM */
   int reductions = b->c->hw->tp_dtensor ? modules : 1;
+  int m = b->n;
   double td = sim_gemm(b, dname, LOOM_GEMM_DGRAD, x->N, x->C, out, 1);
+  lin_host(b, x, m, modules, sim_linear_dgrad_ops(true));
   if (x->seqpar && !b->recompute) tp_gather(b, x, "tp all-gather (redo)", overlap ? td : 0);
   loom_sim_phase keep = b->phase;
   b->phase = LOOM_PHASE_BWD_W;
@@ -223,7 +245,9 @@ static void gpu_column_bwd(sim_ops *b, const shape *x, const char *dname, const 
   for (int i = 0; i < reductions && x->tp > 1; i++)
     tp_reduce(b, x, "tp reduce", overlap ? tw / reductions : 0);
   b->phase = LOOM_PHASE_BWD_W;
+  m = b->n;
   sim_gemm(b, wname, LOOM_GEMM_WGRAD, out, x->C, x->N, 1);
+  lin_host(b, x, m, modules, sim_linear_wgrad_ops(true, bias));
   b->phase = keep;
 }
 
@@ -235,22 +259,31 @@ static void gpu_backward(sim_ops *b, const shape *x) {
   if (st->dropout) sim_vec(b, "dropout bwd", LOOM_VOP_DROPOUT, Nr * C, 2 * e + 1, 2);
   if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, e, 1);
   tp_gather(b, x, "tp all-gather", 0);
+  int m = b->n;
   sim_gemm(b, "mlp down dgrad", LOOM_GEMM_DGRAD, N, x->li, C, 1);
+  lin_host(b, x, m, 1, sim_linear_dgrad_ops(true));
   b->phase = LOOM_PHASE_BWD_W;
+  m = b->n;
   sim_gemm(b, "mlp down wgrad", LOOM_GEMM_WGRAD, C, x->li, N, 1);
+  lin_host(b, x, m, 1, sim_linear_wgrad_ops(true, x->gpt2));
   b->phase = keep;
   if (x->gpt2) sim_vec(b, "bias-gelu bwd", LOOM_VOP_GELU_BWD, N * x->li, 3 * e, 25);
   else sim_vec(b, "swiglu bwd", LOOM_VOP_SWIGLU_BWD, N * x->li, 5 * e, 25);
-  gpu_column_bwd(b, x, "mlp up dgrad", "mlp up wgrad", x->li * (x->llama ? 2 : 1), x->llama ? 2 : 1);
+  gpu_column_bwd(b, x, "mlp up dgrad", "mlp up wgrad", x->li * (x->llama ? 2 : 1), x->llama ? 2 : 1,
+                 x->gpt2);
   sim_vec(b, "norm2 bwd", norm_vop(x, true), Nr * C, 3 * e, 12);
   sim_vec(b, "residual grad", LOOM_VOP_ADD, Nr * C, 3 * e, 1);
   /* attention */
   if (st->dropout) sim_vec(b, "dropout bwd", LOOM_VOP_DROPOUT, Nr * C, 2 * e + 1, 2);
   if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, e, 1);
   tp_gather(b, x, "tp all-gather", 0);
+  m = b->n;
   sim_gemm(b, "o dgrad", LOOM_GEMM_DGRAD, N, x->QD, C, 1);
+  lin_host(b, x, m, 1, sim_linear_dgrad_ops(true));
   b->phase = LOOM_PHASE_BWD_W;
+  m = b->n;
   sim_gemm(b, "o wgrad", LOOM_GEMM_WGRAD, C, x->QD, N, 1);
+  lin_host(b, x, m, 1, sim_linear_wgrad_ops(true, x->gpt2));
   b->phase = keep;
   a2a(b, x, "ulysses a2a dout", x->QD);
   sim_cp_attention(b, true);
@@ -258,7 +291,7 @@ static void gpu_backward(sim_ops *b, const shape *x) {
   a2a(b, x, "ulysses a2a dk", x->KD);
   a2a(b, x, "ulysses a2a dv", x->KD);
   if (x->llama) sim_vec(b, "rope bwd", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * e, 6);
-  gpu_column_bwd(b, x, "qkv dgrad", "qkv wgrad", x->QD + 2 * x->KD, 3);
+  gpu_column_bwd(b, x, "qkv dgrad", "qkv wgrad", x->QD + 2 * x->KD, 3, x->bias || x->gpt2);
   sim_vec(b, "norm1 bwd", norm_vop(x, true), Nr * C, 3 * e, 12);
   sim_vec(b, "residual grad", LOOM_VOP_ADD, Nr * C, 3 * e, 1);
 }
@@ -317,10 +350,14 @@ int loom_sim_layer_ops(const loom_sim_ctx *c, loom_sim_op *ops, int cap) {
   fwd(&p, &x);
   double t_fwd = phase_compute(probe, 0, p.n);
   zero3_gather(&b, t_fwd);
+  sim_module(&b); /* host dispatch: the forward, then recomputation + backward, each max(device,
+                     host) (identical layers: as over all of them) */
   fwd(&b, &x);
+  b.module = 0;
   /* backward, with the recomputation first */
   b.phase = LOOM_PHASE_BWD_IN;
   zero3_gather(&b, t_fwd);
+  sim_module(&b);
   b.recompute = true;
   if (c->st->recompute == LOOM_RECOMPUTE_FULL) {
     fwd(&b, &x);
@@ -330,6 +367,7 @@ int loom_sim_layer_ops(const loom_sim_ctx *c, loom_sim_op *ops, int cap) {
   b.recompute = false;
   int mark = b.n;
   bwd(&b, &x);
+  b.module = 0;
   zero3_scatter(&b, c->hw->dp_overlap ? phase_compute(ops, mark, b.n) : 0);
   return b.n;
 }

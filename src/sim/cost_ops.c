@@ -15,7 +15,31 @@ void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap) 
   b->phase = LOOM_PHASE_FWD;
   b->recompute = false;
   b->vision = false;
+  b->module = b->modules = 0;
 }
+
+void sim_module(sim_ops *b) { b->module = ++b->modules; }
+
+void sim_host(sim_ops *b, int mark, double dtensor, double eager) {
+  const loom_hw_profile *hw = b->c->hw;
+  if (b->n <= mark || b->c->loom_cpu) return;
+  b->ops[mark].host = dtensor * hw->host_dtensor + eager * hw->host_eager;
+}
+
+/* The aten ops of one nn.Linear as PyTorch runs it; each goes through the dispatcher on its
+ * own (under DTensor each is a DTensor dispatch with its sharding propagation). Forward:
+ * at::linear on a 2-D input is aten.t(weight) + aten.addmm (without a bias t + mm, through
+ * matmul), on a contiguous 3-D input (batch, tokens, features) also the flattening view and
+ * the view of the output (_flatten_nd_linear; matmul's fold: view + _unsafe_view): 2 or 4.
+ * Data gradient: autograd's mm_mat1_backward, grad.mm(mat2.t()): t + mm, for a 3-D input also
+ * the two views' backwards: 2 or 4. Weight gradient: mm_mat2_backward for mat2 = weight.t()
+ * (column-major): grad.t().mm(mat1).t(): t + mm + t, the backward of the forward's aten.t,
+ * AccumulateGrad's detach of the new gradient (the first micro-batch's path): 5; a bias adds
+ * its gradient's sum over the rows and its AccumulateGrad: 7 (derivatives.yaml, addmm and mm;
+ * torch/csrc/autograd/functions/accumulate_grad.h). */
+double sim_linear_fwd_ops(bool input_3d) { return input_3d ? 4 : 2; }
+double sim_linear_dgrad_ops(bool input_3d) { return input_3d ? 4 : 2; }
+double sim_linear_wgrad_ops(bool input_3d, bool bias) { (void)input_3d; return bias ? 7 : 5; }
 
 /* PyTorch eager kernels (HuggingFace modules, runtime.elementwise: eager): the memory traffic
  * per element and the kernel launches of RMSNorm and rotary as their op-by-op code moves
@@ -52,6 +76,8 @@ static loom_sim_op *add(sim_ops *b, const char *name, loom_sim_op_type type) {
   o->type = type;
   o->phase = b->phase;
   o->recompute = b->recompute;
+  o->module = b->module;
+  if (!b->c->loom_cpu) o->host = b->c->hw->host_eager; /* one eager op, until sim_host says */
   return o;
 }
 
@@ -75,6 +101,7 @@ double sim_vec(sim_ops *b, const char *name, loom_vop v, double elements, double
   o->time = loom_hw_vop_time(b->c->hw, b->c->st->dtype, v, elements, o->bytes,
                              elements * flops_per_elem) +
             (kernels - 1) * b->c->hw->kernel_overhead;
+  o->host *= kernels; /* one eager op per kernel (eager norms and rotary: one per op) */
   return o->time;
 }
 
@@ -100,6 +127,7 @@ double sim_comm(sim_ops *b, const char *name, loom_coll_kind kind, double bytes,
         x->hidden = false;
         x->time = exposed;
         x->bytes = 0;
+        x->host = 0; /* issued once */
         b->ops[b->n - 2].time -= exposed;
       }
     }

@@ -41,6 +41,24 @@ void loom_sim_cost_of(const loom_sim_op *ops, int n, loom_sim_cost *out) {
     }
     if (o->recompute && !o->hidden) out->recompute += o->time;
   }
+  /* host dispatch: the CPU issues a module's ops asynchronously ahead of the GPU and waits for
+   * it at the module's end (a synchronisation), so the module takes max(device, host): when
+   * its ops are shorter than their dispatch the GPU waits for the CPU. The wait counts in the
+   * phase of the module's first op. */
+  for (int i = 0; i < n;) {
+    int j = i;
+    double dev = 0, host = 0;
+    do {
+      if (!(ops[j].type == LOOM_OP_COMM && ops[j].hidden)) dev += ops[j].time;
+      host += ops[j].host;
+      j++;
+    } while (j < n && ops[i].module != 0 && ops[j].module == ops[i].module);
+    if (host > dev) {
+      out->t[ops[i].phase] += host - dev;
+      out->host_wait += host - dev;
+    }
+    i = j;
+  }
 }
 
 void loom_sim_layer_cost(const loom_sim_ctx *c, loom_sim_cost *out) {

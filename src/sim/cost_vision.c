@@ -78,6 +78,11 @@ static void vattention(sim_ops *b, const vshape *x, double rows, double keys, do
   a->type = LOOM_OP_ATTN;
   a->phase = b->phase;
   a->recompute = b->recompute;
+  a->module = b->module;
+  /* host: flash_attn_varlen_func, and in the forward the segment lengths' maximum read back
+   * to the host (cu_seqlens[1:] - cu_seqlens[:-1], .max(), .item(): the seed's
+   * Qwen2_5_VLVisionAttention, every block, recomputation included) */
+  if (!c->loom_cpu) a->host = (backward ? 1 : 4) * c->hw->host_eager;
   if (c->hw->attention == LOOM_ATTN_LOOM) { /* loom's kernel, as measured */
     a->flops = (backward ? 8 : 4) * pairs * x->D;
     a->time = pairs * x->D / (backward ? c->hw->attn_rate_bwd : c->hw->attn_rate_fwd);
@@ -95,11 +100,50 @@ static bool full_block(const loom_vision_spec *v, int l) {
   return false;
 }
 
+/* Host dispatch of a linear's op added at `mark` (`ops` aten ops, sim_linear_*_ops): through
+ * DTensor when the encoder is tensor-parallel under DTensor (parallelize_module), else plain
+ * eager (SP: DeepSpeed's engine over plain modules; replicate) */
+static void vlin(sim_ops *b, const vshape *x, int mark, double ops) {
+  bool dt = x->split_tp && b->c->hw->tp_dtensor;
+  sim_host(b, mark, dt ? ops : 0, dt ? 0 : ops);
+}
+
+/* a tensor-parallel all-reduce: under DTensor one redistribute (Partial -> Replicate) */
+static void vreduce(sim_ops *b, const vshape *x, const char *name, double bytes) {
+  int mark = b->n;
+  sim_comm(b, name, LOOM_COLL_ALLREDUCE, bytes, 1, x->tp, 0);
+  if (b->c->hw->tp_dtensor) sim_host(b, mark, 1, 0);
+}
+
 /* the input-gradient all-reduce(s) after a column-parallel group of `modules` GEMMs */
 static void col_reduce(sim_ops *b, const vshape *x, int modules) {
   int n = b->c->hw->tp_dtensor ? modules : 1;
-  for (int i = 0; i < n && x->split_tp; i++)
-    sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, x->P * x->Cv * x->e, 1, x->tp, 0);
+  for (int i = 0; i < n && x->split_tp; i++) vreduce(b, x, "vit tp all-reduce", x->P * x->Cv * x->e);
+}
+
+/* a linear of the encoder (all have a bias; Qwen's blocks take 2-D (patches, C) inputs,
+ * CLIP's 3-D ones): forward, or its data and weight gradients */
+static void vlinear_fwd(sim_ops *b, const vshape *x, const char *name, double m, double n, double k) {
+  int mark = b->n;
+  sim_gemm(b, name, LOOM_GEMM_FWD, m, n, k, 1);
+  vlin(b, x, mark, sim_linear_fwd_ops(!x->qwen));
+}
+
+static void vlinear_bwd(sim_ops *b, const vshape *x, const char *dname, const char *wname,
+                        double m, double in, double out) {
+  int mark = b->n;
+  sim_gemm(b, dname, LOOM_GEMM_DGRAD, m, in, out, 1);
+  vlin(b, x, mark, sim_linear_dgrad_ops(!x->qwen));
+  mark = b->n;
+  sim_gemm(b, wname, LOOM_GEMM_WGRAD, out, in, m, 1);
+  vlin(b, x, mark, sim_linear_wgrad_ops(!x->qwen, true));
+}
+
+/* a Ulysses all-to-all and the number of _SeqAllToAll calls it stands for */
+static void va2a(sim_ops *b, const vshape *x, const char *name, double bytes, int calls) {
+  int mark = b->n;
+  sim_comm(b, name, LOOM_COLL_ALLTOALL, bytes, sim_tp_stride(b->c->st), x->tp, 0);
+  sim_host(b, mark, 0, calls);
 }
 
 static void vblock(sim_ops *b, const vshape *x, bool full, bool backward) {
@@ -117,52 +161,45 @@ static void vblock(sim_ops *b, const vshape *x, bool full, bool backward) {
   loom_vop nf = x->qwen ? LOOM_VOP_RMSNORM_FWD : LOOM_VOP_LAYERNORM_FWD;
   loom_vop nb = x->qwen ? LOOM_VOP_RMSNORM_BWD : LOOM_VOP_LAYERNORM_BWD;
   double Cl = Cv / wdiv, Il = x->I / wdiv;          /* local attention and MLP widths */
-  int tps = sim_tp_stride(st);
   if (!backward) {
     sim_vec(b, "vit norm1", nf, rows * Cv, 2 * e, 8);
-    sim_gemm(b, "vit q", LOOM_GEMM_FWD, rows, Cl, Cv, 1);
-    sim_gemm(b, "vit k", LOOM_GEMM_FWD, rows, Cl, Cv, 1);
-    sim_gemm(b, "vit v", LOOM_GEMM_FWD, rows, Cl, Cv, 1);
+    vlinear_fwd(b, x, "vit q", rows, Cl, Cv);
+    vlinear_fwd(b, x, "vit k", rows, Cl, Cv);
+    vlinear_fwd(b, x, "vit v", rows, Cl, Cv);
     if (x->qwen) sim_vec(b, "vit rope", LOOM_VOP_ROPE, rows * 2 * Cl, 2 * e, 6);
-    if (a2a) sim_comm(b, "vit a2a qkv", LOOM_COLL_ALLTOALL, rows * 3 * Cv * e, tps, x->tp, 0);
+    /* the seed's full blocks: q, k, v, cos, sin and the padding mask each go through
+     * _SeqAllToAll */
+    if (a2a) va2a(b, x, "vit a2a qkv", rows * 3 * Cv * e, 6);
     vattention(b, x, arows, keys, heads, false);
-    if (a2a) sim_comm(b, "vit a2a out", LOOM_COLL_ALLTOALL, rows * Cv * e, tps, x->tp, 0);
-    sim_gemm(b, "vit o", LOOM_GEMM_FWD, rows, Cv, Cl, 1);
-    if (x->split_tp) sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, rows * Cv * e, tps, x->tp, 0);
+    if (a2a) va2a(b, x, "vit a2a out", rows * Cv * e, 1);
+    vlinear_fwd(b, x, "vit o", rows, Cv, Cl);
+    if (x->split_tp) vreduce(b, x, "vit tp all-reduce", rows * Cv * e);
     sim_vec(b, "vit residual", LOOM_VOP_ADD, rows * Cv, 3 * e, 1);
     sim_vec(b, "vit norm2", nf, rows * Cv, 2 * e, 8);
     if (x->qwen) {
-      sim_gemm(b, "vit mlp gate", LOOM_GEMM_FWD, rows, Il, Cv, 1);
-      sim_gemm(b, "vit mlp up", LOOM_GEMM_FWD, rows, Il, Cv, 1);
+      vlinear_fwd(b, x, "vit mlp gate", rows, Il, Cv);
+      vlinear_fwd(b, x, "vit mlp up", rows, Il, Cv);
     } else {
-      sim_gemm(b, "vit mlp up", LOOM_GEMM_FWD, rows, Il, Cv, 1);
+      vlinear_fwd(b, x, "vit mlp up", rows, Il, Cv);
     }
     sim_vec(b, "vit act", x->qwen ? LOOM_VOP_SWIGLU_FWD : LOOM_VOP_GELU_FWD, rows * Il, 3 * e, 20);
-    sim_gemm(b, "vit mlp out", LOOM_GEMM_FWD, rows, Cv, Il, 1);
-    if (x->split_tp) sim_comm(b, "vit tp all-reduce", LOOM_COLL_ALLREDUCE, rows * Cv * e, tps, x->tp, 0);
+    vlinear_fwd(b, x, "vit mlp out", rows, Cv, Il);
+    if (x->split_tp) vreduce(b, x, "vit tp all-reduce", rows * Cv * e);
     sim_vec(b, "vit residual", LOOM_VOP_ADD, rows * Cv, 3 * e, 1);
     return;
   }
-  sim_gemm(b, "vit mlp out dgrad", LOOM_GEMM_DGRAD, rows, Il, Cv, 1);
-  sim_gemm(b, "vit mlp out wgrad", LOOM_GEMM_WGRAD, Cv, Il, rows, 1);
+  vlinear_bwd(b, x, "vit mlp out dgrad", "vit mlp out wgrad", rows, Il, Cv);
   sim_vec(b, "vit act bwd", x->qwen ? LOOM_VOP_SWIGLU_BWD : LOOM_VOP_GELU_BWD, rows * Il, 5 * e, 25);
   int mlp_in = x->qwen ? 2 : 1;
-  for (int i = 0; i < mlp_in; i++) {
-    sim_gemm(b, "vit mlp in dgrad", LOOM_GEMM_DGRAD, rows, Cv, Il, 1);
-    sim_gemm(b, "vit mlp in wgrad", LOOM_GEMM_WGRAD, Il, Cv, rows, 1);
-  }
+  for (int i = 0; i < mlp_in; i++) vlinear_bwd(b, x, "vit mlp in dgrad", "vit mlp in wgrad", rows, Cv, Il);
   col_reduce(b, x, mlp_in);
   sim_vec(b, "vit norm2 bwd", nb, rows * Cv, 3 * e, 12);
-  sim_gemm(b, "vit o dgrad", LOOM_GEMM_DGRAD, rows, Cl, Cv, 1);
-  sim_gemm(b, "vit o wgrad", LOOM_GEMM_WGRAD, Cv, Cl, rows, 1);
-  if (a2a) sim_comm(b, "vit a2a dout", LOOM_COLL_ALLTOALL, rows * Cv * e, tps, x->tp, 0);
+  vlinear_bwd(b, x, "vit o dgrad", "vit o wgrad", rows, Cl, Cv);
+  if (a2a) va2a(b, x, "vit a2a dout", rows * Cv * e, 1);
   vattention(b, x, arows, keys, heads, true);
-  if (a2a) sim_comm(b, "vit a2a dqkv", LOOM_COLL_ALLTOALL, rows * 3 * Cv * e, tps, x->tp, 0);
+  if (a2a) va2a(b, x, "vit a2a dqkv", rows * 3 * Cv * e, 3);
   if (x->qwen) sim_vec(b, "vit rope bwd", LOOM_VOP_ROPE, rows * 2 * Cl, 2 * e, 6);
-  for (int i = 0; i < 3; i++) {
-    sim_gemm(b, "vit qkv dgrad", LOOM_GEMM_DGRAD, rows, Cv, Cl, 1);
-    sim_gemm(b, "vit qkv wgrad", LOOM_GEMM_WGRAD, Cl, Cv, rows, 1);
-  }
+  for (int i = 0; i < 3; i++) vlinear_bwd(b, x, "vit qkv dgrad", "vit qkv wgrad", rows, Cv, Cl);
   col_reduce(b, x, 3);
   sim_vec(b, "vit norm1 bwd", nb, rows * Cv, 3 * e, 12);
 }
@@ -174,6 +211,9 @@ static void vblocks(sim_ops *b, const vshape *x, const loom_vision_spec *v, bool
   for (int l = 0; l < x->depth; l++) n += full_block(v, l) == full;
   if (n == 0) return;
   int from = b->n;
+  /* one module per block: the host synchronises with the GPU in every block's attention
+   * forward (.item()), its recomputation included */
+  sim_module(b);
   if (backward && b->c->st->recompute == LOOM_RECOMPUTE_FULL && !b->c->loom_cpu) {
     b->recompute = true; /* the block's forward again, from its checkpointed input */
     vblock(b, x, full, false);
@@ -184,6 +224,7 @@ static void vblocks(sim_ops *b, const vshape *x, const loom_vision_spec *v, bool
     b->ops[i].time *= n;
     b->ops[i].flops *= n;
     b->ops[i].bytes *= n;
+    b->ops[i].host *= n;
   }
 }
 
@@ -197,35 +238,39 @@ void sim_vision_ops(sim_ops *b) {
   bool keep_vision = b->vision;
   b->vision = true;
   b->phase = LOOM_PHASE_FWD;
+  sim_module(b);
   sim_gemm(b, "vit patch embed", LOOM_GEMM_FWD, rows, x.Cv, x.pv, 1);
   vblocks(b, &x, &c->spec->vision, false, false);
   vblocks(b, &x, &c->spec->vision, true, false);
   double mrows = x.split_sp ? x.M / x.tp : x.M;
+  sim_module(b);
   sim_vec(b, "merger norm", x.qwen ? LOOM_VOP_RMSNORM_FWD : LOOM_VOP_LAYERNORM_FWD, rows * x.Cv, 2 * x.e, 8);
   /* tp: the merger's fc1 column- and fc2 row-parallel (its hidden width split), fc2's output
    * summed over the ranks (src/model/vision_encoder.c; the seed's
    * _parallelize_projector_or_merger) */
   double phl = x.split_tp ? x.ph / x.tp : x.ph;
-  sim_gemm(b, "merger fc1", LOOM_GEMM_FWD, mrows, phl, x.in, 1);
+  vlinear_fwd(b, &x, "merger fc1", mrows, phl, x.in);
   sim_vec(b, "merger gelu", LOOM_VOP_GELU_FWD, mrows * phl, 2 * x.e, 20);
-  sim_gemm(b, "merger fc2", LOOM_GEMM_FWD, mrows, x.Ct, phl, 1);
-  if (x.split_tp) sim_comm(b, "merger tp all-reduce", LOOM_COLL_ALLREDUCE, mrows * x.Ct * x.e, 1, x.tp, 0);
+  vlinear_fwd(b, &x, "merger fc2", mrows, x.Ct, phl);
+  if (x.split_tp) vreduce(b, &x, "merger tp all-reduce", mrows * x.Ct * x.e);
   if (x.split_sp) sim_comm(b, "vit all-gather tokens", LOOM_COLL_ALLGATHER, x.M * x.Ct * x.e, 1, x.tp, 0);
   if (c->st->freeze_vision) {
     b->phase = keep;
     b->vision = keep_vision;
+    b->module = 0;
     return;
   }
   b->phase = LOOM_PHASE_BWD_IN;
-  sim_gemm(b, "merger fc2 dgrad", LOOM_GEMM_DGRAD, mrows, phl, x.Ct, 1);
-  sim_gemm(b, "merger fc2 wgrad", LOOM_GEMM_WGRAD, x.Ct, phl, mrows, 1);
+  sim_module(b);
+  vlinear_bwd(b, &x, "merger fc2 dgrad", "merger fc2 wgrad", mrows, phl, x.Ct);
   sim_vec(b, "merger gelu bwd", LOOM_VOP_GELU_BWD, mrows * phl, 3 * x.e, 25);
-  sim_gemm(b, "merger fc1 dgrad", LOOM_GEMM_DGRAD, mrows, x.in, phl, 1);
-  sim_gemm(b, "merger fc1 wgrad", LOOM_GEMM_WGRAD, phl, x.in, mrows, 1);
-  if (x.split_tp) sim_comm(b, "merger tp all-reduce", LOOM_COLL_ALLREDUCE, mrows * x.in * x.e, 1, x.tp, 0);
+  vlinear_bwd(b, &x, "merger fc1 dgrad", "merger fc1 wgrad", mrows, x.in, phl);
+  if (x.split_tp) vreduce(b, &x, "merger tp all-reduce", mrows * x.in * x.e);
   vblocks(b, &x, &c->spec->vision, true, true);
   vblocks(b, &x, &c->spec->vision, false, true);
+  sim_module(b);
   sim_gemm(b, "vit patch embed wgrad", LOOM_GEMM_WGRAD, x.Cv, x.pv, rows, 1);
   b->phase = keep;
   b->vision = keep_vision;
+  b->module = 0; /* what follows (the embedding) is outside the encoder's modules */
 }

@@ -235,7 +235,7 @@ static int read_runtime(loom_hw_profile *hw, const yt_node *r, const char *f) {
   static const char *const allowed[] = {"engine", "tp_comm_overlap", "dp_comm_overlap",
                                         "optimizer_bytes_per_param", "overlap_slowdown",
                                         "p2p_overlap", "tp_style", "vision_sp_local_windows",
-                                        "elementwise", NULL};
+                                        "elementwise", "host_dispatch_us", NULL};
   if (yt_only(r, f, "runtime", allowed)) return -1;
   const yt_node *x;
   if ((x = yt_get(r, "engine"))) {
@@ -266,6 +266,24 @@ static int read_runtime(loom_hw_profile *hw, const yt_node *r, const char *f) {
     if (!strcmp(s, "dtensor")) hw->tp_dtensor = true;
     else if (!strcmp(s, "megatron")) hw->tp_dtensor = false;
     else return loom_err("%s:%d: runtime.tp_style must be megatron or dtensor, found '%s'", f, x->line, s);
+  }
+  if ((x = yt_get(r, "host_dispatch_us"))) {
+    static const char *const kinds[] = {"dtensor", "eager", NULL};
+    if (x->kind != YT_MAP)
+      return loom_err("%s:%d: runtime.host_dispatch_us: expected a mapping {dtensor: us, eager: us}",
+                      f, x->line);
+    if (yt_only(x, f, "runtime.host_dispatch_us", kinds)) return -1;
+    const yt_node *y;
+    double v;
+    for (int k = 0; k < 2; k++) {
+      char key[40];
+      snprintf(key, sizeof key, "runtime.host_dispatch_us.%s", kinds[k]);
+      if (!(y = yt_get(x, kinds[k]))) continue;
+      if (yt_number(y, f, key, &v)) return -1;
+      if (!(v >= 0) || !isfinite(v))
+        return loom_err("%s:%d: %s must be a finite number >= 0 (microseconds per op)", f, y->line, key);
+      *(k ? &hw->host_eager : &hw->host_dtensor) = v * 1e-6;
+    }
   }
   if ((x = yt_get(r, "elementwise"))) {
     char s[16];
@@ -361,7 +379,9 @@ static int check_numbers(const loom_hw_profile *hw) {
               {"device.gemm_tile", hw->gemm_tile[0] + hw->gemm_tile[1]},
               {"device.attention_tile", hw->attn_tile[0] + hw->attn_tile[1]},
               {"runtime.overlap_slowdown", hw->overlap_slowdown},
-              {"runtime.optimizer_bytes_per_param", hw->optimizer_bytes_per_param}};
+              {"runtime.optimizer_bytes_per_param", hw->optimizer_bytes_per_param},
+              {"runtime.host_dispatch_us.dtensor", hw->host_dtensor},
+              {"runtime.host_dispatch_us.eager", hw->host_eager}};
   for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
     if (!isfinite(nums[i].v) || nums[i].v < 0)
       return loom_err("%s must be a finite number >= 0, found %g", nums[i].key, nums[i].v);

@@ -177,5 +177,8 @@ char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes) {
   if (hw->tp_dtensor) put(&b, "  tp_style: dtensor\n");
   if (hw->vision_sp_local_windows) put(&b, "  vision_sp_local_windows: true\n");
   if (hw->elementwise_eager) put(&b, "  elementwise: eager\n");
+  if (hw->host_dtensor > 0 || hw->host_eager > 0)
+    put(&b, "  host_dispatch_us: {dtensor: %s, eager: %s}\n", num(hw->host_dtensor, 1e-6),
+        num(hw->host_eager, 1e-6));
   return b.s;
 }

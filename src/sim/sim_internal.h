@@ -11,6 +11,7 @@ typedef struct {
   loom_sim_phase phase; /* phase of the ops added next */
   bool recompute;       /* ops added next are recomputation */
   bool vision;          /* ops added next belong to the vision encoder */
+  int module, modules;  /* module of the ops added next (0: none), modules opened so far */
 } sim_ops;
 
 void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap);
@@ -23,6 +24,20 @@ double sim_vec(sim_ops *b, const char *name, loom_vop v, double elements, double
 /* a collective; `budget` > 0: overlapped with that much compute (only the excess is exposed) */
 double sim_comm(sim_ops *b, const char *name, loom_coll_kind kind, double bytes, int stride,
                 int size, double budget);
+/* Host dispatch (runtime.host_dispatch_us). Every op added on the GPU engine costs the host
+ * one plain eager op per kernel it launches; sim_host sets the host cost of the op added at
+ * index `mark` or later (b->n before the call that added it; nothing when no op was added) to
+ * `dtensor` ops through DTensor's dispatcher and `eager` plain ones. sim_module starts a new
+ * module: the ops until the next call run between two host synchronisations, and their time
+ * is max(device, host) (loom_sim_cost_of). */
+void sim_host(sim_ops *b, int mark, double dtensor, double eager);
+void sim_module(sim_ops *b);
+/* aten ops a PyTorch nn.Linear issues (F.linear; autograd's addmm/mm backward; AccumulateGrad),
+ * each through DTensor's dispatcher when the linear is tensor-parallel under DTensor:
+ * forward, data gradient, weight gradient (with the bias gradient and the accumulations) */
+double sim_linear_fwd_ops(bool input_3d);
+double sim_linear_dgrad_ops(bool input_3d);
+double sim_linear_wgrad_ops(bool input_3d, bool bias);
 /* attention core forward or backward (by the profile's kernel) */
 void sim_attention(sim_ops *b, bool backward);
 /* the vision encoder of a vision-language model (first stage), forward and backward */

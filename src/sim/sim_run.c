@@ -60,6 +60,8 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
                         (x->head ? head.comm[p] : 0);
     }
     x->cost.recompute = x->layers * layer.recompute;
+    x->cost.host_wait = x->layers * layer.host_wait + (x->embed ? embed.host_wait : 0) +
+                        (x->head ? head.host_wait : 0);
     x->cost.comm_hidden = x->layers * layer.comm_hidden + (x->head ? head.comm_hidden : 0);
     x->cost.flops = x->layers * layer.flops + (x->embed ? embed.flops : 0) + (x->head ? head.flops : 0);
     x->cost.flops_recompute = x->layers * layer.flops_recompute;
