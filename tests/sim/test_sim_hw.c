@@ -62,6 +62,15 @@ static void test_errors(void) {
   bad("name: x\nruntime:\n  tp_style: fsdp\n", "bad.yaml:3", "runtime.tp_style must be megatron or dtensor");
   bad("name: x\nruntime:\n  elementwise: compiled\n", ":3", "runtime.elementwise must be fused or eager");
   bad("name: x\nruntime:\n  vision_sp_local_windows: maybe\n", ":3", "vision_sp_local_windows");
+  bad("name: x\nruntime:\n  host_dispatch_us: 90\n", "bad.yaml:3", "runtime.host_dispatch_us");
+  bad("name: x\nruntime:\n  host_dispatch_us: {dtensor: 90, python: 8}\n", "bad.yaml:3",
+      "unknown key 'python'");
+  bad("name: x\nruntime:\n  host_dispatch_us:\n    dtensor: -1\n", "bad.yaml:4",
+      "runtime.host_dispatch_us.dtensor must be a finite number >= 0");
+  bad("name: x\nruntime:\n  host_dispatch_us: {eager: fast}\n", ":3",
+      "runtime.host_dispatch_us.eager");
+  bad("name: x\nruntime:\n  host_dispatch_us: {eager: 1e400}\n", ":3",
+      "runtime.host_dispatch_us.eager");
   bad("name: x\ndevice:\n  gemm_tile: [128]\n", ":3", "device.gemm_tile: expected [rows, columns]");
   bad("name: x\ndevice:\n  attention_tile: [128, 0]\n", ":3", "device.attention_tile: expected [rows, columns]");
   bad("name: x\ndevice:\n  gemm_tile: [1e300, 128]\n", ":3", "two numbers in [1, 65536]");
@@ -156,13 +165,17 @@ static void test_seed_profile(void) {
             a.attn_tile[1] == 64 && a.attn_hdim_step == 32 && a.mem_fragmentation == 0.10,
         "h100-sxm-hf keys");
   CHECK(!meg.tp_dtensor && !meg.vision_sp_local_windows && !meg.elementwise_eager &&
-            meg.gemm_tile[0] == 0 && meg.mem_fragmentation == 0,
+            meg.gemm_tile[0] == 0 && meg.mem_fragmentation == 0 && meg.host_dtensor == 0 &&
+            meg.host_eager == 0,
         "h100-sxm: Megatron's fused, overlapped stack and no quantisation");
   char *text = loom_hw_to_yaml(&a, NULL);
   CHECK(loom_hw_parse(&b, text, "seed.yaml") == 0, "%s\n%s", loom_errmsg(), text);
   CHECK(b.tp_dtensor && b.vision_sp_local_windows && b.elementwise_eager &&
             b.gemm_tile[0] == 128 && b.attn_tile[1] == 64 && b.attn_hdim_step == 32 &&
-            b.mem_fragmentation == 0.10,
+            b.mem_fragmentation == 0.10 && b.host_dtensor == a.host_dtensor &&
+            b.host_eager == a.host_eager && fabs(a.host_dtensor - 90e-6) < 1e-15 &&
+            fabs(a.host_eager - 8e-6) < 1e-15 &&
+            strstr(text, "host_dispatch_us: {dtensor: 90, eager: 8}\n"),
         "round trip:\n%s", text);
   free(text);
   /* tile quantisation: 160 columns on 128-wide tiles compute 256; multiples of the tile lose

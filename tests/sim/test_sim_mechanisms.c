@@ -7,7 +7,9 @@
  *   - the encoder's Ulysses all-to-all bytes: every block, or only the 4 full-attention blocks
  *     when the windows stay local (forward, recomputed forward, backward);
  *   - DTensor's extra input-gradient all-reduces: 3 more per text layer (q, k, v and gate, up
- *     instead of 2 fused) and 3 more per vision block, whose bytes ring formulas give. */
+ *     instead of 2 fused) and 3 more per vision block, whose bytes ring formulas give;
+ *   - host dispatch: a module takes max(device, host); the DTensor and eager ops the encoder
+ *     and a text layer issue, counted by hand from the linears' aten ops. */
 #include <math.h>
 
 #include "sim_test_util.h"
@@ -132,9 +134,104 @@ static void test_collectives(void) {
         "expected %.0f", b[LOOM_COLL_ALLREDUCE], meg);
 }
 
+/* loom_sim_cost_of: each module (ops between two host synchronisations) takes the longer of
+ * its device and host times; an op outside modules is its own module; communication off the
+ * compute stream is not device time of the stream */
+static void test_host_modules(void) {
+  loom_sim_op ops[5];
+  memset(ops, 0, sizeof ops);
+  ops[0] = (loom_sim_op){.name = "a", .type = LOOM_OP_GEMM, .time = 1e-3, .host = 3e-3, .module = 1};
+  ops[1] = (loom_sim_op){.name = "b", .type = LOOM_OP_VEC, .time = 1e-3, .module = 1};
+  ops[2] = (loom_sim_op){.name = "c", .type = LOOM_OP_COMM, .time = 4e-3, .host = 2e-3,
+                         .hidden = true, .module = 2, .phase = LOOM_PHASE_BWD_IN};
+  ops[3] = (loom_sim_op){.name = "d", .type = LOOM_OP_GEMM, .time = 5e-3, .host = 1e-3,
+                         .module = 2, .phase = LOOM_PHASE_BWD_IN};
+  ops[4] = (loom_sim_op){.name = "e", .type = LOOM_OP_VEC, .time = 1e-3, .host = 2e-3,
+                         .phase = LOOM_PHASE_BWD_W};
+  loom_sim_cost k;
+  loom_sim_cost_of(ops, 5, &k);
+  /* module 1: max(2, 3) = 3 ms; module 2: the hidden collective is not stream time, max(5, 3);
+   * op e alone: max(1, 2) */
+  CHECK(fabs(k.t[LOOM_PHASE_FWD] - 3e-3) < 1e-12 && fabs(k.t[LOOM_PHASE_BWD_IN] - 5e-3) < 1e-12 &&
+            fabs(k.t[LOOM_PHASE_BWD_W] - 2e-3) < 1e-12 && fabs(k.host_wait - 2e-3) < 1e-12,
+        "module times %g %g %g, host wait %g", k.t[0], k.t[1], k.t[2], k.host_wait);
+}
+
+/* the ops of the 32B grid point (16k tokens, batch 1) on a profile whose DTensor op costs 1 s
+ * and eager op `eager` s: the encoder's (embedding ops included) and one text layer's host */
+static int seed_host(const loom_hw_profile *base, bool sp, double eager, double *vision,
+                     double *layer) {
+  loom_hw_profile hw = *base;
+  hw.host_dtensor = 1, hw.host_eager = eager;
+  loom_config cfg;
+  loom_config_defaults(&cfg);
+  const char *kv[] = {"model.preset=qwen2.5-vl-32b", "parallel.tp=8", "data.format=vqa",
+                      "data.image_max_pixels=3211264", "data.image_min_pixels=3211264",
+                      "training.seq_len=4352", "training.micro_batch_size=1", "training.dtype=bf16",
+                      "training.activation_checkpointing=true", "vision.parallel.zero=1",
+                      sp ? "vision.parallel.sp=8" : "vision.parallel.sp=1",
+                      sp ? "vision.parallel.tp=1" : "vision.parallel.tp=8", NULL};
+  for (int i = 0; kv[i]; i++)
+    if (loom_config_override(&cfg, kv[i])) return -1;
+  loom_model_spec spec;
+  loom_sim_strategy st;
+  if (loom_config_validate(&cfg) || loom_model_spec_from_config(&spec, &cfg.model) ||
+      loom_sim_strategy_from_config(&st, &cfg, 8))
+    return -1;
+  loom_sim_ctx c;
+  loom_sim_ctx_init(&c, &spec, &hw, &st);
+  static loom_sim_op ops[LOOM_SIM_MAX_OPS];
+  int n = loom_sim_embed_ops(&c, ops, LOOM_SIM_MAX_OPS);
+  *vision = *layer = 0;
+  for (int i = 0; i < n; i++) *vision += ops[i].host;
+  n = loom_sim_layer_ops(&c, ops, LOOM_SIM_MAX_OPS);
+  for (int i = 0; i < n; i++) *layer += ops[i].host;
+  return 0;
+}
+
+static void test_host_counts(void) {
+  loom_hw_profile hf;
+  CHECK(load_hw(&hf, "h100-sxm-hf") == 0, "%s", loom_errmsg());
+  CHECK(fabs(hf.host_dtensor - 90e-6) < 1e-15 && fabs(hf.host_eager - 8e-6) < 1e-15,
+        "h100-sxm-hf: 90 us per DTensor op, 8 per eager op");
+  /* a linear on a 2-D input: forward t + addmm (2); data gradient t + mm (2); weight gradient
+   * t + mm + t, the forward t's backward, AccumulateGrad's detach, and with a bias its sum and
+   * AccumulateGrad (7); a 3-D input adds the two views forward and their backwards (4, 4) */
+  const double f2 = 2, d2 = 2, w = 5, wb = 7, f3 = 4, d3 = 4;
+  /* vision tp, DTensor: per block 7 biased linears forward and recomputed, their gradients,
+   * 2 redistributes forward (o, down: Partial -> Replicate) and again recomputed, 5 backward
+   * (q, k, v, gate, up: the input gradients); the merger's 2 linears and 1 redistribute each
+   * way; 32 blocks */
+  double block = 2 * (7 * f2 + 2) + 7 * (d2 + wb) + 5;
+  double merger = 2 * f2 + 1 + 2 * (d2 + wb) + 1;
+  /* a text layer, tp 8 under DTensor: 7 linears on (batch, tokens, hidden), q, k, v biased;
+   * forward and recomputation 7 forwards + 2 redistributes; backward 7 data gradients, the
+   * weight gradients and 5 redistributes */
+  double layer = 2 * (7 * f3 + 2) + 7 * d3 + 3 * wb + 4 * w + 5;
+  double v, l;
+  CHECK(seed_host(&hf, false, 0, &v, &l) == 0, "%s", loom_errmsg());
+  CHECK(v == 32 * block + merger && l == layer, "vision tp: %g DTensor ops (expected %g), text "
+        "layer %g (expected %g)", v, 32 * block + merger, l, layer);
+  CHECK(seed_host(&hf, true, 0, &v, &l) == 0 && v == 0 && l == layer,
+        "vision sp: no DTensor op in the encoder (%g), the same text layer (%g)", v, l);
+  /* the SP encoder's eager ops: a windowed block forward (norm1 7 kernels, q k v 3 x 2, rotary
+   * 7, attention 4 with the .item() read-back, o 2, residual 1, norm2 7, gate up 2 x 2, SwiGLU
+   * 1, down 2, residual 1 = 42) twice (recomputed), backward (down 9, SwiGLU 1, gate up 18,
+   * norm2 14, o 9, attention 1, rotary 7, q k v 27, norm1 14 = 100); a full block adds the
+   * _SeqAllToAll calls: 6 + 1 forward (twice), 1 + 3 backward; the patch embedding forward
+   * and weight gradient; the merger (norm 7, fc1 2, GELU 1, fc2 2, all-gather 1; 9 + 1 + 9
+   * backward); the text embedding's gather, all-reduce and gradient (3) */
+  double win = 2 * 42 + 100, full = win + 2 * 7 + 4;
+  double eager = 28 * win + 4 * full + 2 + 13 + 19 + 3;
+  CHECK(seed_host(&hf, true, 1, &v, &l) == 0 && v == eager, "vision sp: %g eager ops, expected %g",
+        v, eager);
+}
+
 int main(void) {
   test_state_bytes();
   test_memory();
   test_collectives();
+  test_host_modules();
+  test_host_counts();
   return harness_finish("test_sim_mechanisms");
 }
