@@ -32,35 +32,13 @@ import time
 
 LOOM = os.path.abspath(sys.argv[1])
 REPORT = sys.argv[sys.argv.index("--report") + 1] if "--report" in sys.argv else None
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-           OMP_WAIT_POLICY="passive")
-KINDS = ["all-reduce", "reduce-scatter", "all-gather", "all-to-all", "send/recv"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sim_train_common import KINDS, Checks, compute_order, mpi_env, runner  # noqa: E402
+
+ENV = mpi_env(OMP_WAIT_POLICY="passive")
 F = 4  # bytes per float: the trainer's activations and their exchanges are fp32
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, file=sys.stderr)
-
-
-def run(args, **kw):
-    return subprocess.run(args, env=ENV, capture_output=True, text=True, **kw)
-
-
-def compute_order(trace_path):
-    """{pid: [instruction text, ...]} of the compute rows, in time order"""
-    events = json.load(open(trace_path))["traceEvents"]
-    rows = {}
-    for i, e in enumerate(events):
-        if e.get("ph") == "X" and e.get("tid") == 0:
-            rows.setdefault(e["pid"], []).append((e["ts"], i, e["name"]))
-    return {pid: [n for _, _, n in sorted(v)] for pid, v in rows.items()}
+check = Checks()
+run = runner(ENV)
 
 
 def model(kind, L, C, H, KV, T, B, A):
@@ -245,8 +223,7 @@ def main():
         with open(REPORT + ".tmp", "w") as f:
             json.dump(report, f, indent=1)
         os.replace(REPORT + ".tmp", REPORT)
-    print(f"sim_vs_train_cp_test: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary("sim_vs_train_cp_test")
 
 
 if __name__ == "__main__":

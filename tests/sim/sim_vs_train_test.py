@@ -18,33 +18,12 @@ import tempfile
 
 LOOM = os.path.abspath(sys.argv[1])
 SRC = os.environ.get("LOOM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-KINDS = ["all-reduce", "reduce-scatter", "all-gather", "all-to-all", "send/recv"]
-passed = failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sim_train_common import KINDS, Checks, compute_order, mpi_env, runner  # noqa: E402
 
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, file=sys.stderr)
-
-
-def run(args, **kw):
-    return subprocess.run(args, env=ENV, capture_output=True, text=True, **kw)
-
-
-def compute_order(trace_path):
-    """{pid: [instruction text, ...]} of the compute rows, in time order"""
-    events = json.load(open(trace_path))["traceEvents"]
-    rows = {}
-    for i, e in enumerate(events):
-        if e.get("ph") == "X" and e.get("tid") == 0:
-            rows.setdefault(e["pid"], []).append((e["ts"], i, e["name"]))
-    return {pid: [n for _, _, n in sorted(v)] for pid, v in rows.items()}
+ENV = mpi_env()
+check = Checks()
+run = runner(ENV)
 
 
 def main():
@@ -110,8 +89,7 @@ def main():
                 ok = abs(got[k] - want[k]) <= 0.005 * want[k] + 256
                 check(ok, f"{name}: rank {rank} {k}: simulated {got[k]:.0f} bytes, trainer {want[k]:.0f}")
         print(f"{name}: instruction order and bytes per collective match")
-    print(f"sim_vs_train_test: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary("sim_vs_train_test")
 
 
 if __name__ == "__main__":
