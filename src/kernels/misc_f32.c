@@ -50,7 +50,10 @@ void loom_round_bf16_f32(float *dst, const float *src, size_t n) {
 
 static double loom_sumsq_f32_run(const float *x, size_t n) {
   // x (n). Fixed chunking that depends only on n: NCHUNK partial sums in double, each over a
-  // contiguous range in order, then added in chunk order. Same bits for any thread count.
+  // contiguous range, then added in chunk order. Same bits for any thread count. Within a
+  // chunk, LANES independent accumulators (element i goes to lane i % LANES, the lanes added
+  // in order at the end): one chain of dependent adds ran at ~1 element per 4 cycles (the
+  // clipping norm at 20% of the memory bandwidth); independent lanes vectorise.
   enum { NCHUNK = 256 };
   double part[NCHUNK];
   const size_t chunk = (n + NCHUNK - 1) / NCHUNK;
@@ -59,8 +62,14 @@ static double loom_sumsq_f32_run(const float *x, size_t n) {
     size_t i0 = (size_t)c * chunk, i1 = i0 + chunk;
     if (i0 > n) i0 = n;
     if (i1 > n) i1 = n;
+    enum { LANES = 16 };
+    double lane[LANES] = {0};
+    size_t i = i0;
+    for (; i + LANES <= i1; i += LANES)
+      for (int l = 0; l < LANES; l++) lane[l] += (double)x[i + l] * (double)x[i + l];
+    for (; i < i1; i++) lane[(i - i0) % LANES] += (double)x[i] * (double)x[i];
     double acc = 0.0;
-    for (size_t i = i0; i < i1; i++) acc += (double)x[i] * (double)x[i];
+    for (int l = 0; l < LANES; l++) acc += lane[l];
     part[c] = acc;
   }
   double total = 0.0;
