@@ -65,10 +65,10 @@ static void test_memory(void) {
   }
 }
 
-/* the bytes each rank sends per step for the 32B grid point at 16k tokens, batch 1 */
-static int seed_bytes(const loom_hw_profile *hw, bool sp, double bytes[LOOM_COLL_COUNT]) {
-  loom_config cfg;
-  loom_config_defaults(&cfg);
+/* the 32B grid point at 16k tokens, batch 1, vision sp8 or tp8 under text tp8: its config,
+ * model and strategy; -1 when any step refuses */
+static int seed_point(bool sp, loom_config *cfg, loom_model_spec *spec, loom_sim_strategy *st) {
+  loom_config_defaults(cfg);
   const char *kv[] = {"model.preset=qwen2.5-vl-32b", "parallel.tp=8", "data.format=vqa",
                       "data.image_max_pixels=3211264", "data.image_min_pixels=3211264",
                       "training.seq_len=4352", "training.micro_batch_size=1", "training.dtype=bf16",
@@ -76,13 +76,20 @@ static int seed_bytes(const loom_hw_profile *hw, bool sp, double bytes[LOOM_COLL
                       sp ? "vision.parallel.sp=8" : "vision.parallel.sp=1",
                       sp ? "vision.parallel.tp=1" : "vision.parallel.tp=8", NULL};
   for (int i = 0; kv[i]; i++)
-    if (loom_config_override(&cfg, kv[i])) return -1;
+    if (loom_config_override(cfg, kv[i])) return -1;
+  if (loom_config_validate(cfg) || loom_model_spec_from_config(spec, &cfg->model) ||
+      loom_sim_strategy_from_config(st, cfg, 8))
+    return -1;
+  return 0;
+}
+
+/* the bytes each rank sends per step for the 32B grid point at 16k tokens, batch 1 */
+static int seed_bytes(const loom_hw_profile *hw, bool sp, double bytes[LOOM_COLL_COUNT]) {
+  loom_config cfg;
   loom_model_spec spec;
   loom_sim_strategy st;
   loom_schedule s;
-  if (loom_config_validate(&cfg) || loom_model_spec_from_config(&spec, &cfg.model) ||
-      loom_sim_strategy_from_config(&st, &cfg, 8) || loom_sim_schedule(&st, NULL, &s))
-    return -1;
+  if (seed_point(sp, &cfg, &spec, &st) || loom_sim_schedule(&st, NULL, &s)) return -1;
   loom_sim_ctx c;
   loom_sim_ctx_init(&c, &spec, hw, &st);
   loom_sim_result r;
@@ -164,20 +171,9 @@ static int seed_host(const loom_hw_profile *base, bool sp, double eager, double 
   loom_hw_profile hw = *base;
   hw.host_dtensor = 1, hw.host_eager = eager;
   loom_config cfg;
-  loom_config_defaults(&cfg);
-  const char *kv[] = {"model.preset=qwen2.5-vl-32b", "parallel.tp=8", "data.format=vqa",
-                      "data.image_max_pixels=3211264", "data.image_min_pixels=3211264",
-                      "training.seq_len=4352", "training.micro_batch_size=1", "training.dtype=bf16",
-                      "training.activation_checkpointing=true", "vision.parallel.zero=1",
-                      sp ? "vision.parallel.sp=8" : "vision.parallel.sp=1",
-                      sp ? "vision.parallel.tp=1" : "vision.parallel.tp=8", NULL};
-  for (int i = 0; kv[i]; i++)
-    if (loom_config_override(&cfg, kv[i])) return -1;
   loom_model_spec spec;
   loom_sim_strategy st;
-  if (loom_config_validate(&cfg) || loom_model_spec_from_config(&spec, &cfg.model) ||
-      loom_sim_strategy_from_config(&st, &cfg, 8))
-    return -1;
+  if (seed_point(sp, &cfg, &spec, &st)) return -1;
   loom_sim_ctx c;
   loom_sim_ctx_init(&c, &spec, &hw, &st);
   static loom_sim_op ops[LOOM_SIM_MAX_OPS];
