@@ -1,7 +1,9 @@
 /* `loom bench`: calibrate this machine (GEMM by shape through the trainer's BLAS, memory
  * bandwidth, every vector kernel, the attention kernel, and under mpirun the MPI collectives
  * between ranks) and write the hardware profile `loom sim --hardware this-machine` loads. */
+#include <cblas.h>
 #include <errno.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +21,10 @@ static void usage(FILE *out) {
           "usage: loom bench [--out FILE] [--nproc N] [--quick] [--only SECTIONS] [--quiet]\n\n"
           "Measure this machine through the code the trainer runs and write a hardware profile\n"
           "(default configs/hardware/this-machine.yaml) for 'loom sim/plan --hardware\n"
-          "this-machine'. A rank is one thread (set OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 as\n"
-          "for multi-rank training); the cores are the profile's devices.\n\n"
+          "this-machine'. A rank is one thread: loom bench measures with one, whatever\n"
+          "OMP_NUM_THREADS says (as multi-rank training runs); the cores are the profile's\n"
+          "devices, and a run's MFU counts its threads' cores ('loom train' on 2 threads is\n"
+          "held to 2 cores' peak).\n\n"
           "  --out FILE       where to write the profile\n"
           "  --nproc N        run under mpirun with N ranks to measure the MPI collectives too\n"
           "                   (same as 'mpirun -np N loom bench ...'; N = the cores is best)\n"
@@ -53,7 +57,8 @@ static void cpu_model(char *out, size_t n) {
   fclose(f);
 }
 
-static int write_profile(loom_hw_profile *hw, const char *out, int world, double seconds) {
+static int write_profile(loom_hw_profile *hw, const char *out, int world, double seconds,
+                         int threads, int threads_asked) {
   char cpu[128], notes[1024], date[64];
   cpu_model(cpu, sizeof cpu);
   time_t now = time(NULL);
@@ -61,12 +66,14 @@ static int write_profile(loom_hw_profile *hw, const char *out, int world, double
   snprintf(hw->description, sizeof hw->description, "this machine: %s, %d cores as devices (one "
            "single-threaded rank each), measured by loom bench", cpu, hw->devices_per_node);
   snprintf(notes, sizeof notes,
-           "Written by 'loom bench' on %s in %.1f s (%s; %d MPI rank%s).\n"
+           "Written by 'loom bench' on %s in %.1f s (%s; %d MPI rank%s; measured with %d "
+           "thread%s per rank, the process had %d).\n"
            "Every number below is a measurement of this machine through loom's own kernels and\n"
            "MPI calls: GEMM rates by shape (cblas_sgemm as the linear layers call it), memory\n"
            "bandwidth, the rate of each vector kernel, the reference attention%s.\n"
            "Re-run 'loom bench --nproc %d' after changing the machine or the BLAS.",
-           date, seconds, cpu, world, world > 1 ? "s" : "",
+           date, seconds, cpu, world, world > 1 ? "s" : "", threads, threads == 1 ? "" : "s",
+           threads_asked,
            world > 1 ? " and the MPI collectives between ranks" : " (no MPI: run with --nproc to measure collectives)",
            hw->devices_per_node);
   char *yaml = loom_hw_to_yaml(hw, notes);
@@ -126,10 +133,16 @@ int loom_cmd_bench(int argc, char **argv) {
   if (only && loom_path_exists(out) && loom_hw_load_file(&hw, out)) /* update a profile */
     loom_bench_profile_defaults(&hw);
   loom_bench_ctx b = {quick ? 0.3 : 1.0, quiet || rank ? NULL : stdout, rank, world, &mesh.world_comm};
+  /* the profile's devices are cores: one thread per rank, whatever OMP_NUM_THREADS says (a
+   * plain `loom bench` in a shell used every thread and wrote that as one core's peak, which
+   * the trainer's MFU then multiplied by its threads) */
+  int threads_asked = omp_get_max_threads();
+  omp_set_num_threads(1);
+  openblas_set_num_threads(1);
   double t0 = loom_now();
   int rc = loom_bench_run(&hw, &b, only);
   if (!rc && rank == 0) {
-    rc = write_profile(&hw, out, world, loom_now() - t0);
+    rc = write_profile(&hw, out, world, loom_now() - t0, omp_get_max_threads(), threads_asked);
     if (!rc) printf("wrote %s (load it with --hardware this-machine or --hardware %s)\n", out, out);
   }
   if (rc) fprintf(stderr, "loom bench: %s\n", loom_errmsg());

@@ -39,7 +39,11 @@ check "every MFU within [0, 100] %" test "$bad" = 0
 # a CPU profile (loom bench's: its devices are cores, one thread each): a rank running T
 # threads is measured against T cores' peak, at most the machine's cores. Before this, a
 # 2-thread run was measured against one core's peak and showed about twice its MFU.
-"$LOOM" bench --quick --only gemm --quiet --out "$WORK/cpu.yaml" >/dev/null 2>&1
+# loom bench measures one thread per rank whatever OMP_NUM_THREADS says: a plain `loom bench`
+# in a shell had measured with every thread and written that as one core's peak
+OMP_NUM_THREADS=2 "$LOOM" bench --quick --only gemm --quiet --out "$WORK/cpu.yaml" >/dev/null 2>&1
+check "loom bench under OMP_NUM_THREADS=2 measures with 1 thread per rank" \
+  grep -q "measured with 1 thread per rank, the process had 2)" "$WORK/cpu.yaml"
 core=$(sed -n 's/.*peak_tflops: {fp32: \([0-9.e+-]*\),.*/\1/p' "$WORK/cpu.yaml")
 check "fixture: a loom-cpu profile with an fp32 peak ($core TFLOP/s)" \
   awk -v c="$core" 'BEGIN { exit !(c > 0) }'
