@@ -247,7 +247,7 @@ static void gpu_column_bwd(sim_ops *b, const shape *x, const char *dname, const 
   b->phase = LOOM_PHASE_BWD_W;
   m = b->n;
   sim_gemm(b, wname, LOOM_GEMM_WGRAD, out, x->C, x->N, 1);
-  lin_host(b, x, m, modules, sim_linear_wgrad_ops(true, bias));
+  lin_host(b, x, m, modules, sim_linear_wgrad_ops(bias));
   b->phase = keep;
 }
 
@@ -265,7 +265,7 @@ static void gpu_backward(sim_ops *b, const shape *x) {
   b->phase = LOOM_PHASE_BWD_W;
   m = b->n;
   sim_gemm(b, "mlp down wgrad", LOOM_GEMM_WGRAD, C, x->li, N, 1);
-  lin_host(b, x, m, 1, sim_linear_wgrad_ops(true, x->gpt2));
+  lin_host(b, x, m, 1, sim_linear_wgrad_ops(x->gpt2));
   b->phase = keep;
   if (x->gpt2) sim_vec(b, "bias-gelu bwd", LOOM_VOP_GELU_BWD, N * x->li, 3 * e, 25);
   else sim_vec(b, "swiglu bwd", LOOM_VOP_SWIGLU_BWD, N * x->li, 5 * e, 25);
@@ -283,7 +283,7 @@ static void gpu_backward(sim_ops *b, const shape *x) {
   b->phase = LOOM_PHASE_BWD_W;
   m = b->n;
   sim_gemm(b, "o wgrad", LOOM_GEMM_WGRAD, C, x->QD, N, 1);
-  lin_host(b, x, m, 1, sim_linear_wgrad_ops(true, x->gpt2));
+  lin_host(b, x, m, 1, sim_linear_wgrad_ops(x->gpt2));
   b->phase = keep;
   a2a(b, x, "ulysses a2a dout", x->QD);
   sim_cp_attention(b, true);

@@ -39,7 +39,7 @@ void sim_host(sim_ops *b, int mark, double dtensor, double eager) {
  * torch/csrc/autograd/functions/accumulate_grad.h). */
 double sim_linear_fwd_ops(bool input_3d) { return input_3d ? 4 : 2; }
 double sim_linear_dgrad_ops(bool input_3d) { return input_3d ? 4 : 2; }
-double sim_linear_wgrad_ops(bool input_3d, bool bias) { (void)input_3d; return bias ? 7 : 5; }
+double sim_linear_wgrad_ops(bool bias) { return bias ? 7 : 5; }
 
 /* PyTorch eager kernels (HuggingFace modules, runtime.elementwise: eager): the memory traffic
  * per element and the kernel launches of RMSNorm and rotary as their op-by-op code moves

@@ -136,7 +136,7 @@ static void vlinear_bwd(sim_ops *b, const vshape *x, const char *dname, const ch
   vlin(b, x, mark, sim_linear_dgrad_ops(!x->qwen));
   mark = b->n;
   sim_gemm(b, wname, LOOM_GEMM_WGRAD, out, in, m, 1);
-  vlin(b, x, mark, sim_linear_wgrad_ops(!x->qwen, true));
+  vlin(b, x, mark, sim_linear_wgrad_ops(true));
 }
 
 /* a Ulysses all-to-all and the number of _SeqAllToAll calls it stands for */

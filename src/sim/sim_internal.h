@@ -37,7 +37,7 @@ void sim_module(sim_ops *b);
  * forward, data gradient, weight gradient (with the bias gradient and the accumulations) */
 double sim_linear_fwd_ops(bool input_3d);
 double sim_linear_dgrad_ops(bool input_3d);
-double sim_linear_wgrad_ops(bool input_3d, bool bias);
+double sim_linear_wgrad_ops(bool bias);
 /* attention core forward or backward (by the profile's kernel) */
 void sim_attention(sim_ops *b, bool backward);
 /* the vision encoder of a vision-language model (first stage), forward and backward */
