@@ -93,8 +93,11 @@ typedef struct {
   double bytes;          /* comm payload per rank / vector-op memory traffic */
   double time;           /* seconds on this profile */
   double host;           /* seconds the CPU spends issuing it (runtime.host_dispatch_us) */
-  int module;            /* ops between two host synchronisations (0: the op alone): their
-                            time is max(device, host) */
+  int module;            /* ops between two host synchronisations (0: the op alone, max(device,
+                            host)): replayed op by op (loom_sim_module_time) */
+  bool sync;             /* the host waits for the device after issuing it (.item(), .tolist()) */
+  bool chained;          /* its module is one of identical copies issued back to back with no
+                            synchronisation between them (a stage's text layers) */
 } loom_sim_op;
 #define LOOM_SIM_MAX_OPS 320
 
@@ -111,11 +114,23 @@ typedef struct {
   double comm_hidden;             /* communication overlapped with compute */
   double flops;                   /* FLOPs executed, recomputation included */
   double flops_recompute;
-  double host_wait;               /* of t: the GPU waiting for the CPU to issue (modules whose
-                                     host dispatch is longer than their device time) */
+  double host_wait;               /* of t: the GPU waiting for the CPU to issue (the replay of
+                                     each module's issue queue, over its device time) */
+  double startup[LOOM_PHASE_COUNT]; /* chained modules: the first copy's wait beyond the steady
+                                       state, once per run of copies (not in t) */
   double coll_bytes[LOOM_PHASE_COUNT][LOOM_COLL_COUNT]; /* bytes sent (comm.h's ring accounting) */
 } loom_sim_cost;
 void loom_sim_cost_of(const loom_sim_op *ops, int n, loom_sim_cost *out);
+/* Host dispatch: the issue queue of one module's n ops replayed op by op. The CPU issues op i
+ * at H_i (the sum of the host costs up to and including it); the device starts it at
+ * max(H_i, end of op i-1) (communication off the compute stream takes no stream time); after
+ * an op with `sync` the CPU waits for the device, which then starts the next op with an empty
+ * queue. A module with a sync op is one period of identical blocks separated by that sync (a
+ * vision block: its attention's .item()), so it is replayed from just after its last sync op,
+ * wrapping around; a module without one starts with an empty queue and ends in a
+ * synchronisation. Returns the module's time, which lies in [max(device, host), device + host];
+ * *device and *host (may be NULL) get the sums. */
+double loom_sim_module_time(const loom_sim_op *ops, int n, double *device, double *host);
 void loom_sim_layer_cost(const loom_sim_ctx *c, loom_sim_cost *out);
 void loom_sim_embed_cost(const loom_sim_ctx *c, loom_sim_cost *out);
 void loom_sim_head_cost(const loom_sim_ctx *c, loom_sim_cost *out);

@@ -16,9 +16,22 @@ void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap) 
   b->recompute = false;
   b->vision = false;
   b->module = b->modules = 0;
+  b->chained = false;
 }
 
-void sim_module(sim_ops *b) { b->module = ++b->modules; }
+void sim_module(sim_ops *b) {
+  b->module = ++b->modules;
+  b->chained = false;
+}
+
+void sim_module_chained(sim_ops *b) {
+  sim_module(b);
+  b->chained = true;
+}
+
+void sim_sync(sim_ops *b, int mark) {
+  if (b->n > mark && !b->c->loom_cpu) b->ops[b->n - 1].sync = true;
+}
 
 void sim_host(sim_ops *b, int mark, double dtensor, double eager) {
   const loom_hw_profile *hw = b->c->hw;
@@ -77,8 +90,16 @@ static loom_sim_op *add(sim_ops *b, const char *name, loom_sim_op_type type) {
   o->phase = b->phase;
   o->recompute = b->recompute;
   o->module = b->module;
+  o->chained = b->chained;
   if (!b->c->loom_cpu) o->host = b->c->hw->host_eager; /* one eager op, until sim_host says */
   return o;
+}
+
+void sim_host_sync(sim_ops *b, const char *name, double eager) {
+  if (b->c->loom_cpu) return;
+  loom_sim_op *o = add(b, name, LOOM_OP_VEC);
+  o->host = eager * b->c->hw->host_eager;
+  o->sync = true;
 }
 
 double sim_gemm(sim_ops *b, const char *name, loom_gemm_role role, double m, double n, double k,

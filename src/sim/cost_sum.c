@@ -41,24 +41,60 @@ void loom_sim_cost_of(const loom_sim_op *ops, int n, loom_sim_cost *out) {
     }
     if (o->recompute && !o->hidden) out->recompute += o->time;
   }
-  /* host dispatch: the CPU issues a module's ops asynchronously ahead of the GPU and waits for
-   * it at the module's end (a synchronisation), so the module takes max(device, host): when
-   * its ops are shorter than their dispatch the GPU waits for the CPU. The wait counts in the
-   * phase of the module's first op. */
+  /* host dispatch: each module's issue queue replayed op by op (loom_sim_module_time); its
+   * time beyond the device's is the GPU waiting for the CPU, counted in the phase of the
+   * module's first op. An op outside modules (module 0) keeps max(device, host): it stands in
+   * a stream of other ops, not after a synchronisation. A chained module (one of identical
+   * copies back to back, no synchronisation between them) costs per copy the queue's steady
+   * state, max(device, host): k copies replayed take E + (k-1) max(device, host), E one copy's
+   * replay from an empty queue (whichever of the two is longer, the queue's lag repeats each
+   * copy), so E - max(device, host) goes to startup, once per run of copies. */
   for (int i = 0; i < n;) {
     int j = i;
-    double dev = 0, host = 0;
-    do {
-      if (!(ops[j].type == LOOM_OP_COMM && ops[j].hidden)) dev += ops[j].time;
-      host += ops[j].host;
-      j++;
-    } while (j < n && ops[i].module != 0 && ops[j].module == ops[i].module);
-    if (host > dev) {
-      out->t[ops[i].phase] += host - dev;
-      out->host_wait += host - dev;
+    do j++;
+    while (j < n && ops[i].module != 0 && ops[j].module == ops[i].module);
+    double dev, host, t;
+    if (ops[i].module == 0 || ops[i].chained) {
+      dev = 0, host = 0;
+      for (int q = i; q < j; q++) {
+        if (!(ops[q].type == LOOM_OP_COMM && ops[q].hidden)) dev += ops[q].time;
+        host += ops[q].host;
+      }
+      t = fmax(dev, host);
+      if (ops[i].module != 0 && host > 0)
+        out->startup[ops[i].phase] += loom_sim_module_time(ops + i, j - i, NULL, NULL) - t;
+    } else {
+      t = loom_sim_module_time(ops + i, j - i, &dev, &host);
+    }
+    if (t > dev) {
+      out->t[ops[i].phase] += t - dev;
+      out->host_wait += t - dev;
     }
     i = j;
   }
+}
+
+double loom_sim_module_time(const loom_sim_op *ops, int n, double *device, double *host) {
+  double dev = 0, hst = 0;
+  int last = -1;
+  for (int i = 0; i < n; i++) {
+    if (!(ops[i].type == LOOM_OP_COMM && ops[i].hidden)) dev += ops[i].time;
+    hst += ops[i].host;
+    if (ops[i].sync) last = i;
+  }
+  if (device) *device = dev;
+  if (host) *host = hst;
+  if (hst <= 0) return dev; /* nothing to issue: the device's time (no host dispatch modelled) */
+  /* the period starts after the last synchronisation (the queue is empty there) */
+  double cpu = 0, gpu = 0;
+  for (int k = 0; k < n; k++) {
+    const loom_sim_op *o = &ops[(last + 1 + k) % n];
+    cpu += o->host;                                           /* issued */
+    double d = o->type == LOOM_OP_COMM && o->hidden ? 0 : o->time;
+    gpu = fmax(cpu, gpu) + d;                                 /* started, then run */
+    if (o->sync) cpu = gpu = fmax(cpu, gpu);                  /* the host waits */
+  }
+  return fmax(cpu, gpu); /* a synchronisation follows the module */
 }
 
 void loom_sim_layer_cost(const loom_sim_ctx *c, loom_sim_cost *out) {

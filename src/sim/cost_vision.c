@@ -70,6 +70,11 @@ static double attn_quant(const loom_hw_profile *hw, double len, double D) {
 static void vattention(sim_ops *b, const vshape *x, double rows, double keys, double heads,
                        bool backward) {
   const loom_sim_ctx *c = b->c;
+  /* host: in the forward the segment lengths' maximum read back to the host before the kernel
+   * (cu_seqlens[1:] - cu_seqlens[:-1], .max(), .item(): the seed's Qwen2_5_VLVisionAttention,
+   * all three paths, every block, recomputation included): 3 eager ops and a host
+   * synchronisation; then flash_attn_varlen_func, one more (its backward: one) */
+  if (!backward) sim_host_sync(b, "vit seqlens max (.item())", 3);
   if (b->n >= b->cap) return;
   double pairs = rows * keys * heads;
   loom_sim_op *a = &b->ops[b->n++];
@@ -79,10 +84,8 @@ static void vattention(sim_ops *b, const vshape *x, double rows, double keys, do
   a->phase = b->phase;
   a->recompute = b->recompute;
   a->module = b->module;
-  /* host: flash_attn_varlen_func, and in the forward the segment lengths' maximum read back
-   * to the host (cu_seqlens[1:] - cu_seqlens[:-1], .max(), .item(): the seed's
-   * Qwen2_5_VLVisionAttention, every block, recomputation included) */
-  if (!c->loom_cpu) a->host = (backward ? 1 : 4) * c->hw->host_eager;
+  a->chained = b->chained;
+  if (!c->loom_cpu) a->host = c->hw->host_eager;
   if (c->hw->attention == LOOM_ATTN_LOOM) { /* loom's kernel, as measured */
     a->flops = (backward ? 8 : 4) * pairs * x->D;
     a->time = pairs * x->D / (backward ? c->hw->attn_rate_bwd : c->hw->attn_rate_fwd);
@@ -169,9 +172,14 @@ static void vblock(sim_ops *b, const vshape *x, bool full, bool backward) {
     if (x->qwen) sim_vec(b, "vit rope", LOOM_VOP_ROPE, rows * 2 * Cl, 2 * e, 6);
     /* the seed's full blocks: q, k, v, cos, sin and the padding mask each go through
      * _SeqAllToAll */
-    if (a2a) va2a(b, x, "vit a2a qkv", rows * 3 * Cv * e, 6);
+    /* the seed's full blocks under SP read the unpadded lengths back after the all-to-alls
+     * (unpad_batch_to_pack: mask.sum(dim=1).tolist(), sequence_parallel_utils.py): a host
+     * synchronisation after those of q, k, v, cos, sin and the mask, and after the output's */
+    int mark = b->n;
+    if (a2a) va2a(b, x, "vit a2a qkv", rows * 3 * Cv * e, 6), sim_sync(b, mark);
     vattention(b, x, arows, keys, heads, false);
-    if (a2a) va2a(b, x, "vit a2a out", rows * Cv * e, 1);
+    mark = b->n;
+    if (a2a) va2a(b, x, "vit a2a out", rows * Cv * e, 1), sim_sync(b, mark);
     vlinear_fwd(b, x, "vit o", rows, Cv, Cl);
     if (x->split_tp) vreduce(b, x, "vit tp all-reduce", rows * Cv * e);
     sim_vec(b, "vit residual", LOOM_VOP_ADD, rows * Cv, 3 * e, 1);
@@ -212,7 +220,13 @@ static void vblocks(sim_ops *b, const vshape *x, const loom_vision_spec *v, bool
   if (n == 0) return;
   int from = b->n;
   /* one module per block: the host synchronises with the GPU in every block's attention
-   * forward (.item()), its recomputation included */
+   * forward (.item()), its recomputation included, so the queue is empty after it; the module
+   * is replayed as one period from that synchronisation to the next (the forward: a block's
+   * attention to its MLP, then the next block's norm, q, k, v and rotary up to its .item();
+   * the backward: the recomputed attention and MLP, the block's backward, then the next
+   * recomputed block up to its .item()): loom_sim_module_time wraps the list around at the
+   * last sync op. Scaling every op's device and host time by the n blocks scales the replay
+   * by n (it is made of sums and maxima). */
   sim_module(b);
   if (backward && b->c->st->recompute == LOOM_RECOMPUTE_FULL && !b->c->loom_cpu) {
     b->recompute = true; /* the block's forward again, from its checkpointed input */

@@ -27,13 +27,15 @@ double plan_estimate(const loom_sim_ctx *c, const plan_costs *k, plan_eval *out)
   double per_chunk = ceil((double)L / K);          /* the largest chunk */
   double stage_layers = ceil((double)L / p);
   double lay = k->layer.t[0] + k->layer.t[1] + k->layer.t[2];
+  /* host dispatch: each chunk's first layer's start-up (loom_sim_cost_of), v chunks per rank */
+  double start = v * (k->layer.startup[0] + k->layer.startup[1] + k->layer.startup[2]);
   double head = k->head.t[0] + k->head.t[1] + k->head.t[2];
   double embed = k->embed.t[0] + k->embed.t[1] + k->embed.t[2];
   /* the slowest rank per micro-batch: its layers plus the head (last) or embedding (first) */
-  double t_last = (p == 1 ? L : stage_layers) * lay + head + (p == 1 ? embed : 0);
-  double t_first = stage_layers * lay + embed;
+  double t_last = (p == 1 ? L : stage_layers) * lay + start + head + (p == 1 ? embed : 0);
+  double t_first = stage_layers * lay + start + embed;
   double t_mb = fmax(t_last, t_first);
-  double avg = (L * lay + head + embed) / p;
+  double avg = (L * lay + head + embed) / p + start;
   /* pipeline messages on the compute stream: blocking sends (GPU) or receive copies (CPU) */
   double p2p = 0;
   if (p > 1) {

@@ -12,6 +12,7 @@ typedef struct {
   bool recompute;       /* ops added next are recomputation */
   bool vision;          /* ops added next belong to the vision encoder */
   int module, modules;  /* module of the ops added next (0: none), modules opened so far */
+  bool chained;         /* the current module is one of identical copies run back to back */
 } sim_ops;
 
 void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap);
@@ -32,6 +33,15 @@ double sim_comm(sim_ops *b, const char *name, loom_coll_kind kind, double bytes,
  * is max(device, host) (loom_sim_cost_of). */
 void sim_host(sim_ops *b, int mark, double dtensor, double eager);
 void sim_module(sim_ops *b);
+/* a module that is one of identical copies issued back to back with no synchronisation between
+ * them (a stage's text layers): per copy the queue's steady state (loom_sim_cost_of) */
+void sim_module_chained(sim_ops *b);
+/* the op added at `mark` or later (the last one) is followed by a host synchronisation: the
+ * CPU waits for the device there (GPU engine only; nothing when no op was added) */
+void sim_sync(sim_ops *b, int mark);
+/* a host synchronisation of its own: `eager` plain ops whose last reads a device value back
+ * (.item()); no device time (GPU engine only) */
+void sim_host_sync(sim_ops *b, const char *name, double eager);
 /* aten ops a PyTorch nn.Linear issues (F.linear; autograd's addmm/mm backward; AccumulateGrad),
  * each through DTensor's dispatcher when the linear is tensor-parallel under DTensor:
  * forward, data gradient, weight gradient (with the bias gradient and the accumulations) */

@@ -55,13 +55,16 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
     x->embed = v == 0;
     x->head = v == R->K - 1;
     for (int p = 0; p < LOOM_PHASE_COUNT; p++) {
-      x->cost.t[p] = x->layers * layer.t[p] + (x->embed ? embed.t[p] : 0) + (x->head ? head.t[p] : 0);
+      /* host dispatch: the chunk's layers run back to back, the first one's start-up once */
+      x->cost.t[p] = x->layers * layer.t[p] + (x->layers > 0 ? layer.startup[p] : 0) +
+                     (x->embed ? embed.t[p] : 0) + (x->head ? head.t[p] : 0);
       x->cost.comm[p] = x->layers * layer.comm[p] + (x->embed ? embed.comm[p] : 0) +
                         (x->head ? head.comm[p] : 0);
     }
     x->cost.recompute = x->layers * layer.recompute;
     x->cost.host_wait = x->layers * layer.host_wait + (x->embed ? embed.host_wait : 0) +
                         (x->head ? head.host_wait : 0);
+    for (int p = 0; p < LOOM_PHASE_COUNT && x->layers > 0; p++) x->cost.host_wait += layer.startup[p];
     x->cost.comm_hidden = x->layers * layer.comm_hidden + (x->head ? head.comm_hidden : 0);
     x->cost.flops = x->layers * layer.flops + (x->embed ? embed.flops : 0) + (x->head ? head.flops : 0);
     x->cost.flops_recompute = x->layers * layer.flops_recompute;

@@ -8,8 +8,10 @@
  *     when the windows stay local (forward, recomputed forward, backward);
  *   - DTensor's extra input-gradient all-reduces: 3 more per text layer (q, k, v and gate, up
  *     instead of 2 fused) and 3 more per vision block, whose bytes ring formulas give;
- *   - host dispatch: a module takes max(device, host); the DTensor and eager ops the encoder
- *     and a text layer issue, counted by hand from the linears' aten ops. */
+ *   - host dispatch: a module's issue queue replayed op by op (hand-computed on small lists,
+ *     and between max(device, host) and device + host on random ones); the DTensor and eager
+ *     ops the encoder and a text layer issue, counted by hand from the linears' aten ops; the
+ *     host synchronisations of the seed's vision blocks. */
 #include <math.h>
 
 #include "sim_test_util.h"
@@ -141,9 +143,72 @@ static void test_collectives(void) {
         "expected %.0f", b[LOOM_COLL_ALLREDUCE], meg);
 }
 
-/* loom_sim_cost_of: each module (ops between two host synchronisations) takes the longer of
- * its device and host times; an op outside modules is its own module; communication off the
- * compute stream is not device time of the stream */
+/* loom_sim_module_time: the CPU issues op i at H_i (the host costs up to and including it),
+ * the device starts it at max(H_i, end of op i-1); after a sync op the queue is empty. By
+ * hand, in ms: */
+static void test_host_replay(void) {
+  loom_sim_op m[5];
+  memset(m, 0, sizeof m);
+  /* a module without a synchronisation inside: a issued at 3 runs 3-4; b (host 0) issued at
+   * 3 waits for a and runs 4-5: 5 ms, where max(device, host) says 3 and the sum 5 */
+  m[0] = (loom_sim_op){.name = "a", .type = LOOM_OP_GEMM, .time = 1e-3, .host = 3e-3};
+  m[1] = (loom_sim_op){.name = "b", .type = LOOM_OP_VEC, .time = 1e-3};
+  double dev, host, t = loom_sim_module_time(m, 2, &dev, &host);
+  CHECK(fabs(t - 5e-3) < 1e-12 && fabs(dev - 2e-3) < 1e-12 && fabs(host - 3e-3) < 1e-12,
+        "replay %g (device %g, host %g), expected 5 ms", t, dev, host);
+  /* the device-bound order: b (host 0) first, then a: b runs 0-1, a issued at 3 runs 3-4 */
+  m[0] = (loom_sim_op){.name = "b", .type = LOOM_OP_VEC, .time = 1e-3};
+  m[1] = (loom_sim_op){.name = "a", .type = LOOM_OP_GEMM, .time = 1e-3, .host = 3e-3};
+  CHECK(fabs(loom_sim_module_time(m, 2, NULL, NULL) - 4e-3) < 1e-12, "b then a: 4 ms");
+  /* a vision block's shape: norm, q, the .item() (a sync), attention, MLP. The period runs
+   * from the sync around to it: attention issued at 0.5 runs 0.5-4.5; MLP issued at 3.5 runs
+   * 4.5-6.5; the next block's norm issued at 4.5 runs 6.5-7, q issued at 6.5 runs 7-8, the
+   * .item() issued at 7 waits for 8: 8 ms (device 7.5, host 7, sum 14.5) */
+  m[0] = (loom_sim_op){.name = "norm", .type = LOOM_OP_VEC, .time = 0.5e-3, .host = 1e-3};
+  m[1] = (loom_sim_op){.name = "q", .type = LOOM_OP_GEMM, .time = 1e-3, .host = 2e-3};
+  m[2] = (loom_sim_op){.name = "item", .type = LOOM_OP_VEC, .host = 0.5e-3, .sync = true};
+  m[3] = (loom_sim_op){.name = "attn", .type = LOOM_OP_ATTN, .time = 4e-3, .host = 0.5e-3};
+  m[4] = (loom_sim_op){.name = "mlp", .type = LOOM_OP_GEMM, .time = 2e-3, .host = 3e-3};
+  t = loom_sim_module_time(m, 5, &dev, &host);
+  CHECK(fabs(t - 8e-3) < 1e-12 && fabs(dev - 7.5e-3) < 1e-12 && fabs(host - 7e-3) < 1e-12,
+        "block replay %g (device %g, host %g), expected 8 ms", t, dev, host);
+  /* with a second sync after q: the period [attn, mlp, norm, q] ends at 8 as above, and
+   * [item] alone after it issues at 0.5: 8.5 ms */
+  m[1].sync = true;
+  CHECK(fabs(loom_sim_module_time(m, 5, NULL, NULL) - 8.5e-3) < 1e-12, "two syncs: 8.5 ms");
+  /* scaling every time by n scales the replay by n (n identical blocks) */
+  m[1].sync = false;
+  for (int i = 0; i < 5; i++) m[i].time *= 7, m[i].host *= 7;
+  CHECK(fabs(loom_sim_module_time(m, 5, NULL, NULL) - 56e-3) < 1e-12, "7 blocks: 56 ms");
+  /* without host costs the replay is the device's time, whatever the syncs */
+  for (int i = 0; i < 5; i++) m[i].host = 0;
+  CHECK(fabs(loom_sim_module_time(m, 5, NULL, NULL) - 7 * 7.5e-3) < 1e-12, "no host: the device's time");
+  /* random lists: max(device, host) <= replay <= device + host */
+  unsigned long long s = 88172645463325252ULL;
+  int bad = 0;
+  for (int trial = 0; trial < 2000; trial++) {
+    loom_sim_op r[12];
+    memset(r, 0, sizeof r);
+    int n = 1 + trial % 12;
+    for (int i = 0; i < n; i++) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      r[i].type = (loom_sim_op_type)(s % 4);
+      r[i].time = (double)(s >> 40 & 1023) * 1e-6;
+      r[i].host = (s >> 20 & 3) ? (double)(s >> 24 & 1023) * 1e-6 : 0;
+      r[i].sync = (s >> 34 & 7) == 0;
+      r[i].hidden = r[i].type == LOOM_OP_COMM && (s >> 37 & 1);
+    }
+    double d, h, x = loom_sim_module_time(r, n, &d, &h);
+    if (x < fmax(d, h) - 1e-15 || x > d + h + 1e-15) bad++;
+  }
+  CHECK(bad == 0, "%d random modules outside [max(device, host), device + host]", bad);
+}
+
+/* loom_sim_cost_of: each module's replay beyond its device time is the GPU waiting, in the
+ * phase of the module's first op; an op outside modules takes max(device, host); a chained
+ * module (identical copies back to back) takes the steady state max(device, host) per copy and
+ * its first copy's extra as start-up; communication off the compute stream is not device time
+ * of the stream */
 static void test_host_modules(void) {
   loom_sim_op ops[5];
   memset(ops, 0, sizeof ops);
@@ -157,11 +222,48 @@ static void test_host_modules(void) {
                          .phase = LOOM_PHASE_BWD_W};
   loom_sim_cost k;
   loom_sim_cost_of(ops, 5, &k);
-  /* module 1: max(2, 3) = 3 ms; module 2: the hidden collective is not stream time, max(5, 3);
-   * op e alone: max(1, 2) */
-  CHECK(fabs(k.t[LOOM_PHASE_FWD] - 3e-3) < 1e-12 && fabs(k.t[LOOM_PHASE_BWD_IN] - 5e-3) < 1e-12 &&
-            fabs(k.t[LOOM_PHASE_BWD_W] - 2e-3) < 1e-12 && fabs(k.host_wait - 2e-3) < 1e-12,
+  /* module 1: 5 ms (above); module 2: c issued at 2 leaves the stream free, d issued at 3
+   * runs 3-8; op e alone: max(1, 2) */
+  CHECK(fabs(k.t[LOOM_PHASE_FWD] - 5e-3) < 1e-12 && fabs(k.t[LOOM_PHASE_BWD_IN] - 8e-3) < 1e-12 &&
+            fabs(k.t[LOOM_PHASE_BWD_W] - 2e-3) < 1e-12 && fabs(k.host_wait - 7e-3) < 1e-12,
         "module times %g %g %g, host wait %g", k.t[0], k.t[1], k.t[2], k.host_wait);
+  /* module 1 chained: per copy max(2, 3) = 3 ms, the first copy 2 ms more (k copies: 5 + 3 (k-1)) */
+  ops[0].chained = ops[1].chained = true;
+  loom_sim_cost_of(ops, 5, &k);
+  CHECK(fabs(k.t[LOOM_PHASE_FWD] - 3e-3) < 1e-12 && fabs(k.startup[LOOM_PHASE_FWD] - 2e-3) < 1e-12,
+        "chained: %g per copy, start-up %g", k.t[0], k.startup[0]);
+}
+
+/* The seed's vision blocks (16k tokens, batch 1, 32B): every block forward and every
+ * recomputed one has exactly one host synchronisation (the .item() before its attention)
+ * under TP and in the SP windowed blocks; the SP full blocks add the two .tolist() of
+ * unpad_batch_to_pack after their all-to-alls; the text layers have none and are chained. */
+static void test_host_syncs(void) {
+  loom_hw_profile hf;
+  CHECK(load_hw(&hf, "h100-sxm-hf") == 0, "%s", loom_errmsg());
+  for (int sp = 0; sp < 2; sp++) {
+    loom_config cfg;
+    loom_model_spec spec;
+    loom_sim_strategy st;
+    CHECK(seed_point(sp, &cfg, &spec, &st) == 0, "%s", loom_errmsg());
+    loom_sim_ctx c;
+    loom_sim_ctx_init(&c, &spec, &hf, &st);
+    static loom_sim_op ops[LOOM_SIM_MAX_OPS];
+    int n = loom_sim_embed_ops(&c, ops, LOOM_SIM_MAX_OPS), syncs = 0, items = 0;
+    for (int i = 0; i < n; i++) {
+      syncs += ops[i].sync;
+      items += ops[i].sync && !strcmp(ops[i].name, "vit seqlens max (.item())");
+    }
+    /* the windowed and the full blocks' lists, forward and recomputed: 4 .item(); SP: the
+     * full blocks' 2 .tolist() forward and recomputed */
+    CHECK(items == 4 && syncs == (sp ? 8 : 4), "%s: %d syncs, %d .item()", sp ? "sp" : "tp",
+          syncs, items);
+    n = loom_sim_layer_ops(&c, ops, LOOM_SIM_MAX_OPS);
+    int chained = 0;
+    syncs = 0;
+    for (int i = 0; i < n; i++) syncs += ops[i].sync, chained += ops[i].module && ops[i].chained;
+    CHECK(syncs == 0 && chained == n, "text layer: %d syncs, %d of %d ops chained", syncs, chained, n);
+  }
 }
 
 /* the ops of the 32B grid point (16k tokens, batch 1) on a profile whose DTensor op costs 1 s
@@ -227,7 +329,9 @@ int main(void) {
   test_state_bytes();
   test_memory();
   test_collectives();
+  test_host_replay();
   test_host_modules();
   test_host_counts();
+  test_host_syncs();
   return harness_finish("test_sim_mechanisms");
 }
