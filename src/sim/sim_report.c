@@ -48,16 +48,20 @@ static void human(double x, char *buf, size_t n) {
  * exposed on the compute stream inside the layers (the first stage's layers, embedding and
  * vision encoder, head when there is one stage, per micro-batch), the rest of the exposed
  * communication (data-parallel / ZeRO reductions and gathers, pipeline transfers), the
- * optimizer and the rank's idle time (the pipeline bubble): parts that add up to the step;
- * out of memory first when a rank is over the limit. */
+ * optimizer, the rank's idle time (the pipeline bubble) and, with host dispatch, the part of
+ * its compute time the GPU waits for the CPU to issue kernels (the replayed issue queues of
+ * the first stage's layers, embedding and encoder, head when there is one stage, per
+ * micro-batch): parts that add up to the step; out of memory first when a rank is over the
+ * limit. */
 static void print_bottleneck(const loom_sim_ctx *c, const loom_sim_result *r) {
-  enum { COMPUTE = 0, REDUCTIONS = 1 + LOOM_COLL_COUNT, OPTIMIZER, BUBBLE, PARTS };
+  enum { COMPUTE = 0, REDUCTIONS = 1 + LOOM_COLL_COUNT, OPTIMIZER, BUBBLE, HOST, PARTS };
   double part[PARTS] = {0};
   const char *name[PARTS] = {"compute"};
   for (int k = 0; k < LOOM_COLL_COUNT; k++) name[1 + k] = loom_coll_name((loom_coll_kind)k);
   name[REDUCTIONS] = "other communication (gradient reductions, gathers, pipeline transfers)";
   name[OPTIMIZER] = "the optimizer";
   name[BUBBLE] = "the pipeline bubble";
+  name[HOST] = "the GPU waiting for the CPU to issue (host dispatch)";
   loom_sim_op ops[LOOM_SIM_MAX_OPS];
   const loom_sim_strategy *st = c->st;
   double per_mb[LOOM_COLL_COUNT] = {0}, layers = (double)c->spec->layers / st->pp;
@@ -76,6 +80,16 @@ static void print_bottleneck(const loom_sim_ctx *c, const loom_sim_result *r) {
   for (int k = 0; k < LOOM_COLL_COUNT; k++) part[1 + k] = per_mb[k] * st->microbatches * scale;
   part[REDUCTIONS] = fmax(0, r->exposed_comm - inlayer * scale);
   part[COMPUTE] = r->compute_time;
+  if (!c->loom_cpu) { /* host dispatch: of the compute time, the GPU waiting for the CPU */
+    loom_sim_cost lc, ec, hc;
+    loom_sim_layer_cost(c, &lc);
+    loom_sim_embed_cost(c, &ec);
+    loom_sim_head_cost(c, &hc);
+    double w = layers * lc.host_wait + ec.host_wait + (st->pp == 1 ? hc.host_wait : 0);
+    for (int p = 0; p < LOOM_PHASE_COUNT; p++) w += st->vpp * lc.startup[p];
+    part[HOST] = fmin(w * st->microbatches, part[COMPUTE]);
+    part[COMPUTE] -= part[HOST];
+  }
   part[OPTIMIZER] = r->optimizer_time;
   /* the critical rank's idle time: waiting for other stages (the bubble) */
   part[BUBBLE] = fmax(0, r->step_time - r->compute_time - r->exposed_comm - r->optimizer_time);

@@ -199,7 +199,10 @@ static void test_vlm_report(void) {
   double sum = bottleneck_shares(r.out, line, sizeof line);
   /* one stage: the step is compute + exposed communication + optimizer; the line shows the
    * four largest parts, each rounded to 0.1% */
-  CHECK(strstr(line, "bottleneck     compute ") && sum > 99.0 && sum < 100.3,
+  /* with host dispatch (h100-sxm-hf) at 1280 tokens the GPU waits for DTensor's dispatch of
+   * the text layers more than it computes: that is named */
+  CHECK(strstr(line, "bottleneck     the GPU waiting for the CPU to issue (host dispatch) ") &&
+            strstr(line, "compute ") && sum > 99.0 && sum < 100.3,
         "bottleneck line sums to %.1f%%: %s", sum, line);
   CHECK(strstr(line, "exposed all-to-all") || strstr(line, "exposed all-reduce"), "%s", line);
   run_done(&r);
@@ -213,7 +216,7 @@ static void test_vlm_report(void) {
   free(cmd);
   sum = bottleneck_shares(r.out, line, sizeof line);
   CHECK(r.status == 1 && strstr(line, "bottleneck     memory (rank 0 needs ") &&
-            strstr(line, "of 72.00 GiB); its time: compute"),
+            strstr(line, "of 72.00 GiB); its time: "),
         "OOM bottleneck: %d %s", r.status, line);
   run_done(&r);
   r = run_loom("plan --model qwen2.5-vl-7b --hardware h100-sxm-hf --gpus 4 --global-batch 4 "
