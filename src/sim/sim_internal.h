@@ -29,8 +29,8 @@ double sim_comm(sim_ops *b, const char *name, loom_coll_kind kind, double bytes,
  * one plain eager op per kernel it launches; sim_host sets the host cost of the op added at
  * index `mark` or later (b->n before the call that added it; nothing when no op was added) to
  * `dtensor` ops through DTensor's dispatcher and `eager` plain ones. sim_module starts a new
- * module: the ops until the next call run between two host synchronisations, and their time
- * is max(device, host) (loom_sim_cost_of). */
+ * module: the ops until the next call run between two host synchronisations, replayed as an
+ * issue queue (loom_sim_module_time, loom_sim_cost_of). */
 void sim_host(sim_ops *b, int mark, double dtensor, double eager);
 void sim_module(sim_ops *b);
 /* a module that is one of identical copies issued back to back with no synchronisation between
