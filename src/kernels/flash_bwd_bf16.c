@@ -61,15 +61,19 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uin
     const uint32_t *Kv = Kvall + (size_t)(s0 / 2) * D;
     fb_mm(path, St, BQ, Kb, DP, 1, Qp, BQ, nk, BQ, DP, 0);   /* St = K_j Q_i^T */
     fb_mm(path, dPt, BQ, Vb, DP, 1, dOp, BQ, nk, BQ, DP, 0); /* dPt = V_j dO_i^T */
-    ftile_bwd_p_ds(simd, St, dPt, nk, nq, &vis, scale, lse, delta);
-    fb_pack_rows(path, Pb, BQ / 2, St, BQ, nk, BQ, nk);   /* P^T rows, query pairs */
-    fb_pack_rows(path, dSb, BQ / 2, dPt, BQ, nk, BQ, nk); /* dS^T rows, query pairs */
+    if (path == FB_BF16) { /* P, dS straight to their three bf16 layouts */
+      fb_bwd_p_ds_pack(St, dPt, nk, nq, &vis, scale, lse, delta, Pb, dSb, dSp);
+    } else {
+      ftile_bwd_p_ds(simd, St, dPt, nk, nq, &vis, scale, lse, delta);
+      fb_pack_rows(path, Pb, BQ / 2, St, BQ, nk, BQ, nk);   /* P^T rows, query pairs */
+      fb_pack_rows(path, dSb, BQ / 2, dPt, BQ, nk, BQ, nk); /* dS^T rows, query pairs */
+      fb_pack_vnni(path, dSp, BQ, dPt, BQ, nk, BQ, nkp);    /* dS as key pairs */
+    }
     if (a->dv) /* dV_j (nk,D) += P^T (nk,nq) dO_i (nq,D) */
       fb_mm(path, a->dv + koff, (int)ldk, Pb, BQ / 2, 1, dOv, D, nk, D, nqp, 1);
     if (a->dk) /* dK_j += dS^T Q_i */
       fb_mm(path, a->dk + koff, (int)ldk, dSb, BQ / 2, 1, Qv, D, nk, D, nqp, 1);
     /* dQ_i (nq,D) += dS (nq,nk) K_j (nk,D) */
-    fb_pack_vnni(path, dSp, BQ, dPt, BQ, nk, BQ, nkp);
     fb_mm(path, dQ, D, dSp, 1, BQ, Kv, D, nq, D, nkp, 1);
   }
   if (a->dq)

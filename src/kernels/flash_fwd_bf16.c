@@ -39,9 +39,13 @@ static void query_tile(float *out, float *lse, const float *q, const uint32_t *K
     if (!fmask_tile(mask, b, T, t0, nq, s0, nk, &vis)) continue;
     const uint32_t *Kb = Kall + (size_t)s0 * DP, *Vp = Vall + (size_t)(s0 / 2) * D;
     fb_mm(path, St, BQ, Kb, DP, 1, Qp, BQ, nk, BQ, DP, 0);          /* St = K_j Q_i^T */
-    ftile_softmax_step(simd, St, nk, nq, &vis, scale, m, l, alpha); /* St = P^T */
+    if (path == FB_BF16) { /* P^T as key pairs straight from the exp */
+      fb_softmax_pack(St, nk, nq, &vis, scale, m, l, alpha, Pp);
+    } else {
+      ftile_softmax_step(simd, St, nk, nq, &vis, scale, m, l, alpha); /* St = P^T */
+      fb_pack_vnni(path, Pp, BQ, St, BQ, nk, BQ, nkp);                /* P^T as key pairs */
+    }
     ftile_scale_cols(simd, Ot, D, alpha);
-    fb_pack_vnni(path, Pp, BQ, St, BQ, nk, BQ, nkp);                /* P^T as key pairs */
     fb_mm(path, Ot, BQ, Vp, 1, D, Pp, BQ, D, BQ, nkp, 1);           /* Ot += V_j^T P^T */
   }
   for (int r = 0; r < nq; r++) {

@@ -120,16 +120,8 @@ static void mm_avx512(float *C, int ldc, const float *A, long ai, long ap, const
   }
 }
 
-/* lanes of columns [16 q, 16 q + 16) of key row c that are visible (and < nq) */
 static inline __mmask16 vis_mask(const ftile_vis *vis, int c, int q, int nq) {
-  if (vis->full && 16 * q + 16 <= nq) return 0xffff; /* interior tile, whole vector */
-  int lo = vis->full ? 0 : vis->rlo[c], hi = vis->full ? nq - 1 : vis->rhi[c];
-  if (hi > nq - 1) hi = nq - 1;
-  int a = lo - 16 * q, b = hi - 16 * q; /* lanes [a, b] */
-  if (b < 0 || a > 15 || a > b) return 0;
-  if (a < 0) a = 0;
-  if (b > 15) b = 15;
-  return (__mmask16)(((1u << (b + 1)) - 1u) & ~((1u << a) - 1u));
+  return (__mmask16)ftile_vis_lanes(vis, c, q, nq);
 }
 
 static void softmax_avx512(float *St, int nk, int nq, const ftile_vis *vis, float scale,

@@ -21,6 +21,17 @@ typedef struct {
   int rlo[BK], rhi[BK];
   int full; /* every (c < nk, r < nq) visible */
 } ftile_vis;
+/* Lanes (bits) of query columns [16 q, 16 q + 16) of key row c that are visible and < nq */
+static inline unsigned ftile_vis_lanes(const ftile_vis *vis, int c, int q, int nq) {
+  if (vis->full && 16 * q + 16 <= nq) return 0xffffu; /* interior tile, whole vector */
+  int lo = vis->full ? 0 : vis->rlo[c], hi = vis->full ? nq - 1 : vis->rhi[c];
+  if (hi > nq - 1) hi = nq - 1;
+  int a = lo - 16 * q, b = hi - 16 * q; /* lanes [a, b] */
+  if (b < 0 || a > 15 || a > b) return 0;
+  if (a < 0) a = 0;
+  if (b > 15) b = 15;
+  return ((1u << (b + 1)) - 1u) & ~((1u << a) - 1u);
+}
 /* Forward online-softmax step on St (nk, BQ) raw scores: s = scale * St on visible entries;
  * m_new = max(m, column max); alpha = exp(m - m_new); St becomes P = exp(s - m_new) (0 where
  * masked); l = alpha l + column sums of P; m = m_new. Columns r >= nq are left alone. */

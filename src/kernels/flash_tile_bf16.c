@@ -145,6 +145,8 @@ static void mm_emu(float *C, int ldc, const uint32_t *A, long ai, long ap, const
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")
 /* the same as a function attribute, which clang (the fuzzing build) honours too */
 #define BF16_FN __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
+#include "kernels/vmath_avx512.h"
+#include <math.h>
 /* Packs with vcvtne2ps2bf16 (round to nearest even like loom_f32_to_bf16; it quiets NaN and
  * flushes subnormals to zero, which vdpbf16ps does to its bf16 inputs anyway) */
 static inline BF16_FN __m512i cvt32(const float *src, int n) { /* n <= 32 values -> 32 bf16 */
@@ -181,6 +183,77 @@ static BF16_FN void vnni_bf16(uint32_t *dst, int lddst, const float *src, long l
       __m512 vo = ho ? _mm512_maskz_loadu_ps(m, o + j) : _mm512_setzero_ps();
       __m512i x = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(vo, ve));
       _mm512_mask_storeu_epi32(dst + (size_t)p * lddst + j, m, x);
+    }
+  }
+}
+
+/* (even row, odd row) pairs of 16 columns: [bf16 e_0, bf16 o_0, ..., bf16 e_15, bf16 o_15] */
+static inline BF16_FN __m512i pair16(__m512 even, __m512 odd) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                       24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                       16, 0);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+
+/* ftile_softmax_step's AVX-512 arithmetic (flash_tile.c), the exp pass writing key pairs */
+void BF16_FN fb_softmax_pack(float *St, int nk, int nq, const ftile_vis *vis, float scale,
+                             float *m, float *l, float *alpha, uint32_t *Pp) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), vs = _mm512_set1_ps(scale);
+  const __m512 zero = _mm512_setzero_ps();
+  const int nkp = (nk + 1) / 2;
+  for (int q = 0; q < BQ / 16; q++) {
+    if (16 * q >= nq) { /* padding columns: P = 0 */
+      for (int p = 0; p < nkp; p++) _mm512_storeu_si512(Pp + (size_t)p * BQ + 16 * q, _mm512_setzero_si512());
+      continue;
+    }
+    __m512 mx = _mm512_loadu_ps(m + 16 * q);
+    for (int c = 0; c < nk; c++) { /* scale, mask, column max */
+      __mmask16 vm = (__mmask16)ftile_vis_lanes(vis, c, q, nq);
+      float *row = St + c * BQ + 16 * q;
+      __m512 sc = _mm512_mask_mul_ps(ninf, vm, _mm512_loadu_ps(row), vs);
+      _mm512_storeu_ps(row, sc);
+      mx = _mm512_max_ps(mx, sc);
+    }
+    __mmask16 dead = _mm512_cmp_ps_mask(mx, ninf, _CMP_EQ_OQ);
+    __m512 ms = _mm512_mask_mov_ps(mx, dead, zero);
+    __m512 sum = zero;
+    for (int c = 0; c < nk; c += 2) { /* exp(-inf - ms) = 0 on masked entries */
+      __m512 p0 = v_exp(_mm512_sub_ps(_mm512_loadu_ps(St + c * BQ + 16 * q), ms)), p1 = zero;
+      sum = _mm512_add_ps(sum, p0);
+      if (c + 1 < nk) {
+        p1 = v_exp(_mm512_sub_ps(_mm512_loadu_ps(St + (c + 1) * BQ + 16 * q), ms));
+        sum = _mm512_add_ps(sum, p1);
+      }
+      _mm512_storeu_si512(Pp + (size_t)(c / 2) * BQ + 16 * q, pair16(p0, p1));
+    }
+    __m512 a = v_exp(_mm512_sub_ps(_mm512_loadu_ps(m + 16 * q), ms));
+    _mm512_storeu_ps(alpha + 16 * q, a);
+    _mm512_storeu_ps(l + 16 * q, _mm512_fmadd_ps(a, _mm512_loadu_ps(l + 16 * q), sum));
+    _mm512_storeu_ps(m + 16 * q, mx);
+  }
+}
+
+/* ftile_bwd_p_ds's AVX-512 arithmetic (flash_tile.c) for key rows c and c + 1 at once */
+void BF16_FN fb_bwd_p_ds_pack(const float *St, const float *dPt, int nk, int nq,
+                              const ftile_vis *vis, float scale, const float *lse,
+                              const float *delta, uint32_t *Pb, uint32_t *dSb, uint32_t *dSp) {
+  const __m512 vs = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
+  for (int c = 0; c < nk; c += 2) {
+    const int two = c + 1 < nk;
+    for (int q = 0; q < BQ / 16; q++) {
+      __m512 vl = _mm512_loadu_ps(lse + 16 * q), vd = _mm512_loadu_ps(delta + 16 * q);
+      __m512 p[2] = {zero, zero}, ds[2] = {zero, zero};
+      for (int t = 0; t <= two; t++) {
+        int r = c + t;
+        __mmask16 vm = (__mmask16)ftile_vis_lanes(vis, r, q, nq);
+        p[t] = _mm512_maskz_mov_ps(vm, v_exp(_mm512_fmsub_ps(_mm512_loadu_ps(St + r * BQ + 16 * q), vs, vl)));
+        ds[t] = _mm512_mul_ps(_mm512_mul_ps(p[t], _mm512_sub_ps(_mm512_loadu_ps(dPt + r * BQ + 16 * q), vd)), vs);
+        _mm256_storeu_si256((__m256i *)((uint16_t *)(Pb + (size_t)r * (BQ / 2)) + 16 * q),
+                            (__m256i)_mm512_cvtneps_pbh(p[t]));
+        _mm256_storeu_si256((__m256i *)((uint16_t *)(dSb + (size_t)r * (BQ / 2)) + 16 * q),
+                            (__m256i)_mm512_cvtneps_pbh(ds[t]));
+      }
+      _mm512_storeu_si512(dSp + (size_t)(c / 2) * BQ + 16 * q, pair16(ds[0], ds[1]));
     }
   }
 }

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/flash_tile.h"
+
 /* Code paths of the pair GEMM: vdpbf16ps; the same arithmetic in AVX-512F (bf16 widened by
  * shifts, the odd product added first, then the even one, as vdpbf16ps specifies: products
  * of two bf16 values are exact in fp32, so each step rounds once, like the instruction);
@@ -32,4 +34,16 @@ void fb_pack_vnni(int path, uint32_t *dst, int lddst, const float *src, long ld,
  * n a multiple of 16 on the AVX-512 paths. acc = 0 overwrites C. */
 void fb_mm(int path, float *C, int ldc, const uint32_t *A, long ai, long ap, const uint32_t *B,
            long ldb, int m, int n, int kp, int acc);
+/* The softmax steps fused with the packing of their results, on the FB_BF16 path only (the
+ * bf16 values never pass through fp32 tiles; every value and every sum is the same, bit for
+ * bit, as the separate steps give):
+ * forward: ftile_softmax_step on St (nk, BQ) (St keeps the scaled scores), P written as key
+ * pairs Pp (nkp, BQ) like fb_pack_vnni (columns >= nq zero);
+ * backward: P and dS of ftile_bwd_p_ds written as bf16: Pb and dSb (nk, BQ/2) rows of query
+ * pairs like fb_pack_rows, dSp (nkp, BQ) key pairs like fb_pack_vnni. */
+void fb_softmax_pack(float *St, int nk, int nq, const ftile_vis *vis, float scale, float *m,
+                     float *l, float *alpha, uint32_t *Pp);
+void fb_bwd_p_ds_pack(const float *St, const float *dPt, int nk, int nq, const ftile_vis *vis,
+                      float scale, const float *lse, const float *delta, uint32_t *Pb,
+                      uint32_t *dSb, uint32_t *dSp);
 #endif
