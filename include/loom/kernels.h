@@ -139,6 +139,19 @@ void loom_gemm_f32(int ta, int tb, int M, int N, int K, const float *A, int lda,
 void loom_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                     const uint16_t *B, int ldb, const float *bias, float beta, float *C,
                     int ldc);
+/* The same where B is a weight W that stays unchanged until loom_gemm_weights_changed covers
+ * it: oneDNN may keep W in its blocked layout (packed once per change instead of on every
+ * call), chosen per shape by timing both at first use; the bits are the same either way. */
+void loom_gemm_bf16_w(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                      const uint16_t *W, int ldw, const float *bias, float beta, float *C,
+                      int ldc);
+/* Weights in [base, base + bytes) changed: packed copies are refreshed at their next use. */
+void loom_gemm_weights_changed(const void *base, size_t bytes);
+/* Every loom_gemm_bf16_w plain (0), packed where oneDNN has a packed layout (1), or chosen
+ * by measurement (-1, the default; LOOM_GEMM_PACK=0/1 sets 0/1 at start): tests, benchmarks. */
+void loom_gemm_pack_force(int mode);
+/* Weights in [base, base + bytes) are going away: their packed copies are freed. */
+void loom_gemm_weights_release(const void *base, size_t bytes);
 /* Primitive cache of the oneDNN backend (one entry per shape and role), for bench output. */
 int loom_gemm_cache_entries(void);
 

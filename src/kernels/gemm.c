@@ -93,3 +93,26 @@ void loom_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int 
   }
   gemm_onednn(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
 }
+
+void loom_gemm_bf16_w(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                      const uint16_t *W, int ldw, const float *bias, float beta, float *C,
+                      int ldc) {
+  LOOM_ASSERT(!(bias && beta != 0.0f));
+  LOOM_ASSERT(loom_gemm_bf16_native());
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    loom_gemm_f32(ta, tb, M, N, 0, NULL, 1, NULL, 1, bias, beta, C, ldc);
+    return;
+  }
+  gemm_onednn_w(1, ta, tb, M, N, K, A, lda, W, ldw, bias, beta, C, ldc);
+}
+
+void loom_gemm_weights_changed(const void *base, size_t bytes) {
+  gemm_onednn_weights_changed(base, bytes, 0);
+}
+
+void loom_gemm_pack_force(int mode) { gemm_onednn_pack_force(mode); }
+
+void loom_gemm_weights_release(const void *base, size_t bytes) {
+  gemm_onednn_weights_changed(base, bytes, 1);
+}

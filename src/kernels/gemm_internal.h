@@ -1,10 +1,20 @@
 /* Private to the GEMM backends: the oneDNN entry points gemm.c dispatches to. */
 #ifndef LOOM_GEMM_INTERNAL_H
 #define LOOM_GEMM_INTERNAL_H
+#include <stddef.h>
 /* C (M,N) = op(A) op(B) (+ bias) + beta C with fp32 (bf16 = 0) or bf16 (bf16 = 1) operands,
  * through a cached oneDNN matmul primitive of this exact shape, strides and beta. */
 void gemm_onednn(int bf16, int ta, int tb, int M, int N, int K, const void *A, int lda,
                  const void *B, int ldb, const float *bias, float beta, float *C, int ldc);
+/* The same for a B operand that is a weight (unchanged until gemm_onednn_weights_changed
+ * covers it): B may run from a packed copy in oneDNN's blocked layout, chosen per shape by
+ * measurement at first use (gemm_onednn.c). */
+void gemm_onednn_w(int bf16, int ta, int tb, int M, int N, int K, const void *A, int lda,
+                   const void *B, int ldb, const float *bias, float beta, float *C, int ldc);
+/* Packed copies of weights in [base, base + bytes): marked stale (release = 0) or freed. */
+void gemm_onednn_weights_changed(const void *base, size_t bytes, int release);
+/* Every weights call plain (0), packed where a packed layout exists (1), or measured (-1). */
+void gemm_onednn_pack_force(int mode);
 /* 1 when oneDNN can build a bf16 matmul on this CPU (checked once). */
 int gemm_onednn_bf16_ok(void);
 #endif

@@ -5,7 +5,16 @@
  * beta != 0 is a sum post-op; the bias is oneDNN's (1,N) bias argument. The user-managed
  * scratchpad is one buffer shared by every primitive (GEMMs run one at a time).
  * AMX: Debian's oneDNN 2.6 dispatches to AMX only when its max ISA is raised, which is done
- * here before the first primitive unless ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA is set. */
+ * here before the first primitive unless ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA is set.
+ *
+ * Weights (gemm_onednn_w): a B operand that stays the same across many calls can be kept in
+ * the blocked layout oneDNN picks for the shape (format "any"), so the matmul skips packing B
+ * on every call. Whether that pays is measured per shape at first use: the first calls
+ * alternate the plain and the packed primitive (one of each untimed, then two of each timed,
+ * the packed ones including the reorder of a weight not yet packed) and the faster is kept.
+ * Both give the same bits (checked by test_fast_kernels), so the choice changes speed only.
+ * Packed copies are kept per (weight address, layout) and refreshed after
+ * loom_gemm_weights_changed covers their weight. LOOM_GEMM_PACK=0 / 1 forces a choice. */
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,10 +30,29 @@ typedef struct {
   int bf16, ta, tb, has_bias;
   long M, N, K, lda, ldb, ldc;
   float beta;
+  int weights; /* a gemm_onednn_w entry: B may be packed */
   unsigned long used; /* LRU clock */
   dnnl_primitive_t prim;
   dnnl_memory_t a, b, c, bias, scratch;
+  /* weights entries: the primitive on packed B, the reorder into it, and the choice */
+  dnnl_primitive_t prim_pk, reorder;
+  dnnl_memory_desc_t b_md, pk_md; /* B plain, B packed */
+  dnnl_memory_t b_pk, scratch_pk;
+  int mode;    /* WM_* */
+  int trials;  /* calls made while deciding */
+  double t[2]; /* best timed call: plain, packed */
 } entry;
+
+enum { WM_DECIDE = -1, WM_PLAIN = 0, WM_PACKED = 1 };
+
+/* a packed copy of one weight read one way (src_md: its plain layout and transposition; the
+ * same weight read as W and as W^T packs into the same blocked layout with other contents) */
+typedef struct {
+  const void *src;
+  dnnl_memory_desc_t src_md, md;
+  void *buf;
+  int valid;
+} wpack;
 
 static struct {
   int ready;
@@ -37,7 +65,10 @@ static struct {
   size_t scratch_bytes;
   int bf16_ok; /* -1 unknown */
   char isa[32];
-} G = {.bf16_ok = -1};
+  wpack *packs;
+  int npacks, cap_packs;
+  int force; /* WM_PLAIN / WM_PACKED for every weights call, or WM_DECIDE: measure */
+} G = {.bf16_ok = -1, .force = WM_DECIDE};
 
 #define DNNL_CHECK(call)                                                                     \
   do {                                                                                       \
@@ -66,6 +97,8 @@ static void init(void) {
   DNNL_CHECK(dnnl_engine_create(&G.eng, dnnl_cpu, 0));
   DNNL_CHECK(dnnl_stream_create(&G.stream, G.eng, dnnl_stream_default_flags));
   snprintf(G.isa, sizeof G.isa, "%s", isa_name(dnnl_get_effective_cpu_isa()));
+  const char *force = getenv("LOOM_GEMM_PACK");
+  if (force && *force && G.force == WM_DECIDE) G.force = atoi(force) ? WM_PACKED : WM_PLAIN;
   G.ready = 1;
 }
 
@@ -85,6 +118,12 @@ static void md_of(dnnl_memory_desc_t *md, long rows, long cols, long ld, int tra
 }
 
 static void entry_free(entry *e) {
+  if (e->prim_pk) {
+    dnnl_primitive_destroy(e->prim_pk);
+    dnnl_primitive_destroy(e->reorder);
+    dnnl_memory_destroy(e->b_pk);
+    dnnl_memory_destroy(e->scratch_pk);
+  }
   dnnl_primitive_destroy(e->prim);
   dnnl_memory_destroy(e->a);
   dnnl_memory_destroy(e->b);
@@ -93,16 +132,16 @@ static void entry_free(entry *e) {
   dnnl_memory_destroy(e->scratch);
 }
 
-/* Creates the primitive of e's key; returns 0, or -1 when oneDNN has no implementation. */
-static int entry_create(entry *e) {
+/* The matmul primitive of e's key with B described by b_md (format "any" lets oneDNN pick a
+ * blocked layout); NULL when oneDNN has no implementation. Grows the shared scratchpad. */
+static dnnl_primitive_desc_t make_pd(const entry *e, const dnnl_memory_desc_t *b_md) {
   dnnl_data_type_t dt = e->bf16 ? dnnl_bf16 : dnnl_f32;
-  dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
+  dnnl_memory_desc_t a_md, c_md, bias_md;
   md_of(&a_md, e->M, e->K, e->lda, e->ta, dt);
-  md_of(&b_md, e->K, e->N, e->ldb, e->tb, dt);
   md_of(&c_md, e->M, e->N, e->ldc, 0, dnnl_f32);
   md_of(&bias_md, 1, e->N, e->N, 0, dnnl_f32);
   dnnl_matmul_desc_t desc;
-  DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a_md, &b_md, e->has_bias ? &bias_md : NULL, &c_md));
+  DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a_md, b_md, e->has_bias ? &bias_md : NULL, &c_md));
   dnnl_primitive_attr_t attr;
   DNNL_CHECK(dnnl_primitive_attr_create(&attr));
   DNNL_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
@@ -116,15 +155,28 @@ static int entry_create(entry *e) {
   dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, G.eng, NULL);
   dnnl_primitive_attr_destroy(attr);
   if (po) dnnl_post_ops_destroy(po);
-  if (st != dnnl_success) return -1;
-  DNNL_CHECK(dnnl_primitive_create(&e->prim, pd));
-  const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  size_t sp = dnnl_memory_desc_get_size(sp_md);
+  if (st != dnnl_success) return NULL;
+  size_t sp = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
   if (sp > G.scratch_bytes) { /* grows only while new shapes appear (the first step) */
     loom_free(G.scratch);
     G.scratch = loom_alloc(sp);
     G.scratch_bytes = sp;
   }
+  return pd;
+}
+
+/* Creates the primitive(s) of e's key; returns 0, or -1 when oneDNN has no implementation. */
+static int entry_create(entry *e) {
+  dnnl_data_type_t dt = e->bf16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
+  md_of(&a_md, e->M, e->K, e->lda, e->ta, dt);
+  md_of(&b_md, e->K, e->N, e->ldb, e->tb, dt);
+  md_of(&c_md, e->M, e->N, e->ldc, 0, dnnl_f32);
+  md_of(&bias_md, 1, e->N, e->N, 0, dnnl_f32);
+  dnnl_primitive_desc_t pd = make_pd(e, &b_md);
+  if (!pd) return -1;
+  DNNL_CHECK(dnnl_primitive_create(&e->prim, pd));
+  const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   DNNL_CHECK(dnnl_memory_create(&e->a, &a_md, G.eng, DNNL_MEMORY_NONE));
   DNNL_CHECK(dnnl_memory_create(&e->b, &b_md, G.eng, DNNL_MEMORY_NONE));
   DNNL_CHECK(dnnl_memory_create(&e->c, &c_md, G.eng, DNNL_MEMORY_NONE));
@@ -132,6 +184,34 @@ static int entry_create(entry *e) {
   if (e->has_bias) DNNL_CHECK(dnnl_memory_create(&e->bias, &bias_md, G.eng, DNNL_MEMORY_NONE));
   DNNL_CHECK(dnnl_memory_create(&e->scratch, sp_md, G.eng, DNNL_MEMORY_NONE));
   dnnl_primitive_desc_destroy(pd);
+  e->prim_pk = NULL;
+  e->mode = WM_PLAIN;
+  if (!e->weights) return 0;
+  /* the same product on B in the layout oneDNN prefers; kept only when that differs */
+  dnnl_memory_desc_t any_md;
+  dnnl_dims_t dims = {e->K, e->N};
+  DNNL_CHECK(dnnl_memory_desc_init_by_tag(&any_md, 2, dims, dt, dnnl_format_tag_any));
+  dnnl_primitive_desc_t pk = make_pd(e, &any_md);
+  if (!pk) return 0;
+  e->pk_md = *dnnl_primitive_desc_query_md(pk, dnnl_query_weights_md, 0);
+  e->b_md = b_md;
+  if (dnnl_memory_desc_equal(&e->pk_md, &b_md)) {
+    dnnl_primitive_desc_destroy(pk);
+    return 0;
+  }
+  DNNL_CHECK(dnnl_primitive_create(&e->prim_pk, pk));
+  DNNL_CHECK(dnnl_memory_create(&e->b_pk, &e->pk_md, G.eng, DNNL_MEMORY_NONE));
+  DNNL_CHECK(dnnl_memory_create(&e->scratch_pk,
+                                dnnl_primitive_desc_query_md(pk, dnnl_query_scratchpad_md, 0),
+                                G.eng, DNNL_MEMORY_NONE));
+  dnnl_primitive_desc_destroy(pk);
+  dnnl_primitive_desc_t rpd;
+  DNNL_CHECK(dnnl_reorder_primitive_desc_create(&rpd, &b_md, G.eng, &e->pk_md, G.eng, NULL));
+  DNNL_CHECK(dnnl_primitive_create(&e->reorder, rpd));
+  dnnl_primitive_desc_destroy(rpd);
+  e->mode = WM_DECIDE;
+  e->trials = 0;
+  e->t[0] = e->t[1] = 1e300;
   return 0;
 }
 
@@ -140,7 +220,8 @@ static entry *lookup(const entry *key) {
     entry *e = &G.e[i];
     if (e->bf16 == key->bf16 && e->ta == key->ta && e->tb == key->tb && e->M == key->M &&
         e->N == key->N && e->K == key->K && e->lda == key->lda && e->ldb == key->ldb &&
-        e->ldc == key->ldc && e->has_bias == key->has_bias && e->beta == key->beta)
+        e->ldc == key->ldc && e->has_bias == key->has_bias && e->beta == key->beta &&
+        e->weights == key->weights)
       return e;
   }
   entry made = *key;
@@ -167,29 +248,114 @@ int gemm_onednn_bf16_ok(void) {
   return G.bf16_ok;
 }
 
+static entry *entry_for(const entry *key) {
+  entry *e = lookup(key);
+  if (!e) {
+    static char msg[160];
+    snprintf(msg, sizeof msg, "oneDNN has no %s matmul for M=%ld N=%ld K=%ld on this CPU; run "
+             "with LOOM_GEMM=openblas", key->bf16 ? "bf16" : "fp32", key->M, key->N, key->K);
+    loom_panic(__FILE__, __LINE__, msg);
+  }
+  e->used = ++G.clock;
+  return e;
+}
+
+/* runs e's primitive (packed: prim_pk on the packed buffer pk) */
+static void execute(entry *e, const void *A, const void *B, void *pk, const float *bias,
+                    float *C) {
+  int packed = pk != NULL;
+  dnnl_memory_t b = packed ? e->b_pk : e->b, scratch = packed ? e->scratch_pk : e->scratch;
+  DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->a, (void *)A, G.stream));
+  DNNL_CHECK(dnnl_memory_set_data_handle_v2(b, packed ? pk : (void *)B, G.stream));
+  DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->c, C, G.stream));
+  DNNL_CHECK(dnnl_memory_set_data_handle_v2(scratch, G.scratch, G.stream));
+  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->a},
+                             {DNNL_ARG_WEIGHTS, b},
+                             {DNNL_ARG_DST, e->c},
+                             {DNNL_ARG_SCRATCHPAD, scratch},
+                             {DNNL_ARG_BIAS, e->bias}};
+  if (bias) DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->bias, (void *)bias, G.stream));
+  DNNL_CHECK(dnnl_primitive_execute(packed ? e->prim_pk : e->prim, G.stream, bias ? 5 : 4, args));
+  DNNL_CHECK(dnnl_stream_wait(G.stream));
+}
+
 void gemm_onednn(int bf16, int ta, int tb, int M, int N, int K, const void *A, int lda,
                  const void *B, int ldb, const float *bias, float beta, float *C, int ldc) {
   init();
   entry key = {.bf16 = bf16, .ta = ta, .tb = tb, .has_bias = bias != NULL, .M = M, .N = N,
                .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .beta = beta};
-  entry *e = lookup(&key);
-  if (!e) {
-    static char msg[160];
-    snprintf(msg, sizeof msg, "oneDNN has no %s matmul for M=%d N=%d K=%d on this CPU; run with "
-             "LOOM_GEMM=openblas", bf16 ? "bf16" : "fp32", M, N, K);
-    loom_panic(__FILE__, __LINE__, msg);
+  execute(entry_for(&key), A, B, NULL, bias, C);
+}
+
+/* e's packed copy of weight B, made (or refreshed) by the reorder when not valid */
+static void *packed_weights(entry *e, const void *B) {
+  wpack *w = NULL;
+  for (int i = 0; i < G.npacks && !w; i++)
+    if (G.packs[i].src == B && dnnl_memory_desc_equal(&G.packs[i].src_md, &e->b_md) &&
+        dnnl_memory_desc_equal(&G.packs[i].md, &e->pk_md))
+      w = &G.packs[i];
+  if (!w) {
+    if (G.npacks == G.cap_packs) {
+      G.cap_packs = G.cap_packs ? 2 * G.cap_packs : 64;
+      G.packs = realloc(G.packs, (size_t)G.cap_packs * sizeof *G.packs);
+      LOOM_ASSERT(G.packs);
+    }
+    w = &G.packs[G.npacks++];
+    w->src = B;
+    w->src_md = e->b_md;
+    w->md = e->pk_md;
+    w->buf = loom_alloc(dnnl_memory_desc_get_size(&e->pk_md));
+    w->valid = 0;
   }
-  e->used = ++G.clock;
-  DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->a, (void *)A, G.stream));
-  DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->b, (void *)B, G.stream));
-  DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->c, C, G.stream));
-  DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->scratch, G.scratch, G.stream));
-  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->a},
-                             {DNNL_ARG_WEIGHTS, e->b},
-                             {DNNL_ARG_DST, e->c},
-                             {DNNL_ARG_SCRATCHPAD, e->scratch},
-                             {DNNL_ARG_BIAS, e->bias}};
-  if (bias) DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->bias, (void *)bias, G.stream));
-  DNNL_CHECK(dnnl_primitive_execute(e->prim, G.stream, bias ? 5 : 4, args));
-  DNNL_CHECK(dnnl_stream_wait(G.stream));
+  if (!w->valid) {
+    DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->b, (void *)B, G.stream));
+    DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->b_pk, w->buf, G.stream));
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, e->b}, {DNNL_ARG_TO, e->b_pk}};
+    DNNL_CHECK(dnnl_primitive_execute(e->reorder, G.stream, 2, args));
+    DNNL_CHECK(dnnl_stream_wait(G.stream));
+    w->valid = 1;
+  }
+  return w->buf;
+}
+
+void gemm_onednn_w(int bf16, int ta, int tb, int M, int N, int K, const void *A, int lda,
+                   const void *B, int ldb, const float *bias, float beta, float *C, int ldc) {
+  init();
+  entry key = {.bf16 = bf16, .ta = ta, .tb = tb, .has_bias = bias != NULL, .M = M, .N = N,
+               .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .beta = beta, .weights = 1};
+  entry *e = entry_for(&key);
+  int mode = e->prim_pk && G.force != WM_DECIDE ? G.force : e->mode;
+  if (mode != WM_DECIDE) {
+    execute(e, A, B, mode == WM_PACKED ? packed_weights(e, B) : NULL, bias, C);
+    return;
+  }
+  int n = e->trials++, packed = n % 2; /* plain, packed, plain, packed, ... */
+  double t0 = loom_now();
+  execute(e, A, B, packed ? packed_weights(e, B) : NULL, bias, C);
+  double t = loom_now() - t0;
+  if (n >= 2 && t < e->t[packed]) e->t[packed] = t; /* the first of each untimed */
+  if (n == 5) e->mode = e->t[WM_PACKED] < e->t[WM_PLAIN] ? WM_PACKED : WM_PLAIN;
+}
+
+void gemm_onednn_pack_force(int mode) {
+  init();
+  G.force = mode < 0 ? WM_DECIDE : mode ? WM_PACKED : WM_PLAIN;
+}
+
+void gemm_onednn_weights_changed(const void *base, size_t bytes, int release) {
+  const char *lo = base, *hi = lo + bytes;
+  int kept = 0;
+  for (int i = 0; i < G.npacks; i++) {
+    wpack *w = &G.packs[i];
+    const char *p = w->src;
+    if (p >= lo && p < hi) {
+      if (release) {
+        loom_free(w->buf);
+        continue;
+      }
+      w->valid = 0;
+    }
+    G.packs[kept++] = *w;
+  }
+  G.npacks = kept;
 }

@@ -100,9 +100,9 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   /* attention */
   dec_norm_fwd(d, L->ln1, L->ln1_mean, L->ln1_rstd, x, o.n1w, o.n1b, Nr);
   const float *h = dec_gather_rows(d, L->ln1, L->ln1_full);
-  dec_linear_fwd(d, L->q, h, o.qw, o.qb, N, C, QD);
-  dec_linear_fwd_ex(d, L->k, h, o.kw, o.kb, N, C, KD, LIN_SAME_X);
-  dec_linear_fwd_ex(d, L->v, h, o.vw, o.vb, N, C, KD, LIN_SAME_X);
+  dec_linear_fwd_keep(d, L->q, h, L->ln1_16, o.qw, o.qb, N, C, QD, 0);
+  dec_linear_fwd_keep(d, L->k, h, L->ln1_16, o.kw, o.kb, N, C, KD, LIN_SAME_X);
+  dec_linear_fwd_keep(d, L->v, h, L->ln1_16, o.vw, o.vb, N, C, KD, LIN_SAME_X);
   if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) { /* multimodal positions (rows' tokens) */
     loom_rope_table_forward_f32(L->q, a->mcos, a->msin, N, d->lh, D);
     loom_rope_table_forward_f32(L->k, a->mcos, a->msin, N, d->lkv, D);
@@ -134,7 +134,7 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   }
   /* partial sums over tp (straight into mid without tensor parallelism) */
   float *proj = d->shard.tp > 1 ? full : L->mid;
-  dec_linear_fwd(d, proj, L->att, o.ow, NONE, N, QD, C);
+  dec_linear_fwd_keep(d, proj, L->att, L->att16, o.ow, NONE, N, QD, C, 0);
   dec_reduce_rows(d, proj, L->mid); /* (Nr,C) */
 
   /* MLP: mid = x + attention + bias and its norm, one pass */
@@ -143,15 +143,15 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   h = dec_gather_rows(d, L->ln2, L->ln2_full);
   size_t NI = (size_t)N * I;
   if (s->arch == LOOM_ARCH_GPT2) {
-    dec_linear_fwd(d, L->up, h, o.uw, NONE, N, C, I);
+    dec_linear_fwd_keep(d, L->up, h, L->ln2_16, o.uw, NONE, N, C, I, 0);
     loom_bias_gelu_forward_f32(L->up, L->act, o.ub == NONE ? NULL : d->params + o.ub, N, I);
   } else {
-    dec_linear_fwd(d, L->gate, h, o.gw, NONE, N, C, I);
-    dec_linear_fwd_ex(d, L->up, h, o.uw, NONE, N, C, I, LIN_SAME_X);
+    dec_linear_fwd_keep(d, L->gate, h, L->ln2_16, o.gw, NONE, N, C, I, 0);
+    dec_linear_fwd_keep(d, L->up, h, L->ln2_16, o.uw, NONE, N, C, I, LIN_SAME_X);
     loom_swiglu_forward_fast_f32(L->act, L->gate, L->up, NI);
   }
   proj = d->shard.tp > 1 ? full : out;
-  dec_linear_fwd(d, proj, L->act, o.dw, NONE, N, I, C);
+  dec_linear_fwd_keep(d, proj, L->act, L->act16, o.dw, NONE, N, I, C, 0);
   dec_reduce_rows(d, proj, out);
   loom_residual_add_f32(out, out, L->mid, o.db == NONE ? NULL : d->params + o.db, Nr, C);
   dec_params(d, layer, LOOM_PARAMS_RELEASE);
@@ -183,14 +183,17 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   /* MLP: out = mid + reduce(act @ Wd^T) + bd */
   if (o.db != NONE) dec_bias_grad_rows(d->grads + o.db, S->dres, Nr, C);
   const float *dy = dec_gather_rows(d, S->dres, S->full);
-  dec_linear_bwd_ex(d, S->d_act, o.dw, NONE, dy, L->act, N, I, C, LIN_DX_OVERWRITE);
+  dec_linear_bwd_kept(d, S->d_act, o.dw, NONE, dy, L->act, L->act16, N, I, C, LIN_DX_OVERWRITE);
   if (s->arch == LOOM_ARCH_GPT2) {
     loom_gelu_backward_fast_f32(S->d_a, S->d_act, L->up, NI);
-    dec_linear_bwd_ex(d, S->d_norm, o.uw, o.ub, S->d_a, ln2_full, N, C, I, LIN_DX_OVERWRITE);
+    dec_linear_bwd_kept(d, S->d_norm, o.uw, o.ub, S->d_a, ln2_full, L->ln2_16, N, C, I,
+                        LIN_DX_OVERWRITE);
   } else {
     loom_swiglu_backward_fast_f32(S->d_a, S->d_b, S->d_act, L->gate, L->up, NI);
-    dec_linear_bwd_ex(d, S->d_norm, o.gw, NONE, S->d_a, ln2_full, N, C, I, LIN_DX_OVERWRITE);
-    dec_linear_bwd_ex(d, S->d_norm, o.uw, NONE, S->d_b, ln2_full, N, C, I, LIN_SAME_X);
+    dec_linear_bwd_kept(d, S->d_norm, o.gw, NONE, S->d_a, ln2_full, L->ln2_16, N, C, I,
+                        LIN_DX_OVERWRITE);
+    dec_linear_bwd_kept(d, S->d_norm, o.uw, NONE, S->d_b, ln2_full, L->ln2_16, N, C, I,
+                        LIN_SAME_X);
   }
   dec_norm_bwd(d, S->dres, reduced_norm_grad(d), L->mid, L->ln2_mean, L->ln2_rstd, o.n2w, o.n2b,
                Nr);
@@ -198,7 +201,7 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   /* attention: mid = x + reduce(att @ Wo^T) + bo */
   if (o.ob != NONE) dec_bias_grad_rows(d->grads + o.ob, S->dres, Nr, C);
   dy = dec_gather_rows(d, S->dres, S->full);
-  dec_linear_bwd_ex(d, S->d_att, o.ow, NONE, dy, L->att, N, QD, C, LIN_DX_OVERWRITE);
+  dec_linear_bwd_kept(d, S->d_att, o.ow, NONE, dy, L->att, L->att16, N, QD, C, LIN_DX_OVERWRITE);
   /* flash attention writes d_q, d_k, d_v (no zeroing) */
   if (context_parallel(d)) {
     loom_ring_attn ring = ring_of(d, a);
@@ -235,9 +238,12 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     rope_rows(d, S->d_q, d->lh, true);
     rope_rows(d, S->d_k, d->lkv, true);
   }
-  dec_linear_bwd_ex(d, S->d_norm, o.qw, o.qb, S->d_q, ln1_full, N, C, QD, LIN_DX_OVERWRITE);
-  dec_linear_bwd_ex(d, S->d_norm, o.kw, o.kb, S->d_k, ln1_full, N, C, KD, LIN_SAME_X);
-  dec_linear_bwd_ex(d, S->d_norm, o.vw, o.vb, S->d_v, ln1_full, N, C, KD, LIN_SAME_X);
+  dec_linear_bwd_kept(d, S->d_norm, o.qw, o.qb, S->d_q, ln1_full, L->ln1_16, N, C, QD,
+                      LIN_DX_OVERWRITE);
+  dec_linear_bwd_kept(d, S->d_norm, o.kw, o.kb, S->d_k, ln1_full, L->ln1_16, N, C, KD,
+                      LIN_SAME_X);
+  dec_linear_bwd_kept(d, S->d_norm, o.vw, o.vb, S->d_v, ln1_full, L->ln1_16, N, C, KD,
+                      LIN_SAME_X);
   dec_norm_bwd(d, S->dres, reduced_norm_grad(d), x, L->ln1_mean, L->ln1_rstd, o.n1w, o.n1b, Nr);
   dec_params(d, layer, LOOM_PARAMS_GRADS_DONE);
   dec_params(d, layer, LOOM_PARAMS_RELEASE);

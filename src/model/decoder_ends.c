@@ -208,7 +208,7 @@ static head_ops head_operands(loom_decoder *d, const float *h) {
 static void head_logits(loom_decoder *d, const head_ops *o, int r0, int R, float *L) {
   int V = d->vloc, C = d->spec.hidden;
   LOOM_PROF_PUSH(LOOM_PART_HEAD_FWD);
-  if (o->w16) loom_gemm_bf16(0, 1, R, V, C, o->h16 + (size_t)r0 * C, C, o->w16, C, NULL, 0.0f, L, V);
+  if (o->w16) loom_gemm_bf16_w(0, 1, R, V, C, o->h16 + (size_t)r0 * C, C, o->w16, C, NULL, 0.0f, L, V);
   else loom_gemm_f32(0, 1, R, V, C, o->h + (size_t)r0 * C, C, o->w, C, NULL, 0.0f, L, V);
   LOOM_PROF_POP(2.0 * R * V * C, 0);
 }
@@ -224,7 +224,7 @@ static void head_chunk_grad(loom_decoder *d, loom_acts *a, const head_ops *o, in
     loom_xent_grad_bf16(G16, 2 * (size_t)V, L, a->row_max + r0, a->row_sumexp + r0,
                         d->s->row_targets + r0, R, V, real_columns(d), scale);
     LOOM_PROF_PUSH(LOOM_PART_HEAD_DGRAD);
-    loom_gemm_bf16(0, 0, R, C, V, G16, 2 * V, o->w16, C, NULL, 0.0f, dx, C);
+    loom_gemm_bf16_w(0, 0, R, C, V, G16, 2 * V, o->w16, C, NULL, 0.0f, dx, C);
     LOOM_PROF_POP(2.0 * R * V * C, 0);
     LOOM_PROF_PUSH(LOOM_PART_HEAD_WGRAD);
     loom_gemm_bf16(1, 0, V, C, R, G16, 2 * V, o->h16 + (size_t)r0 * C, C, NULL, beta, dw, C);

@@ -19,6 +19,10 @@ struct loom_layer_acts {
   float *ln2, *ln2_mean, *ln2_rstd; /* (Nr,C), (Nr), (Nr) */
   float *ln2_full;                  /* (N,C) */
   float *gate, *up, *act;           /* (N,li): llama gate/up/silu(gate)*up; gpt2 up/gelu(up) */
+  /* bf16 mode: bf16 copies of the four GEMM inputs, made by the forward's conversion and
+   * read by the backward's weight gradients (no second conversion): (N,C) of ln1_full,
+   * (N,lh*D) of att, (N,C) of ln2_full, (N,li) of act; NULL in fp32 */
+  uint16_t *ln1_16, *att16, *ln2_16, *act16;
 };
 
 struct loom_decoder_scratch {
@@ -40,8 +44,9 @@ struct loom_decoder_scratch {
   uint16_t *w16;      /* (layout.total) bf16 weights for native bf16 GEMMs, refreshed from
                          params_lp once per parameter update (NULL: not native) */
   unsigned long epoch, w16_epoch; /* params_updated count / epoch w16 was made at */
-  const float *x16_src;               /* input whose bf16 copy round_x holds (same-x reuse) */
+  const float *x16_src;               /* input whose bf16 copy x16_buf holds (same-x reuse) */
   size_t x16_n;
+  const uint16_t *x16_buf;            /* round_x or a layer's saved copy */
   /* fused classifier + cross-entropy (tp == 1, one activation slot): the head's gradient is
    * computed in the forward in row chunks of head_rows (fp32: unscaled; bf16: with the guessed
    * loss scale) and only applied by the backward (bf16 recomputes when the guess was wrong) */
@@ -83,6 +88,14 @@ void dec_linear_fwd_ex(loom_decoder *d, float *y, const float *x, size_t w_off, 
                        int M, int K, int N, int flags);
 void dec_linear_bwd_ex(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,
                        const float *x, int M, int K, int N, int flags);
+/* The same, keeping x's bf16 copy for the backward: the forward converts x into keep16 (M*K
+ * bf16, a layer's saved copy) instead of round_x, and the backward reads x16 = that copy
+ * instead of converting x again. Without native bf16 GEMMs both are the calls above. */
+void dec_linear_fwd_keep(loom_decoder *d, float *y, const float *x, uint16_t *keep16,
+                         size_t w_off, size_t b_off, int M, int K, int N, int flags);
+void dec_linear_bwd_kept(loom_decoder *d, float *dx, size_t w_off, size_t b_off,
+                         const float *dy, const float *x, const uint16_t *x16, int M, int K,
+                         int N, int flags);
 /* bf16 weights of the native bf16 GEMMs (refreshed when parameters changed), or NULL when
  * this decoder multiplies fp32 (or bf16-rounded fp32) weights */
 const uint16_t *dec_weights16(loom_decoder *d);

@@ -74,6 +74,13 @@ static void plan_layer(const loom_decoder *d, carver *c, loom_layer_acts *L) {
   L->gate = d->spec.arch == LOOM_ARCH_LLAMA ? carve(c, N * I) : NULL;
   L->up = carve(c, N * I);
   L->act = carve(c, N * I);
+  /* bf16 copies of the GEMM inputs (carved in every bf16 run, so that the memory model does
+   * not depend on the GEMM backend; only native bf16 GEMMs fill them) */
+  bool b16 = d->bf16;
+  L->ln1_16 = b16 ? (uint16_t *)carve(c, (N * C + 1) / 2) : NULL;
+  L->att16 = b16 ? (uint16_t *)carve(c, (N * QD + 1) / 2) : NULL;
+  L->ln2_16 = b16 ? (uint16_t *)carve(c, (N * C + 1) / 2) : NULL;
+  L->act16 = b16 ? (uint16_t *)carve(c, (N * I + 1) / 2) : NULL;
 }
 
 static void plan(loom_decoder *d, carver *c) {
@@ -230,7 +237,10 @@ void loom_decoder_free(loom_decoder *d) {
   if (!d) return;
   loom_free(d->params);
   loom_free(d->arena);
-  if (d->s) free(d->s->w16);
+  if (d->s && d->s->w16) {
+    loom_gemm_weights_release(d->s->w16, d->layout.total * sizeof(uint16_t));
+    free(d->s->w16);
+  }
   for (int i = 0; i < d->n_slots; i++) {
     free(d->slots[i].layer);
     free(d->slots[i].seg_lo);

@@ -49,29 +49,38 @@ const uint16_t *dec_weights16(loom_decoder *d) {
   if (!s->w16 || d->param_hook) return NULL;
   if (s->w16_epoch != s->epoch) { /* parameters changed since the last conversion */
     loom_f32_to_bf16_n(s->w16, d->params_lp, d->layout.total);
+    loom_gemm_weights_changed(s->w16, d->layout.total * sizeof(uint16_t));
     s->w16_epoch = s->epoch;
   }
   return s->w16;
 }
 
-const uint16_t *dec_input16(loom_decoder *d, const float *x, size_t n, int flags) {
+/* bf16 copy of x (n) in dst, unless dst already holds it (LIN_SAME_X: the previous call's x) */
+static const uint16_t *input16_into(loom_decoder *d, uint16_t *dst, const float *x, size_t n,
+                                    int flags) {
   struct loom_decoder_scratch *s = d->s;
-  uint16_t *x16 = (uint16_t *)s->round_x;
-  if (!(flags & LIN_SAME_X) || s->x16_src != x || s->x16_n != n) {
-    loom_f32_to_bf16_n(x16, x, n);
+  if (!(flags & LIN_SAME_X) || s->x16_src != x || s->x16_n != n || s->x16_buf != dst) {
+    loom_f32_to_bf16_n(dst, x, n);
     s->x16_src = x;
     s->x16_n = n;
+    s->x16_buf = dst;
   }
-  return x16;
+  return dst;
+}
+
+const uint16_t *dec_input16(loom_decoder *d, const float *x, size_t n, int flags) {
+  return input16_into(d, (uint16_t *)d->s->round_x, x, n, flags);
 }
 
 /* bf16-rounded fp32 copy of x in round_x (the non-native bf16 path), reused like dec_input16 */
 static const float *rounded_input(loom_decoder *d, const float *x, size_t n, int flags) {
   struct loom_decoder_scratch *s = d->s;
-  if (!(flags & LIN_SAME_X) || s->x16_src != x || s->x16_n != n) {
+  const uint16_t *mark = (const uint16_t *)s->round_x;
+  if (!(flags & LIN_SAME_X) || s->x16_src != x || s->x16_n != n || s->x16_buf != mark) {
     loom_round_bf16_f32(s->round_x, x, n);
     s->x16_src = x;
     s->x16_n = n;
+    s->x16_buf = mark;
   }
   return s->round_x;
 }
@@ -86,20 +95,27 @@ static loom_part lin_part(const loom_decoder *d, size_t w_off, int phase) {
   return LOOM_PART_OTHER;
 }
 
-/* y (M,N) = x (M,K) @ W^T (+ b): 2 M N K FLOPs */
-void dec_linear_fwd_ex(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
-                       int M, int K, int N, int flags) {
+/* y (M,N) = x (M,K) @ W^T (+ b): 2 M N K FLOPs; native bf16: x converted into keep16, or
+ * into round_x when keep16 is NULL */
+void dec_linear_fwd_keep(loom_decoder *d, float *y, const float *x, uint16_t *keep16,
+                         size_t w_off, size_t b_off, int M, int K, int N, int flags) {
   const float *b = b_off == NONE ? NULL : d->params + b_off;
   LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_FWD));
   const uint16_t *w16 = dec_weights16(d);
   if (w16) {
-    const uint16_t *x16 = dec_input16(d, x, (size_t)M * K, flags);
-    loom_gemm_bf16(0, 1, M, N, K, x16, K, w16 + w_off, K, b, 0.0f, y, N);
+    const uint16_t *x16 = input16_into(d, keep16 ? keep16 : (uint16_t *)d->s->round_x, x,
+                                       (size_t)M * K, flags);
+    loom_gemm_bf16_w(0, 1, M, N, K, x16, K, w16 + w_off, K, b, 0.0f, y, N);
   } else {
     if (d->bf16) x = rounded_input(d, x, (size_t)M * K, flags);
     loom_gemm_f32(0, 1, M, N, K, x, K, d->params_lp + w_off, K, b, 0.0f, y, N);
   }
   LOOM_PROF_POP(2.0 * M * N * K, 0);
+}
+
+void dec_linear_fwd_ex(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
+                       int M, int K, int N, int flags) {
+  dec_linear_fwd_keep(d, y, x, NULL, w_off, b_off, M, K, N, flags);
 }
 
 void dec_linear_fwd(loom_decoder *d, float *y, const float *x, size_t w_off, size_t b_off,
@@ -108,9 +124,11 @@ void dec_linear_fwd(loom_decoder *d, float *y, const float *x, size_t w_off, siz
 }
 
 /* dx (M,K) (+)= dy (M,N) @ W; dW += dy^T x; db += colsum(dy) — with bf16(dy), bf16(x),
- * bf16(W) in bf16 mode; dx may be NULL. 2 M N K FLOPs for each of the two GEMMs. */
-void dec_linear_bwd_ex(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,
-                       const float *x, int M, int K, int N, int flags) {
+ * bf16(W) in bf16 mode (x16: bf16(x) kept by the forward, or NULL to convert x again); dx
+ * may be NULL. 2 M N K FLOPs for each of the two GEMMs. */
+void dec_linear_bwd_kept(loom_decoder *d, float *dx, size_t w_off, size_t b_off,
+                         const float *dy, const float *x, const uint16_t *x16, int M, int K,
+                         int N, int flags) {
   float *dw = d->grads + w_off;
   float beta = flags & LIN_DX_OVERWRITE ? 0.0f : 1.0f;
   if (b_off != NONE) /* bias gradient from the unrounded fp32 dy */
@@ -119,10 +137,10 @@ void dec_linear_bwd_ex(loom_decoder *d, float *dx, size_t w_off, size_t b_off, c
   if (w16) {
     uint16_t *dy16 = (uint16_t *)d->s->round_dy;
     loom_f32_to_bf16_n(dy16, dy, (size_t)M * N);
-    const uint16_t *x16 = dec_input16(d, x, (size_t)M * K, flags);
+    if (!x16) x16 = dec_input16(d, x, (size_t)M * K, flags);
     if (dx) {
       LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_DGRAD));
-      loom_gemm_bf16(0, 0, M, K, N, dy16, N, w16 + w_off, K, NULL, beta, dx, K);
+      loom_gemm_bf16_w(0, 0, M, K, N, dy16, N, w16 + w_off, K, NULL, beta, dx, K);
       LOOM_PROF_POP(2.0 * M * N * K, 0);
     }
     LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_WGRAD));
@@ -144,6 +162,11 @@ void dec_linear_bwd_ex(loom_decoder *d, float *dx, size_t w_off, size_t b_off, c
   LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_WGRAD));
   loom_gemm_f32(1, 0, N, K, M, dy, N, x, K, NULL, 1.0f, dw, K);
   LOOM_PROF_POP(2.0 * M * N * K, 0);
+}
+
+void dec_linear_bwd_ex(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,
+                       const float *x, int M, int K, int N, int flags) {
+  dec_linear_bwd_kept(d, dx, w_off, b_off, dy, x, NULL, M, K, N, flags);
 }
 
 void dec_linear_bwd(loom_decoder *d, float *dx, size_t w_off, size_t b_off, const float *dy,

@@ -2,8 +2,9 @@
  * (loom_gemm_f32 on the configured backend, oneDNN or OpenBLAS): each role (forward
  * y = x W^T, input gradient dx = dy W, weight gradient dW = dy^T x) on a grid of shapes
  * (m rows x n outputs x k inputs), giving the profile's fp32 peak (the best measured) and its
- * efficiency grid; and the bf16 path the trainer takes: loom_gemm_bf16 where the backend runs
- * bf16 natively, else inputs rounded to bf16 values and the fp32 GEMM (fp32's speed). */
+ * efficiency grid; and the bf16 path the trainer takes: loom_gemm_bf16_w (weights in the
+ * layout the backend prefers where that is faster) where the backend runs bf16 natively, else
+ * inputs rounded to bf16 values and the fp32 GEMM (fp32's speed). */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -34,7 +35,7 @@ static void run(void *p) {
 static void run_bf16(void *p) {
   job *j = p;
   const uint16_t *x = (const uint16_t *)j->a, *w = (const uint16_t *)j->b;
-  loom_gemm_bf16(0, 1, j->m, j->n, j->k, x, j->k, w, j->k, NULL, 0.0f, j->c, j->n);
+  loom_gemm_bf16_w(0, 1, j->m, j->n, j->k, x, j->k, w, j->k, NULL, 0.0f, j->c, j->n);
 }
 
 static void fill(float *x, size_t n) {
@@ -67,6 +68,7 @@ int loom_bench_gemm(loom_hw_profile *hw, const loom_bench_ctx *b) {
     loom_f32_to_bf16_n((uint16_t *)A, A, (size_t)j.m * j.k);
     loom_f32_to_bf16_n((uint16_t *)B, B, (size_t)j.n * j.k);
     t_bf16 = loom_bench_time(run_bf16, &j, min_s);
+    loom_gemm_weights_release(B, (size_t)j.n * j.k * sizeof(uint16_t));
   } else {
     loom_round_bf16_f32(A, A, (size_t)j.m * j.k);
     loom_round_bf16_f32(B, B, (size_t)j.n * j.k);

@@ -40,6 +40,9 @@ static double layer_full(const loom_sim_ctx *c, const dims *d, bool selective, b
     b += d->N * (2 * d->QD + 2 * d->KD) * (d->uly ? 2 : 1); /* q, k, v, att (+ head layout) */
     b += mlp;
     b *= e;
+    /* bf16: the forward's bf16 copies of the four GEMM inputs (gathered ln1, att, gathered
+     * ln2, act), kept for the weight gradients */
+    if (c->st->dtype == LOOM_DT_BF16) b += d->N * (2 * d->C + d->QD + d->li) * 2;
     if (stats) b += 4 * d->Nr * 4 + d->B * d->heads_att * d->T * 4;
     return b;
   }

@@ -5,6 +5,9 @@
  *  - GEMM bf16 vs the double GEMM of the bf16-rounded inputs: 1e-5 (products of bf16 values
  *    are exact in fp32, so only the fp32 accumulation differs — what the PyTorch bf16 check
  *    emulates);
+ *  - bf16 GEMM on weights (loom_gemm_bf16_w): plain, packed and measured layouts bitwise equal
+ *    to loom_gemm_bf16; a packed weight changed in place is stale until
+ *    loom_gemm_weights_changed, then right again;
  *  - bf16 conversion: bit-exact vs loom_f32_to_bf16 (ties, NaN, inf, subnormals, in place);
  *  - residual + norm, norm backward, bias + GELU, GELU/SwiGLU backward, cross-entropy
  *    statistics and gradient: vs the f64 reference, 1e-5 rel. norm (as test_kernels_f32);
@@ -81,6 +84,86 @@ static void test_gemm(void) {
   loom_gemm_set_backend(LOOM_GEMM_ONEDNN);
   printf("  oneDNN ISA %s, bf16 native %d, %d cached primitives\n", loom_gemm_isa(),
          loom_gemm_bf16_native(), loom_gemm_cache_entries());
+}
+
+/* ---- bf16 GEMM on weights ------------------------------------------------------------------ */
+
+static void test_gemm_weights(void) {
+  if (!loom_gemm_bf16_native()) {
+    printf("  (no native bf16 GEMM: weights layouts not checked)\n");
+    return;
+  }
+  /* shapes where oneDNN 2.6 picks a blocked layout for B (the stale check below fails if
+   * the packed path did not run) */
+  const int shapes[6][3] = {{333, 100, 77}, {64, 256, 512}, {130, 96, 200}, {66, 96, 96}, {66, 32, 96}, {66, 96, 32}};
+  for (int sh = 0; sh < 6; sh++)
+    for (int tb = 0; tb < 2; tb++)
+      for (int mode = 0; mode < 3; mode++) { /* 0: plain, 1: bias, 2: beta = 1 */
+        const int M = shapes[sh][0], N = shapes[sh][1], K = shapes[sh][2];
+        size_t nc = (size_t)M * N;
+        float *Af, *Wf, *bf, *C0 = falloc(nc), *C1 = falloc(nc);
+        double *A = dpair(&Af, (size_t)M * K, 1), *W = dpair(&Wf, (size_t)K * N, 1);
+        double *bias = dpair(&bf, N, 1);
+        uint16_t *Ah = loom_alloc((size_t)M * K * 2), *Wh = loom_alloc((size_t)K * N * 2);
+        loom_f32_to_bf16_n(Ah, Af, (size_t)M * K);
+        loom_f32_to_bf16_n(Wh, Wf, (size_t)K * N);
+        const float *b = mode == 1 ? bf : NULL;
+        float beta = mode == 2 ? 1.0f : 0.0f;
+        int ldw = tb ? K : N;
+        for (size_t i = 0; i < nc; i++) C0[i] = (float)i * 1e-3f;
+        loom_gemm_bf16(0, tb, M, N, K, Ah, K, Wh, ldw, b, beta, C0, N);
+        for (int force = 0; force < 3; force++) { /* plain, packed, measured (8 calls) */
+          loom_gemm_pack_force(force == 2 ? -1 : force);
+          for (int call = 0; call < (force == 2 ? 8 : 1); call++) {
+            for (size_t i = 0; i < nc; i++) C1[i] = (float)i * 1e-3f;
+            loom_gemm_bf16_w(0, tb, M, N, K, Ah, K, Wh, ldw, b, beta, C1, N);
+            CHECK(!memcmp(C0, C1, nc * sizeof(float)), "gemm bf16 weights (%d,%d,%d) tb=%d "
+                  "mode=%d %s call %d: not bitwise the plain GEMM", M, N, K, tb, mode,
+                  force == 0 ? "plain" : force == 1 ? "packed" : "measured", call);
+          }
+        }
+        /* a packed weight changed in place: stale until loom_gemm_weights_changed */
+        loom_gemm_pack_force(1);
+        for (size_t i = 0; i < (size_t)K * N; i++) Wh[i] ^= 0x0100; /* new values */
+        for (size_t i = 0; i < nc; i++) C0[i] = C1[i] = (float)i * 1e-3f;
+        loom_gemm_bf16(0, tb, M, N, K, Ah, K, Wh, ldw, b, beta, C0, N);
+        loom_gemm_bf16_w(0, tb, M, N, K, Ah, K, Wh, ldw, b, beta, C1, N);
+        CHECK(memcmp(C0, C1, nc * sizeof(float)), "gemm bf16 weights (%d,%d,%d) tb=%d: the "
+              "packed copy was not used (a changed weight gave the new result unannounced)",
+              M, N, K, tb);
+        loom_gemm_weights_changed(Wh, (size_t)K * N * 2);
+        for (size_t i = 0; i < nc; i++) C1[i] = (float)i * 1e-3f;
+        loom_gemm_bf16_w(0, tb, M, N, K, Ah, K, Wh, ldw, b, beta, C1, N);
+        CHECK(!memcmp(C0, C1, nc * sizeof(float)), "gemm bf16 weights (%d,%d,%d) tb=%d: stale "
+              "after loom_gemm_weights_changed", M, N, K, tb);
+        loom_gemm_weights_release(Wh, (size_t)K * N * 2);
+        loom_gemm_pack_force(-1);
+        loom_free(Ah), loom_free(Wh), loom_free(A), loom_free(W), loom_free(bias);
+        loom_free(Af), loom_free(Wf), loom_free(bf), loom_free(C0), loom_free(C1);
+      }
+}
+
+/* one weight read as W (a forward) and as W^T (an input gradient), both packed: two copies */
+static void test_gemm_weights_both_ways(void) {
+  if (!loom_gemm_bf16_native()) return;
+  enum { M = 66, C = 96 };
+  float *Af, *Wf, *C0 = falloc(M * C), *C1 = falloc(M * C);
+  double *A = dpair(&Af, M * C, 1), *W = dpair(&Wf, C * C, 1);
+  uint16_t *Ah = loom_alloc(M * C * 2), *Wh = loom_alloc(C * C * 2);
+  loom_f32_to_bf16_n(Ah, Af, M * C);
+  loom_f32_to_bf16_n(Wh, Wf, C * C);
+  loom_gemm_pack_force(1);
+  for (int rep = 0; rep < 2; rep++)
+    for (int tb = 0; tb < 2; tb++) {
+      loom_gemm_bf16(0, tb, M, C, C, Ah, C, Wh, C, NULL, 0.0f, C0, C);
+      loom_gemm_bf16_w(0, tb, M, C, C, Ah, C, Wh, C, NULL, 0.0f, C1, C);
+      CHECK(!memcmp(C0, C1, M * C * sizeof(float)), "gemm bf16 weights: W read with tb=%d "
+            "after tb=%d gave another product (packed copies confused)", tb, !tb);
+    }
+  loom_gemm_weights_release(Wh, C * C * 2);
+  loom_gemm_pack_force(-1);
+  loom_free(Ah), loom_free(Wh), loom_free(A), loom_free(W);
+  loom_free(Af), loom_free(Wf), loom_free(C0), loom_free(C1);
 }
 
 /* ---- bf16 conversion ----------------------------------------------------------------------- */
@@ -378,6 +461,8 @@ int main(void) {
   loom_rng_seed(&ktest_rng, 99);
   printf("GEMM backends\n");
   test_gemm();
+  test_gemm_weights();
+  test_gemm_weights_both_ways();
   printf("fast kernels, %s path\n", loom_kernels_simd());
   run_all();
   if (!strcmp(loom_kernels_simd(), "avx512")) {

@@ -29,6 +29,22 @@ foreach(case ${LOOM_TORCH_CASES})
     WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
   set_tests_properties(${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
 endforeach()
+# bf16 GEMMs on weights in oneDNN's blocked layout (loom_gemm_bf16_w, LOOM_GEMM_PACK=1) against
+# the plain layout (LOOM_GEMM_PACK=0): the whole dump — losses, logits, gradients, weights and
+# AdamW moments after the steps — bitwise the same, and the packed run passes the PyTorch check.
+foreach(name torch_llama_gqa_bf16 torch_llama_param_bf16_optim_fp32 torch_gpt2_bf16)
+  foreach(case ${LOOM_TORCH_CASES})
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 cname)
+    if(cname STREQUAL name)
+      list(GET parts 1 overrides)
+    endif()
+  endforeach()
+  add_test(NAME ${name}_weights_layout
+    COMMAND sh -c "LOOM_GEMM_PACK=0 $<TARGET_FILE:loom_refdump> ${name}_plain.safetensors ${overrides} && LOOM_GEMM_PACK=1 $<TARGET_FILE:loom_refdump> ${name}_packed.safetensors ${overrides} && cmp ${name}_plain.safetensors ${name}_packed.safetensors && ${LOOM_PYTHON} ${LOOM_TORCH_DIR}/check_refdump.py ${name}_packed.safetensors"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(${name}_weights_layout PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
+endforeach()
 add_executable(loom_vision_dump ${CMAKE_SOURCE_DIR}/tests/torch/vision_dump.c)
 target_link_libraries(loom_vision_dump PRIVATE loomlib)
 foreach(preset tiny-qwen2.5-vl tiny-llava)
