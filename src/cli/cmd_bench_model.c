@@ -266,18 +266,20 @@ int loom_cmd_bench_model(int argc, char **argv) {
   double dt_peak = bf16 ? (native ? peak[2] : peak[0] > peak[1] ? peak[0] : peak[1])
                         : (peak[0] > peak[1] ? peak[0] : peak[1]);
   double mfu = dt_peak > 0 ? r.flops_s / 1e9 / dt_peak : 0;
-  char notes[4096];
+  char notes[4096], mfu_s[160] = "";
+  if (dt_peak > 0) /* --no-gemm: no peak measured, no MFU (absent rather than 0%) */
+    snprintf(mfu_s, sizeof mfu_s, ", MFU %.1f%% of the measured %s GEMM peak %.1f GFLOP/s",
+             100 * mfu, o.dtype, dt_peak);
   int n = snprintf(notes, sizeof notes,
                    "loom bench model (%d threads): %s B=%d T=%d %s, GEMM %s (%s)\n"
                    "step %.3f s median of %d (min %.3f, max %.3f), %.1f tokens/s, %.1f GFLOP/s "
-                   "model FLOPs, MFU %.1f%% of the measured %s GEMM peak %.1f GFLOP/s, peak RSS "
-                   "%.2f GiB\n"
+                   "model FLOPs%s, peak RSS %.2f GiB\n"
                    "one more step by part: zero + forward %.3f s, backward %.3f s, clip + AdamW "
                    "%.3f s\n",
                    threads, o.model, o.B, o.T, o.dtype,
                    loom_gemm_backend_name(loom_gemm_get_backend()), loom_gemm_isa(), r.step_s,
-                   o.steps, r.min_s, r.max_s, r.tokens_s, r.flops_s / 1e9, 100 * mfu, o.dtype,
-                   dt_peak, r.rss_gib, r.fwd_s, r.bwd_s, r.opt_s);
+                   o.steps, r.min_s, r.max_s, r.tokens_s, r.flops_s / 1e9, mfu_s, r.rss_gib,
+                   r.fwd_s, r.bwd_s, r.opt_s);
   if (!o.no_gemm) {
     n += snprintf(notes + n, sizeof notes - (size_t)n,
                   "GEMM GFLOP/s with %d threads (y = x W^T): shape | fp32 onednn | fp32 openblas "
@@ -325,12 +327,14 @@ int loom_cmd_bench_model(int argc, char **argv) {
     fprintf(f,
             "{\"model\": \"%s\", \"B\": %d, \"T\": %d, \"dtype\": \"%s\", \"threads\": %d, "
             "\"gemm\": \"%s\", \"isa\": \"%s\", \"step_s\": %.6f, \"step_min_s\": %.6f, "
-            "\"step_max_s\": %.6f, \"tokens_s\": %.3f, \"flops_s\": %.6g, \"mfu\": %.4f, "
-            "\"gemm_peak_gflops\": %.3f, \"peak_rss_gib\": %.4f, \"loss_first\": %.6f, "
-            "\"loss_last\": %.6f, \"fwd_s\": %.6f, \"bwd_s\": %.6f, \"opt_s\": %.6f",
+            "\"step_max_s\": %.6f, \"tokens_s\": %.3f, \"flops_s\": %.6g, ",
             o.model, o.B, o.T, o.dtype, threads, loom_gemm_backend_name(loom_gemm_get_backend()),
-            loom_gemm_isa(), r.step_s, r.min_s, r.max_s, r.tokens_s, r.flops_s, mfu, dt_peak,
-            r.rss_gib, r.loss_first, r.loss_last, r.fwd_s, r.bwd_s, r.opt_s);
+            loom_gemm_isa(), r.step_s, r.min_s, r.max_s, r.tokens_s, r.flops_s);
+    if (dt_peak > 0) fprintf(f, "\"mfu\": %.4f, \"gemm_peak_gflops\": %.3f, ", mfu, dt_peak);
+    else fprintf(f, "\"mfu\": null, \"gemm_peak_gflops\": null, "); /* --no-gemm */
+    fprintf(f, "\"peak_rss_gib\": %.4f, \"loss_first\": %.6f, \"loss_last\": %.6f, "
+            "\"fwd_s\": %.6f, \"bwd_s\": %.6f, \"opt_s\": %.6f", r.rss_gib, r.loss_first,
+            r.loss_last, r.fwd_s, r.bwd_s, r.opt_s);
     if (o.roofline) {
       fprintf(f, ", \"roofline_step_s\": %.6f, \"roofline_wall_s\": %.6f, \"roofline\": ",
               r.prof.total, r.prof_wall);

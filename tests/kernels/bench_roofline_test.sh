@@ -3,7 +3,8 @@
 # GEMM and bandwidth measurements (--no-gemm): the table ends with the bottleneck line; the
 # JSON's roofline rows cover the GEMM roles, attention, norms, AdamW (and bf16 conversions in
 # bf16 only), sum to the profiled step, carry no fraction (nothing measured) but a note each;
-# a misspelt option is refused with a suggestion and exit 2.
+# no MFU is printed (none measured: null in the JSON, not 0%); a misspelt option is refused
+# with a suggestion and exit 2.
 # usage: bench_roofline_test.sh LOOM
 . "$(dirname "$0")/../assert.sh"
 LOOM=$1
@@ -17,6 +18,8 @@ for dt in fp32 bf16; do
   # without bounds only the unattributed rest has a known loss
   check "$dt: bottleneck line" grep -q "^bottleneck: unattributed loses .* against its bound" "$WORK/$dt.txt"
   check "$dt: table header" grep -q "part .*time s .*work .*of bound" "$WORK/$dt.txt"
+  # no peak measured: no MFU printed (not "MFU 0.0%"), null in the JSON
+  check "$dt: no MFU without a measured peak" bash -c '! grep -q "MFU" "$1"' _ "$WORK/$dt.txt"
   check "$dt: JSON rows" /usr/bin/python3 - "$WORK/$dt.json" "$dt" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); dt = sys.argv[2]
@@ -27,6 +30,7 @@ need = ["qkv fwd", "qkv dgrad", "qkv wgrad", "proj fwd", "fc1 fwd", "fc2 wgrad",
 missing = [p for p in need if p not in rows]
 assert not missing, f"missing parts {missing}"
 assert ("bf16 convert" in rows) == (dt == "bf16"), "bf16 conversions only in bf16"
+assert j["mfu"] is None and j["gemm_peak_gflops"] is None, (j["mfu"], j["gemm_peak_gflops"])
 total = sum(r["seconds"] for r in j["roofline"])
 assert abs(total - j["roofline_step_s"]) <= 1e-4 * j["roofline_step_s"] + 1e-5, (total, j["roofline_step_s"])
 for r in j["roofline"]:
