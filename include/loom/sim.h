@@ -150,6 +150,35 @@ double loom_sim_vision_params(const loom_model_spec *spec);
 /* Optimizer step of one rank over `params` (its gradients) owning `owned` of them: gradient
  * norm, clipping, AdamW, (bf16 copy), zeroing; without the ZeRO communication. */
 double loom_sim_optimizer_time(const loom_sim_ctx *c, double params, double owned);
+/* Host dispatch of the optimizer step (runtime.host_dispatch_us; the seed's torch.optim.Adam
+ * with foreach=False, i.e. _single_tensor_adam: a Python loop over the parameter tensors).
+ * Per tensor: 8 device ops in the weight-decay group (grad.add(param), exp_avg.lerp_,
+ * exp_avg_sq.mul_, addcmul_, sqrt, div, add_(eps), param.addcdiv_), 7 without weight decay
+ * (norm weights, biases), each a DTensor dispatch for a parallelize_module'd parameter and an
+ * eager one otherwise, plus 2 eager ops on the CPU `step` tensor (step_t += 1, .item()).
+ * A ZeRO engine (DeepSpeed, zero >= 1) runs the same Adam over one flat partition per group
+ * (2 groups) plus flatten, fp32 cast, copy back and all-gather per group and a global norm:
+ * LOOM_SIM_OPT_FLAT_OPS eager ops in all. */
+typedef struct {
+  int dtensor[2], eager[2]; /* parameter tensors by dispatch, [0] weight decay, [1] none */
+  int flat;                 /* 1: a ZeRO engine's flat partitions instead of the tensors */
+} loom_sim_opt_tensors;
+#define LOOM_SIM_ADAM_OPS_DECAY 8
+#define LOOM_SIM_ADAM_OPS_NODECAY 7
+#define LOOM_SIM_ADAM_CPU_OPS 2
+#define LOOM_SIM_OPT_FLAT_OPS 30
+/* The text part (`layers` transformer layers, the embedding, the head) and the encoder's (on
+ * the rank holding the embedding) of one rank's optimizer. */
+void loom_sim_opt_tensors_of(const loom_sim_ctx *c, int layers, bool embed, bool head,
+                             loom_sim_opt_tensors *text, loom_sim_opt_tensors *vision);
+/* Seconds of CPU to issue one optimizer's step (0 without host dispatch). */
+double loom_sim_opt_host(const loom_hw_profile *hw, const loom_sim_opt_tensors *t);
+/* The optimizer step with host dispatch: the text's then the encoder's optimizer (the seed's
+ * two execute_all("optimizer_step") calls), each a module of its own: max(device, host), the
+ * device time (loom_sim_optimizer_time) split by parameter count. Without host dispatch, the
+ * device time. */
+double loom_sim_optimizer_step_time(const loom_sim_ctx *c, int layers, bool embed, bool head,
+                                    double params, double owned);
 
 /* ---- memory model ------------------------------------------------------------------------- */
 typedef struct {

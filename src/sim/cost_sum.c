@@ -163,3 +163,61 @@ double loom_sim_optimizer_time(const loom_sim_ctx *c, double params, double owne
   t += params * (dt == LOOM_DT_FP32 ? 4 : 2) / (hw->mem_bw * hw->mem_eff); /* zero the grads */
   return t + 6 * hw->kernel_overhead;
 }
+
+void loom_sim_opt_tensors_of(const loom_sim_ctx *c, int layers, bool embed, bool head,
+                             loom_sim_opt_tensors *text, loom_sim_opt_tensors *vision) {
+  const loom_model_spec *s = c->spec;
+  const loom_sim_strategy *st = c->st;
+  memset(text, 0, sizeof *text);
+  memset(vision, 0, sizeof *vision);
+  bool gpt2 = s->arch == LOOM_ARCH_GPT2;
+  /* per layer: linear weights (decay), biases and norm weights (no decay); the linears are
+   * DTensors under parallelize_module (tp > 1, runtime.tp_style: dtensor) */
+  int w = gpt2 ? 4 : 7, b = gpt2 ? 4 : (s->qkv_bias ? 3 : 0), norms = gpt2 ? 4 : 2;
+  bool dt = c->hw->tp_dtensor && st->tp > 1;
+  text->flat = st->zero >= 1 && st->dp > 1;
+  int *lin = dt ? text->dtensor : text->eager;
+  lin[0] += layers * w;
+  lin[1] += layers * b;
+  text->eager[1] += layers * norms;
+  if (embed) text->eager[0] += 1 + (gpt2 ? 1 : 0);        /* token (and position) embedding */
+  if (head) text->eager[1] += gpt2 ? 2 : 1, text->eager[0] += s->tied_embeddings ? 0 : 1;
+  const loom_vision_spec *v = &s->vision;
+  if (!embed || v->arch == LOOM_VISION_NONE || st->freeze_vision) return;
+  int z = st->vision_zero_own ? st->vision_zero : st->zero;
+  bool vsp = !strcmp(st->vision_mode, "sp") && st->tp > 1;
+  bool vtp = !strcmp(st->vision_mode, "tp") && st->tp > 1 && c->hw->tp_dtensor;
+  /* the SP encoder runs under DeepSpeed (its ZeRO engine); Qwen2.5-VL's block: norm1, norm2,
+   * q, k, v, proj, gate, up, down with biases; patch embedding (no bias); merger ln_q, fc1,
+   * fc2 with biases */
+  vision->flat = z >= 1 && (vsp || st->dp > 1); /* a ZeRO engine over more than one replica */
+  int *vl = vtp ? vision->dtensor : vision->eager;
+  bool qwen = v->arch == LOOM_VISION_QWEN;
+  int vw = qwen ? 7 : 4, vb = vw, vn = qwen ? 2 : 4;
+  vl[0] += v->depth * vw + 2;       /* block linears, merger fc1 and fc2 */
+  vl[1] += v->depth * vb + 2;
+  vision->eager[1] += v->depth * vn + 1; /* norms, the merger's ln_q */
+  vision->eager[0] += 1;                 /* patch embedding */
+}
+
+double loom_sim_opt_host(const loom_hw_profile *hw, const loom_sim_opt_tensors *t) {
+  if (hw->host_dtensor <= 0 && hw->host_eager <= 0) return 0;
+  if (t->flat) return LOOM_SIM_OPT_FLAT_OPS * hw->host_eager;
+  double dev[2] = {LOOM_SIM_ADAM_OPS_DECAY, LOOM_SIM_ADAM_OPS_NODECAY}, h = 0;
+  for (int g = 0; g < 2; g++) {
+    h += t->dtensor[g] * (dev[g] * hw->host_dtensor + LOOM_SIM_ADAM_CPU_OPS * hw->host_eager);
+    h += t->eager[g] * (dev[g] + LOOM_SIM_ADAM_CPU_OPS) * hw->host_eager;
+  }
+  return h;
+}
+
+double loom_sim_optimizer_step_time(const loom_sim_ctx *c, int layers, bool embed, bool head,
+                                    double params, double owned) {
+  double t = loom_sim_optimizer_time(c, params, owned);
+  if (c->loom_cpu || (c->hw->host_dtensor <= 0 && c->hw->host_eager <= 0)) return t;
+  loom_sim_opt_tensors tx, vx;
+  loom_sim_opt_tensors_of(c, layers, embed, head, &tx, &vx);
+  double pv = embed ? loom_sim_vision_params(c->spec) : 0;
+  double fv = params > 0 ? fmin(1, pv / params) : 0;
+  return fmax(t * (1 - fv), loom_sim_opt_host(c->hw, &tx)) + fmax(t * fv, loom_sim_opt_host(c->hw, &vx));
+}

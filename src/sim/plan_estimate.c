@@ -82,7 +82,7 @@ double plan_estimate(const loom_sim_ctx *c, const plan_costs *k, plan_eval *out)
     dp = red + ag;
   }
   double owned = st->zero > 0 ? ceil(P / Nd) : P;
-  double opt = loom_sim_optimizer_time(c, P, owned);
+  double opt = loom_sim_optimizer_step_time(c, (int)stage_layers, p == 1, true, P, owned);
   double total = pipe + z3 + dp + opt;
   if (c->hw->timeshare) { /* ranks beyond the cores share them */
     int world = loom_sim_world(st);

@@ -151,7 +151,13 @@ static double optimizer_step(sim_run *R, int rank, double start, double *exposed
   double P = R->rank_params[rank];
   int Nd = sim_grad_size(st);
   double owned = st->zero > 0 ? ceil(P / Nd) : P;
-  double t = loom_sim_optimizer_time(c, P, owned);
+  bool e = false, h = false;
+  int layers = 0;
+  for (int ch = 0; ch < R->s->vpp; ch++) {
+    const sim_vstage *x = &R->vs[loom_sched_vstage(R->s, rank, ch)];
+    e |= x->embed, h |= x->head, layers += x->layers;
+  }
+  double t = loom_sim_optimizer_step_time(c, layers, e, h, P, owned);
   R->opt_time[rank] = t;
   /* the gradient norm: one scalar all-reduce over every rank */
   const loom_hw_tier *last = &c->hw->tier[c->hw->n_tiers - 1];

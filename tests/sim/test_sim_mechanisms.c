@@ -325,6 +325,53 @@ static void test_host_counts(void) {
         v, eager);
 }
 
+
+/* The optimizer step's host dispatch (torch.optim.Adam, foreach=False: _single_tensor_adam):
+ * 8 device ops per weight-decay tensor, 7 per other tensor, + 2 CPU ops on `step`; counted by
+ * hand for one text layer and one vision block of the 32B seed point (tp 8). */
+static void test_host_optimizer(void) {
+  loom_hw_profile hf;
+  CHECK(load_hw(&hf, "h100-sxm-hf") == 0, "%s", loom_errmsg());
+  for (int sp = 0; sp < 2; sp++) {
+    loom_config cfg;
+    loom_model_spec spec;
+    loom_sim_strategy st;
+    CHECK(seed_point(sp, &cfg, &spec, &st) == 0, "%s", loom_errmsg());
+    loom_sim_ctx c;
+    loom_sim_ctx_init(&c, &spec, &hf, &st);
+    loom_sim_opt_tensors tx, vx;
+    /* one text layer, no ends: q k v o gate up down weights (DTensor, decay), q k v biases
+     * (DTensor, none), 2 RMSNorm weights (eager, none) */
+    loom_sim_opt_tensors_of(&c, 1, false, false, &tx, &vx);
+    CHECK(tx.dtensor[0] == 7 && tx.dtensor[1] == 3 && tx.eager[0] == 0 && tx.eager[1] == 2 &&
+          !tx.flat, "text layer tensors %d %d %d %d", tx.dtensor[0], tx.dtensor[1], tx.eager[0],
+          tx.eager[1]);
+    /* 7 x (8 x 90 + 2 x 8) + 3 x (7 x 90 + 2 x 8) + 2 x 9 x 8 = 5152 + 1938 + 144 us */
+    double h = loom_sim_opt_host(&hf, &tx);
+    CHECK(fabs(h - 7234e-6) < 1e-9, "text layer optimizer host %.6f s", h);
+    loom_sim_opt_tensors_of(&c, 0, true, true, &tx, &vx);
+    int D = spec.vision.depth;
+    if (sp) { /* DeepSpeed ZeRO-1: flat partitions, 30 eager ops */
+      CHECK(vx.flat == 1, "sp encoder not flat");
+      CHECK(fabs(loom_sim_opt_host(&hf, &vx) - 30 * 8e-6) < 1e-12, "sp encoder host");
+    } else { /* per block 7 linear weights + 7 biases DTensor, 2 norms eager; patch embedding
+                (eager, decay), merger ln_q (eager) and fc1, fc2 with biases (DTensor) */
+      CHECK(!vx.flat && vx.dtensor[0] == 7 * D + 2 && vx.dtensor[1] == 7 * D + 2 &&
+                vx.eager[0] == 1 && vx.eager[1] == 2 * D + 1,
+            "tp encoder tensors %d %d %d %d", vx.dtensor[0], vx.dtensor[1], vx.eager[0],
+            vx.eager[1]);
+      /* one block: 7 x 736 + 7 x 646 + 2 x 72 = 9818 us */
+      loom_sim_opt_tensors b = {{7, 7}, {0, 2}, 0};
+      CHECK(fabs(loom_sim_opt_host(&hf, &b) - 9818e-6) < 1e-9, "tp block host");
+    }
+  }
+  /* profiles without host dispatch: nothing */
+  loom_hw_profile h100;
+  CHECK(load_hw(&h100, "h100-sxm") == 0, "%s", loom_errmsg());
+  loom_sim_opt_tensors one = {{7, 3}, {0, 2}, 0};
+  CHECK(loom_sim_opt_host(&h100, &one) == 0, "h100-sxm optimizer host");
+}
+
 int main(void) {
   test_state_bytes();
   test_memory();
@@ -333,5 +380,6 @@ int main(void) {
   test_host_modules();
   test_host_counts();
   test_host_syncs();
+  test_host_optimizer();
   return harness_finish("test_sim_mechanisms");
 }
