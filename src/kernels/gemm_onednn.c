@@ -13,8 +13,8 @@
  * alternate the plain and the packed primitive (one of each untimed, then two of each timed,
  * the packed ones including the reorder of a weight not yet packed) and the faster is kept.
  * Both give the same bits (checked by test_fast_kernels), so the choice changes speed only.
- * Packed copies are kept per (weight address, layout) and refreshed after
- * loom_gemm_weights_changed covers their weight. LOOM_GEMM_PACK=0 / 1 forces a choice. */
+ * Packed copies are kept per (weight address, the way it is read, packed layout) and refreshed
+ * after loom_gemm_weights_changed covers their weight. LOOM_GEMM_PACK=0 / 1 forces a choice. */
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
