@@ -81,9 +81,10 @@ void loom_gemm_f32(int ta, int tb, int M, int N, int K, const float *A, int lda,
               K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
-void loom_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                    const uint16_t *B, int ldb, const float *bias, float beta, float *C,
-                    int ldc) {
+/* loom_gemm_bf16 (weights = 0) and loom_gemm_bf16_w (weights = 1) */
+static void gemm_bf16(int weights, int ta, int tb, int M, int N, int K, const uint16_t *A,
+                      int lda, const uint16_t *B, int ldb, const float *bias, float beta,
+                      float *C, int ldc) {
   LOOM_ASSERT(!(bias && beta != 0.0f));
   LOOM_ASSERT(loom_gemm_bf16_native());
   if (M <= 0 || N <= 0) return;
@@ -91,20 +92,20 @@ void loom_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int 
     loom_gemm_f32(ta, tb, M, N, 0, NULL, 1, NULL, 1, bias, beta, C, ldc);
     return;
   }
-  gemm_onednn(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
+  if (weights) gemm_onednn_w(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
+  else gemm_onednn(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
+}
+
+void loom_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                    const uint16_t *B, int ldb, const float *bias, float beta, float *C,
+                    int ldc) {
+  gemm_bf16(0, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
 }
 
 void loom_gemm_bf16_w(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                       const uint16_t *W, int ldw, const float *bias, float beta, float *C,
                       int ldc) {
-  LOOM_ASSERT(!(bias && beta != 0.0f));
-  LOOM_ASSERT(loom_gemm_bf16_native());
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    loom_gemm_f32(ta, tb, M, N, 0, NULL, 1, NULL, 1, bias, beta, C, ldc);
-    return;
-  }
-  gemm_onednn_w(1, ta, tb, M, N, K, A, lda, W, ldw, bias, beta, C, ldc);
+  gemm_bf16(1, ta, tb, M, N, K, A, lda, W, ldw, bias, beta, C, ldc);
 }
 
 void loom_gemm_weights_changed(const void *base, size_t bytes) {

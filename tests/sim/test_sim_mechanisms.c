@@ -85,6 +85,22 @@ static int seed_point(bool sp, loom_config *cfg, loom_model_spec *spec, loom_sim
   return 0;
 }
 
+/* that point on h100-sxm-hf: the simulator's context and the profile, spec and strategy it
+ * points to */
+typedef struct {
+  loom_hw_profile hw;
+  loom_model_spec spec;
+  loom_sim_strategy st;
+  loom_sim_ctx c;
+} seed_sim;
+
+static void seed_ctx(bool sp, seed_sim *s) {
+  loom_config cfg;
+  CHECK(load_hw(&s->hw, "h100-sxm-hf") == 0, "%s", loom_errmsg());
+  CHECK(seed_point(sp, &cfg, &s->spec, &s->st) == 0, "%s", loom_errmsg());
+  loom_sim_ctx_init(&s->c, &s->spec, &s->hw, &s->st);
+}
+
 /* the bytes each rank sends per step for the 32B grid point at 16k tokens, batch 1 */
 static int seed_bytes(const loom_hw_profile *hw, bool sp, double bytes[LOOM_COLL_COUNT]) {
   loom_config cfg;
@@ -239,15 +255,10 @@ static void test_host_modules(void) {
  * under TP and in the SP windowed blocks; the SP full blocks add the two .tolist() of
  * unpad_batch_to_pack after their all-to-alls; the text layers have none and are chained. */
 static void test_host_syncs(void) {
-  loom_hw_profile hf;
-  CHECK(load_hw(&hf, "h100-sxm-hf") == 0, "%s", loom_errmsg());
   for (int sp = 0; sp < 2; sp++) {
-    loom_config cfg;
-    loom_model_spec spec;
-    loom_sim_strategy st;
-    CHECK(seed_point(sp, &cfg, &spec, &st) == 0, "%s", loom_errmsg());
-    loom_sim_ctx c;
-    loom_sim_ctx_init(&c, &spec, &hf, &st);
+    static seed_sim ss; /* the context points into it */
+    seed_ctx(sp, &ss);
+    loom_sim_ctx c = ss.c;
     static loom_sim_op ops[LOOM_SIM_MAX_OPS];
     int n = loom_sim_embed_ops(&c, ops, LOOM_SIM_MAX_OPS), syncs = 0, items = 0;
     for (int i = 0; i < n; i++) {
@@ -330,15 +341,11 @@ static void test_host_counts(void) {
  * 8 device ops per weight-decay tensor, 7 per other tensor, + 2 CPU ops on `step`; counted by
  * hand for one text layer and one vision block of the 32B seed point (tp 8). */
 static void test_host_optimizer(void) {
-  loom_hw_profile hf;
-  CHECK(load_hw(&hf, "h100-sxm-hf") == 0, "%s", loom_errmsg());
   for (int sp = 0; sp < 2; sp++) {
-    loom_config cfg;
-    loom_model_spec spec;
-    loom_sim_strategy st;
-    CHECK(seed_point(sp, &cfg, &spec, &st) == 0, "%s", loom_errmsg());
-    loom_sim_ctx c;
-    loom_sim_ctx_init(&c, &spec, &hf, &st);
+    static seed_sim ss; /* the context points into it */
+    seed_ctx(sp, &ss);
+    loom_sim_ctx c = ss.c;
+    const loom_hw_profile hf = ss.hw;
     loom_sim_opt_tensors tx, vx;
     /* one text layer, no ends: q k v o gate up down weights (DTensor, decay), q k v biases
      * (DTensor, none), 2 RMSNorm weights (eager, none) */
@@ -350,7 +357,7 @@ static void test_host_optimizer(void) {
     double h = loom_sim_opt_host(&hf, &tx);
     CHECK(fabs(h - 7234e-6) < 1e-9, "text layer optimizer host %.6f s", h);
     loom_sim_opt_tensors_of(&c, 0, true, true, &tx, &vx);
-    int D = spec.vision.depth;
+    int D = ss.spec.vision.depth;
     if (sp) { /* DeepSpeed ZeRO-1: flat partitions, 30 eager ops */
       CHECK(vx.flat == 1, "sp encoder not flat");
       CHECK(fabs(loom_sim_opt_host(&hf, &vx) - 30 * 8e-6) < 1e-12, "sp encoder host");
