@@ -1,7 +1,7 @@
 /* Elementwise kernels of the MLP and the residual stream, vectorised with AVX-512: bias + GELU
  * (tanh form, computed as x * sigmoid(2u), the same function), GELU backward, SwiGLU forward
  * and backward, residual adds, scaling and bias gradients. Every output element is written by
- * one thread; the bias gradient sums rows in order per block of columns. Portable path: plain
+ * one thread; the bias gradient sums fixed row ranges, then the ranges in order. Portable path: plain
  * loops with libm. Shapes: u, act (N,C) or n values; bias (C). */
 #include <immintrin.h>
 #include <math.h>
@@ -99,24 +99,53 @@ static void residual_avx512(float *y, const float *x, const float *a, const floa
     }
 }
 
+/* db (C) += column sums of dy (N,C). Rows are cut into BG_CHUNKS fixed ranges (by N alone, so
+ * the bits do not depend on the thread count); each range is summed row by row into its own
+ * partial row, streaming dy in memory order (column blocks over all rows read dy with a stride
+ * of a whole row: 16 GB/s on Zen 4 with 2 threads), then the partial rows are added in range
+ * order. */
+enum { BG_CHUNKS = 64 };
 static void bias_grad_avx512(float *db, const float *dy, int N, int C) {
-  int nblk = (C + CB - 1) / CB;
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
-  for (int blk = 0; blk < nblk; blk++) {
-    int c0 = blk * CB, w = C - c0 < CB ? C - c0 : CB;
-    __m512 acc[CB / 16];
-    __mmask16 mk[CB / 16];
-    for (int j = 0; j < CB / 16; j++) {
-      acc[j] = _mm512_setzero_ps();
-      mk[j] = w > j * 16 ? v_tail((size_t)(w - j * 16)) : 0;
+  if (N <= 0) return;
+  const int nch = N < BG_CHUNKS ? N : BG_CHUNKS, par = (size_t)N * C >= FAST_PAR_MIN;
+  float *part = loom_alloc((size_t)nch * C * sizeof(float)); /* (nch, C) */
+#pragma omp parallel for schedule(static) if (par)
+  for (int ch = 0; ch < nch; ch++) {
+    const int r0 = (int)((long)N * ch / nch), r1 = (int)((long)N * (ch + 1) / nch);
+    float *p = part + (size_t)ch * C;
+    memcpy(p, dy + (size_t)r0 * C, (size_t)C * sizeof(float));
+    /* blocks of BG_ROWS rows (in L2) swept per 64 columns with the sums in registers: the
+     * partial row is loaded and stored once per block instead of once per row */
+    enum { BG_ROWS = 16 };
+    for (int rb = r0 + 1; rb < r1; rb += BG_ROWS) {
+      const int re = rb + BG_ROWS < r1 ? rb + BG_ROWS : r1;
+      for (int c = 0; c < C; c += 64) {
+        __mmask16 m[4];
+        __m512 acc[4];
+        for (int j = 0; j < 4; j++) {
+          m[j] = c + 16 * j < C ? v_tail((size_t)(C - c - 16 * j)) : 0;
+          acc[j] = _mm512_maskz_loadu_ps(m[j], p + c + 16 * j);
+        }
+        for (int r = rb; r < re; r++) {
+          const float *row = dy + (size_t)r * C + c;
+          for (int j = 0; j < 4; j++)
+            acc[j] = _mm512_add_ps(acc[j], _mm512_maskz_loadu_ps(m[j], row + 16 * j));
+        }
+        for (int j = 0; j < 4; j++) _mm512_mask_storeu_ps(p + c + 16 * j, m[j], acc[j]);
+      }
     }
-    for (int n = 0; n < N; n++)
-      for (int j = 0; j < CB / 16 && mk[j]; j++)
-        acc[j] = _mm512_add_ps(acc[j], _mm512_maskz_loadu_ps(mk[j], dy + (size_t)n * C + c0 + 16 * j));
-    for (int j = 0; j < CB / 16 && mk[j]; j++)
-      _mm512_mask_storeu_ps(db + c0 + 16 * j, mk[j],
-                            _mm512_add_ps(_mm512_maskz_loadu_ps(mk[j], db + c0 + 16 * j), acc[j]));
   }
+  const int nv = (C + 15) / 16;
+#pragma omp parallel for schedule(static) if (par)
+  for (int v = 0; v < nv; v++) {
+    const int c = 16 * v;
+    __mmask16 m = v_tail((size_t)(C - c));
+    __m512 acc = _mm512_maskz_loadu_ps(m, part + c);
+    for (int ch = 1; ch < nch; ch++)
+      acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, part + (size_t)ch * C + c));
+    _mm512_mask_storeu_ps(db + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, db + c), acc));
+  }
+  loom_free(part);
 }
 #pragma GCC pop_options
 
