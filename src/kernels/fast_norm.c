@@ -99,15 +99,16 @@ enum { NB_CHUNKS = 64 };
 static void norm_bwd_avx512(float *dx, float *dw, float *db, const float *dy, const float *x,
                             const float *w, const float *mean, const float *rstd, int N, int C) {
   if (N <= 0) return;
-  const int want_b = db && mean, want_w = dw || want_b;
-  const int nch = N < NB_CHUNKS ? N : NB_CHUNKS;
-  float *pw = want_w ? loom_alloc((size_t)2 * nch * C * sizeof(float)) : NULL; /* (2, nch, C) */
-  float *pb = pw ? pw + (size_t)nch * C : NULL;
+  const int want_b = db && mean, nch = N < NB_CHUNKS ? N : NB_CHUNKS;
+  /* partial rows (nch, C) of dw and of db, each only when asked for */
+  float *pw = dw ? loom_alloc((size_t)nch * C * sizeof(float)) : NULL;
+  float *pb = want_b ? loom_alloc((size_t)nch * C * sizeof(float)) : NULL;
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
   for (int ch = 0; ch < nch; ch++) {
     const int r0 = (int)((long)N * ch / nch), r1 = (int)((long)N * (ch + 1) / nch);
     float *qw = pw ? pw + (size_t)ch * C : NULL, *qb = pb ? pb + (size_t)ch * C : NULL;
-    if (qw) memset(qw, 0, (size_t)C * sizeof(float)), memset(qb, 0, (size_t)C * sizeof(float));
+    if (qw) memset(qw, 0, (size_t)C * sizeof(float));
+    if (qb) memset(qb, 0, (size_t)C * sizeof(float));
     for (int n = r0; n < r1; n++) {
       const float *xr = x + (size_t)n * C, *dyr = dy + (size_t)n * C;
       float *dxr = dx ? dx + (size_t)n * C : NULL;
@@ -151,25 +152,28 @@ static void norm_bwd_avx512(float *dx, float *dw, float *db, const float *dy, co
         if (qw) {
           __m512 xh = _mm512_mul_ps(_mm512_sub_ps(xv, vmu), vrs);
           _mm512_mask_storeu_ps(qw + c, m, _mm512_fmadd_ps(d, xh, _mm512_maskz_loadu_ps(m, qw + c)));
-          _mm512_mask_storeu_ps(qb + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, qb + c), d));
         }
+        if (qb) _mm512_mask_storeu_ps(qb + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, qb + c), d));
       }
     }
   }
-  if (!pw) return;
+  const float *parts[2] = {pw, pb};
+  float *outs[2] = {dw, want_b ? db : NULL};
+  for (int k = 0; k < 2; k++) {
+    if (!parts[k]) continue;
+    const float *pk = parts[k];
+    float *o = outs[k];
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
-  for (int v = 0; v < (C + 15) / 16; v++) {
-    const int c = 16 * v;
-    __mmask16 m = v_tail((size_t)(C - c));
-    __m512 aw = _mm512_maskz_loadu_ps(m, pw + c), ab = _mm512_maskz_loadu_ps(m, pb + c);
-    for (int ch = 1; ch < nch; ch++) {
-      aw = _mm512_add_ps(aw, _mm512_maskz_loadu_ps(m, pw + (size_t)ch * C + c));
-      ab = _mm512_add_ps(ab, _mm512_maskz_loadu_ps(m, pb + (size_t)ch * C + c));
+    for (int v = 0; v < (C + 15) / 16; v++) {
+      const int c = 16 * v;
+      __mmask16 m = v_tail((size_t)(C - c));
+      __m512 a = _mm512_maskz_loadu_ps(m, pk + c);
+      for (int ch = 1; ch < nch; ch++) a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(m, pk + (size_t)ch * C + c));
+      _mm512_mask_storeu_ps(o + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + c), a));
     }
-    if (dw) _mm512_mask_storeu_ps(dw + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dw + c), aw));
-    if (want_b) _mm512_mask_storeu_ps(db + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, db + c), ab));
   }
   loom_free(pw);
+  loom_free(pb);
 }
 #pragma GCC pop_options
 

@@ -98,7 +98,12 @@ static void init(void) {
   DNNL_CHECK(dnnl_stream_create(&G.stream, G.eng, dnnl_stream_default_flags));
   snprintf(G.isa, sizeof G.isa, "%s", isa_name(dnnl_get_effective_cpu_isa()));
   const char *force = getenv("LOOM_GEMM_PACK");
-  if (force && *force && G.force == WM_DECIDE) G.force = atoi(force) ? WM_PACKED : WM_PLAIN;
+  if (force && strcmp(force, "0") && strcmp(force, "1")) { /* a user's setting: refuse typos */
+    fprintf(stderr, "loom: LOOM_GEMM_PACK=%s is not 0 or 1: use 0 for plain bf16 weights, 1 for "
+            "oneDNN's blocked layout, or unset it to let loom measure which is faster\n", force);
+    exit(2);
+  }
+  if (force && G.force == WM_DECIDE) G.force = force[0] == '1' ? WM_PACKED : WM_PLAIN;
   G.ready = 1;
 }
 

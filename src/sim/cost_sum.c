@@ -53,18 +53,12 @@ void loom_sim_cost_of(const loom_sim_op *ops, int n, loom_sim_cost *out) {
     int j = i;
     do j++;
     while (j < n && ops[i].module != 0 && ops[j].module == ops[i].module);
-    double dev, host, t;
-    if (ops[i].module == 0 || ops[i].chained) {
-      dev = 0, host = 0;
-      for (int q = i; q < j; q++) {
-        if (!(ops[q].type == LOOM_OP_COMM && ops[q].hidden)) dev += ops[q].time;
-        host += ops[q].host;
-      }
-      t = fmax(dev, host);
-      if (ops[i].module != 0 && host > 0)
-        out->startup[ops[i].phase] += loom_sim_module_time(ops + i, j - i, NULL, NULL) - t;
-    } else {
-      t = loom_sim_module_time(ops + i, j - i, &dev, &host);
+    double dev, host, t = loom_sim_module_time(ops + i, j - i, &dev, &host);
+    if (ops[i].module == 0 || ops[i].chained) { /* max(device, host); a chain's first copy's
+                                                   extra wait once, as start-up */
+      double steady = fmax(dev, host);
+      if (ops[i].module != 0) out->startup[ops[i].phase] += t - steady;
+      t = steady;
     }
     if (t > dev) {
       out->t[ops[i].phase] += t - dev;
