@@ -255,6 +255,9 @@ void loom_residual_add_f32(float *y, const float *x, const float *a, const float
 void loom_scale_f32(float *y, const float *x, float s, size_t n);
 /* db(C) += column sums of dy (N,C); deterministic for any thread count */
 void loom_bias_grad_f32(float *db, const float *dy, int N, int C);
+/* loom_bias_grad_f32 and, in the same pass over dy, dy16 (N,C) = loom_f32_to_bf16_n of dy: the
+ * same bits as the two calls, one read of dy instead of two. */
+void loom_bias_grad_bf16_out(float *db, uint16_t *dy16, const float *dy, int N, int C);
 /* Bias + GELU (tanh form): u += bias (per row of C, bias may be NULL), then act = gelu(u). */
 void loom_bias_gelu_forward_f32(float *u, float *act, const float *bias, int N, int C);
 /* Writes du = dact * gelu'(u) (n values). */

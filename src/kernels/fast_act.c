@@ -105,7 +105,9 @@ static void residual_avx512(float *y, const float *x, const float *a, const floa
  * of a whole row: 16 GB/s on Zen 4 with 2 threads), then the partial rows are added in range
  * order. */
 enum { BG_CHUNKS = 64 };
-static void bias_grad_avx512(float *db, const float *dy, int N, int C) {
+/* dy16 (N,C), when not NULL: bf16 of dy written in the same pass (the read dy is the larger
+ * cost; converting it again for the bf16 GEMMs would read it twice) */
+static void bias_grad_avx512(float *db, uint16_t *dy16, const float *dy, int N, int C) {
   if (N <= 0) return;
   const int nch = N < BG_CHUNKS ? N : BG_CHUNKS, par = (size_t)N * C >= FAST_PAR_MIN;
   float *part = loom_alloc((size_t)nch * C * sizeof(float)); /* (nch, C) */
@@ -114,6 +116,12 @@ static void bias_grad_avx512(float *db, const float *dy, int N, int C) {
     const int r0 = (int)((long)N * ch / nch), r1 = (int)((long)N * (ch + 1) / nch);
     float *p = part + (size_t)ch * C;
     memcpy(p, dy + (size_t)r0 * C, (size_t)C * sizeof(float));
+    if (dy16)
+      for (int c = 0; c < C; c += 16) {
+        __mmask16 m = v_tail((size_t)(C - c));
+        _mm256_mask_storeu_epi16(dy16 + (size_t)r0 * C + c, m,
+                                 v_bf16_bits(_mm512_maskz_loadu_epi32(m, p + c)));
+      }
     /* blocks of BG_ROWS rows (in L2) swept per 64 columns with the sums in registers: the
      * partial row is loaded and stored once per block instead of once per row */
     enum { BG_ROWS = 16 };
@@ -126,11 +134,22 @@ static void bias_grad_avx512(float *db, const float *dy, int N, int C) {
           m[j] = c + 16 * j < C ? v_tail((size_t)(C - c - 16 * j)) : 0;
           acc[j] = _mm512_maskz_loadu_ps(m[j], p + c + 16 * j);
         }
-        for (int r = rb; r < re; r++) {
-          const float *row = dy + (size_t)r * C + c;
-          for (int j = 0; j < 4; j++)
-            acc[j] = _mm512_add_ps(acc[j], _mm512_maskz_loadu_ps(m[j], row + 16 * j));
-        }
+        if (dy16)
+          for (int r = rb; r < re; r++) {
+            const float *row = dy + (size_t)r * C + c;
+            uint16_t *row16 = dy16 + (size_t)r * C + c;
+            for (int j = 0; j < 4; j++) {
+              __m512 v = _mm512_maskz_loadu_ps(m[j], row + 16 * j);
+              acc[j] = _mm512_add_ps(acc[j], v);
+              _mm256_mask_storeu_epi16(row16 + 16 * j, m[j], v_bf16_bits(_mm512_castps_si512(v)));
+            }
+          }
+        else
+          for (int r = rb; r < re; r++) {
+            const float *row = dy + (size_t)r * C + c;
+            for (int j = 0; j < 4; j++)
+              acc[j] = _mm512_add_ps(acc[j], _mm512_maskz_loadu_ps(m[j], row + 16 * j));
+          }
         for (int j = 0; j < 4; j++) _mm512_mask_storeu_ps(p + c + 16 * j, m[j], acc[j]);
       }
     }
@@ -249,7 +268,7 @@ void loom_scale_f32(float *y, const float *x, float s, size_t n) {
 
 static void loom_bias_grad_f32_run(float *db, const float *dy, int N, int C) {
   if (fast_avx512()) {
-    bias_grad_avx512(db, dy, N, C);
+    bias_grad_avx512(db, NULL, dy, N, C);
     return;
   }
   loom_linear_backward_f32(NULL, NULL, db, dy, NULL, NULL, N, 0, C);
@@ -259,4 +278,17 @@ void loom_bias_grad_f32(float *db, const float *dy, int N, int C) {
   LOOM_PROF_PUSH(LOOM_PART_ACT);
   loom_bias_grad_f32_run(db, dy, N, C);
   LOOM_PROF_POP(0, 4.0 * ((double)N * C + 2.0 * C)); /* dy read, db accumulated */
+}
+
+void loom_bias_grad_bf16_out(float *db, uint16_t *dy16, const float *dy, int N, int C) {
+  const char *a = (const char *)dy16, *b = (const char *)dy;
+  size_t n = (size_t)N * C;
+  if (!fast_avx512() || (a < b + 4 * n && b < a + 2 * n)) { /* two passes, the same values */
+    loom_bias_grad_f32(db, dy, N, C);
+    loom_f32_to_bf16_n(dy16, dy, (size_t)N * C);
+    return;
+  }
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  bias_grad_avx512(db, dy16, dy, N, C);
+  LOOM_PROF_POP(0, 6.0 * N * C + 8.0 * C); /* dy read, dy16 written, db accumulated */
 }

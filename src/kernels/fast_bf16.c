@@ -16,18 +16,11 @@ static void cvt_generic(uint16_t *dst, const float *src, size_t n) {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma")
+#include "kernels/vmath_avx512.h"
 static void cvt_avx512(uint16_t *dst, const float *src, size_t n) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-  const __m512i qbit = _mm512_set1_epi32(0x40);
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
-    __m512i u = _mm512_maskz_loadu_epi32(m, src + i);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
-    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), qbit);
-    _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(r));
+    _mm256_mask_storeu_epi16(dst + i, m, v_bf16_bits(_mm512_maskz_loadu_epi32(m, src + i)));
   }
 }
 #pragma GCC pop_options

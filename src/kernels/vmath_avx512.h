@@ -1,5 +1,6 @@
 /* AVX-512 vector math for the fast kernels: exp (Cephes expf polynomial, <= 2 ulp on the
- * normal range, 0 below -104, inf above 89, NaN kept), sigmoid, horizontal sums/max.
+ * normal range, 0 below -104, inf above 89, NaN kept), sigmoid, fp32 -> bf16 rounding,
+ * horizontal sums/max.
  * Include only inside a region compiled with #pragma GCC target("avx512f,avx512bw,avx512dq,
  * avx512vl,fma"). */
 #ifndef LOOM_VMATH_AVX512_H
@@ -28,6 +29,18 @@ static inline __m512 v_exp(__m512 x) {
 static inline __m512 v_sigmoid(__m512 x) {
   __m512 one = _mm512_set1_ps(1.0f);
   return _mm512_div_ps(one, _mm512_add_ps(one, v_exp(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+
+/* bf16 of 16 floats given as bits, round to nearest even, NaN quieted, subnormals kept: bit
+ * for bit loom_f32_to_bf16 (the AVX512-BF16 conversion would flush subnormals) */
+static inline __m256i v_bf16_bits(__m512i u) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
 }
 
 /* mask of the first n (0..16) lanes */

@@ -131,12 +131,13 @@ void dec_linear_bwd_kept(loom_decoder *d, float *dx, size_t w_off, size_t b_off,
                          int N, int flags) {
   float *dw = d->grads + w_off;
   float beta = flags & LIN_DX_OVERWRITE ? 0.0f : 1.0f;
-  if (b_off != NONE) /* bias gradient from the unrounded fp32 dy */
-    loom_bias_grad_f32(d->grads + b_off, dy, M, N);
   const uint16_t *w16 = dec_weights16(d);
   if (w16) {
     uint16_t *dy16 = (uint16_t *)d->s->round_dy;
-    loom_f32_to_bf16_n(dy16, dy, (size_t)M * N);
+    if (b_off != NONE) /* bias gradient from the unrounded fp32 dy, bf16(dy) in the same pass */
+      loom_bias_grad_bf16_out(d->grads + b_off, dy16, dy, M, N);
+    else
+      loom_f32_to_bf16_n(dy16, dy, (size_t)M * N);
     if (!x16) x16 = dec_input16(d, x, (size_t)M * K, flags);
     if (dx) {
       LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_DGRAD));
@@ -148,6 +149,8 @@ void dec_linear_bwd_kept(loom_decoder *d, float *dx, size_t w_off, size_t b_off,
     LOOM_PROF_POP(2.0 * M * N * K, 0);
     return;
   }
+  if (b_off != NONE) /* bias gradient from the unrounded fp32 dy */
+    loom_bias_grad_f32(d->grads + b_off, dy, M, N);
   if (d->bf16) {
     loom_round_bf16_f32(d->s->round_dy, dy, (size_t)M * N);
     dy = d->s->round_dy;

@@ -409,12 +409,34 @@ static void test_masked_ref_fd(loom_attn_mask mask) {
   loom_free(dout), loom_free(out), loom_free(lse);
 }
 
+/* loom_bias_grad_bf16_out against its two separate passes, bitwise: db, and bf16(dy) with
+ * ties, NaN, infinities and subnormals among the values (row and column tails included) */
+static void test_bias_grad_bf16_out(int N, int C) {
+  size_t n = (size_t)N * C;
+  float *dy = falloc(n), *db1 = falloc(C), *db2 = falloc(C);
+  uint16_t *a = loom_alloc(n * sizeof(uint16_t)), *b = loom_alloc(n * sizeof(uint16_t));
+  for (size_t i = 0; i < n; i++) dy[i] = (float)loom_rng_normal(&ktest_rng);
+  const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0xff800000u, 0x00000001u,
+                              0x807fffffu, 0x7f7fffffu, 0x80000000u};
+  for (size_t k = 0; k < 8 && k * 97 < n; k++) memcpy(dy + k * 97, special + k, 4);
+  for (int c = 0; c < C; c++) db1[c] = db2[c] = (float)c * 0.25f;
+  loom_bias_grad_f32(db1, dy, N, C);
+  loom_f32_to_bf16_n(a, dy, n);
+  loom_bias_grad_bf16_out(db2, b, dy, N, C);
+  CHECK(!memcmp(db1, db2, (size_t)C * sizeof(float)), "bias grad + bf16 out: db N=%d C=%d", N, C);
+  CHECK(!memcmp(a, b, n * sizeof(uint16_t)), "bias grad + bf16 out: bf16(dy) N=%d C=%d", N, C);
+  loom_free(dy), loom_free(db1), loom_free(db2), loom_free(a), loom_free(b);
+}
+
 static void run_all(void) {
   test_bf16();
   test_norm(130, 200, 1);
   test_norm(130, 200, 0);
   test_norm(3, 768, 1);
   test_act(65, 300);
+  test_bias_grad_bf16_out(130, 200);
+  test_bias_grad_bf16_out(1000, 768); /* more rows than the 64 fixed ranges */
+  test_bias_grad_bf16_out(3, 17);
   test_xent(37, 1000, 1024);
   test_xent_bf16(37, 1000, 1024);
   test_xent_bf16(5, 33, 35); /* short rows, odd widths */
