@@ -71,16 +71,7 @@ void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const fl
   LOOM_PROF_PUSH(LOOM_PART_ATTN_BWD);
   const int par = (size_t)B * Hq * T * T * D >= FAST_PAR_MIN;
   /* delta (B,Hq,T) = rowsum(dout * out) */
-#pragma omp parallel for collapse(2) schedule(static) if (par)
-  for (int b = 0; b < B; b++)
-    for (int t = 0; t < T; t++)
-      for (int h = 0; h < Hq; h++) {
-        const float *o = out + (((size_t)b * T + t) * Hq + h) * D;
-        const float *g = dout + (((size_t)b * T + t) * Hq + h) * D;
-        float acc = 0;
-        for (int d = 0; d < D; d++) acc += o[d] * g[d];
-        work[((size_t)b * Hq + h) * T + t] = acc;
-      }
+  ftile_delta(work, out, dout, B, T, Hq, D, 0, par);
   bwd_args a = {dq, dk, dv, dout, out, lse, q, k, v, work, T, Hq, Hkv, D, mask,
                 fast_avx512() && D % 16 == 0};
   const int group = Hq / Hkv, nqt = (T + BQ - 1) / BQ;

@@ -40,12 +40,18 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uin
   uint32_t Pb[BK * BQ / 2], dSb[BK * BQ / 2], dSp[BK / 2 * BQ]; /* (BK,BQ/2) x2, (BK/2,BQ) */
   float lse[BQ], delta[BQ];
   ftile_vis vis;
+  ftile_span sp;
   ftile_transpose_in(Qt, a->q + qoff, ldq, nq, D);
   fb_pack_vnni(path, Qp, BQ, Qt, BQ, D, BQ, DP);
   ftile_transpose_in(Qt, a->dout + qoff, ldq, nq, D); /* Qt reused for dO_i^T */
   fb_pack_vnni(path, dOp, BQ, Qt, BQ, D, BQ, DP);
   fb_pack_vnni(path, Qv, D, a->q + qoff, ldq, nq, D, nqp);
   fb_pack_vnni(path, dOv, D, a->dout + qoff, ldq, nq, D, nqp);
+  if (t0 + BQ < T) { /* the next query tile's Q and dO, while this one computes */
+    const int nn = T - t0 - BQ < BQ ? T - t0 - BQ : BQ;
+    ftile_prefetch_rows(a->q + qoff + BQ * ldq, ldq, nn, D);
+    ftile_prefetch_rows(a->dout + qoff + BQ * ldq, ldq, nn, D);
+  }
   for (int r = 0; r < BQ; r++) {
     size_t row = ((size_t)b * a->Hq + h) * T + t0 + r;
     lse[r] = r < nq ? a->lse[row] : 0.0f;
@@ -59,8 +65,22 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uin
     const size_t koff = (((size_t)b * T + s0) * a->Hkv + kh) * D;
     const uint32_t *Kb = Kall + (size_t)s0 * DP, *Vb = Vall + (size_t)s0 * DP;
     const uint32_t *Kv = Kvall + (size_t)(s0 / 2) * D;
-    fb_mm(path, St, BQ, Kb, DP, 1, Qp, BQ, nk, BQ, DP, 0);   /* St = K_j Q_i^T */
-    fb_mm(path, dPt, BQ, Vb, DP, 1, dOp, BQ, nk, BQ, DP, 0); /* dPt = V_j dO_i^T */
+    if (vis.full) {
+      fb_mm(path, St, BQ, Kb, DP, 1, Qp, BQ, nk, BQ, DP, 0);   /* St = K_j Q_i^T */
+      fb_mm(path, dPt, BQ, Vb, DP, 1, dOp, BQ, nk, BQ, DP, 0); /* dPt = V_j dO_i^T */
+    } else { /* a partly visible tile (the diagonal): the blocks with visible scores only */
+      ftile_span_of(&vis, nk, nq, &sp);
+      memset(St, 0, (size_t)nk * BQ * sizeof(float));
+      memset(dPt, 0, (size_t)nk * BQ * sizeof(float));
+      for (int kb = 0; 16 * kb < nk; kb++)
+        if (sp.q0[kb] < sp.q1[kb]) {
+          int rows = nk - 16 * kb < 16 ? nk - 16 * kb : 16, c0 = sp.q0[kb], nc = sp.q1[kb] - c0;
+          fb_mm(path, St + 16 * kb * BQ + c0, BQ, Kb + (size_t)16 * kb * DP, DP, 1, Qp + c0, BQ,
+                rows, nc, DP, 0);
+          fb_mm(path, dPt + 16 * kb * BQ + c0, BQ, Vb + (size_t)16 * kb * DP, DP, 1, dOp + c0,
+                BQ, rows, nc, DP, 0);
+        }
+    }
     if (path == FB_BF16) { /* P, dS straight to their three bf16 layouts */
       fb_bwd_p_ds_pack(St, dPt, nk, nq, &vis, scale, lse, delta, Pb, dSb, dSp);
     } else {
@@ -69,12 +89,36 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uin
       fb_pack_rows(path, dSb, BQ / 2, dPt, BQ, nk, BQ, nk); /* dS^T rows, query pairs */
       fb_pack_vnni(path, dSp, BQ, dPt, BQ, nk, BQ, nkp);    /* dS as key pairs */
     }
-    if (a->dv) /* dV_j (nk,D) += P^T (nk,nq) dO_i (nq,D) */
-      fb_mm(path, a->dv + koff, (int)ldk, Pb, BQ / 2, 1, dOv, D, nk, D, nqp, 1);
-    if (a->dk) /* dK_j += dS^T Q_i */
-      fb_mm(path, a->dk + koff, (int)ldk, dSb, BQ / 2, 1, Qv, D, nk, D, nqp, 1);
-    /* dQ_i (nq,D) += dS (nq,nk) K_j (nk,D) */
-    fb_mm(path, dQ, D, dSp, 1, BQ, Kv, D, nq, D, nkp, 1);
+    if (vis.full) {
+      if (a->dv) /* dV_j (nk,D) += P^T (nk,nq) dO_i (nq,D) */
+        fb_mm(path, a->dv + koff, (int)ldk, Pb, BQ / 2, 1, dOv, D, nk, D, nqp, 1);
+      if (a->dk) /* dK_j += dS^T Q_i */
+        fb_mm(path, a->dk + koff, (int)ldk, dSb, BQ / 2, 1, Qv, D, nk, D, nqp, 1);
+      /* dQ_i (nq,D) += dS (nq,nk) K_j (nk,D) */
+      fb_mm(path, dQ, D, dSp, 1, BQ, Kv, D, nq, D, nkp, 1);
+      continue;
+    }
+    /* partly visible: each block of 16 keys over the query pairs it sees, each block of 16
+     * queries over the key pairs it sees (P and dS are 0 elsewhere) */
+    for (int kb = 0; 16 * kb < nk; kb++) {
+      int rows = nk - 16 * kb < 16 ? nk - 16 * kb : 16;
+      int p0 = sp.q0[kb] / 2, p1 = sp.q1[kb] / 2 < nqp ? sp.q1[kb] / 2 : nqp;
+      size_t o = koff + (size_t)16 * kb * ldk;
+      if (p0 >= p1) continue;
+      if (a->dv)
+        fb_mm(path, a->dv + o, (int)ldk, Pb + 16 * kb * (BQ / 2) + p0, BQ / 2, 1,
+              dOv + (size_t)p0 * D, D, rows, D, p1 - p0, 1);
+      if (a->dk)
+        fb_mm(path, a->dk + o, (int)ldk, dSb + 16 * kb * (BQ / 2) + p0, BQ / 2, 1,
+              Qv + (size_t)p0 * D, D, rows, D, p1 - p0, 1);
+    }
+    for (int qb = 0; 16 * qb < nq; qb++) {
+      int rows = nq - 16 * qb < 16 ? nq - 16 * qb : 16;
+      int p0 = sp.k0[qb] / 2, p1 = (sp.k1[qb] + 1) / 2;
+      if (sp.k0[qb] < sp.k1[qb])
+        fb_mm(path, dQ + 16 * qb * D, D, dSp + (size_t)p0 * BQ + 16 * qb, 1, BQ,
+              Kv + (size_t)p0 * D, D, rows, D, p1 - p0, 1);
+    }
   }
   if (a->dq)
     for (int r = 0; r < nq; r++)
@@ -90,16 +134,7 @@ void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const f
   LOOM_PROF_PUSH(LOOM_PART_ATTN_BWD);
   const int par = (size_t)B * Hq * T * T * D >= FAST_PAR_MIN;
   /* delta (B,Hq,T) = rowsum(bf16(dout) * out): the dO the products see */
-#pragma omp parallel for collapse(2) schedule(static) if (par)
-  for (int b = 0; b < B; b++)
-    for (int t = 0; t < T; t++)
-      for (int h = 0; h < Hq; h++) {
-        const float *o = out + (((size_t)b * T + t) * Hq + h) * D;
-        const float *g = dout + (((size_t)b * T + t) * Hq + h) * D;
-        float acc = 0;
-        for (int d = 0; d < D; d++) acc += o[d] * loom_bf16_round(g[d]);
-        work[((size_t)b * Hq + h) * T + t] = acc;
-      }
+  ftile_delta(work, out, dout, B, T, Hq, D, 1, par);
   bwd_args a = {dq, dk, dv, dout, lse, q, k, v, work, T, Hq, Hkv, D, mask, fb_path(D)};
   const int group = Hq / Hkv, nqt = (T + BQ - 1) / BQ, DP = (D + 1) / 2;
   const long ldk = (long)Hkv * D;

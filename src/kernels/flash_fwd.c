@@ -37,12 +37,10 @@ static void query_tile(float *out, float *lse, const float *q, const float *k, c
     ftile_scale_cols(simd, Ot, D, alpha);
     ftile_mm(simd, Ot, BQ, vj, 1, ldk, St, BQ, D, BQ, nk, 1);         /* Ot += V_j^T P^T */
   }
-  for (int r = 0; r < nq; r++) { /* a query that saw no key (a ring block): 0, lse -inf */
-    float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-    float *orow = out + (((size_t)b * T + t0 + r) * Hq + h) * D;
-    for (int d = 0; d < D; d++) orow[d] = Ot[(size_t)d * BQ + r] * inv;
+  /* a query that saw no key (a ring block): 0, lse -inf */
+  ftile_store_out(out + (((size_t)b * T + t0) * Hq + h) * D, ldq, Ot, l, nq, D);
+  for (int r = 0; r < nq; r++)
     lse[((size_t)b * Hq + h) * T + t0 + r] = l[r] > 0 ? m[r] + logf(l[r]) : -INFINITY;
-  }
 }
 
 void loom_flash_attention_forward_f32(float *out, float *lse, const float *q, const float *k,

@@ -29,16 +29,29 @@ static void query_tile(float *out, float *lse, const float *q, const uint32_t *K
   uint32_t Qp[DP * BQ], Pp[BK / 2 * BQ];                 /* pairs: (DP,BQ) (BK/2,BQ) */
   float m[BQ], l[BQ], alpha[BQ];
   ftile_vis vis;
+  ftile_span sp;
   for (int r = 0; r < BQ; r++) m[r] = -INFINITY, l[r] = 0.0f;
   memset(Ot, 0, sizeof Ot);
   ftile_transpose_in(Qt, q + (((size_t)b * T + t0) * Hq + h) * D, ldq, nq, D);
   fb_pack_vnni(path, Qp, BQ, Qt, BQ, D, BQ, DP); /* Q_i^T as pairs of head-dim rows */
+  if (t0 >= BQ) /* the query tile visited next (tiles run backwards), while this one computes */
+    ftile_prefetch_rows(q + (((size_t)b * T + t0 - BQ) * Hq + h) * D, ldq, BQ, D);
   int j0 = fmask_lo(mask, b, t0, T) / BK, j1 = fmask_hi(mask, b, t0 + nq - 1, T) / BK;
   for (int j = j0; j <= j1; j++) {
     int s0 = j * BK, nk = T - s0 < BK ? T - s0 : BK, nkp = (nk + 1) / 2;
     if (!fmask_tile(mask, b, T, t0, nq, s0, nk, &vis)) continue;
     const uint32_t *Kb = Kall + (size_t)s0 * DP, *Vp = Vall + (size_t)(s0 / 2) * D;
-    fb_mm(path, St, BQ, Kb, DP, 1, Qp, BQ, nk, BQ, DP, 0);          /* St = K_j Q_i^T */
+    if (vis.full) {
+      fb_mm(path, St, BQ, Kb, DP, 1, Qp, BQ, nk, BQ, DP, 0);        /* St = K_j Q_i^T */
+    } else { /* a partly visible tile (the diagonal): the blocks with visible scores only */
+      ftile_span_of(&vis, nk, nq, &sp);
+      memset(St, 0, (size_t)nk * BQ * sizeof(float));
+      for (int kb = 0; 16 * kb < nk; kb++)
+        if (sp.q0[kb] < sp.q1[kb])
+          fb_mm(path, St + 16 * kb * BQ + sp.q0[kb], BQ, Kb + (size_t)16 * kb * DP, DP, 1,
+                Qp + sp.q0[kb], BQ, nk - 16 * kb < 16 ? nk - 16 * kb : 16, sp.q1[kb] - sp.q0[kb],
+                DP, 0);
+    }
     if (path == FB_BF16) { /* P^T as key pairs straight from the exp */
       fb_softmax_pack(St, nk, nq, &vis, scale, m, l, alpha, Pp);
     } else {
@@ -46,14 +59,21 @@ static void query_tile(float *out, float *lse, const float *q, const uint32_t *K
       fb_pack_vnni(path, Pp, BQ, St, BQ, nk, BQ, nkp);                /* P^T as key pairs */
     }
     ftile_scale_cols(simd, Ot, D, alpha);
-    fb_mm(path, Ot, BQ, Vp, 1, D, Pp, BQ, D, BQ, nkp, 1);           /* Ot += V_j^T P^T */
+    if (vis.full) {
+      fb_mm(path, Ot, BQ, Vp, 1, D, Pp, BQ, D, BQ, nkp, 1);         /* Ot += V_j^T P^T */
+    } else { /* each block of 16 queries over the key pairs it sees (P = 0 elsewhere) */
+      for (int qb = 0; qb < BQ / 16; qb++)
+        if (sp.k0[qb] < sp.k1[qb]) {
+          int p0 = sp.k0[qb] / 2, p1 = (sp.k1[qb] + 1) / 2;
+          fb_mm(path, Ot + 16 * qb, BQ, Vp + (size_t)p0 * D, 1, D, Pp + (size_t)p0 * BQ + 16 * qb,
+                BQ, D, 16, p1 - p0, 1);
+        }
+    }
   }
-  for (int r = 0; r < nq; r++) {
-    float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f; /* a query that saw no key: 0, lse -inf */
-    float *orow = out + (((size_t)b * T + t0 + r) * Hq + h) * D;
-    for (int d = 0; d < D; d++) orow[d] = Ot[(size_t)d * BQ + r] * inv;
+  /* a query that saw no key (a ring block): 0, lse -inf */
+  ftile_store_out(out + (((size_t)b * T + t0) * Hq + h) * D, ldq, Ot, l, nq, D);
+  for (int r = 0; r < nq; r++)
     lse[((size_t)b * Hq + h) * T + t0 + r] = l[r] > 0 ? m[r] + logf(l[r]) : -INFINITY;
-  }
 }
 
 void loom_flash_attention_forward_bf16(float *out, float *lse, const float *q, const float *k,

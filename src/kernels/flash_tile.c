@@ -25,13 +25,39 @@ static void mm_generic(float *C, int ldc, const float *A, long ai, long ap, cons
   }
 }
 
-void ftile_transpose_in(float *Xt, const float *src, long ld, int nrows, int D) {
+static void transpose_generic(float *Xt, const float *src, long ld, int nrows, int D) {
   for (int d = 0; d < D; d++) {
     float *row = Xt + (size_t)d * BQ;
     for (int r = 0; r < nrows; r++) row[r] = src[r * ld + d];
     for (int r = nrows; r < BQ; r++) row[r] = 0;
   }
 }
+void ftile_span_of(const ftile_vis *vis, int nk, int nq, ftile_span *sp) {
+  for (int b = 0; b < BK / 16; b++) sp->q0[b] = BQ, sp->q1[b] = 0;
+  for (int b = 0; b < BQ / 16; b++) sp->k0[b] = BK, sp->k1[b] = 0;
+  for (int c = 0; c < nk; c++) {
+    int lo = vis->full ? 0 : vis->rlo[c], hi = vis->full ? nq - 1 : vis->rhi[c];
+    if (hi > nq - 1) hi = nq - 1;
+    if (lo > hi) continue;
+    int kb = c / 16;
+    if (lo < sp->q0[kb]) sp->q0[kb] = lo;
+    if (hi + 1 > sp->q1[kb]) sp->q1[kb] = hi + 1;
+    for (int qb = lo / 16; qb <= hi / 16; qb++) {
+      if (c < sp->k0[qb]) sp->k0[qb] = c;
+      if (c + 1 > sp->k1[qb]) sp->k1[qb] = c + 1;
+    }
+  }
+  for (int b = 0; b < BK / 16; b++) { /* whole blocks of 16, clipped to the tile */
+    sp->q0[b] &= ~15;
+    sp->q1[b] = (sp->q1[b] + 15) & ~15; /* <= BQ: columns are whole vectors */
+  }
+  for (int b = 0; b < BQ / 16; b++) {
+    sp->k0[b] &= ~15;
+    sp->k1[b] = (sp->k1[b] + 15) & ~15;
+    if (sp->k1[b] > nk) sp->k1[b] = nk;
+  }
+}
+
 static int visible(const ftile_vis *vis, int c, int r) {
   return vis->full || (r >= vis->rlo[c] && r <= vis->rhi[c]);
 }
@@ -178,9 +204,130 @@ static void bwd_avx512(float *St, float *dPt, int nk, int nq, const ftile_vis *v
     }
   }
 }
+/* 16 rows of 16 floats transposed in registers: r[k] becomes column k (rows 0..15 in its lanes).
+ * After the 32- and 64-bit interleaves, r[4g + c] holds in its 128-bit lane L the column
+ * 4L + c of rows 4g..4g+3; two rounds of 128-bit lane shuffles gather the four groups. */
+static inline void tr16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; g++) {
+    __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+    __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+    r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int c = 0; c < 4; c++) {
+    t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+    t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+  }
+  for (int c = 0; c < 4; c++) {
+    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);
+  }
+}
+
+/* D a multiple of 16: 16 x 16 blocks; rows >= nrows load as zero */
+static void transpose_avx512(float *Xt, const float *src, long ld, int nrows, int D) {
+  for (int r0 = 0; r0 < BQ; r0 += 16)
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++)
+        r[i] = r0 + i < nrows ? _mm512_loadu_ps(src + (r0 + i) * ld + d0) : _mm512_setzero_ps();
+      tr16(r);
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; k++) _mm512_storeu_ps(Xt + (size_t)(d0 + k) * BQ + r0, r[k]);
+    }
+}
+/* out row r (r < nrows, D floats, row stride ld) = column r of Ot (D, BQ) times inv[r] */
+static void store_out_avx512(float *out, long ld, const float *Ot, const float *inv, int nrows,
+                             int D) {
+  for (int r0 = 0; r0 < nrows; r0 += 16)
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(Ot + (size_t)(d0 + i) * BQ + r0);
+      tr16(r);
+      for (int k = 0; k < 16 && r0 + k < nrows; k++)
+        _mm512_storeu_ps(out + (r0 + k) * ld + d0, _mm512_mul_ps(r[k], _mm512_set1_ps(inv[r0 + k])));
+    }
+}
+/* delta of 16 consecutive positions t0.. of (b, h) at once: the rows' blocks of 16 head-dim
+ * values transposed so that each lane sums its own row in head-dim order, as the scalar loop */
+static void delta_avx512(float *work, const float *out, const float *dout, int B, int T, int Hq,
+                         int D, int round, int par) {
+  const int nt = (T + 15) / 16;
+#pragma omp parallel for collapse(2) schedule(static) if (par)
+  for (int bh = 0; bh < B * Hq; bh++)
+    for (int tb = 0; tb < nt; tb++) {
+      const int b = bh / Hq, h = bh % Hq, t0 = 16 * tb, n = T - t0 < 16 ? T - t0 : 16;
+      __m512 acc = _mm512_setzero_ps();
+      for (int d0 = 0; d0 < D; d0 += 16) {
+        __m512 o[16], g[16];
+        for (int i = 0; i < 16; i++) {
+          size_t row = (((size_t)b * T + t0 + i) * Hq + h) * D + d0;
+          o[i] = i < n ? _mm512_loadu_ps(out + row) : _mm512_setzero_ps();
+          g[i] = i < n ? _mm512_loadu_ps(dout + row) : _mm512_setzero_ps();
+        }
+        tr16(o);
+        tr16(g);
+        for (int k = 0; k < 16; k++) {
+          __m512 gk = g[k];
+          if (round) /* loom_bf16_round: the bf16 value, widened back exactly */
+            gk = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(v_bf16_bits(_mm512_castps_si512(gk))), 16));
+          acc = _mm512_add_ps(acc, _mm512_mul_ps(o[k], gk));
+        }
+      }
+      _mm512_mask_storeu_ps(work + (size_t)bh * T + t0, v_tail((size_t)n), acc);
+    }
+}
 #pragma GCC pop_options
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
+
+void ftile_transpose_in(float *Xt, const float *src, long ld, int nrows, int D) {
+  if (D % 16 == 0 && fast_avx512()) transpose_avx512(Xt, src, ld, nrows, D);
+  else transpose_generic(Xt, src, ld, nrows, D);
+}
+
+void ftile_delta(float *work, const float *out, const float *dout, int B, int T, int Hq, int D,
+                 int round, int par) {
+  if (D % 16 == 0 && fast_avx512()) {
+    delta_avx512(work, out, dout, B, T, Hq, D, round, par);
+    return;
+  }
+#pragma omp parallel for collapse(2) schedule(static) if (par)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < Hq; h++) {
+        const float *o = out + (((size_t)b * T + t) * Hq + h) * D;
+        const float *g = dout + (((size_t)b * T + t) * Hq + h) * D;
+        float acc = 0;
+        for (int d = 0; d < D; d++) acc += o[d] * (round ? loom_bf16_round(g[d]) : g[d]);
+        work[((size_t)b * Hq + h) * T + t] = acc;
+      }
+}
+
+void ftile_store_out(float *out, long ld, const float *Ot, const float *l, int nrows, int D) {
+  float inv[BQ];
+  for (int r = 0; r < nrows; r++) inv[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+  if (D % 16 == 0 && fast_avx512()) {
+    store_out_avx512(out, ld, Ot, inv, nrows, D);
+    return;
+  }
+  for (int r = 0; r < nrows; r++)
+    for (int d = 0; d < D; d++) out[r * ld + d] = Ot[(size_t)d * BQ + r] * inv[r];
+}
 
 void ftile_mm(int simd, float *C, int ldc, const float *A, long ai, long ap, const float *B,
               long ldb, int m, int n, int k, int acc) {

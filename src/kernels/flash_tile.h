@@ -16,6 +16,21 @@ void ftile_mm(int simd, float *C, int ldc, const float *A, long ai, long ap, con
               long ldb, int m, int n, int k, int acc);
 /* Xt (D, BQ) = rows (nrows, D) of src with row stride ld, transposed; columns >= nrows zero. */
 void ftile_transpose_in(float *Xt, const float *src, long ld, int nrows, int D);
+/* The backward's delta (B, Hq, T) = rowsum(dO * out) over the head dim, summed in head-dim
+ * order (dO rounded to bf16 first when round: the dO the bf16 products see); out, dout
+ * (B, T, Hq, D). par: OpenMP over the rows. */
+void ftile_delta(float *work, const float *out, const float *dout, int B, int T, int Hq, int D,
+                 int round, int par);
+/* The forward's output: row r < nrows of out (D floats, row stride ld) = column r of Ot (D, BQ)
+ * divided by the softmax sum l[r] (times 1 / l[r]; 0 for a query that saw no key, l = 0). */
+void ftile_store_out(float *out, long ld, const float *Ot, const float *l, int nrows, int D);
+/* Asks the caches for rows (nrows, D floats, row stride ld) of src that a later tile reads:
+ * rows a head's stride apart are too far apart for the hardware prefetchers, and a tile's
+ * loads otherwise wait on memory one line at a time. No effect on any result. */
+static inline void ftile_prefetch_rows(const float *src, long ld, int nrows, int D) {
+  for (int r = 0; r < nrows; r++)
+    for (int d = 0; d < D; d += 16) __builtin_prefetch(src + r * ld + d, 0, 2);
+}
 /* Visible query columns of key row c: [rlo[c], rhi[c]] (empty when rlo > rhi). */
 typedef struct {
   int rlo[BK], rhi[BK];
@@ -32,6 +47,15 @@ static inline unsigned ftile_vis_lanes(const ftile_vis *vis, int c, int q, int n
   if (b > 15) b = 15;
   return ((1u << (b + 1)) - 1u) & ~((1u << a) - 1u);
 }
+/* Where a partly visible tile has work, in blocks of 16 (empty when lo >= hi): the query
+ * columns [q0[kb], q1[kb]) that key rows [16 kb, 16 kb + 16) see (multiples of 16, so that
+ * they are whole vectors; q1 may pass nq, as whole tiles do), and the key rows [k0[qb],
+ * k1[qb]) that query columns [16 qb, 16 qb + 16) see (k0 a multiple of 16, k1 <= nk).
+ * Products restricted to these ranges skip only terms whose probability is zero. */
+typedef struct {
+  int q0[BK / 16], q1[BK / 16], k0[BQ / 16], k1[BQ / 16];
+} ftile_span;
+void ftile_span_of(const ftile_vis *vis, int nk, int nq, ftile_span *sp);
 /* Forward online-softmax step on St (nk, BQ) raw scores: s = scale * St on visible entries;
  * m_new = max(m, column max); alpha = exp(m - m_new); St becomes P = exp(s - m_new) (0 where
  * masked); l = alpha l + column sums of P; m = m_new. Columns r >= nq are left alone. */

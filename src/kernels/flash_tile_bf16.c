@@ -160,6 +160,7 @@ static BF16_FN void rows_bf16(uint32_t *dst, int lddst, const float *src, long l
   for (int r = 0; r < nrows; r++) {
     uint16_t *d = (uint16_t *)(dst + (size_t)r * lddst);
     const float *x = src + r * ld;
+    if (r + 8 < nrows) ftile_prefetch_rows(src + (r + 8) * ld, ld, 1, ncols); /* K, V: T rows */
     for (int j = 0; j < ncols; j += 32) {
       int n = ncols - j < 32 ? ncols - j : 32, np = (n + 1) & ~1; /* an odd tail pads a zero */
       __mmask32 m = np >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << np) - 1u);
@@ -177,6 +178,7 @@ static BF16_FN void vnni_bf16(uint32_t *dst, int lddst, const float *src, long l
   for (int p = 0; p < npairs; p++) {
     const float *e = src + 2 * p * ld, *o = src + (2 * p + 1) * ld;
     int he = 2 * p < nrows, ho = 2 * p + 1 < nrows;
+    if (2 * p + 9 < nrows) ftile_prefetch_rows(src + (2 * p + 8) * ld, ld, 2, ncols);
     for (int j = 0; j < ncols; j += 16) {
       __mmask16 m = ncols - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ncols - j)) - 1u);
       __m512 ve = he ? _mm512_maskz_loadu_ps(m, e + j) : _mm512_setzero_ps();
