@@ -260,10 +260,15 @@ void loom_bias_grad_f32(float *db, const float *dy, int N, int C);
 void loom_bias_grad_bf16_out(float *db, uint16_t *dy16, const float *dy, int N, int C);
 /* Bias + GELU (tanh form): u += bias (per row of C, bias may be NULL), then act = gelu(u). */
 void loom_bias_gelu_forward_f32(float *u, float *act, const float *bias, int N, int C);
+/* The same with act written only as bf16, act16 (N,C) = loom_f32_to_bf16 of the act above (for a
+ * bf16 GEMM that reads nothing else of it). */
+void loom_bias_gelu_forward_bf16_out(float *u, uint16_t *act16, const float *bias, int N, int C);
 /* Writes du = dact * gelu'(u) (n values). */
 void loom_gelu_backward_fast_f32(float *du, const float *dact, const float *u, size_t n);
 /* SwiGLU: writes y = silu(gate) * up; backward writes dgate and dup. */
 void loom_swiglu_forward_fast_f32(float *y, const float *gate, const float *up, size_t n);
+/* The same with y written only as bf16: y16 = loom_f32_to_bf16 of the y above. */
+void loom_swiglu_forward_bf16_out(uint16_t *y16, const float *gate, const float *up, size_t n);
 void loom_swiglu_backward_fast_f32(float *dgate, float *dup, const float *dy, const float *gate,
                                    const float *up, size_t n);
 

@@ -27,10 +27,12 @@ static inline __m512 gelu_s(__m512 x) { /* sigmoid(2u) = 0.5 (1 + tanh u) */
   return v_sigmoid(u);
 }
 
-static void bias_gelu_avx512(float *u, float *act, const float *bias, int N, int C) {
+/* act (fp32) or, when act16 is not NULL, act16 (its bf16) */
+static void bias_gelu_avx512(float *u, float *act, uint16_t *act16, const float *bias, int N,
+                             int C) {
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
   for (int n = 0; n < N; n++) {
-    float *ur = u + (size_t)n * C, *ar = act + (size_t)n * C;
+    float *ur = u + (size_t)n * C;
     for (int c = 0; c < C; c += 16) {
       __mmask16 m = v_tail((size_t)(C - c));
       __m512 x = _mm512_maskz_loadu_ps(m, ur + c);
@@ -38,7 +40,11 @@ static void bias_gelu_avx512(float *u, float *act, const float *bias, int N, int
         x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias + c));
         _mm512_mask_storeu_ps(ur + c, m, x);
       }
-      _mm512_mask_storeu_ps(ar + c, m, _mm512_mul_ps(x, gelu_s(x)));
+      __m512 a = _mm512_mul_ps(x, gelu_s(x));
+      if (act16)
+        _mm256_mask_storeu_epi16(act16 + (size_t)n * C + c, m, v_bf16_bits(_mm512_castps_si512(a)));
+      else
+        _mm512_mask_storeu_ps(act + (size_t)n * C + c, m, a);
     }
   }
 }
@@ -60,13 +66,16 @@ static void gelu_bwd_avx512(float *du, const float *dact, const float *u, size_t
   }
 }
 
-static void swiglu_fwd_avx512(float *y, const float *gate, const float *up, size_t n) {
+/* y (fp32) or, when y16 is not NULL, y16 (its bf16) */
+static void swiglu_fwd_avx512(float *y, uint16_t *y16, const float *gate, const float *up,
+                              size_t n) {
 #pragma omp parallel for schedule(static) if (n >= FAST_PAR_MIN)
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 m = v_tail(n - i);
     __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
     __m512 o = _mm512_mul_ps(_mm512_mul_ps(g, v_sigmoid(g)), _mm512_maskz_loadu_ps(m, up + i));
-    _mm512_mask_storeu_ps(y + i, m, o);
+    if (y16) _mm256_mask_storeu_epi16(y16 + i, m, v_bf16_bits(_mm512_castps_si512(o)));
+    else _mm512_mask_storeu_ps(y + i, m, o);
   }
 }
 
@@ -172,20 +181,40 @@ static void bias_grad_avx512(float *db, uint16_t *dy16, const float *dy, int N, 
 }
 #pragma GCC pop_options
 
-static void loom_bias_gelu_forward_f32_run(float *u, float *act, const float *bias, int N, int C) {
-  if (fast_avx512()) {
-    bias_gelu_avx512(u, act, bias, N, C);
-    return;
-  }
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
-  for (int n = 0; n < N; n++)
+/* portable: rows [n0, n1); act row n at act + (n - n0) * C */
+static void bias_gelu_generic(float *u, float *act, const float *bias, int n0, int n1, int C) {
+  for (int n = n0; n < n1; n++)
     for (int c = 0; c < C; c++) {
       size_t i = (size_t)n * C + c;
       float x = u[i] + (bias ? bias[c] : 0.0f);
       u[i] = x;
       float uu = GELU_K * (x + GELU_A * x * x * x);
-      act[i] = 0.5f * x * (1.0f + tanhf(uu));
+      act[(size_t)(n - n0) * C + c] = 0.5f * x * (1.0f + tanhf(uu));
     }
+}
+
+static void loom_bias_gelu_forward_f32_run(float *u, float *act, const float *bias, int N, int C) {
+  if (fast_avx512()) {
+    bias_gelu_avx512(u, act, NULL, bias, N, C);
+    return;
+  }
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+  for (int n = 0; n < N; n++) bias_gelu_generic(u, act + (size_t)n * C, bias, n, n + 1, C);
+}
+
+void loom_bias_gelu_forward_bf16_out(float *u, uint16_t *act16, const float *bias, int N, int C) {
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  if (fast_avx512()) {
+    bias_gelu_avx512(u, NULL, act16, bias, N, C);
+  } else { /* the portable values a row at a time, then rounded */
+    float *row = loom_alloc((size_t)(C > 0 ? C : 1) * sizeof(float));
+    for (int n = 0; n < N; n++) {
+      bias_gelu_generic(u, row, bias, n, n + 1, C);
+      for (int c = 0; c < C; c++) act16[(size_t)n * C + c] = loom_f32_to_bf16(row[c]);
+    }
+    loom_free(row);
+  }
+  LOOM_PROF_POP(0, 4.0 * (2.0 * N * C + C) + 2.0 * N * C); /* u read and written, act16 written */
 }
 
 void loom_bias_gelu_forward_f32(float *u, float *act, const float *bias, int N, int C) {
@@ -210,8 +239,23 @@ void loom_gelu_backward_fast_f32(float *du, const float *dact, const float *u, s
 }
 
 static void loom_swiglu_forward_fast_f32_run(float *y, const float *gate, const float *up, size_t n) {
-  if (fast_avx512()) swiglu_fwd_avx512(y, gate, up, n);
+  if (fast_avx512()) swiglu_fwd_avx512(y, NULL, gate, up, n);
   else loom_swiglu_forward_f32(y, gate, up, n);
+}
+
+void loom_swiglu_forward_bf16_out(uint16_t *y16, const float *gate, const float *up, size_t n) {
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  if (fast_avx512()) {
+    swiglu_fwd_avx512(NULL, y16, gate, up, n);
+  } else { /* the portable values in blocks, then rounded */
+    float blk[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+      size_t k = n - i < 1024 ? n - i : 1024;
+      loom_swiglu_forward_f32(blk, gate + i, up + i, k);
+      for (size_t j = 0; j < k; j++) y16[i + j] = loom_f32_to_bf16(blk[j]);
+    }
+  }
+  LOOM_PROF_POP(0, 10.0 * n); /* gate, up read, y16 written */
 }
 
 void loom_swiglu_forward_fast_f32(float *y, const float *gate, const float *up, size_t n) {

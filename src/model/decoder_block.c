@@ -142,16 +142,22 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
                         o.n2b, Nr);
   h = dec_gather_rows(d, L->ln2, L->ln2_full);
   size_t NI = (size_t)N * I;
+  /* with native bf16 GEMMs the activation is written as bf16 only: the down projection and
+   * its weight gradient read nothing else of it (the backward differentiates from up, gate) */
+  bool act16 = L->act16 && dec_weights16(d);
+  const float *ub = o.ub == NONE ? NULL : d->params + o.ub;
   if (s->arch == LOOM_ARCH_GPT2) {
     dec_linear_fwd_keep(d, L->up, h, L->ln2_16, o.uw, NONE, N, C, I, 0);
-    loom_bias_gelu_forward_f32(L->up, L->act, o.ub == NONE ? NULL : d->params + o.ub, N, I);
+    if (act16) loom_bias_gelu_forward_bf16_out(L->up, L->act16, ub, N, I);
+    else loom_bias_gelu_forward_f32(L->up, L->act, ub, N, I);
   } else {
     dec_linear_fwd_keep(d, L->gate, h, L->ln2_16, o.gw, NONE, N, C, I, 0);
     dec_linear_fwd_keep(d, L->up, h, L->ln2_16, o.uw, NONE, N, C, I, LIN_SAME_X);
-    loom_swiglu_forward_fast_f32(L->act, L->gate, L->up, NI);
+    if (act16) loom_swiglu_forward_bf16_out(L->act16, L->gate, L->up, NI);
+    else loom_swiglu_forward_fast_f32(L->act, L->gate, L->up, NI);
   }
   proj = d->shard.tp > 1 ? full : out;
-  dec_linear_fwd_keep(d, proj, L->act, L->act16, o.dw, NONE, N, I, C, 0);
+  dec_linear_fwd_keep(d, proj, L->act, L->act16, o.dw, NONE, N, I, C, act16 ? LIN_X16_KEPT : 0);
   dec_reduce_rows(d, proj, out);
   loom_residual_add_f32(out, out, L->mid, o.db == NONE ? NULL : d->params + o.db, Nr, C);
   dec_params(d, layer, LOOM_PARAMS_RELEASE);

@@ -65,6 +65,7 @@ struct loom_decoder_scratch {
 enum {
   LIN_SAME_X = 1,       /* x is the previous call's x, unchanged: reuse its bf16 copy */
   LIN_DX_OVERWRITE = 2, /* dx = ... instead of dx += ... (no zeroing pass needed) */
+  LIN_X16_KEPT = 4,     /* keep16 already holds bf16(x), written by the kernel that made x */
 };
 
 /* Offsets of one block's tensors in the flat buffers (NONE when absent). */

@@ -59,6 +59,10 @@ const uint16_t *dec_weights16(loom_decoder *d) {
 static const uint16_t *input16_into(loom_decoder *d, uint16_t *dst, const float *x, size_t n,
                                     int flags) {
   struct loom_decoder_scratch *s = d->s;
+  if (flags & LIN_X16_KEPT) {
+    s->x16_src = x, s->x16_n = n, s->x16_buf = dst;
+    return dst;
+  }
   if (!(flags & LIN_SAME_X) || s->x16_src != x || s->x16_n != n || s->x16_buf != dst) {
     loom_f32_to_bf16_n(dst, x, n);
     s->x16_src = x;

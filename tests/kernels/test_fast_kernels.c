@@ -428,6 +428,28 @@ static void test_bias_grad_bf16_out(int N, int C) {
   loom_free(dy), loom_free(db1), loom_free(db2), loom_free(a), loom_free(b);
 }
 
+/* the activations written as bf16 only, against the fp32 kernels followed by the conversion:
+ * bitwise (u, with its bias added in place, too) */
+static void test_act_bf16_out(int N, int C) {
+  size_t n = (size_t)N * C;
+  float *u1 = falloc(n), *u2 = falloc(n), *g = falloc(n), *bias = falloc(C), *act = falloc(n);
+  uint16_t *a = loom_alloc(n * sizeof(uint16_t)), *b = loom_alloc(n * sizeof(uint16_t));
+  for (size_t i = 0; i < n; i++)
+    u1[i] = u2[i] = (float)(3 * loom_rng_normal(&ktest_rng)), g[i] = (float)(3 * loom_rng_normal(&ktest_rng));
+  for (int c = 0; c < C; c++) bias[c] = (float)loom_rng_normal(&ktest_rng);
+  loom_bias_gelu_forward_f32(u1, act, bias, N, C);
+  loom_f32_to_bf16_n(a, act, n);
+  loom_bias_gelu_forward_bf16_out(u2, b, bias, N, C);
+  CHECK(!memcmp(u1, u2, n * sizeof(float)), "bias+gelu bf16 out: u N=%d C=%d", N, C);
+  CHECK(!memcmp(a, b, n * sizeof(uint16_t)), "bias+gelu bf16 out: act N=%d C=%d", N, C);
+  loom_swiglu_forward_fast_f32(act, g, u1, n);
+  loom_f32_to_bf16_n(a, act, n);
+  loom_swiglu_forward_bf16_out(b, g, u1, n);
+  CHECK(!memcmp(a, b, n * sizeof(uint16_t)), "swiglu bf16 out N=%d C=%d", N, C);
+  loom_free(u1), loom_free(u2), loom_free(g), loom_free(bias), loom_free(act), loom_free(a);
+  loom_free(b);
+}
+
 static void run_all(void) {
   test_bf16();
   test_norm(130, 200, 1);
@@ -437,6 +459,8 @@ static void run_all(void) {
   test_bias_grad_bf16_out(130, 200);
   test_bias_grad_bf16_out(1000, 768); /* more rows than the 64 fixed ranges */
   test_bias_grad_bf16_out(3, 17);
+  test_act_bf16_out(65, 300);
+  test_act_bf16_out(3, 1031); /* more than one portable block of 1024, a tail of 7 */
   test_xent(37, 1000, 1024);
   test_xent_bf16(37, 1000, 1024);
   test_xent_bf16(5, 33, 35); /* short rows, odd widths */
