@@ -271,6 +271,10 @@ void loom_swiglu_forward_fast_f32(float *y, const float *gate, const float *up, 
 void loom_swiglu_forward_bf16_out(uint16_t *y16, const float *gate, const float *up, size_t n);
 void loom_swiglu_backward_fast_f32(float *dgate, float *dup, const float *dy, const float *gate,
                                    const float *up, size_t n);
+/* The same with both gradients written only as bf16 (loom_f32_to_bf16 of the values above), for
+ * bf16 GEMMs that read nothing else of them (no bias). */
+void loom_swiglu_backward_bf16_out(uint16_t *dgate16, uint16_t *dup16, const float *dy,
+                                   const float *gate, const float *up, size_t n);
 
 /* ---- classifier + cross-entropy in row chunks (src/kernels/fast_xent.c) ------------------- */
 /* Over rows of logits l (R, V) whose first `real` columns are real tokens: row max and sum of

@@ -79,19 +79,25 @@ static void swiglu_fwd_avx512(float *y, uint16_t *y16, const float *gate, const 
   }
 }
 
-static void swiglu_bwd_avx512(float *dgate, float *dup, const float *dy, const float *gate,
-                              const float *up, size_t n) {
+/* dgate, dup (fp32) or, with bf16 set, dgate16, dup16 (their bf16) */
+static void swiglu_bwd_avx512(float *dgate, float *dup, uint16_t *dgate16, uint16_t *dup16,
+                              const float *dy, const float *gate, const float *up, size_t n) {
 #pragma omp parallel for schedule(static) if (n >= FAST_PAR_MIN)
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 m = v_tail(n - i);
     __m512 g = _mm512_maskz_loadu_ps(m, gate + i), d = _mm512_maskz_loadu_ps(m, dy + i);
     __m512 s = v_sigmoid(g), one = _mm512_set1_ps(1.0f);
-    if (dgate) { /* dy up sig (1 + g (1 - sig)) */
+    if (dgate || dgate16) { /* dy up sig (1 + g (1 - sig)) */
       __m512 ds = _mm512_mul_ps(s, _mm512_fmadd_ps(g, _mm512_sub_ps(one, s), one));
-      _mm512_mask_storeu_ps(dgate + i, m,
-                            _mm512_mul_ps(_mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, up + i)), ds));
+      __m512 r = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, up + i)), ds);
+      if (dgate16) _mm256_mask_storeu_epi16(dgate16 + i, m, v_bf16_bits(_mm512_castps_si512(r)));
+      else _mm512_mask_storeu_ps(dgate + i, m, r);
     }
-    if (dup) _mm512_mask_storeu_ps(dup + i, m, _mm512_mul_ps(d, _mm512_mul_ps(g, s)));
+    if (dup || dup16) {
+      __m512 r = _mm512_mul_ps(d, _mm512_mul_ps(g, s));
+      if (dup16) _mm256_mask_storeu_epi16(dup16 + i, m, v_bf16_bits(_mm512_castps_si512(r)));
+      else _mm512_mask_storeu_ps(dup + i, m, r);
+    }
   }
 }
 
@@ -267,12 +273,30 @@ void loom_swiglu_forward_fast_f32(float *y, const float *gate, const float *up, 
 static void loom_swiglu_backward_fast_f32_run(float *dgate, float *dup, const float *dy, const float *gate,
                                    const float *up, size_t n) {
   if (fast_avx512()) {
-    swiglu_bwd_avx512(dgate, dup, dy, gate, up, n);
+    swiglu_bwd_avx512(dgate, dup, NULL, NULL, dy, gate, up, n);
     return;
   }
   if (dgate) memset(dgate, 0, n * sizeof(float));
   if (dup) memset(dup, 0, n * sizeof(float));
   loom_swiglu_backward_f32(dgate, dup, dy, gate, up, n);
+}
+
+void loom_swiglu_backward_bf16_out(uint16_t *dgate16, uint16_t *dup16, const float *dy,
+                                   const float *gate, const float *up, size_t n) {
+  LOOM_PROF_PUSH(LOOM_PART_ACT);
+  if (fast_avx512()) {
+    swiglu_bwd_avx512(NULL, NULL, dgate16, dup16, dy, gate, up, n);
+  } else { /* the portable values in blocks, then rounded */
+    float bg[512], bu[512];
+    for (size_t i = 0; i < n; i += 512) {
+      size_t k = n - i < 512 ? n - i : 512;
+      memset(bg, 0, sizeof bg), memset(bu, 0, sizeof bu);
+      loom_swiglu_backward_f32(bg, bu, dy + i, gate + i, up + i, k);
+      for (size_t j = 0; j < k; j++)
+        dgate16[i + j] = loom_f32_to_bf16(bg[j]), dup16[i + j] = loom_f32_to_bf16(bu[j]);
+    }
+  }
+  LOOM_PROF_POP(0, 16.0 * n); /* dy, gate, up read, dgate16, dup16 written */
 }
 
 void loom_swiglu_backward_fast_f32(float *dgate, float *dup, const float *dy, const float *gate,

@@ -194,6 +194,13 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     loom_gelu_backward_fast_f32(S->d_a, S->d_act, L->up, NI);
     dec_linear_bwd_kept(d, S->d_norm, o.uw, o.ub, S->d_a, ln2_full, L->ln2_16, N, C, I,
                         LIN_DX_OVERWRITE);
+  } else if (L->ln2_16 && dec_weights16(d)) {
+    /* gate and up have no bias: their output gradients are written as bf16 only (in d_a's
+     * and d_b's storage), read by nothing but the bf16 GEMMs */
+    uint16_t *da16 = (uint16_t *)S->d_a, *db16 = (uint16_t *)S->d_b;
+    loom_swiglu_backward_bf16_out(da16, db16, S->d_act, L->gate, L->up, NI);
+    dec_linear_bwd16(d, S->d_norm, o.gw, da16, L->ln2_16, N, C, I, LIN_DX_OVERWRITE);
+    dec_linear_bwd16(d, S->d_norm, o.uw, db16, L->ln2_16, N, C, I, 0);
   } else {
     loom_swiglu_backward_fast_f32(S->d_a, S->d_b, S->d_act, L->gate, L->up, NI);
     dec_linear_bwd_kept(d, S->d_norm, o.gw, NONE, S->d_a, ln2_full, L->ln2_16, N, C, I,

@@ -97,6 +97,10 @@ void dec_linear_fwd_keep(loom_decoder *d, float *y, const float *x, uint16_t *ke
 void dec_linear_bwd_kept(loom_decoder *d, float *dx, size_t w_off, size_t b_off,
                          const float *dy, const float *x, const uint16_t *x16, int M, int K,
                          int N, int flags);
+/* The bf16 GEMMs of dec_linear_bwd_kept with dy already in bf16 (native bf16 GEMMs only:
+ * dec_weights16 not NULL; no bias): dx (+)= dy16 W, dW += dy16^T x16. */
+void dec_linear_bwd16(loom_decoder *d, float *dx, size_t w_off, const uint16_t *dy16,
+                      const uint16_t *x16, int M, int K, int N, int flags);
 /* bf16 weights of the native bf16 GEMMs (refreshed when parameters changed), or NULL when
  * this decoder multiplies fp32 (or bf16-rounded fp32) weights */
 const uint16_t *dec_weights16(loom_decoder *d);

@@ -143,14 +143,7 @@ void dec_linear_bwd_kept(loom_decoder *d, float *dx, size_t w_off, size_t b_off,
     else
       loom_f32_to_bf16_n(dy16, dy, (size_t)M * N);
     if (!x16) x16 = dec_input16(d, x, (size_t)M * K, flags);
-    if (dx) {
-      LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_DGRAD));
-      loom_gemm_bf16_w(0, 0, M, K, N, dy16, N, w16 + w_off, K, NULL, beta, dx, K);
-      LOOM_PROF_POP(2.0 * M * N * K, 0);
-    }
-    LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_WGRAD));
-    loom_gemm_bf16(1, 0, N, K, M, dy16, N, x16, K, NULL, 1.0f, dw, K);
-    LOOM_PROF_POP(2.0 * M * N * K, 0);
+    dec_linear_bwd16(d, dx, w_off, dy16, x16, M, K, N, flags);
     return;
   }
   if (b_off != NONE) /* bias gradient from the unrounded fp32 dy */
@@ -168,6 +161,21 @@ void dec_linear_bwd_kept(loom_decoder *d, float *dx, size_t w_off, size_t b_off,
   }
   LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_WGRAD));
   loom_gemm_f32(1, 0, N, K, M, dy, N, x, K, NULL, 1.0f, dw, K);
+  LOOM_PROF_POP(2.0 * M * N * K, 0);
+}
+
+void dec_linear_bwd16(loom_decoder *d, float *dx, size_t w_off, const uint16_t *dy16,
+                      const uint16_t *x16, int M, int K, int N, int flags) {
+  const uint16_t *w16 = dec_weights16(d);
+  float *dw = d->grads + w_off;
+  if (dx) {
+    LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_DGRAD));
+    loom_gemm_bf16_w(0, 0, M, K, N, dy16, N, w16 + w_off, K, NULL,
+                     flags & LIN_DX_OVERWRITE ? 0.0f : 1.0f, dx, K);
+    LOOM_PROF_POP(2.0 * M * N * K, 0);
+  }
+  LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_WGRAD));
+  loom_gemm_bf16(1, 0, N, K, M, dy16, N, x16, K, NULL, 1.0f, dw, K);
   LOOM_PROF_POP(2.0 * M * N * K, 0);
 }
 
