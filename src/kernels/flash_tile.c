@@ -1,7 +1,9 @@
 /* Tile operations of flash attention (see flash_tile.h): a register-blocked small GEMM with
  * broadcast A operand (6 rows x 64 columns of accumulators on AVX-512), the transposing tile
- * load, and the online-softmax / backward-probability steps, vectorised over the query
- * columns of a transposed tile. Portable versions follow the same arithmetic in plain C. */
+ * load and output store and the backward's delta (16 x 16 register transposes), the visible
+ * 16-blocks of a partly masked tile, and the online-softmax / backward-probability steps,
+ * vectorised over the query columns of a transposed tile. Portable versions follow the same
+ * arithmetic in plain C. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -32,6 +34,7 @@ static void transpose_generic(float *Xt, const float *src, long ld, int nrows, i
     for (int r = nrows; r < BQ; r++) row[r] = 0;
   }
 }
+
 void ftile_span_of(const ftile_vis *vis, int nk, int nq, ftile_span *sp) {
   for (int b = 0; b < BK / 16; b++) sp->q0[b] = BQ, sp->q1[b] = 0;
   for (int b = 0; b < BQ / 16; b++) sp->k0[b] = BK, sp->k1[b] = 0;
