@@ -163,6 +163,8 @@ void loom_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
 /* rows of a (rows, cols) matrix with row strides ld_src floats / ld_dst bf16 values */
 void loom_f32_to_bf16_rows(uint16_t *dst, size_t ld_dst, const float *src, size_t ld_src,
                            int rows, int cols);
+/* dst (cols, rows) = src (rows, cols)^T, bf16 values (any 16-bit values) moved unchanged. */
+void loom_bf16_transpose(uint16_t *dst, const uint16_t *src, int rows, int cols);
 
 /* ---- flash attention (src/kernels/flash_fwd.c, flash_bwd.c, flash_tile*.c) ---------------- */
 /* Which keys s a query t of the same sequence sees:

@@ -3,6 +3,7 @@
  * the integer form is vectorised instead). In place is allowed (dst overlays src's storage:
  * each block is read before the lower half it writes). */
 #include <immintrin.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/fast_internal.h"
@@ -22,6 +23,66 @@ static void cvt_avx512(uint16_t *dst, const float *src, size_t n) {
     __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
     _mm256_mask_storeu_epi16(dst + i, m, v_bf16_bits(_mm512_maskz_loadu_epi32(m, src + i)));
   }
+}
+/* dst (cols, rows) = src (rows, cols) transposed, 16-bit values. Blocks of 32 rows x 16
+ * columns: each pair of rows is interleaved into 16 32-bit pairs (row 2p low, 2p + 1 high),
+ * the 16 x 16 pairs transposed in registers, and each transposed vector is one dst row's 32
+ * consecutive values. Edges (rows % 32, cols % 16) go value by value. */
+static inline void tr16i(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; g++) {
+    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int c = 0; c < 4; c++) {
+    t[c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
+    t[8 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+  }
+  for (int c = 0; c < 4; c++) {
+    r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+    r[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
+  }
+}
+
+static void transpose16_avx512(uint16_t *dst, const uint16_t *src, int rows, int cols) {
+  const int rb = rows / 32, cb = cols / 16;
+  /* whole 64-byte lines of dst when it is aligned: streamed past the caches (its 16 rows a
+   * block writes are rows * 2 bytes apart, often the same cache sets) */
+  const int nt = (uintptr_t)dst % 64 == 0 && rows % 32 == 0;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)rows * cols >= FAST_PAR_MIN)
+  for (int bi = 0; bi < rb; bi++)
+    for (int bj = 0; bj < cb; bj++) {
+      const int i0 = 32 * bi, j0 = 16 * bj;
+      __m512i r[16];
+      for (int p = 0; p < 16; p++) {
+        const uint16_t *e = src + (size_t)(i0 + 2 * p) * cols + j0;
+        __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)e));
+        __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(e + cols)));
+        r[p] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+      }
+      tr16i(r);
+      for (int k = 0; k < 16; k++) {
+        uint16_t *d = dst + (size_t)(j0 + k) * rows + i0;
+        if (nt) _mm512_stream_si512((__m512i *)d, r[k]);
+        else _mm512_storeu_si512(d, r[k]);
+      }
+    }
+  _mm_sfence();
+  /* the edges: rows below the last whole block of 32, columns right of the last of 16 */
+  for (int i = 32 * rb; i < rows; i++)
+    for (int j = 0; j < cols; j++) dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
+  for (int i = 0; i < 32 * rb; i++)
+    for (int j = 16 * cb; j < cols; j++) dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
 }
 #pragma GCC pop_options
 
@@ -68,4 +129,16 @@ void loom_f32_to_bf16_rows(uint16_t *dst, size_t ld_dst, const float *src, size_
   LOOM_PROF_PUSH(LOOM_PART_BF16_CVT);
   loom_f32_to_bf16_rows_run(dst, ld_dst, src, ld_src, rows, cols);
   LOOM_PROF_POP(0, 6.0 * rows * cols); /* 4 bytes read, 2 written per value */
+}
+
+void loom_bf16_transpose(uint16_t *dst, const uint16_t *src, int rows, int cols) {
+  LOOM_PROF_PUSH(LOOM_PART_BF16_CVT);
+  if (fast_avx512()) {
+    transpose16_avx512(dst, src, rows, cols);
+  } else {
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= FAST_PAR_MIN)
+    for (int j = 0; j < cols; j++)
+      for (int i = 0; i < rows; i++) dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
+  }
+  LOOM_PROF_POP(0, 4.0 * rows * cols); /* 2 bytes read, 2 written per value */
 }

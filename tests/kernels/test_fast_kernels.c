@@ -459,6 +459,21 @@ static void test_act_bf16_out(int N, int C) {
   loom_free(b);
 }
 
+/* loom_bf16_transpose against the definition, with edges of 32 rows and 16 columns, and with
+ * dst aligned (the streamed stores) and not */
+static void test_bf16_transpose(int rows, int cols, int offset) {
+  size_t n = (size_t)rows * cols;
+  uint16_t *a = loom_alloc(n * sizeof(uint16_t)), *buf = loom_alloc((n + 32) * sizeof(uint16_t));
+  uint16_t *b = buf + offset;
+  for (size_t i = 0; i < n; i++) a[i] = (uint16_t)(i * 2654435761u >> 7);
+  loom_bf16_transpose(b, a, rows, cols);
+  size_t bad = 0;
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < cols; j++) bad += b[(size_t)j * rows + i] != a[(size_t)i * cols + j];
+  CHECK(bad == 0, "bf16 transpose %dx%d (dst offset %d): %zu values wrong", rows, cols, offset, bad);
+  loom_free(a), loom_free(buf);
+}
+
 static void run_all(void) {
   test_bf16();
   test_norm(130, 200, 1);
@@ -469,6 +484,10 @@ static void run_all(void) {
   test_bias_grad_bf16_out(1000, 768); /* more rows than the 64 fixed ranges */
   test_bias_grad_bf16_out(3, 17);
   test_act_bf16_out(65, 300);
+  test_bf16_transpose(256, 768, 0);
+  test_bf16_transpose(256, 768, 1);
+  test_bf16_transpose(77, 45, 0); /* edges both ways */
+  test_bf16_transpose(5, 3, 0);
   test_act_bf16_out(3, 1031); /* more than one portable block (1024, 512), a tail */
   test_xent(37, 1000, 1024);
   test_xent_bf16(37, 1000, 1024);
