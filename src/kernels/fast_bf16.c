@@ -24,36 +24,11 @@ static void cvt_avx512(uint16_t *dst, const float *src, size_t n) {
     _mm256_mask_storeu_epi16(dst + i, m, v_bf16_bits(_mm512_maskz_loadu_epi32(m, src + i)));
   }
 }
+
 /* dst (cols, rows) = src (rows, cols) transposed, 16-bit values. Blocks of 32 rows x 16
  * columns: each pair of rows is interleaved into 16 32-bit pairs (row 2p low, 2p + 1 high),
  * the 16 x 16 pairs transposed in registers, and each transposed vector is one dst row's 32
  * consecutive values. Edges (rows % 32, cols % 16) go value by value. */
-static inline void tr16i(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; g++) {
-    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  for (int c = 0; c < 4; c++) {
-    t[c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
-    t[4 + c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
-    t[8 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
-    t[12 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
-  }
-  for (int c = 0; c < 4; c++) {
-    r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
-    r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
-    r[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
-  }
-}
-
 static void transpose16_avx512(uint16_t *dst, const uint16_t *src, int rows, int cols) {
   const int rb = rows / 32, cb = cols / 16;
   /* whole 64-byte lines of dst when it is aligned: streamed past the caches (its 16 rows a
@@ -70,7 +45,7 @@ static void transpose16_avx512(uint16_t *dst, const uint16_t *src, int rows, int
         __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(e + cols)));
         r[p] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
       }
-      tr16i(r);
+      v_transpose16(r);
       for (int k = 0; k < 16; k++) {
         uint16_t *d = dst + (size_t)(j0 + k) * rows + i0;
         if (nt) _mm512_stream_si512((__m512i *)d, r[k]);

@@ -207,48 +207,18 @@ static void bwd_avx512(float *St, float *dPt, int nk, int nq, const ftile_vis *v
     }
   }
 }
-/* 16 rows of 16 floats transposed in registers: r[k] becomes column k (rows 0..15 in its lanes).
- * After the 32- and 64-bit interleaves, r[4g + c] holds in its 128-bit lane L the column
- * 4L + c of rows 4g..4g+3; two rounds of 128-bit lane shuffles gather the four groups. */
-static inline void tr16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; g++) {
-    __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-    __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
-    r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int c = 0; c < 4; c++) {
-    t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-    t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
-    t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-    t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-  }
-  for (int c = 0; c < 4; c++) {
-    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
-    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
-    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);
-  }
-}
 
 /* D a multiple of 16: 16 x 16 blocks; rows >= nrows load as zero */
 static void transpose_avx512(float *Xt, const float *src, long ld, int nrows, int D) {
   for (int r0 = 0; r0 < BQ; r0 += 16)
     for (int d0 = 0; d0 < D; d0 += 16) {
-      __m512 r[16];
+      __m512i r[16];
 #pragma GCC unroll 16
       for (int i = 0; i < 16; i++)
-        r[i] = r0 + i < nrows ? _mm512_loadu_ps(src + (r0 + i) * ld + d0) : _mm512_setzero_ps();
-      tr16(r);
+        r[i] = r0 + i < nrows ? _mm512_loadu_si512(src + (r0 + i) * ld + d0) : _mm512_setzero_si512();
+      v_transpose16(r);
 #pragma GCC unroll 16
-      for (int k = 0; k < 16; k++) _mm512_storeu_ps(Xt + (size_t)(d0 + k) * BQ + r0, r[k]);
+      for (int k = 0; k < 16; k++) _mm512_storeu_si512(Xt + (size_t)(d0 + k) * BQ + r0, r[k]);
     }
 }
 /* out row r (r < nrows, D floats, row stride ld) = column r of Ot (D, BQ) times inv[r] */
@@ -256,12 +226,13 @@ static void store_out_avx512(float *out, long ld, const float *Ot, const float *
                              int D) {
   for (int r0 = 0; r0 < nrows; r0 += 16)
     for (int d0 = 0; d0 < D; d0 += 16) {
-      __m512 r[16];
+      __m512i r[16];
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(Ot + (size_t)(d0 + i) * BQ + r0);
-      tr16(r);
+      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(Ot + (size_t)(d0 + i) * BQ + r0);
+      v_transpose16(r);
       for (int k = 0; k < 16 && r0 + k < nrows; k++)
-        _mm512_storeu_ps(out + (r0 + k) * ld + d0, _mm512_mul_ps(r[k], _mm512_set1_ps(inv[r0 + k])));
+        _mm512_storeu_ps(out + (r0 + k) * ld + d0,
+                         _mm512_mul_ps(_mm512_castsi512_ps(r[k]), _mm512_set1_ps(inv[r0 + k])));
     }
 }
 /* delta of 16 consecutive positions t0.. of (b, h) at once: the rows' blocks of 16 head-dim
@@ -275,20 +246,19 @@ static void delta_avx512(float *work, const float *out, const float *dout, int B
       const int b = bh / Hq, h = bh % Hq, t0 = 16 * tb, n = T - t0 < 16 ? T - t0 : 16;
       __m512 acc = _mm512_setzero_ps();
       for (int d0 = 0; d0 < D; d0 += 16) {
-        __m512 o[16], g[16];
+        __m512i o[16], g[16];
         for (int i = 0; i < 16; i++) {
           size_t row = (((size_t)b * T + t0 + i) * Hq + h) * D + d0;
-          o[i] = i < n ? _mm512_loadu_ps(out + row) : _mm512_setzero_ps();
-          g[i] = i < n ? _mm512_loadu_ps(dout + row) : _mm512_setzero_ps();
+          o[i] = i < n ? _mm512_loadu_si512(out + row) : _mm512_setzero_si512();
+          g[i] = i < n ? _mm512_loadu_si512(dout + row) : _mm512_setzero_si512();
         }
-        tr16(o);
-        tr16(g);
+        v_transpose16(o);
+        v_transpose16(g);
         for (int k = 0; k < 16; k++) {
-          __m512 gk = g[k];
+          __m512i gk = g[k];
           if (round) /* loom_bf16_round: the bf16 value, widened back exactly */
-            gk = _mm512_castsi512_ps(_mm512_slli_epi32(
-                _mm512_cvtepu16_epi32(v_bf16_bits(_mm512_castps_si512(gk))), 16));
-          acc = _mm512_add_ps(acc, _mm512_mul_ps(o[k], gk));
+            gk = _mm512_slli_epi32(_mm512_cvtepu16_epi32(v_bf16_bits(gk)), 16);
+          acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_castsi512_ps(o[k]), _mm512_castsi512_ps(gk)));
         }
       }
       _mm512_mask_storeu_ps(work + (size_t)bh * T + t0, v_tail((size_t)n), acc);

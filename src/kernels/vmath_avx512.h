@@ -1,6 +1,6 @@
 /* AVX-512 vector math for the fast kernels: exp (Cephes expf polynomial, <= 2 ulp on the
  * normal range, 0 below -104, inf above 89, NaN kept), sigmoid, fp32 -> bf16 rounding,
- * horizontal sums/max.
+ * a 16 x 16 register transpose, horizontal sums/max.
  * Include only inside a region compiled with #pragma GCC target("avx512f,avx512bw,avx512dq,
  * avx512vl,fma"). */
 #ifndef LOOM_VMATH_AVX512_H
@@ -41,6 +41,35 @@ static inline __m256i v_bf16_bits(__m512i u) {
       _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
   r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
   return _mm512_cvtepi32_epi16(r);
+}
+
+/* 16 x 16 32-bit values transposed in registers: r[k] becomes column k (rows 0..15 in its
+ * lanes). After the 32- and 64-bit interleaves, r[4g + c] holds in its 128-bit lane L the
+ * column 4L + c of rows 4g..4g+3; two rounds of 128-bit lane shuffles gather the four groups. */
+static inline void v_transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; g++) {
+    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int c = 0; c < 4; c++) {
+    t[c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
+    t[8 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+  }
+  for (int c = 0; c < 4; c++) {
+    r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+    r[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
+  }
 }
 
 /* mask of the first n (0..16) lanes */
