@@ -131,22 +131,18 @@ static void bias_grad_avx512(float *db, uint16_t *dy16, const float *dy, int N, 
     const int r0 = (int)((long)N * ch / nch), r1 = (int)((long)N * (ch + 1) / nch);
     float *p = part + (size_t)ch * C;
     memcpy(p, dy + (size_t)r0 * C, (size_t)C * sizeof(float));
-    if (dy16)
-      for (int c = 0; c < C; c += 16) {
-        __mmask16 m = v_tail((size_t)(C - c));
-        _mm256_mask_storeu_epi16(dy16 + (size_t)r0 * C + c, m,
-                                 v_bf16_bits(_mm512_maskz_loadu_epi32(m, p + c)));
-      }
-    if (dy16) { /* row by row, in memory order, the bf16 row written beside it: the blocks
-                   below, with 16 rows' streams of stores, ran at 26 GB/s where this runs at
-                   38 (8192 x 3072, 2 threads, Zen 4) */
-      for (int r = r0 + 1; r < r1; r++) {
+    if (dy16) { /* row by row, in memory order, the bf16 row written beside it (the first row
+                   only converted: it is the range's partial row): the blocks below, with 16
+                   rows' streams of stores, ran at 26 GB/s where this runs at 38 (8192 x 3072,
+                   2 threads, Zen 4) */
+      for (int r = r0; r < r1; r++) {
         const float *row = dy + (size_t)r * C;
         uint16_t *row16 = dy16 + (size_t)r * C;
         for (int c = 0; c < C; c += 16) {
           __mmask16 m = v_tail((size_t)(C - c));
           __m512 v = _mm512_maskz_loadu_ps(m, row + c);
-          _mm512_mask_storeu_ps(p + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, p + c), v));
+          if (r > r0)
+            _mm512_mask_storeu_ps(p + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, p + c), v));
           _mm256_mask_storeu_epi16(row16 + c, m, v_bf16_bits(_mm512_castps_si512(v)));
         }
       }
@@ -173,17 +169,20 @@ static void bias_grad_avx512(float *db, uint16_t *dy16, const float *dy, int N, 
       }
     }
   }
-  const int nv = (C + 15) / 16;
+  fast_add_partials(db, part, nch, C, par);
+  loom_free(part);
+}
+
+void fast_add_partials(float *out, const float *part, int nch, int C, int par) {
 #pragma omp parallel for schedule(static) if (par)
-  for (int v = 0; v < nv; v++) {
+  for (int v = 0; v < (C + 15) / 16; v++) {
     const int c = 16 * v;
     __mmask16 m = v_tail((size_t)(C - c));
     __m512 acc = _mm512_maskz_loadu_ps(m, part + c);
     for (int ch = 1; ch < nch; ch++)
       acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, part + (size_t)ch * C + c));
-    _mm512_mask_storeu_ps(db + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, db + c), acc));
+    _mm512_mask_storeu_ps(out + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + c), acc));
   }
-  loom_free(part);
 }
 #pragma GCC pop_options
 

@@ -14,4 +14,7 @@ int fast_avx512(void);
 int fast_avx512_bf16(void);
 /* dst(n) = bf16(src(n)) exactly as loom_f32_to_bf16, on this thread (fast_bf16.c) */
 void fast_f32_to_bf16_row(uint16_t *dst, const float *src, size_t n);
+/* out (C) += the partial rows part (nch, C) summed in row order (AVX-512 only; fast_act.c): the
+ * last step of the reductions over fixed row ranges, whose bits do not depend on the threads */
+void fast_add_partials(float *out, const float *part, int nch, int C, int par);
 #endif

@@ -157,21 +157,9 @@ static void norm_bwd_avx512(float *dx, float *dw, float *db, const float *dy, co
       }
     }
   }
-  const float *parts[2] = {pw, pb};
-  float *outs[2] = {dw, want_b ? db : NULL};
-  for (int k = 0; k < 2; k++) {
-    if (!parts[k]) continue;
-    const float *pk = parts[k];
-    float *o = outs[k];
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
-    for (int v = 0; v < (C + 15) / 16; v++) {
-      const int c = 16 * v;
-      __mmask16 m = v_tail((size_t)(C - c));
-      __m512 a = _mm512_maskz_loadu_ps(m, pk + c);
-      for (int ch = 1; ch < nch; ch++) a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(m, pk + (size_t)ch * C + c));
-      _mm512_mask_storeu_ps(o + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + c), a));
-    }
-  }
+  const int par = (size_t)N * C >= FAST_PAR_MIN;
+  if (pw) fast_add_partials(dw, pw, nch, C, par);
+  if (pb) fast_add_partials(db, pb, nch, C, par);
   loom_free(pw);
   loom_free(pb);
 }
