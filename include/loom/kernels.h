@@ -226,6 +226,10 @@ void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const f
  * where AVX512-BF16 exists (tests), (0) back to detection. */
 const char *loom_kernels_attn_bf16_path(void);
 void loom_kernels_force_no_bf16(int on);
+/* Both flash backwards sum a work item's dK and dV in private rows of 2 T D floats per thread
+ * up to a bound (64 MiB), in the output rows themselves above it; the same bits either way.
+ * loom_kernels_force_kv_in_place(1) takes the in-place path at every size (tests), (0) back. */
+void loom_kernels_force_kv_in_place(int on);
 /* Reference of the same masks in double, for the tests (checked by finite differences there):
  * the explicit masked softmax row by row; the backward accumulates (+=) like every reference. */
 void loom_attention_masked_forward_f64(double *out, double *lse, const double *q,

@@ -5,7 +5,9 @@
  *   P = exp(scale q.k - lse), dP = dout.v, dS = P (dP - delta) scale,
  *   dV_j += P^T dO_i, dK_j += dS^T Q_i, dQ_i += dS K_j.
  * dk/dv rows of a kv head and dq rows of its query heads are written only by the item that
- * owns them, in a fixed order: results do not depend on the thread count. Writes dq, dk, dv.
+ * owns them, in a fixed order: results do not depend on the thread count. The item sums dK and
+ * dV in private rows and copies them out at its end (ftile_kv_acc, flash_tile.h). Writes dq,
+ * dk, dv.
  * Shapes: q, dq, out, dout (B,T,Hq,D); k, v, dk, dv (B,T,Hkv,D); lse, work (B,Hq,T). */
 #include <math.h>
 #include <string.h>
@@ -18,14 +20,14 @@
 #include "loom/prof.h"
 
 typedef struct {
-  float *dq, *dk, *dv;
+  float *dq;
   const float *dout, *out, *lse, *q, *k, *v, *delta;
   int T, Hq, Hkv, D;
   loom_attn_mask mask;
   int simd;
 } bwd_args;
 
-static void query_tile(const bwd_args *a, int b, int h, int kh, int i) {
+static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const ftile_kv_acc *acc) {
   const int T = a->T, D = a->D, t0 = i * BQ, nq = T - t0 < BQ ? T - t0 : BQ;
   const float scale = (float)(1.0 / sqrt((double)D));
   const long ldq = (long)a->Hq * D, ldk = (long)a->Hkv * D;
@@ -45,15 +47,15 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i) {
   for (int j = j0; j <= j1; j++) {
     int s0 = j * BK, nk = T - s0 < BK ? T - s0 : BK;
     if (!fmask_tile(a->mask, b, T, t0, nq, s0, nk, &vis)) continue;
-    const size_t koff = (((size_t)b * T + s0) * a->Hkv + kh) * D;
+    const size_t koff = (((size_t)b * T + s0) * a->Hkv + kh) * D, aoff = (size_t)s0 * acc->ld;
     const float *kj = a->k + koff, *vj = a->v + koff;
     ftile_mm(a->simd, St, BQ, kj, ldk, 1, Qt, BQ, nk, BQ, D, 0);   /* St = K_j Q_i^T */
     ftile_mm(a->simd, dPt, BQ, vj, ldk, 1, dOt, BQ, nk, BQ, D, 0); /* dPt = V_j dO_i^T */
     ftile_bwd_p_ds(a->simd, St, dPt, nk, nq, &vis, scale, lse, delta);
-    if (a->dv) /* dV_j (nk,D) += P^T (nk,nq) dO_i (nq,D) */
-      ftile_mm(a->simd, a->dv + koff, (int)ldk, St, BQ, 1, a->dout + qoff, ldq, nk, D, nq, 1);
-    if (a->dk) /* dK_j += dS^T Q_i */
-      ftile_mm(a->simd, a->dk + koff, (int)ldk, dPt, BQ, 1, a->q + qoff, ldq, nk, D, nq, 1);
+    if (acc->dv) /* dV_j (nk,D) += P^T (nk,nq) dO_i (nq,D) */
+      ftile_mm(a->simd, acc->dv + aoff, (int)acc->ld, St, BQ, 1, a->dout + qoff, ldq, nk, D, nq, 1);
+    if (acc->dk) /* dK_j += dS^T Q_i */
+      ftile_mm(a->simd, acc->dk + aoff, (int)acc->ld, dPt, BQ, 1, a->q + qoff, ldq, nk, D, nq, 1);
     /* dQ_i (nq,D) += dS (nq,nk) K_j (nk,D) */
     ftile_mm(a->simd, dQ, D, dPt, 1, BQ, kj, ldk, nq, D, nk, 1);
   }
@@ -72,19 +74,24 @@ void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const fl
   const int par = (size_t)B * Hq * T * T * D >= FAST_PAR_MIN;
   /* delta (B,Hq,T) = rowsum(dout * out) */
   ftile_delta(work, out, dout, B, T, Hq, D, 0, par);
-  bwd_args a = {dq, dk, dv, dout, out, lse, q, k, v, work, T, Hq, Hkv, D, mask,
+  bwd_args a = {dq, dout, out, lse, q, k, v, work, T, Hq, Hkv, D, mask,
                 fast_avx512() && D % 16 == 0};
   const int group = Hq / Hkv, nqt = (T + BQ - 1) / BQ;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (par)
-  for (int b = 0; b < B; b++)
-    for (int kh = 0; kh < Hkv; kh++) {
-      for (int s = 0; s < T; s++) { /* this item's dk/dv rows start at zero */
-        size_t o = (((size_t)b * T + s) * Hkv + kh) * D;
-        if (dk) memset(dk + o, 0, (size_t)D * sizeof(float));
-        if (dv) memset(dv + o, 0, (size_t)D * sizeof(float));
+  const long ldk = (long)Hkv * D;
+#pragma omp parallel if (par)
+  {
+    float *priv = ftile_kv_acc_alloc(T, D);
+    ftile_kv_acc acc;
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+      for (int kh = 0; kh < Hkv; kh++) {
+        const size_t off = ((size_t)b * T * Hkv + kh) * D;
+        ftile_kv_acc_begin(&acc, priv, dk, dv, off, ldk, T, D);
+        for (int h = kh * group; h < (kh + 1) * group; h++)
+          for (int i = 0; i < nqt; i++) query_tile(&a, b, h, kh, i, &acc);
+        ftile_kv_acc_end(&acc, dk, dv, off, ldk, T, D);
       }
-      for (int h = kh * group; h < (kh + 1) * group; h++)
-        for (int i = 0; i < nqt; i++) query_tile(&a, b, h, kh, i);
-    }
+    loom_free(priv);
+  }
   LOOM_PROF_POP(10.0 * D * Hq * flash_visible_pairs(mask, B, T), 0);
 }

@@ -18,7 +18,7 @@
 #include "loom/prof.h"
 
 typedef struct {
-  float *dq, *dk, *dv;
+  float *dq;
   const float *dout, *lse, *q, *k, *v, *delta;
   int T, Hq, Hkv, D;
   loom_attn_mask mask;
@@ -28,11 +28,12 @@ typedef struct {
 /* Kall, Vall (T, DP) pairs: K, V of (b, kh) row by row; Kvall ((T+1)/2, D): K as key pairs —
  * packed once per work item */
 static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uint32_t *Kall,
-                       const uint32_t *Vall, const uint32_t *Kvall) {
+                       const uint32_t *Vall, const uint32_t *Kvall,
+                       const ftile_kv_acc *acc) {
   const int T = a->T, D = a->D, t0 = i * BQ, nq = T - t0 < BQ ? T - t0 : BQ;
   const int DP = (D + 1) / 2, nqp = (nq + 1) / 2, path = a->path, simd = path != FB_GENERIC;
   const float scale = (float)(1.0 / sqrt((double)D));
-  const long ldq = (long)a->Hq * D, ldk = (long)a->Hkv * D;
+  const long ldq = (long)a->Hq * D;
   const size_t qoff = (((size_t)b * T + t0) * a->Hq + h) * D;
   float Qt[D * BQ], dQ[BQ * D], St[BK * BQ], dPt[BK * BQ]; /* (D,BQ) (BQ,D) (BK,BQ) (BK,BQ) */
   uint32_t Qp[DP * BQ], dOp[DP * BQ];       /* Q_i^T, dO_i^T as head-dim pairs (DP, BQ) */
@@ -62,7 +63,7 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uin
   for (int j = j0; j <= j1; j++) {
     int s0 = j * BK, nk = T - s0 < BK ? T - s0 : BK, nkp = (nk + 1) / 2;
     if (!fmask_tile(a->mask, b, T, t0, nq, s0, nk, &vis)) continue;
-    const size_t koff = (((size_t)b * T + s0) * a->Hkv + kh) * D;
+    const size_t koff = (size_t)s0 * acc->ld; /* key row s0 of the item's dK, dV sums */
     const uint32_t *Kb = Kall + (size_t)s0 * DP, *Vb = Vall + (size_t)s0 * DP;
     const uint32_t *Kv = Kvall + (size_t)(s0 / 2) * D;
     if (vis.full) {
@@ -90,10 +91,10 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uin
       fb_pack_vnni(path, dSp, BQ, dPt, BQ, nk, BQ, nkp);    /* dS as key pairs */
     }
     if (vis.full) {
-      if (a->dv) /* dV_j (nk,D) += P^T (nk,nq) dO_i (nq,D) */
-        fb_mm(path, a->dv + koff, (int)ldk, Pb, BQ / 2, 1, dOv, D, nk, D, nqp, 1);
-      if (a->dk) /* dK_j += dS^T Q_i */
-        fb_mm(path, a->dk + koff, (int)ldk, dSb, BQ / 2, 1, Qv, D, nk, D, nqp, 1);
+      if (acc->dv) /* dV_j (nk,D) += P^T (nk,nq) dO_i (nq,D) */
+        fb_mm(path, acc->dv + koff, (int)acc->ld, Pb, BQ / 2, 1, dOv, D, nk, D, nqp, 1);
+      if (acc->dk) /* dK_j += dS^T Q_i */
+        fb_mm(path, acc->dk + koff, (int)acc->ld, dSb, BQ / 2, 1, Qv, D, nk, D, nqp, 1);
       /* dQ_i (nq,D) += dS (nq,nk) K_j (nk,D) */
       fb_mm(path, dQ, D, dSp, 1, BQ, Kv, D, nq, D, nkp, 1);
       continue;
@@ -103,13 +104,13 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uin
     for (int kb = 0; 16 * kb < nk; kb++) {
       int rows = nk - 16 * kb < 16 ? nk - 16 * kb : 16;
       int p0 = sp.q0[kb] / 2, p1 = sp.q1[kb] / 2 < nqp ? sp.q1[kb] / 2 : nqp;
-      size_t o = koff + (size_t)16 * kb * ldk;
+      size_t o = koff + (size_t)16 * kb * acc->ld;
       if (p0 >= p1) continue;
-      if (a->dv)
-        fb_mm(path, a->dv + o, (int)ldk, Pb + 16 * kb * (BQ / 2) + p0, BQ / 2, 1,
+      if (acc->dv)
+        fb_mm(path, acc->dv + o, (int)acc->ld, Pb + 16 * kb * (BQ / 2) + p0, BQ / 2, 1,
               dOv + (size_t)p0 * D, D, rows, D, p1 - p0, 1);
-      if (a->dk)
-        fb_mm(path, a->dk + o, (int)ldk, dSb + 16 * kb * (BQ / 2) + p0, BQ / 2, 1,
+      if (acc->dk)
+        fb_mm(path, acc->dk + o, (int)acc->ld, dSb + 16 * kb * (BQ / 2) + p0, BQ / 2, 1,
               Qv + (size_t)p0 * D, D, rows, D, p1 - p0, 1);
     }
     for (int qb = 0; 16 * qb < nq; qb++) {
@@ -135,7 +136,7 @@ void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const f
   const int par = (size_t)B * Hq * T * T * D >= FAST_PAR_MIN;
   /* delta (B,Hq,T) = rowsum(bf16(dout) * out): the dO the products see */
   ftile_delta(work, out, dout, B, T, Hq, D, 1, par);
-  bwd_args a = {dq, dk, dv, dout, lse, q, k, v, work, T, Hq, Hkv, D, mask, fb_path(D)};
+  bwd_args a = {dq, dout, lse, q, k, v, work, T, Hq, Hkv, D, mask, fb_path(D)};
   const int group = Hq / Hkv, nqt = (T + BQ - 1) / BQ, DP = (D + 1) / 2;
   const long ldk = (long)Hkv * D;
   const size_t nkb = (size_t)T * DP, nkv = (size_t)(T + 1) / 2 * D;
@@ -143,22 +144,22 @@ void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const f
   {
     uint32_t *Kall = loom_alloc((2 * nkb + nkv) * sizeof(uint32_t));
     uint32_t *Vall = Kall + nkb, *Kvall = Vall + nkb;
+    float *priv = ftile_kv_acc_alloc(T, D);
+    ftile_kv_acc acc;
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
       for (int kh = 0; kh < Hkv; kh++) {
         const size_t off = ((size_t)b * T * Hkv + kh) * D;
-        for (int s = 0; s < T; s++) { /* this item's dk/dv rows start at zero */
-          size_t o = off + (size_t)s * ldk;
-          if (dk) memset(dk + o, 0, (size_t)D * sizeof(float));
-          if (dv) memset(dv + o, 0, (size_t)D * sizeof(float));
-        }
+        ftile_kv_acc_begin(&acc, priv, dk, dv, off, ldk, T, D);
         fb_pack_rows(a.path, Kall, DP, k + off, ldk, T, D, T); /* K, V packed once per item */
         fb_pack_rows(a.path, Vall, DP, v + off, ldk, T, D, T);
         fb_pack_vnni(a.path, Kvall, D, k + off, ldk, T, D, (T + 1) / 2);
         for (int h = kh * group; h < (kh + 1) * group; h++)
-          for (int i = 0; i < nqt; i++) query_tile(&a, b, h, kh, i, Kall, Vall, Kvall);
+          for (int i = 0; i < nqt; i++) query_tile(&a, b, h, kh, i, Kall, Vall, Kvall, &acc);
+        ftile_kv_acc_end(&acc, dk, dv, off, ldk, T, D);
       }
     loom_free(Kall);
+    loom_free(priv);
   }
   LOOM_PROF_POP(10.0 * D * Hq * flash_visible_pairs(mask, B, T), 0);
 }

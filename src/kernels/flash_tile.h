@@ -67,6 +67,27 @@ void ftile_scale_cols(int simd, float *Ot, int D, const float *alpha);
  * dPt (nk, BQ) -> dS * scale = P (dP - delta) scale. */
 void ftile_bwd_p_ds(int simd, float *St, float *dPt, int nk, int nq, const ftile_vis *vis,
                     float scale, const float *lse, const float *delta);
+/* A backward work item's dK and dV sums (T rows of D floats, row r of dK at dk + r ld; NULL
+ * where the gradient is not asked for). Summed in the output rows themselves, an item's rows
+ * lie between those of the neighbouring kv head, which another thread writes all the while;
+ * on the 2-vCPU Zen 4 this was measured on, the 2-thread backward then ran for stretches of
+ * minutes at 1.4x one thread's rate instead of 2x (Qwen2.5-0.5B's layer, 4 x 512: 0.025 s
+ * against 0.017), while two 1-thread processes side by side, sharing nothing, did not slow
+ * down. With private rows it stays at 0.017-0.018 s through those stretches. So the sums are
+ * private rows (ld = D), copied out once at the item's end, when 2 T D floats fit a bound
+ * (flash_kv_acc.c); above it the output rows (ld = ldk). The same bits either way. */
+typedef struct {
+  float *dk, *dv;
+  long ld;
+} ftile_kv_acc;
+/* a thread's private rows for T keys of D, or NULL when over the bound (loom_free it) */
+float *ftile_kv_acc_alloc(int T, int D);
+/* Starts item (rows off + s ldk of dk, dv; s < T) at zero, in priv when not NULL. */
+void ftile_kv_acc_begin(ftile_kv_acc *acc, float *priv, float *dk, float *dv, size_t off,
+                        long ldk, int T, int D);
+/* Copies private sums to the output rows (nothing to do for in-place ones). */
+void ftile_kv_acc_end(const ftile_kv_acc *acc, float *dk, float *dv, size_t off, long ldk,
+                      int T, int D);
 /* (query, key) pairs of one sequence and head that mask m leaves visible (flash_work.c). The
  * profiler's work: forward 4 D FLOPs per pair (q.k and p v), backward 10 D (scores recomputed,
  * dP = dO.v, dV, dK, dQ), times B Hq — visible pairs only, not the masked halves of tiles. */

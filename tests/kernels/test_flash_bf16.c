@@ -8,7 +8,8 @@
  *  - inputs holding bf16 values give bitwise the same results as the unrounded ones (the
  *    rounding happens on load), and the results differ from fp32 (the rounding is applied);
  *  - the emulated path equals vdpbf16ps bitwise, the portable one within fp32 round-off;
- *  - 1 and 3 threads bitwise. */
+ *  - 1 and 3 threads bitwise;
+ *  - dK, dV summed in private rows or in the output rows, bitwise the same (bf16 and fp32). */
 #include <omp.h>
 #include <string.h>
 
@@ -110,6 +111,16 @@ static void test_case(int B, int T, int Hq, int Hkv, int D, loom_attn_mask mask,
   loom_flash_attention_forward_f32(f32.out, f32.lse, xf[0], xf[1], xf[2], B, T, Hq, Hkv, D, mask);
   loom_flash_attention_backward_f32(f32.dq, f32.dk, f32.dv, xf[3], f32.out, f32.lse, xf[0], xf[1],
                                     xf[2], B, T, Hq, Hkv, D, mask, work);
+  { /* the fp32 kernel's dK, dV summed in the output rows instead of private ones: the same */
+    outputs ip = alloc_out(nq, nk, nl);
+    memcpy(ip.out, f32.out, nq * 4), memcpy(ip.lse, f32.lse, nl * 4);
+    loom_kernels_force_kv_in_place(1);
+    loom_flash_attention_backward_f32(ip.dq, ip.dk, ip.dv, xf[3], ip.out, ip.lse, xf[0], xf[1],
+                                      xf[2], B, T, Hq, Hkv, D, mask, work);
+    loom_kernels_force_kv_in_place(0);
+    CHECK(same(&ip, &f32, nq, nk, nl), "fp32 flash: in-place dK/dV sums differ from private ones");
+    free_out(&ip);
+  }
   char what[96];
   snprintf(what, sizeof what, "%s w=%d B=%d T=%d H=%d/%d D=%d", mask.causal ? "causal" : "full",
            mask.window, B, T, Hq, Hkv, D);
@@ -150,6 +161,12 @@ static void test_case(int B, int T, int Hq, int Hkv, int D, loom_attn_mask mask,
     /* bf16-valued inputs: bitwise the same (rounding on load) */
     run_bf16(&r, xrf[0], xrf[1], xrf[2], xrf[3], B, T, Hq, Hkv, D, mask, work);
     CHECK(same(&o, &r, nq, nk, nl), "%s %s: rounded inputs give different results", what,
+          path_name[p]);
+    /* dK, dV summed in the output rows instead of private ones: bitwise the same */
+    loom_kernels_force_kv_in_place(1);
+    run_bf16(&r, xf[0], xf[1], xf[2], xf[3], B, T, Hq, Hkv, D, mask, work);
+    loom_kernels_force_kv_in_place(0);
+    CHECK(same(&o, &r, nq, nk, nl), "%s %s: in-place dK/dV sums differ from private ones", what,
           path_name[p]);
     if (first_path < 0) {
       first = o, first_path = p;
