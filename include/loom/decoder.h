@@ -81,7 +81,9 @@ typedef struct {
   float *params;            /* (layout.total) fp32 master weights */
   float *grads;             /* (layout.total) accumulated gradients */
   float *params_lp;         /* (layout.total) bf16-rounded weights (bf16 mode) else == params;
-                               == params when param_bf16 (the parameters are bf16 values) */
+                               == params when param_bf16 (the parameters are bf16 values).
+                               After an optimizer step it may be stale: read it through
+                               loom_decoder_params_lp */
 
   int n_slots;
   loom_acts *slots;         /* activation sets */
@@ -128,8 +130,15 @@ void loom_decoder_set_doc_eod(loom_decoder *d, int32_t eod);
  * projections scaled by 1/sqrt(2L)), ones for norm weights, zeros for biases and vocabulary
  * padding rows — and this rank keeps its slice. */
 void loom_decoder_init_params(loom_decoder *d, uint64_t seed);
-/* After params change (optimizer step, load): refresh the bf16 copy. */
+/* After params change (load, initialisation): refresh the bf16-rounded copy now. */
 void loom_decoder_params_updated(loom_decoder *d);
+/* After an optimizer step: the same, except that a separate rounded copy (params_lp !=
+ * params) is rounded only when something reads it, through loom_decoder_params_lp. The
+ * native bf16 GEMMs convert their weights from params (bf16(x) is bf16 of the rounded x), so
+ * in that configuration nothing reads it and a pass of 8 bytes per parameter goes away. */
+void loom_decoder_params_stepped(loom_decoder *d);
+/* params_lp, rounded first if a step left it stale. */
+const float *loom_decoder_params_lp(loom_decoder *d);
 /* training.param_dtype=bf16, right after creation (before init, load or a gradient
  * synchroniser): parameters hold bf16 values in fp32 words, with no second rounded copy
  * (params_lp == params); every update rounds them. Needs a bf16 decoder (error otherwise). */

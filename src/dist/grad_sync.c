@@ -316,5 +316,5 @@ void loom_grad_sync_step_norm(loom_grad_sync *g, loom_adamw_state *opt,
                           seg, nseg, coef < 1.0f ? coef : 1.0f, lr, t);
   if (g->zero == 3) return; /* gathered layer by layer when next used */
   if (g->zero > 0) loom_comm_allgather_v_f32(&g->m->grad_comm, d->params, g->counts);
-  loom_decoder_params_updated(d);
+  loom_decoder_params_stepped(d);
 }

@@ -192,7 +192,8 @@ static head_ops head_operands(loom_decoder *d, const float *h) {
   struct loom_decoder_scratch *S = d->s;
   int N = d->N, C = d->spec.hidden;
   size_t wo = head_weight(d);
-  head_ops o = {dec_weights16(d), NULL, d->params_lp + wo, h};
+  head_ops o = {dec_weights16(d), NULL, NULL, h};
+  if (!o.w16) o.w = loom_decoder_params_lp(d) + wo;
   if (o.w16) {
     o.w16 += wo;
     o.h16 = dec_input16(d, h, (size_t)N * C, 0);

@@ -41,9 +41,10 @@ struct loom_decoder_scratch {
   float *attn_work;   /* (B, heads in attention, T) flash attention backward scratch */
   float *ring_work;   /* context parallelism: the ring's K/V and dK/dV blocks and block
                          scratch (loom_ring_attention_work_floats), NULL when cp == 1 */
-  uint16_t *w16;      /* (layout.total) bf16 weights for native bf16 GEMMs, refreshed from
-                         params_lp once per parameter update (NULL: not native) */
-  unsigned long epoch, w16_epoch; /* params_updated count / epoch w16 was made at */
+  uint16_t *w16;      /* (layout.total) bf16 weights for native bf16 GEMMs, converted from
+                         params once per parameter update (NULL: not native) */
+  unsigned long epoch, w16_epoch, lp_epoch; /* parameter updates / epoch w16, params_lp
+                                               were made at */
   const float *x16_src;               /* input whose bf16 copy x16_buf holds (same-x reuse) */
   size_t x16_n;
   const uint16_t *x16_buf;            /* round_x or a layer's saved copy */

@@ -290,6 +290,23 @@ void loom_decoder_params_updated(loom_decoder *d) {
   /* bf16 parameters: params_lp == params, rounded in place (model.to(bfloat16) of fp32 values
    * loaded or initialised; a no-op after a bf16 optimizer step) */
   if (d->bf16) loom_round_bf16_f32(d->params_lp, d->params, d->layout.total);
+  d->s->lp_epoch = d->s->epoch;
+}
+
+void loom_decoder_params_stepped(loom_decoder *d) {
+  if (d->bf16 && d->params_lp != d->params) {
+    d->s->epoch++; /* params_lp stale until loom_decoder_params_lp */
+    return;
+  }
+  loom_decoder_params_updated(d);
+}
+
+const float *loom_decoder_params_lp(loom_decoder *d) {
+  if (d->s->lp_epoch != d->s->epoch) {
+    loom_round_bf16_f32(d->params_lp, d->params, d->layout.total);
+    d->s->lp_epoch = d->s->epoch;
+  }
+  return d->params_lp;
 }
 
 int loom_decoder_set_param_bf16(loom_decoder *d) {

@@ -48,7 +48,9 @@ const uint16_t *dec_weights16(loom_decoder *d) {
   struct loom_decoder_scratch *s = d->s;
   if (!s->w16 || d->param_hook) return NULL;
   if (s->w16_epoch != s->epoch) { /* parameters changed since the last conversion */
-    loom_f32_to_bf16_n(s->w16, d->params_lp, d->layout.total);
+    /* from params: bf16 of a value is bf16 of its bf16-rounded copy, params_lp (which an
+     * optimizer step leaves unrounded, loom_decoder_params_stepped) */
+    loom_f32_to_bf16_n(s->w16, d->params, d->layout.total);
     loom_gemm_weights_changed(s->w16, d->layout.total * sizeof(uint16_t));
     s->w16_epoch = s->epoch;
   }
@@ -112,7 +114,7 @@ void dec_linear_fwd_keep(loom_decoder *d, float *y, const float *x, uint16_t *ke
     loom_gemm_bf16_w(0, 1, M, N, K, x16, K, w16 + w_off, K, b, 0.0f, y, N);
   } else {
     if (d->bf16) x = rounded_input(d, x, (size_t)M * K, flags);
-    loom_gemm_f32(0, 1, M, N, K, x, K, d->params_lp + w_off, K, b, 0.0f, y, N);
+    loom_gemm_f32(0, 1, M, N, K, x, K, loom_decoder_params_lp(d) + w_off, K, b, 0.0f, y, N);
   }
   LOOM_PROF_POP(2.0 * M * N * K, 0);
 }
@@ -153,7 +155,7 @@ void dec_linear_bwd_kept(loom_decoder *d, float *dx, size_t w_off, size_t b_off,
     dy = d->s->round_dy;
     x = rounded_input(d, x, (size_t)M * K, flags);
   }
-  const float *w = d->params_lp + w_off;
+  const float *w = loom_decoder_params_lp(d) + w_off;
   if (dx) {
     LOOM_PROF_PUSH(lin_part(d, w_off, LOOM_PHASE_DGRAD));
     loom_gemm_f32(0, 0, M, K, N, dy, N, w, K, NULL, beta, dx, K);

@@ -88,7 +88,7 @@ static void adamw_all(loom_adamw_state *st, loom_decoder *d, const loom_config_t
     seg[n++] = (loom_adamw_segment){p->offset, p->offset + p->numel, wd};
   }
   loom_adamw_state_update(st, d->params, d->grads, d->param_bf16, 0, seg, n, clip, lr, t);
-  loom_decoder_params_updated(d);
+  loom_decoder_params_stepped(d);
 }
 
 void loom_adamw_apply(loom_adamw_state *st, loom_decoder *d, const loom_config_training *t,
