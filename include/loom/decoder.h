@@ -135,8 +135,15 @@ void loom_decoder_params_updated(loom_decoder *d);
 /* After an optimizer step: the same, except that a separate rounded copy (params_lp !=
  * params) is rounded only when something reads it, through loom_decoder_params_lp. The
  * native bf16 GEMMs convert their weights from params (bf16(x) is bf16 of the rounded x), so
- * in that configuration nothing reads it and a pass of 8 bytes per parameter goes away. */
-void loom_decoder_params_stepped(loom_decoder *d);
+ * in that configuration nothing reads it and a pass of 8 bytes per parameter goes away.
+ * w16_written: the step wrote the native GEMMs' bf16 weights itself (into the buffer
+ * loom_decoder_weights16_for_step gave), so they need no conversion. */
+void loom_decoder_params_stepped(loom_decoder *d, bool w16_written);
+/* The native bf16 GEMMs' weights (layout.total, indexed like params) for an optimizer step
+ * that updates every parameter it trains to write in the same pass; NULL when there are none
+ * or they do not match the parameters now (not converted since the last change), in which
+ * case they are converted at their next use. */
+uint16_t *loom_decoder_weights16_for_step(loom_decoder *d);
 /* params_lp, rounded first if a step left it stale. */
 const float *loom_decoder_params_lp(loom_decoder *d);
 /* training.param_dtype=bf16, right after creation (before init, load or a gradient

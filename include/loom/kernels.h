@@ -322,9 +322,13 @@ void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_
  * m, v; else bf16 moments m16, v16 (m, v unused), widened to fp32, updated in fp32 as above and
  * stored rounded to nearest even. round_p: p holds bf16 values (in fp32 words) and the updated
  * p is rounded to bf16. Each value is computed in fp32 from the stored ones and rounded once
- * when stored (PyTorch's fused AdamW rule). LOOM_ADAMW_GENERIC=1 forces the portable loops. */
+ * when stored (PyTorch's fused AdamW rule). p16 (or NULL, indexed like p): the bf16 of each
+ * updated parameter (round to nearest even), written in the same pass — the native bf16
+ * GEMMs' weights, without a conversion pass of their own. LOOM_ADAMW_GENERIC=1 forces the
+ * portable loops. */
 void loom_adamw_flat(float *p, const float *g, float *m, float *v, loom_bf16 *m16, loom_bf16 *v16,
-                     bool round_p, size_t base, const loom_adamw_segment *seg, int n_seg,
-                     float clip, double lr, double beta1, double beta2, double eps, long step);
+                     bool round_p, uint16_t *p16, size_t base, const loom_adamw_segment *seg,
+                     int n_seg, float clip, double lr, double beta1, double beta2, double eps,
+                     long step);
 
 #endif

@@ -38,10 +38,11 @@ size_t loom_adamw_state_bytes(const loom_adamw_state *st);
 void loom_adamw_state_get(const loom_adamw_state *st, float *dst);
 void loom_adamw_state_set(loom_adamw_state *st, const float *src);
 /* One pass of the policy's AdamW (loom_adamw_flat) over flat [segments) of params p (indexed
- * from base) with the state's moments (indexed from base too); round_p: bf16 parameters. */
+ * from base) with the state's moments (indexed from base too); round_p: bf16 parameters;
+ * p16 (or NULL, indexed like p): bf16 copies of the updated parameters, written in the pass. */
 void loom_adamw_state_update(loom_adamw_state *st, float *p, const float *g, bool round_p,
-                             size_t base, const loom_adamw_segment *seg, int n_seg, float clip,
-                             double lr, const loom_config_training *t);
+                             uint16_t *p16, size_t base, const loom_adamw_segment *seg,
+                             int n_seg, float clip, double lr, const loom_config_training *t);
 /* One AdamW update of every tensor with weight decay on tensors marked decay (or on all when
  * decay_norms_and_biases), using d->grads; then refreshes the bf16 weights. */
 void loom_adamw_apply(loom_adamw_state *st, loom_decoder *d, const loom_config_training *t,

@@ -312,9 +312,12 @@ void loom_grad_sync_step_norm(loom_grad_sync *g, loom_adamw_state *opt,
     seg[nseg++] = (loom_adamw_segment){b, e, wd};
   }
   float *param = g->zero == 3 ? g->pshard : d->params + g->own_begin;
-  loom_adamw_state_update(opt, param, owned_grad(g, g->own_begin), d->param_bf16, g->own_begin,
-                          seg, nseg, coef < 1.0f ? coef : 1.0f, lr, t);
+  /* without ZeRO this rank updates every parameter: the bf16 weights in the same pass */
+  uint16_t *w16 = g->zero == 0 ? loom_decoder_weights16_for_step(d) : NULL;
+  loom_adamw_state_update(opt, param, owned_grad(g, g->own_begin), d->param_bf16,
+                          w16 ? w16 + g->own_begin : NULL, g->own_begin, seg, nseg,
+                          coef < 1.0f ? coef : 1.0f, lr, t);
   if (g->zero == 3) return; /* gathered layer by layer when next used */
   if (g->zero > 0) loom_comm_allgather_v_f32(&g->m->grad_comm, d->params, g->counts);
-  loom_decoder_params_stepped(d);
+  loom_decoder_params_stepped(d, w16 != NULL);
 }

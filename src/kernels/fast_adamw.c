@@ -25,8 +25,8 @@ typedef struct {
   float step_size, bc2_sqrt, b1, b2, eps, one_m_b1, one_m_b2, clip;
 } adam_k;
 
-static void range_generic(float *p, const float *g, float *m, float *v, float *p_lp, size_t n,
-                          const adam_k *k, int decay_on, float decay) {
+static void range_generic(float *p, const float *g, float *m, float *v, float *p_lp,
+                          uint16_t *p16, size_t n, const adam_k *k, int decay_on, float decay) {
   for (size_t i = 0; i < n; i++) {
     float pi = p[i], gi = g[i];
     if (k->clip != 1.0f) gi *= k->clip;
@@ -39,12 +39,13 @@ static void range_generic(float *p, const float *g, float *m, float *v, float *p
     m[i] = mi;
     v[i] = vi;
     if (p_lp) p_lp[i] = loom_bf16_round(pi);
+    if (p16) p16[i] = loom_f32_to_bf16(pi);
   }
 }
 
 /* bf16 moments: m16, v16 widened to fp32, the fp32 update above, stored rounded */
 static void range16_generic(float *p, const float *g, loom_bf16 *m16, loom_bf16 *v16, int round_p,
-                            size_t n, const adam_k *k, int decay_on, float decay) {
+                            uint16_t *p16, size_t n, const adam_k *k, int decay_on, float decay) {
   for (size_t i = 0; i < n; i++) {
     float pi = p[i], gi = g[i];
     if (k->clip != 1.0f) gi *= k->clip;
@@ -54,6 +55,7 @@ static void range16_generic(float *p, const float *g, loom_bf16 *m16, loom_bf16 
     float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
     pi = pi - k->step_size * (mi / denom);
     p[i] = round_p ? loom_bf16_round(pi) : pi;
+    if (p16) p16[i] = loom_f32_to_bf16(pi);
     m16[i] = loom_f32_to_bf16(mi);
     v16[i] = loom_f32_to_bf16(vi);
   }
@@ -73,8 +75,13 @@ static inline __m512 round_bf16_v(__m512 x) {
   return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
-static void range_avx512(float *p, const float *g, float *m, float *v, float *p_lp, size_t n,
-                         const adam_k *k, int decay_on, float decay) {
+static inline void store_bf16_v(loom_bf16 *x, __mmask16 mk, __m512 f) {
+  __m512i r = _mm512_srli_epi32(_mm512_castps_si512(round_bf16_v(f)), 16);
+  _mm256_mask_storeu_epi16(x, mk, _mm512_cvtepi32_epi16(r));
+}
+
+static void range_avx512(float *p, const float *g, float *m, float *v, float *p_lp,
+                         uint16_t *p16, size_t n, const adam_k *k, int decay_on, float decay) {
   const __m512 ss = _mm512_set1_ps(k->step_size), bc = _mm512_set1_ps(k->bc2_sqrt);
   const __m512 b1 = _mm512_set1_ps(k->b1), b2 = _mm512_set1_ps(k->b2), eps = _mm512_set1_ps(k->eps);
   const __m512 c1 = _mm512_set1_ps(k->one_m_b1), c2 = _mm512_set1_ps(k->one_m_b2);
@@ -93,6 +100,7 @@ static void range_avx512(float *p, const float *g, float *m, float *v, float *p_
     _mm512_mask_storeu_ps(m + i, mk, mi);
     _mm512_mask_storeu_ps(v + i, mk, vi);
     if (p_lp) _mm512_mask_storeu_ps(p_lp + i, mk, round_bf16_v(pi));
+    if (p16) store_bf16_v(p16 + i, mk, pi);
   }
 }
 
@@ -100,13 +108,8 @@ static inline __m512 load_bf16_v(__mmask16 mk, const loom_bf16 *x) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x)), 16));
 }
 
-static inline void store_bf16_v(loom_bf16 *x, __mmask16 mk, __m512 f) {
-  __m512i r = _mm512_srli_epi32(_mm512_castps_si512(round_bf16_v(f)), 16);
-  _mm256_mask_storeu_epi16(x, mk, _mm512_cvtepi32_epi16(r));
-}
-
 static void range16_avx512(float *p, const float *g, loom_bf16 *m16, loom_bf16 *v16, int round_p,
-                           size_t n, const adam_k *k, int decay_on, float decay) {
+                           uint16_t *p16, size_t n, const adam_k *k, int decay_on, float decay) {
   const __m512 ss = _mm512_set1_ps(k->step_size), bc = _mm512_set1_ps(k->bc2_sqrt);
   const __m512 b1 = _mm512_set1_ps(k->b1), b2 = _mm512_set1_ps(k->b2), eps = _mm512_set1_ps(k->eps);
   const __m512 c1 = _mm512_set1_ps(k->one_m_b1), c2 = _mm512_set1_ps(k->one_m_b2);
@@ -122,6 +125,7 @@ static void range16_avx512(float *p, const float *g, loom_bf16 *m16, loom_bf16 *
     __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc), eps);
     pi = _mm512_sub_ps(pi, _mm512_mul_ps(ss, _mm512_div_ps(mi, denom)));
     _mm512_mask_storeu_ps(p + i, mk, round_p ? round_bf16_v(pi) : pi);
+    if (p16) store_bf16_v(p16 + i, mk, pi);
     store_bf16_v(m16 + i, mk, mi);
     store_bf16_v(v16 + i, mk, vi);
   }
@@ -146,9 +150,10 @@ static int first_seg(const loom_adamw_segment *seg, int n, size_t a) {
 }
 
 /* The shared driver: m16 == NULL: fp32 moments m, v (p_lp as loom_adamw_flat_f32); else bf16
- * moments m16, v16 and round_p. */
-static void adamw_flat(float *p, const float *g, float *m, float *v, float *p_lp, loom_bf16 *m16,
-                       loom_bf16 *v16, int round_p, size_t base, const loom_adamw_segment *seg,
+ * moments m16, v16 and round_p. p16 (or NULL): bf16 of each updated parameter. */
+static void adamw_flat(float *p, const float *g, float *m, float *v, float *p_lp, uint16_t *p16,
+                       loom_bf16 *m16, loom_bf16 *v16, int round_p, size_t base,
+                       const loom_adamw_segment *seg,
                        int n_seg, float clip, double lr, double beta1, double beta2, double eps,
                        long step) {
   LOOM_ASSERT(step >= 1);
@@ -172,30 +177,36 @@ static void adamw_flat(float *p, const float *g, float *m, float *v, float *p_lp
       double wd = seg[s].weight_decay;
       float decay = (float)(1.0 - lr * wd);
       size_t o = x0 - base, n = x1 - x0;
+      uint16_t *q16 = p16 ? p16 + o : NULL;
       if (m16) {
-        if (simd) range16_avx512(p + o, g + o, m16 + o, v16 + o, round_p, n, &k, wd != 0.0, decay);
-        else range16_generic(p + o, g + o, m16 + o, v16 + o, round_p, n, &k, wd != 0.0, decay);
+        if (simd)
+          range16_avx512(p + o, g + o, m16 + o, v16 + o, round_p, q16, n, &k, wd != 0.0, decay);
+        else
+          range16_generic(p + o, g + o, m16 + o, v16 + o, round_p, q16, n, &k, wd != 0.0, decay);
         continue;
       }
       float *plp = p_lp ? p_lp + o : NULL;
-      if (simd) range_avx512(p + o, g + o, m + o, v + o, plp, n, &k, wd != 0.0, decay);
-      else range_generic(p + o, g + o, m + o, v + o, plp, n, &k, wd != 0.0, decay);
+      if (simd) range_avx512(p + o, g + o, m + o, v + o, plp, q16, n, &k, wd != 0.0, decay);
+      else range_generic(p + o, g + o, m + o, v + o, plp, q16, n, &k, wd != 0.0, decay);
     }
   }
-  /* compulsory traffic per element: p, m, v read and written, g read (+ p_lp written) */
-  LOOM_PROF_POP(0, (double)(hi - lo) * (28 + (p_lp ? 4 : 0)));
+  /* compulsory traffic per element: p, m, v read and written (4 or 2 bytes each), g read
+   * (+ p_lp, p16 written) */
+  LOOM_PROF_POP(0, (double)(hi - lo) * ((m16 ? 20 : 28) + (p_lp ? 4 : 0) + (p16 ? 2 : 0)));
 }
 
 void loom_adamw_flat_f32(float *p, const float *g, float *m, float *v, float *p_lp, size_t base,
                          const loom_adamw_segment *seg, int n_seg, float clip, double lr,
                          double beta1, double beta2, double eps, long step) {
-  adamw_flat(p, g, m, v, p_lp, NULL, NULL, 0, base, seg, n_seg, clip, lr, beta1, beta2, eps, step);
+  adamw_flat(p, g, m, v, p_lp, NULL, NULL, NULL, 0, base, seg, n_seg, clip, lr, beta1, beta2, eps,
+             step);
 }
 
 void loom_adamw_flat(float *p, const float *g, float *m, float *v, loom_bf16 *m16, loom_bf16 *v16,
-                     bool round_p, size_t base, const loom_adamw_segment *seg, int n_seg,
-                     float clip, double lr, double beta1, double beta2, double eps, long step) {
+                     bool round_p, uint16_t *p16, size_t base, const loom_adamw_segment *seg,
+                     int n_seg, float clip, double lr, double beta1, double beta2, double eps,
+                     long step) {
   /* fp32 moments: p_lp = p stores the rounded value over the fp32 one (same pass) */
-  adamw_flat(p, g, m, v, round_p && !m16 ? p : NULL, m16, v16, round_p, base, seg, n_seg, clip,
-             lr, beta1, beta2, eps, step);
+  adamw_flat(p, g, m, v, round_p && !m16 ? p : NULL, p16, m16, v16, round_p, base, seg, n_seg,
+             clip, lr, beta1, beta2, eps, step);
 }

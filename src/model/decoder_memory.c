@@ -293,12 +293,21 @@ void loom_decoder_params_updated(loom_decoder *d) {
   d->s->lp_epoch = d->s->epoch;
 }
 
-void loom_decoder_params_stepped(loom_decoder *d) {
-  if (d->bf16 && d->params_lp != d->params) {
-    d->s->epoch++; /* params_lp stale until loom_decoder_params_lp */
-    return;
+void loom_decoder_params_stepped(loom_decoder *d, bool w16_written) {
+  struct loom_decoder_scratch *s = d->s;
+  if (d->bf16 && d->params_lp != d->params)
+    s->epoch++; /* params_lp stale until loom_decoder_params_lp */
+  else
+    loom_decoder_params_updated(d);
+  if (w16_written) { /* the step wrote bf16(new params): current, but packed copies are not */
+    loom_gemm_weights_changed(s->w16, d->layout.total * sizeof(uint16_t));
+    s->w16_epoch = s->epoch;
   }
-  loom_decoder_params_updated(d);
+}
+
+uint16_t *loom_decoder_weights16_for_step(loom_decoder *d) {
+  struct loom_decoder_scratch *s = d->s;
+  return s->w16 && !d->param_hook && s->w16_epoch == s->epoch ? s->w16 : NULL;
 }
 
 const float *loom_decoder_params_lp(loom_decoder *d) {

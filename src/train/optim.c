@@ -67,9 +67,9 @@ void loom_adamw_state_set(loom_adamw_state *st, const float *src) {
 }
 
 void loom_adamw_state_update(loom_adamw_state *st, float *p, const float *g, bool round_p,
-                             size_t base, const loom_adamw_segment *seg, int n_seg, float clip,
-                             double lr, const loom_config_training *t) {
-  loom_adamw_flat(p, g, st->m, st->v, st->m16, st->v16, round_p, base, seg, n_seg, clip, lr,
+                             uint16_t *p16, size_t base, const loom_adamw_segment *seg,
+                             int n_seg, float clip, double lr, const loom_config_training *t) {
+  loom_adamw_flat(p, g, st->m, st->v, st->m16, st->v16, round_p, p16, base, seg, n_seg, clip, lr,
                   t->beta1, t->beta2, t->eps, st->step);
 }
 
@@ -87,8 +87,9 @@ static void adamw_all(loom_adamw_state *st, loom_decoder *d, const loom_config_t
     double wd = (p->decay || t->decay_norms_and_biases) ? t->weight_decay : 0.0;
     seg[n++] = (loom_adamw_segment){p->offset, p->offset + p->numel, wd};
   }
-  loom_adamw_state_update(st, d->params, d->grads, d->param_bf16, 0, seg, n, clip, lr, t);
-  loom_decoder_params_stepped(d);
+  uint16_t *w16 = loom_decoder_weights16_for_step(d); /* refreshed by the same pass */
+  loom_adamw_state_update(st, d->params, d->grads, d->param_bf16, w16, 0, seg, n, clip, lr, t);
+  loom_decoder_params_stepped(d, w16 != NULL);
 }
 
 void loom_adamw_apply(loom_adamw_state *st, loom_decoder *d, const loom_config_training *t,

@@ -1,7 +1,8 @@
 /* The precision policy's AdamW (loom_adamw_flat): with bf16 moments and/or bf16 parameters
  * every stored value must be exactly round-to-nearest-even(fp32 value of loom_adamw_f32 run on
  * the widened stored values), the AVX-512 and portable loops bitwise equal, frozen gaps
- * untouched; and against a double-precision AdamW the stored parameters are within half a
+ * untouched, the bf16 weight copies written in the pass bf16 of each updated parameter (and
+ * nothing in the gaps); and against a double-precision AdamW the stored parameters are within half a
  * bf16 ulp plus the fp32 rounding of the update (the only errors the rule allows). */
 #include <math.h>
 #include <stdlib.h>
@@ -14,7 +15,9 @@ static const size_t sizes[NT] = {3, 1000, 20000, 17, 40000};
 typedef struct {
   float *p, *g, *m, *v;      /* fp32 state (m, v unused when m16) */
   loom_bf16 *m16, *v16;
+  uint16_t *p16;             /* bf16 copies of the parameters written by the pass */
 } state;
+#define P16_UNSET 0xdeadu    /* what p16 holds before the pass (gaps must keep it) */
 
 static size_t layout(size_t off[NT]) {
   size_t total = 0;
@@ -26,7 +29,9 @@ static void fill(state *s, size_t total, bool bf16_moments) {
   s->p = falloc(total), s->g = falloc(total), s->m = falloc(total), s->v = falloc(total);
   s->m16 = bf16_moments ? loom_alloc(2 * total * sizeof(loom_bf16)) : NULL;
   s->v16 = s->m16 ? s->m16 + total : NULL;
+  s->p16 = loom_alloc(total * sizeof(uint16_t));
   for (size_t i = 0; i < total; i++) {
+    s->p16[i] = P16_UNSET;
     s->p[i] = loom_bf16_round((float)(0.05 * loom_rng_normal(&ktest_rng)));
     s->g[i] = (float)(1e-2 * loom_rng_normal(&ktest_rng));
     s->m[i] = loom_bf16_round((float)(1e-3 * loom_rng_normal(&ktest_rng)));
@@ -42,18 +47,21 @@ static void copy(state *d, const state *s, size_t total) {
   d->m16 = s->m16 ? loom_alloc(2 * total * sizeof(loom_bf16)) : NULL;
   d->v16 = d->m16 ? d->m16 + total : NULL;
   if (d->m16) memcpy(d->m16, s->m16, 2 * total * sizeof(loom_bf16));
+  d->p16 = loom_alloc(total * sizeof(uint16_t));
+  memcpy(d->p16, s->p16, total * sizeof(uint16_t));
 }
 
 static void release(state *s) {
   loom_free(s->p), loom_free(s->g), loom_free(s->m), loom_free(s->v), loom_free(s->m16);
+  loom_free(s->p16);
 }
 
 static void run_flat(state *s, bool round_p, const loom_adamw_segment *seg, float clip,
                      bool generic) {
   if (generic) setenv("LOOM_ADAMW_GENERIC", "1", 1);
   else unsetenv("LOOM_ADAMW_GENERIC");
-  loom_adamw_flat(s->p, s->g, s->m, s->v, s->m16, s->v16, round_p, 0, seg, NT, clip, 3e-3, 0.9,
-                  0.95, 1e-8, 7);
+  loom_adamw_flat(s->p, s->g, s->m, s->v, s->m16, s->v16, round_p, s->p16, 0, seg, NT, clip, 3e-3,
+                  0.9, 0.95, 1e-8, 7);
   unsetenv("LOOM_ADAMW_GENERIC");
 }
 
@@ -76,25 +84,29 @@ static void test_policy(bool bf16_moments, bool round_p) {
   }
   run_flat(&a, round_p, seg, clip, false);
   run_flat(&b, round_p, seg, clip, true);
-  int bad_p = 0, bad_m = 0, bad_gap = 0;
+  int bad_p = 0, bad_m = 0, bad_gap = 0, bad_p16 = 0;
   for (int i = 0; i < NT; i++) {
     for (size_t k = off[i]; k < off[i] + sizes[i]; k++) {
       float want_p = round_p ? loom_bf16_round(ref.p[k]) : ref.p[k];
       bad_p += memcmp(&a.p[k], &want_p, 4) != 0;
+      bad_p16 += a.p16[k] != loom_f32_to_bf16(ref.p[k]); /* bf16 of the updated value */
       if (bf16_moments)
         bad_m += a.m16[k] != loom_f32_to_bf16(ref.m[k]) || a.v16[k] != loom_f32_to_bf16(ref.v[k]);
       else
         bad_m += memcmp(&a.m[k], &ref.m[k], 4) != 0 || memcmp(&a.v[k], &ref.v[k], 4) != 0;
     }
     for (size_t k = off[i] + sizes[i]; k < off[i] + sizes[i] + 5; k++)
-      bad_gap += a.p[k] != ref.p[k] || (bf16_moments && a.m16[k] != b.m16[k]);
+      bad_gap += a.p[k] != ref.p[k] || (bf16_moments && a.m16[k] != b.m16[k]) ||
+                 a.p16[k] != P16_UNSET;
   }
   CHECK(bad_p == 0, "moments %s, round_p %d: %d parameters differ from the rule",
         bf16_moments ? "bf16" : "fp32", round_p, bad_p);
   CHECK(bad_m == 0, "moments %s: %d moments differ from the rule", bf16_moments ? "bf16" : "fp32",
         bad_m);
+  CHECK(bad_p16 == 0, "moments %s, round_p %d: %d bf16 weight copies are not bf16(p)",
+        bf16_moments ? "bf16" : "fp32", round_p, bad_p16);
   CHECK(bad_gap == 0, "frozen gaps changed in %d values", bad_gap);
-  bool same = !memcmp(a.p, b.p, total * 4) &&
+  bool same = !memcmp(a.p, b.p, total * 4) && !memcmp(a.p16, b.p16, total * 2) &&
               (bf16_moments ? !memcmp(a.m16, b.m16, 2 * total * sizeof(loom_bf16))
                             : !memcmp(a.m, b.m, total * 4) && !memcmp(a.v, b.v, total * 4));
   CHECK(same, "AVX-512 and portable loops differ (moments %s, round_p %d)",
@@ -124,5 +136,6 @@ int main(void) {
   test_policy(true, true);   /* param_dtype=bf16, optim_dtype=bf16 */
   test_policy(false, true);  /* param_dtype=bf16, optim_dtype=fp32 */
   test_policy(true, false);  /* param_dtype=fp32, optim_dtype=bf16 */
+  test_policy(false, false); /* fp32 master weights and moments (the bf16 copies only) */
   return harness_finish("test_adamw_bf16");
 }
