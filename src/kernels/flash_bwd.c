@@ -64,6 +64,15 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const fti
       memcpy(a->dq + qoff + (size_t)r * ldq, dQ + (size_t)r * D, (size_t)D * sizeof(float));
 }
 
+/* one work item: the query tiles of kv head kh's query heads in order */
+static void item(void *ctx, void *scratch, int b, int kh, size_t off, const ftile_kv_acc *acc) {
+  const bwd_args *a = ctx;
+  const int group = a->Hq / a->Hkv, nqt = (a->T + BQ - 1) / BQ;
+  (void)scratch, (void)off;
+  for (int h = kh * group; h < (kh + 1) * group; h++)
+    for (int i = 0; i < nqt; i++) query_tile(a, b, h, kh, i, acc);
+}
+
 void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const float *dout,
                                        const float *out, const float *lse, const float *q,
                                        const float *k, const float *v, int B, int T, int Hq,
@@ -76,22 +85,6 @@ void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const fl
   ftile_delta(work, out, dout, B, T, Hq, D, 0, par);
   bwd_args a = {dq, dout, out, lse, q, k, v, work, T, Hq, Hkv, D, mask,
                 fast_avx512() && D % 16 == 0};
-  const int group = Hq / Hkv, nqt = (T + BQ - 1) / BQ;
-  const long ldk = (long)Hkv * D;
-#pragma omp parallel if (par)
-  {
-    float *priv = ftile_kv_acc_alloc(T, D);
-    ftile_kv_acc acc;
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < B; b++)
-      for (int kh = 0; kh < Hkv; kh++) {
-        const size_t off = ((size_t)b * T * Hkv + kh) * D;
-        ftile_kv_acc_begin(&acc, priv, dk, dv, off, ldk, T, D);
-        for (int h = kh * group; h < (kh + 1) * group; h++)
-          for (int i = 0; i < nqt; i++) query_tile(&a, b, h, kh, i, &acc);
-        ftile_kv_acc_end(&acc, dk, dv, off, ldk, T, D);
-      }
-    loom_free(priv);
-  }
+  ftile_bwd_items(B, T, Hkv, D, dk, dv, par, 0, item, &a);
   LOOM_PROF_POP(10.0 * D * Hq * flash_visible_pairs(mask, B, T), 0);
 }

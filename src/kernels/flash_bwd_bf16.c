@@ -126,6 +126,22 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uin
       memcpy(a->dq + qoff + (size_t)r * ldq, dQ + (size_t)r * D, (size_t)D * sizeof(float));
 }
 
+/* One work item: K and V of (b, kh) packed into scratch once — Kall, Vall (T, DP) as
+ * head-dim pairs row by row, Kvall ((T+1)/2, D) as key pairs — then the query tiles of kv head
+ * kh's query heads in order. */
+static void item(void *ctx, void *scratch, int b, int kh, size_t off, const ftile_kv_acc *acc) {
+  const bwd_args *a = ctx;
+  const int T = a->T, D = a->D, DP = (D + 1) / 2, group = a->Hq / a->Hkv;
+  const int nqt = (T + BQ - 1) / BQ;
+  const long ldk = (long)a->Hkv * D;
+  uint32_t *Kall = scratch, *Vall = Kall + (size_t)T * DP, *Kvall = Vall + (size_t)T * DP;
+  fb_pack_rows(a->path, Kall, DP, a->k + off, ldk, T, D, T);
+  fb_pack_rows(a->path, Vall, DP, a->v + off, ldk, T, D, T);
+  fb_pack_vnni(a->path, Kvall, D, a->k + off, ldk, T, D, (T + 1) / 2);
+  for (int h = kh * group; h < (kh + 1) * group; h++)
+    for (int i = 0; i < nqt; i++) query_tile(a, b, h, kh, i, Kall, Vall, Kvall, acc);
+}
+
 void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const float *dout,
                                         const float *out, const float *lse, const float *q,
                                         const float *k, const float *v, int B, int T, int Hq,
@@ -137,29 +153,8 @@ void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const f
   /* delta (B,Hq,T) = rowsum(bf16(dout) * out): the dO the products see */
   ftile_delta(work, out, dout, B, T, Hq, D, 1, par);
   bwd_args a = {dq, dout, lse, q, k, v, work, T, Hq, Hkv, D, mask, fb_path(D)};
-  const int group = Hq / Hkv, nqt = (T + BQ - 1) / BQ, DP = (D + 1) / 2;
-  const long ldk = (long)Hkv * D;
-  const size_t nkb = (size_t)T * DP, nkv = (size_t)(T + 1) / 2 * D;
-#pragma omp parallel if (par)
-  {
-    uint32_t *Kall = loom_alloc((2 * nkb + nkv) * sizeof(uint32_t));
-    uint32_t *Vall = Kall + nkb, *Kvall = Vall + nkb;
-    float *priv = ftile_kv_acc_alloc(T, D);
-    ftile_kv_acc acc;
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < B; b++)
-      for (int kh = 0; kh < Hkv; kh++) {
-        const size_t off = ((size_t)b * T * Hkv + kh) * D;
-        ftile_kv_acc_begin(&acc, priv, dk, dv, off, ldk, T, D);
-        fb_pack_rows(a.path, Kall, DP, k + off, ldk, T, D, T); /* K, V packed once per item */
-        fb_pack_rows(a.path, Vall, DP, v + off, ldk, T, D, T);
-        fb_pack_vnni(a.path, Kvall, D, k + off, ldk, T, D, (T + 1) / 2);
-        for (int h = kh * group; h < (kh + 1) * group; h++)
-          for (int i = 0; i < nqt; i++) query_tile(&a, b, h, kh, i, Kall, Vall, Kvall, &acc);
-        ftile_kv_acc_end(&acc, dk, dv, off, ldk, T, D);
-      }
-    loom_free(Kall);
-    loom_free(priv);
-  }
+  const int DP = (D + 1) / 2;
+  const size_t nkb = (size_t)T * DP, nkv = (size_t)(T + 1) / 2 * D; /* Kall, Vall / Kvall */
+  ftile_bwd_items(B, T, Hkv, D, dk, dv, par, (2 * nkb + nkv) * sizeof(uint32_t), item, &a);
   LOOM_PROF_POP(10.0 * D * Hq * flash_visible_pairs(mask, B, T), 0);
 }

@@ -1,6 +1,7 @@
-/* A flash backward work item's dK and dV accumulators (flash_tile.h, ftile_kv_acc): private rows
- * when they fit, the output rows themselves otherwise. Only where the sums live changes, not
- * the order they are formed in, so both give the same bits. */
+/* The flash backward's work items (flash_tile.h, ftile_bwd_items) and their dK and dV
+ * accumulators (ftile_kv_acc): private rows when they fit, the output rows themselves
+ * otherwise. Only where the sums live changes, not the order they are formed in, so both give
+ * the same bits. */
 #include <string.h>
 
 #include "kernels/flash_tile.h"
@@ -45,5 +46,26 @@ void ftile_kv_acc_end(const ftile_kv_acc *acc, float *dk, float *dv, size_t off,
   for (int s = 0; s < T; s++) {
     if (dk) memcpy(dk + off + (size_t)s * ldk, acc->dk + (size_t)s * D, row);
     if (dv) memcpy(dv + off + (size_t)s * ldk, acc->dv + (size_t)s * D, row);
+  }
+}
+
+void ftile_bwd_items(int B, int T, int Hkv, int D, float *dk, float *dv, int par,
+                     size_t scratch_bytes, ftile_bwd_item_fn fn, void *ctx) {
+  const long ldk = (long)Hkv * D;
+#pragma omp parallel if (par)
+  {
+    void *scratch = scratch_bytes ? loom_alloc(scratch_bytes) : NULL;
+    float *priv = ftile_kv_acc_alloc(T, D);
+    ftile_kv_acc acc;
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+      for (int kh = 0; kh < Hkv; kh++) {
+        const size_t off = ((size_t)b * T * Hkv + kh) * D;
+        ftile_kv_acc_begin(&acc, priv, dk, dv, off, ldk, T, D);
+        fn(ctx, scratch, b, kh, off, &acc);
+        ftile_kv_acc_end(&acc, dk, dv, off, ldk, T, D);
+      }
+    loom_free(priv);
+    loom_free(scratch);
   }
 }

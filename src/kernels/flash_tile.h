@@ -88,6 +88,14 @@ void ftile_kv_acc_begin(ftile_kv_acc *acc, float *priv, float *dk, float *dv, si
 /* Copies private sums to the output rows (nothing to do for in-place ones). */
 void ftile_kv_acc_end(const ftile_kv_acc *acc, float *dk, float *dv, size_t off, long ldk,
                       int T, int D);
+/* The backward's work items, one per (sequence b, kv head kh), in parallel (par) with dynamic
+ * scheduling: each thread gets scratch_bytes of scratch and its private dK/dV rows; per item
+ * fn(ctx, scratch, b, kh, off, acc) runs with the item's sums started at zero (off: the item's
+ * first row in dk, dv of shape (B, T, Hkv, D)), which are then copied out. */
+typedef void (*ftile_bwd_item_fn)(void *ctx, void *scratch, int b, int kh, size_t off,
+                                  const ftile_kv_acc *acc);
+void ftile_bwd_items(int B, int T, int Hkv, int D, float *dk, float *dv, int par,
+                     size_t scratch_bytes, ftile_bwd_item_fn fn, void *ctx);
 /* (query, key) pairs of one sequence and head that mask m leaves visible (flash_work.c). The
  * profiler's work: forward 4 D FLOPs per pair (q.k and p v), backward 10 D (scores recomputed,
  * dP = dO.v, dV, dK, dQ), times B Hq — visible pairs only, not the masked halves of tiles. */
