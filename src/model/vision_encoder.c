@@ -35,20 +35,22 @@ static void lin_fwd(loom_vision *v, float *y, const float *x, size_t w, size_t b
     loom_round_bf16_f32(v->round_x, x, (size_t)M * K);
     x = v->round_x;
   }
-  loom_linear_forward_f32(y, x, loom_decoder_params_lp(d) + w, b == NONE ? NULL : d->params + b, M, K, N);
+  const float *W = loom_decoder_params_lp(d) + w;
+  loom_linear_forward_f32(y, x, W, b == NONE ? NULL : d->params + b, M, K, N);
 }
 
 static void lin_bwd(loom_vision *v, float *dx, size_t w, size_t b, const float *dy, const float *x,
                     int M, int K, int N) {
   loom_decoder *d = v->d;
-  if (b != NONE) loom_linear_backward_f32(NULL, NULL, d->grads + b, dy, x, loom_decoder_params_lp(d) + w, M, K, N);
+  const float *W = loom_decoder_params_lp(d) + w;
+  if (b != NONE) loom_linear_backward_f32(NULL, NULL, d->grads + b, dy, x, W, M, K, N);
   if (d->bf16) {
     loom_round_bf16_f32(v->round_dy, dy, (size_t)M * N);
     loom_round_bf16_f32(v->round_x, x, (size_t)M * K);
     dy = v->round_dy;
     x = v->round_x;
   }
-  loom_linear_backward_f32(dx, d->grads + w, NULL, dy, x, loom_decoder_params_lp(d) + w, M, K, N);
+  loom_linear_backward_f32(dx, d->grads + w, NULL, dy, x, W, M, K, N);
 }
 
 /* Row-parallel linear: partial products summed over tp; the bias added once (tp rank 0). */

@@ -2,8 +2,8 @@
  * every stored value must be exactly round-to-nearest-even(fp32 value of loom_adamw_f32 run on
  * the widened stored values), the AVX-512 and portable loops bitwise equal, frozen gaps
  * untouched, the bf16 weight copies written in the pass bf16 of each updated parameter (and
- * nothing in the gaps); and against a double-precision AdamW the stored parameters are within half a
- * bf16 ulp plus the fp32 rounding of the update (the only errors the rule allows). */
+ * nothing in the gaps); and against a double-precision AdamW the stored parameters are within
+ * half a bf16 ulp plus the fp32 rounding of the update (the only errors the rule allows). */
 #include <math.h>
 #include <stdlib.h>
 
