@@ -15,13 +15,15 @@ static int in_place_forced; /* tests: loom_kernels_force_kv_in_place */
 
 void loom_kernels_force_kv_in_place(int on) { in_place_forced = on; }
 
-float *ftile_kv_acc_alloc(int T, int D) {
+/* a thread's private rows for T keys of D, or NULL when over the bound (loom_free it) */
+static float *kv_acc_alloc(int T, int D) {
   size_t bytes = (size_t)2 * T * D * sizeof(float);
   return bytes <= KV_PRIVATE_MAX && !in_place_forced ? loom_alloc(bytes) : NULL;
 }
 
-void ftile_kv_acc_begin(ftile_kv_acc *acc, float *priv, float *dk, float *dv, size_t off,
-                        long ldk, int T, int D) {
+/* Starts item (rows off + s ldk of dk, dv; s < T) at zero, in priv when not NULL. */
+static void kv_acc_begin(ftile_kv_acc *acc, float *priv, float *dk, float *dv, size_t off,
+                         long ldk, int T, int D) {
   const size_t row = (size_t)D * sizeof(float);
   if (priv) {
     acc->dk = dk ? priv : NULL;
@@ -39,9 +41,10 @@ void ftile_kv_acc_begin(ftile_kv_acc *acc, float *priv, float *dk, float *dv, si
   }
 }
 
-void ftile_kv_acc_end(const ftile_kv_acc *acc, float *dk, float *dv, size_t off, long ldk,
-                      int T, int D) {
-  if (acc->ld == ldk && (!dk || acc->dk == dk + off) && (!dv || acc->dv == dv + off)) return;
+/* Copies private sums (priv not NULL) to the output rows; in-place sums are there already. */
+static void kv_acc_end(const ftile_kv_acc *acc, const float *priv, float *dk, float *dv,
+                       size_t off, long ldk, int T, int D) {
+  if (!priv) return;
   const size_t row = (size_t)D * sizeof(float);
   for (int s = 0; s < T; s++) {
     if (dk) memcpy(dk + off + (size_t)s * ldk, acc->dk + (size_t)s * D, row);
@@ -55,15 +58,15 @@ void ftile_bwd_items(int B, int T, int Hkv, int D, float *dk, float *dv, int par
 #pragma omp parallel if (par)
   {
     void *scratch = scratch_bytes ? loom_alloc(scratch_bytes) : NULL;
-    float *priv = ftile_kv_acc_alloc(T, D);
+    float *priv = kv_acc_alloc(T, D);
     ftile_kv_acc acc;
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
       for (int kh = 0; kh < Hkv; kh++) {
         const size_t off = ((size_t)b * T * Hkv + kh) * D;
-        ftile_kv_acc_begin(&acc, priv, dk, dv, off, ldk, T, D);
+        kv_acc_begin(&acc, priv, dk, dv, off, ldk, T, D);
         fn(ctx, scratch, b, kh, off, &acc);
-        ftile_kv_acc_end(&acc, dk, dv, off, ldk, T, D);
+        kv_acc_end(&acc, priv, dk, dv, off, ldk, T, D);
       }
     loom_free(priv);
     loom_free(scratch);

@@ -80,14 +80,6 @@ typedef struct {
   float *dk, *dv;
   long ld;
 } ftile_kv_acc;
-/* a thread's private rows for T keys of D, or NULL when over the bound (loom_free it) */
-float *ftile_kv_acc_alloc(int T, int D);
-/* Starts item (rows off + s ldk of dk, dv; s < T) at zero, in priv when not NULL. */
-void ftile_kv_acc_begin(ftile_kv_acc *acc, float *priv, float *dk, float *dv, size_t off,
-                        long ldk, int T, int D);
-/* Copies private sums to the output rows (nothing to do for in-place ones). */
-void ftile_kv_acc_end(const ftile_kv_acc *acc, float *dk, float *dv, size_t off, long ldk,
-                      int T, int D);
 /* The backward's work items, one per (sequence b, kv head kh), in parallel (par) with dynamic
  * scheduling: each thread gets scratch_bytes of scratch and its private dK/dV rows; per item
  * fn(ctx, scratch, b, kh, off, acc) runs with the item's sums started at zero (off: the item's
