@@ -51,11 +51,12 @@ static bool layout_ok(const loom_sim_strategy *st, const loom_model_spec *spec) 
   return ok;
 }
 
-/* by simulated step time; within 0.1% the smaller memory first */
+/* by simulated step time in steps of 0.1% (the same step: the smaller memory first). Steps of
+ * log time, not "within 0.1% of each other", keep the order transitive, as qsort needs. */
 static int by_sim(const void *a, const void *b) {
   const loom_plan_entry *x = a, *y = b;
-  if (fabs(x->sim_time - y->sim_time) > 1e-3 * fmin(x->sim_time, y->sim_time))
-    return x->sim_time < y->sim_time ? -1 : 1;
+  double kx = floor(log(x->sim_time) / log1p(1e-3)), ky = floor(log(y->sim_time) / log1p(1e-3));
+  if (kx != ky) return kx < ky ? -1 : 1;
   return x->mem < y->mem ? -1 : x->mem > y->mem;
 }
 
