@@ -168,6 +168,33 @@ static int replay(sim_run *R, double *makespan) {
   return loom_sched_replay_timed(R->s, sim_timing, R, makespan);
 }
 
+/* What would lower a rank's memory under this layout, as config keys: only the remedies that
+ * apply (no "1F1B instead of GPipe" without a pipeline, no "recomputation" when every layer
+ * already recomputes, no "ZeRO-3" at ZeRO-3). `activations`: the activations are part of the
+ * overflow (false: the state alone is over the limit). */
+static void oom_remedies(const loom_sim_strategy *st, bool activations, int inflight, char *out,
+                         size_t n) {
+  size_t k = 0;
+  const char *sep = "";
+#define ADD(...)                                                             \
+  do {                                                                       \
+    k += (size_t)snprintf(out + k, k < n ? n - k : 0, "%s", sep);            \
+    k += (size_t)snprintf(out + k, k < n ? n - k : 0, __VA_ARGS__);          \
+    sep = ", ";                                                              \
+  } while (0)
+  if (activations && inflight > 1 && strcmp(st->schedule, "gpipe") == 0)
+    ADD("fewer micro-batches in flight (parallel.schedule=1f1b instead of gpipe)");
+  if (activations && st->micro_batch > 1)
+    ADD("a smaller micro-batch (training.micro_batch_size=%d)", st->micro_batch / 2);
+  if (activations && st->recompute != LOOM_RECOMPUTE_FULL)
+    ADD("recomputation (training.activation_checkpointing=true)");
+  if (st->dp * st->sp > 1 && st->zero < 3)
+    ADD("a higher ZeRO stage (parallel.zero=%d)", st->zero + 1);
+  ADD("more tensor or pipeline parallelism (parallel.tp, parallel.pp)");
+  if (st->optim_dtype != LOOM_DT_BF16) ADD("bf16 optimizer state (training.optim_dtype=bf16)");
+#undef ADD
+}
+
 /* memory of each pipeline rank; the first instruction where one is over the limit */
 static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) {
   const loom_schedule *s = R->s;
@@ -194,19 +221,21 @@ static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) 
         loom_sim_memory m;
         loom_sim_memory_rank(c, layers, most, e, h, ++now, &m);
         if (m.total > out->mem_limit || now == peak) {
-          char text[96];
+          char text[96], fix[512];
           loom_instr_format(&s->instr[r][i], text, sizeof text);
+          /* state alone over the limit: no activation remedy can help */
+          oom_remedies(c->st, m.weights + m.grads + m.optimizer <= out->mem_limit, now, fix,
+                       sizeof fix);
           snprintf(why, n,
                    "rank %d, instruction %d '%s': memory over the limit: %d chunk(s) of "
                    "activations in flight need %.2f GiB (weights %.2f, gradients %.2f, "
                    "optimizer %.2f, activations %.2f, other %.2f) but a rank has %.2f GiB; "
-                   "use fewer micro-batches in flight (1f1b instead of gpipe), recomputation, "
-                   "more tensor/pipeline parallelism or ZeRO",
+                   "try %s",
                    r, i, text, now, m.total / 1073741824.0, m.weights / 1073741824.0,
                    m.grads / 1073741824.0, m.optimizer / 1073741824.0,
                    m.activations / 1073741824.0,
                    (m.workspace + m.comm_buffers + m.fragmentation) / 1073741824.0,
-                   out->mem_limit / 1073741824.0);
+                   out->mem_limit / 1073741824.0, fix);
           out->oom_rank = r;
           break;
         }
@@ -214,10 +243,13 @@ static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) 
       if (k == LOOM_INSTR_BACKWARD || k == LOOM_INSTR_BACKWARD_WEIGHT) now--;
     }
     if (out->oom_rank < 0) { /* over the limit before any activation */
+      char fix[512];
+      oom_remedies(c->st, false, 0, fix, sizeof fix);
       snprintf(why, n, "rank %d, instruction 0: memory over the limit before the first forward: "
-               "weights, gradients and optimizer state need %.2f GiB but a rank has %.2f GiB",
+               "weights, gradients and optimizer state need %.2f GiB but a rank has %.2f GiB; "
+               "try %s",
                r, (out->mem[r].weights + out->mem[r].grads + out->mem[r].optimizer) / 1073741824.0,
-               out->mem_limit / 1073741824.0);
+               out->mem_limit / 1073741824.0, fix);
       out->oom_rank = r;
     }
   }

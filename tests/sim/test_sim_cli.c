@@ -218,6 +218,30 @@ static void test_vlm_report(void) {
   CHECK(r.status == 1 && strstr(line, "bottleneck     memory (rank 0 needs ") &&
             strstr(line, "of 76.61 GiB); its time: "),
         "OOM bottleneck: %d %s", r.status, line);
+  /* what to do names only the remedies that apply: recomputation is already on and there is
+   * neither a pipeline nor a data-parallel replica to shard over */
+  CHECK(HAS(r.err, "try a smaller micro-batch (training.micro_batch_size=32)",
+            "more tensor or pipeline parallelism (parallel.tp, parallel.pp)") &&
+            !strstr(r.err, "gpipe") && !strstr(r.err, "activation_checkpointing") &&
+            !strstr(r.err, "parallel.zero"),
+        "OOM remedies: %s", r.err);
+  run_done(&r);
+  /* a GPipe pipeline over the limit is told to run 1F1B; data-parallel ranks, a ZeRO stage */
+  r = run_loom("sim model.preset=llama3-8b parallel.pp=4 parallel.dp=2 parallel.schedule=gpipe "
+               "training.seq_len=8192 training.micro_batch_size=1 training.global_batch_size=32 "
+               "training.dtype=bf16 --hardware h100-sxm --gpus 8");
+  CHECK(r.status == 1 && HAS(r.err, "memory over the limit",
+                             "parallel.schedule=1f1b instead of gpipe",
+                             "recomputation (training.activation_checkpointing=true)",
+                             "a higher ZeRO stage (parallel.zero=1)"),
+        "GPipe OOM remedies: %d %s", r.status, r.err);
+  run_done(&r);
+  /* the state alone over the limit: no remedy for activations */
+  r = run_loom("sim model.preset=llama3-8b training.dtype=bf16 --hardware h100-sxm --gpus 1");
+  CHECK(r.status == 1 && HAS(r.err, "try more tensor or pipeline parallelism",
+                             "bf16 optimizer state (training.optim_dtype=bf16)") &&
+            !strstr(r.err, "micro-batch") && !strstr(r.err, "recomputation"),
+        "state OOM remedies: %d %s", r.status, r.err);
   run_done(&r);
   r = run_loom("plan --model qwen2.5-vl-7b --hardware h100-sxm-hf --gpus 4 --global-batch 4 "
                "--seq 1280 --top 8");
