@@ -48,8 +48,9 @@ static void test_turing_530b(void) {
   loom_sim_result res;
   loom_sim_opts o = {NULL, false, 0};
   CHECK(loom_sim_run(&c, &s, &o, &res) == 0, "%s", loom_errmsg());
-  CHECK(r.best[0].sim_time <= res.step_time * 1.0001, "the plan (%.3f s) is no slower than the "
-        "paper's layout (%.3f s)", r.best[0].sim_time, res.step_time);
+  /* within the ranking's step (0.1%): the first entry is the leanest of the fastest step */
+  CHECK(r.best[0].sim_time <= res.step_time * (1 + 1e-3), "the plan (%.3f s) is no slower than "
+        "the paper's layout (%.3f s)", r.best[0].sim_time, res.step_time);
   loom_sim_result_free(&res);
   loom_sched_free(&s);
   loom_plan_result_free(&r);
