@@ -3,6 +3,7 @@
  * devices when ranks outnumber them (CPU cores, sim_share.c), and derives the step's metrics
  * and every pipeline rank's memory, with the first instruction at which a rank runs out. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -168,6 +169,16 @@ static int replay(sim_run *R, double *makespan) {
   return loom_sched_replay_timed(R->s, sim_timing, R, makespan);
 }
 
+/* appends ", " (after the first) and the formatted text to out[n] at *k; truncates */
+static void add_remedy(char *out, size_t n, size_t *k, const char *fmt, ...) {
+  va_list ap;
+  if (*k > 0 && *k < n) *k += (size_t)snprintf(out + *k, n - *k, ", ");
+  if (*k >= n) return;
+  va_start(ap, fmt);
+  *k += (size_t)vsnprintf(out + *k, n - *k, fmt, ap);
+  va_end(ap);
+}
+
 /* What would lower a rank's memory under this layout, as config keys: only the remedies that
  * apply (no "1F1B instead of GPipe" without a pipeline, no "recomputation" when every layer
  * already recomputes, no "ZeRO-3" at ZeRO-3). `activations`: the activations are part of the
@@ -175,24 +186,20 @@ static int replay(sim_run *R, double *makespan) {
 static void oom_remedies(const loom_sim_strategy *st, bool activations, int inflight, char *out,
                          size_t n) {
   size_t k = 0;
-  const char *sep = "";
-#define ADD(...)                                                             \
-  do {                                                                       \
-    k += (size_t)snprintf(out + k, k < n ? n - k : 0, "%s", sep);            \
-    k += (size_t)snprintf(out + k, k < n ? n - k : 0, __VA_ARGS__);          \
-    sep = ", ";                                                              \
-  } while (0)
+  out[0] = '\0';
   if (activations && inflight > 1 && strcmp(st->schedule, "gpipe") == 0)
-    ADD("fewer micro-batches in flight (parallel.schedule=1f1b instead of gpipe)");
+    add_remedy(out, n, &k,
+               "fewer micro-batches in flight (parallel.schedule=1f1b instead of gpipe)");
   if (activations && st->micro_batch > 1)
-    ADD("a smaller micro-batch (training.micro_batch_size=%d)", st->micro_batch / 2);
+    add_remedy(out, n, &k, "a smaller micro-batch (training.micro_batch_size=%d)",
+               st->micro_batch / 2);
   if (activations && st->recompute != LOOM_RECOMPUTE_FULL)
-    ADD("recomputation (training.activation_checkpointing=true)");
+    add_remedy(out, n, &k, "recomputation (training.activation_checkpointing=true)");
   if (st->dp * st->sp > 1 && st->zero < 3)
-    ADD("a higher ZeRO stage (parallel.zero=%d)", st->zero + 1);
-  ADD("more tensor or pipeline parallelism (parallel.tp, parallel.pp)");
-  if (st->optim_dtype != LOOM_DT_BF16) ADD("bf16 optimizer state (training.optim_dtype=bf16)");
-#undef ADD
+    add_remedy(out, n, &k, "a higher ZeRO stage (parallel.zero=%d)", st->zero + 1);
+  add_remedy(out, n, &k, "more tensor or pipeline parallelism (parallel.tp, parallel.pp)");
+  if (st->optim_dtype != LOOM_DT_BF16)
+    add_remedy(out, n, &k, "bf16 optimizer state (training.optim_dtype=bf16)");
 }
 
 /* memory of each pipeline rank; the first instruction where one is over the limit */
