@@ -82,8 +82,8 @@ typedef struct {
   float *grads;             /* (layout.total) accumulated gradients */
   float *params_lp;         /* (layout.total) bf16-rounded weights (bf16 mode) else == params;
                                == params when param_bf16 (the parameters are bf16 values).
-                               After an optimizer step it may be stale: read it through
-                               loom_decoder_params_lp */
+                               In mixed bf16 NULL until first read; after an optimizer step
+                               it may be stale: read it through loom_decoder_params_lp */
 
   int n_slots;
   loom_acts *slots;         /* activation sets */
@@ -144,14 +144,18 @@ void loom_decoder_params_stepped(loom_decoder *d, bool w16_written);
  * or they do not match the parameters now (not converted since the last change), in which
  * case they are converted at their next use. */
 uint16_t *loom_decoder_weights16_for_step(loom_decoder *d);
-/* params_lp, rounded first if a step left it stale. */
+/* params_lp, allocated first if nothing read it yet and rounded first if a step left it
+ * stale. */
 const float *loom_decoder_params_lp(loom_decoder *d);
+/* Allocate (and round) the separate rounded copy now, for a caller that writes ranges of it
+ * itself (ZeRO-3's layer gathers). No-op when it exists or is params itself. */
+void loom_decoder_params_lp_reserve(loom_decoder *d);
 /* training.param_dtype=bf16, right after creation (before init, load or a gradient
  * synchroniser): parameters hold bf16 values in fp32 words, with no second rounded copy
  * (params_lp == params); every update rounds them. Needs a bf16 decoder (error otherwise). */
 int loom_decoder_set_param_bf16(loom_decoder *d);
-/* Bytes of parameter storage: the fp32 words, the rounded copy (mixed precision) and the
- * native GEMMs' bf16 weights. Gradients: layout.total floats. */
+/* Bytes of parameter storage: the fp32 words, the rounded copy (mixed precision, once
+ * something has read it) and the native GEMMs' bf16 weights. Gradients: layout.total floats. */
 size_t loom_decoder_param_bytes(const loom_decoder *d);
 void loom_decoder_zero_grads(loom_decoder *d);
 

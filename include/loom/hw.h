@@ -111,6 +111,8 @@ typedef struct {
   /* runtime: the training engine this profile models */
   bool engine_loom_cpu;  /* loom's CPU executor: fp32 params/grads/activations; else mixed
                             precision (16-bit params, grads and activations, fp32 optimizer) */
+  bool bf16_native;      /* loom-cpu: the bf16 matmuls run natively on 2-byte weights (no
+                            rounded fp32 copy of the weights); else rounded fp32 inputs */
   bool tp_overlap;       /* backward TP communication overlaps weight-gradient GEMMs */
   bool dp_overlap;       /* data-parallel bucket reductions overlap the backward */
   double optimizer_bytes_per_param; /* memory traffic of the optimizer step per parameter */

@@ -182,9 +182,10 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   d->doc_eod = -1;
   loom_param_layout_build_shard(&d->layout, spec, shard);
   size_t P = d->layout.total;
-  d->params = loom_alloc((bf16 ? 3 : 2) * P * sizeof(float));
+  d->params = loom_alloc(2 * P * sizeof(float));
   d->grads = d->params + P;
-  d->params_lp = bf16 ? d->params + 2 * P : d->params;
+  /* bf16: the rounded copy exists only where something reads it (below) */
+  d->params_lp = bf16 ? NULL : d->params;
   d->n_slots = slots;
   d->slots = calloc((size_t)slots, sizeof *d->slots);
   int nl = max_chunk_layers(d);
@@ -215,6 +216,9 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
     d->s->w16 = aligned_alloc(64, bytes ? bytes : 64);
     LOOM_ASSERT(d->s->w16);
   }
+  /* the rounded fp32 copy: the matmuls read it without native bf16 GEMMs; with them nothing
+   * does (ZeRO-3 and the vision encoder reserve it themselves) and it is never allocated */
+  if (bf16 && !d->s->w16) loom_decoder_params_lp_reserve(d);
   carver c = {NULL, 0};
   plan(d, &c);
   d->arena_bytes = c.used;
@@ -235,6 +239,7 @@ int loom_decoder_create(loom_decoder **out, const loom_model_spec *spec, int B, 
 
 void loom_decoder_free(loom_decoder *d) {
   if (!d) return;
+  if (d->params_lp != d->params) loom_free(d->params_lp);
   loom_free(d->params);
   loom_free(d->arena);
   if (d->s && d->s->w16) {
@@ -288,7 +293,10 @@ void loom_decoder_zero_grads(loom_decoder *d) {
 void loom_decoder_params_updated(loom_decoder *d) {
   d->s->epoch++; /* the bf16 weight copy is refreshed at its next use */
   /* bf16 parameters: params_lp == params, rounded in place (model.to(bfloat16) of fp32 values
-   * loaded or initialised; a no-op after a bf16 optimizer step) */
+   * loaded or initialised; a no-op after a bf16 optimizer step). A separate rounded copy is
+   * rounded now when it exists (ZeRO-3 then keeps it current range by range), else made when
+   * first read. */
+  if (!d->params_lp) return;
   if (d->bf16) loom_round_bf16_f32(d->params_lp, d->params, d->layout.total);
   d->s->lp_epoch = d->s->epoch;
 }
@@ -310,7 +318,16 @@ uint16_t *loom_decoder_weights16_for_step(loom_decoder *d) {
   return s->w16 && !d->param_hook && s->w16_epoch == s->epoch ? s->w16 : NULL;
 }
 
+void loom_decoder_params_lp_reserve(loom_decoder *d) {
+  if (d->params_lp || !d->bf16) return;
+  d->params_lp = loom_alloc(d->layout.total * sizeof(float));
+  loom_round_bf16_f32(d->params_lp, d->params, d->layout.total);
+  d->s->lp_epoch = d->s->epoch;
+}
+
 const float *loom_decoder_params_lp(loom_decoder *d) {
+  if (!d->bf16) return d->params; /* fp32: the parameters themselves */
+  if (!d->params_lp) d->params_lp = loom_alloc(d->layout.total * sizeof(float));
   if (d->s->lp_epoch != d->s->epoch) {
     loom_round_bf16_f32(d->params_lp, d->params, d->layout.total);
     d->s->lp_epoch = d->s->epoch;
@@ -323,11 +340,8 @@ int loom_decoder_set_param_bf16(loom_decoder *d) {
     return loom_err("bf16 parameters (training.param_dtype=bf16) need bf16 matmuls "
                     "(training.dtype=bf16)");
   if (d->param_bf16) return 0;
-  /* params + grads only: the rounded copy is the parameters themselves */
-  size_t P = d->layout.total;
-  loom_free(d->params);
-  d->params = loom_alloc(2 * P * sizeof(float));
-  d->grads = d->params + P;
+  /* the rounded copy is the parameters themselves */
+  if (d->params_lp != d->params) loom_free(d->params_lp);
   d->params_lp = d->params;
   d->param_bf16 = true;
   d->s->epoch++;
@@ -335,7 +349,7 @@ int loom_decoder_set_param_bf16(loom_decoder *d) {
 }
 
 size_t loom_decoder_param_bytes(const loom_decoder *d) {
-  size_t P = d->layout.total, words = d->params_lp != d->params ? 2 : 1;
+  size_t P = d->layout.total, words = d->params_lp && d->params_lp != d->params ? 2 : 1;
   return words * P * sizeof(float) + (d->s->w16 ? P * sizeof(uint16_t) : 0);
 }
 

@@ -81,6 +81,8 @@ int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patc
     return loom_err("vision.parallel: tp*sp = %d*%d must divide the encoder's %d heads, and tp "
                     "its MLP width %d and projector width %d", tp, sp, s->heads, s->intermediate,
                     ph);
+  /* the encoder's linears read the rounded copy of the weights (bf16 mode) */
+  if (d->bf16) loom_decoder_params_lp_reserve(d);
   loom_vision *v = calloc(1, sizeof *v);
   v->d = d;
   v->s = *s;

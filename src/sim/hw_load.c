@@ -235,7 +235,7 @@ static int read_runtime(loom_hw_profile *hw, const yt_node *r, const char *f) {
   static const char *const allowed[] = {"engine", "tp_comm_overlap", "dp_comm_overlap",
                                         "optimizer_bytes_per_param", "overlap_slowdown",
                                         "p2p_overlap", "tp_style", "vision_sp_local_windows",
-                                        "elementwise", "host_dispatch_us", NULL};
+                                        "elementwise", "host_dispatch_us", "bf16_gemm", NULL};
   if (yt_only(r, f, "runtime", allowed)) return -1;
   const yt_node *x;
   if ((x = yt_get(r, "engine"))) {
@@ -244,6 +244,15 @@ static int read_runtime(loom_hw_profile *hw, const yt_node *r, const char *f) {
     if (!strcmp(s, "loom-cpu")) hw->engine_loom_cpu = true;
     else if (!strcmp(s, "gpu")) hw->engine_loom_cpu = false;
     else return loom_err("%s:%d: runtime.engine must be gpu or loom-cpu, found '%s'", f, x->line, s);
+  }
+  if ((x = yt_get(r, "bf16_gemm"))) {
+    char s[16];
+    if (yt_string(x, f, "runtime.bf16_gemm", s, sizeof s)) return -1;
+    if (!strcmp(s, "native")) hw->bf16_native = true;
+    else if (!strcmp(s, "rounded")) hw->bf16_native = false;
+    else
+      return loom_err("%s:%d: runtime.bf16_gemm must be native or rounded, found '%s'", f,
+                      x->line, s);
   }
   if ((x = yt_get(r, "tp_comm_overlap")) && yt_bool(x, f, "runtime.tp_comm_overlap", &hw->tp_overlap))
     return -1;

@@ -174,6 +174,7 @@ char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes) {
       hw->engine_loom_cpu ? "loom-cpu" : "gpu", hw->tp_overlap ? "true" : "false",
       hw->dp_overlap ? "true" : "false", hw->p2p_overlap ? "true" : "false",
       num(hw->overlap_slowdown, 1), num(hw->optimizer_bytes_per_param, 1));
+  if (hw->engine_loom_cpu) put(&b, "  bf16_gemm: %s\n", hw->bf16_native ? "native" : "rounded");
   if (hw->tp_dtensor) put(&b, "  tp_style: dtensor\n");
   if (hw->vision_sp_local_windows) put(&b, "  vision_sp_local_windows: true\n");
   if (hw->elementwise_eager) put(&b, "  elementwise: eager\n");

@@ -360,6 +360,12 @@ static int write_summary(run_ctx *c, bool stepped, double final_loss, double min
   return rc;
 }
 
+/* fp32 words a parameter takes: the master value and, once something read it, the rounded
+ * copy */
+static size_t fp32_copies(const loom_decoder *d) {
+  return d->params_lp && d->params_lp != d->params ? 2 : 1;
+}
+
 /* Per-rank memory of the step: parameters (+ bf16 copy), gradients, optimizer moments,
  * activations and scratch, in MiB; rank 0 prints one line per rank. */
 static void report_memory(run_ctx *c) {
@@ -374,7 +380,7 @@ static void report_memory(run_ctx *c) {
     /* allocated bytes: the fp32 words, the rounded copy (not with bf16 parameters) and the
      * native GEMMs' bf16 weights; the moments in training.optim_dtype */
     mine[0] = (float)((c->cfg->parallel.zero == 3
-                           ? resident * sizeof(float) * (d->params_lp != d->params ? 2 : 1)
+                           ? resident * sizeof(float) * fp32_copies(d)
                            : loom_decoder_param_bytes(d)) / MiB);
     mine[1] = (float)(d->layout.total * sizeof(float) / MiB);
     mine[2] = (float)(loom_adamw_state_bytes(loom_exec_optimizer(c->exec)) / MiB);
@@ -387,7 +393,7 @@ static void report_memory(run_ctx *c) {
     loom_grad_sync_owned(loom_vmod_grad_sync(vm), &vb, &ve);
     size_t vres = loom_vmod_get_plan(vm)->zero == 3 ? ve - vb : vd->layout.total;
     mine[0] += (float)((loom_vmod_get_plan(vm)->zero == 3
-                            ? vres * sizeof(float) * (vd->params_lp != vd->params ? 2 : 1)
+                            ? vres * sizeof(float) * fp32_copies(vd)
                             : loom_decoder_param_bytes(vd)) / MiB);
     mine[1] += (float)(vd->layout.total * sizeof(float) / MiB);
     mine[2] += (float)(loom_adamw_state_bytes(loom_vmod_optimizer(vm)) / MiB);

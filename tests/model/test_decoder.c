@@ -111,6 +111,14 @@ static void check_weight_copies(const char *preset, loom_gemm_backend backend) {
   loom_decoder_forward(b, tok, tgt, &lb, NULL);
   CHECK(la == lb, "%s bf16 (%s): loss after 2 steps %.9g, with the same parameters loaded %.9g",
         preset, loom_gemm_backend_name(backend), la, lb);
+  /* the rounded fp32 copy exists only where the matmuls read it: not beside native bf16
+   * GEMMs (4 + 2 bytes a parameter), else 4 + 4 */
+  size_t P = a->layout.total;
+  int native = loom_gemm_bf16_native();
+  CHECK((a->params_lp != NULL) == !native && loom_decoder_param_bytes(a) == (native ? 6 : 8) * P,
+        "%s bf16 (%s, native %d): rounded copy %s, %zu bytes of parameters for %zu", preset,
+        loom_gemm_backend_name(backend), native, a->params_lp ? "allocated" : "absent",
+        loom_decoder_param_bytes(a), P);
   const float *lp = loom_decoder_params_lp(a);
   size_t bad = 0;
   for (size_t i = 0; i < a->layout.total; i++) bad += lp[i] != loom_bf16_round(a->params[i]);

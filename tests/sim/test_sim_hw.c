@@ -43,6 +43,16 @@ static void test_roundtrip(void) {
             fabs(b.overlap_slowdown - a.overlap_slowdown) < 1e-9,
         "round trip");
   free(text);
+  /* a loom-cpu profile keeps which bf16 path its machine's trainer takes, both ways */
+  for (int native = 0; native < 2; native++) {
+    a.engine_loom_cpu = true, a.bf16_native = native;
+    text = loom_hw_to_yaml(&a, NULL);
+    const char *line = native ? "bf16_gemm: native" : "bf16_gemm: rounded";
+    CHECK(loom_hw_parse(&b, text, "roundtrip.yaml") == 0 && b.engine_loom_cpu &&
+              b.bf16_native == native && strstr(text, line),
+          "bf16_gemm round trip (%d): %s\n%s", native, loom_errmsg(), text);
+    free(text);
+  }
 }
 
 static void bad(const char *text, const char *what1, const char *what2) {
@@ -60,6 +70,7 @@ static void test_errors(void) {
   bad("name: x\ndevice:\n  attention: paged\n", ":3", "flash, unfused or loom");
   bad("name: x\nruntime:\n  engine: tpu\n", "runtime.engine", "gpu or loom-cpu");
   bad("name: x\nruntime:\n  tp_style: fsdp\n", "bad.yaml:3", "runtime.tp_style must be megatron or dtensor");
+  bad("name: x\nruntime:\n  bf16_gemm: amx\n", "bad.yaml:3", "runtime.bf16_gemm must be native or rounded");
   bad("name: x\nruntime:\n  elementwise: compiled\n", ":3", "runtime.elementwise must be fused or eager");
   bad("name: x\nruntime:\n  vision_sp_local_windows: maybe\n", ":3", "vision_sp_local_windows");
   bad("name: x\nruntime:\n  host_dispatch_us: 90\n", "bad.yaml:3", "runtime.host_dispatch_us");

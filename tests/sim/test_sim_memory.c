@@ -1,7 +1,8 @@
 /* The memory model of loom's CPU executor against what the trainer really allocates (within
  * 3%: the model mirrors src/model/decoder_memory.c item by item, without its alignment): the
  * decoder's activation arena (slots of saved activations plus the backward scratch) and its
- * parameter/gradient buffers, for GPT-2 and Llama shapes, bf16, recomputation, pipeline
+ * parameter/gradient buffers (bf16: the native GEMMs' 2-byte weights or the rounded fp32 copy,
+ * whichever this machine's GEMMs read), for GPT-2 and Llama shapes, bf16, recomputation, pipeline
  * chunks with several slots, the head on the last stage, tensor parallelism with Megatron
  * sequence parallelism, context parallelism (T/cp tokens, the ring's buffers; also inside
  * Ulysses), Ulysses x TP; and the
@@ -55,9 +56,13 @@ static void check_case(const mcase *k) {
         "+ scratch modelled %.0f, allocated %.0f (%.2f%%) (sp=%d)", k->preset, k->B, k->T, k->tp,
         k->seqpar ? "+sp" : "", cp, k->slots, k->head ? " head" : "", k->bf16 ? " bf16" : "",
         k->recompute ? " recompute" : "", model, real, 100 * (model / real - 1), sp);
-  double buffers = (double)d->layout.total * sizeof(float) * (k->bf16 ? 3 : 2);
+  /* the decoder's parameter storage (fp32 master, then the native GEMMs' 2-byte weights or
+   * the rounded fp32 copy in bf16) and its fp32 gradients */
+  double buffers = (double)loom_decoder_param_bytes(d) + (double)d->layout.total * sizeof(float);
   CHECK(fabs(m.weights + m.grads - buffers) <= 0.01 * buffers,
-        "%s: weights + gradients modelled %.0f, allocated %.0f", k->preset, m.weights + m.grads, buffers);
+        "%s%s (bf16 GEMMs %s): weights + gradients modelled %.0f, allocated %.0f", k->preset,
+        k->bf16 ? " bf16" : "", hw.bf16_native ? "native" : "rounded", m.weights + m.grads,
+        buffers);
   loom_decoder_free(d);
 }
 

@@ -82,11 +82,24 @@ mem() { grep -A1 'memory per rank' "$(run_dir "$1")/train.log" | tail -1 | awk '
 train m_mixed 1 "${BIG[@]}"
 train m_param 1 "${BIG[@]}" training.param_dtype=bf16
 train m_both 1 "${BIG[@]}" training.param_dtype=bf16 training.optim_dtype=bf16
+LOOM_GEMM=openblas train m_mixed_blas 1 "${BIG[@]}"
+LOOM_GEMM=openblas train m_param_blas 1 "${BIG[@]}" training.param_dtype=bf16
 read -r p0 g0 o0 <<<"$(mem m_mixed)"; read -r p1 g1 o1 <<<"$(mem m_param)"; read -r p2 g2 o2 <<<"$(mem m_both)"
+read -r pb0 gb0 _ <<<"$(mem m_mixed_blas)"; read -r pb1 gb1 _ <<<"$(mem m_param_blas)"
 echo "  MiB params/grads/optimizer: mixed (dtype bf16) $p0/$g0/$o0, param_dtype=bf16 $p1/$g1/$o1, + optim_dtype=bf16 $p2/$g2/$o2"
-# mixed: fp32 weights + rounded copy (+ bf16 GEMM weights); bf16 parameters: no rounded copy,
-# so 4 bytes less per parameter; bf16 moments: 4 bytes per parameter instead of 8
-check "param_dtype=bf16 drops the rounded copy: params $p1 < $p0 MiB" awk -v a="$p1" -v b="$p0" 'BEGIN { exit !(a < b - 0.5) }'
+echo "  OpenBLAS: mixed $pb0/$gb0, param_dtype=bf16 $pb1/$gb1"
+# ratio A B: A / B (the grads line is 4 bytes per parameter)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
+near() { awk -v r="$1" -v t="$2" 'BEGIN { exit !(r > t - 0.02 && r < t + 0.02) }'; }
+# mixed precision: the fp32 weights, plus what the matmuls read: 2-byte weights for native bf16
+# GEMMs (oneDNN: 6 bytes per parameter; no rounded fp32 copy, which nothing reads there) or
+# the rounded fp32 copy (OpenBLAS: 8 bytes); bf16 parameters: no rounded copy on either
+r0=$(ratio "$p0" "$g0") rb0=$(ratio "$pb0" "$gb0") rb1=$(ratio "$pb1" "$gb1")
+native_or_rounded() { near "$1" 1.5 || near "$1" 2.0; }
+check "mixed bf16 holds 6 (native bf16 GEMMs) or 8 bytes a parameter: $r0 x 4" native_or_rounded "$r0"
+check "OpenBLAS: mixed bf16 reads the rounded copy, 8 bytes a parameter: $rb0 x 4" near "$rb0" 2.0
+check "OpenBLAS: param_dtype=bf16 drops the rounded copy, 4 bytes a parameter: $rb1 x 4" near "$rb1" 1.0
+check "param_dtype=bf16 holds no more than mixed: params $p1 <= $p0 MiB" awk -v a="$p1" -v b="$p0" 'BEGIN { exit !(a <= b + 0.05) }'
 check "optim_dtype=bf16 halves the moments: $o2 = $o1 / 2 MiB" awk -v a="$o2" -v b="$o1" 'BEGIN { r = b / a; exit !(r > 1.97 && r < 2.03) }'
 check "grads unchanged ($g0 $g1 $g2)" test "$g0" = "$g1" -a "$g1" = "$g2"
 
