@@ -134,7 +134,13 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
       m->weights = 4 * owned + 4 * copies * resident;
       m->grads = 4 * fmin(P, Pl + (P - Pl * layers)) + 4 * owned;
     } else {
-      m->weights = bf16 && c->hw->bf16_native ? 6 * P : 4 * copies * P;
+      /* beside the fp32 words: the native GEMMs' 2-byte weights, or the rounded copy (which
+       * bf16 parameters are themselves) */
+      double extra = !bf16                           ? 0
+                     : c->hw->bf16_native            ? 2
+                     : st->param_dtype == LOOM_DT_BF16 ? 0
+                                                     : 4;
+      m->weights = (4 + extra) * P;
       m->grads = 4 * P + (st->zero > 0 ? 4 * owned : 0);
     }
     m->optimizer = 8 * owned;

@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "loom/decoder.h"
+#include "loom/kernels.h"
 #include "loom/sim_bench.h"
 #include "sim_test_util.h"
 
@@ -18,6 +19,7 @@ typedef struct {
   int B, T, tp, layers_held, slots;
   bool head, embed, bf16, recompute, seqpar;
   int cp, sp; /* 0: none */
+  bool param_bf16; /* training.param_dtype=bf16 */
 } mcase;
 
 static void check_case(const mcase *k) {
@@ -39,11 +41,13 @@ static void check_case(const mcase *k) {
                                   k->tp > 1 ? &fake : NULL, sp > 1 ? &fake_sp : NULL,
                                   cp > 1 ? &fake_cp : NULL) == 0,
         "%s", loom_errmsg());
+  if (k->param_bf16) CHECK(loom_decoder_set_param_bf16(d) == 0, "%s", loom_errmsg());
   loom_hw_profile hw;
   loom_bench_profile_defaults(&hw);
   hw.attn_rate_fwd = hw.attn_rate_bwd = 1e9;
   loom_sim_strategy st = strategy(1, k->tp, 2, 1, k->B, k->slots, k->T);
   st.dtype = k->bf16 ? LOOM_DT_BF16 : LOOM_DT_FP32;
+  st.param_dtype = k->param_bf16 ? LOOM_DT_BF16 : LOOM_DT_FP32;
   st.recompute = k->recompute ? LOOM_RECOMPUTE_FULL : LOOM_RECOMPUTE_NONE;
   st.seq_par = k->seqpar;
   st.cp = cp, st.sp = sp;
@@ -60,34 +64,43 @@ static void check_case(const mcase *k) {
    * the rounded fp32 copy in bf16) and its fp32 gradients */
   double buffers = (double)loom_decoder_param_bytes(d) + (double)d->layout.total * sizeof(float);
   CHECK(fabs(m.weights + m.grads - buffers) <= 0.01 * buffers,
-        "%s%s (bf16 GEMMs %s): weights + gradients modelled %.0f, allocated %.0f", k->preset,
-        k->bf16 ? " bf16" : "", hw.bf16_native ? "native" : "rounded", m.weights + m.grads,
-        buffers);
+        "%s%s%s (bf16 GEMMs %s): weights + gradients modelled %.0f, allocated %.0f", k->preset,
+        k->bf16 ? " bf16" : "", k->param_bf16 ? " param_dtype=bf16" : "",
+        hw.bf16_native ? "native" : "rounded", m.weights + m.grads, buffers);
   loom_decoder_free(d);
 }
 
 int main(void) {
   const mcase cases[] = {
-      {"tiny-gpt2", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0},
-      {"tiny-gpt2", 8, 128, 1, 2, 3, false, true, false, false, false, 0, 0},
-      {"tiny-gpt2", 4, 64, 1, 4, 2, true, false, true, false, false, 0, 0},
-      {"tiny-gpt2", 4, 64, 1, 4, 2, true, true, false, true, false, 0, 0},
-      {"tiny-llama", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0},
-      {"tiny-llama", 2, 128, 1, 3, 4, false, false, true, true, false, 0, 0},
-      {"tiny-gpt2", 4, 64, 2, 4, 1, true, true, false, false, false, 0, 0},
-      {"tiny-gpt2", 4, 64, 2, 4, 2, true, true, false, false, true, 0, 0},
-      {"gpt2-124m", 1, 256, 1, 2, 2, true, false, false, false, false, 0, 0},
+      {"tiny-gpt2", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0, false},
+      {"tiny-gpt2", 8, 128, 1, 2, 3, false, true, false, false, false, 0, 0, false},
+      {"tiny-gpt2", 4, 64, 1, 4, 2, true, false, true, false, false, 0, 0, false},
+      {"tiny-gpt2", 4, 64, 1, 4, 2, true, true, false, true, false, 0, 0, false},
+      {"tiny-llama", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0, false},
+      {"tiny-llama", 2, 128, 1, 3, 4, false, false, true, true, false, 0, 0, false},
+      {"tiny-gpt2", 4, 64, 2, 4, 1, true, true, false, false, false, 0, 0, false},
+      {"tiny-gpt2", 4, 64, 2, 4, 2, true, true, false, false, true, 0, 0, false},
+      {"gpt2-124m", 1, 256, 1, 2, 2, true, false, false, false, false, 0, 0, false},
       /* context parallelism: T/cp tokens per rank and the ring's scratch */
-      {"tiny-llama", 2, 256, 1, 4, 1, true, true, false, false, false, 2, 0},
-      {"tiny-gpt2", 4, 256, 2, 4, 2, true, true, false, false, false, 4, 0},
-      {"tiny-llama", 2, 256, 1, 3, 2, false, false, true, true, false, 4, 0},
-      {"gpt2-124m", 1, 1024, 1, 2, 1, true, true, false, false, false, 8, 0},
+      {"tiny-llama", 2, 256, 1, 4, 1, true, true, false, false, false, 2, 0, false},
+      {"tiny-gpt2", 4, 256, 2, 4, 2, true, true, false, false, false, 4, 0, false},
+      {"tiny-llama", 2, 256, 1, 3, 2, false, false, true, true, false, 4, 0, false},
+      {"gpt2-124m", 1, 1024, 1, 2, 1, true, true, false, false, false, 8, 0, false},
       /* Ulysses inside cp (the ring in the attention layout), and Ulysses x TP */
-      {"tiny-llama", 2, 256, 1, 4, 1, true, true, false, false, false, 2, 2},
-      {"tiny-gpt2", 4, 256, 2, 4, 2, true, true, true, false, false, 2, 2},
-      {"tiny-gpt2", 4, 128, 2, 4, 1, true, true, false, false, false, 0, 2},
+      {"tiny-llama", 2, 256, 1, 4, 1, true, true, false, false, false, 2, 2, false},
+      {"tiny-gpt2", 4, 256, 2, 4, 2, true, true, true, false, false, 2, 2, false},
+      {"tiny-gpt2", 4, 128, 2, 4, 1, true, true, false, false, false, 0, 2, false},
+      /* bf16 parameters: no rounded copy beside them */
+      {"tiny-llama", 4, 64, 1, 4, 1, true, true, true, false, false, 0, 0, true},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
+  /* both GEMM backends: bf16 with native GEMMs (2-byte weights) and without (rounded copy) */
+  const loom_gemm_backend backends[] = {LOOM_GEMM_ONEDNN, LOOM_GEMM_OPENBLAS};
+  loom_gemm_backend saved = loom_gemm_get_backend();
+  for (int b = 0; b < 2; b++) {
+    loom_gemm_set_backend(backends[b]);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
+  }
+  loom_gemm_set_backend(saved);
   /* the executor sizes its slots with the schedule's peak in flight; the planner's closed
    * form for rank 0 agrees with it */
   struct {
