@@ -82,8 +82,9 @@ typedef struct {
   float *grads;             /* (layout.total) accumulated gradients */
   float *params_lp;         /* (layout.total) bf16-rounded weights (bf16 mode) else == params;
                                == params when param_bf16 (the parameters are bf16 values).
-                               In mixed bf16 NULL until first read; after an optimizer step
-                               it may be stale: read it through loom_decoder_params_lp */
+                               In mixed bf16 NULL where nothing reads it (beside native bf16
+                               GEMMs); after an optimizer step it may be stale: read it
+                               through loom_decoder_params_lp */
 
   int n_slots;
   loom_acts *slots;         /* activation sets */
@@ -147,8 +148,10 @@ uint16_t *loom_decoder_weights16_for_step(loom_decoder *d);
 /* params_lp, allocated first if nothing read it yet and rounded first if a step left it
  * stale. */
 const float *loom_decoder_params_lp(loom_decoder *d);
-/* Allocate (and round) the separate rounded copy now, for a caller that writes ranges of it
- * itself (ZeRO-3's layer gathers). No-op when it exists or is params itself. */
+/* Allocate (and round) the separate rounded copy now, for a path that will read it: the
+ * decoder's matmuls without native bf16 GEMMs, the vision encoder, ZeRO-3 (whose layer gathers
+ * write ranges of it). Declared at setup so the memory report counts it. No-op when it exists
+ * or is params itself (fp32, bf16 parameters). */
 void loom_decoder_params_lp_reserve(loom_decoder *d);
 /* training.param_dtype=bf16, right after creation (before init, load or a gradient
  * synchroniser): parameters hold bf16 values in fp32 words, with no second rounded copy

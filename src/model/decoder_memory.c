@@ -327,7 +327,7 @@ void loom_decoder_params_lp_reserve(loom_decoder *d) {
 
 const float *loom_decoder_params_lp(loom_decoder *d) {
   if (!d->bf16) return d->params; /* fp32: the parameters themselves */
-  if (!d->params_lp) d->params_lp = loom_alloc(d->layout.total * sizeof(float));
+  loom_decoder_params_lp_reserve(d); /* first read: allocated and rounded now */
   if (d->s->lp_epoch != d->s->epoch) {
     loom_round_bf16_f32(d->params_lp, d->params, d->layout.total);
     d->s->lp_epoch = d->s->epoch;

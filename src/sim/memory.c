@@ -128,8 +128,8 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
     /* bf16: the matmuls read 2-byte weights (native bf16 GEMMs) or a rounded fp32 copy;
      * ZeRO-3 pages layers into the rounded copy either way */
     bool bf16 = st->dtype == LOOM_DT_BF16;
-    double copies = bf16 ? 2 : 1;
     if (st->zero == 3) {
+      double copies = bf16 ? 2 : 1;
       double resident = fmin(P, 2 * Pl + (P - Pl * layers)); /* two layers + the ends */
       m->weights = 4 * owned + 4 * copies * resident;
       m->grads = 4 * fmin(P, Pl + (P - Pl * layers)) + 4 * owned;
