@@ -25,7 +25,7 @@
 #include "loom/exec.h"
 #include "loom/loader.h"
 #include "loom/mesh.h"
-#include "loom/train.h"
+#include "loom/optim.h"
 
 typedef struct {
   long step;                 /* optimizer steps completed */

@@ -92,7 +92,7 @@ void loom_comm_bcast_bytes(const loom_comm *c, void *data, size_t n, int root);
 int loom_comm_any_failed(const loom_comm *c, int rc);
 /* Every rank calls this with its status (and loom_errmsg() when rc != 0): true when any rank
  * failed; out: the lowest failing rank, how many failed, whether all ranks failed with the
- * same message, and that rank's message (on every rank). src/dist/agree.c */
+ * same message, and that rank's message (on every rank). src/comm/agree.c */
 typedef struct {
   int rank, count;
   bool all_same;

@@ -2,7 +2,7 @@
  * (libyaml, with line numbers for errors), command-line overrides in Hydra's grammar
  * (a.b=c, +a.b=c, ~a.b), validation, and a fully resolved YAML dump for the run directory.
  *
- * The schema table (src/exp/config_schema.c) is the single list of keys: name, type,
+ * The schema table (src/config/config_schema.c) is the single list of keys: name, type,
  * default, allowed values, meaning, and where the value lives in loom_config. Everything
  * else (parsing, errors with nearest-key suggestions, `loom config schema`, the dump) is
  * driven by it. */

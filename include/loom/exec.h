@@ -8,7 +8,7 @@
 #include "loom/grad_sync.h"
 #include "loom/mesh.h"
 #include "loom/sched.h"
-#include "loom/train.h"
+#include "loom/optim.h"
 
 typedef struct loom_executor loom_executor;
 

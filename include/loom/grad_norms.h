@@ -25,6 +25,4 @@ typedef struct {
 /* path: a checkpoint directory or one gradients*.safetensors file. */
 int loom_grad_norms_read(const char *path, loom_grad_norms *out);
 void loom_grad_norms_free(loom_grad_norms *g);
-/* `loom ckpt grad-norms PATH [--sort] [--json]` (argv[0] is "grad-norms"); exit code. */
-int loom_grad_norms_cmd(int argc, char **argv);
 #endif

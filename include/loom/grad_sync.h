@@ -19,7 +19,7 @@
 #include "loom/config.h"
 #include "loom/decoder.h"
 #include "loom/mesh.h"
-#include "loom/train.h"
+#include "loom/optim.h"
 
 typedef struct loom_grad_sync loom_grad_sync;
 
@@ -27,7 +27,7 @@ int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh
                           const loom_config_parallel *p);
 void loom_grad_sync_free(loom_grad_sync *g);
 /* training.reduce_dtype=bf16: data-parallel gradient reductions (buckets, ZeRO reduce-scatters)
- * send bf16 words and sum them in bf16 (src/dist/comm_bf16.h); tensor-parallel, sequence-
+ * send bf16 words and sum them in bf16 (include/loom/comm_bf16.h); tensor-parallel, sequence-
  * parallel and tied-embedding reductions stay fp32. Call before the first step. */
 void loom_grad_sync_set_reduce_bf16(loom_grad_sync *g, bool bf16);
 /* The ZeRO stage this synchroniser runs. */

@@ -135,8 +135,4 @@ char *loom_hf_clean_dir(const char *path);
 /* out must not exist (unless force) and must be neither src nor a directory holding src. */
 int loom_hf_check_out(const char *src, const char *out, bool force);
 
-/* ---- CLI (src/ckpt/hf_cli.c): `loom ckpt export` / `loom ckpt import` ---------------------- */
-int loom_hf_cmd_export(int argc, char **argv);
-int loom_hf_cmd_import(int argc, char **argv);
-
 #endif

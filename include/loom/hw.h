@@ -181,4 +181,21 @@ double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double 
  * formulas of comm.h: all-reduce 2(p-1)/p n, reduce-scatter/all-gather/all-to-all (p-1)/p n,
  * send n). */
 double loom_hw_ring_bytes(loom_coll_kind kind, double bytes, int p);
+
+/* ---- MFU (src/sim/mfu.c) ---- */
+/* The matrix peak (FLOP/s) of dtype ("fp32" or "bf16") in this machine's hardware profile
+ * (`loom bench` writes it; see loom_hw_load "this-machine") for one core, or 0 with why[]
+ * saying why MFU is not shown. */
+double loom_mfu_peak(const char *dtype, char *why, size_t n);
+/* The peak of one rank that runs `threads` threads: a CPU profile's (whose devices are cores)
+ * times min(threads, online cores); an accelerator profile's device peak as it is. The
+ * profile's file goes to profile[] ("" when there is none). */
+double loom_mfu_peak_from(const char *dtype, int threads, char *profile, size_t np, char *why,
+                          size_t n);
+/* MFU, the one definition (progress line, summary.json, registry, sweep summary, loom sim):
+ * tokens * flops_per_token / (seconds * peak_flops), a fraction, with flops_per_token and
+ * peak_flops per rank (or both per job); NAN without a peak or a time. The callers show no
+ * figure above 1: such a peak is not what this run can reach, and MFU is then absent. */
+double loom_mfu(double tokens, double seconds, double flops_per_token, double peak_flops);
+
 #endif

@@ -23,7 +23,7 @@
 #include "loom/prof.h"
 #include "loom/roofline.h"
 #include "loom/sim_bench.h"
-#include "loom/train.h"
+#include "loom/optim.h"
 
 typedef struct {
   const char *model, *dtype, *gemm, *json, *out;

@@ -2,7 +2,7 @@
  * argv after "ckpt" (argv[0] is the subcommand name) and returns the exit code.
  *   inspect PATH [--json]   tensors, dtypes, shapes, norms, totals and metadata of a
  *                           .safetensors file or of every *.safetensors in a checkpoint dir.
- *   export, import          Hugging Face checkpoints (src/ckpt/hf_cli.c, include/loom/hf.h). */
+ *   export, import          Hugging Face checkpoints (src/cli/cmd_ckpt_hf.c, include/loom/hf.h). */
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -312,10 +312,10 @@ static const struct {
   const char *summary;
 } subcommands[] = {
     {"inspect", ckpt_inspect, "tensors, dtypes, shapes, norms and metadata of a checkpoint"},
-    {"export", loom_hf_cmd_export, "checkpoint -> Hugging Face directory (text models and VLMs)"},
-    {"import", loom_hf_cmd_import, "Hugging Face directory -> weights-only checkpoint"},
+    {"export", loom_cmd_ckpt_export, "checkpoint -> Hugging Face directory (text models and VLMs)"},
+    {"import", loom_cmd_ckpt_import, "Hugging Face directory -> weights-only checkpoint"},
     {"compare", loom_cmd_ckpt_compare, "compare the weights of two checkpoints (any layouts)"},
-    {"grad-norms", loom_grad_norms_cmd, "per-tensor norms of a checkpoint's saved gradients"},
+    {"grad-norms", loom_cmd_ckpt_grad_norms, "per-tensor norms of a checkpoint's saved gradients"},
 };
 #define N_SUB (sizeof subcommands / sizeof subcommands[0])
 

@@ -1,7 +1,7 @@
 /* `loom data`: prepare training data. Subcommands: synth-text (demo corpus), train-tokenizer
  * (byte-level BPE -> tokenizer.json), tokenize (text files -> token shard), encode / decode
  * (inspect a tokenizer), inspect-shard (header and first tokens); vision-language data:
- * synth-vqa, prepare, inspect (src/data/vqa_cli.c). Errors go to stderr with
+ * synth-vqa, prepare, inspect (src/cli/cmd_data_vqa.c). Errors go to stderr with
  * exit code 1 and leave no partial output file. */
 #include <errno.h>
 #include <stdio.h>
@@ -437,10 +437,7 @@ static int cmd_inspect_shard(int argc, char **argv) {
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
-/* Vision-language data commands (src/data/vqa_cli.c). */
-int loom_cmd_data_prepare(int argc, char **argv);
-int loom_cmd_data_inspect(int argc, char **argv);
-int loom_cmd_data_synth_vqa(int argc, char **argv);
+/* Vision-language data commands (src/cli/cmd_data_vqa.c). */
 
 static const struct {
   const char *name;

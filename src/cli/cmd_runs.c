@@ -1,6 +1,6 @@
 /* `loom runs`: the run registry from the command line. Lists runs with filter/sort/column
  * selection (table, CSV or JSON), shows one run, compares runs, adds custom metrics,
- * exports CSV and plots metric curves. The work is in src/exp/runs_*.c and registry_*.c;
+ * exports CSV and plots metric curves. The work is in src/runs/ and src/registry/;
  * this file parses arguments. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* `loom sweep`: generate the configs of a sweep file, show its points, run it (locally with
  * mpirun, through Slurm, or on the cluster simulator) with per-run logs and a summary, or
  * rebuild a summary later; KEY=VALUE arguments fix config keys on top of the sweep file.
- * The work is in src/exp/sweep_*.c; this file parses arguments. */
+ * The work is in src/sweep/; this file parses arguments. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

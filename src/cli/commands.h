@@ -10,6 +10,13 @@ int loom_cmd_ckpt(int argc, char **argv);    /* src/cli/cmd_ckpt.c */
 int loom_cmd_config(int argc, char **argv);  /* src/cli/cmd_config.c */
 int loom_cmd_model(int argc, char **argv);   /* src/cli/cmd_model.c */
 int loom_cmd_ckpt_compare(int argc, char **argv); /* src/cli/cmd_ckpt_compare.c */
+int loom_cmd_ckpt_export(int argc, char **argv);  /* src/cli/cmd_ckpt_hf.c */
+int loom_cmd_ckpt_import(int argc, char **argv);  /* src/cli/cmd_ckpt_hf.c */
+/* `loom ckpt grad-norms PATH [--sort] [--json]` (src/cli/cmd_ckpt_grad_norms.c) */
+int loom_cmd_ckpt_grad_norms(int argc, char **argv);
+int loom_cmd_data_prepare(int argc, char **argv);   /* src/cli/cmd_data_vqa.c */
+int loom_cmd_data_inspect(int argc, char **argv);   /* src/cli/cmd_data_vqa.c */
+int loom_cmd_data_synth_vqa(int argc, char **argv); /* src/cli/cmd_data_vqa.c */
 int loom_cmd_sched(int argc, char **argv);   /* src/cli/cmd_sched.c */
 int loom_cmd_sweep(int argc, char **argv);   /* src/cli/cmd_sweep.c */
 int loom_cmd_runs(int argc, char **argv);    /* src/cli/cmd_runs.c */
@@ -21,7 +28,7 @@ int loom_cmd_generate(int argc, char **argv); /* src/cli/cmd_generate.c */
 /* true when argv holds -h or --help */
 int loom_cli_wants_help(int argc, char **argv);
 /* "; did you mean 'X'?" for the name in names (NULL-terminated) nearest to word (edit
- * distance, src/exp/config_suggest.c), or "" when none is near. Static buffer. */
+ * distance, src/config/config_suggest.c), or "" when none is near. Static buffer. */
 const char *loom_cli_did_you_mean(const char *word, const char *const *names);
 /* "loom <command> argv..." with every argument shell-quoted where needed: pasted into a shell
  * it runs the same command (malloc'd). */

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "config/config_internal.h"
+#include "loom/config_schema.h"
 #include "loom/core.h"
 #include "loom/mpi_env.h"
 

@@ -1,6 +1,6 @@
 /* A config key's value as a table cell: what the registry stores for it, what filters and
  * sweep constraints compare, and what `loom runs show` compares against the defaults. */
-#include "config/config_cell.h"
+#include "config/config_internal.h"
 
 loom_value loom_config_cell(const loom_config *c, const loom_config_key *k) {
   const char *f = (const char *)c + k->offset;

@@ -1,7 +1,7 @@
 /* YAML string helpers shared by the writers of YAML files (config.yaml, hardware profiles):
- * the UTF-8 check and libyaml's double-quoted rendering (src/exp/config_quote.c). */
-#ifndef LOOM_EXP_CONFIG_QUOTE_H
-#define LOOM_EXP_CONFIG_QUOTE_H
+ * the UTF-8 check and libyaml's double-quoted rendering (src/config/config_quote.c). */
+#ifndef LOOM_CONFIG_QUOTE_H
+#define LOOM_CONFIG_QUOTE_H
 #include <stddef.h>
 
 /* 1-based offset of the first byte of s[0..len) that is not part of a valid UTF-8 character

@@ -1,7 +1,7 @@
 /* Config groups (Hydra's defaults list): the search path for `<dir>/<group>/<option>.yaml`
  * files, lookup with "did you mean" errors, and the composition state shared while a primary
  * config and its group files load (command-line choices, the chain of files being loaded for
- * cycle errors). Used by src/exp/config_yaml.c; not part of the public API. */
+ * cycle errors). Used by src/config/config_yaml.c; not part of the public API. */
 #ifndef LOOM_CONFIG_GROUPS_H
 #define LOOM_CONFIG_GROUPS_H
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* User keys (Hydra's append, +key=value): free-form dotted keys the schema does not have,
  * e.g. +exp.hypothesis=warmup_helps. They live in loom_config.user as text, in the order
  * added; config.yaml keeps them as "+name: value" lines and the registry records each as a
- * column (src/exp/registry_write.c). */
+ * column (src/registry/registry_write.c). */
 #include <ctype.h>
 #include <string.h>
 

@@ -6,7 +6,7 @@
 #include "loom/config.h"
 #include "loom/grad_sync.h"
 #include "loom/mesh.h"
-#include "loom/train.h"
+#include "loom/optim.h"
 #include "loom/vision.h"
 #include "loom/vqa.h"
 

@@ -1,6 +1,6 @@
-/* Private to src/exp/filter_*.c: the syntax tree of a parsed filter expression. */
-#ifndef LOOM_EXP_FILTER_INTERNAL_H
-#define LOOM_EXP_FILTER_INTERNAL_H
+/* Private to src/filter/filter_*.c: the syntax tree of a parsed filter expression. */
+#ifndef LOOM_FILTER_INTERNAL_H
+#define LOOM_FILTER_INTERNAL_H
 #include "loom/filter.h"
 
 typedef enum {

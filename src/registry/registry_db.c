@@ -7,7 +7,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "config/config_internal.h"
+#include "loom/config_schema.h"
 #include "registry/registry_internal.h"
 #include "loom/core.h"
 

@@ -1,7 +1,7 @@
-/* Private to src/exp/registry_*.c and runs_*.c: the registry handle, the fixed columns of
- * the `runs` table and small SQLite helpers. */
-#ifndef LOOM_EXP_REGISTRY_INTERNAL_H
-#define LOOM_EXP_REGISTRY_INTERNAL_H
+/* Private to the registry (src/registry) and the runs table (src/runs/runs_table.c): the
+ * registry handle, the fixed columns of the `runs` table and small SQLite helpers. */
+#ifndef LOOM_REGISTRY_INTERNAL_H
+#define LOOM_REGISTRY_INTERNAL_H
 #include <sqlite3.h>
 
 #include "loom/registry.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config/config_internal.h"
+#include "loom/config_schema.h"
 #include "registry/registry_internal.h"
 #include "loom/core.h"
 

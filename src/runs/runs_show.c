@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "config/config_cell.h"
+#include "loom/config_schema.h"
 #include "loom/core.h"
 #include "loom/runs.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "config/config_internal.h"
+#include "loom/config_schema.h"
 #include "registry/registry_internal.h"
 #include "loom/core.h"
 #include "loom/runs.h"

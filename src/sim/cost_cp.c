@@ -1,5 +1,5 @@
 /* Context parallelism in the cost model: ring attention over the cp ranks (stride tp*sp in the
- * rank order) with causal load balancing, as src/dist/ring_attention.c runs it.
+ * rank order) with causal load balancing, as src/comm/ring_attention.c runs it.
  *
  * With Ulysses (sp > 1) the ring runs in the attention layout: heads/sp over the T/cp tokens
  * of the cp rank's chunks, the same element counts as below (N = B*T/(sp*cp)).

@@ -1,5 +1,5 @@
 /* The simulator's report: the step's metrics, what bounds the step (its bottleneck) and the
- * memory of every pipeline rank. MFU is the trainer's definition (loom_progress_mfu): model
+ * memory of every pipeline rank. MFU is the trainer's definition (loom_mfu): model
  * FLOPs per token from the function the trainer uses, over the step time and the devices' peak
  * for the dtype; absent (with why) when the profile has no peak for the dtype or the figure
  * would exceed 100%. */
@@ -8,9 +8,9 @@
 
 #include "loom/core.h"
 #include "loom/decoder.h"
+#include "loom/hw.h"
 #include "loom/sim.h"
 #include "sim/sim_internal.h"
-#include "train/progress.h"
 
 /* The step's MFU as a fraction, or NAN with why[] saying why it is absent. */
 static double report_mfu(const loom_sim_ctx *c, const loom_sim_result *r, double *fpt,
@@ -27,7 +27,7 @@ static double report_mfu(const loom_sim_ctx *c, const loom_sim_result *r, double
              loom_hw_dtype_name(st->dtype));
     return NAN;
   }
-  double mfu = loom_progress_mfu(tokens, r->step_time, *fpt, devices * peak);
+  double mfu = loom_mfu(tokens, r->step_time, *fpt, devices * peak);
   if (mfu > 1) {
     snprintf(why, n, "%.1f%% is above the profile's peak: the cost model or profile is wrong",
              100 * mfu);

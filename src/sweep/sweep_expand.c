@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config_cell.h"
+#include "loom/config_schema.h"
 #include "sweep/sweep_internal.h"
 #include "loom/core.h"
 #include "loom/filter.h"

@@ -1,9 +1,9 @@
-/* Private to src/exp/sweep_*.c: linked parameters and `${key}` values of sweep files, what the
+/* Private to src/sweep/sweep_*.c: linked parameters and `${key}` values of sweep files, what the
  * runner knows about each point once it is done with it, the state file that keeps it
  * (state.tsv in the sweep's log directory, so summaries can be rebuilt later, e.g. after
  * Slurm jobs end), and the summary writer. */
-#ifndef LOOM_EXP_SWEEP_INTERNAL_H
-#define LOOM_EXP_SWEEP_INTERNAL_H
+#ifndef LOOM_SWEEP_INTERNAL_H
+#define LOOM_SWEEP_INTERNAL_H
 #include <stdbool.h>
 #include <stddef.h>
 

@@ -1,8 +1,8 @@
-/* Private to src/exp/sweep_*.c: the launcher interface of the sweep runner. A launcher starts
+/* Private to src/sweep/sweep_*.c: the launcher interface of the sweep runner. A launcher starts
  * one point: either as a child process the runner waits for (local mpirun), or synchronously
  * with a final status (Slurm submission, the simulator run in this process). */
-#ifndef LOOM_EXP_SWEEP_LAUNCH_H
-#define LOOM_EXP_SWEEP_LAUNCH_H
+#ifndef LOOM_SWEEP_LAUNCH_H
+#define LOOM_SWEEP_LAUNCH_H
 #include <sys/types.h>
 
 #include "loom/sweep.h"

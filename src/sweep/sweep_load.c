@@ -10,7 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "config/config_internal.h"
+#include "loom/config_schema.h"
 #include "sweep/sweep_internal.h"
 #include "loom/core.h"
 #include "loom/sweep.h"

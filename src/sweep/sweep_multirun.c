@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config_internal.h"
+#include "loom/config_schema.h"
 #include "sweep/sweep_internal.h"
 #include "loom/core.h"
 #include "loom/sweep.h"

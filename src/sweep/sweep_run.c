@@ -18,7 +18,7 @@
 #include "sweep/sweep_internal.h"
 #include "sweep/sweep_launch.h"
 #include "loom/core.h"
-#include "train/progress.h"
+#include "loom/hw.h"
 
 typedef struct {
   const loom_sweep_run_opts *o;
@@ -237,8 +237,8 @@ static int prepare(runner *r, loom_sweep_plan *plan, const loom_sweep_run_opts *
   r->color = o->color > 0 || (o->color < 0 && isatty(STDOUT_FILENO) && !getenv("NO_COLOR"));
   if (!strcmp(r->launcher->name, "local") && !o->dry_run) { /* as loom train's MFU */
     char why[256];
-    r->info.peak_flops[0] = loom_progress_profile_peak("fp32", why, sizeof why);
-    r->info.peak_flops[1] = loom_progress_profile_peak("bf16", why, sizeof why);
+    r->info.peak_flops[0] = loom_mfu_peak("fp32", why, sizeof why);
+    r->info.peak_flops[1] = loom_mfu_peak("bf16", why, sizeof why);
   }
   return 0;
 }

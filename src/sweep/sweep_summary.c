@@ -4,7 +4,7 @@
  * same quantities recomputed from the per-step lines). The run directory is found through the
  * registry (sweep_id + name), else through the "run directory:" line of the point's log.
  * MFU is the run's own figure (summary.json's mfu, a fraction, shown in percent: the trainer's
- * loom_progress_mfu over the run's training time; the registry holds the same), absent when
+ * loom_mfu over the run's training time; the registry holds the same), absent when
  * the run recorded none; or the simulator's (summary.json's mfu_percent) for points of the
  * sim launcher, whose peak memory is the simulated device memory per rank. Validation losses
  * (final_valid_loss, final_valid_perplexity, min_valid_loss) get CSV columns when a point of
@@ -21,6 +21,7 @@
 #include "sweep/sweep_internal.h"
 #include "sweep/sweep_launch.h"
 #include "loom/core.h"
+#include "loom/hw.h"
 #include "loom/registry.h"
 #include "loom/runs.h"
 

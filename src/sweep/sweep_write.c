@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config/config_cell.h"
+#include "loom/config_schema.h"
 #include "loom/core.h"
 #include "loom/sweep.h"
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config_internal.h"
+#include "loom/config_schema.h"
 #include "loom/core.h"
 #include "train/lineage.h"
 

@@ -10,52 +10,6 @@
 #include "loom/hw.h"
 #include "train/progress.h"
 
-double loom_progress_profile_peak_from(const char *dtype, int threads, char *profile, size_t np,
-                                       char *why, size_t n) {
-  loom_hw_profile hw;
-  if (np) profile[0] = 0;
-  if (loom_hw_load(&hw, "this-machine")) {
-    snprintf(why, n, "MFU not shown: no measured peak of this machine (run 'loom bench' once; "
-             "it writes configs/hardware/this-machine.yaml)");
-    loom_err_clear();
-    return 0;
-  }
-  loom_hw_dtype dt = strcmp(dtype, "bf16") ? LOOM_DT_FP32 : LOOM_DT_BF16;
-  if (hw.peak_flops[dt] <= 0) {
-    snprintf(why, n, "MFU not shown: the profile of this machine (%s) has no %s peak", hw.path,
-             dtype);
-    return 0;
-  }
-  if (np) snprintf(profile, np, "%s", hw.path);
-  if (!hw.engine_loom_cpu) { /* an accelerator's profile: its device is the rank */
-    snprintf(why, n, "MFU against %.1f GFLOP/s per rank (the %s matrix peak of hardware profile "
-             "'%s', loaded as this machine's)", hw.peak_flops[dt] / 1e9, dtype, hw.name);
-    return hw.peak_flops[dt];
-  }
-  /* loom bench's devices are cores (one thread each): a rank running T threads on this
-   * machine can at most reach T cores' peak, and no more cores than the machine has. The
-   * multi-threaded GEMM rate is below T x the one-thread rate (shared caches, lower all-core
-   * clocks), so the figure never overstates MFU. */
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int used = threads < 1 ? 1 : threads;
-  if (cores > 0 && used > cores) used = (int)cores;
-  snprintf(why, n, "MFU against %.1f GFLOP/s per rank (%d thread%s x %.1f GFLOP/s, the %s matrix "
-           "peak of one core in hardware profile '%s', loaded as this machine's)",
-           used * hw.peak_flops[dt] / 1e9, used, used == 1 ? "" : "s", hw.peak_flops[dt] / 1e9,
-           dtype, hw.name);
-  return used * hw.peak_flops[dt];
-}
-
-double loom_progress_profile_peak(const char *dtype, char *why, size_t n) {
-  return loom_progress_profile_peak_from(dtype, 1, NULL, 0, why, n);
-}
-
-double loom_progress_mfu(double tokens, double seconds, double flops_per_token,
-                         double peak_flops) {
-  if (!(peak_flops > 0) || !(seconds > 0) || !(flops_per_token > 0)) return NAN;
-  return tokens * flops_per_token / (seconds * peak_flops);
-}
-
 static void fmt_eta(char *buf, size_t n, double s) {
   if (s < 0 || s > 1e7) {
     snprintf(buf, n, "--:--");
@@ -94,7 +48,7 @@ void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
   p->win_tokens += (double)r->tokens; /* tok/s: the average since the last logged line */
   p->win_seconds += step_seconds;
   double tps = p->win_seconds > 0 ? p->win_tokens / p->win_seconds : 0;
-  double mfu = loom_progress_mfu(p->win_tokens, p->win_seconds, p->flops_per_token, p->peak_flops);
+  double mfu = loom_mfu(p->win_tokens, p->win_seconds, p->flops_per_token, p->peak_flops);
   if (mfu > 1 && !p->mfu_refused) { /* beyond the physical bound: the peak is not this run's */
     p->mfu_refused = true;
     loom_progress_note(p, "MFU not shown: the achieved %.3g GFLOP/s per rank exceed the profile's "

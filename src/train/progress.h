@@ -1,7 +1,8 @@
 /* Progress reporting of a training run: a live line on a terminal (step/total, loss,
  * tokens/s averaged since the last logged line, MFU, ETA), plain lines otherwise, and the
- * same plain lines in train.log. MFU = achieved model FLOP/s per rank / the peak of the run's
- * dtype in this machine's hardware profile (`loom bench`); without a profile it is not shown,
+ * same plain lines in train.log. MFU (loom_mfu, include/loom/hw.h) = achieved model FLOP/s per
+ * rank / the peak of the run's dtype in this machine's hardware profile (`loom bench`);
+ * without a profile it is not shown,
  * and a figure above 100% (the profile's peak is not what this run can reach, e.g. measured
  * with fewer threads) is never shown: a note says why instead. Writes
  * to train.log are checked: the first failure is kept (log_error) and the log closed; the
@@ -11,7 +12,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "loom/train.h"
+#include "loom/optim.h"
 
 typedef struct {
   bool tty;             /* stderr is a terminal: redraw one line */
@@ -29,21 +30,6 @@ typedef struct {
   double val_loss;
 } loom_progress;
 
-/* The matrix peak (FLOP/s) of dtype ("fp32" or "bf16") in this machine's hardware profile
- * (`loom bench` writes it; see loom_hw_load "this-machine") for one core, or 0 with why[]
- * saying why MFU is not shown. */
-double loom_progress_profile_peak(const char *dtype, char *why, size_t n);
-/* The peak of one rank that runs `threads` threads: a CPU profile's (whose devices are cores)
- * times min(threads, online cores); an accelerator profile's device peak as it is. The
- * profile's file goes to profile[] ("" when there is none). */
-double loom_progress_profile_peak_from(const char *dtype, int threads, char *profile, size_t np,
-                                       char *why, size_t n);
-/* MFU, the one definition (progress line, summary.json, registry, sweep summary, loom sim):
- * tokens * flops_per_token / (seconds * peak_flops), a fraction, with flops_per_token and
- * peak_flops per rank (or both per job); NAN without a peak or a time. The callers show no
- * figure above 1: such a peak is not what this run can reach, and MFU is then absent. */
-double loom_progress_mfu(double tokens, double seconds, double flops_per_token,
-                         double peak_flops);
 void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
                         double step_seconds, double elapsed, double remaining_seconds);
 void loom_progress_finish(loom_progress *p);

@@ -22,6 +22,7 @@
 #include "loom/checkpoint.h"
 #include "loom/eval.h"
 #include "loom/exec.h"
+#include "loom/hw.h"
 #include "loom/kernels.h"
 #include "loom/data_source.h"
 #include "loom/loader.h"
@@ -257,7 +258,7 @@ static void put_text(char *out, size_t n, size_t *len, const char *key, const ch
   json_decref(s);
 }
 
-/* summary.json's training time, MFU (loom_progress_mfu over the whole run: tokens of the
+/* summary.json's training time, MFU (loom_mfu over the whole run: tokens of the
  * trajectory / duration_s, against the profile's peak; absent with mfu_note when there is no
  * peak or the figure would exceed 100%) and lineage. */
 static void summary_time_mfu_lineage(const run_ctx *c, char *out, size_t n) {
@@ -265,7 +266,7 @@ static void summary_time_mfu_lineage(const run_ctx *c, char *out, size_t n) {
   size_t len = 0;
   double fpt = loom_decoder_flops_per_token(&c->spec, (int)t->seq_len); /* the whole model's */
   double secs = c->state.elapsed, peak = c->progress.peak_flops;
-  double mfu = loom_progress_mfu((double)c->state.tokens_seen, secs, fpt / c->job.world, peak);
+  double mfu = loom_mfu((double)c->state.tokens_seen, secs, fpt / c->job.world, peak);
   len += (size_t)snprintf(out + len, n - len, ",\n  \"duration_s\": %.17g,\n  \"tokens\": %ld,"
                           "\n  \"ranks\": %d,\n  \"flops_per_token\": %.17g", secs,
                           c->state.tokens_seen, c->job.world, fpt);
@@ -554,7 +555,7 @@ static int setup(run_ctx *c, const loom_train_opts *o) {
   c->progress.flops_per_token =
       loom_decoder_flops_per_token(&c->spec, (int)t->seq_len) / c->job.world;
   c->progress.peak_flops =
-      c->lead ? loom_progress_profile_peak_from(t->dtype, omp_get_max_threads(), c->peak_profile,
+      c->lead ? loom_mfu_peak_from(t->dtype, omp_get_max_threads(), c->peak_profile,
                                                 sizeof c->peak_profile, c->mfu_why,
                                                 sizeof c->mfu_why)
               : 0;

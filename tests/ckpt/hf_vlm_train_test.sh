@@ -8,7 +8,7 @@
 # weights near 1 come closest, ~2.6e-3); config.json carries the tokenizer's <|image_pad|> and
 # <|vision_start|> ids.
 # usage: hf_vlm_train_test.sh LOOM
-. "$(dirname "$0")/../dist/common.sh"
+. "$(dirname "$0")/../train/parallel_common.sh"
 
 { "$LOOM" data synth-vqa --out "$WORK/vqa" --samples 40 --shard-size 8 &&
   "$LOOM" data prepare "$WORK/vqa" --split 4,1,0; } >"$WORK/synth.log" 2>&1 ||

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "config/config_internal.h"
+#include "loom/config_schema.h"
 #include "loom/config.h"
 #include "loom/core.h"
 

@@ -62,7 +62,7 @@ static void rows_in(double *x, const double *src, int b, int s, int n, int T, in
   memcpy(x + ((size_t)b * T + s) * HD, src, sizeof(double) * (size_t)n * HD);
 }
 
-/* The packed attention computed as ring attention does it (src/dist/ring_attention.c), in one
+/* The packed attention computed as ring attention does it (src/comm/ring_attention.c), in one
  * process: sequences cut into chunks of c rows, each (query chunk, key chunk <= it) block a
  * flash call at its offsets with the whole sequences' segments, partial outputs merged by
  * log-sum-exp in double; the backward block by block with the merged out and lse. A block

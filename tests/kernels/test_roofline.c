@@ -16,7 +16,7 @@
 #include "loom/decoder.h"
 #include "loom/model.h"
 #include "loom/roofline.h"
-#include "loom/train.h"
+#include "loom/optim.h"
 
 /* relative equality of two work figures (both are sums of products of integers below 2^53) */
 static int same_work(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(b); }

@@ -8,7 +8,7 @@
 #include "harness.h"
 #include "loom/decoder.h"
 #include "loom/kernels.h"
-#include "loom/train.h"
+#include "loom/optim.h"
 
 static void random_batch(int32_t *tok, int32_t *tgt, int n, int V, uint64_t seed) {
   loom_rng r;

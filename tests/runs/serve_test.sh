@@ -10,7 +10,7 @@
 #   - the page in headless Chromium (dashboard_check.py): no console errors, row counts, the
 #     plotted points, a growing running curve, config diff, bad filter; a screenshot saved.
 # usage: serve_test.sh path/to/loom SCREENSHOT.png
-. "$(dirname "$0")/../exp/common.sh"
+. "$(dirname "$0")/../experiments.sh"
 SHOT=${2:?usage: $0 loom screenshot.png}
 HERE=$(cd "$(dirname "$0")" && pwd)
 RUNS=$WORK/runs

@@ -7,3 +7,8 @@ add_test(NAME runs_serve COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runs/serve_test.
          ${CMAKE_BINARY_DIR}/runs_serve_screenshot.png)
 set_tests_properties(runs_serve PROPERTIES TIMEOUT 300
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
+#   runs_diff_test  loom runs diff (tp2/dp2 vs one process: 0, lr: 1, bad input: 2, step sets,
+#                   allclose semantics, plot) and loom ckpt compare on the same runs
+add_test(NAME runs_diff_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runs/runs_diff_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(runs_diff_test PROPERTIES TIMEOUT 120
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")

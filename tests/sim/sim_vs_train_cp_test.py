@@ -55,7 +55,7 @@ def model(kind, L, C, H, KV, T, B, A):
 
 
 def ring_bytes(L, C, H, KV, T, B, A, cp, tp, sp, recompute):
-    """send/recv bytes per rank per step of the cp ring (src/dist/ring_attention.c): a hop
+    """send/recv bytes per rank per step of the cp ring (src/comm/ring_attention.c): a hop
     carries K and V of the rank's B*T/cp tokens x KV/(tp*sp) heads (Ulysses: the attention
     layout) x head_dim; per layer and micro-batch cp-1 hops forward, cp-1 hops of K/V and cp-1
     of the dK/dV accumulators backward, and the forward's again when the layer is recomputed"""

@@ -14,7 +14,7 @@
 #include "loom/decoder.h"
 #include "loom/kernels.h"
 #include "loom/safetensors.h"
-#include "loom/train.h"
+#include "loom/optim.h"
 
 static void put_meta(loom_st_writer *w, const char *k, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

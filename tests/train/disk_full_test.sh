@@ -87,7 +87,7 @@ case_run during 1024 8 "checkpoint_8.tmp/"
 # (3) two ranks (dp=2): the failed append on rank 0 stops both ranks at the same step, with
 # one error line and a clean exit (no MPI_Abort)
 RUN=(mpirun --oversubscribe --bind-to none -np 2 "$LOOM")
-export ASAN_OPTIONS=detect_leaks=0 # Open MPI's own start-up allocations (as in tests/dist)
+export ASAN_OPTIONS=detect_leaks=0 # Open MPI's own start-up allocations (as in tests/train/parallel_*)
 M+=(parallel.dp=2 training.micro_batch_size=1)
 rm -rf "$WORK/ref"
 train run.output_dir="$WORK/ref" >/dev/null || { echo "2-rank reference run failed"; exit 1; }

@@ -6,14 +6,14 @@
 # training.reduce_dtype=bf16 reduces in bf16 (bf16 sums, half the bytes) within tolerance.
 #
 # Tolerances (one process vs a layout): losses 2e-3 relative per step, as for bf16 compute in
-# tests/dist/equivalence_test.sh: a layout reorders fp32 sums (~1e-7), a reordering can flip
+# tests/train/parallel_equivalence_test.sh: a layout reorders fp32 sums (~1e-7), a reordering can flip
 # a bf16 rounding of a matmul input (2^-8 relative) and the flip propagates. Final weights
 # 1e-2 (loom ckpt compare: max|a-b| <= 1e-2 * the model's largest |w|): with bf16 storage a
 # flip moves a stored parameter by one bf16 ulp, at most 2^-8 = 3.9e-3 of the largest weight;
 # 1e-2 allows two or three such ulps on one element. Measured (4 steps): dp2 ZeRO-1/2 and pp2
 # bitwise equal to one process, ZeRO-3 and tp2 one ulp (max|a-b| 2.3e-4..4.6e-4 of the
 # largest weight), losses <= 5e-6.
-. "$(dirname "$0")/../dist/common.sh"
+. "$(dirname "$0")/../train/parallel_common.sh"
 make_data || { echo "could not make test data"; exit 1; }
 
 LLAMA=(model.preset=tiny-llama model.vocab_size=301 model.vocab_pad_multiple=1 model.layers=2

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config/config_internal.h"
+#include "loom/config_schema.h"
 #include "harness.h"
 #include "loom/core.h"
 #include "train/lineage.h"

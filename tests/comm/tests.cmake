@@ -1,0 +1,16 @@
+# Tests of the collectives (src/comm): the bytes every collective counts against closed forms
+# (comm_volume_test.py, through real multi-rank runs of loom train), and ring attention on 2, 3
+# and 4 ranks against the reference attention of the whole sequence, with the bytes sent
+# checked against the closed form.
+add_test(NAME comm_volume COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/comm/comm_volume_test.py $<TARGET_FILE:loom>)
+set_tests_properties(comm_volume PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE
+  ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+add_executable(comm_ring_attention_check ${CMAKE_CURRENT_LIST_DIR}/ring_attention_check.c)
+target_include_directories(comm_ring_attention_check PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+target_link_libraries(comm_ring_attention_check PRIVATE loomlib)
+foreach(np 2 3 4)
+  add_test(NAME comm_ring_attention_cp${np} COMMAND mpirun --oversubscribe --bind-to none -np ${np}
+           $<TARGET_FILE:comm_ring_attention_check>)
+  set_tests_properties(comm_ring_attention_cp${np} PROPERTIES TIMEOUT 300
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+endforeach()
