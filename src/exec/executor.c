@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "exec/vision_module.h"
+#include "loom/vision_module.h"
 #include "loom/exec.h"
 #include "loom/kernels.h"
 #include "loom/vision.h"

@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "exec/vision_module.h"
+#include "loom/vision_module.h"
 #include "loom/kernels.h"
 
 #define TAG_FEATS 7001

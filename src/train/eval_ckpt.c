@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "exec/vision_module.h"
+#include "loom/vision_module.h"
 #include "loom/checkpoint.h"
 #include "loom/exec.h"
 #include "loom/mesh.h"

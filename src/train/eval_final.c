@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "exec/vision_module.h"
+#include "loom/vision_module.h"
 #include "loom/checkpoint.h"
 #include "loom/eval.h"
 #include "train/eval_final.h"

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "exec/vision_module.h"
+#include "loom/vision_module.h"
 #include "loom/data_source.h"
 #include "train/eval_loss.h"
 

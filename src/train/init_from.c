@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "exec/vision_module.h"
+#include "loom/vision_module.h"
 #include "loom/checkpoint.h"
 #include "loom/core.h"
 #include "loom/hf.h"

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "exec/vision_module.h"
+#include "loom/vision_module.h"
 #include "loom/checkpoint.h"
 #include "loom/eval.h"
 #include "loom/exec.h"
@@ -33,7 +33,7 @@
 #include "train/eval_final.h"
 #include "train/init_from.h"
 #include "train/eval_track.h"
-#include "train/fault.h"
+#include "loom/fault.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
 

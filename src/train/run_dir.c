@@ -14,7 +14,7 @@
 
 #include "loom/checkpoint.h"
 #include "loom/core.h"
-#include "train/fault.h"
+#include "loom/fault.h"
 #include "train/run_dir.h"
 
 /* N of "checkpoint_<N>" (digits only, no suffix), or -1. */

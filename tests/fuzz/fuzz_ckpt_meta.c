@@ -10,7 +10,7 @@
 
 #include "fuzz_util.h"
 #include "loom/core.h"
-#include "train/checkpoint_meta.h"
+#include "ckpt/checkpoint_meta.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;

@@ -1,4 +1,4 @@
-/* A checkpoint's JSON metadata (src/train/checkpoint_meta.c): a trainer_state.json or
+/* A checkpoint's JSON metadata (src/ckpt/checkpoint_meta.c): a trainer_state.json or
  * index.json written by loom parses back field for field, and every kind of damage found by
  * fuzzing (tests/fuzz/regress/ckpt_meta) is an error naming the file and the field rather
  * than a crash, an internal error in the optimizer or a path outside the checkpoint. */
@@ -6,7 +6,7 @@
 
 #include "harness.h"
 #include "loom/core.h"
-#include "train/checkpoint_meta.h"
+#include "ckpt/checkpoint_meta.h"
 
 #define STATE(step, rng, hash, extra)                                                         \
   "{\"step\": " step ", \"rng\": " rng ", \"loader\": {\"epoch\": 1, \"index\": 160, "        \

@@ -1,8 +1,8 @@
-/* The vision encoder as a module with its own parallel strategy (vision_module.c): mesh,
+/* The vision encoder as a module with its own parallel strategy (src/exec/vision_module.c): mesh,
  * parameters, gradient synchronisation, optimizer state, and the hand-off of vision tokens
  * and their gradients between the encoder's ranks and the text decoder's. */
-#ifndef LOOM_EXEC_VISION_MODULE_H
-#define LOOM_EXEC_VISION_MODULE_H
+#ifndef LOOM_VISION_MODULE_H
+#define LOOM_VISION_MODULE_H
 #include "loom/config.h"
 #include "loom/grad_sync.h"
 #include "loom/mesh.h"

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "loom/mesh.h"
-#include "train/fault.h"
+#include "loom/fault.h"
 
 bool loom_fault_fire_once(void) {
   const char *once = getenv("LOOM_FAULT_ONCE");

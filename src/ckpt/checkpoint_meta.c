@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "loom/core.h"
-#include "train/checkpoint_meta.h"
+#include "ckpt/checkpoint_meta.h"
 
 /* A hex string of 1..16 digits (how the writer stores 64-bit words) into *out. */
 static int hex_word(json_t *v, const char *path, const char *field, uint64_t *out) {

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "exec/vision_module.h"
+#include "loom/vision_module.h"
 #include "loom/checkpoint.h"
 #include "loom/safetensors.h"
-#include "train/checkpoint_meta.h"
-#include "train/fault.h"
+#include "ckpt/checkpoint_meta.h"
+#include "loom/fault.h"
 
 /* ---- writing -------------------------------------------------------------------------------- */
 

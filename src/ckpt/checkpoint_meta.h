@@ -1,4 +1,4 @@
-/* Parsing of a checkpoint's JSON metadata (src/train/checkpoint_meta.c): trainer_state.json
+/* Parsing of a checkpoint's JSON metadata (src/ckpt/checkpoint_meta.c): trainer_state.json
  * and the file lists of index.json. Private to src/train; the fuzz harness
  * tests/fuzz/fuzz_ckpt_meta.c calls it directly. */
 #ifndef LOOM_TRAIN_CHECKPOINT_META_H
