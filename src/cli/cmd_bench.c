@@ -95,10 +95,6 @@ int loom_cmd_bench_model(int argc, char **argv); /* src/cli/cmd_bench_model.c */
 int loom_cmd_bench(int argc, char **argv) {
   /* `loom bench model ...`: the single-process training step (speed issue) */
   if (argc > 1 && !strcmp(argv[1], "model")) return loom_cmd_bench_model(argc - 1, argv + 1);
-  if (loom_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return 0;
-  }
   const char *out = "configs/hardware/this-machine.yaml", *nproc = NULL, *only = NULL;
   bool quiet = false, quick = false;
   const loom_cli_opt opts[] = {LOOM_OPT_FLAG("--quiet", &quiet), LOOM_OPT_FLAG("--quick", &quick),
@@ -115,7 +111,8 @@ int loom_cmd_bench(int argc, char **argv) {
   free(p.pos);
   if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
   if (prc) return 2;
-  if (nproc && !getenv("OMPI_COMM_WORLD_SIZE")) return loom_cli_exec_mpirun("bench", argc, argv, nproc, true);
+  if (nproc && !getenv("OMPI_COMM_WORLD_SIZE"))
+    return loom_cli_exec_mpirun("bench", opts, argc, argv, nproc, true);
   if (loom_dist_init(&argc, &argv)) return fprintf(stderr, "loom bench: %s\n", loom_errmsg()), 1;
   int rank = loom_dist_rank(), world = loom_dist_world();
   loom_mesh mesh;

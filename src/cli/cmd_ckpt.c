@@ -327,15 +327,12 @@ static void ckpt_usage(FILE *out) {
 }
 
 int loom_cmd_ckpt(int argc, char **argv) {
-  if (argc < 2) return ckpt_usage(stderr), 1;
-  if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
-    return ckpt_usage(stdout), 0;
-  for (size_t i = 0; i < N_SUB; i++)
-    if (!strcmp(argv[1], subcommands[i].name)) return subcommands[i].fn(argc - 1, argv + 1);
   const char *names[N_SUB + 1] = {0};
   for (size_t i = 0; i < N_SUB; i++) names[i] = subcommands[i].name;
-  loom_cli_unknown_subcommand("ckpt", argv[1], names, NULL);
-  fputc('\n', stderr);
+  int sub = loom_cli_subcommand("ckpt", argc, argv, names, NULL);
+  if (sub >= 0) return subcommands[sub].fn(argc - 1, argv + 1);
+  if (sub == LOOM_CLI_SUB_HELP) return ckpt_usage(stdout), 0;
+  if (sub == LOOM_CLI_SUB_BAD) fputc('\n', stderr);
   ckpt_usage(stderr);
   return 1;
 }

@@ -10,34 +10,51 @@
 #include "loom/config.h"
 #include "loom/core.h"
 
+/* The override grammar and config groups: what show's arguments are. */
+static const char overrides_help[] =
+    "Overrides (Hydra grammar):\n"
+    "  key=value     set a key, e.g. training.lr=1e-3 run.name='my run'\n"
+    "  +key=value    add a user key (a dotted name outside the schema, e.g.\n"
+    "                +exp.hypothesis=warmup_helps: kept in config.yaml, a registry\n"
+    "                column); for a schema key the same as =\n"
+    "  ++key=value   add or replace a user key (= for a schema key)\n"
+    "  ~key          reset a key to its default (a user key: remove it)\n"
+    "  ~key=value    reset it only if its current value is value\n"
+    "  group=option  choose a config group option (a name without a dot): model=tiny-llama\n"
+    "                loads configs/model/tiny-llama.yaml\n\n"
+    "Config groups (Hydra's defaults list): a config file may start with\n"
+    "  defaults:\n"
+    "    - model: tiny-gpt2     # configs/model/tiny-gpt2.yaml, keys under model:\n"
+    "    - optim: adamw         # '# @package _global_' files hold full keys\n"
+    "    - _self_               # the file's own keys: here last, so they win\n"
+    "Entries load in list order; without _self_ the file's own keys load last. Group\n"
+    "files are looked up in the config file's directory, ./configs, then loom's configs/.\n"
+    "group=option on the command line replaces that group's entry, or (for a group the\n"
+    "list does not name) loads after the file.\n"
+    "run.tags takes a list: run.tags=[ablation,warmup]. See docs/EXPERIMENTS.md.\n"
+    "Values are typed like YAML: 3e-4, 64, true/false/yes/no/on/off, quoted strings.\n";
+
 static void usage(FILE *out) {
   fprintf(out,
           "usage: loom config show [CONFIG.yaml] [OVERRIDE ...]\n"
           "       loom config schema\n\n"
           "show    print the resolved config as YAML: the defaults, then CONFIG.yaml (if\n"
           "        given), then each override in order; the result is validated\n"
-          "schema  print every key with its type, default and meaning\n\n"
-          "Overrides (Hydra grammar):\n"
-          "  key=value     set a key, e.g. training.lr=1e-3 run.name='my run'\n"
-          "  +key=value    add a user key (a dotted name outside the schema, e.g.\n"
-          "                +exp.hypothesis=warmup_helps: kept in config.yaml, a registry\n"
-          "                column); for a schema key the same as =\n"
-          "  ++key=value   add or replace a user key (= for a schema key)\n"
-          "  ~key          reset a key to its default (a user key: remove it)\n"
-          "  ~key=value    reset it only if its current value is value\n"
-          "  group=option  choose a config group option (a name without a dot): model=tiny-llama\n"
-          "                loads configs/model/tiny-llama.yaml\n\n"
-          "Config groups (Hydra's defaults list): a config file may start with\n"
-          "  defaults:\n"
-          "    - model: tiny-gpt2     # configs/model/tiny-gpt2.yaml, keys under model:\n"
-          "    - optim: adamw         # '# @package _global_' files hold full keys\n"
-          "    - _self_               # the file's own keys: here last, so they win\n"
-          "Entries load in list order; without _self_ the file's own keys load last. Group\n"
-          "files are looked up in the config file's directory, ./configs, then loom's configs/.\n"
-          "group=option on the command line replaces that group's entry, or (for a group the\n"
-          "list does not name) loads after the file.\n"
-          "run.tags takes a list: run.tags=[ablation,warmup]. See docs/EXPERIMENTS.md.\n"
-          "Values are typed like YAML: 3e-4, 64, true/false/yes/no/on/off, quoted strings.\n");
+          "schema  print every key with its type, default and meaning\n\n%s",
+          overrides_help);
+}
+
+static void usage_show(FILE *out) {
+  fprintf(out,
+          "usage: loom config show [CONFIG.yaml] [OVERRIDE ...]\n\n"
+          "Print the resolved config as YAML: the defaults, then CONFIG.yaml (if given), then\n"
+          "each override in order; the result is validated.\n\n%s",
+          overrides_help);
+}
+
+static void usage_schema(FILE *out) {
+  fprintf(out, "usage: loom config schema\n\nPrint every config key with its type, default and "
+          "meaning, then notes on user keys\nand config groups.\n");
 }
 
 static int fail(void) {
@@ -55,7 +72,7 @@ static int cmd_show(int argc, char **argv) {
   int prc = loom_cli_parse(&p, argc, argv, 1);
   if (prc) {
     free(p.pos);
-    if (prc == LOOM_CLI_HELP) usage(stdout);
+    if (prc == LOOM_CLI_HELP) usage_show(stdout);
     return prc == LOOM_CLI_HELP ? 0 : 1;
   }
   loom_config c;
@@ -97,26 +114,18 @@ static int cmd_schema(int argc, char **argv) {
     prc = LOOM_CLI_BAD;
   }
   free(p.pos);
-  if (prc == LOOM_CLI_HELP) usage(stdout);
+  if (prc == LOOM_CLI_HELP) usage_schema(stdout);
   if (prc) return prc == LOOM_CLI_HELP ? 0 : 1;
   loom_config_print_schema();
   return 0;
 }
 
 int loom_cmd_config(int argc, char **argv) {
-  if (argc >= 2 && !strcmp(argv[1], "show")) return cmd_show(argc - 1, argv + 1);
-  if (argc >= 2 && !strcmp(argv[1], "schema")) return cmd_schema(argc - 1, argv + 1);
-  if (loom_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return 0;
-  }
-  if (argc < 2) {
-    usage(stderr);
-    return 1;
-  }
   static const char *const names[] = {"show", "schema", NULL};
-  loom_cli_unknown_subcommand("config", argv[1], names, " (expected show or schema)");
-  fputc('\n', stderr);
+  int sub = loom_cli_subcommand("config", argc, argv, names, " (expected show or schema)");
+  if (sub >= 0) return (sub == 0 ? cmd_show : cmd_schema)(argc - 1, argv + 1);
+  if (sub == LOOM_CLI_SUB_HELP) return usage(stdout), 0;
+  if (sub == LOOM_CLI_SUB_BAD) fputc('\n', stderr);
   usage(stderr);
   return 1;
 }

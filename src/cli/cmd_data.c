@@ -20,7 +20,7 @@
 
 typedef struct {
   const char *out, *tokenizer, *text, *bytes, *seed, *vocab_size, *count;
-  int json, eot;
+  bool json, eot;
   char **pos; /* positional arguments (copied in order to the front of argv + 1) */
   int npos;
 } opts;
@@ -32,35 +32,20 @@ static int fail(const char *sub, const char *msg) {
 
 static int failerr(const char *sub) { return fail(sub, loom_errmsg()); }
 
-/* Parse argv (argv[0] = subcommand) with the options `allowed` (space-separated names, a
- * subset of the ones below) through the shared parser. Returns 0, or 1 after printing a
- * usage error. */
-static int parse(const char *sub, int argc, char **argv, opts *o, const char *allowed) {
-  memset(o, 0, sizeof *o);
-  bool json = false, eot = false;
-  const loom_cli_opt all[] = {
-      LOOM_OPT_VALUE("--out", &o->out),          LOOM_OPT_VALUE("--tokenizer", &o->tokenizer),
-      LOOM_OPT_VALUE("--text", &o->text),        LOOM_OPT_VALUE("--bytes", &o->bytes),
-      LOOM_OPT_VALUE("--seed", &o->seed),        LOOM_OPT_VALUE("--vocab-size", &o->vocab_size),
-      LOOM_OPT_VALUE("--count", &o->count),      LOOM_OPT_FLAG("--json", &json),
-      LOOM_OPT_FLAG("--eot", &eot)};
-  loom_cli_opt table[sizeof all / sizeof all[0] + 1];
-  int n = 0;
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-    const char *at = strstr(allowed, all[i].name);
-    size_t len = strlen(all[i].name);
-    if (at && (at[len] == ' ' || !at[len])) table[n++] = all[i];
-  }
-  table[n] = (loom_cli_opt){0};
+/* Parse argv (argv[0] = subcommand) with the subcommand's option table (storing into o)
+ * through the shared parser; the positional arguments go to o->pos. 0; 1 after a usage error
+ * (printed); -1 after --help (usage printed to stdout). */
+static int parse(const char *sub, const char *usage, int argc, char **argv,
+                 const loom_cli_opt *table, opts *o) {
   char command[64];
   snprintf(command, sizeof command, "data %s", sub);
   loom_cli_parser p = {.command = command, .opts = table};
   int rc = loom_cli_parse(&p, argc, argv, 1);
-  o->json = json, o->eot = eot;
   o->pos = argv + 1; /* compacted in place: npos <= the arguments already read */
   for (int i = 0; i < p.npos; i++) o->pos[o->npos++] = p.pos[i];
   free(p.pos);
-  return rc == LOOM_CLI_OK ? 0 : 1;
+  if (rc == LOOM_CLI_HELP) fputs(usage, stdout);
+  return rc == LOOM_CLI_OK ? 0 : rc == LOOM_CLI_HELP ? -1 : 1;
 }
 
 /* Parse a non-negative integer option; returns -1 (after printing) when invalid. */
@@ -92,15 +77,17 @@ static void warn_normalizer(const char *sub, const char *path, const loom_tokeni
 
 static int cmd_synth(int argc, char **argv) {
   const char *sub = "synth-text";
-  if (loom_cli_wants_help(argc, argv)) {
-    printf("usage: loom data synth-text --out FILE --bytes N [--seed S]\n\n"
-           "Write a deterministic corpus of short English-like stories (named characters,\n"
-           "places, objects, dialogue), separated by blank lines, of at most N bytes (whole\n"
-           "stories). The same seed gives the same file. Default seed: 1.\n");
-    return 0;
-  }
-  opts o;
-  int rc = parse(sub, argc, argv, &o, "--out --bytes --seed");
+  static const char usage[] =
+      "usage: loom data synth-text --out FILE --bytes N [--seed S]\n\n"
+      "Write a deterministic corpus of short English-like stories (named characters,\n"
+      "places, objects, dialogue), separated by blank lines, of at most N bytes (whole\n"
+      "stories). The same seed gives the same file. Default seed: 1.\n";
+  opts o = {0};
+  const loom_cli_opt table[] = {LOOM_OPT_VALUE("--out", &o.out),
+                                LOOM_OPT_VALUE("--bytes", &o.bytes),
+                                LOOM_OPT_VALUE("--seed", &o.seed), {0}};
+  int rc = parse(sub, usage, argc, argv, table, &o);
+  if (rc < 0) return 0;
   if (rc || (rc = need(sub, "--out", o.out)) || (rc = need(sub, "--bytes", o.bytes))) return rc;
   long long bytes = parse_count(sub, "--bytes", o.bytes, 1);
   long long seed = o.seed ? parse_count(sub, "--seed", o.seed, 0) : 1;
@@ -148,15 +135,16 @@ static int read_joined(const char *sub, char **files, int n, char **text, size_t
 
 static int cmd_train_tokenizer(int argc, char **argv) {
   const char *sub = "train-tokenizer";
-  if (loom_cli_wants_help(argc, argv)) {
-    printf("usage: loom data train-tokenizer --vocab-size N --out tokenizer.json FILES...\n\n"
-           "Train a byte-level BPE tokenizer (GPT-2 pre-tokenizer regex, 256 byte tokens,\n"
-           "merges until N-1 ids, then <|endoftext|>) on the text files and write a Hugging\n"
-           "Face tokenizer.json. Files are treated as separate documents.\n");
-    return 0;
-  }
-  opts o;
-  int rc = parse(sub, argc, argv, &o, "--vocab-size --out");
+  static const char usage[] =
+      "usage: loom data train-tokenizer --vocab-size N --out tokenizer.json FILES...\n\n"
+      "Train a byte-level BPE tokenizer (GPT-2 pre-tokenizer regex, 256 byte tokens,\n"
+      "merges until N-1 ids, then <|endoftext|>) on the text files and write a Hugging\n"
+      "Face tokenizer.json. Files are treated as separate documents.\n";
+  opts o = {0};
+  const loom_cli_opt table[] = {LOOM_OPT_VALUE("--vocab-size", &o.vocab_size),
+                                LOOM_OPT_VALUE("--out", &o.out), {0}};
+  int rc = parse(sub, usage, argc, argv, table, &o);
+  if (rc < 0) return 0;
   if (rc || (rc = need(sub, "--out", o.out)) || (rc = need(sub, "--vocab-size", o.vocab_size)))
     return rc;
   long long vs = parse_count(sub, "--vocab-size", o.vocab_size, 0);
@@ -206,18 +194,19 @@ static int tokenize_files(const char *sub, loom_tokenizer *t, const opts *o, loo
 
 static int cmd_tokenize(int argc, char **argv) {
   const char *sub = "tokenize";
-  if (loom_cli_wants_help(argc, argv)) {
-    printf("usage: loom data tokenize --tokenizer tokenizer.json --out shard.bin [--eot] "
-           "FILES...\n\n"
-           "Encode the text files with the tokenizer and write one token shard (format:\n"
-           "docs/FORMATS-data.md). --eot ends every file (a document) with an <|endoftext|>\n"
-           "token and records it in the shard header as the end-of-document token (version 2,\n"
-           "what data.pack_documents needs).\n"
-           "Prints the token count and tokens per byte.\n");
-    return 0;
-  }
-  opts o;
-  int rc = parse(sub, argc, argv, &o, "--tokenizer --out --eot");
+  static const char usage[] =
+      "usage: loom data tokenize --tokenizer tokenizer.json --out shard.bin [--eot] FILES...\n\n"
+      "Encode the text files with the tokenizer and write one token shard (format:\n"
+      "docs/FORMATS-data.md). --eot ends every file (a document) with an <|endoftext|>\n"
+      "token and records it in the shard header as the end-of-document token (version 2,\n"
+      "what data.pack_documents needs).\n"
+      "Prints the token count and tokens per byte.\n";
+  opts o = {0};
+  const loom_cli_opt table[] = {LOOM_OPT_VALUE("--tokenizer", &o.tokenizer),
+                                LOOM_OPT_VALUE("--out", &o.out), LOOM_OPT_FLAG("--eot", &o.eot),
+                                {0}};
+  int rc = parse(sub, usage, argc, argv, table, &o);
+  if (rc < 0) return 0;
   if (rc || (rc = need(sub, "--out", o.out)) || (rc = need(sub, "--tokenizer", o.tokenizer)))
     return rc;
   if (o.npos == 0) return fail(sub, "give at least one text file"), 1;
@@ -284,14 +273,16 @@ static int encode_input(const opts *o, int i, char **data, size_t *len) {
 
 static int cmd_encode(int argc, char **argv) {
   const char *sub = "encode";
-  if (loom_cli_wants_help(argc, argv)) {
-    printf("usage: loom data encode --tokenizer tokenizer.json [--json] (--text STR | FILES... | -)\n\n"
-           "Print the token ids of the text (or of each file's bytes, or of stdin with -),\n"
-           "space-separated on one line per input, or as {\"ids\": [...]} lines with --json.\n");
-    return 0;
-  }
-  opts o;
-  int rc = parse(sub, argc, argv, &o, "--tokenizer --json --text");
+  static const char usage[] =
+      "usage: loom data encode --tokenizer tokenizer.json [--json] (--text STR | FILES... | -)\n\n"
+      "Print the token ids of the text (or of each file's bytes, or of stdin with -),\n"
+      "space-separated on one line per input, or as {\"ids\": [...]} lines with --json.\n";
+  opts o = {0};
+  const loom_cli_opt table[] = {LOOM_OPT_VALUE("--tokenizer", &o.tokenizer),
+                                LOOM_OPT_FLAG("--json", &o.json), LOOM_OPT_VALUE("--text", &o.text),
+                                {0}};
+  int rc = parse(sub, usage, argc, argv, table, &o);
+  if (rc < 0) return 0;
   if (rc || (rc = need(sub, "--tokenizer", o.tokenizer))) return rc;
   if ((o.text != NULL) == (o.npos > 0)) return fail(sub, "give either --text STR or FILES");
   loom_tokenizer *t;
@@ -344,14 +335,14 @@ static int collect_ids(const char *sub, const opts *o, int32_t **ids, size_t *n)
 
 static int cmd_decode(int argc, char **argv) {
   const char *sub = "decode";
-  if (loom_cli_wants_help(argc, argv)) {
-    printf("usage: loom data decode --tokenizer tokenizer.json (IDS... | -)\n\n"
-           "Write the bytes the token ids stand for to stdout, exactly (no newline added).\n"
-           "With -, read whitespace- or comma-separated ids from stdin.\n");
-    return 0;
-  }
-  opts o;
-  int rc = parse(sub, argc, argv, &o, "--tokenizer");
+  static const char usage[] =
+      "usage: loom data decode --tokenizer tokenizer.json (IDS... | -)\n\n"
+      "Write the bytes the token ids stand for to stdout, exactly (no newline added).\n"
+      "With -, read whitespace- or comma-separated ids from stdin.\n";
+  opts o = {0};
+  const loom_cli_opt table[] = {LOOM_OPT_VALUE("--tokenizer", &o.tokenizer), {0}};
+  int rc = parse(sub, usage, argc, argv, table, &o);
+  if (rc < 0) return 0;
   if (rc || (rc = need(sub, "--tokenizer", o.tokenizer))) return rc;
   int32_t *ids;
   size_t n;
@@ -404,15 +395,15 @@ static int show_decoded(const char *sub, const char *tok_path, const int32_t *id
 
 static int cmd_inspect_shard(int argc, char **argv) {
   const char *sub = "inspect-shard";
-  if (loom_cli_wants_help(argc, argv)) {
-    printf("usage: loom data inspect-shard [--tokenizer tokenizer.json] [--count N] FILE\n\n"
-           "Validate a token shard and print its header and first N tokens (default 32),\n"
-           "decoded when a tokenizer is given.\n");
-    return 0;
-  }
-  opts o;
-  int rc = parse(sub, argc, argv, &o, "--tokenizer --count");
-  if (rc) return rc;
+  static const char usage[] =
+      "usage: loom data inspect-shard [--tokenizer tokenizer.json] [--count N] FILE\n\n"
+      "Validate a token shard and print its header and first N tokens (default 32),\n"
+      "decoded when a tokenizer is given.\n";
+  opts o = {0};
+  const loom_cli_opt table[] = {LOOM_OPT_VALUE("--tokenizer", &o.tokenizer),
+                                LOOM_OPT_VALUE("--count", &o.count), {0}};
+  int rc = parse(sub, usage, argc, argv, table, &o);
+  if (rc) return rc < 0 ? 0 : rc;
   if (o.npos != 1) return fail(sub, "give exactly one shard file"), 1;
   long long count = o.count ? parse_count(sub, "--count", o.count, 0) : 32;
   if (count < 0) return 1;
@@ -463,20 +454,12 @@ static void usage(FILE *out) {
 }
 
 int loom_cmd_data(int argc, char **argv) {
-  if (argc < 2) {
-    usage(stderr);
-    return 1;
-  }
-  if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-    usage(stdout);
-    return 0;
-  }
-  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
-    if (!strcmp(argv[1], subs[i].name)) return subs[i].fn(argc - 1, argv + 1);
   const char *names[sizeof subs / sizeof subs[0] + 1] = {0};
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) names[i] = subs[i].name;
-  loom_cli_unknown_subcommand("data", argv[1], names, NULL);
-  fputc('\n', stderr);
+  int sub = loom_cli_subcommand("data", argc, argv, names, NULL);
+  if (sub >= 0) return subs[sub].fn(argc - 1, argv + 1);
+  if (sub == LOOM_CLI_SUB_HELP) return usage(stdout), 0;
+  if (sub == LOOM_CLI_SUB_BAD) fputc('\n', stderr);
   usage(stderr);
   return 1;
 }

@@ -13,36 +13,24 @@
 #include "loom/vqa.h"
 
 
-typedef struct {
-  const char *name;
-  const char **slot; /* value option, or NULL for a flag */
-  int *flag;
-} opt;
-
-/* Parse options with the shared parser (src/cli/options.c); positional arguments go to pos
- * (at most max_pos). 0 or 1 (printed). */
-static int parse(const char *sub, int argc, char **argv, const opt *opts, const char **pos,
-                 int max_pos, int *npos) {
+/* Parse argv (argv[0] = subcommand) with the subcommand's option table through the shared
+ * parser (src/cli/options.c); positional arguments go to pos (at most max_pos). 0; 1 after a
+ * usage error (printed); -1 after --help (usage printed to stdout). */
+static int parse(const char *sub, const char *usage, int argc, char **argv,
+                 const loom_cli_opt *table, const char **pos, int max_pos, int *npos) {
   *npos = 0;
-  int n = 0;
-  while (opts[n].name) n++;
-  loom_cli_opt *table = calloc((size_t)n + 1, sizeof *table);
-  bool *flags = calloc((size_t)n + 1, sizeof *flags);
-  for (int k = 0; k < n; k++)
-    table[k] = opts[k].slot ? (loom_cli_opt)LOOM_OPT_VALUE(opts[k].name, opts[k].slot)
-                            : (loom_cli_opt)LOOM_OPT_FLAG(opts[k].name, &flags[k]);
   char command[64];
   snprintf(command, sizeof command, "data %s", sub);
   loom_cli_parser p = {.command = command, .opts = table};
-  int rc = loom_cli_parse(&p, argc, argv, 1) == LOOM_CLI_OK ? 0 : 1;
-  for (int k = 0; k < n; k++)
-    if (flags[k]) *opts[k].flag = 1;
+  int prc = loom_cli_parse(&p, argc, argv, 1);
+  int rc = prc == LOOM_CLI_OK ? 0 : prc == LOOM_CLI_HELP ? -1 : 1;
   for (int k = 0; k < p.npos && !rc; k++) {
     if (*npos < max_pos) pos[(*npos)++] = p.pos[k];
     else rc = (fprintf(stderr, "loom data %s: unexpected argument '%s' (see --help)\n", sub,
                        p.pos[k]), 1);
   }
-  free(p.pos), free(table), free(flags);
+  free(p.pos);
+  if (rc < 0) fputs(usage, stdout);
   return rc;
 }
 
@@ -73,26 +61,27 @@ static void print_split_summary(const loom_prepare_report *r) {
 
 int loom_cmd_data_prepare(int argc, char **argv) {
   const char *sub = "prepare";
-  if (loom_cli_wants_help(argc, argv)) {
-    printf("usage: loom data prepare DIR [--split 9,1,0] [--strict]\n\n"
-           "Non-interactive `energon prepare`: index the WebDataset tar shards under DIR\n"
-           "(N.jpg, N.json {\"question\": ...}, N.txt answer per sample), assign whole shards\n"
-           "to train/val/test by the ratio (default 9,1,0), and write DIR/.nv-meta/:\n"
-           "dataset.yaml (VQA field map; an existing one is kept), split.yaml, .info.yaml\n"
-           "(samples per shard) and index.json (part offsets per sample). Problems (a non-tar\n"
-           "file, truncation, a sample missing its image, json or txt) are printed with the\n"
-           "shard and sample key; training stops at them unless data.skip_bad_samples: true.\n"
-           "--strict makes any problem an error.\n");
-    return 0;
-  }
+  static const char usage[] =
+      "usage: loom data prepare DIR [--split 9,1,0] [--strict]\n\n"
+      "Non-interactive `energon prepare`: index the WebDataset tar shards under DIR\n"
+      "(N.jpg, N.json {\"question\": ...}, N.txt answer per sample), assign whole shards\n"
+      "to train/val/test by the ratio (default 9,1,0), and write DIR/.nv-meta/:\n"
+      "dataset.yaml (VQA field map; an existing one is kept), split.yaml, .info.yaml\n"
+      "(samples per shard) and index.json (part offsets per sample). Problems (a non-tar\n"
+      "file, truncation, a sample missing its image, json or txt) are printed with the\n"
+      "shard and sample key; training stops at them unless data.skip_bad_samples: true.\n"
+      "--strict makes any problem an error.\n";
   const char *split = "9,1,0", *pos[1];
-  int strict = 0, npos;
-  opt opts[] = {{"--split", &split, NULL}, {"--strict", NULL, &strict}, {NULL, NULL, NULL}};
-  if (parse(sub, argc, argv, opts, pos, 1, &npos)) return 1;
+  bool strict = false;
+  int npos;
+  const loom_cli_opt opts[] = {LOOM_OPT_VALUE("--split", &split),
+                               LOOM_OPT_FLAG("--strict", &strict), {0}};
+  int rc = parse(sub, usage, argc, argv, opts, pos, 1, &npos);
+  if (rc) return rc < 0 ? 0 : rc;
   if (npos != 1) return fprintf(stderr, "loom data prepare: give the dataset directory\n"), 1;
   double ratios[3];
   if (loom_parse_split_ratio(split, ratios)) return failerr(sub);
-  loom_prepare_options po = {strict != 0, false};
+  loom_prepare_options po = {strict, false};
   loom_prepare_report r;
   if (loom_energon_prepare(pos[0], ratios, &po, &r)) return failerr(sub);
   printf("indexed %zu shards (%zu unreadable), %zu samples; split %s:\n", r.shards, r.bad_shards,
@@ -109,39 +98,39 @@ int loom_cmd_data_prepare(int argc, char **argv) {
 
 int loom_cmd_data_synth_vqa(int argc, char **argv) {
   const char *sub = "synth-vqa";
-  if (loom_cli_wants_help(argc, argv)) {
-    printf("usage: loom data synth-vqa --out DIR --samples N --shard-size K [--seed S]\n"
-           "                          [--image-size 84] [--distractors 0]\n"
-           "                          [--types colour,shape,count,position] [--blank-images]\n"
-           "                          [--split 9,1,0] [--vocab-size 384]\n\n"
-           "Generate the embedded shapes VQA dataset (no download): JPEG images of coloured\n"
-           "shapes on a 3x3 layout, one question each about colour, shape, count or position\n"
-           "(--types: the kinds asked, in turn; answers balanced), in tar shards\n"
-           "DIR/NNNNNN.tar of K samples; then prepare it (.nv-meta/), write DIR/tokenizer.json\n"
-           "(byte-level BPE + <|im_start|>, <|im_end|>, <|vision_start|>, <|image_pad|>,\n"
-           "<|vision_end|>) and DIR/synth_vqa.json with the majority-answer baseline per type\n"
-           "and the question-only prior. Same seed and options, same bytes. Default seed 1.\n\n"
-           "Difficulty: --distractors D adds up to D (0-3) other objects that differ in the\n"
-           "asked attribute, so the model must find the right object (\"the colour of the\n"
-           "circle\"). 0 (the default) is learnable by tiny-qwen2.5-vl in a few CPU minutes\n"
-           "(configs/vqa_demo.yaml); 3 is the hard setting. The default 84 px puts one 28 px\n"
-           "vision token on each layout cell. --blank-images draws the background only: the\n"
-           "same questions and answers with nothing to see, a control for what a model\n"
-           "learns from the text alone.\n");
-    return 0;
-  }
+  static const char usage[] =
+      "usage: loom data synth-vqa --out DIR --samples N --shard-size K [--seed S]\n"
+      "                          [--image-size 84] [--distractors 0]\n"
+      "                          [--types colour,shape,count,position] [--blank-images]\n"
+      "                          [--split 9,1,0] [--vocab-size 384]\n\n"
+      "Generate the embedded shapes VQA dataset (no download): JPEG images of coloured\n"
+      "shapes on a 3x3 layout, one question each about colour, shape, count or position\n"
+      "(--types: the kinds asked, in turn; answers balanced), in tar shards\n"
+      "DIR/NNNNNN.tar of K samples; then prepare it (.nv-meta/), write DIR/tokenizer.json\n"
+      "(byte-level BPE + <|im_start|>, <|im_end|>, <|vision_start|>, <|image_pad|>,\n"
+      "<|vision_end|>) and DIR/synth_vqa.json with the majority-answer baseline per type\n"
+      "and the question-only prior. Same seed and options, same bytes. Default seed 1.\n\n"
+      "Difficulty: --distractors D adds up to D (0-3) other objects that differ in the\n"
+      "asked attribute, so the model must find the right object (\"the colour of the\n"
+      "circle\"). 0 (the default) is learnable by tiny-qwen2.5-vl in a few CPU minutes\n"
+      "(configs/vqa_demo.yaml); 3 is the hard setting. The default 84 px puts one 28 px\n"
+      "vision token on each layout cell. --blank-images draws the background only: the\n"
+      "same questions and answers with nothing to see, a control for what a model\n"
+      "learns from the text alone.\n";
   /* options left NULL keep loom_synth_vqa_defaults' values */
   const char *out = NULL, *samples = NULL, *shard = NULL, *seed = NULL, *size = NULL,
              *split = "9,1,0", *vocab = NULL, *distract = NULL,
              *types = "colour,shape,count,position", *pos[1];
-  int npos, blank = 0;
-  opt opts[] = {{"--out", &out, NULL},          {"--samples", &samples, NULL},
-                {"--shard-size", &shard, NULL}, {"--seed", &seed, NULL},
-                {"--image-size", &size, NULL},  {"--split", &split, NULL},
-                {"--vocab-size", &vocab, NULL}, {"--distractors", &distract, NULL},
-                {"--types", &types, NULL},      {"--blank-images", NULL, &blank},
-                {NULL, NULL, NULL}};
-  if (parse(sub, argc, argv, opts, pos, 0, &npos)) return 1;
+  int npos;
+  bool blank = false;
+  const loom_cli_opt opts[] = {
+      LOOM_OPT_VALUE("--out", &out),          LOOM_OPT_VALUE("--samples", &samples),
+      LOOM_OPT_VALUE("--shard-size", &shard), LOOM_OPT_VALUE("--seed", &seed),
+      LOOM_OPT_VALUE("--image-size", &size),  LOOM_OPT_VALUE("--split", &split),
+      LOOM_OPT_VALUE("--vocab-size", &vocab), LOOM_OPT_VALUE("--distractors", &distract),
+      LOOM_OPT_VALUE("--types", &types),      LOOM_OPT_FLAG("--blank-images", &blank), {0}};
+  int rc = parse(sub, usage, argc, argv, opts, pos, 0, &npos);
+  if (rc) return rc < 0 ? 0 : rc;
   if (!out || !samples || !shard)
     return fprintf(stderr, "loom data synth-vqa: --out, --samples and --shard-size are required "
                            "(see --help)\n"), 1;
@@ -171,7 +160,7 @@ int loom_cmd_data_synth_vqa(int argc, char **argv) {
                      LOOM_SYNTH_VQA_MAX_OBJECTS - 1), 1;
     o.distractors = (int)v;
   }
-  o.blank_images = blank != 0;
+  o.blank_images = blank;
   if (loom_synth_vqa_parse_types(types, &o.types)) return failerr(sub);
   if (loom_parse_split_ratio(split, o.split)) return failerr(sub);
   loom_synth_vqa_report r;
@@ -283,22 +272,21 @@ static void show_sample(loom_vqa_dataset *d, size_t i, long minp, long maxp, lon
 
 int loom_cmd_data_inspect(int argc, char **argv) {
   const char *sub = "inspect";
-  if (loom_cli_wants_help(argc, argv)) {
-    printf("usage: loom data inspect PATH [--samples N] [--split train|val|test]\n"
-           "                        [--min-pixels P] [--max-pixels P]\n\n"
-           "Show a vision-language dataset: a directory prepared by `loom data prepare`\n"
-           "(shards and samples per split, field map) or a LLaVA .json/.jsonl file, then the\n"
-           "first N samples (default 3) of the split: key, image size, its size after Qwen's\n"
-           "smart_resize within the pixel limits (default 3136 and 1003520), patches and\n"
-           "vision tokens per image, question and answer.\n");
-    return 0;
-  }
+  static const char usage[] =
+      "usage: loom data inspect PATH [--samples N] [--split train|val|test]\n"
+      "                        [--min-pixels P] [--max-pixels P]\n\n"
+      "Show a vision-language dataset: a directory prepared by `loom data prepare`\n"
+      "(shards and samples per split, field map) or a LLaVA .json/.jsonl file, then the\n"
+      "first N samples (default 3) of the split: key, image size, its size after Qwen's\n"
+      "smart_resize within the pixel limits (default 3136 and 1003520), patches and\n"
+      "vision tokens per image, question and answer.\n";
   const char *samples = "3", *split = "train", *minp_s = "3136", *maxp_s = "1003520", *pos[1];
   int npos;
-  opt opts[] = {{"--samples", &samples, NULL},   {"--split", &split, NULL},
-                {"--min-pixels", &minp_s, NULL}, {"--max-pixels", &maxp_s, NULL},
-                {NULL, NULL, NULL}};
-  if (parse(sub, argc, argv, opts, pos, 1, &npos)) return 1;
+  const loom_cli_opt opts[] = {
+      LOOM_OPT_VALUE("--samples", &samples),   LOOM_OPT_VALUE("--split", &split),
+      LOOM_OPT_VALUE("--min-pixels", &minp_s), LOOM_OPT_VALUE("--max-pixels", &maxp_s), {0}};
+  int rc = parse(sub, usage, argc, argv, opts, pos, 1, &npos);
+  if (rc) return rc < 0 ? 0 : rc;
   if (npos != 1) return fprintf(stderr, "loom data inspect: give a dataset directory or file\n"), 1;
   long long n, minp, maxp;
   if (num(sub, "--samples", samples, 0, &n) || num(sub, "--min-pixels", minp_s, 0, &minp) ||

@@ -46,13 +46,9 @@ typedef struct {
   int noverrides;
 } eval_args;
 
-/* Options and positional arguments; LOOM_CLI_HELP after --help, 2 after a usage error. */
-static int parse_args(int argc, char **argv, eval_args *a) {
-  memset(a, 0, sizeof *a);
-  const loom_cli_opt opts[] = {LOOM_OPT_VALUE("--data", &a->data),
-                               LOOM_OPT_VALUE("--batches", &a->batches),
-                               LOOM_OPT_VALUE("--nproc", &a->nproc),
-                               LOOM_OPT_FLAG("--json", &a->json), {0}};
+/* Options (the table opts, storing into a) and positional arguments; LOOM_CLI_HELP after
+ * --help, 2 after a usage error. */
+static int parse_args(const loom_cli_opt *opts, int argc, char **argv, eval_args *a) {
   loom_cli_parser p = {.command = "eval", .opts = opts};
   int rc = loom_cli_parse(&p, argc, argv, 1);
   a->overrides = p.pos; /* the overrides are compacted in place: never past a checkpoint */
@@ -183,15 +179,19 @@ static void print_result(const eval_args *a, const loom_eval_loss_result *r, con
 }
 
 int loom_cmd_eval(int argc, char **argv) {
-  eval_args a;
-  int prc = parse_args(argc, argv, &a);
+  eval_args a = {0};
+  const loom_cli_opt opts[] = {LOOM_OPT_VALUE("--data", &a.data),
+                               LOOM_OPT_VALUE("--batches", &a.batches),
+                               LOOM_OPT_VALUE("--nproc", &a.nproc),
+                               LOOM_OPT_FLAG("--json", &a.json), {0}};
+  int prc = parse_args(opts, argc, argv, &a);
   if (prc == LOOM_CLI_HELP) usage(stdout);
   if (prc) {
     free(a.overrides);
     return prc == LOOM_CLI_HELP ? 0 : 2;
   }
   if (a.nproc && !getenv("OMPI_COMM_WORLD_SIZE"))
-    return loom_cli_exec_mpirun("eval", argc, argv, a.nproc, false);
+    return loom_cli_exec_mpirun("eval", opts, argc, argv, a.nproc, false);
   if (loom_dist_init(&argc, &argv)) {
     fprintf(stderr, "loom eval: %s\n", loom_errmsg());
     return 1;

@@ -29,12 +29,10 @@ static int cmd_list(int argc, char **argv) {
 }
 
 int loom_cmd_model(int argc, char **argv) {
-  if (argc >= 2 && !strcmp(argv[1], "list")) return cmd_list(argc - 1, argv + 1);
-  if (loom_cli_wants_help(argc, argv) || argc < 2) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
   static const char *const names[] = {"list", NULL};
-  loom_cli_unknown_subcommand("model", argv[1], names, " (try: loom model list)");
+  int sub = loom_cli_subcommand("model", argc, argv, names, " (try: loom model list)");
+  if (sub >= 0) return cmd_list(argc - 1, argv + 1);
+  if (sub == LOOM_CLI_SUB_HELP) return usage(stdout), 0;
+  if (sub == LOOM_CLI_SUB_NONE) usage(stderr);
   return 2;
 }

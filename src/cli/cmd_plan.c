@@ -102,10 +102,6 @@ static int run(loom_config *cfg, const plan_args *a) {
 }
 
 int loom_cmd_plan(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return 0;
-  }
   plan_args a;
   memset(&a, 0, sizeof a);
   const char *gpus = NULL, *gbs = NULL, *seq = NULL, *finalists = NULL, *top = NULL;

@@ -16,6 +16,34 @@
 #include "loom/serve.h"
 #include "loom/runs_diff.h"
 
+/* The options every subcommand but diff takes, and the list options (list, export, serve). */
+static const char registry_help[] =
+    "registry (default runs/registry.db, or $LOOM_REGISTRY):\n"
+    "  --runs-dir DIR          use DIR/registry.db (the runs' run.output_dir)\n"
+    "  --db FILE               use this database file\n"
+    "  --heartbeat-timeout S   running runs silent for S seconds count as crashed\n"
+    "                          (default 600, or $LOOM_HEARTBEAT_TIMEOUT)\n";
+static const char list_help[] =
+    "list options:\n"
+    "  --filter EXPR           e.g. \"training.lr > 1e-4 AND status = 'finished'\"; given\n"
+    "                          several times, a run must match all of them (AND)\n"
+    "                          (=, !=, <, <=, >, >=, LIKE, AND, OR, NOT, IS NULL,\n"
+    "                          + - * /, 'text', dotted config keys)\n"
+    "  --sweep NAME            only runs of this sweep\n"
+    "  --sort-by COL           sort (numbers numerically, empty last); --descending\n"
+    "  --show COL...           exactly these columns (also comma-separated)\n"
+    "  --hide COL...           drop these columns\n"
+    "  --all-columns           every column (all config keys)\n"
+    "  --limit N               at most N rows (after sorting)\n"
+    "  --format table|csv|json output format (default table)\n"
+    "  --list-columns          every column name and its kind\n";
+static const char columns_help[] =
+    "Default columns: run fields and metrics that are set, custom metrics, and the\n"
+    "config keys whose values differ between the listed runs; the table fits the\n"
+    "terminal ($COLUMNS, else its width, else 100 characters): low-priority columns are\n"
+    "hidden and named in a note. Run ids and names are never cut.\n";
+static const char id_help[] = "ID: a run id, a unique prefix of one, or a unique run name.\n\n";
+
 static void usage(FILE *out) {
   fprintf(out,
           "usage: loom runs [list] [options]      list runs of the registry\n"
@@ -35,29 +63,70 @@ static void usage(FILE *out) {
           "       loom runs diff A B [--metric loss] [--rtol 1e-5] [--atol 0] [--out F.svg|F.png]\n"
           "                        [--worst 5] [--common-steps]   per-step differences of one\n"
           "                        metric; exit 0 same, 1 different, 2 error (see --help there)\n\n"
-          "ID: a run id, a unique prefix of one, or a unique run name.\n\n"
-          "registry (default runs/registry.db, or $LOOM_REGISTRY):\n"
-          "  --runs-dir DIR          use DIR/registry.db (the runs' run.output_dir)\n"
-          "  --db FILE               use this database file\n"
-          "  --heartbeat-timeout S   running runs silent for S seconds count as crashed\n"
-          "                          (default 600, or $LOOM_HEARTBEAT_TIMEOUT)\n"
-          "list options:\n"
-          "  --filter EXPR           e.g. \"training.lr > 1e-4 AND status = 'finished'\"; given\n"
-          "                          several times, a run must match all of them (AND)\n"
-          "                          (=, !=, <, <=, >, >=, LIKE, AND, OR, NOT, IS NULL,\n"
-          "                          + - * /, 'text', dotted config keys)\n"
-          "  --sweep NAME            only runs of this sweep\n"
-          "  --sort-by COL           sort (numbers numerically, empty last); --descending\n"
-          "  --show COL...           exactly these columns (also comma-separated)\n"
-          "  --hide COL...           drop these columns\n"
-          "  --all-columns           every column (all config keys)\n"
-          "  --limit N               at most N rows (after sorting)\n"
-          "  --format table|csv|json output format (default table)\n"
-          "  --list-columns          every column name and its kind\n"
-          "Default columns: run fields and metrics that are set, custom metrics, and the\n"
-          "config keys whose values differ between the listed runs; the table fits the\n"
-          "terminal ($COLUMNS, else its width, else 100 characters): low-priority columns are\n"
-          "hidden and named in a note. Run ids and names are never cut.\n");
+          "Options go before or after the subcommand; 'loom runs <subcommand> --help' names the\n"
+          "ones each takes.\n%s%s%s%s",
+          id_help, registry_help, list_help, columns_help);
+}
+
+static void usage_list(FILE *out) {
+  fprintf(out, "usage: loom runs [list] [options]\n\nList the runs of the registry as a table, CSV "
+          "or JSON.\n\n%s%s%s", registry_help, list_help, columns_help);
+}
+static void usage_show(FILE *out) {
+  fprintf(out, "usage: loom runs show ID [--runs-dir DIR | --db FILE]\n\nOne run: its fields, "
+          "metrics, custom metrics, config, checkpoints and files.\n%s%s", id_help,
+          registry_help);
+}
+static void usage_compare(FILE *out) {
+  fprintf(out, "usage: loom runs compare ID ID... [--runs-dir DIR | --db FILE]\n\nThe config "
+          "keys that differ between the runs, then a table of their metrics.\n%s%s", id_help,
+          registry_help);
+}
+static void usage_set_metric(FILE *out) {
+  fprintf(out, "usage: loom runs set-metric ID KEY=VALUE... [--runs-dir DIR | --db FILE]\n\nAdd "
+          "custom metrics to a run: registry columns that list, --filter and --sort-by\n"
+          "take; the name of a built-in column is refused.\n%s%s", id_help, registry_help);
+}
+static void usage_export(FILE *out) {
+  fprintf(out, "usage: loom runs export --csv FILE [list options]\n\nWrite the runs table (the "
+          "rows and columns the list options select) as CSV,\nfor pandas.\n\n"
+          "  --csv FILE              where to write (required)\n%s%s", registry_help, list_help);
+}
+static void usage_plot(FILE *out) {
+  fprintf(out,
+          "usage: loom runs plot ID... [--metric loss] [--x step|time|tokens]\n"
+          "                      [-o|--output F.svg|F.png] [--log-y] [--title TEXT]\n\n"
+          "Curves of one metric of several runs (their metrics.jsonl) in one plot.\n\n"
+          "  --metric NAME           the metric (default loss; e.g. val_loss, grad_norm, lr)\n"
+          "  --x step|time|tokens    the x axis (default step)\n"
+          "  -o, --output FILE       SVG, or PNG for a .png name (default <metric>.svg)\n"
+          "  --log-y                 logarithmic y axis\n"
+          "  --title TEXT            the title (default '<metric> per <x>')\n%s%s",
+          id_help, registry_help);
+}
+static void usage_serve(FILE *out) {
+  fprintf(out,
+          "usage: loom runs serve [--port 8765] [--host 127.0.0.1] [--sweeps-dir DIR]\n"
+          "                       [list options]\n\n"
+          "A live web dashboard of the registry, until interrupted (Ctrl-C): the runs table,\n"
+          "metric curves, config differences and sweeps. The link it prints opens the view\n"
+          "the list options select.\n\n"
+          "  --port N                the port (default 8765; 0: any free port, printed)\n"
+          "  --host ADDR             the address to bind (default 127.0.0.1)\n"
+          "  --sweeps-dir DIR        another directory holding sweep_<time>/ directories\n"
+          "                          (e.g. logs)\n%s%s",
+          registry_help, list_help);
+}
+static void usage_delete(FILE *out) {
+  fprintf(out, "usage: loom runs delete ID... [--files]\n\nRemove runs from the registry (every "
+          "ID is resolved before anything is deleted);\nrunning runs are refused.\n\n"
+          "  --files                 also remove their run directories\n%s%s", id_help,
+          registry_help);
+}
+static void usage_gc(FILE *out) {
+  fprintf(out, "usage: loom runs gc [--dry-run]\n\nDrop the rows of runs whose run directory is "
+          "gone (listed with status 'missing').\n\n"
+          "  --dry-run               only list them\n%s", registry_help);
 }
 
 typedef struct {
@@ -77,6 +146,11 @@ typedef struct {
   /* serve */
   const char *host, *sweeps_dir;
   long port;
+  /* diff */
+  loom_runs_diff_tol tol;
+  int worst;
+  bool common_steps;
+  const char *diff_out;
 } runs_args;
 
 static int bad(const char *fmt, const char *a) {
@@ -139,47 +213,101 @@ static int on_format(const char *v, void *ctx) {
   return loom_runs_format_parse(v, &((runs_args *)ctx)->format);
 }
 
-static int parse(int argc, char **argv, int first, runs_args *a) {
-  a->format = LOOM_FMT_TABLE;
-  a->timeout = loom_registry_heartbeat_timeout();
-  a->metric = "loss";
-  a->x = "step";
-  a->host = "127.0.0.1";
-  a->port = 8765;
-  const char *sweep = NULL, *sort_by = NULL;
-  const loom_cli_opt opts[] = {
-      LOOM_OPT_VALUE("--db", &a->db),
-      LOOM_OPT_VALUE("--runs-dir", &a->runs_dir),
-      LOOM_OPT_EACH("--filter", on_filter),
-      LOOM_OPT_VALUE("--sweep", &sweep),
-      LOOM_OPT_VALUE("--sort-by", &sort_by),
-      LOOM_OPT_FLAG("--descending", &a->q.descending),
-      {.name = "--show", .each = on_show, .greedy = true},
-      {.name = "--hide", .each = on_hide, .greedy = true},
-      LOOM_OPT_FLAG("--all-columns", &a->q.all_columns),
-      LOOM_OPT_EACH("--limit", on_limit),
-      LOOM_OPT_EACH("--format", on_format),
-      LOOM_OPT_FLAG("--list-columns", &a->list_columns),
-      LOOM_OPT_EACH("--heartbeat-timeout", on_timeout),
-      LOOM_OPT_VALUE("--csv", &a->csv_out),
-      LOOM_OPT_VALUE("--metric", &a->metric),
-      LOOM_OPT_VALUE("--x", &a->x),
-      {.name = "--output", .alias = "-o", .value = &a->output},
-      LOOM_OPT_VALUE("--title", &a->title),
-      LOOM_OPT_FLAG("--log-y", &a->log_y),
-      LOOM_OPT_EACH("--port", on_port),
-      LOOM_OPT_VALUE("--host", &a->host),
-      LOOM_OPT_VALUE("--sweeps-dir", &a->sweeps_dir),
-      LOOM_OPT_FLAG("--files", &a->files),
-      LOOM_OPT_FLAG("--dry-run", &a->dry_run),
-      {0}};
-  loom_cli_parser p = {.command = "runs", .opts = opts, .ctx = a};
-  int rc = loom_cli_parse(&p, argc, argv, first);
-  a->q.sweep = sweep;
-  a->q.sort_by = sort_by;
+/* --rtol/--atol X (numbers >= 0), --worst N (a whole number >= 0): runs diff */
+static int diff_tol(const char *v, double *dst) {
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v || *end || !(x >= 0)) return loom_err("takes a number >= 0, not '%s'", v);
+  *dst = x;
+  return 0;
+}
+static int on_rtol(const char *v, void *ctx) { return diff_tol(v, &((runs_args *)ctx)->tol.rtol); }
+static int on_atol(const char *v, void *ctx) { return diff_tol(v, &((runs_args *)ctx)->tol.atol); }
+static int on_worst(const char *v, void *ctx) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (end == v || *end || n < 0 || n > 1000000)
+    return loom_err("takes a whole number >= 0, not '%s'", v);
+  ((runs_args *)ctx)->worst = (int)n;
+  return 0;
+}
+
+/* Option groups: a subcommand's table is --db, --runs-dir and its groups. */
+enum {
+  G_HEARTBEAT = 1, /* the subcommands that load the registry's table (all but diff) */
+  G_LIST = 2,
+  G_CSV = 4,
+  G_PLOT = 8,
+  G_SERVE = 16,
+  G_FILES = 32,
+  G_DRY_RUN = 64,
+  G_DIFF = 128,
+  G_ALL = 255
+};
+enum { MAX_OPTS = 40 };
+
+/* The table of the groups, storing into a; ends with {0}. */
+static void runs_table(runs_args *a, unsigned groups, loom_cli_opt *t) {
+  const struct {
+    unsigned group; /* 0: every subcommand */
+    loom_cli_opt opt;
+  } all[] = {
+      {0, LOOM_OPT_VALUE("--db", &a->db)},
+      {0, LOOM_OPT_VALUE("--runs-dir", &a->runs_dir)},
+      {G_HEARTBEAT, LOOM_OPT_EACH("--heartbeat-timeout", on_timeout)},
+      {G_LIST, LOOM_OPT_EACH("--filter", on_filter)},
+      {G_LIST, LOOM_OPT_VALUE("--sweep", &a->q.sweep)},
+      {G_LIST, LOOM_OPT_VALUE("--sort-by", &a->q.sort_by)},
+      {G_LIST, LOOM_OPT_FLAG("--descending", &a->q.descending)},
+      {G_LIST, {.name = "--show", .each = on_show, .greedy = true}},
+      {G_LIST, {.name = "--hide", .each = on_hide, .greedy = true}},
+      {G_LIST, LOOM_OPT_FLAG("--all-columns", &a->q.all_columns)},
+      {G_LIST, LOOM_OPT_EACH("--limit", on_limit)},
+      {G_LIST, LOOM_OPT_EACH("--format", on_format)},
+      {G_LIST, LOOM_OPT_FLAG("--list-columns", &a->list_columns)},
+      {G_CSV, LOOM_OPT_VALUE("--csv", &a->csv_out)},
+      {G_PLOT | G_DIFF, LOOM_OPT_VALUE("--metric", &a->metric)},
+      {G_PLOT, LOOM_OPT_VALUE("--x", &a->x)},
+      {G_PLOT, {.name = "--output", .alias = "-o", .value = &a->output}},
+      {G_PLOT, LOOM_OPT_VALUE("--title", &a->title)},
+      {G_PLOT, LOOM_OPT_FLAG("--log-y", &a->log_y)},
+      {G_SERVE, LOOM_OPT_EACH("--port", on_port)},
+      {G_SERVE, LOOM_OPT_VALUE("--host", &a->host)},
+      {G_SERVE, LOOM_OPT_VALUE("--sweeps-dir", &a->sweeps_dir)},
+      {G_FILES, LOOM_OPT_FLAG("--files", &a->files)},
+      {G_DRY_RUN, LOOM_OPT_FLAG("--dry-run", &a->dry_run)},
+      {G_DIFF, LOOM_OPT_VALUE("--out", &a->diff_out)},
+      {G_DIFF, LOOM_OPT_EACH("--rtol", on_rtol)},
+      {G_DIFF, LOOM_OPT_EACH("--atol", on_atol)},
+      {G_DIFF, LOOM_OPT_EACH("--worst", on_worst)},
+      {G_DIFF, LOOM_OPT_FLAG("--common-steps", &a->common_steps)},
+  };
+  int n = 0;
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!all[i].group || (all[i].group & groups)) t[n++] = all[i].opt;
+  t[n] = (loom_cli_opt){0};
+}
+
+static void runs_args_init(runs_args *a) {
+  *a = (runs_args){.format = LOOM_FMT_TABLE, .timeout = loom_registry_heartbeat_timeout(),
+                   .metric = "loss", .x = "step", .host = "127.0.0.1", .port = 8765,
+                   .tol = {LOOM_RUNS_DIFF_RTOL, LOOM_RUNS_DIFF_ATOL}, .worst = 5};
+}
+
+static void runs_args_free(runs_args *a) {
+  free(a->q.show), free(a->q.hide), free(a->ids), free(a->filters);
+}
+
+/* Parse argv[1..argc) (the subcommand's name taken out) with the table of the groups as
+ * `loom <command>`; the positional arguments go to a->ids. A LOOM_CLI_ code. */
+static int parse(const char *command, unsigned groups, int argc, char **argv, runs_args *a) {
+  loom_cli_opt opts[MAX_OPTS];
+  runs_table(a, groups, opts);
+  loom_cli_parser p = {.command = command, .opts = opts, .ctx = a};
+  int rc = loom_cli_parse(&p, argc, argv, 1);
   a->ids = p.pos;
   a->nids = p.npos;
-  return rc == LOOM_CLI_HELP ? (usage(stdout), -1) : rc;
+  return rc;
 }
 
 static int open_registry(const runs_args *a, loom_registry **r) {
@@ -434,62 +562,24 @@ static int diff_locate(runs_args *a, loom_registry **r, const char *given, char 
   return rc;
 }
 
-/* --rtol/--atol X (numbers >= 0), --worst N (a whole number >= 0) */
-typedef struct {
-  loom_runs_diff_tol tol;
-  int worst;
-} diff_opts;
-static int diff_tol(const char *v, double *dst) {
-  char *end;
-  double x = strtod(v, &end);
-  if (end == v || *end || !(x >= 0)) return loom_err("takes a number >= 0, not '%s'", v);
-  *dst = x;
-  return 0;
-}
-static int diff_rtol(const char *v, void *ctx) { return diff_tol(v, &((diff_opts *)ctx)->tol.rtol); }
-static int diff_atol(const char *v, void *ctx) { return diff_tol(v, &((diff_opts *)ctx)->tol.atol); }
-static int diff_worst(const char *v, void *ctx) {
-  char *end;
-  long n = strtol(v, &end, 10);
-  if (end == v || *end || n < 0 || n > 1000000) return loom_err("takes a whole number >= 0, not '%s'", v);
-  ((diff_opts *)ctx)->worst = (int)n;
-  return 0;
-}
-
-static int do_diff(int argc, char **argv) {
-  runs_args a = {0};
-  a.metric = "loss";
-  diff_opts d_opts = {{LOOM_RUNS_DIFF_RTOL, LOOM_RUNS_DIFF_ATOL}, 5};
-  const char *out = NULL, *ids[2];
-  bool common_only = false;
-  const loom_cli_opt opts[] = {
-      LOOM_OPT_VALUE("--metric", &a.metric), LOOM_OPT_VALUE("--out", &out),
-      LOOM_OPT_VALUE("--db", &a.db),         LOOM_OPT_VALUE("--runs-dir", &a.runs_dir),
-      LOOM_OPT_EACH("--rtol", diff_rtol),    LOOM_OPT_EACH("--atol", diff_atol),
-      LOOM_OPT_EACH("--worst", diff_worst),  LOOM_OPT_FLAG("--common-steps", &common_only), {0}};
-  loom_cli_parser p = {.command = "runs diff", .opts = opts, .ctx = &d_opts};
-  int prc = loom_cli_parse(&p, argc, argv, 1), nids = p.npos;
-  for (int i = 0; i < nids && i < 2; i++) ids[i] = p.pos[i];
-  char *third = nids > 2 ? loom_strdup(p.pos[2]) : NULL;
-  free(p.pos);
-  if (prc == LOOM_CLI_HELP) return diff_usage(stdout), 0;
-  if (prc) return free(third), 2;
-  if (third) {
-    bad("diff: takes two runs; '%s' is a third", third);
-    return free(third), 2;
-  }
-  loom_runs_diff_tol tol = d_opts.tol;
-  int worst = d_opts.worst;
-  if (nids != 2) return bad("%s", "diff: takes two runs, A and B");
+/* The two runs and the options are in a (parsed as `loom runs diff`); exit status 0 same, 1
+ * different, 2 error. */
+static int do_diff(runs_args *a) {
+  if (a->nids > 2) return bad("diff: takes two runs; '%s' is a third", a->ids[2]);
+  if (a->nids != 2) return bad("%s", "diff: takes two runs, A and B");
+  const char *ids[2] = {a->ids[0], a->ids[1]}, *out = a->diff_out;
+  loom_runs_diff_tol tol = a->tol;
+  int worst = a->worst;
+  bool common_only = a->common_steps;
   loom_registry *r = NULL;
   char *dir[2] = {NULL, NULL}, *label[2] = {NULL, NULL};
   loom_series s[2] = {{0}};
   int rc = 0;
   for (int k = 0; k < 2 && !rc; k++) {
-    rc = diff_locate(&a, &r, ids[k], &dir[k], &label[k]);
+    rc = diff_locate(a, &r, ids[k], &dir[k], &label[k]);
     if (!rc) {
       char *path = loom_sprintf("%s/metrics.jsonl", dir[k]);
-      rc = loom_series_read(path, a.metric, "step", &s[k]);
+      rc = loom_series_read(path, a->metric, "step", &s[k]);
       if (!rc && s[k].n == 0) rc = loom_err("'%s' has no steps logged", path);
       free(path);
     }
@@ -498,10 +588,10 @@ static int do_diff(int argc, char **argv) {
   if (!rc) {
     loom_runs_diff d;
     loom_runs_diff_compute(&s[0], &s[1], &tol, &d);
-    loom_runs_diff_print(stdout, &d, a.metric, label[0], label[1], &tol, common_only, worst);
+    loom_runs_diff_print(stdout, &d, a->metric, label[0], label[1], &tol, common_only, worst);
     status = loom_runs_diff_ok(&d, common_only) ? 0 : 1;
     if (out && d.n == 0) fprintf(stderr, "loom runs diff: no plot: no step in common\n"), status = 2;
-    else if (out && loom_runs_diff_plot(out, &d, a.metric, label[0], label[1])) rc = -1;
+    else if (out && loom_runs_diff_plot(out, &d, a->metric, label[0], label[1])) rc = -1;
     else if (out) printf("wrote %s\n", out);
     loom_runs_diff_free(&d);
   }
@@ -512,43 +602,66 @@ static int do_diff(int argc, char **argv) {
 }
 
 int loom_cmd_runs(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "diff")) return do_diff(argc - 1, argv + 1);
-  if (loom_cli_wants_help(argc, argv)) return usage(stdout), 0;
   static const struct {
     const char *name;
-    int (*fn)(runs_args *, loom_registry *, loom_runs_table *);
-  } subs[] = {{"list", do_list},         {"show", do_show},   {"compare", do_compare},
-              {"set-metric", do_set_metric}, {"export", do_list}, {"plot", do_plot},
-              {"serve", do_serve},   {"delete", do_delete}, {"gc", do_gc}};
-  runs_args a = {0};
-  int rc = parse(argc, argv, 1, &a), sub = 0;
-  if (rc < 0) { /* --help */
-    free(a.q.show), free(a.q.hide), free(a.ids), free(a.filters);
-    return 0;
-  }
-  bool named = false; /* the first positional argument may name a subcommand */
-  for (size_t k = 0; !rc && a.nids && k < sizeof subs / sizeof subs[0]; k++)
-    if (!strcmp(a.ids[0], subs[k].name)) sub = (int)k, named = true;
-  if (named) memmove(a.ids, a.ids + 1, sizeof(char *) * (size_t)--a.nids);
-  if (!rc && sub == 0 && a.nids) {
-    const char *names[sizeof subs / sizeof subs[0] + 2] = {"diff"}; /* diff: do_diff */
-    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) names[k + 1] = subs[k].name;
+    int (*fn)(runs_args *, loom_registry *, loom_runs_table *); /* NULL: diff */
+    unsigned groups;
+    void (*usage)(FILE *);
+  } subs[] = {{"list", do_list, G_HEARTBEAT | G_LIST, usage_list},
+              {"show", do_show, G_HEARTBEAT, usage_show},
+              {"compare", do_compare, G_HEARTBEAT, usage_compare},
+              {"set-metric", do_set_metric, G_HEARTBEAT, usage_set_metric},
+              {"export", do_list, G_HEARTBEAT | G_LIST | G_CSV, usage_export},
+              {"plot", do_plot, G_HEARTBEAT | G_PLOT, usage_plot},
+              {"serve", do_serve, G_HEARTBEAT | G_LIST | G_SERVE, usage_serve},
+              {"delete", do_delete, G_HEARTBEAT | G_FILES, usage_delete},
+              {"gc", do_gc, G_HEARTBEAT | G_DRY_RUN, usage_gc},
+              {"diff", NULL, G_DIFF, diff_usage}};
+  enum { NSUB = sizeof subs / sizeof subs[0] };
+  runs_args a;
+  runs_args_init(&a);
+  /* The subcommand is the first positional argument, after options or not ("loom runs --db F
+   * show ID"); without one, list. */
+  loom_cli_opt any[MAX_OPTS];
+  runs_table(&a, G_ALL, any);
+  int at = loom_cli_first_positional(any, argc, argv, 1), sub = -1;
+  for (int k = 0; at > 0 && k < NSUB && sub < 0; k++)
+    if (!strcmp(argv[at], subs[k].name)) sub = k;
+  char **args = calloc((size_t)argc + 1, sizeof *args);
+  int nargs = 0;
+  for (int i = 0; i < argc; i++)
+    if (sub < 0 || i != at) args[nargs++] = argv[i];
+  char command[32];
+  snprintf(command, sizeof command, "runs%s%s", sub >= 0 ? " " : "",
+           sub >= 0 ? subs[sub].name : "");
+  int rc = parse(command, sub >= 0 ? subs[sub].groups : G_HEARTBEAT | G_LIST, nargs, args, &a);
+  if (rc == LOOM_CLI_HELP) {
+    if (sub >= 0) subs[sub].usage(stdout);
+    else usage(stdout);
+    rc = 0;
+  } else if (rc) {
+    rc = 2;
+  } else if (sub >= 0 && !subs[sub].fn) {
+    rc = do_diff(&a);
+  } else if (sub < 0 && a.nids) {
+    const char *names[NSUB + 1] = {0};
+    for (int k = 0; k < NSUB; k++) names[k] = subs[k].name;
     fprintf(stderr, "loom runs: unknown subcommand '%s'%s (see loom runs --help)\n", a.ids[0],
             loom_cli_did_you_mean(a.ids[0], names));
     rc = 2;
-  }
-  if (!rc && !strcmp(subs[sub].name, "export") && !a.csv_out) rc = bad("%s", "export needs --csv FILE");
-  if (!rc) {
+  } else if (sub >= 0 && !strcmp(subs[sub].name, "export") && !a.csv_out) {
+    rc = bad("%s", "export needs --csv FILE");
+  } else {
     loom_registry *r = NULL;
     loom_runs_table t = {0};
-    if (load(&a, &r, &t) || subs[sub].fn(&a, r, &t)) {
-      fprintf(stderr, "loom runs%s%s: %s\n", named ? " " : "", named ? subs[sub].name : "",
-              loom_errmsg());
+    if (load(&a, &r, &t) || subs[sub < 0 ? 0 : sub].fn(&a, r, &t)) {
+      fprintf(stderr, "loom %s: %s\n", command, loom_errmsg());
       rc = 1;
     }
     loom_runs_free(&t);
     loom_registry_close(r);
   }
-  free(a.q.show), free(a.q.hide), free(a.ids), free(a.filters);
+  runs_args_free(&a);
+  free(args);
   return rc;
 }

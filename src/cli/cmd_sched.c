@@ -79,10 +79,6 @@ static void print_metrics(const loom_schedule *s) {
 }
 
 static int cmd_show(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) {
-    usage_show(stdout);
-    return 0;
-  }
   int pp = 0, vpp = 1, m = 0;
   const char *name = "1f1b", *format = "text", *file = NULL;
   const char *pp_s = NULL, *vpp_s = NULL, *m_s = NULL;
@@ -167,15 +163,11 @@ static int cmd_validate(int argc, char **argv) {
 }
 
 int loom_cmd_sched(int argc, char **argv) {
-  if (argc >= 2 && !strcmp(argv[1], "show")) return cmd_show(argc - 1, argv + 1);
-  if (argc >= 2 && !strcmp(argv[1], "validate")) return cmd_validate(argc - 1, argv + 1);
-  if (loom_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return 0;
-  }
   static const char *const names[] = {"show", "validate", NULL};
-  if (argc >= 2)
-    loom_cli_unknown_subcommand("sched", argv[1], names, NULL), fputc('\n', stderr);
+  int sub = loom_cli_subcommand("sched", argc, argv, names, NULL);
+  if (sub >= 0) return (sub == 0 ? cmd_show : cmd_validate)(argc - 1, argv + 1);
+  if (sub == LOOM_CLI_SUB_HELP) return usage(stdout), 0;
+  if (sub == LOOM_CLI_SUB_BAD) fputc('\n', stderr);
   usage(stderr);
   return 2;
 }

@@ -148,10 +148,6 @@ static int run(loom_config *cfg, const sim_args *args) {
 }
 
 int loom_cmd_sim(int argc, char **argv) {
-  if (loom_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return 0;
-  }
   sim_args a = {0};
   const char *config_path = NULL, *nodes = NULL, *gpus = NULL, *patches = NULL;
   bool list_hardware = false;

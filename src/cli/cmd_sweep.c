@@ -21,13 +21,42 @@ static void usage(FILE *out) {
           "      editable run_sweep.sh (skip flags) in DIR (default configs/<sweep name>)\n"
           "  show SWEEP.yaml|DIR [KEY=VALUE...]   list the points: name, ranks, swept values\n"
           "  run SWEEP.yaml|DIR [KEY=VALUE...] [options]\n"
-          "      run every point; logs/sweep_<timestamp>/<name>.log, summary.txt, summary.csv\n"
+          "      run every point (locally with mpirun, through Slurm, or on the simulator);\n"
+          "      logs/sweep_<timestamp>/<name>.log, summary.txt, summary.csv\n"
           "      (`loom sweep SWEEP.yaml [...]` is short for `loom sweep run SWEEP.yaml [...]`)\n"
           "  summary LOGDIR             rebuild summary.txt/csv (e.g. when Slurm jobs ended)\n\n"
           "KEY=VALUE (also +KEY=VALUE, ~KEY) fixes a config key for every point of a sweep file,\n"
           "after its base and overrides: a swept key leaves the sweep (parameters linked with it\n"
           "keep varying together); points that become identical run once.\n\n"
-          "run options:\n"
+          "Run 'loom sweep <subcommand> --help' for its options ('loom sweep run --help': the\n"
+          "launchers, Slurm options and exit status).\n");
+}
+
+static void usage_generate(FILE *out) {
+  fprintf(out,
+          "usage: loom sweep generate SWEEP.yaml [KEY=VALUE...] [--output-dir DIR] [--force]\n\n"
+          "Expand a sweep file: one resolved config per point (descriptive names),\n"
+          "manifest.txt and an editable run_sweep.sh (skip flags) in DIR.\n\n"
+          "  KEY=VALUE         fix a config key for every point (also +KEY=VALUE, ~KEY)\n"
+          "  --output-dir DIR  where to write (default configs/<sweep name>)\n"
+          "  --force           replace a sweep generated there before (its manifest.txt)\n");
+}
+
+static void usage_show(FILE *out) {
+  fprintf(out,
+          "usage: loom sweep show SWEEP.yaml|DIR [KEY=VALUE...]\n\n"
+          "List the points of a sweep file (KEY=VALUE fixes a config key for every point) or\n"
+          "of a directory written by 'loom sweep generate': name, ranks, swept values.\n");
+}
+
+static void usage_run(FILE *out) {
+  fprintf(out,
+          "usage: loom sweep run SWEEP.yaml|DIR [KEY=VALUE...] [options]\n"
+          "       loom sweep SWEEP.yaml [KEY=VALUE...] [options]\n\n"
+          "Run every point of a sweep file (KEY=VALUE, +KEY=VALUE, ~KEY fix a config key for\n"
+          "every point) or of a generated directory; logs/sweep_<timestamp>/<name>.log,\n"
+          "summary.txt, summary.csv.\n\n"
+          "options:\n"
           "  --launcher local|slurm|sim\n"
           "                             local: loom train / mpirun -np RANKS here (default);\n"
           "                             slurm: an sbatch script per point, submitted;\n"
@@ -38,7 +67,8 @@ static void usage(FILE *out) {
           "                             sim: {hardware}, else h100-sxm; loom sim --list-hardware)\n"
           "  --parallel N               local: run N points at once (default 1)\n"
           "  --stop-on-failure          do not start more points after a failure (default:\n"
-          "                             continue past failures: --continue-on-failure)\n"
+          "                             continue past failures: --continue-on-failure; the\n"
+          "                             last of the two given wins)\n"
           "  --skip NAME                skip a point (repeatable; run_sweep.sh passes its flags)\n"
           "  --dry-run                  local/sim: print the commands; slurm: write, not submit\n"
           "  --log-dir DIR              parent of sweep_<timestamp>/ (default logs)\n"
@@ -51,8 +81,15 @@ static void usage(FILE *out) {
           "  --srun-args \"ARGS\"  --sbatch PATH\n\n"
           "Each trained run registers in the run registry with the sweep's name ('loom runs\n"
           "--sweep'); simulated points keep their results under LOGDIR/sim/<name>/.\n"
-          "exit status of run: 0 all runs succeeded (or were simulated, OOM included), 1 some\n"
+          "exit status: 0 all runs succeeded (or were simulated, OOM included), 1 some\n"
           "failed, 2 bad usage or setup\n");
+}
+
+static void usage_summary(FILE *out) {
+  fprintf(out,
+          "usage: loom sweep summary LOGDIR\n\n"
+          "Rebuild LOGDIR/summary.txt and summary.csv of a sweep run (e.g. when its Slurm jobs\n"
+          "ended) from the runs' logs and the registry, and print the table.\n");
 }
 
 /* A config override on the command line: KEY=VALUE, +KEY=VALUE or ~KEY. */
@@ -114,7 +151,7 @@ static int cmd_generate(int argc, char **argv) {
   free(p.pos);
   if (prc) {
     free(ov);
-    if (prc == LOOM_CLI_HELP) usage(stdout);
+    if (prc == LOOM_CLI_HELP) usage_generate(stdout);
     return prc == LOOM_CLI_HELP ? 0 : 2;
   }
   if (!src) return free(ov), fprintf(stderr, "loom sweep generate: missing SWEEP.yaml\n"), 2;
@@ -155,7 +192,7 @@ static int cmd_show(int argc, char **argv) {
   free(p.pos);
   if (prc) {
     free(ov);
-    if (prc == LOOM_CLI_HELP) usage(stdout);
+    if (prc == LOOM_CLI_HELP) usage_show(stdout);
     return prc == LOOM_CLI_HELP ? 0 : 2;
   }
   loom_sweep_plan plan;
@@ -250,7 +287,6 @@ static int cmd_run(int argc, char **argv) {
   loom_slurm_opts cli = {0};
   slurm_args sa = {0};
   const char *src = NULL, *parallel = NULL, *color = NULL;
-  bool stop = false, cont = false;
   char **ov = calloc((size_t)argc, sizeof *ov);
   int rc = 0, nov = 0;
   const loom_cli_opt opts[] = {
@@ -258,8 +294,9 @@ static int cmd_run(int argc, char **argv) {
       LOOM_OPT_VALUE("--parallel", &parallel),     LOOM_OPT_VALUE("--log-dir", &o.log_root),
       LOOM_OPT_VALUE("--mpirun", &o.mpirun),       LOOM_OPT_VALUE("--mpirun-args", &o.mpirun_args),
       LOOM_OPT_VALUE("--sbatch", &o.sbatch),       LOOM_OPT_EACH("--skip", take_skip),
-      LOOM_OPT_VALUE("--color", &color),           LOOM_OPT_FLAG("--stop-on-failure", &stop),
-      LOOM_OPT_FLAG("--continue-on-failure", &cont), LOOM_OPT_FLAG("--dry-run", &o.dry_run),
+      LOOM_OPT_VALUE("--color", &color),           LOOM_OPT_FLAG("--dry-run", &o.dry_run),
+      LOOM_OPT_FLAG("--stop-on-failure", &o.stop_on_failure), /* the last of the two wins */
+      LOOM_OPT_OFF("--continue-on-failure", &o.stop_on_failure),
       LOOM_OPT_VALUE("--partition", &sa.partition), LOOM_OPT_VALUE("--account", &sa.account),
       LOOM_OPT_VALUE("--qos", &sa.qos),            LOOM_OPT_VALUE("--time", &sa.time),
       LOOM_OPT_VALUE("--mem", &sa.mem),            LOOM_OPT_VALUE("--constraint", &sa.constraint),
@@ -273,7 +310,7 @@ static int cmd_run(int argc, char **argv) {
   free(p.pos);
   if (rc == LOOM_CLI_HELP) {
     free((char **)o.skip), free(ov);
-    return usage(stdout), 0;
+    return usage_run(stdout), 0;
   }
   if (!rc) rc = slurm_opts_take(&sa, &cli);
   if (!rc && parallel) rc = int_opt(&o.parallel, parallel, "--parallel");
@@ -281,12 +318,6 @@ static int cmd_run(int argc, char **argv) {
     o.color = !strcmp(color, "always") ? 1 : !strcmp(color, "never") ? 0 : !strcmp(color, "auto") ? -1 : -2;
     if (o.color == -2) rc = (fprintf(stderr, "loom sweep run: --color auto|always|never\n"), 2);
   }
-  if (stop && cont) /* the last one given wins, as before: take argv order */
-    for (int i = 1; i < argc; i++) {
-      if (!strcmp(argv[i], "--stop-on-failure")) o.stop_on_failure = true;
-      else if (!strcmp(argv[i], "--continue-on-failure")) o.stop_on_failure = false;
-    }
-  else o.stop_on_failure = stop;
   char **skip = (char **)o.skip;
   if (!rc && !src) rc = (fprintf(stderr, "loom sweep run: missing SWEEP.yaml or directory\n"), 2);
   loom_sweep_plan plan = {0};
@@ -317,7 +348,7 @@ static int cmd_summary(int argc, char **argv) {
   int prc = loom_cli_parse(&p, argc, argv, 1);
   const char *dir = p.npos == 1 ? p.pos[0] : NULL;
   free(p.pos);
-  if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
+  if (prc == LOOM_CLI_HELP) return usage_summary(stdout), 0;
   if (prc) return 2;
   if (!dir) return fprintf(stderr, "usage: loom sweep summary LOGDIR\n"), 2;
   if (loom_sweep_summarize_dir(dir))
@@ -333,19 +364,16 @@ static int cmd_summary(int argc, char **argv) {
 }
 
 int loom_cmd_sweep(int argc, char **argv) {
-  if (argc < 2 || loom_cli_wants_help(2, argv)) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  const char *sub = argv[1];
-  if (!strcmp(sub, "generate")) return cmd_generate(argc - 1, argv + 1);
-  if (!strcmp(sub, "show")) return cmd_show(argc - 1, argv + 1);
-  if (!strcmp(sub, "run")) return cmd_run(argc - 1, argv + 1);
-  if (!strcmp(sub, "summary")) return cmd_summary(argc - 1, argv + 1);
-  if (loom_path_exists(sub) && !loom_is_dir(sub)) return cmd_run(argc, argv); /* sweep FILE */
   static const char *const names[] = {"generate", "show", "run", "summary", NULL};
-  loom_cli_unknown_subcommand("sweep", sub, names, " (nor a sweep file)");
-  fputc('\n', stderr);
+  static int (*const fns[])(int, char **) = {cmd_generate, cmd_show, cmd_run, cmd_summary};
+  bool named = false;
+  for (int k = 0; argc > 1 && names[k]; k++) named = named || !strcmp(argv[1], names[k]);
+  if (argc > 1 && !named && loom_path_exists(argv[1]) && !loom_is_dir(argv[1]))
+    return cmd_run(argc, argv); /* loom sweep FILE: loom sweep run FILE */
+  int sub = loom_cli_subcommand("sweep", argc, argv, names, " (nor a sweep file)");
+  if (sub >= 0) return fns[sub](argc - 1, argv + 1);
+  if (sub == LOOM_CLI_SUB_HELP) return usage(stdout), 0;
+  if (sub == LOOM_CLI_SUB_BAD) fputc('\n', stderr);
   usage(stderr);
   return 2;
 }

@@ -62,7 +62,8 @@ static void usage(FILE *out) {
           "  loom train --resume runs/<id>/checkpoint_30 training.steps=70   # a fork\n");
 }
 
-/* The command that re-runs this one, shell-quoted (ranks started by mpirun: with --nproc). */
+/* The command that re-runs this one, shell-quoted (ranks started by mpirun: with --nproc).
+ * argv is copied unchanged, not parsed: the record is the command as typed. */
 static char *recorded_command(int argc, char **argv) {
   char **args = calloc((size_t)argc + 2, sizeof *args), world[16];
   for (int i = 1; i < argc; i++) args[i - 1] = argv[i];
@@ -78,7 +79,8 @@ static char *recorded_command(int argc, char **argv) {
 
 /* defaults, the config file (if any), then the KEY=VALUE overrides in order; validated
  * unless only run.output_dir is wanted (to find `--resume latest`). argv[1..argc): the
- * positional arguments (options already taken out by the parser). */
+ * positional arguments (options already taken out by the parser; Hydra-style KEY=VALUE and
+ * GROUP=OPTION are positional by design, told apart here). */
 static int load_config(loom_config *cfg, const char *path, int argc, char **argv,
                        bool validate) {
   loom_config_defaults(cfg);
@@ -129,7 +131,8 @@ static bool under_launcher(void) {
          getenv("SLURM_PROCID");
 }
 
-/* -m / --multirun: the overrides as an in-memory sweep through the sweep runner. */
+/* -m / --multirun: the overrides as an in-memory sweep through the sweep runner. argv: the
+ * positional arguments, as for load_config. */
 static int multirun(const char *config_path, int argc, char **argv, bool quiet) {
   char **choices = calloc((size_t)argc + 1, sizeof *choices), **ov = calloc((size_t)argc + 1,
                                                                               sizeof *ov);
@@ -247,7 +250,7 @@ int loom_cmd_train(int argc, char **argv) {
   if (max_restarts < 0) max_restarts = cfg.run.max_restarts;
   if ((nproc || max_restarts > 0) && !under_launcher() && !getenv("LOOM_SUPERVISED")) {
     free(run_dir), free(ckpt), free(cfg_file);
-    return loom_cli_train_supervise(argc, argv, nproc, max_restarts, cfg.run.output_dir);
+    return loom_cli_train_supervise(table, argc, argv, nproc, max_restarts, cfg.run.output_dir);
   }
   /* same config: continue the run; any other: a new run recording its parent (lineage.h) */
   char lineage_note[4096];

@@ -3,6 +3,8 @@
 #ifndef LOOM_CLI_COMMANDS_H
 #define LOOM_CLI_COMMANDS_H
 #include <stdbool.h>
+
+#include "cli/options.h"
 int loom_cmd_train(int argc, char **argv);   /* src/cli/cmd_train.c */
 int loom_cmd_data(int argc, char **argv);    /* src/cli/cmd_data.c */
 int loom_cmd_eval(int argc, char **argv);    /* src/cli/cmd_eval.c */
@@ -25,8 +27,6 @@ int loom_cmd_bench(int argc, char **argv);   /* src/cli/cmd_bench.c */
 int loom_cmd_bench_model(int argc, char **argv); /* src/cli/cmd_bench_model.c: loom bench model */
 int loom_cmd_plan(int argc, char **argv);    /* src/cli/cmd_plan.c */
 int loom_cmd_generate(int argc, char **argv); /* src/cli/cmd_generate.c */
-/* true when argv holds -h or --help */
-int loom_cli_wants_help(int argc, char **argv);
 /* "; did you mean 'X'?" for the name in names (NULL-terminated) nearest to word (edit
  * distance, src/config/config_suggest.c), or "" when none is near. Static buffer. */
 const char *loom_cli_did_you_mean(const char *word, const char *const *names);
@@ -36,12 +36,13 @@ char *loom_cli_command_line(const char *command, int argc, char **argv);
 /* Width of the output: $COLUMNS, else the terminal's (TIOCGWINSZ), else 100. */
 int loom_cli_terminal_width(void);
 /* loom train --nproc/--max-restarts: run the job under a supervising launcher that reports
- * unreported failures and relaunches from the newest complete checkpoint (train_supervisor.c) */
-int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_restarts,
-                             const char *output_dir);
-/* --nproc N: re-run `loom <command> argv...` (without --nproc) under mpirun with N ranks
- * (adding --oversubscribe past the core count and Open MPI's root consent). Returns only on
- * failure. */
-int loom_cli_exec_mpirun(const char *command, int argc, char **argv, const char *nproc,
-                         bool single_threaded_ranks);
+ * unreported failures and relaunches from the newest complete checkpoint (train_supervisor.c).
+ * opts: train's option table, which reads argv to leave those options out of the ranks'. */
+int loom_cli_train_supervise(const loom_cli_opt *opts, int argc, char **argv, const char *nproc,
+                             long max_restarts, const char *output_dir);
+/* --nproc N: re-run `loom <command> argv...` (without --nproc, read with the command's option
+ * table opts) under mpirun with N ranks (adding --oversubscribe past the core count and Open
+ * MPI's root consent). Returns only on failure. */
+int loom_cli_exec_mpirun(const char *command, const loom_cli_opt *opts, int argc, char **argv,
+                         const char *nproc, bool single_threaded_ranks);
 #endif

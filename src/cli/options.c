@@ -1,4 +1,6 @@
-/* The table-driven option parser of the subcommands (see options.h). */
+/* The table-driven option parser of the subcommands, and the readers of argv that share its
+ * table and its reading of it: subcommand dispatch, the first positional argument, argv
+ * without some options (see options.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,21 @@ static const loom_cli_opt *find(const loom_cli_opt *opts, const char *arg, size_
       return o;
   return NULL;
 }
+
+/* How many arguments from argv[i] (an option, known or not) make one option as
+ * loom_cli_parse reads them: itself, its value unless given with '=', and a greedy option's
+ * further values up to the next "--" argument. */
+static int extent(const loom_cli_opt *opts, int argc, char **argv, int i) {
+  const char *a = argv[i];
+  size_t len = strcspn(a, "=");
+  const loom_cli_opt *o = find(opts, a, len);
+  if (!o || !(o->value || o->each) || a[len]) return 1;
+  int n = i + 1 < argc ? 2 : 1;
+  while (o->greedy && i + n < argc && strncmp(argv[i + n], "--", 2)) n++;
+  return n;
+}
+
+static bool is_option(const char *a) { return a[0] == '-' && a[1]; }
 
 static int unknown(const loom_cli_parser *p, const char *arg) {
   int n = 1;
@@ -79,7 +96,7 @@ int loom_cli_parse(loom_cli_parser *p, int argc, char **argv, int first) {
   bool options = true;
   for (int i = first; i < argc; i++) {
     const char *a = argv[i];
-    if (!options || a[0] != '-' || !a[1]) {
+    if (!options || !is_option(a)) {
       p->pos[p->npos++] = argv[i];
       continue;
     }
@@ -94,7 +111,8 @@ int loom_cli_parse(loom_cli_parser *p, int argc, char **argv, int first) {
     bool wants_value = o->value || o->each;
     if (!wants_value) {
       if (a[len]) return bad(p, "option takes no value:", a, "");
-      *o->flag = true;
+      if (o->flag) *o->flag = true;
+      if (o->off) *o->off = false;
       continue;
     }
     const char *v = a[len] ? a + len + 1 : i + 1 < argc ? argv[++i] : NULL;
@@ -105,4 +123,44 @@ int loom_cli_parse(loom_cli_parser *p, int argc, char **argv, int first) {
     if (rc) return rc;
   }
   return LOOM_CLI_OK;
+}
+
+int loom_cli_subcommand(const char *command, int argc, char **argv, const char *const *names,
+                        const char *extra) {
+  if (argc < 2) return LOOM_CLI_SUB_NONE;
+  const char *a = argv[1];
+  for (int k = 0; names[k]; k++)
+    if (!strcmp(a, names[k])) return k;
+  if (!strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "help")) return LOOM_CLI_SUB_HELP;
+  if (!strcmp(a, "--list-options")) exit(0); /* no options of its own */
+  loom_cli_unknown_subcommand(command, a, names, extra);
+  return LOOM_CLI_SUB_BAD;
+}
+
+int loom_cli_first_positional(const loom_cli_opt *opts, int argc, char **argv, int first) {
+  for (int i = first; i < argc; i += extent(opts, argc, argv, i)) {
+    if (!strcmp(argv[i], "--")) return i + 1 < argc ? i + 1 : -1;
+    if (!is_option(argv[i])) return i;
+  }
+  return -1;
+}
+
+int loom_cli_without(const loom_cli_opt *opts, int argc, char **argv, int first,
+                     const char *const *drop, char **out) {
+  int n = 0;
+  for (int i = first; i < argc;) {
+    if (!strcmp(argv[i], "--")) { /* the rest is positional */
+      while (i < argc) out[n++] = argv[i++];
+      break;
+    }
+    int k = is_option(argv[i]) ? extent(opts, argc, argv, i) : 1;
+    const loom_cli_opt *o = is_option(argv[i]) ? find(opts, argv[i], strcspn(argv[i], "="))
+                                               : NULL;
+    bool dropped = false;
+    for (int d = 0; o && drop[d] && !dropped; d++) dropped = !strcmp(drop[d], o->name);
+    for (int j = 0; j < k; j++)
+      if (!dropped) out[n++] = argv[i + j];
+    i += k;
+  }
+  return n;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/core.h"
 #include "loom/registry.h"
 #include "train/lineage.h"
@@ -266,8 +267,8 @@ static char *fork_start(const char *run_dir) {
   return ckpt;
 }
 
-int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_restarts,
-                             const char *output_dir) {
+int loom_cli_train_supervise(const loom_cli_opt *opts, int argc, char **argv, const char *nproc,
+                             long max_restarts, const char *output_dir) {
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
@@ -291,6 +292,14 @@ int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_
   char report[] = "/tmp/loom-report.XXXXXX";
   int rc = 1;
   char *run_dir = NULL;
+  /* the ranks' arguments: train's as given, without the supervisor's own options; a restart
+   * also leaves out --resume (it continues in the run directory) */
+  static const char *const own[] = {"--nproc", "--max-restarts", NULL};
+  static const char *const own_resume[] = {"--nproc", "--max-restarts", "--resume", NULL};
+  char **first_args = calloc((size_t)argc + 1, sizeof(char *));
+  char **restart_args = calloc((size_t)argc + 1, sizeof(char *));
+  int nfirst = loom_cli_without(opts, argc, argv, 1, own, first_args);
+  int nrestart = loom_cli_without(opts, argc, argv, 1, own_resume, restart_args);
   for (long attempt = 0;; attempt++) {
     int k = 0;
     if (nproc) {
@@ -301,20 +310,11 @@ int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_
     }
     args[k++] = self;
     args[k++] = "train";
-    for (int i = 1; i < argc; i++) {
-      bool valued = !strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts") ||
-                    !strcmp(argv[i], "--resume");
-      if (valued && attempt > 0 && run_dir) { /* a restart continues in the run directory */
-        i++;
-        continue;
-      }
-      if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts")) {
-        i++;
-        continue;
-      }
-      args[k++] = argv[i];
-    }
-    if (attempt > 0 && run_dir) {
+    bool restart = attempt > 0 && run_dir; /* a restart continues in the run directory */
+    int nargs = restart ? nrestart : nfirst;
+    memcpy(args + k, restart ? restart_args : first_args, sizeof(char *) * (size_t)nargs);
+    k += nargs;
+    if (restart) {
       args[k++] = "--resume";
       args[k++] = run_dir;
     }
@@ -326,7 +326,7 @@ int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_
     }
     close(fd);
     attempt_result res = {.exited_rank = -1};
-    int status = launch(args, report, attempt > 0 && run_dir, &res);
+    int status = launch(args, report, restart, &res);
     unlink(report);
     strcpy(report, "/tmp/loom-report.XXXXXX");
     if (res.run_dir) {
@@ -373,6 +373,6 @@ int loom_cli_train_supervise(int argc, char **argv, const char *nproc, long max_
     free(ckpt);
   }
   free(run_dir);
-  free(args);
+  free(args), free(first_args), free(restart_args);
   return rc == 0 ? 0 : 1;
 }

@@ -7,18 +7,13 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "loom/config_schema.h"
 #include "loom/core.h"
 #include "loom/mpi_env.h"
 
-int loom_cli_wants_help(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return 1;
-  return 0;
-}
-
-int loom_cli_exec_mpirun(const char *command, int argc, char **argv, const char *nproc,
-                         bool single_threaded_ranks) {
+int loom_cli_exec_mpirun(const char *command, const loom_cli_opt *opts, int argc, char **argv,
+                         const char *nproc, bool single_threaded_ranks) {
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
@@ -35,13 +30,9 @@ int loom_cli_exec_mpirun(const char *command, int argc, char **argv, const char 
   args[k++] = (char *)nproc;
   args[k++] = self;
   args[k++] = (char *)command;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--nproc")) {
-      i++;
-      continue;
-    }
-    args[k++] = argv[i];
-  }
+  static const char *const nproc_opt[] = {"--nproc", NULL}; /* the ranks run the rest as given */
+  k += loom_cli_without(opts, argc, argv, 1, nproc_opt, args + k);
+  args[k] = NULL;
   execvp("mpirun", args);
   fprintf(stderr, "loom %s: --nproc: cannot run mpirun (%s); install openmpi-bin\n", command,
           strerror(errno));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Walks every command and subcommand `loom help` lists: `--help` exits 0 and names every option
 # the command's parser accepts (the parser's own table, printed by the hidden --list-options);
+# a subcommand's --help is its own usage (its first line names "loom COMMAND SUBCOMMAND");
 # `--bogus` exits non-zero with "unknown option '--bogus'" (commands with subcommands too); an option misspelt by one letter gets "did you
 # mean" the option; an option that takes a value, given last without one, is refused naming
 # it. Leaf commands (subcommands, and commands without subcommands) must list their options.
@@ -34,6 +35,10 @@ walk() { # entry words...; leaf (1: must have an option table) is $LEAF
   check "loom $name --help prints usage" grep -q "usage" "$RUN_DIR/out"
   check "loom $name --help: nothing on stderr" test ! -s "$RUN_DIR/err"
   local text=$RUN_OUT
+  if [ $# = 2 ]; then # "loom runs [list]": the default subcommand
+    if grep -qE -- "^usage: loom $1 \[?$2([] ]|$)" <<<"$text"; then pass
+    else fail "loom $name --help is not its own usage: $(head -1 <<<"$text")"; fi
+  fi
   run_loom "$@" --bogus
   if [ "$RUN_RC" != 0 ] && [[ "$RUN_ERR" == *"unknown option '--bogus'"* ]]; then pass
   else fail "loom $name --bogus: exit $RUN_RC, stderr must say unknown option '--bogus'"; run_show; fi
