@@ -1,5 +1,6 @@
 /* Private to the Hugging Face config.json code (hf_config.c, hf_config_vlm.c): typed getters
- * that name the file and key in their errors, and the per-family builders and parsers. */
+ * that name the file and key in their errors (hf_json.c), and the per-family builders and
+ * parsers (hf_config.c, hf_config_vlm.c). */
 #ifndef LOOM_HF_JSON_H
 #define LOOM_HF_JSON_H
 #include <jansson.h>
@@ -11,7 +12,7 @@ typedef struct {
   json_t *o;
 } jcfg;
 
-/* Integer key; absent or null gives def (or an error when required). Must be positive. */
+/* Typed getters (hf_json.c). Integer key; absent or null gives def (or an error when required). Must be positive. */
 int hf_json_int(const jcfg *j, const char *key, bool required, long def, long *out);
 /* Non-negative number; absent or null gives def. */
 int hf_json_num(const jcfg *j, const char *key, double def, double *out);
@@ -21,7 +22,7 @@ int hf_json_str_in(const jcfg *j, const char *key, const char *const *allowed, c
 /* A boolean feature loom does not implement must be absent, null or false. */
 int hf_json_off(const jcfg *j, const char *key, const char *what);
 
-/* The text model's config object (architectures, model_type, dimensions). */
+/* The text model's config object (hf_config.c) (architectures, model_type, dimensions). */
 json_t *hf_json_text(const loom_model_spec *s);
 /* Llama/Qwen2 text dimensions into m (arch, qkv_bias, tied too); mrope: rope_scaling may be
  * set (the caller checks it). */
