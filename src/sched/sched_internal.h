@@ -25,6 +25,9 @@ static inline int sched_is_recv(loom_instr_kind k) {
   return k == LOOM_INSTR_RECV_ACT || k == LOOM_INSTR_RECV_GRAD;
 }
 
+/* The shape limits: pp, vpp, microbatches and their product in range (schedule.c; the first
+ * check of every builder, loader and validation). 0, or LOOM_ERR naming the value. */
+int sched_check_shape(const loom_schedule *s);
 /* Empty schedule with pp lists (no instructions); checks the shape limits. */
 int sched_init(loom_schedule *s, const char *name, int pp, int vpp, int microbatches);
 /* Append one instruction to rank's list (grows it). */
@@ -70,10 +73,9 @@ typedef struct {
 int sched_match(const loom_schedule *s, sched_links *links);
 void sched_links_free(const loom_schedule *s, sched_links *links);
 
-/* Validation passes, in the order loom_sched_validate runs them: shape and every
- * instruction's fields and placement (validate.c), send/recv matching (match.c), the order
- * within each rank (validate_order.c), deadlock by replay (deadlock.c). */
-int sched_check_shape(const loom_schedule *s);
+/* Validation passes, in the order loom_sched_validate runs them: shape (sched_check_shape,
+ * above) and every instruction's fields and placement (validate.c), send/recv matching
+ * (match.c), the order within each rank (validate_order.c), deadlock by replay (deadlock.c). */
 int sched_check_fields(const loom_schedule *s);
 int sched_check_order(const loom_schedule *s);
 int sched_check_deadlock(const loom_schedule *s, const sched_links *links);

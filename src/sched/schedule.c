@@ -1,5 +1,6 @@
-/* The schedule container: kind keywords and their fields, building per-rank lists, freeing,
- * and the one-line text of an instruction used by the text form and by error messages. */
+/* The schedule container: kind keywords and their fields, its shape limits, building per-rank
+ * lists, freeing, and the one-line text of an instruction used by the text form and by error
+ * messages. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -24,6 +25,24 @@ const sched_kind_info sched_kinds[LOOM_INSTR_COUNT] = {
 
 const char *loom_instr_kind_name(loom_instr_kind kind) {
   return (unsigned)kind < LOOM_INSTR_COUNT ? sched_kinds[kind].name : NULL;
+}
+
+/* The shape limits of a schedule (sched_internal.h): sched_init checks them before it
+ * allocates (the generators and the text loader start there), and so does validation. */
+int sched_check_shape(const loom_schedule *s) {
+  if (s->pp < 1 || s->pp > LOOM_SCHED_MAX_PP)
+    return loom_err("pp = %d is out of range: it must be 1..%d", s->pp, LOOM_SCHED_MAX_PP);
+  if (s->vpp < 1 || s->vpp > LOOM_SCHED_MAX_VPP)
+    return loom_err("vpp = %d is out of range: it must be 1..%d", s->vpp, LOOM_SCHED_MAX_VPP);
+  if (s->microbatches < 1 || s->microbatches > LOOM_SCHED_MAX_MICROBATCHES)
+    return loom_err("microbatches = %d is out of range: it must be 1..%d", s->microbatches,
+                    LOOM_SCHED_MAX_MICROBATCHES);
+  long units = (long)s->pp * s->vpp * s->microbatches;
+  if (units > LOOM_SCHED_MAX_UNITS)
+    return loom_err("pp * vpp * microbatches = %d * %d * %d = %ld exceeds %ld: the schedule "
+                    "would hold too many instructions; use fewer micro-batches or chunks",
+                    s->pp, s->vpp, s->microbatches, units, LOOM_SCHED_MAX_UNITS);
+  return 0;
 }
 
 int sched_init(loom_schedule *s, const char *name, int pp, int vpp, int microbatches) {

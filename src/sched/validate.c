@@ -1,27 +1,11 @@
-/* loom_sched_validate and its first pass: the schedule's shape, then each instruction on its
- * own (kind, fields present and in range, send/recv peers consistent with the chunk
- * placement, first/last virtual stage rules). Later passes: match.c, validate_order.c,
- * deadlock.c. */
+/* loom_sched_validate and its first pass: the schedule's shape (sched_check_shape, beside the
+ * container in schedule.c), then each instruction on its own (kind, fields present and in
+ * range, send/recv peers consistent with the chunk placement, first/last virtual stage
+ * rules). Later passes: match.c, validate_order.c, deadlock.c. */
 #include <stdio.h>
 
 #include "loom/core.h"
 #include "sched/sched_internal.h"
-
-int sched_check_shape(const loom_schedule *s) {
-  if (s->pp < 1 || s->pp > LOOM_SCHED_MAX_PP)
-    return loom_err("pp = %d is out of range: it must be 1..%d", s->pp, LOOM_SCHED_MAX_PP);
-  if (s->vpp < 1 || s->vpp > LOOM_SCHED_MAX_VPP)
-    return loom_err("vpp = %d is out of range: it must be 1..%d", s->vpp, LOOM_SCHED_MAX_VPP);
-  if (s->microbatches < 1 || s->microbatches > LOOM_SCHED_MAX_MICROBATCHES)
-    return loom_err("microbatches = %d is out of range: it must be 1..%d", s->microbatches,
-                    LOOM_SCHED_MAX_MICROBATCHES);
-  long units = (long)s->pp * s->vpp * s->microbatches;
-  if (units > LOOM_SCHED_MAX_UNITS)
-    return loom_err("pp * vpp * microbatches = %d * %d * %d = %ld exceeds %ld: the schedule "
-                    "would hold too many instructions; use fewer micro-batches or chunks",
-                    s->pp, s->vpp, s->microbatches, units, LOOM_SCHED_MAX_UNITS);
-  return 0;
-}
 
 /* Where the neighbouring virtual stage lives, for peer messages. */
 static int wrong_peer(const loom_schedule *s, int r, int i, int v, int want_v, const char *dir) {
