@@ -2,7 +2,8 @@
  * "not an address" are clear errors, and port 0 picks a free one that is printed), hands it to
  * libmicrohttpd (one internal polling thread, so requests are answered one at a time), serves
  * GET of the embedded page assets and of /api/ (loom_serve_api) to requests whose Host is an
- * address or localhost (no DNS rebinding), and stops on SIGINT/SIGTERM. */
+ * address or localhost (no DNS rebinding), and stops on SIGINT/SIGTERM. The replies the
+ * endpoint files build (a JSON document or an error) are made here too. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -17,6 +18,27 @@
 
 #include "loom/core.h"
 #include "loom/serve.h"
+#include "runs/serve_internal.h"
+
+/* ---- replies: what an /api/ endpoint (serve_*.c) answers, sent by on_request ---- */
+
+void serve_reply_json(loom_serve_reply *out, int status, json_t *j) {
+  out->status = status;
+  out->content_type = "application/json";
+  out->body = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+  out->len = out->body ? strlen(out->body) : 0;
+  json_decref(j);
+}
+
+void serve_reply_error(loom_serve_reply *out, int status, const char *msg) {
+  serve_reply_json(out, status, json_pack("{s:s}", "error", msg));
+}
+
+void loom_serve_reply_free(loom_serve_reply *r) {
+  free(r->body);
+  free(r->filename);
+  memset(r, 0, sizeof *r);
+}
 
 typedef struct {
   struct MHD_Connection *conn;

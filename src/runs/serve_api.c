@@ -9,24 +9,6 @@
 #include "loom/core.h"
 #include "runs/serve_internal.h"
 
-void serve_reply_json(loom_serve_reply *out, int status, json_t *j) {
-  out->status = status;
-  out->content_type = "application/json";
-  out->body = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-  out->len = out->body ? strlen(out->body) : 0;
-  json_decref(j);
-}
-
-void serve_reply_error(loom_serve_reply *out, int status, const char *msg) {
-  serve_reply_json(out, status, json_pack("{s:s}", "error", msg));
-}
-
-void loom_serve_reply_free(loom_serve_reply *r) {
-  free(r->body);
-  free(r->filename);
-  memset(r, 0, sizeof *r);
-}
-
 int serve_runs_load(const loom_serve_opts *o, serve_runs *s) {
   memset(s, 0, sizeof *s);
   if (!loom_path_exists(o->db_path))

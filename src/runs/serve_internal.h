@@ -8,7 +8,7 @@
 #include "loom/runs.h"
 #include "loom/serve.h"
 
-/* Reply with a JSON document (steals j) or {"error": msg} with an HTTP status. */
+/* Reply with a JSON document (steals j) or {"error": msg} with an HTTP status (serve.c). */
 void serve_reply_json(loom_serve_reply *out, int status, json_t *j);
 void serve_reply_error(loom_serve_reply *out, int status, const char *msg);
 
