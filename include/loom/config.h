@@ -25,6 +25,27 @@ typedef struct {
   char parent_checkpoint[LOOM_STR_MAX]; /* run.parent_checkpoint: the checkpoint it started at */
 } loom_config_run;
 
+/* Mixture-of-Experts MLP layers (`model.moe.*`, Hugging Face's Qwen2-MoE / Qwen3-MoE / Mixtral
+ * config names in brackets). Integers 0 (shared_intermediate -1), strings "" and floats < 0
+ * mean "from the preset" (a dense preset has no experts). */
+typedef struct {
+  long experts;               /* routed experts E [num_experts / num_local_experts]; 0 = dense */
+  long top_k;                 /* experts per token k [num_experts_per_tok] */
+  long intermediate;          /* each expert's SwiGLU inner size [moe_intermediate_size] */
+  long shared_intermediate;   /* the shared expert's inner size, 0 = none
+                                 [shared_expert_intermediate_size] */
+  char norm_topk[8];          /* "true" | "false" | "": renormalise the k weights [norm_topk_prob] */
+  long sparse_step;           /* layer l is MoE when (l+1) % step == 0 [decoder_sparse_step] */
+  char mlp_only_layers[LOOM_STR_MAX]; /* "0,5": dense layers [mlp_only_layers]; "none" = none */
+  double aux_loss_coef;       /* load-balancing loss coefficient [router_aux_loss_coef] */
+  double z_loss_coef;         /* router z-loss coefficient (Megatron's --moe-z-loss-coeff) */
+  double capacity_factor;     /* 0 = dropless; > 0: each expert takes at most
+                                 ceil(cf * tokens * k / E) tokens, the rest are dropped */
+  char drop_policy[16];       /* with a capacity: drop the lowest "probs" or the latest "position" */
+  double bias_update_rate;    /* DeepSeek-V3 auxiliary-loss-free balancing: per-expert selection
+                                 bias moved by -rate * sign(load - mean) after each step; 0 = off */
+} loom_config_moe;
+
 typedef struct {
   char preset[64];          /* model.preset: gpt2-124m, qwen2.5-0.5b, tiny-gpt2, ... or "" */
   char arch[16];            /* model.arch: gpt2 | llama ("" = from preset) */
@@ -41,7 +62,10 @@ typedef struct {
   double rope_theta;        /* llama family (0 = preset, else 10000) */
   char qkv_bias[8];         /* "true" | "false" | "" (= family/preset default) */
   char tied_embeddings[8];  /* "true" | "false" | "" */
+  char qk_norm[8];          /* "true" | "false" | "": per-head RMSNorm of q and k before RoPE
+                               (Qwen3's q_norm / k_norm) */
   double init_std;          /* normal init std for weights (0.02) */
+  loom_config_moe moe;      /* model.moe.*: Mixture-of-Experts layers */
 } loom_config_model;
 
 typedef struct {
@@ -94,6 +118,8 @@ typedef struct {
 typedef struct {
   long dp, tp, pp, sp;                /* mesh axes */
   long cp;                            /* context parallelism: ring attention ranks */
+  long ep;                            /* expert parallelism: ranks the experts are split over,
+                                         carved from the data-parallel ranks */
   char sp_mode[16];                   /* ulysses | megatron (megatron: sequence-parallel tp) */
   long zero;                          /* 0 | 1 | 2 | 3 */
   long vpp;                           /* virtual pipeline chunks per pp rank (interleaved) */

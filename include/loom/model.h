@@ -55,6 +55,29 @@ typedef struct {
                            = plain 1D rotary */
 } loom_vision_spec;
 
+/* Mixture-of-Experts MLP layers, as Hugging Face's Qwen2-MoE / Qwen3-MoE / Mixtral define them
+ * (docs/MOE.md): a router `gate` (E, C) without bias, softmax over all experts in fp32, the
+ * top k, renormalised to sum 1 when norm_topk, each chosen expert's bias-free SwiGLU of inner
+ * size `intermediate`, weighted and summed; with shared_intermediate > 0 a shared SwiGLU expert
+ * gated by sigmoid(shared_gate(x)) (shared_gate: (1, C)) is added. Layer l is an MoE layer
+ * when experts > 0, l is not dense[l], and (l+1) % sparse_step == 0; the others keep the dense
+ * MLP of the model's `intermediate`. */
+#define LOOM_MOE_MAX_EXPERTS 1024
+typedef struct {
+  int experts;             /* E routed experts (0: a dense model) */
+  int top_k;               /* k <= E */
+  int intermediate;        /* Ie: each routed expert's SwiGLU inner size */
+  int shared_intermediate; /* Is: the shared expert's inner size, 0 = none */
+  bool norm_topk;          /* renormalise the k weights */
+  int sparse_step;         /* >= 1 */
+  uint64_t dense_mask[4];  /* bit l: layer l keeps the dense MLP (mlp_only_layers, l < 256) */
+  double aux_loss_coef;    /* load-balancing loss, all MoE layers pooled: E * sum_e f_e P_e */
+  double z_loss_coef;      /* router z-loss: mean over tokens of logsumexp(logits)^2 */
+  double capacity_factor;  /* 0: dropless */
+  bool drop_by_position;   /* over capacity: drop the latest tokens (else the lowest probs) */
+  double bias_update_rate; /* auxiliary-loss-free balancing step, 0 = off */
+} loom_moe_spec;
+
 typedef struct {
   loom_arch arch;
   int vocab_size;     /* V: real tokens */
@@ -72,7 +95,18 @@ typedef struct {
   bool tied_embeddings;
   double init_std;
   loom_vision_spec vision;
+  bool qk_norm;       /* per-head RMSNorm of q and k (weights (D)) before RoPE: Qwen3 */
+  loom_moe_spec moe;  /* experts == 0: every layer has the dense MLP */
 } loom_model_spec;
+
+/* ---- Mixture-of-Experts (src/model/spec_moe.c) ---- */
+/* Layer l has an MoE MLP (routed experts, and the shared expert if any). */
+bool loom_model_layer_is_moe(const loom_model_spec *s, int layer);
+/* MoE layers of the model. */
+int loom_model_moe_layers(const loom_model_spec *s);
+/* Parameters a token uses (the k routed experts of each MoE layer, not all E), the figure MoE
+ * FLOP counts are based on; equals loom_model_count_params for a dense model. */
+size_t loom_model_count_active_params(const loom_model_spec *s);
 
 /* Fill spec from a preset name ("gpt2-124m", "qwen2.5-0.5b", "tiny-gpt2", "tiny-llama", ...).
  * Returns -1 with a message listing the presets when the name is unknown. */

@@ -21,6 +21,7 @@ static const char *const pp_schedule_values[] = {"1f1b", "gpipe", "interleaved",
 static const char *const data_format_values[] = {"tokens", "vqa", NULL};
 static const char *const placement_values[] = {"collocated", "separate", NULL};
 static const char *const data_split_values[] = {"train", "val", "test", NULL};
+static const char *const drop_policy_values[] = {"probs", "position", NULL};
 
 #define S LOOM_KEY_STRING
 #define I LOOM_KEY_INT
@@ -83,8 +84,50 @@ const loom_config_key loom_config_keys[] = {
     {"model.tied_embeddings", E, "", tristate_values,
      "output head shares the token embedding (\"\" = family default)",
      FIELD(model, tied_embeddings)},
+    {"model.qk_norm", E, "", tristate_values,
+     "per-head RMSNorm of q and k before RoPE, as Qwen3's q_norm/k_norm (\"\" = preset)",
+     FIELD(model, qk_norm)},
     {"model.init_std", F, "0.02", NULL, "std of the normal init of weight matrices",
      FIELD(model, init_std)},
+
+    /* Mixture-of-Experts layers (docs/MOE.md); 0 / "" / -1 = the preset's */
+    {"model.moe.experts", I, "0", NULL,
+     "routed experts per MoE layer (HF num_experts; 0 = the preset's, a dense preset has none)",
+     FIELD(model, moe.experts)},
+    {"model.moe.top_k", I, "0", NULL, "experts each token is routed to (HF num_experts_per_tok)",
+     FIELD(model, moe.top_k)},
+    {"model.moe.intermediate", I, "0", NULL,
+     "each expert's SwiGLU inner size (HF moe_intermediate_size)", FIELD(model, moe.intermediate)},
+    {"model.moe.shared_intermediate", I, "-1", NULL,
+     "inner size of the shared expert gated by sigmoid(shared_expert_gate(x)), as Qwen2-MoE "
+     "(HF shared_expert_intermediate_size; 0 = none, -1 = the preset's)",
+     FIELD(model, moe.shared_intermediate)},
+    {"model.moe.norm_topk", E, "", tristate_values,
+     "renormalise the k routing weights to sum to 1 (HF norm_topk_prob; \"\" = the preset's)",
+     FIELD(model, moe.norm_topk)},
+    {"model.moe.sparse_step", I, "0", NULL,
+     "layer l (from 0) is an MoE layer when (l+1) % sparse_step == 0 (HF decoder_sparse_step)",
+     FIELD(model, moe.sparse_step)},
+    {"model.moe.mlp_only_layers", S, "", NULL,
+     "comma-separated layers that keep a dense MLP (HF mlp_only_layers; \"none\" = none)",
+     FIELD(model, moe.mlp_only_layers)},
+    {"model.moe.aux_loss_coef", F, "-1", NULL,
+     "coefficient of the load-balancing loss, E * sum f*P over all MoE layers pooled "
+     "(HF router_aux_loss_coef)", FIELD(model, moe.aux_loss_coef)},
+    {"model.moe.z_loss_coef", F, "-1", NULL,
+     "coefficient of the router z-loss mean(logsumexp(logits)^2) (Megatron --moe-z-loss-coeff)",
+     FIELD(model, moe.z_loss_coef)},
+    {"model.moe.capacity_factor", F, "-1", NULL,
+     "0: dropless (no token is dropped); > 0: an expert takes at most "
+     "ceil(capacity_factor * tokens * top_k / experts) tokens per micro-batch, the rest dropped",
+     FIELD(model, moe.capacity_factor)},
+    {"model.moe.drop_policy", E, "probs", drop_policy_values,
+     "which tokens an over-full expert drops: the lowest routing probability or the latest "
+     "position", FIELD(model, moe.drop_policy)},
+    {"model.moe.bias_update_rate", F, "-1", NULL,
+     "auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias added to the scores for "
+     "selection only, moved by -rate * sign(load - mean load) after each step; 0 = off",
+     FIELD(model, moe.bias_update_rate)},
 
     {"training.steps", I, "200", NULL,
      "number of optimizer steps (0: no step: evaluate the initial weights on the validation data, if any, and save them as the final checkpoint)",
@@ -206,6 +249,10 @@ const loom_config_key loom_config_keys[] = {
      "ulysses: all-to-all over parallel.sp; megatron: sequence-parallel norms/residuals over tp",
      FIELD(parallel, sp_mode)},
     /* context parallelism (ring attention) */
+    {"parallel.ep", I, "1", NULL,
+     "expert-parallel ranks: the experts of every MoE layer split over them, tokens exchanged "
+     "by all-to-all; carved from the data-parallel ranks (divides parallel.dp and the experts)",
+     FIELD(parallel, ep)},
     {"parallel.cp", I, "1", NULL,
      "context-parallel ranks: each holds seq_len/cp tokens of every sequence (chunks r and "
      "2cp-1-r of 2cp), attention by ring exchange of K/V", FIELD(parallel, cp)},

@@ -6,6 +6,7 @@
 
 #include "loom/core.h"
 #include "loom/model.h"
+#include "model/spec_internal.h"
 
 typedef struct {
   const char *name;
@@ -13,31 +14,60 @@ typedef struct {
   loom_model_spec spec;
 } preset;
 
-/* arch, V, Vp(0: derived), C, L, Hq, Hkv, D(0: C/Hq), I, max_seq, eps, theta, qkv_bias, tied, std */
+/* arch, V, Vp(0: derived), C, L, Hq, Hkv, D(0: C/Hq), I, max_seq, eps, theta, qkv_bias, tied, std,
+ * {vision}, qk_norm, {moe: E, k, Ie, Is, norm_topk, sparse_step, {dense layers}, aux, z,
+ * capacity, drop_by_position, bias_rate}. The published models' numbers are those of their
+ * Hugging Face config.json, cited beside each. */
 static const preset presets[] = {
-    {"gpt2-124m", "GPT-2 small", {LOOM_ARCH_GPT2, 50257, 0, 768, 12, 12, 12, 0, 3072, 1024, 1e-5, 0, true, true, 0.02, {0}}},
-    {"gpt2-350m", "GPT-2 medium", {LOOM_ARCH_GPT2, 50257, 0, 1024, 24, 16, 16, 0, 4096, 1024, 1e-5, 0, true, true, 0.02, {0}}},
-    {"gpt2-774m", "GPT-2 large", {LOOM_ARCH_GPT2, 50257, 0, 1280, 36, 20, 20, 0, 5120, 1024, 1e-5, 0, true, true, 0.02, {0}}},
-    {"gpt2-1558m", "GPT-2 XL", {LOOM_ARCH_GPT2, 50257, 0, 1600, 48, 25, 25, 0, 6400, 1024, 1e-5, 0, true, true, 0.02, {0}}},
-    {"qwen2.5-0.5b", "Qwen2.5-0.5B", {LOOM_ARCH_LLAMA, 151936, 0, 896, 24, 14, 2, 0, 4864, 32768, 1e-6, 1000000.0, true, true, 0.02, {0}}},
-    {"qwen2.5-1.5b", "Qwen2.5-1.5B", {LOOM_ARCH_LLAMA, 151936, 0, 1536, 28, 12, 2, 0, 8960, 32768, 1e-6, 1000000.0, true, true, 0.02, {0}}},
-    {"qwen2.5-7b", "Qwen2.5-7B", {LOOM_ARCH_LLAMA, 152064, 0, 3584, 28, 28, 4, 0, 18944, 32768, 1e-6, 1000000.0, true, false, 0.02, {0}}},
-    {"llama3-8b", "Llama 3 8B", {LOOM_ARCH_LLAMA, 128256, 0, 4096, 32, 32, 8, 0, 14336, 8192, 1e-5, 500000.0, false, false, 0.02, {0}}},
-    {"tiny-gpt2", "tiny GPT-2 for the demo and tests", {LOOM_ARCH_GPT2, 512, 0, 128, 4, 4, 4, 0, 512, 256, 1e-5, 0, true, true, 0.02, {0}}},
-    {"tiny-llama", "tiny Llama (GQA, untied, no bias)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, false, false, 0.02, {0}}},
-    {"tiny-qwen2", "tiny Qwen2 (GQA, QKV bias, tied)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, true, true, 0.02, {0}}},
+    {"gpt2-124m", "GPT-2 small", {LOOM_ARCH_GPT2, 50257, 0, 768, 12, 12, 12, 0, 3072, 1024, 1e-5, 0, true, true, 0.02, {0}, false, {0}}},
+    {"gpt2-350m", "GPT-2 medium", {LOOM_ARCH_GPT2, 50257, 0, 1024, 24, 16, 16, 0, 4096, 1024, 1e-5, 0, true, true, 0.02, {0}, false, {0}}},
+    {"gpt2-774m", "GPT-2 large", {LOOM_ARCH_GPT2, 50257, 0, 1280, 36, 20, 20, 0, 5120, 1024, 1e-5, 0, true, true, 0.02, {0}, false, {0}}},
+    {"gpt2-1558m", "GPT-2 XL", {LOOM_ARCH_GPT2, 50257, 0, 1600, 48, 25, 25, 0, 6400, 1024, 1e-5, 0, true, true, 0.02, {0}, false, {0}}},
+    {"qwen2.5-0.5b", "Qwen2.5-0.5B", {LOOM_ARCH_LLAMA, 151936, 0, 896, 24, 14, 2, 0, 4864, 32768, 1e-6, 1000000.0, true, true, 0.02, {0}, false, {0}}},
+    {"qwen2.5-1.5b", "Qwen2.5-1.5B", {LOOM_ARCH_LLAMA, 151936, 0, 1536, 28, 12, 2, 0, 8960, 32768, 1e-6, 1000000.0, true, true, 0.02, {0}, false, {0}}},
+    {"qwen2.5-7b", "Qwen2.5-7B", {LOOM_ARCH_LLAMA, 152064, 0, 3584, 28, 28, 4, 0, 18944, 32768, 1e-6, 1000000.0, true, false, 0.02, {0}, false, {0}}},
+    {"llama3-8b", "Llama 3 8B", {LOOM_ARCH_LLAMA, 128256, 0, 4096, 32, 32, 8, 0, 14336, 8192, 1e-5, 500000.0, false, false, 0.02, {0}, false, {0}}},
+    {"tiny-gpt2", "tiny GPT-2 for the demo and tests", {LOOM_ARCH_GPT2, 512, 0, 128, 4, 4, 4, 0, 512, 256, 1e-5, 0, true, true, 0.02, {0}, false, {0}}},
+    {"tiny-llama", "tiny Llama (GQA, untied, no bias)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, false, false, 0.02, {0}, false, {0}}},
+    {"tiny-qwen2", "tiny Qwen2 (GQA, QKV bias, tied)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, true, true, 0.02, {0}, false, {0}}},
+    /* Qwen3: q_norm/k_norm per head, head_dim independent of hidden/heads, no qkv bias */
+    {"tiny-qwen3", "tiny Qwen3 (q/k norms, head_dim 48 != hidden/heads)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 48, 352, 256, 1e-6, 10000.0, false, true, 0.02, {0}, true, {0}}},
+    {"tiny-qwen3-moe", "tiny Qwen3-MoE (8 experts, top 2)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 48, 352, 256, 1e-6, 10000.0, false, false, 0.02, {0}, true,
+      {8, 2, 96, 0, true, 1, {0}, 0.001, 0, 0, false, 0}}},
+    {"tiny-qwen2-moe", "tiny Qwen2-MoE (8 experts, top 2, shared expert)", {LOOM_ARCH_LLAMA, 512, 0, 128, 4, 4, 2, 0, 352, 256, 1e-6, 10000.0, true, false, 0.02, {0}, false,
+      {8, 2, 64, 128, false, 1, {0}, 0.001, 0, 0, false, 0}}},
+    /* huggingface.co/Qwen/Qwen3-0.6B config.json */
+    {"qwen3-0.6b", "Qwen3-0.6B", {LOOM_ARCH_LLAMA, 151936, 0, 1024, 28, 16, 8, 128, 3072, 40960, 1e-6, 1000000.0, false, true, 0.02, {0}, true, {0}}},
+    /* huggingface.co/Qwen/Qwen3-30B-A3B config.json: 128 experts, 8 per token, moe 768 */
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B (MoE)", {LOOM_ARCH_LLAMA, 151936, 0, 2048, 48, 32, 4, 128, 6144, 40960, 1e-6, 1000000.0, false, false, 0.02, {0}, true,
+      {128, 8, 768, 0, true, 1, {0}, 0.001, 0, 0, false, 0}}},
+    /* huggingface.co/Qwen/Qwen3-235B-A22B config.json: 128 experts, 8 per token, moe 1536 */
+    {"qwen3-235b-a22b", "Qwen3-235B-A22B (MoE)", {LOOM_ARCH_LLAMA, 151936, 0, 4096, 94, 64, 4, 128, 12288, 40960, 1e-6, 1000000.0, false, false, 0.02, {0}, true,
+      {128, 8, 1536, 0, true, 1, {0}, 0.001, 0, 0, false, 0}}},
+    /* huggingface.co/Qwen/Qwen1.5-MoE-A2.7B config.json: 60 experts, 4 per token, moe 1408,
+     * shared expert 5632, norm_topk_prob false, QKV bias */
+    {"qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B (MoE, shared expert)", {LOOM_ARCH_LLAMA, 151936, 0, 2048, 24, 16, 16, 0, 5632, 8192, 1e-6, 1000000.0, true, false, 0.02, {0}, false,
+      {60, 4, 1408, 5632, false, 1, {0}, 0.001, 0, 0, false, 0}}},
+    /* huggingface.co/allenai/OLMoE-1B-7B-0924 config.json: 64 experts, 8 per token, 1024 each.
+     * OLMoE normalises q and k over the whole projection, not per head: the same cost, which is
+     * what the simulator needs of this preset */
+    {"olmoe-1b-7b", "OLMoE-1B-7B (MoE)", {LOOM_ARCH_LLAMA, 50304, 0, 2048, 16, 16, 16, 0, 1024, 4096, 1e-5, 10000.0, false, false, 0.02, {0}, true,
+      {64, 8, 1024, 0, false, 1, {0}, 0.01, 0, 0, false, 0}}},
+    /* huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json: 8 experts, 2 per token, 14336 */
+    {"mixtral-8x7b", "Mixtral-8x7B (MoE)", {LOOM_ARCH_LLAMA, 32000, 0, 4096, 32, 32, 8, 0, 14336, 32768, 1e-5, 1000000.0, false, false, 0.02, {0}, false,
+      {8, 2, 14336, 0, true, 1, {0}, 0.02, 0, 0, false, 0}}},
     /* vision-language: Qwen2.5-VL (text: Qwen2.5 with multimodal rotary sections 16/24/24;
      * vision: 32 blocks, hidden 1280, 16 heads, full attention in blocks 7/15/23/31) */
     {"qwen2.5-vl-7b", "Qwen2.5-VL-7B", {LOOM_ARCH_LLAMA, 152064, 0, 3584, 28, 28, 4, 0, 18944, 128000, 1e-6, 1000000.0, true, false, 0.02,
-      {LOOM_VISION_QWEN, 1280, 32, 16, 3420, 14, 2, 2, 112, 0, 4, {7, 15, 23, 31}, 10000.0, 1e-6, {16, 24, 24}}}},
+      {LOOM_VISION_QWEN, 1280, 32, 16, 3420, 14, 2, 2, 112, 0, 4, {7, 15, 23, 31}, 10000.0, 1e-6, {16, 24, 24}}, false, {0}}},
     {"qwen2.5-vl-32b", "Qwen2.5-VL-32B", {LOOM_ARCH_LLAMA, 152064, 0, 5120, 64, 40, 8, 0, 27648, 128000, 1e-6, 1000000.0, true, false, 0.02,
-      {LOOM_VISION_QWEN, 1280, 32, 16, 3456, 14, 2, 2, 112, 0, 4, {7, 15, 23, 31}, 10000.0, 1e-6, {16, 24, 24}}}},
+      {LOOM_VISION_QWEN, 1280, 32, 16, 3456, 14, 2, 2, 112, 0, 4, {7, 15, 23, 31}, 10000.0, 1e-6, {16, 24, 24}}, false, {0}}},
     {"tiny-qwen2.5-vl", "tiny Qwen2.5-VL (window attention, merger, M-RoPE)", {LOOM_ARCH_LLAMA, 512, 0, 64, 2, 4, 2, 0, 128, 1024, 1e-6, 10000.0, true, true, 0.02,
-      {LOOM_VISION_QWEN, 32, 2, 2, 64, 14, 2, 2, 56, 0, 1, {1}, 10000.0, 1e-6, {2, 3, 3}}}},
+      {LOOM_VISION_QWEN, 32, 2, 2, 64, 14, 2, 2, 56, 0, 1, {1}, 10000.0, 1e-6, {2, 3, 3}}, false, {0}}},
     {"small-qwen2.5-vl", "small Qwen2.5-VL for the VQA demo", {LOOM_ARCH_LLAMA, 512, 0, 128, 3, 4, 2, 0, 256, 1024, 1e-6, 10000.0, true, true, 0.02,
-      {LOOM_VISION_QWEN, 64, 2, 4, 128, 14, 2, 2, 56, 0, 1, {1}, 10000.0, 1e-6, {4, 6, 6}}}},
+      {LOOM_VISION_QWEN, 64, 2, 4, 128, 14, 2, 2, 56, 0, 1, {1}, 10000.0, 1e-6, {4, 6, 6}}, false, {0}}},
     {"tiny-llava", "tiny LLaVA (ViT with learned positions + MLP projector)", {LOOM_ARCH_LLAMA, 512, 0, 64, 2, 4, 2, 0, 128, 1024, 1e-6, 10000.0, false, false, 0.02,
-      {LOOM_VISION_LLAVA, 32, 2, 2, 64, 14, 1, 1, 0, 112, 0, {0}, 10000.0, 1e-5, {0, 0, 0}}}},
+      {LOOM_VISION_LLAVA, 32, 2, 2, 64, 14, 1, 1, 0, 112, 0, {0}, 10000.0, 1e-5, {0, 0, 0}}, false, {0}}},
 };
 #define N_PRESETS (int)(sizeof presets / sizeof presets[0])
 
@@ -76,15 +106,21 @@ const char *loom_model_preset_name(int i) {
 }
 
 void loom_model_list_presets(void) {
-  printf("%-14s %-6s %7s %6s %4s %6s %7s %6s %14s  %s\n", "preset", "arch", "vocab", "hidden",
-         "layers", "heads", "kv_heads", "inter", "params", "about");
+  int w = 6; /* the name column fits the longest preset name */
+  for (int i = 0; i < N_PRESETS; i++)
+    if ((int)strlen(presets[i].name) > w) w = (int)strlen(presets[i].name);
+  printf("%-*s %-5s %7s %6s %6s %5s %8s %6s %8s %14s %14s  %s\n", w, "preset", "arch", "vocab",
+         "hidden", "layers", "heads", "kv_heads", "inter", "experts", "params", "active",
+         "about");
   for (int i = 0; i < N_PRESETS; i++) {
     loom_model_spec s = presets[i].spec;
     if (finish_spec(&s, 64)) continue; /* presets always fit */
-    printf("%-14s %-6s %7d %6d %4d %6d %7d %6d %14zu  %s\n", presets[i].name,
+    char experts[16] = "-";
+    if (s.moe.experts) snprintf(experts, sizeof experts, "%d/%d", s.moe.top_k, s.moe.experts);
+    printf("%-*s %-5s %7d %6d %6d %5d %8d %6d %8s %14zu %14zu  %s\n", w, presets[i].name,
            s.arch == LOOM_ARCH_GPT2 ? "gpt2" : "llama", s.vocab_size, s.hidden, s.layers,
-           s.heads, s.kv_heads, s.intermediate, loom_model_count_params(&s, false),
-           presets[i].about);
+           s.heads, s.kv_heads, s.intermediate, experts, loom_model_count_params(&s, false),
+           loom_model_count_active_params(&s), presets[i].about);
   }
 }
 
@@ -151,6 +187,8 @@ int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *
   if (tri_bool(mc->qkv_bias, &spec->qkv_bias, "model.qkv_bias")) return LOOM_ERR;
   if (tri_bool(mc->tied_embeddings, &spec->tied_embeddings, "model.tied_embeddings"))
     return LOOM_ERR;
+  if (tri_bool(mc->qk_norm, &spec->qk_norm, "model.qk_norm")) return LOOM_ERR;
+  if (loom_moe_spec_from_config(spec, mc)) return LOOM_ERR;
   if (spec->hidden > 0 && spec->heads > 0 && spec->head_dim == 0) {
     if (spec->hidden % spec->heads)
       return loom_err("model.heads (%d) does not divide model.hidden (%d); choose heads that "
@@ -233,8 +271,14 @@ static int size_check(const loom_model_spec *s) {
   if (s->layers > LOOM_MODEL_MAX_LAYERS)
     return loom_err("model.layers = %d is past the limit of %d blocks", s->layers,
                     LOOM_MODEL_MAX_LAYERS);
-  /* per block: q, k, v, o, up, gate, down, norms and biases (an upper bound for both archs) */
-  u128 block = C * QD * 2 + C * KD * 2 + 3 * I * C + 4 * C + QD + 2 * KD + I;
+  /* per block: q, k, v, o, up, gate, down, norms and biases (an upper bound for both archs),
+   * q/k norms, and the MoE layer's router, experts and shared expert */
+  const loom_moe_spec *m = &s->moe;
+  u128 moe = m->experts > 0 ? (u128)m->experts * (C + 3 * (u128)m->intermediate * C) +
+                                  3 * (u128)m->shared_intermediate * C + C
+                            : 0;
+  u128 block = C * QD * 2 + C * KD * 2 + 3 * I * C + 4 * C + QD + 2 * KD + I +
+               2 * (u128)s->head_dim + moe;
   u128 params = (u128)s->layers * block + 2 * Vp * C + (u128)s->max_seq * C + 2 * C;
   if (vision_size_check(s, &params)) return LOOM_ERR;
   if (params > LOOM_MODEL_MAX_PARAMS)
@@ -269,5 +313,7 @@ int loom_model_spec_check(const loom_model_spec *s) {
   if (s->padded_vocab < s->vocab_size)
     return loom_err("padded vocabulary %d smaller than vocab_size %d", s->padded_vocab,
                     s->vocab_size);
-  return 0;
+  if (s->qk_norm && s->arch != LOOM_ARCH_LLAMA)
+    return loom_err("model.qk_norm needs the llama family (rotary attention); model.arch is gpt2");
+  return loom_moe_spec_check(s);
 }

@@ -121,7 +121,9 @@ static void test_layout(void) {
   CHECK(strstr(y, "  qkv_bias: \"\"\n") && strstr(y, "  save_final: true\n"), "enum/bool");
   int lines = 0;
   for (const char *p = y; *p; p++) lines += *p == '\n';
-  CHECK(lines == (int)loom_config_nkeys + 8, "all %zu keys plus 8 section headers (%d lines)", loom_config_nkeys, lines);
+  /* run, model, model.moe, training, data, checkpoint, parallel, vision, vision.parallel */
+  CHECK(lines == (int)loom_config_nkeys + 9, "all %zu keys plus 9 section headers (%d lines)",
+        loom_config_nkeys, lines);
   free(yy);
   free(y);
 }
