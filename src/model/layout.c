@@ -5,7 +5,15 @@
  *
  * Tensor parallelism (Megatron): q/k/v, mlp.gate/up and the vocabulary (embed, lm_head) are
  * split by rows (output features); attn.o and mlp.down by columns (input features); norms,
- * the row-parallel biases and positions are replicated. */
+ * the row-parallel biases and positions are replicated.
+ *
+ * A Mixture-of-Experts layer (loom_model_layer_is_moe) holds, instead of mlp.*, the router
+ * moe.router.weight (E, C) (replicated), every routed expert's SwiGLU as tensors of its own
+ * (moe.experts.{e}.gate/up.weight (Ie, C), .down.weight (C, Ie); all gates, then all ups,
+ * then all downs, so the gates of consecutive experts are one contiguous matrix), split over
+ * tp like the dense MLP, and with a shared expert moe.shared.gate/up/down.weight and
+ * moe.shared_gate.weight (1, C). Qwen3's attn.q_norm.weight and attn.k_norm.weight (D) are
+ * replicated. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -54,6 +62,30 @@ static void add(builder *b, const char *name, int rows, int cols, bool decay, in
   lay->total += (p->numel + 15) & ~(size_t)15;
 }
 
+static void add_moe(builder *b, const loom_model_spec *s, int l) {
+  const loom_moe_spec *m = &s->moe;
+  int C = s->hidden, Ie = m->intermediate, Is = m->shared_intermediate;
+  char n[64];
+  snprintf(n, sizeof n, "layers.%d.moe.router.weight", l);
+  add(b, n, m->experts, C, true, -1, 0);
+  static const char *const part[3] = {"gate", "up", "down"};
+  for (int p = 0; p < 3; p++)
+    for (int e = 0; e < m->experts; e++) {
+      snprintf(n, sizeof n, "layers.%d.moe.experts.%d.%s.weight", l, e, part[p]);
+      if (p < 2) add(b, n, Ie, C, true, 0, 0);
+      else add(b, n, C, Ie, true, 1, 0);
+    }
+  if (Is > 0) {
+    for (int p = 0; p < 3; p++) {
+      snprintf(n, sizeof n, "layers.%d.moe.shared.%s.weight", l, part[p]);
+      if (p < 2) add(b, n, Is, C, true, 0, 0);
+      else add(b, n, C, Is, true, 1, 0);
+    }
+    snprintf(n, sizeof n, "layers.%d.moe.shared_gate.weight", l);
+    add(b, n, 1, C, true, -1, 0);
+  }
+}
+
 static void add_layer(builder *b, const loom_model_spec *s, int l) {
   bool gpt2 = s->arch == LOOM_ARCH_GPT2;
   int C = s->hidden, QD = s->heads * s->head_dim, KD = s->kv_heads * s->head_dim;
@@ -72,10 +104,18 @@ static void add_layer(builder *b, const loom_model_spec *s, int l) {
   if (s->qkv_bias) L("attn.k.bias", KD, 0, false, 0);
   L("attn.v.weight", KD, C, true, 0);
   if (s->qkv_bias) L("attn.v.bias", KD, 0, false, 0);
+  if (s->qk_norm) {
+    L("attn.q_norm.weight", s->head_dim, 0, false, -1);
+    L("attn.k_norm.weight", s->head_dim, 0, false, -1);
+  }
   L("attn.o.weight", C, QD, true, 1);
   if (gpt2) L("attn.o.bias", C, 0, false, -1);
   L("mlp_norm.weight", C, 0, false, -1);
   if (gpt2) L("mlp_norm.bias", C, 0, false, -1);
+  if (loom_model_layer_is_moe(s, l)) {
+    add_moe(b, s, l);
+    return;
+  }
   if (!gpt2) L("mlp.gate.weight", I, C, true, 0);
   L("mlp.up.weight", I, C, true, 0);
   if (gpt2) L("mlp.up.bias", I, 0, false, 0);
