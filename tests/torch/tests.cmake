@@ -73,3 +73,16 @@ foreach(preset tiny-qwen2.5-vl tiny-llava)
     WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
   set_tests_properties(torch_vlm_hf_${preset} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
+# MoE layer and Qwen3 attention against ref_moe.py (written from Hugging Face's Qwen3-MoE,
+# Qwen2-MoE and Mixtral blocks, load_balancing_loss_func and Megatron's z_loss_func):
+# loom_moe_block_dump runs loom's layer (two layers, pooled load-balancing loss, z-loss) or
+# Qwen3 attention on loom's kernels; check_moe_block.py recomputes in float64 and compares the
+# routing exactly and values within the tolerances written in it.
+add_executable(loom_moe_block_dump ${CMAKE_SOURCE_DIR}/tests/torch/moe_block_dump.c)
+target_link_libraries(loom_moe_block_dump PRIVATE loomlib)
+foreach(case qwen3 qwen2 mixtral capacity_weight capacity_position qwen2_bf16 capacity_weight_bf16 qwen3_attention)
+  add_test(NAME torch_moe_block_${case}
+    COMMAND sh -c "$<TARGET_FILE:loom_moe_block_dump> moe_${case}.safetensors ${case} && ${LOOM_PYTHON} ${LOOM_TORCH_DIR}/check_moe_block.py moe_${case}.safetensors"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(torch_moe_block_${case} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
