@@ -29,8 +29,7 @@ void loom_trace_record(int tid, const char *name, const char *detail, double t0,
   if (n_events == cap_events) {
     if (cap_events >= (1u << 22)) return; /* 4M events: stop recording rather than grow */
     cap_events = cap_events ? 2 * cap_events : 4096;
-    events = realloc(events, cap_events * sizeof *events);
-    LOOM_ASSERT(events);
+    events = loom_realloc(events, cap_events, sizeof *events);
   }
   event *e = &events[n_events++];
   e->tid = tid;
@@ -68,14 +67,14 @@ int loom_trace_write(const char *path, int rank, int world, void (*barrier)(void
   if (barrier) barrier(ctx);
   if (rank != 0 || rc) return rc;
   size_t cap = 1 << 16, len = 0;
-  char *out = malloc(cap);
+  char *out = loom_malloc(cap);
   len += (size_t)snprintf(out, cap, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
   for (int r = 0; r < world && !rc; r++) {
     char *p = loom_sprintf("%s.rank%d", path, r), *data;
     size_t n;
     rc = loom_read_file(p, &data, &n);
     if (!rc) {
-      while (len + n + 8 > cap) cap *= 2, out = realloc(out, cap);
+      while (len + n + 8 > cap) cap *= 2, out = loom_realloc(out, cap, 1);
       if (r) out[len++] = ',';
       memcpy(out + len, data, n);
       len += n;
