@@ -23,8 +23,7 @@ bool loom_comm_agree(const loom_comm *c, int rc, loom_failure *out) {
   }
   loom_comm_stats saved = loom_comm_counters;
   /* [0, size): 1 where the rank failed; [size, 2 size): a 52-bit hash of its message */
-  double *v = calloc((size_t)c->size * 2, sizeof(double));
-  LOOM_ASSERT(v);
+  double *v = loom_calloc((size_t)c->size * 2, sizeof(double));
   if (rc) {
     v[c->rank] = 1;
     v[c->size + c->rank] = (double)(loom_hash64(mine, strlen(mine), 0) & ((1ull << 52) - 1));

@@ -16,12 +16,20 @@ static bool launched_by_mpi(void) {
          getenv("SLURM_PROCID");
 }
 
+/* Core's out-of-memory report calls this after printing its message: one rank out of memory
+ * takes the job down at once instead of leaving the others in a collective until its timeout. */
+static void oom_abort_job(int exit_status) {
+  if (mpi_started) MPI_Abort(MPI_COMM_WORLD, exit_status);
+}
+
 int loom_dist_init(int *argc, char ***argv) {
   if (mpi_started || !launched_by_mpi()) return 0;
   int provided;
   if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
     return loom_err("MPI_Init failed; is this process started by mpirun or srun?");
   mpi_started = true;
+  loom_set_rank(loom_dist_rank(), loom_dist_world());
+  loom_set_oom_handler(oom_abort_job);
   return 0;
 }
 
@@ -42,6 +50,7 @@ int loom_dist_world(void) {
 void loom_dist_finalize(void) {
   if (mpi_started) MPI_Finalize();
   mpi_started = false;
+  loom_set_oom_handler(NULL);
 }
 
 void loom_dist_abort(const char *fmt, ...) {
