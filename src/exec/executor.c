@@ -38,7 +38,7 @@ void loom_exec_set_vision_batches(loom_executor *ex, const void *const *vqa_batc
 static int create_vision(loom_executor *ex, const loom_config *cfg, const loom_model_spec *spec) {
   if (loom_vmod_create(&ex->vision, cfg, spec, ex->mesh)) return LOOM_ERR;
   int T = (int)cfg->training.seq_len, B = (int)cfg->training.micro_batch_size;
-  ex->inject_slot = malloc((size_t)ex->A * B * T * sizeof(int));
+  ex->inject_slot = loom_malloc((size_t)ex->A * B * T * sizeof(int));
   return 0;
 }
 
@@ -121,7 +121,7 @@ static int build_schedule(loom_executor *ex) {
 
 static void plan_last_backward(loom_executor *ex) {
   int r = ex->mesh->pp_rank;
-  ex->last_backward = malloc((size_t)ex->vpp * sizeof(int));
+  ex->last_backward = loom_malloc((size_t)ex->vpp * sizeof(int));
   for (int c = 0; c < ex->vpp; c++) ex->last_backward[c] = -1;
   for (int i = 0; i < ex->sched.count[r]; i++) {
     const loom_instr *in = &ex->sched.instr[r][i];
@@ -134,7 +134,7 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
                      loom_mesh *m) {
   const loom_config_parallel *p = &cfg->parallel;
   const loom_config_training *t = &cfg->training;
-  loom_executor *ex = calloc(1, sizeof *ex);
+  loom_executor *ex = loom_calloc(1, sizeof *ex);
   ex->cfg = cfg;
   ex->mesh = m;
   ex->A = (int)t->grad_accum;
@@ -195,7 +195,7 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
   ex->rows = (size_t)ex->d->Nr * spec->hidden;
   size_t per = (size_t)ex->vpp * ex->A * ex->rows;
   if (m->pp > 1 || ex->vpp > 1) {
-    ex->act_send = loom_alloc(3 * per * sizeof(float));
+    ex->act_send = loom_alloc_for(3 * per * sizeof(float), "pipeline activation buffers");
     ex->grad_in = ex->act_send + per;
     ex->dx = ex->grad_in + per;
   }
@@ -242,7 +242,7 @@ static int tag_of(const loom_executor *ex, int v, int mb, int dir) {
 static loom_comm_request *new_request(loom_executor *ex) {
   if (ex->n_reqs == ex->cap_reqs) {
     ex->cap_reqs = ex->cap_reqs ? 2 * ex->cap_reqs : 64;
-    ex->reqs = realloc(ex->reqs, (size_t)ex->cap_reqs * sizeof *ex->reqs);
+    ex->reqs = loom_realloc(ex->reqs, (size_t)ex->cap_reqs, sizeof *ex->reqs);
   }
   return &ex->reqs[ex->n_reqs++];
 }

@@ -117,7 +117,7 @@ int loom_vmod_resolve(const loom_config *cfg, const loom_model_spec *spec, int w
 
 int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_spec *spec,
                      const loom_mesh *text) {
-  loom_vmod *vm = calloc(1, sizeof *vm);
+  loom_vmod *vm = loom_calloc(1, sizeof *vm);
   vm->cfg = cfg;
   vm->text = text;
   vm->Ct = spec->hidden;
@@ -147,8 +147,8 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
     vm->consumer = (text->cp_rank * text->sp + text->sp_rank) * text->tp + text->tp_rank;
     vm->group = text->dp_rank;
     vm->sends_grads = pl->megatron_sp || text->tp_rank == 0;
-    vm->feats = loom_alloc(bytes);
-    vm->grads = loom_alloc(bytes);
+    vm->feats = loom_alloc_for(bytes, "vision tokens for the decoder");
+    vm->grads = loom_alloc_for(bytes, "vision token gradients");
   }
   if (vm->mesh.member) {
     const loom_mesh *m = &vm->mesh;
@@ -185,8 +185,8 @@ int loom_vmod_create(loom_vmod **out, const loom_config *cfg, const loom_model_s
     size_t b, e;
     loom_grad_sync_owned(vm->gs, &b, &e);
     loom_adamw_state_init_dtype(&vm->opt, e - b + 1, !strcmp(odt, "bf16"));
-    vm->out = loom_alloc(bytes);
-    vm->sum = loom_alloc(bytes);
+    vm->out = loom_alloc_for(bytes, "vision encoder output tokens");
+    vm->sum = loom_alloc_for(bytes, "vision token gradient sums");
   }
   *out = vm;
   return 0;

@@ -302,8 +302,7 @@ static void *packed_weights(entry *e, const void *B) {
   if (!w) {
     if (G.npacks == G.cap_packs) {
       G.cap_packs = G.cap_packs ? 2 * G.cap_packs : 64;
-      G.packs = realloc(G.packs, (size_t)G.cap_packs * sizeof *G.packs);
-      LOOM_ASSERT(G.packs);
+      G.packs = loom_realloc(G.packs, (size_t)G.cap_packs, sizeof *G.packs);
     }
     w = &G.packs[G.npacks++];
     w->src = B;

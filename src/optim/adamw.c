@@ -11,10 +11,11 @@ void loom_adamw_state_init_dtype(loom_adamw_state *st, size_t total, bool bf16) 
   memset(st, 0, sizeof *st);
   st->n = total;
   if (bf16) {
-    st->m16 = loom_alloc(2 * total * sizeof(loom_bf16)); /* zeroed: bf16 0 is 0x0000 */
+    /* zeroed: bf16 0 is 0x0000 */
+    st->m16 = loom_alloc_for(2 * total * sizeof(loom_bf16), "AdamW moments (bf16 m, v)");
     st->v16 = st->m16 + total;
   } else {
-    st->m = loom_alloc(2 * total * sizeof(float));
+    st->m = loom_alloc_for(2 * total * sizeof(float), "AdamW moments (m, v)");
     st->v = st->m + total;
   }
 }

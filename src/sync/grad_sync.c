@@ -22,7 +22,7 @@ static void build_buckets(loom_grad_sync *g, double bucket_mb) {
   loom_decoder *d = g->d;
   const loom_param_layout *lay = &d->layout;
   size_t limit = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
-  g->b = calloc((size_t)d->spec.layers + 1, sizeof *g->b);
+  g->b = loom_calloc((size_t)d->spec.layers + 1, sizeof *g->b);
   int prev = -2;
   for (int i = 0; i < lay->count; i++) {
     int l = g->param_layer[i];
@@ -71,21 +71,21 @@ void loom_grad_sync_set_reduce_bf16(loom_grad_sync *g, bool bf16) { g->reduce_bf
 
 int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh *m,
                           const loom_config_parallel *p) {
-  loom_grad_sync *g = calloc(1, sizeof *g);
+  loom_grad_sync *g = loom_calloc(1, sizeof *g);
   g->d = d;
   g->m = m;
   g->zero = (int)p->zero;
   g->seqpar = d->shard.seq_parallel && d->shard.tp > 1;
   g->tied_pp = m->pp > 1 && d->spec.tied_embeddings &&
                loom_param_find(&d->layout, "embed.weight") != NULL;
-  g->layer_bucket = malloc((size_t)d->spec.layers * sizeof(int));
+  g->layer_bucket = loom_malloc((size_t)d->spec.layers * sizeof(int));
   for (int l = 0; l < d->spec.layers; l++) g->layer_bucket[l] = -1;
-  g->param_layer = malloc((size_t)d->layout.count * sizeof(int));
+  g->param_layer = loom_malloc((size_t)d->layout.count * sizeof(int));
   for (int i = 0; i < d->layout.count; i++) g->param_layer[i] = loom_gs_layer_of(d->layout.params[i].name);
   build_buckets(g, p->bucket_mb);
   int n = m->grad_comm.size, r = m->grad_comm.rank;
   size_t P = d->layout.total;
-  g->counts = calloc((size_t)n, sizeof(int));
+  g->counts = loom_calloc((size_t)n, sizeof(int));
   if (g->zero > 0) {
     size_t S = ((P + (size_t)n - 1) / (size_t)n + 15) & ~(size_t)15;
     for (int i = 0; i < n; i++) {
@@ -93,7 +93,8 @@ int loom_grad_sync_create(loom_grad_sync **out, loom_decoder *d, const loom_mesh
       g->counts[i] = (int)(e - b);
       if (i == r) g->own_begin = b, g->own_end = e;
     }
-    g->gshard = loom_alloc((g->own_end - g->own_begin + 1) * sizeof(float));
+    g->gshard = loom_alloc_for((g->own_end - g->own_begin + 1) * sizeof(float),
+                               "this rank's ZeRO gradient shard");
     if (g->zero == 3) loom_z3_setup(g);
   } else {
     g->own_begin = 0;

@@ -106,7 +106,7 @@ static void acquire(loom_grad_sync *g, int layer, int direction) {
 
 static void reduce_scatter_range(loom_grad_sync *g, size_t a, size_t b) {
   int n = g->m->grad_comm.size;
-  int *counts = malloc((size_t)n * sizeof(int));
+  int *counts = loom_malloc((size_t)n * sizeof(int));
   piece_counts(g, a, b, counts);
   size_t lo = a > g->own_begin ? a : g->own_begin, hi = b < g->own_end ? b : g->own_end;
   size_t mine = hi > lo ? hi - lo : 0;
@@ -153,11 +153,12 @@ void loom_z3_reduce_ends(loom_grad_sync *g) {
 void loom_z3_setup(loom_grad_sync *g) {
   loom_decoder *d = g->d;
   int n = g->m->grad_comm.size, L = d->spec.layers;
-  g->rank_begin = malloc((size_t)(n + 1) * sizeof(size_t));
+  g->rank_begin = loom_malloc((size_t)(n + 1) * sizeof(size_t));
   g->rank_begin[0] = 0;
   for (int i = 0; i < n; i++) g->rank_begin[i + 1] = g->rank_begin[i] + (size_t)g->counts[i];
-  g->pshard = loom_alloc((g->own_end - g->own_begin + 1) * sizeof(float));
-  g->units = calloc((size_t)L + 1, sizeof *g->units);
+  g->pshard = loom_alloc_for((g->own_end - g->own_begin + 1) * sizeof(float),
+                             "this rank's ZeRO-3 parameter shard");
+  g->units = loom_calloc((size_t)L + 1, sizeof *g->units);
   size_t first = d->layout.total, last = 0;
   for (int i = 0; i < d->layout.count; i++) {
     int l = g->param_layer[i];
