@@ -241,8 +241,7 @@ static int write_marker(const char *tmp, long step) {
   DIR *d = opendir(tmp);
   if (!d) return loom_err("cannot read '%s': %s", tmp, strerror(errno));
   size_t cap = 4096, n = 0;
-  char *text = malloc(cap);
-  LOOM_ASSERT(text);
+  char *text = loom_malloc(cap);
   n += (size_t)snprintf(text, cap, "loom-checkpoint 1\nstep %ld\n", step);
   struct dirent *e;
   int rc = 0;
@@ -256,8 +255,7 @@ static int write_marker(const char *tmp, long step) {
     size_t need = strlen(e->d_name) + 48;
     if (n + need >= cap) {
       cap = 2 * cap + need;
-      text = realloc(text, cap);
-      LOOM_ASSERT(text);
+      text = loom_realloc(text, cap, 1);
     }
     n += (size_t)snprintf(text + n, cap - n, "file %lld %s\n", (long long)st.st_size, e->d_name);
   }
@@ -380,8 +378,8 @@ static void close_set(file_set *fs) {
 }
 
 static int add_file(file_set *fs, const char *path) {
-  fs->f = realloc(fs->f, (size_t)(fs->n + 1) * sizeof *fs->f);
-  fs->pieces = realloc(fs->pieces, (size_t)(fs->n + 1) * sizeof *fs->pieces);
+  fs->f = loom_realloc(fs->f, (size_t)(fs->n + 1), sizeof *fs->f);
+  fs->pieces = loom_realloc(fs->pieces, (size_t)(fs->n + 1), sizeof *fs->pieces);
   if (loom_st_open(&fs->f[fs->n], path)) return LOOM_ERR;
   const char *meta = loom_st_metadata(fs->f[fs->n], "loom.pieces");
   fs->pieces[fs->n] = meta ? json_loads(meta, 0, NULL) : NULL;
@@ -501,13 +499,13 @@ static int assemble(const file_set *fs, const char *prefix, const loom_decoder *
     size_t tb = b - p->offset, te = e - p->offset, n = te - tb;
     float *out = dst + (b - rb);
     memset(out, 0, n * sizeof(float));
-    unsigned char *seen = calloc(n / 8 + 1, 1);
+    unsigned char *seen = loom_calloc(n / 8 + 1, 1);
     for (int k = 0; k < fs->n; k++)
       for (int i = 0; i < loom_st_count(fs->f[k]); i++) {
         piece pc;
         if (!describe(fs, k, i, prefix, &pc) || strcmp(pc.tensor, p->name)) continue;
         size_t cnt = (size_t)loom_st_numel(fs->f[k], i);
-        float *src = malloc((cnt + 1) * sizeof(float));
+        float *src = loom_malloc_for((cnt + 1) * sizeof(float), "one checkpoint piece");
         int rc = loom_st_read_f32(fs->f[k], loom_st_name(fs->f[k], i), src, cnt);
         if (!rc) map_piece(&pc, src, cnt, p, tb, te, out, seen);
         free(src);
@@ -540,8 +538,7 @@ static void shape_text(char *buf, size_t n, const int *shape) {
 /* Every tensor of the checkpoint's model files is a tensor of lay with the same global
  * shape, and every tensor of lay is in the checkpoint. */
 static int check_tensors(const char *dir, const file_set *fs, const loom_param_layout *lay) {
-  unsigned char *seen = calloc((size_t)lay->count + 1, 1);
-  LOOM_ASSERT(seen);
+  unsigned char *seen = loom_calloc((size_t)lay->count + 1, 1);
   int rc = 0;
   for (int k = 0; k < fs->n && !rc; k++)
     for (int i = 0; i < loom_st_count(fs->f[k]) && !rc; i++) {
@@ -628,7 +625,9 @@ static int load_module(const char *dir, const module *mo) {
   if (!rc && !(rc = open_set(dir, "optimizer", &fs))) {
     /* moments read as fp32 (F32 or BF16 files), stored in the run's optim_dtype */
     size_t n = mo->opt->n;
-    float *mv = mo->opt->m16 ? loom_alloc(2 * (n + 1) * sizeof(float)) : mo->opt->m;
+    float *mv = mo->opt->m16 ? loom_alloc_for(2 * (n + 1) * sizeof(float),
+                                              "fp32 copy of the AdamW moments being loaded")
+                              : mo->opt->m;
     rc = assemble(&fs, "exp_avg.", mo->d, mv, b, e, dir);
     if (!rc) rc = assemble(&fs, "exp_avg_sq.", mo->d, mv + n, b, e, dir);
     if (!rc && mo->opt->m16) loom_adamw_state_set(mo->opt, mv);

@@ -120,8 +120,7 @@ int loom_ckpt_index_parse(const char *text, size_t len, const char *path, const 
                   "damaged", path, key);
   } else {
     size_t count = json_array_size(list);
-    char **out = calloc(count + 1, sizeof *out);
-    if (!out) abort();
+    char **out = loom_calloc(count + 1, sizeof *out);
     for (size_t i = 0; i < count && !rc; i++) {
       json_t *v = json_array_get(list, i);
       const char *s = json_string_value(v);

@@ -74,7 +74,7 @@ static int load_checkpoint(const char *dir, loom_model_spec *spec, loom_param_la
     loom_log("note: the run's tokenizer (data.tokenizer '%s') does not exist: the export has no "
              "tokenizer.json (give `loom generate` --tokenizer)", cfg.data.tokenizer);
   loom_param_layout_build(lay, spec);
-  *params = loom_alloc(lay->total * sizeof(float));
+  *params = loom_alloc_for(lay->total * sizeof(float), "the model's weights");
   if (!loom_ckpt_is_multi_rank(dir)) return loom_weights_read(dir, spec, lay, *params);
   /* pieces written by several ranks: assemble whole tensors through a one-process decoder
    * (its layout is lay's; it also holds gradients, so this path needs ~3x the weights) */
@@ -120,13 +120,11 @@ static int write_shard(const char *dir, const loom_hf_tensor *t, int n, const in
                        int nshards, const float *params, loom_dtype dt) {
   loom_st_writer *w = loom_st_writer_create();
   loom_st_writer_set_metadata(w, "format", "pt");
-  float **bufs = calloc((size_t)n, sizeof *bufs);
-  LOOM_ASSERT(bufs);
+  float **bufs = loom_calloc((size_t)n, sizeof *bufs);
   int rc = 0;
   for (int i = 0; i < n && !rc; i++) {
     if (shard[i] != s) continue;
-    float *buf = malloc(loom_hf_numel(&t[i]) * sizeof(float) + 1);
-    LOOM_ASSERT(buf);
+    float *buf = loom_malloc_for(loom_hf_numel(&t[i]) * sizeof(float) + 1, "one exported tensor");
     loom_hf_gather(&t[i], params, buf);
     if (dt == LOOM_DT_BF16) {
       rc = loom_st_writer_add_bf16_from_f32(w, t[i].name, t[i].ndim, t[i].shape, buf);
@@ -213,8 +211,7 @@ static int export_to(const char *tmp, const loom_model_spec *spec, const loom_pa
     free(t);
     return LOOM_ERR;
   }
-  int *shard = malloc((size_t)n * sizeof *shard);
-  LOOM_ASSERT(shard);
+  int *shard = loom_malloc((size_t)n * sizeof *shard);
   int64_t total;
   int nshards = assign_shards(t, n, loom_dtype_size(o->dtype), o->max_shard_bytes, shard, &total);
   int rc = loom_mkdir_p(tmp);
@@ -243,9 +240,11 @@ int loom_hf_export(const char *ckpt_dir, const char *out_dir, const loom_hf_expo
   if (!rc) {
     char *tmp = loom_tmp_path(out);
     loom_rm_rf(tmp);
+    loom_oom_cleanup_add(tmp);
     rc = export_to(tmp, &spec, &lay, params, o, &ids, tokenizer);
     if (!rc) rc = loom_rename_dir_atomic(tmp, out);
     if (rc) loom_rm_rf(tmp);
+    loom_oom_cleanup_remove(tmp);
     free(tmp);
   }
   if (rc) loom_err_prefix("exporting '%s' to '%s': ", ckpt_dir, out);

@@ -32,10 +32,9 @@ static void source_free(hf_source *s) {
 }
 
 static void source_add(hf_source *s, const char *name, loom_st_file *f, int idx) {
-  s->names = realloc(s->names, (size_t)(s->n + 1) * sizeof *s->names);
-  s->file_of = realloc(s->file_of, (size_t)(s->n + 1) * sizeof *s->file_of);
-  s->index = realloc(s->index, (size_t)(s->n + 1) * sizeof *s->index);
-  LOOM_ASSERT(s->names && s->file_of && s->index);
+  s->names = loom_realloc(s->names, (size_t)(s->n + 1), sizeof *s->names);
+  s->file_of = loom_realloc(s->file_of, (size_t)(s->n + 1), sizeof *s->file_of);
+  s->index = loom_realloc(s->index, (size_t)(s->n + 1), sizeof *s->index);
   if (!strncmp(name, "transformer.", 12)) name += 12;
   s->names[s->n] = loom_strdup(name);
   s->file_of[s->n] = f;
@@ -51,8 +50,7 @@ static int source_find(const hf_source *s, const char *name) {
 static loom_st_file *open_file(hf_source *s, const char *path) {
   loom_st_file *f;
   if (loom_st_open(&f, path)) return NULL;
-  s->files = realloc(s->files, (size_t)(s->nfiles + 1) * sizeof *s->files);
-  LOOM_ASSERT(s->files);
+  s->files = loom_realloc(s->files, (size_t)(s->nfiles + 1), sizeof *s->files);
   s->files[s->nfiles++] = f;
   return f;
 }
@@ -333,8 +331,7 @@ static int read_tensors(const hf_source *s, const loom_hf_tensor *t, int n, floa
   size_t max = 1;
   for (int k = 0; k < n; k++)
     if (loom_hf_numel(&t[k]) > max) max = loom_hf_numel(&t[k]);
-  float *buf = malloc(max * sizeof(float));
-  LOOM_ASSERT(buf);
+  float *buf = loom_malloc_for(max * sizeof(float), "the largest Hugging Face tensor");
   int rc = 0;
   for (int k = 0; k < n && !rc; k++) {
     int i = source_find(s, t[k].name);
@@ -419,14 +416,17 @@ static int import_from(const hf_source *s, const char *hf_dir, const char *out,
   int rc = loom_hf_plan(&spec, &lay, &t, &n);
   if (!rc) rc = check_names(s, t, n, spec.tied_embeddings);
   if (!rc) rc = check_missing(s, t, n);
-  float *params = loom_alloc(lay.total * sizeof(float)); /* zeroed: padding rows stay 0 */
+  /* zeroed: padding rows stay 0 */
+  float *params = loom_alloc_for(lay.total * sizeof(float), "the imported model's weights");
   if (!rc) rc = read_tensors(s, t, n, params);
   if (!rc) {
     char *tmp = loom_tmp_path(out);
     loom_rm_rf(tmp);
+    loom_oom_cleanup_add(tmp);
     rc = write_checkpoint(tmp, hf_dir, out, &lay, params, &cfg);
     if (!rc) rc = loom_rename_dir_atomic(tmp, out);
     if (rc) loom_rm_rf(tmp);
+    loom_oom_cleanup_remove(tmp);
     free(tmp);
   }
   loom_free(params);

@@ -14,8 +14,7 @@ loom_hf_tensor *hf_plan_add(hf_planner *pl, const char *hf, int nparts, const ch
                             bool transpose, bool vocab) {
   if (pl->n == pl->cap) {
     pl->cap = pl->cap ? 2 * pl->cap : 64;
-    pl->t = realloc(pl->t, (size_t)pl->cap * sizeof *pl->t);
-    LOOM_ASSERT(pl->t);
+    pl->t = loom_realloc(pl->t, (size_t)pl->cap, sizeof *pl->t);
   }
   loom_hf_tensor *t = &pl->t[pl->n];
   memset(t, 0, sizeof *t);
@@ -189,8 +188,7 @@ static void list_names(char *buf, size_t cap, const loom_param_layout *lay, cons
 
 int loom_hf_plan_check(const loom_model_spec *spec, const loom_param_layout *lay,
                        const loom_hf_tensor *t, int n) {
-  int *uses = calloc((size_t)lay->count + 1, sizeof *uses);
-  LOOM_ASSERT(uses);
+  int *uses = loom_calloc((size_t)lay->count + 1, sizeof *uses);
   size_t hf_values = 0;
   for (int k = 0; k < n; k++) {
     hf_values += loom_hf_numel(&t[k]);

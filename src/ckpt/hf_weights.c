@@ -40,8 +40,7 @@ static int load_one(const loom_st_file *f, int idx, const loom_model_spec *spec,
                     p->ndim > 1 ? p->gshape[1] : 0, hf_hint(f));
   if (exact && p->split_dim < 0) return loom_st_read_f32(f, p->name, dst, p->numel);
   size_t frows = (size_t)sh[0], fcols = nd > 1 ? (size_t)sh[1] : 1;
-  float *tmp = malloc(frows * fcols * sizeof(float) + 1);
-  LOOM_ASSERT(tmp);
+  float *tmp = loom_malloc(frows * fcols * sizeof(float) + 1);
   int rc = loom_st_read_f32(f, p->name, tmp, frows * fcols);
   size_t r0 = p->split_dim == 0 ? (size_t)p->split_start : 0;
   size_t c0 = p->split_dim == 1 ? (size_t)p->split_start : 0;

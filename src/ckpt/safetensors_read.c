@@ -128,9 +128,8 @@ static int parse_metadata(loom_st_file *f, json_t *m) {
   if (!json_is_object(m))
     return loom_err("'%s': \"__metadata__\" is not a JSON object; " HINT_CORRUPT, f->path);
   size_t n = json_object_size(m);
-  f->meta_key = calloc(n + 1, sizeof *f->meta_key);
-  f->meta_val = calloc(n + 1, sizeof *f->meta_val);
-  if (!f->meta_key || !f->meta_val) abort();
+  f->meta_key = loom_calloc(n + 1, sizeof *f->meta_key);
+  f->meta_val = loom_calloc(n + 1, sizeof *f->meta_val);
   const char *k;
   json_t *v;
   json_object_foreach(m, k, v) {
@@ -191,8 +190,7 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 static void build_name_index(loom_st_file *f) {
-  f->by_name = calloc((size_t)f->n + 1, sizeof *f->by_name);
-  if (!f->by_name) abort();
+  f->by_name = loom_calloc((size_t)f->n + 1, sizeof *f->by_name);
   for (int i = 0; i < f->n; i++) f->by_name[i] = (st_name){f->t[i].name, i};
   qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name);
 }
@@ -209,8 +207,7 @@ static int parse_header(loom_st_file *f, const char *text, size_t len) {
     return loom_err("'%s': header is not valid JSON (%s at byte %d of the header); " HINT_CORRUPT,
                     f->path, je.text, je.position);
   int rc = 0;
-  f->t = calloc(json_object_size(root) + 1, sizeof *f->t);
-  if (!f->t) abort();
+  f->t = loom_calloc(json_object_size(root) + 1, sizeof *f->t);
   const char *k;
   json_t *v;
   json_object_foreach(root, k, v) {
@@ -266,8 +263,7 @@ static int map_file(loom_st_file *f) {
 
 int loom_st_open(loom_st_file **out, const char *path) {
   *out = NULL;
-  loom_st_file *f = calloc(1, sizeof *f);
-  if (!f) abort();
+  loom_st_file *f = loom_calloc(1, sizeof *f);
   f->path = loom_strdup(path);
   if (map_file(f)) {
     loom_st_close(f);

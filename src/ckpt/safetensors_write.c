@@ -26,19 +26,8 @@ struct loom_st_writer {
   int n_meta, cap_meta;
 };
 
-/* realloc that aborts on failure (like loom_alloc). */
-static void *xrealloc(void *p, size_t bytes) {
-  void *q = realloc(p, bytes ? bytes : 1);
-  if (!q) {
-    fprintf(stderr, "loom: out of memory allocating %zu bytes\n", bytes);
-    abort();
-  }
-  return q;
-}
-
 loom_st_writer *loom_st_writer_create(void) {
-  loom_st_writer *w = calloc(1, sizeof *w);
-  if (!w) abort();
+  loom_st_writer *w = loom_calloc(1, sizeof *w);
   return w;
 }
 
@@ -99,7 +88,7 @@ static int check_tensor(const loom_st_writer *w, const char *name, loom_dtype dt
 static st_entry *push_entry(loom_st_writer *w) {
   if (w->n == w->cap) {
     w->cap = w->cap ? 2 * w->cap : 16;
-    w->t = xrealloc(w->t, (size_t)w->cap * sizeof *w->t);
+    w->t = loom_realloc(w->t, (size_t)w->cap, sizeof *w->t);
   }
   st_entry *e = &w->t[w->n++];
   memset(e, 0, sizeof *e);
@@ -125,7 +114,7 @@ int loom_st_writer_add_bf16_from_f32(loom_st_writer *w, const char *name, int nd
   size_t nbytes;
   if (check_tensor(w, name, LOOM_DT_BF16, ndim, shape, data, &nbytes)) return LOOM_ERR;
   size_t numel = nbytes / 2;
-  loom_bf16 *copy = xrealloc(NULL, nbytes);
+  loom_bf16 *copy = loom_malloc(nbytes);
   for (size_t i = 0; i < numel; i++) copy[i] = loom_f32_to_bf16(data[i]);
   if (loom_st_writer_add(w, name, LOOM_DT_BF16, ndim, shape, copy)) {
     free(copy);
@@ -151,8 +140,8 @@ int loom_st_writer_set_metadata(loom_st_writer *w, const char *key, const char *
     }
   if (w->n_meta == w->cap_meta) {
     w->cap_meta = w->cap_meta ? 2 * w->cap_meta : 8;
-    w->meta_key = xrealloc(w->meta_key, (size_t)w->cap_meta * sizeof *w->meta_key);
-    w->meta_val = xrealloc(w->meta_val, (size_t)w->cap_meta * sizeof *w->meta_val);
+    w->meta_key = loom_realloc(w->meta_key, (size_t)w->cap_meta, sizeof *w->meta_key);
+    w->meta_val = loom_realloc(w->meta_val, (size_t)w->cap_meta, sizeof *w->meta_val);
   }
   w->meta_key[w->n_meta] = loom_strdup(key);
   w->meta_val[w->n_meta++] = loom_strdup(value);
@@ -196,7 +185,7 @@ static char *build_header(const loom_st_writer *w, size_t *len) {
     return NULL;
   }
   size_t n = strlen(text), padded = (n + 7) & ~(size_t)7;
-  char *buf = xrealloc(text, padded);
+  char *buf = loom_realloc(text, padded, 1);
   memset(buf + n, ' ', padded - n);
   *len = padded;
   return buf;
