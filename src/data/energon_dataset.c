@@ -101,8 +101,7 @@ static int add_shard(energon *e, json_t *sh, const char *rel, bool skip_bad, uin
   e->shards[e->n_shards] =
       (shard){json_string_value(json_object_get(sh, "path")), full, (uint64_t)want};
   size_t ns = json_array_size(samples);
-  e->samples = realloc(e->samples, (e->n + ns + 1) * sizeof *e->samples);
-  if (!e->samples) abort();
+  e->samples = loom_realloc(e->samples, e->n + ns + 1, sizeof *e->samples);
   for (size_t k = 0; k < ns; k++)
     e->samples[e->n++] = (sample_ref){(uint32_t)e->n_shards, json_array_get(samples, k)};
   e->n_shards++;
@@ -114,8 +113,7 @@ void *loom_energon_open(const char *dir, const char *split, bool skip_bad, uint6
     loom_err("split '%s' is not one of train, val, test", split);
     return NULL;
   }
-  energon *e = calloc(1, sizeof *e);
-  if (!e) abort();
+  energon *e = loom_calloc(1, sizeof *e);
   e->dir = loom_strdup(dir);
   *bad_shards = 0;
   json_t *list = NULL;
@@ -123,8 +121,7 @@ void *loom_energon_open(const char *dir, const char *split, bool skip_bad, uint6
   if (rc == 0) rc = loom_energon_read_field_map(dir, &e->fm);
   if (rc == 0 && !(list = split_list(dir, split))) rc = -1;
   if (rc == 0) {
-    e->shards = calloc(json_array_size(list) + 1, sizeof *e->shards);
-    if (!e->shards) abort();
+    e->shards = loom_calloc(json_array_size(list) + 1, sizeof *e->shards);
   }
   for (size_t i = 0; rc == 0 && i < json_array_size(list); i++) {
     const char *rel = json_string_value(json_array_get(list, i));
@@ -167,8 +164,7 @@ static int read_part(const energon *e, const shard *sh, const char *where, const
   int fd = open(sh->full, O_RDONLY);
   if (fd < 0) return loom_err("%s: cannot open %s: %s", where, sh->full, strerror(errno));
   uint8_t hdr[512];
-  uint8_t *buf = malloc((size_t)size + 1);
-  if (!buf) abort();
+  uint8_t *buf = loom_malloc((size_t)size + 1);
   int ok = pread(fd, hdr, 512, off - 512) == 512 && loom_tar_header_ok(hdr) &&
            pread(fd, buf, (size_t)size, off) == (ssize_t)size;
   close(fd);
@@ -281,10 +277,9 @@ int loom_energon_get(void *p, size_t i, loom_vqa_sample *s) {
   s->key = loom_sprintf("%s/%s", sh->path, key);
   s->where = where;
   s->n_images = 1;
-  s->images = malloc(sizeof *s->images);
-  s->image_len = malloc(sizeof *s->image_len);
-  s->turns = malloc(2 * sizeof *s->turns);
-  if (!s->images || !s->image_len || !s->turns) abort();
+  s->images = loom_malloc(sizeof *s->images);
+  s->image_len = loom_malloc(sizeof *s->image_len);
+  s->turns = loom_malloc(2 * sizeof *s->turns);
   s->images[0] = jpg;
   s->image_len[0] = lj;
   s->n_turns = 2;

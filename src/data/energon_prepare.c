@@ -24,8 +24,7 @@ typedef struct {
 static void strvec_push(strvec *s, char *x) {
   if (s->n == s->cap) {
     s->cap = s->cap ? 2 * s->cap : 64;
-    s->v = realloc(s->v, s->cap * sizeof *s->v);
-    if (!s->v) abort();
+    s->v = loom_realloc(s->v, s->cap, sizeof *s->v);
   }
   s->v[s->n++] = x;
 }
@@ -219,8 +218,7 @@ static void sb(sbuf *b, const char *fmt, ...) {
       return;
     }
     b->cap = 2 * (b->n + (size_t)k + 64);
-    b->s = realloc(b->s, b->cap);
-    if (!b->s) abort();
+    b->s = loom_realloc(b->s, b->cap, 1);
   }
 }
 
@@ -328,9 +326,8 @@ int loom_energon_prepare(const char *dir, const double ratios[3], const loom_pre
   required_of(&fm, &req);
   warn_state w = {0, 0};
   json_t *arr = json_array();
-  size_t *counts = calloc(shards.n, sizeof *counts);
-  int *split_of = calloc(shards.n, sizeof *split_of);
-  if (!counts || !split_of) abort();
+  size_t *counts = loom_calloc(shards.n, sizeof *counts);
+  int *split_of = loom_calloc(shards.n, sizeof *split_of);
   for (size_t i = 0; i < shards.n; i++) {
     json_t *sh = index_shard(dir, shards.v[i], &req, &w, &counts[i]);
     if (json_object_get(sh, "error")) rep->bad_shards++;

@@ -74,8 +74,7 @@ int loom_image_prepare(const uint8_t *jpeg, size_t len, long min_pixels, long ma
     if (rc) return -1;
   }
   *g = loom_vision_grid_of(rh, rw);
-  *patches = malloc((size_t)g->patches * LOOM_IMG_PATCH_DIM * sizeof(float));
-  if (!*patches) abort();
+  *patches = loom_malloc((size_t)g->patches * LOOM_IMG_PATCH_DIM * sizeof(float));
   loom_image_patchify(&rs, *patches);
   loom_image_free(&rs);
   return 0;
@@ -105,8 +104,7 @@ int loom_image_prepare_fixed(const uint8_t *jpeg, size_t len, int size, const ch
   g->grid_h = g->grid_w = size / P;
   g->patches = (long)g->grid_h * g->grid_w;
   g->tokens = g->patches;
-  *patches = malloc((size_t)g->patches * LOOM_IMG_PATCH_DIM_FIXED * sizeof(float));
-  if (!*patches) abort();
+  *patches = loom_malloc((size_t)g->patches * LOOM_IMG_PATCH_DIM_FIXED * sizeof(float));
   float lut[3][256];
   for (int c = 0; c < 3; c++)
     for (int v = 0; v < 256; v++) {

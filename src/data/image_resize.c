@@ -60,10 +60,9 @@ static int coeffs(int in_size, int out_size, int **bounds_out, int32_t **kk_out)
   double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
   double support = 2.0 * filterscale;
   int ksize = (int)ceil(support) * 2 + 1;
-  int *bounds = malloc((size_t)out_size * 2 * sizeof *bounds);
-  double *k = malloc((size_t)ksize * sizeof *k);
-  int32_t *kk = calloc((size_t)out_size * (size_t)ksize, sizeof *kk);
-  if (!bounds || !k || !kk) abort();
+  int *bounds = loom_malloc((size_t)out_size * 2 * sizeof *bounds);
+  double *k = loom_malloc((size_t)ksize * sizeof *k);
+  int32_t *kk = loom_calloc((size_t)out_size * (size_t)ksize, sizeof *kk);
   for (int xx = 0; xx < out_size; xx++) {
     double center = (xx + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
     int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
@@ -124,14 +123,12 @@ int loom_image_resize_bicubic(const loom_image *in, int out_w, int out_h, loom_i
   size_t n = (size_t)out_w * out_h * 3;
   out->w = out_w;
   out->h = out_h;
-  out->rgb = malloc(n);
-  if (!out->rgb) abort();
+  out->rgb = loom_malloc(n);
   const uint8_t *src = in->rgb;
   uint8_t *tmp = NULL;
   int cur_w = in->w;
   if (out_w != in->w) { /* horizontal first, as PIL */
-    tmp = malloc((size_t)out_w * in->h * 3);
-    if (!tmp) abort();
+    tmp = loom_malloc((size_t)out_w * in->h * 3);
     pass(in->rgb, in->w, in->h, tmp, out_w, in->h, 1);
     src = tmp;
     cur_w = out_w;

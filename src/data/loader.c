@@ -41,8 +41,7 @@ typedef struct {
 static void strlist_push(strlist *l, const char *s) {
   if (l->n == l->cap) {
     l->cap = l->cap ? 2 * l->cap : 16;
-    l->v = realloc(l->v, l->cap * sizeof *l->v);
-    if (!l->v) abort();
+    l->v = loom_realloc(l->v, l->cap, sizeof *l->v);
   }
   l->v[l->n++] = loom_strdup(s);
 }
@@ -95,9 +94,8 @@ static int resolve_shards(const char *spec, strlist *out) {
 /* ---- opening -------------------------------------------------------------------------- */
 
 static int open_shards(loom_loader *l, const strlist *paths) {
-  l->shards = calloc(paths->n, sizeof *l->shards);
-  l->start = calloc(paths->n, sizeof *l->start);
-  if (!l->shards || !l->start) abort();
+  l->shards = loom_calloc(paths->n, sizeof *l->shards);
+  l->start = loom_calloc(paths->n, sizeof *l->start);
   for (size_t i = 0; i < paths->n; i++) {
     if (loom_shard_open(&l->shards[i], paths->v[i])) return -1;
     l->nshards++;
@@ -142,8 +140,7 @@ static int open_part(loom_loader **out, const char *shards, int B, int T, int ra
                      uint64_t seed, double held_out, int part) {
   *out = NULL;
   if (check_args(shards, B, T, rank, world)) return -1;
-  loom_loader *l = calloc(1, sizeof *l);
-  if (!l) abort();
+  loom_loader *l = loom_calloc(1, sizeof *l);
   *l = (loom_loader){.B = B, .T = T, .rank = rank, .world = world, .seed = seed, .doc_eod = -1};
   strlist paths = {0};
   int rc = resolve_shards(shards, &paths);
@@ -168,9 +165,8 @@ static int open_part(loom_loader **out, const char *shards, int B, int T, int ra
     return -1;
   }
   l->per_epoch = l->windows / ((uint64_t)B * (uint64_t)world);
-  l->order = malloc(l->windows * sizeof *l->order);
-  l->window = malloc(((size_t)T + 1) * sizeof *l->window);
-  if (!l->order || !l->window) abort();
+  l->order = loom_malloc_for(l->windows * sizeof *l->order, "the order of the token windows");
+  l->window = loom_malloc(((size_t)T + 1) * sizeof *l->window);
   scan_max_token(l);
   *out = l;
   return 0;

@@ -57,8 +57,7 @@ struct loom_shard_writer {
 int loom_shard_writer_open(loom_shard_writer **out, const char *path, uint32_t vocab_size) {
   *out = NULL;
   if (vocab_size == 0) return loom_err("%s: cannot write a shard with vocab_size 0", path);
-  loom_shard_writer *w = calloc(1, sizeof *w);
-  if (!w) abort();
+  loom_shard_writer *w = loom_calloc(1, sizeof *w);
   w->path = loom_strdup(path);
   w->tmp = loom_tmp_path(path);
   w->h = (loom_shard_header){LOOM_SHARD_VERSION, loom_shard_dtype_for_vocab(vocab_size), 0,
@@ -97,8 +96,7 @@ int loom_shard_writer_append(loom_shard_writer *w, const int32_t *tokens, size_t
   size_t width = loom_shard_dtype_bytes(w->h.dtype);
   if (n * width > w->buf_cap) {
     w->buf_cap = n * width;
-    w->buf = realloc(w->buf, w->buf_cap);
-    if (!w->buf) abort();
+    w->buf = loom_realloc(w->buf, w->buf_cap, 1);
   }
   for (size_t i = 0; i < n; i++) {
     if (tokens[i] < 0 || (uint32_t)tokens[i] >= w->h.vocab_size)
@@ -308,8 +306,7 @@ int loom_shard_read(const char *path, loom_shard_header *h, int32_t **tokens) {
   loom_shard s;
   if (loom_shard_open(&s, path)) return -1;
   *h = s.h;
-  *tokens = malloc((size_t)(s.h.count ? s.h.count : 1) * sizeof **tokens);
-  if (!*tokens) abort();
+  *tokens = loom_malloc_for((size_t)s.h.count * sizeof **tokens, "the token shard");
   loom_shard_copy(&s, 0, s.h.count, *tokens);
   loom_shard_close(&s);
   return 0;

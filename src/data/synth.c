@@ -25,8 +25,7 @@ static void put(sbuf *b, const char *fmt, ...) {
   va_end(ap);
   if (b->len + (size_t)n + 1 > b->cap) {
     while (b->len + (size_t)n + 1 > b->cap) b->cap = b->cap ? 2 * b->cap : 4096;
-    b->s = realloc(b->s, b->cap);
-    if (!b->s) abort();
+    b->s = loom_realloc(b->s, b->cap, 1);
   }
   va_start(ap, fmt);
   vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);

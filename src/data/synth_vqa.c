@@ -185,8 +185,7 @@ void loom_synth_vqa_scene(const loom_synth_vqa_options *o, uint64_t index, loom_
   loom_image *im = &s->image;
   int size = o->image_size;
   im->w = im->h = size;
-  im->rgb = malloc((size_t)size * size * 3);
-  if (!im->rgb) abort();
+  im->rgb = loom_malloc((size_t)size * size * 3);
   int base[3];
   for (int c = 0; c < 3; c++) base[c] = 40 + (int)loom_rng_below(&rng, 40);
   for (size_t i = 0; i < (size_t)size * size; i++)

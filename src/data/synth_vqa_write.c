@@ -78,8 +78,7 @@ static void text_add(text *t, const char *s) {
   size_t k = strlen(s);
   if (t->n + k + 1 > t->cap) {
     t->cap = 2 * (t->n + k + 1);
-    t->buf = realloc(t->buf, t->cap);
-    if (!t->buf) abort();
+    t->buf = loom_realloc(t->buf, t->cap, 1);
   }
   memcpy(t->buf + t->n, s, k + 1);
   t->n += k;
@@ -284,10 +283,9 @@ int loom_synth_vqa(const loom_synth_vqa_options *o, loom_synth_vqa_report *r) {
     return loom_err("synth-vqa: no question type asked (--types)");
   if (loom_mkdir_p(o->out)) return -1;
   long n_shards = (o->samples + o->shard_size - 1) / o->shard_size;
-  tally *tallies = calloc((size_t)n_shards, sizeof *tallies);
-  int *split_of = calloc((size_t)n_shards, sizeof *split_of);
+  tally *tallies = loom_calloc((size_t)n_shards, sizeof *tallies);
+  int *split_of = loom_calloc((size_t)n_shards, sizeof *split_of);
   text corpus = {0};
-  if (!tallies || !split_of) abort();
   int rc = 0;
   for (long s = 0; rc == 0 && s < n_shards; s++) {
     char *path = loom_sprintf("%s/%06ld.tar", o->out, s);

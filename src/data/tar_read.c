@@ -102,8 +102,7 @@ static char *pax_apply(const char *d, size_t n, char **path, int64_t *size) {
     size_t klen = (size_t)(eq - kv), vlen = (size_t)(rec_end - eq - 1);
     if (klen == 4 && !memcmp(kv, "path", 4)) {
       free(*path);
-      *path = malloc(vlen + 1);
-      if (!*path) abort();
+      *path = loom_malloc(vlen + 1);
       memcpy(*path, eq + 1, vlen);
       (*path)[vlen] = 0;
     } else if (klen == 4 && !memcmp(kv, "size", 4)) {
@@ -127,8 +126,7 @@ static char *pax_apply(const char *d, size_t n, char **path, int64_t *size) {
 static void add_member(loom_tar_index *ix, size_t *cap, char *name, uint64_t off, uint64_t sz) {
   if (ix->n == *cap) {
     *cap = *cap ? 2 * *cap : 64;
-    ix->members = realloc(ix->members, *cap * sizeof *ix->members);
-    if (!ix->members) abort();
+    ix->members = loom_realloc(ix->members, *cap, sizeof *ix->members);
   }
   ix->members[ix->n++] = (loom_tar_member){name, off, sz};
 }
@@ -141,8 +139,7 @@ static void damage(loom_tar_index *ix, const char *name, char *msg) {
 /* Read a meta member's data (long name, PAX header) of at most 1 MiB. */
 static char *read_meta(int fd, uint64_t off, int64_t size) {
   if (size < 0 || size > (1 << 20)) return NULL;
-  char *d = malloc((size_t)size + 1);
-  if (!d) abort();
+  char *d = loom_malloc((size_t)size + 1);
   if (read_at(fd, off, d, (size_t)size)) {
     free(d);
     return NULL;

@@ -14,8 +14,7 @@ struct loom_tar_writer {
 };
 
 int loom_tar_writer_open(loom_tar_writer **out, const char *path) {
-  loom_tar_writer *w = calloc(1, sizeof *w);
-  if (!w) abort();
+  loom_tar_writer *w = loom_calloc(1, sizeof *w);
   w->path = loom_strdup(path);
   w->tmp = loom_tmp_path(path);
   w->f = fopen(w->tmp, "wb");

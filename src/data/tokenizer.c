@@ -58,8 +58,7 @@ typedef struct {
 static void ivec_push(ivec *a, int32_t x) {
   if (a->n == a->cap) {
     a->cap = a->cap ? 2 * a->cap : 256;
-    a->v = realloc(a->v, a->cap * sizeof *a->v);
-    if (!a->v) abort();
+    a->v = loom_realloc(a->v, a->cap, sizeof *a->v);
   }
   a->v[a->n++] = x;
 }
@@ -78,8 +77,7 @@ static void str_register(loom_tokenizer *t, const char *s, size_t len, int32_t i
   if (!added) return;
   if ((size_t)i >= t->str_ids_cap) {
     t->str_ids_cap = t->str_ids_cap ? 2 * t->str_ids_cap : 1024;
-    t->str_ids = realloc(t->str_ids, t->str_ids_cap * sizeof *t->str_ids);
-    if (!t->str_ids) abort();
+    t->str_ids = loom_realloc(t->str_ids, t->str_ids_cap, sizeof *t->str_ids);
   }
   t->str_ids[i] = id;
 }
@@ -110,8 +108,7 @@ static int parse_vocab(loom_tokenizer *t, json_t *vocab) {
 static void ensure_ids(loom_tokenizer *t, int n) {
   if (t->id_index && n <= t->vocab_size) return;
   int old = t->id_index ? t->vocab_size : 0;
-  t->id_index = realloc(t->id_index, (size_t)n * sizeof *t->id_index);
-  if (!t->id_index) abort();
+  t->id_index = loom_realloc(t->id_index, (size_t)n, sizeof *t->id_index);
   for (int i = old; i < n; i++) t->id_index[i] = -1;
   if (n > t->vocab_size) t->vocab_size = n;
 }
@@ -129,8 +126,7 @@ static int build_id_tables(loom_tokenizer *t, json_t *vocab) {
   const char *key;
   json_t *val;
   size_t cap = json_object_size(vocab) + 1;
-  t->bytes_ids = malloc(cap * sizeof *t->bytes_ids);
-  if (!t->bytes_ids) abort();
+  t->bytes_ids = loom_malloc(cap * sizeof *t->bytes_ids);
   json_object_foreach(vocab, key, val) {
     int32_t id = (int32_t)json_integer_value(val);
     if (t->id_index[id] >= 0)
@@ -196,8 +192,7 @@ static int parse_merges(loom_tokenizer *t, json_t *merges) {
     if (merge_parts(t, json_array_get(merges, k), k, &a, &alen, &b, &blen)) goto fail;
     if (alen + blen + 1 > bufcap) {
       bufcap = 2 * (alen + blen + 1);
-      buf = realloc(buf, bufcap);
-      if (!buf) abort();
+      buf = loom_realloc(buf, bufcap, 1);
     }
     memcpy(buf, a, alen);
     memcpy(buf + alen, b, blen);
@@ -249,8 +244,7 @@ static int parse_added_token(loom_tokenizer *t, json_t *a, size_t k) {
                     json_string_value(content), (int)aid, (int)have_len, have);
   added_token *at = &t->added[t->n_added++];
   at->len = json_string_length(content);
-  at->content = malloc(at->len + 1);
-  if (!at->content) abort();
+  at->content = loom_malloc(at->len + 1);
   memcpy(at->content, json_string_value(content), at->len + 1);
   at->id = (int32_t)json_integer_value(id);
   at->lstrip = json_flag(a, "lstrip", 0);
@@ -264,8 +258,7 @@ static int parse_added_token(loom_tokenizer *t, json_t *a, size_t k) {
 static int parse_added_tokens(loom_tokenizer *t, json_t *list) {
   if (!list || json_is_null(list)) return 0;
   if (!json_is_array(list)) return loom_err("%s: added_tokens is not a list", t->path);
-  t->added = calloc(json_array_size(list) + 1, sizeof *t->added);
-  if (!t->added) abort();
+  t->added = loom_calloc(json_array_size(list) + 1, sizeof *t->added);
   for (size_t k = 0; k < json_array_size(list); k++)
     if (parse_added_token(t, json_array_get(list, k), k)) return -1;
   return 0;
@@ -404,8 +397,7 @@ int loom_tokenizer_load(loom_tokenizer **out, const char *path) {
   if (!root)
     return loom_err("%s: invalid JSON at line %d column %d: %s; is it a tokenizer.json?", path,
                     je.line, je.column, je.text);
-  loom_tokenizer *t = calloc(1, sizeof *t);
-  if (!t) abort();
+  loom_tokenizer *t = loom_calloc(1, sizeof *t);
   t->path = loom_strdup(path);
   t->by_str = loom_strtab_new();
   t->id_bytes = loom_strtab_new();
@@ -473,8 +465,7 @@ static int cand_less(const merge_cand *x, const merge_cand *y) {
 static void heap_push(cand_heap *h, merge_cand c) {
   if (h->n == h->cap) {
     h->cap = h->cap ? 2 * h->cap : 64;
-    h->v = realloc(h->v, h->cap * sizeof *h->v);
-    if (!h->v) abort();
+    h->v = loom_realloc(h->v, h->cap, sizeof *h->v);
   }
   size_t i = h->n++;
   while (i > 0 && cand_less(&c, &h->v[(i - 1) / 2])) {
@@ -511,11 +502,10 @@ typedef struct {
 static void work_reserve(bpe_work *w, size_t m) {
   if (m <= w->cap) return;
   w->cap = m;
-  w->sym = realloc(w->sym, m * sizeof *w->sym);
-  w->prev = realloc(w->prev, m * sizeof *w->prev);
-  w->next = realloc(w->next, m * sizeof *w->next);
-  w->dead = realloc(w->dead, m);
-  if (!w->sym || !w->prev || !w->next || !w->dead) abort();
+  w->sym = loom_realloc(w->sym, m, sizeof *w->sym);
+  w->prev = loom_realloc(w->prev, m, sizeof *w->prev);
+  w->next = loom_realloc(w->next, m, sizeof *w->next);
+  w->dead = loom_realloc(w->dead, m, 1);
 }
 
 static void work_free(bpe_work *w) {
@@ -576,15 +566,13 @@ static void cache_store(loom_tokenizer *t, const char *p, size_t m, const int32_
   int64_t e = loom_strtab_intern(t->cache, p, m, NULL);
   if ((size_t)e >= t->cache_cap) {
     t->cache_cap = t->cache_cap ? 2 * t->cache_cap : 4096;
-    t->cache_off = realloc(t->cache_off, t->cache_cap * sizeof *t->cache_off);
-    t->cache_n = realloc(t->cache_n, t->cache_cap * sizeof *t->cache_n);
-    if (!t->cache_off || !t->cache_n) abort();
+    t->cache_off = loom_realloc(t->cache_off, t->cache_cap, sizeof *t->cache_off);
+    t->cache_n = loom_realloc(t->cache_n, t->cache_cap, sizeof *t->cache_n);
   }
   if (t->cache_ids_len + n > t->cache_ids_cap) {
     while (t->cache_ids_len + n > t->cache_ids_cap)
       t->cache_ids_cap = t->cache_ids_cap ? 2 * t->cache_ids_cap : 16384;
-    t->cache_ids = realloc(t->cache_ids, t->cache_ids_cap * sizeof *t->cache_ids);
-    if (!t->cache_ids) abort();
+    t->cache_ids = loom_realloc(t->cache_ids, t->cache_ids_cap, sizeof *t->cache_ids);
   }
   memcpy(t->cache_ids + t->cache_ids_len, ids, n * sizeof *ids);
   t->cache_off[e] = t->cache_ids_len;
@@ -663,7 +651,7 @@ int loom_tokenizer_encode(loom_tokenizer *t, const char *text, size_t len, int32
     free(c.out.v);
     return loom_err_prefix("%s: encoding: ", t->path);
   }
-  *ids = c.out.v ? c.out.v : malloc(sizeof(int32_t));
+  *ids = c.out.v ? c.out.v : loom_malloc(sizeof(int32_t));
   *n = c.out.n;
   return 0;
 }
@@ -680,8 +668,7 @@ int loom_tokenizer_decode(const loom_tokenizer *t, const int32_t *ids, size_t n,
                       t->path, (int)ids[i], i, t->vocab_size);
     total += blen;
   }
-  char *out = malloc(total + 1);
-  if (!out) abort();
+  char *out = loom_malloc(total + 1);
   size_t o = 0;
   for (size_t i = 0; i < n; i++) {
     const char *b = loom_tokenizer_token_bytes(t, ids[i], &blen);

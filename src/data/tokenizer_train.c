@@ -61,8 +61,7 @@ static int add_piece(void *ctx, const char *p, size_t n) {
   if (added) {
     if (tr->nwords == tr->words_cap) {
       tr->words_cap = tr->words_cap ? 2 * tr->words_cap : 4096;
-      tr->words = realloc(tr->words, tr->words_cap * sizeof *tr->words);
-      if (!tr->words) abort();
+      tr->words = loom_realloc(tr->words, tr->words_cap, sizeof *tr->words);
     }
     tr->words[w] = (word){0, (uint32_t)n, 0};
     tr->nwords++;
@@ -111,8 +110,7 @@ static void words_to_symbols(trainer *tr) {
   init_byte_tokens(tr, byte_id);
   size_t total = 0;
   for (size_t w = 0; w < tr->nwords; w++) total += tr->words[w].len;
-  tr->sym = malloc((total + 1) * sizeof *tr->sym);
-  if (!tr->sym) abort();
+  tr->sym = loom_malloc((total + 1) * sizeof *tr->sym);
   size_t o = 0;
   for (size_t w = 0; w < tr->nwords; w++) {
     size_t n;
@@ -120,8 +118,7 @@ static void words_to_symbols(trainer *tr) {
     tr->words[w].off = o;
     for (size_t i = 0; i < n; i++) tr->sym[o++] = byte_id[p[i]];
   }
-  tr->stamp = calloc(tr->nwords + 1, sizeof *tr->stamp);
-  if (!tr->stamp) abort();
+  tr->stamp = loom_calloc(tr->nwords + 1, sizeof *tr->stamp);
 }
 
 /* ---- pair bookkeeping ------------------------------------------------------------------- */
@@ -131,8 +128,7 @@ static uint32_t pair_get(trainer *tr, int32_t a, int32_t b) {
   if (loom_u64map_get(tr->pair_idx, key, &v)) return (uint32_t)v;
   if (tr->npairs == tr->pairs_cap) {
     tr->pairs_cap = tr->pairs_cap ? 2 * tr->pairs_cap : 4096;
-    tr->pairs = realloc(tr->pairs, tr->pairs_cap * sizeof *tr->pairs);
-    if (!tr->pairs) abort();
+    tr->pairs = loom_realloc(tr->pairs, tr->pairs_cap, sizeof *tr->pairs);
   }
   tr->pairs[tr->npairs] = (pair_info){.a = a, .b = b};
   loom_u64map_put(tr->pair_idx, key, tr->npairs);
@@ -144,8 +140,7 @@ static void pair_add_word(pair_info *p, uint32_t w) {
   p->last_word = w + 1;
   if (p->n == p->cap) {
     p->cap = p->cap ? 2 * p->cap : 4;
-    p->w = realloc(p->w, p->cap * sizeof *p->w);
-    if (!p->w) abort();
+    p->w = loom_realloc(p->w, p->cap, sizeof *p->w);
   }
   p->w[p->n++] = w;
 }
@@ -159,8 +154,7 @@ static int heap_before(const trainer *tr, heap_ent x, heap_ent y) {
 static void heap_push(trainer *tr, heap_ent e) {
   if (tr->nheap == tr->heap_cap) {
     tr->heap_cap = tr->heap_cap ? 2 * tr->heap_cap : 4096;
-    tr->heap = realloc(tr->heap, tr->heap_cap * sizeof *tr->heap);
-    if (!tr->heap) abort();
+    tr->heap = loom_realloc(tr->heap, tr->heap_cap, sizeof *tr->heap);
   }
   size_t i = tr->nheap++;
   while (i > 0 && heap_before(tr, e, tr->heap[(i - 1) / 2])) {
@@ -198,8 +192,7 @@ static void count_word(trainer *tr, uint32_t w, int sign, int32_t fresh) {
     if (fresh < 0) continue;
     if (tr->ntouched == tr->touched_cap) {
       tr->touched_cap = tr->touched_cap ? 2 * tr->touched_cap : 1024;
-      tr->touched = realloc(tr->touched, tr->touched_cap * sizeof *tr->touched);
-      if (!tr->touched) abort();
+      tr->touched = loom_realloc(tr->touched, tr->touched_cap, sizeof *tr->touched);
     }
     tr->touched[tr->ntouched++] = p;
   }
@@ -268,16 +261,14 @@ static int64_t best_pair(trainer *tr) {
 }
 
 static void learn(trainer *tr, int n_merges) {
-  tr->merges = malloc((size_t)(n_merges > 0 ? n_merges : 1) * sizeof *tr->merges);
-  if (!tr->merges) abort();
+  tr->merges = loom_malloc((size_t)(n_merges > 0 ? n_merges : 1) * sizeof *tr->merges);
   for (int step = 0; step < n_merges; step++) {
     int64_t p = best_pair(tr);
     if (p < 0) break;
     int32_t a = tr->pairs[p].a, b = tr->pairs[p].b;
     size_t la, lb;
     const uint8_t *ba = loom_strtab_get(tr->tok, a, &la), *bb = loom_strtab_get(tr->tok, b, &lb);
-    uint8_t *cat = malloc(la + lb);
-    if (!cat) abort();
+    uint8_t *cat = loom_malloc(la + lb);
     memcpy(cat, ba, la);
     memcpy(cat + la, bb, lb);
     int added;

@@ -73,8 +73,7 @@ static size_t utf8_get(const uint8_t *s, size_t n, uint32_t *cp) {
 }
 
 char *loom_bytes_to_token_str(const uint8_t *bytes, size_t len) {
-  char *s = malloc(2 * len + 1); /* every mapped code point is < 0x800: 2 bytes at most */
-  if (!s) abort();
+  char *s = loom_malloc(2 * len + 1); /* every mapped code point is < 0x800: 2 bytes at most */
   size_t o = 0;
   for (size_t i = 0; i < len; i++) o += (size_t)utf8_put(loom_byte_to_unicode(bytes[i]), s + o);
   s[o] = 0;
@@ -83,8 +82,7 @@ char *loom_bytes_to_token_str(const uint8_t *bytes, size_t len) {
 
 uint8_t *loom_token_str_to_bytes(const char *s, size_t *len) {
   size_t n = strlen(s), o = 0;
-  uint8_t *out = malloc(n + 1);
-  if (!out) abort();
+  uint8_t *out = loom_malloc(n + 1);
   const uint8_t *u = (const uint8_t *)s;
   for (size_t i = 0; i < n;) {
     uint32_t cp;
@@ -117,11 +115,9 @@ struct loom_strtab {
 static uint64_t str_hash(const void *p, size_t n) { return loom_hash64(p, n, 0x51ed270b27c5f3a9ull); }
 
 loom_strtab *loom_strtab_new(void) {
-  loom_strtab *s = calloc(1, sizeof *s);
-  if (!s) abort();
+  loom_strtab *s = loom_calloc(1, sizeof *s);
   s->nslots = 64;
-  s->slots = malloc(s->nslots * sizeof *s->slots);
-  if (!s->slots) abort();
+  s->slots = loom_malloc(s->nslots * sizeof *s->slots);
   for (size_t i = 0; i < s->nslots; i++) s->slots[i] = -1;
   return s;
 }
@@ -154,8 +150,7 @@ static size_t strtab_slot(const loom_strtab *s, const void *bytes, size_t len, u
 
 static void strtab_grow_slots(loom_strtab *s) {
   size_t n = s->nslots * 2;
-  int64_t *slots = malloc(n * sizeof *slots);
-  if (!slots) abort();
+  int64_t *slots = loom_malloc(n * sizeof *slots);
   for (size_t i = 0; i < n; i++) slots[i] = -1;
   for (size_t k = 0; k < s->count; k++) {
     size_t i = (size_t)str_hash(s->arena + s->off[k], s->len[k]) & (n - 1);
@@ -170,14 +165,12 @@ static void strtab_grow_slots(loom_strtab *s) {
 static void strtab_append(loom_strtab *s, const void *bytes, size_t len) {
   if (s->count == s->cap) {
     s->cap = s->cap ? 2 * s->cap : 64;
-    s->off = realloc(s->off, s->cap * sizeof *s->off);
-    s->len = realloc(s->len, s->cap * sizeof *s->len);
-    if (!s->off || !s->len) abort();
+    s->off = loom_realloc(s->off, s->cap, sizeof *s->off);
+    s->len = loom_realloc(s->len, s->cap, sizeof *s->len);
   }
   if (s->arena_len + len > s->arena_cap) {
     while (s->arena_len + len > s->arena_cap) s->arena_cap = s->arena_cap ? 2 * s->arena_cap : 1024;
-    s->arena = realloc(s->arena, s->arena_cap);
-    if (!s->arena) abort();
+    s->arena = loom_realloc(s->arena, s->arena_cap, 1);
   }
   if (len) memcpy(s->arena + s->arena_len, bytes, len);
   s->off[s->count] = s->arena_len;
@@ -218,15 +211,13 @@ static uint64_t mix64(uint64_t z) {
 
 static void u64map_alloc(loom_u64map *m, size_t cap) {
   m->cap = cap;
-  m->keys = malloc(cap * sizeof *m->keys);
-  m->vals = malloc(cap * sizeof *m->vals);
-  m->used = calloc(cap, 1);
-  if (!m->keys || !m->vals || !m->used) abort();
+  m->keys = loom_malloc(cap * sizeof *m->keys);
+  m->vals = loom_malloc(cap * sizeof *m->vals);
+  m->used = loom_calloc(cap, 1);
 }
 
 loom_u64map *loom_u64map_new(size_t expected) {
-  loom_u64map *m = calloc(1, sizeof *m);
-  if (!m) abort();
+  loom_u64map *m = loom_calloc(1, sizeof *m);
   size_t cap = 16;
   while (cap < 2 * expected) cap *= 2;
   u64map_alloc(m, cap);
@@ -299,8 +290,7 @@ struct loom_regex {
  * Other escapes (\\s is a backslash then 's') and \Q...\E literals are copied verbatim. */
 static char *regex_unicode_spaces(const char *pattern) {
   size_t n = strlen(pattern), o = 0;
-  char *out = malloc(n * 8 + 1); /* "\s" (2 bytes) becomes 16 at most */
-  if (!out) abort();
+  char *out = loom_malloc(n * 8 + 1); /* "\s" (2 bytes) becomes 16 at most */
   for (size_t i = 0; i < n; i++) {
     if (pattern[i] != '\\' || i + 1 == n) {
       out[o++] = pattern[i];
@@ -346,8 +336,7 @@ int loom_regex_compile(loom_regex **out, const char *pattern) {
     return loom_err("cannot compile the pre-tokenizer regex at offset %zu: %s (pattern: %s)",
                     (size_t)eoff, (const char *)msg, pattern);
   }
-  loom_regex *re = calloc(1, sizeof *re);
-  if (!re) abort();
+  loom_regex *re = loom_calloc(1, sizeof *re);
   re->code = code;
   re->md = pcre2_match_data_create(1, NULL);
   re->mctx = pcre2_match_context_create(NULL);

@@ -24,8 +24,7 @@ int loom_vqa_dataset_open(loom_vqa_dataset **out, const char *path, const char *
                           bool skip_bad, uint64_t *bad_shards) {
   *out = NULL;
   uint64_t bad = 0;
-  loom_vqa_dataset *d = calloc(1, sizeof *d);
-  if (!d) abort();
+  loom_vqa_dataset *d = loom_calloc(1, sizeof *d);
   int rc = 0;
   if (!path || !*path) {
     rc = loom_err("no vision-language data given: set data.vqa_path to a prepared directory "

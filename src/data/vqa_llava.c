@@ -46,8 +46,7 @@ static char *parse_entry(const loom_llava *a, json_t *obj, entry *e) {
   json_t *img = json_object_get(obj, "image"), *conv = json_object_get(obj, "conversations");
   if (img && !json_is_null(img)) {
     size_t n = json_is_array(img) ? json_array_size(img) : 1;
-    e->images = calloc(n + 1, sizeof *e->images);
-    if (!e->images) abort();
+    e->images = loom_calloc(n + 1, sizeof *e->images);
     for (size_t k = 0; k < n; k++) {
       json_t *p = json_is_array(img) ? json_array_get(img, k) : img;
       if (!json_is_string(p) || !json_string_length(p))
@@ -58,8 +57,7 @@ static char *parse_entry(const loom_llava *a, json_t *obj, entry *e) {
   if (!json_is_array(conv) || json_array_size(conv) == 0)
     return loom_strdup("needs a non-empty \"conversations\" list");
   size_t nt = json_array_size(conv);
-  e->turns = calloc(nt, sizeof *e->turns);
-  if (!e->turns) abort();
+  e->turns = loom_calloc(nt, sizeof *e->turns);
   for (size_t k = 0; k < nt; k++) {
     json_t *t = json_array_get(conv, k);
     json_t *from = json_object_get(t, "from"), *value = json_object_get(t, "value");
@@ -83,8 +81,7 @@ static char *parse_entry(const loom_llava *a, json_t *obj, entry *e) {
 static void add_entry(loom_llava *a, size_t *cap, json_t *obj, const char *syntax_error) {
   if (a->n == *cap) {
     *cap = *cap ? 2 * *cap : 256;
-    a->e = realloc(a->e, *cap * sizeof *a->e);
-    if (!a->e) abort();
+    a->e = loom_realloc(a->e, *cap, sizeof *a->e);
   }
   entry *e = &a->e[a->n];
   memset(e, 0, sizeof *e);
@@ -139,8 +136,7 @@ int loom_llava_open(loom_llava **out, const char *path) {
   char *text;
   size_t len;
   if (loom_read_file(path, &text, &len)) return loom_err_prefix("LLaVA annotations: ");
-  loom_llava *a = calloc(1, sizeof *a);
-  if (!a) abort();
+  loom_llava *a = loom_calloc(1, sizeof *a);
   a->path = loom_strdup(path);
   const char *slash = strrchr(path, '/');
   a->dir = slash ? loom_sprintf("%.*s", (int)(slash - path), path) : loom_strdup(".");
@@ -175,10 +171,9 @@ int loom_llava_get(const loom_llava *a, size_t i, loom_vqa_sample *s) {
                                 e->where, e->error);
   s->key = loom_strdup(e->key);
   s->where = loom_strdup(e->where);
-  s->images = calloc((size_t)e->n_images + 1, sizeof *s->images);
-  s->image_len = calloc((size_t)e->n_images + 1, sizeof *s->image_len);
-  s->turns = calloc((size_t)e->n_turns + 1, sizeof *s->turns);
-  if (!s->images || !s->image_len || !s->turns) abort();
+  s->images = loom_calloc((size_t)e->n_images + 1, sizeof *s->images);
+  s->image_len = loom_calloc((size_t)e->n_images + 1, sizeof *s->image_len);
+  s->turns = loom_calloc((size_t)e->n_turns + 1, sizeof *s->turns);
   for (int k = 0; k < e->n_images; k++) {
     char *data;
     if (!loom_path_exists(e->images[k])) {

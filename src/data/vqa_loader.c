@@ -33,12 +33,6 @@ struct loom_vqa_loader {
   int truncated;
 };
 
-static void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n ? n : 1);
-  if (!p) abort();
-  return p;
-}
-
 int loom_vqa_loader_open(loom_vqa_loader **out, const loom_vqa_options *o) {
   *out = NULL;
   if (o->seq_len < 2 || o->micro_batch < 1 || o->world < 1 || o->rank < 0 || o->rank >= o->world)
@@ -46,8 +40,7 @@ int loom_vqa_loader_open(loom_vqa_loader **out, const loom_vqa_options *o) {
                     "0 <= rank < world (got %d of %d)", o->seq_len, o->micro_batch, o->rank,
                     o->world);
   if (!o->tokenizer) return loom_err("vqa loader: no tokenizer given (data.tokenizer)");
-  loom_vqa_loader *l = calloc(1, sizeof *l);
-  if (!l) abort();
+  loom_vqa_loader *l = loom_calloc(1, sizeof *l);
   l->o = *o;
   if (!l->o.min_pixels) l->o.min_pixels = LOOM_IMG_MIN_PIXELS_DEFAULT;
   if (!l->o.max_pixels) l->o.max_pixels = LOOM_IMG_MAX_PIXELS_DEFAULT;
@@ -75,19 +68,16 @@ int loom_vqa_loader_open(loom_vqa_loader **out, const loom_vqa_options *o) {
     return -1;
   }
   size_t BT = (size_t)o->micro_batch * (size_t)o->seq_len;
-  l->order = malloc(l->N * sizeof *l->order);
-  l->bad = calloc(l->N, 1);
-  l->input_ids = malloc(BT * sizeof(int32_t));
-  l->targets = malloc(BT * sizeof(int32_t));
-  l->mask = malloc(BT * sizeof(int32_t));
-  l->pos = malloc(3 * BT * sizeof(int32_t));
-  l->deltas = calloc((size_t)o->micro_batch, sizeof(int32_t));
-  l->lengths = calloc((size_t)o->micro_batch, sizeof(int32_t));
-  l->ips = calloc((size_t)o->micro_batch, sizeof(int32_t));
-  l->keys = calloc((size_t)o->micro_batch, sizeof(char *));
-  if (!l->order || !l->bad || !l->input_ids || !l->targets || !l->mask || !l->pos ||
-      !l->deltas || !l->lengths || !l->ips || !l->keys)
-    abort();
+  l->order = loom_malloc(l->N * sizeof *l->order);
+  l->bad = loom_calloc(l->N, 1);
+  l->input_ids = loom_malloc(BT * sizeof(int32_t));
+  l->targets = loom_malloc(BT * sizeof(int32_t));
+  l->mask = loom_malloc(BT * sizeof(int32_t));
+  l->pos = loom_malloc(3 * BT * sizeof(int32_t));
+  l->deltas = loom_calloc((size_t)o->micro_batch, sizeof(int32_t));
+  l->lengths = loom_calloc((size_t)o->micro_batch, sizeof(int32_t));
+  l->ips = loom_calloc((size_t)o->micro_batch, sizeof(int32_t));
+  l->keys = loom_calloc((size_t)o->micro_batch, sizeof(char *));
   l->order_epoch = UINT64_MAX;
   l->last_skip = loom_strdup("");
   *out = l;
@@ -117,15 +107,15 @@ static void grow_images(loom_vqa_loader *l, int64_t patches) {
   if (l->n_images == l->img_cap) {
     l->img_cap = l->img_cap ? 2 * l->img_cap : 16;
     size_t c = (size_t)l->img_cap;
-    l->grid = xrealloc(l->grid, 3 * c * sizeof *l->grid);
-    l->row = xrealloc(l->row, c * sizeof *l->row);
-    l->tok_off = xrealloc(l->tok_off, c * sizeof *l->tok_off);
-    l->tokens = xrealloc(l->tokens, c * sizeof *l->tokens);
-    l->patch_off = xrealloc(l->patch_off, c * sizeof *l->patch_off);
+    l->grid = loom_realloc(l->grid, 3 * c, sizeof *l->grid);
+    l->row = loom_realloc(l->row, c, sizeof *l->row);
+    l->tok_off = loom_realloc(l->tok_off, c, sizeof *l->tok_off);
+    l->tokens = loom_realloc(l->tokens, c, sizeof *l->tokens);
+    l->patch_off = loom_realloc(l->patch_off, c, sizeof *l->patch_off);
   }
   if (l->total_patches + patches > l->pix_cap) {
     l->pix_cap = 2 * (l->total_patches + patches);
-    l->pix = xrealloc(l->pix, (size_t)l->pix_cap * patch_dim(l) * sizeof(float));
+    l->pix = loom_realloc(l->pix, (size_t)l->pix_cap * patch_dim(l), sizeof(float));
   }
 }
 
@@ -149,12 +139,11 @@ static void prepared_free(prepared *p) {
 static int prepare_images(const loom_vqa_loader *l, const loom_vqa_sample *s, prepared *p) {
   int n = s->n_images;
   memset(p, 0, sizeof *p);
-  p->patches = calloc((size_t)n + 1, sizeof *p->patches);
-  p->g = calloc((size_t)n + 1, sizeof *p->g);
-  p->tokens = calloc((size_t)n + 1, sizeof *p->tokens);
-  p->w = calloc((size_t)n + 1, sizeof *p->w);
-  p->h = calloc((size_t)n + 1, sizeof *p->h);
-  if (!p->patches || !p->g || !p->tokens || !p->w || !p->h) abort();
+  p->patches = loom_calloc((size_t)n + 1, sizeof *p->patches);
+  p->g = loom_calloc((size_t)n + 1, sizeof *p->g);
+  p->tokens = loom_calloc((size_t)n + 1, sizeof *p->tokens);
+  p->w = loom_calloc((size_t)n + 1, sizeof *p->w);
+  p->h = loom_calloc((size_t)n + 1, sizeof *p->h);
   for (int k = 0; k < n; k++) {
     char *where = n > 1 ? loom_sprintf("%s, image %d", s->where, k) : loom_strdup(s->where);
     int rc = l->o.fixed_size > 0

@@ -37,9 +37,8 @@ static void push(builder *b, int32_t id, uint8_t target) {
   loom_vqa_seq *s = b->s;
   if (s->n == b->cap) {
     b->cap = b->cap ? 2 * b->cap : 256;
-    s->ids = realloc(s->ids, b->cap * sizeof *s->ids);
-    s->is_target = realloc(s->is_target, b->cap);
-    if (!s->ids || !s->is_target) abort();
+    s->ids = loom_realloc(s->ids, b->cap, sizeof *s->ids);
+    s->is_target = loom_realloc(s->is_target, b->cap, 1);
   }
   s->ids[s->n] = id;
   s->is_target[s->n++] = target;
@@ -105,8 +104,7 @@ int loom_vqa_build_seq(loom_tokenizer *t, const loom_vqa_special *sp, const loom
   if (first_user < 0 || n_answers == 0)
     return loom_err("%s: the conversation needs a user turn and an answer (assistant / gpt) "
                     "turn", s->where);
-  out->image_start = calloc((size_t)s->n_images + 1, sizeof *out->image_start);
-  if (!out->image_start) abort();
+  out->image_start = loom_calloc((size_t)s->n_images + 1, sizeof *out->image_start);
   int next_image = 0;
   for (int i = 0; i < s->n_turns; i++) {
     const loom_vqa_turn *turn = &s->turns[i];
