@@ -11,9 +11,8 @@ enum { MAX_LISTED = 8 };
 
 int sched_check_deadlock(const loom_schedule *s, const sched_links *links) {
   sched_replay_state st = {0};
-  st.busy = calloc((size_t)s->pp, sizeof *st.busy);
-  st.blocked = calloc((size_t)s->pp, sizeof *st.blocked);
-  if (!st.busy || !st.blocked) abort();
+  st.busy = loom_calloc((size_t)s->pp, sizeof *st.busy);
+  st.blocked = loom_calloc((size_t)s->pp, sizeof *st.blocked);
   int rc = 0;
   if (sched_replay(s, links, &st)) {
     char msg[3000];

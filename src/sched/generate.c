@@ -41,8 +41,7 @@ void sched_emit_tail(loom_schedule *s, int rank) {
 /* No pipeline (pp = 1): per micro-batch, forward through chunks 0..vpp-1, then backward
  * through vpp-1..0. */
 void sched_generate_none(loom_schedule *s) {
-  unsigned char *loaded = calloc((size_t)s->microbatches, 1);
-  if (!loaded) abort();
+  unsigned char *loaded = loom_calloc((size_t)s->microbatches, 1);
   for (int mb = 0; mb < s->microbatches; mb++) {
     for (int c = 0; c < s->vpp; c++) sched_emit_forward(s, 0, c, mb, loaded);
     for (int c = s->vpp - 1; c >= 0; c--) sched_emit_backward(s, 0, c, mb);

@@ -13,8 +13,7 @@ int loom_sched_generate_forward(loom_schedule *s, int pp, int vpp, int microbatc
   memset(s, 0, sizeof *s);
   if (sched_init(s, "forward", pp, vpp, microbatches))
     return loom_err_prefix("forward-only schedule: ");
-  unsigned char *loaded = calloc((size_t)pp * (size_t)microbatches, 1);
-  if (!loaded) abort();
+  unsigned char *loaded = loom_calloc((size_t)pp * (size_t)microbatches, 1);
   for (int mb = 0; mb < microbatches; mb++)
     for (int v = 0; v < pp * vpp; v++) {
       int r = loom_sched_vstage_rank(s, v);
@@ -28,8 +27,8 @@ int loom_sched_generate_forward(loom_schedule *s, int pp, int vpp, int microbatc
  * previous chunk's forward on the same rank) before its forward; send-act after it. */
 static int check_forward_order(const loom_schedule *s) {
   int units = s->vpp * s->microbatches;
-  int *done = malloc((size_t)units * sizeof *done), *recvd = malloc((size_t)units * sizeof *recvd);
-  if (!done || !recvd) abort();
+  int *done = loom_malloc((size_t)units * sizeof *done);
+  int *recvd = loom_malloc((size_t)units * sizeof *recvd);
   int rc = 0;
   for (int r = 0; r < s->pp && !rc; r++) {
     for (int u = 0; u < units; u++) done[u] = recvd[u] = -1;

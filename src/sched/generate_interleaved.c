@@ -46,10 +46,9 @@ static void build_table(const loom_schedule *s, int n, int *tchunk, int *tmb) {
 
 void sched_generate_interleaved(loom_schedule *s) {
   int pp = s->pp, vpp = s->vpp, m = s->microbatches, total = m * vpp;
-  int *tchunk = malloc((size_t)total * sizeof *tchunk);
-  int *tmb = malloc((size_t)total * sizeof *tmb);
-  unsigned char *loaded = malloc((size_t)m);
-  if (!tchunk || !tmb || !loaded) abort();
+  int *tchunk = loom_malloc((size_t)total * sizeof *tchunk);
+  int *tmb = loom_malloc((size_t)total * sizeof *tmb);
+  unsigned char *loaded = loom_malloc((size_t)m);
   int n = group_size(pp, m);
   build_table(s, n, tchunk, tmb);
   for (int r = 0; r < pp; r++) {

@@ -9,11 +9,11 @@
  * At most min(pp-r, m) micro-batches are in flight on rank r, against m for GPipe. */
 #include <stdlib.h>
 
+#include "loom/core.h"
 #include "sched/sched_internal.h"
 
 static unsigned char *loaded_flags(const loom_schedule *s) {
-  unsigned char *loaded = calloc((size_t)s->microbatches, 1);
-  if (!loaded) abort();
+  unsigned char *loaded = loom_calloc((size_t)s->microbatches, 1);
   return loaded;
 }
 

@@ -25,13 +25,11 @@ char *loom_sched_to_grid(const loom_schedule *s) {
   st.cost[LOOM_INSTR_BACKWARD] = 2;
   st.cost[LOOM_INSTR_BACKWARD_INPUT] = 1;
   st.cost[LOOM_INSTR_BACKWARD_WEIGHT] = 1;
-  st.busy = calloc((size_t)s->pp, sizeof *st.busy);
-  st.blocked = calloc((size_t)s->pp, sizeof *st.blocked);
-  st.start = calloc((size_t)s->pp, sizeof *st.start);
-  if (!st.busy || !st.blocked || !st.start) abort();
+  st.busy = loom_calloc((size_t)s->pp, sizeof *st.busy);
+  st.blocked = loom_calloc((size_t)s->pp, sizeof *st.blocked);
+  st.start = loom_calloc((size_t)s->pp, sizeof *st.start);
   for (int r = 0; r < s->pp; r++) {
-    st.start[r] = malloc((size_t)(s->count[r] ? s->count[r] : 1) * sizeof **st.start);
-    if (!st.start[r]) abort();
+    st.start[r] = loom_malloc((size_t)(s->count[r] ? s->count[r] : 1) * sizeof **st.start);
   }
   LOOM_ASSERT(!sched_replay(s, &links, &st)); /* validated: no deadlock */
   int cells = (int)lround(st.makespan);
@@ -52,8 +50,7 @@ char *loom_sched_to_grid(const loom_schedule *s) {
   sched_text_put(&out, head);
   int digits = snprintf(NULL, 0, "%d", s->pp - 1);
   size_t row_len = (size_t)cells * (size_t)(width + 1) + 1;
-  char *row = malloc(row_len + 1);
-  if (!row) abort();
+  char *row = loom_malloc(row_len + 1);
   for (int r = 0; r < s->pp; r++) {
     memset(row, ' ', row_len);
     for (int t = 0; t < cells; t++) row[(size_t)t * (width + 1)] = '.';

@@ -44,9 +44,8 @@ int sched_match(const loom_schedule *s, sched_links *links) {
   long nkeys = sched_key_count(s);
   int *at_rank[2], *at_index[2]; /* [0] send, [1] recv: where each key was seen */
   for (int d = 0; d < 2; d++) {
-    at_rank[d] = malloc((size_t)(nkeys ? nkeys : 1) * sizeof(int));
-    at_index[d] = malloc((size_t)(nkeys ? nkeys : 1) * sizeof(int));
-    if (!at_rank[d] || !at_index[d]) abort();
+    at_rank[d] = loom_malloc((size_t)(nkeys ? nkeys : 1) * sizeof(int));
+    at_index[d] = loom_malloc((size_t)(nkeys ? nkeys : 1) * sizeof(int));
     for (long k = 0; k < nkeys; k++) at_rank[d][k] = -1;
   }
   int rc = 0;
@@ -76,11 +75,9 @@ int sched_match(const loom_schedule *s, sched_links *links) {
       if (at_rank[!sched_is_recv(in->kind)][sched_key(s, r, in)] < 0) rc = unmatched(s, r, i);
     }
   if (!rc) {
-    links->peer_index = calloc((size_t)(unsigned)s->pp, sizeof *links->peer_index);
-    if (!links->peer_index) abort();
+    links->peer_index = loom_calloc((size_t)(unsigned)s->pp, sizeof *links->peer_index);
     for (int r = 0; r < s->pp; r++) {
-      links->peer_index[r] = malloc((size_t)(s->count[r] ? s->count[r] : 1) * sizeof(int));
-      if (!links->peer_index[r]) abort();
+      links->peer_index[r] = loom_malloc((size_t)(s->count[r] ? s->count[r] : 1) * sizeof(int));
       for (int i = 0; i < s->count[r]; i++) {
         const loom_instr *in = &s->instr[r][i];
         int is_msg = sched_is_send(in->kind) || sched_is_recv(in->kind);

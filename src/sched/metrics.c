@@ -20,9 +20,8 @@ double loom_sched_bubble_fraction(const loom_schedule *s, double t_fwd, double t
   st.cost[LOOM_INSTR_BACKWARD] = t_bwd;
   st.cost[LOOM_INSTR_BACKWARD_INPUT] = t_bwd / 2;
   st.cost[LOOM_INSTR_BACKWARD_WEIGHT] = t_bwd / 2;
-  st.busy = calloc((size_t)s->pp, sizeof *st.busy);
-  st.blocked = calloc((size_t)s->pp, sizeof *st.blocked);
-  if (!st.busy || !st.blocked) abort();
+  st.busy = loom_calloc((size_t)s->pp, sizeof *st.busy);
+  st.blocked = loom_calloc((size_t)s->pp, sizeof *st.blocked);
   int deadlock = sched_replay(s, &links, &st);
   LOOM_ASSERT(!deadlock); /* validation replays the same lists */
   double busy = 0;

@@ -16,12 +16,10 @@
 static int replay_core(const loom_schedule *s, const sched_links *links, loom_sched_timing_fn fn,
                        void *ctx, int *pos, double *makespan) {
   int pp = s->pp;
-  double *clock = calloc((size_t)pp, sizeof *clock);
-  double **ready = calloc((size_t)pp, sizeof *ready);
-  if (!clock || !ready) abort();
+  double *clock = loom_calloc((size_t)pp, sizeof *clock);
+  double **ready = loom_calloc((size_t)pp, sizeof *ready);
   for (int r = 0; r < pp; r++) {
-    ready[r] = malloc((size_t)(s->count[r] ? s->count[r] : 1) * sizeof **ready);
-    if (!ready[r]) abort();
+    ready[r] = loom_malloc((size_t)(s->count[r] ? s->count[r] : 1) * sizeof **ready);
     pos[r] = 0;
   }
   for (int progress = 1; progress;) {
@@ -77,8 +75,7 @@ int loom_sched_replay_timed(const loom_schedule *s, loom_sched_timing_fn fn, voi
                             double *makespan) {
   sched_links links;
   if (sched_match(s, &links)) return LOOM_ERR;
-  int *pos = calloc((size_t)s->pp, sizeof *pos);
-  if (!pos) abort();
+  int *pos = loom_calloc((size_t)s->pp, sizeof *pos);
   int deadlock = replay_core(s, &links, fn, ctx, pos, makespan);
   int rc = 0;
   if (deadlock) {

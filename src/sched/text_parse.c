@@ -112,8 +112,7 @@ static int parse_header(parser *ps, const token *t, int nt) {
                   "microbatches=N)", keys[q]);
   if (sched_init(ps->s, name, vals[0], vals[1], vals[2]))
     return loom_err_prefix("%s:%d: ", ps->file, ps->line);
-  ps->rank_line = calloc((size_t)vals[0], sizeof *ps->rank_line);
-  if (!ps->rank_line) abort();
+  ps->rank_line = loom_calloc((size_t)vals[0], sizeof *ps->rank_line);
   ps->have_header = 1;
   ps->header_line = ps->line;
   return 0;

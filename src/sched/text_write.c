@@ -12,8 +12,7 @@ void sched_text_put(sched_text *b, const char *s) {
   if (b->len + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + n + 1) cap *= 2;
-    char *grown = realloc(b->data, cap);
-    if (!grown) abort();
+    char *grown = loom_realloc(b->data, cap, 1);
     b->data = grown;
     b->cap = cap;
   }

@@ -203,8 +203,7 @@ static int check_complete(const loom_schedule *s, const rank_state *st, int r) {
 
 int sched_check_order(const loom_schedule *s) {
   int units = s->vpp * s->microbatches;
-  int *mem = malloc(((size_t)N_UNIT_ARRAYS * units + s->microbatches + s->vpp) * sizeof(int));
-  if (!mem) abort();
+  int *mem = loom_malloc(((size_t)N_UNIT_ARRAYS * units + s->microbatches + s->vpp) * sizeof(int));
   int rc = 0;
   for (int r = 0; r < s->pp && !rc; r++) {
     rank_state st;
