@@ -34,7 +34,7 @@ static loom_value key_value(void *ctx, int col) {
 }
 
 static int parse_constraints(const loom_sweep_spec *s, loom_expr ***out) {
-  *out = calloc((size_t)s->nconstraints + 1, sizeof **out);
+  *out = loom_calloc((size_t)s->nconstraints + 1, sizeof **out);
   for (int i = 0; i < s->nconstraints; i++) {
     char what[600];
     snprintf(what, sizeof what, "%s: constraint %d", s->path, i + 1);
@@ -109,7 +109,7 @@ static int make_point(const loom_sweep_spec *s, const loom_config *base, char **
   memset(p, 0, sizeof *p);
   p->cfg = *base;
   p->nassign = s->nparams;
-  p->assign = calloc((size_t)s->nparams + 1, sizeof *p->assign);
+  p->assign = loom_calloc((size_t)s->nparams + 1, sizeof *p->assign);
   char ref[128];
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < s->nparams; i++)
@@ -132,8 +132,7 @@ static void free_point(loom_sweep_point *p) {
 }
 
 static void add_point(loom_sweep_plan *plan, loom_sweep_point *p) {
-  plan->points = realloc(plan->points, sizeof *plan->points * (size_t)(plan->n + 1));
-  if (!plan->points) abort();
+  plan->points = loom_realloc(plan->points, (size_t)(plan->n + 1), sizeof *plan->points);
   plan->points[plan->n++] = *p;
 }
 
@@ -164,12 +163,12 @@ static uint64_t assign_hash(const loom_sweep_point *p) {
 static bool seen_before(point_set *set, const loom_sweep_plan *plan, const loom_sweep_point *p) {
   if (!set->cap) {
     set->cap = 1024;
-    set->slot = calloc(set->cap, sizeof *set->slot);
+    set->slot = loom_calloc(set->cap, sizeof *set->slot);
   }
   if ((size_t)plan->n * 2 >= set->cap) { /* grow: re-insert what the plan holds */
     free(set->slot);
     set->cap *= 4;
-    set->slot = calloc(set->cap, sizeof *set->slot);
+    set->slot = loom_calloc(set->cap, sizeof *set->slot);
     for (int i = 0; i < plan->n; i++) {
       size_t k = assign_hash(&plan->points[i]) & (set->cap - 1);
       while (set->slot[k]) k = (k + 1) & (set->cap - 1);
@@ -194,8 +193,8 @@ static int expand_grid(const loom_sweep_spec *s, const loom_config *base, loom_e
   if (total > MAX_POINTS)
     return loom_err("%s: the grid has %.0f points (more than %d); use strategy: random with "
                     "num_runs, or fewer values", s->path, total, MAX_POINTS);
-  char **values = calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *values);
-  int *pick = calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *pick);
+  char **values = loom_calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *values);
+  int *pick = loom_calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *pick);
   point_set set = {0};
   int rc = 0;
   for (long idx = 0; idx < (long)total && !rc; idx++) {
@@ -241,8 +240,8 @@ static int expand_random(const loom_sweep_spec *s, const loom_config *base, loom
   if (s->num_runs > MAX_POINTS) return loom_err("%s: num_runs above %d", s->path, MAX_POINTS);
   loom_rng rng;
   loom_rng_seed(&rng, (uint64_t)s->seed);
-  char **values = calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *values);
-  int *pick = calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *pick);
+  char **values = loom_calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *values);
+  int *pick = loom_calloc((size_t)(s->nparams > 0 ? s->nparams : 1), sizeof *pick);
   long attempts = 0, max_attempts = 200 * s->num_runs + 1000;
   int rc = 0;
   while (plan->n < s->num_runs && attempts++ < max_attempts && !rc) {
@@ -281,7 +280,7 @@ static int name_points(const loom_sweep_spec *s, loom_sweep_plan *plan) {
   int nkeys = s->nname_keys;
   char **swept = NULL;
   if (!keys) {
-    swept = calloc((size_t)s->nparams, sizeof *swept);
+    swept = loom_calloc((size_t)s->nparams, sizeof *swept);
     for (int i = 0; i < s->nparams; i++) swept[i] = s->params[i].key;
     keys = swept, nkeys = s->nparams;
   }

@@ -21,8 +21,7 @@ const loom_sweep_launcher *loom_sweep_launcher_find(const char *name) {
 char *loom_shell_quote(const char *text) {
   size_t n = 3;
   for (const char *p = text; *p; p++) n += *p == '\'' ? 4 : 1;
-  char *out = malloc(n), *o = out;
-  if (!out) abort();
+  char *out = loom_malloc(n), *o = out;
   *o++ = '\'';
   for (const char *p = text; *p; p++) {
     if (*p == '\'') {

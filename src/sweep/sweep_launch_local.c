@@ -20,8 +20,7 @@ typedef struct {
 } argv_list;
 
 static void arg(argv_list *a, const char *s) {
-  a->v = realloc(a->v, sizeof(char *) * (size_t)(a->n + 2));
-  if (!a->v) abort();
+  a->v = loom_realloc(a->v, (size_t)(a->n + 2), sizeof(char *));
   a->v[a->n++] = loom_strdup(s);
   a->v[a->n] = NULL;
 }
@@ -52,9 +51,9 @@ static void build_argv(const loom_launch_ctx *c, const loom_sweep_point *p, argv
 
 static char *command_text(const argv_list *a) {
   size_t n = 1;
-  char **q = malloc(sizeof(char *) * (size_t)a->n);
+  char **q = loom_malloc(sizeof(char *) * (size_t)a->n);
   for (int i = 0; i < a->n; i++) n += strlen(q[i] = loom_shell_quote(a->v[i])) + 1;
-  char *s = calloc(1, n);
+  char *s = loom_calloc(1, n);
   for (int i = 0; i < a->n; i++) {
     if (i) strcat(s, " ");
     strcat(s, q[i]);

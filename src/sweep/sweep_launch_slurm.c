@@ -35,8 +35,7 @@ static void add(text *t, const char *fmt, ...) {
   va_end(ap);
   if (t->len + (size_t)n + 1 > t->cap) {
     t->cap = (t->len + (size_t)n + 1) * 2;
-    t->data = realloc(t->data, t->cap);
-    if (!t->data) abort();
+    t->data = loom_realloc(t->data, t->cap, 1);
   }
   va_start(ap, fmt);
   vsnprintf(t->data + t->len, (size_t)n + 1, fmt, ap);

@@ -15,16 +15,14 @@
 #include "loom/sweep.h"
 
 static void push(char ***list, int *n, char *s) {
-  *list = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
-  if (!*list) abort();
+  *list = loom_realloc(*list, (size_t)(*n + 1), sizeof(char *));
   (*list)[(*n)++] = s;
 }
 
 static char *trim(const char *s, size_t n) {
   while (n && isspace((unsigned char)*s)) s++, n--;
   while (n && isspace((unsigned char)s[n - 1])) n--;
-  char *o = malloc(n + 1);
-  if (!o) abort();
+  char *o = loom_malloc(n + 1);
   memcpy(o, s, n);
   o[n] = 0;
   return o;
@@ -116,8 +114,7 @@ static int add_param(loom_sweep_spec *s, const char *expr) {
         rc = -1;
   }
   if (!rc) {
-    s->params = realloc(s->params, sizeof *s->params * (size_t)(s->nparams + 1));
-    if (!s->params) abort();
+    s->params = loom_realloc(s->params, (size_t)(s->nparams + 1), sizeof *s->params);
     p.group = s->nparams;
     s->params[s->nparams++] = p;
   } else {

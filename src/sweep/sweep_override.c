@@ -66,8 +66,7 @@ int loom_sweep_override(loom_sweep_spec *s, const char *expr) {
     loom_config scratch;
     loom_config_defaults(&scratch);
     if (loom_config_override(&scratch, expr)) return -1; /* names the override */
-    s->overrides = realloc(s->overrides, sizeof(char *) * (size_t)(s->noverrides + 1));
-    if (!s->overrides) abort();
+    s->overrides = loom_realloc(s->overrides, (size_t)(s->noverrides + 1), sizeof(char *));
     s->overrides[s->noverrides++] = loom_strdup(expr);
     return 0;
   }
@@ -83,8 +82,7 @@ int loom_sweep_override(loom_sweep_spec *s, const char *expr) {
       remove_param(s, i);
       break;
     }
-  s->overrides = realloc(s->overrides, sizeof(char *) * (size_t)(s->noverrides + 1));
-  if (!s->overrides) abort();
+  s->overrides = loom_realloc(s->overrides, (size_t)(s->noverrides + 1), sizeof(char *));
   s->overrides[s->noverrides++] = loom_strdup(expr);
   return loom_sweep_link_groups(s);
 }

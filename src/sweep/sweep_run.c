@@ -221,9 +221,9 @@ static int prepare(runner *r, loom_sweep_plan *plan, const loom_sweep_run_opts *
     free(plan->points[i].config_path);
     plan->points[i].config_path = abs;
   }
-  r->res = calloc((size_t)plan->n + 1, sizeof *r->res);
-  r->pids = calloc((size_t)plan->n + 1, sizeof *r->pids);
-  r->started = calloc((size_t)plan->n + 1, sizeof *r->started);
+  r->res = loom_calloc((size_t)plan->n + 1, sizeof *r->res);
+  r->pids = loom_calloc((size_t)plan->n + 1, sizeof *r->pids);
+  r->started = loom_calloc((size_t)plan->n + 1, sizeof *r->started);
   for (int i = 0; i < plan->n; i++) {
     r->res[i].exit_code = -1;
     r->res[i].log_path = loom_sprintf("%s/%s.log", r->info.log_dir, plan->points[i].name);

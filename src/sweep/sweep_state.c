@@ -35,7 +35,7 @@ int loom_sweep_state_write(const loom_sweep_info *info, const loom_sweep_plan *p
     cap += 1024 + strlen(plan->points[i].config_path) + strlen(res[i].log_path);
     for (int k = 0; k < plan->points[i].nassign; k++) cap += strlen(plan->points[i].assign[k]) + 1;
   }
-  char *t = malloc(cap);
+  char *t = loom_malloc(cap);
   size_t n = (size_t)snprintf(t, cap,
                               "# loom sweep state\n# sweep: %s\n# sweep_id: %s\n# launcher: %s\n"
                               "%s%s%s# parallel: %d\n# peak_flops: %.17g\n# peak_flops_bf16: %.17g\n"
@@ -85,7 +85,7 @@ static int read_line(char *line, loom_sweep_plan *plan, loom_point_result *r, co
   if (strcmp(f[4], "-")) snprintf(r->job_id, sizeof r->job_id, "%s", f[4]);
   if (strcmp(f[7], "-")) snprintf(r->note, sizeof r->note, "%s", f[7]);
   for (char *a = strtok_r(NULL, "\t", &save); a; a = strtok_r(NULL, "\t", &save)) {
-    p->assign = realloc(p->assign, sizeof(char *) * (size_t)(p->nassign + 1));
+    p->assign = loom_realloc(p->assign, (size_t)(p->nassign + 1), sizeof(char *));
     p->assign[p->nassign++] = loom_strdup(a);
   }
   loom_config_defaults(&p->cfg);
@@ -130,8 +130,8 @@ int loom_sweep_state_read(const char *log_dir, loom_sweep_info *info, loom_sweep
     if (line[0] == '#') continue;
     if (plan->n == cap) {
       cap = cap ? 2 * cap : 16;
-      plan->points = realloc(plan->points, sizeof *plan->points * (size_t)cap);
-      *res = realloc(*res, sizeof **res * (size_t)cap);
+      plan->points = loom_realloc(plan->points, (size_t)cap, sizeof *plan->points);
+      *res = loom_realloc(*res, (size_t)cap, sizeof **res);
     }
     rc = read_line(line, plan, &(*res)[plan->n], path, lineno);
   }

@@ -47,7 +47,7 @@ static char *run_dir_from_log(const char *log_path) {
     p += strlen("run directory: ");
     size_t n = strcspn(p, "\n");
     free(found);
-    found = malloc(n + 1);
+    found = loom_malloc(n + 1);
     memcpy(found, p, n);
     found[n] = 0;
   }
@@ -211,8 +211,8 @@ static int swept_keys(const loom_sweep_plan *plan, char ***keys) {
       bool seen = false;
       for (int j = 0; j < n && !seen; j++) seen = strlen((*keys)[j]) == len && !strncmp((*keys)[j], a, len);
       if (seen) continue;
-      *keys = realloc(*keys, sizeof(char *) * (size_t)(n + 1));
-      (*keys)[n] = malloc(len + 1);
+      *keys = loom_realloc(*keys, (size_t)(n + 1), sizeof(char *));
+      (*keys)[n] = loom_malloc(len + 1);
       memcpy((*keys)[n], a, len);
       (*keys)[n++][len] = 0;
     }
@@ -377,7 +377,7 @@ static int write_txt(const loom_sweep_info *info, const loom_sweep_plan *plan,
 
 int loom_sweep_write_summary(const loom_sweep_info *info, const loom_sweep_plan *plan,
                              const loom_point_result *res) {
-  point_metrics *m = calloc((size_t)plan->n + 1, sizeof *m);
+  point_metrics *m = loom_calloc((size_t)plan->n + 1, sizeof *m);
   for (int i = 0; i < plan->n; i++) {
     collect(info, &plan->points[i], &res[i], &m[i]);
     if (!strcmp(shown_status(&res[i], &m[i]), "FAILED"))
@@ -414,8 +414,7 @@ void loom_sweep_log_error(const char *log_path, char *out, size_t n) {
   FILE *f = log_path ? fopen(log_path, "rb") : NULL;
   if (!f) return;
   enum { TAIL = 64 * 1024 };
-  char *buf = malloc(TAIL + 1);
-  if (!buf) abort();
+  char *buf = loom_malloc(TAIL + 1);
   if (fseek(f, 0, SEEK_END) == 0) {
     long size = ftell(f);
     fseek(f, size > TAIL ? size - TAIL : 0, SEEK_SET);
