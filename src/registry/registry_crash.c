@@ -84,7 +84,7 @@ int loom_registry_detect_crashed(loom_registry *r, double timeout_s) {
     else if (h && !strcmp(h, host) && process_gone(pid))
       snprintf(why, sizeof why, "process %ld on %s is gone", pid, host);
     if (!why[0] || !id) continue;
-    list = realloc(list, (size_t)(n + 1) * sizeof *list);
+    list = loom_realloc(list, (size_t)(n + 1), sizeof *list);
     list[n].id = loom_strdup(id);
     const char *dir = (const char *)sqlite3_column_text(st, 4);
     list[n].dir = dir ? loom_strdup(dir) : NULL;
@@ -116,7 +116,7 @@ static int matches(loom_registry *r, const char *sql, const char *arg, char ***i
   if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL)) return loom_registry_sql_err(r, "lookup");
   sqlite3_bind_text(st, 1, arg, -1, SQLITE_TRANSIENT);
   for (int s_ = loom_registry_step(r, st); s_ == SQLITE_ROW; s_ = sqlite3_step(st)) {
-    *ids = realloc(*ids, (size_t)(*n + 1) * sizeof **ids);
+    *ids = loom_realloc(*ids, (size_t)(*n + 1), sizeof **ids);
     (*ids)[(*n)++] = loom_strdup((const char *)sqlite3_column_text(st, 0));
   }
   sqlite3_finalize(st);

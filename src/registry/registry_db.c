@@ -129,8 +129,7 @@ int loom_registry_step(loom_registry *r, sqlite3_stmt *st) {
 
 char *loom_registry_quote_ident(const char *name) {
   size_t n = strlen(name);
-  char *o = malloc(2 * n + 3), *p = o;
-  if (!o) abort();
+  char *o = loom_malloc(2 * n + 3), *p = o;
   *p++ = '"';
   for (const char *s = name; *s; s++) {
     if (*s == '"') *p++ = '"';
@@ -151,7 +150,7 @@ static int missing_columns(loom_registry *r, char ***names, const char ***types)
   if (sqlite3_prepare_v2(r->db, "SELECT name FROM pragma_table_info('runs')", -1, &st, NULL))
     return loom_registry_sql_err(r, "reading the table layout");
   int total = loom_registry_ncolumns + (int)loom_config_nkeys;
-  bool *have = calloc((size_t)total, 1);
+  bool *have = loom_calloc((size_t)total, 1);
   for (int s_ = loom_registry_step(r, st); s_ == SQLITE_ROW; s_ = sqlite3_step(st)) {
     const char *n = (const char *)sqlite3_column_text(st, 0);
     for (int i = 0; i < total && n; i++) {
@@ -163,8 +162,8 @@ static int missing_columns(loom_registry *r, char ***names, const char ***types)
   }
   sqlite3_finalize(st);
   int count = 0;
-  *names = calloc((size_t)total, sizeof **names);
-  *types = calloc((size_t)total, sizeof **types);
+  *names = loom_calloc((size_t)total, sizeof **names);
+  *types = loom_calloc((size_t)total, sizeof **types);
   for (int i = 0; i < total; i++) {
     if (have[i]) continue;
     if (i < loom_registry_ncolumns) {
@@ -217,8 +216,7 @@ static int create_schema(loom_registry *r) {
 
 int loom_registry_open(loom_registry **out, const char *db_path) {
   *out = NULL;
-  loom_registry *r = calloc(1, sizeof *r);
-  if (!r) abort();
+  loom_registry *r = loom_calloc(1, sizeof *r);
   r->path = loom_strdup(db_path);
   char *dir = loom_strdup(db_path);
   char *slash = strrchr(dir, '/');

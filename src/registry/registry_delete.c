@@ -65,8 +65,8 @@ int loom_registry_gc(loom_registry *r, bool dry_run, void (*each)(const char *id
     const char *id = (const char *)sqlite3_column_text(st, 0);
     const char *d = (const char *)sqlite3_column_text(st, 1);
     if (!id || !d || loom_is_dir(d)) continue; /* no run_dir recorded: nothing to check */
-    ids = realloc(ids, (size_t)(n + 1) * sizeof *ids);
-    dirs = realloc(dirs, (size_t)(n + 1) * sizeof *dirs);
+    ids = loom_realloc(ids, (size_t)(n + 1), sizeof *ids);
+    dirs = loom_realloc(dirs, (size_t)(n + 1), sizeof *dirs);
     ids[n] = loom_strdup(id);
     dirs[n++] = loom_strdup(d);
   }

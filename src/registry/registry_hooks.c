@@ -76,8 +76,7 @@ loom_registry_run *loom_registry_run_start(const loom_config *cfg, const char *r
     warn("cannot register the run");
     loom_registry_close(reg);
   } else {
-    h = calloc(1, sizeof *h);
-    if (!h) abort();
+    h = loom_calloc(1, sizeof *h);
     h->reg = reg;
     h->run_id = loom_strdup(info.run_id);
     h->run_dir = loom_strdup(run_dir);

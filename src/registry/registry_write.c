@@ -49,7 +49,7 @@ static char *insert_sql(void) {
                                       "parent_checkpoint"};
   size_t nf = sizeof fixed / sizeof fixed[0], n = nf + loom_config_nkeys;
   size_t cap = 256 + n * 96;
-  char *cols = calloc(1, cap), *vals = calloc(1, cap), *upd = calloc(1, cap);
+  char *cols = loom_calloc(1, cap), *vals = loom_calloc(1, cap), *upd = loom_calloc(1, cap);
   for (size_t i = 0; i < n; i++) {
     char *q = loom_registry_quote_ident(i < nf ? fixed[i] : loom_config_keys[i - nf].name);
     snprintf(cols + strlen(cols), cap - strlen(cols), "%s%s", i ? "," : "", q);
