@@ -55,8 +55,7 @@ static int perr(parser *p, int pos, const char *fmt, ...) {
 /* ---- tokens ------------------------------------------------------------------------------ */
 
 static char *copy_n(const char *s, size_t n) {
-  char *o = malloc(n + 1);
-  if (!o) abort();
+  char *o = loom_malloc(n + 1);
   memcpy(o, s, n);
   o[n] = 0;
   return o;
@@ -92,8 +91,7 @@ static int lex_quoted(parser *p, size_t start) {
   const char *s = p->src;
   char q = s[start];
   size_t n = strlen(s);
-  char *out = malloc(n + 1), *o = out;
-  if (!out) abort();
+  char *out = loom_malloc(n + 1), *o = out;
   size_t i = start + 1;
   for (;; i++) {
     if (!s[i]) {
@@ -178,8 +176,7 @@ static const char *tok_desc(const parser *p, char *buf, size_t n) {
 static void free_node(loom_expr_node *n);
 
 static loom_expr_node *node(loom_expr_kind kind, int pos) {
-  loom_expr_node *n = calloc(1, sizeof *n);
-  if (!n) abort();
+  loom_expr_node *n = loom_calloc(1, sizeof *n);
   n->kind = kind;
   n->pos = pos;
   n->col = -1;
@@ -461,8 +458,7 @@ int loom_expr_parse(loom_expr **e, const char *text, const char *what,
     free_node(root);
     return -1;
   }
-  loom_expr *x = calloc(1, sizeof *x);
-  if (!x) abort();
+  loom_expr *x = loom_calloc(1, sizeof *x);
   x->root = root;
   x->text = loom_strdup(text);
   x->what = loom_strdup(what);
