@@ -26,8 +26,7 @@ static void put(buf *b, const char *fmt, ...) {
   va_end(ap);
   if (b->len + (size_t)n + 1 > b->cap) {
     b->cap = (b->len + (size_t)n + 1) * 2;
-    b->data = realloc(b->data, b->cap);
-    if (!b->data) abort();
+    b->data = loom_realloc(b->data, b->cap, 1);
   }
   va_start(ap, fmt);
   vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
