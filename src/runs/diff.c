@@ -23,8 +23,7 @@ static int by_step(const void *x, const void *y) {
 /* Sorted by step, one point per step (the last logged); returns the count, *dups the
  * number of steps that were logged more than once. */
 static int sorted_unique(const loom_series *s, point **out, int *dups) {
-  point *p = malloc(sizeof *p * (size_t)(s->n + 1));
-  if (!p) abort();
+  point *p = loom_malloc(sizeof *p * (size_t)(s->n + 1));
   for (int i = 0; i < s->n; i++) p[i] = (point){s->x[i], s->y[i], i};
   qsort(p, (size_t)s->n, sizeof *p, by_step);
   int n = 0;
@@ -42,8 +41,7 @@ static int sorted_unique(const loom_series *s, point **out, int *dups) {
 }
 
 static void push(double **v, int *n, double x) {
-  *v = realloc(*v, sizeof(double) * (size_t)(*n + 1));
-  if (!*v) abort();
+  *v = loom_realloc(*v, (size_t)(*n + 1), sizeof(double));
   (*v)[(*n)++] = x;
 }
 
@@ -53,10 +51,9 @@ void loom_runs_diff_compute(const loom_series *sa, const loom_series *sb,
   point *a, *b;
   int na = sorted_unique(sa, &a, &d->dup_a), nb = sorted_unique(sb, &b, &d->dup_b);
   int cap = na < nb ? na : nb;
-  d->step = malloc(sizeof(double) * (size_t)(cap + 1));
-  d->a = malloc(sizeof(double) * (size_t)(cap + 1));
-  d->b = malloc(sizeof(double) * (size_t)(cap + 1));
-  if (!d->step || !d->a || !d->b) abort();
+  d->step = loom_malloc(sizeof(double) * (size_t)(cap + 1));
+  d->a = loom_malloc(sizeof(double) * (size_t)(cap + 1));
+  d->b = loom_malloc(sizeof(double) * (size_t)(cap + 1));
   d->at_max_abs = d->at_max_rel = d->first_beyond = -1;
   int i = 0, j = 0;
   while (i < na || j < nb) {
@@ -127,8 +124,7 @@ void loom_runs_diff_print(FILE *out, const loom_runs_diff *d, const char *metric
             fabs(d->a[k] - d->b[k]), tol->atol + tol->rtol * fabs(d->b[k]), d->n_beyond, d->n);
   }
   if (worst > 0) {
-    int *idx = malloc(sizeof(int) * (size_t)d->n);
-    if (!idx) abort();
+    int *idx = loom_malloc(sizeof(int) * (size_t)d->n);
     for (int k = 0; k < d->n; k++) idx[k] = k;
     sort_ctx = d;
     qsort(idx, (size_t)d->n, sizeof *idx, by_diff_desc);
@@ -159,8 +155,7 @@ void loom_runs_diff_print(FILE *out, const loom_runs_diff *d, const char *metric
 
 int loom_runs_diff_plot(const char *path, const loom_runs_diff *d, const char *metric,
                         const char *name_a, const char *name_b) {
-  double *delta = malloc(sizeof(double) * (size_t)(d->n + 1));
-  if (!delta) abort();
+  double *delta = loom_malloc(sizeof(double) * (size_t)(d->n + 1));
   for (int k = 0; k < d->n; k++) delta[k] = d->b[k] - d->a[k];
   char *la = loom_sprintf("A: %s", name_a), *lb = loom_sprintf("B: %s", name_b);
   loom_plot_curve curves[3] = {{la, d->step, d->a, d->n},

@@ -27,7 +27,7 @@ static int list_files(const char *dir, char ***out, int *n) {
     size_t len = strlen(s);
     bool grad = !strncmp(s, "gradients", 9) && len > 12 && !strcmp(s + len - 12, ".safetensors");
     if (!grad) continue;
-    *out = realloc(*out, sizeof(char *) * (size_t)(*n + 1));
+    *out = loom_realloc(*out, (size_t)(*n + 1), sizeof(char *));
     (*out)[(*n)++] = loom_sprintf("%s/%s", dir, s);
   }
   closedir(d);
@@ -42,7 +42,7 @@ static int list_files(const char *dir, char ***out, int *n) {
 static loom_grad_norm *find_or_add(loom_grad_norms *g, const char *name) {
   for (int i = 0; i < g->count; i++)
     if (!strcmp(g->tensors[i].name, name)) return &g->tensors[i];
-  g->tensors = realloc(g->tensors, sizeof *g->tensors * (size_t)(g->count + 1));
+  g->tensors = loom_realloc(g->tensors, (size_t)(g->count + 1), sizeof *g->tensors);
   loom_grad_norm *t = &g->tensors[g->count++];
   memset(t, 0, sizeof *t);
   t->name = loom_strdup(name);
@@ -86,7 +86,7 @@ int loom_grad_norms_read(const char *path, loom_grad_norms *g) {
   if (loom_is_dir(path)) {
     rc = list_files(path, &files, &n);
   } else {
-    files = malloc(sizeof(char *));
+    files = loom_malloc(sizeof(char *));
     files[n++] = loom_strdup(path);
   }
   for (int i = 0; i < n && !rc; i++) rc = add_file(g, files[i]);

@@ -43,7 +43,7 @@ int loom_runs_fit(const loom_runs_table *t, loom_runs_view *v, int width, char *
                   size_t note_size) {
   note[0] = 0;
   if (width <= 0 || v->ncols == 0) return 0;
-  int *w = malloc(sizeof(int) * (size_t)v->ncols), total = 0, hidden = 0;
+  int *w = loom_malloc(sizeof(int) * (size_t)v->ncols), total = 0, hidden = 0;
   for (int c = 0; c < v->ncols; c++) total += (w[c] = loom_runs_column_width(t, v, c)) + (c ? 2 : 0);
   char names[1024] = "";
   bool name_in_id = names_in_ids(t, v);

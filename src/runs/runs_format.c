@@ -56,7 +56,7 @@ int loom_runs_column_width(const loom_runs_table *t, const loom_runs_view *v, in
 }
 
 static void print_table(FILE *out, const loom_runs_table *t, const loom_runs_view *v) {
-  int *w = calloc((size_t)v->ncols + 1, sizeof *w);
+  int *w = loom_calloc((size_t)v->ncols + 1, sizeof *w);
   char buf[CELL_BUF];
   for (int c = 0; c < v->ncols; c++) w[c] = loom_runs_column_width(t, v, c);
   for (int c = 0; c < v->ncols; c++)

@@ -33,7 +33,7 @@ static int pick_rows(const loom_runs_table *t, const loom_runs_query *q, loom_ru
                                    "'loom runs --list-columns' lists the columns"))
     return -1;
   int sweep_col = loom_runs_find_column(t, "sweep");
-  v->rows = malloc(sizeof(int) * (size_t)(t->nrows + 1));
+  v->rows = loom_malloc(sizeof(int) * (size_t)(t->nrows + 1));
   v->nrows = 0;
   for (int i = 0; i < t->nrows; i++) {
     if (q->sweep) {
@@ -55,7 +55,7 @@ static int pick_rows(const loom_runs_table *t, const loom_runs_query *q, loom_ru
 /* Stable merge sort of row indices by one column. */
 static void sort_rows(const loom_runs_table *t, int *rows, int n, int col, bool desc) {
   if (n < 2) return;
-  int *tmp = malloc(sizeof(int) * (size_t)n);
+  int *tmp = loom_malloc(sizeof(int) * (size_t)n);
   for (int width = 1; width < n; width *= 2) {
     for (int lo = 0; lo < n; lo += 2 * width) {
       int mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
@@ -134,7 +134,7 @@ static int for_each_name(const loom_runs_table *t, char **args, int n, loom_runs
 }
 
 static int pick_cols(const loom_runs_table *t, const loom_runs_query *q, loom_runs_view *v) {
-  v->cols = malloc(sizeof(int) * (size_t)(t->ncols + 1));
+  v->cols = loom_malloc(sizeof(int) * (size_t)(t->ncols + 1));
   v->ncols = 0;
   if (q->nshow) {
     if (for_each_name(t, q->show, q->nshow, v, true)) return -1;

@@ -13,9 +13,8 @@
 static void push(loom_series *s, int *cap, double x, double y) {
   if (s->n == *cap) {
     *cap = *cap ? 2 * *cap : 256;
-    s->x = realloc(s->x, sizeof(double) * (size_t)*cap);
-    s->y = realloc(s->y, sizeof(double) * (size_t)*cap);
-    if (!s->x || !s->y) abort();
+    s->x = loom_realloc(s->x, (size_t)*cap, sizeof(double));
+    s->y = loom_realloc(s->y, (size_t)*cap, sizeof(double));
   }
   s->x[s->n] = x;
   s->y[s->n++] = y;

@@ -72,7 +72,7 @@ static void print_checkpoints(FILE *out, const char *run_dir) {
   for (struct dirent *e; d && (e = readdir(d));) {
     bool ckpt = !strncmp(e->d_name, "checkpoint_", 11) || !strcmp(e->d_name, "final_checkpoint");
     if (!ckpt || strstr(e->d_name, ".tmp") || strstr(e->d_name, ".old.")) continue; /* in flight */
-    names = realloc(names, sizeof(char *) * (size_t)(n + 1));
+    names = loom_realloc(names, (size_t)(n + 1), sizeof(char *));
     names[n++] = loom_strdup(e->d_name);
   }
   if (d) closedir(d);
@@ -131,7 +131,7 @@ static void print_row(FILE *out, const char *head, int hw, char cells[][64], int
 }
 
 void loom_runs_compare(FILE *out, const loom_runs_table *t, const int *rows, int n) {
-  char (*cells)[64] = calloc((size_t)n, 64), (*vals)[64] = calloc((size_t)n, 64);
+  char (*cells)[64] = loom_calloc((size_t)n, 64), (*vals)[64] = loom_calloc((size_t)n, 64);
   int cw = 12, hw = 24;
   for (int i = 0; i < n; i++) {
     label(t, rows, n, i, cells[i], 64);

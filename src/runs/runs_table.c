@@ -21,9 +21,8 @@ typedef struct {
 static void add_col(col_list *c, const char *name, loom_col_kind kind) {
   if (c->n == c->cap) {
     c->cap = c->cap ? 2 * c->cap : 64;
-    c->names = realloc(c->names, (size_t)c->cap * sizeof *c->names);
-    c->kinds = realloc(c->kinds, (size_t)c->cap * sizeof *c->kinds);
-    if (!c->names || !c->kinds) abort();
+    c->names = loom_realloc(c->names, (size_t)c->cap, sizeof *c->names);
+    c->kinds = loom_realloc(c->kinds, (size_t)c->cap, sizeof *c->kinds);
   }
   c->names[c->n] = loom_strdup(name);
   c->kinds[c->n++] = kind;
@@ -76,7 +75,7 @@ static loom_value cell_from_sql(sqlite3_stmt *st, int i, bool time_col) {
  * others the database has), custom metrics (by name). Returns the db column of each. */
 static void plan_columns(sqlite3_stmt *st, col_list *cols, int **db_index) {
   int n = sqlite3_column_count(st);
-  *db_index = malloc(sizeof(int) * (size_t)(n + 2));
+  *db_index = loom_malloc(sizeof(int) * (size_t)(n + 2));
   for (int pass = 0; pass < 3; pass++) {
     if (pass == 2) { /* duration_s: a column of newer registries (training time) */
       bool stored = false;
@@ -166,7 +165,7 @@ int loom_runs_load(loom_registry *r, loom_runs_table *t) {
     return -1;
   }
   t->ncols = cols.n;
-  t->cols = calloc((size_t)cols.n, sizeof *t->cols);
+  t->cols = loom_calloc((size_t)cols.n, sizeof *t->cols);
   for (int j = 0; j < cols.n; j++) t->cols[j] = (loom_runs_column){cols.names[j], cols.kinds[j]};
   free(cols.names);
   free(cols.kinds);
@@ -174,8 +173,7 @@ int loom_runs_load(loom_registry *r, loom_runs_table *t) {
   for (int s_ = loom_registry_step(r, st); s_ == SQLITE_ROW; s_ = sqlite3_step(st)) {
     if (t->nrows == cap) {
       cap = cap ? 2 * cap : 64;
-      t->cells = realloc(t->cells, (size_t)cap * t->ncols * sizeof *t->cells);
-      if (!t->cells) abort();
+      t->cells = loom_realloc(t->cells, (size_t)cap * t->ncols, sizeof *t->cells);
     }
     loom_value *row = t->cells + (size_t)t->nrows * t->ncols;
     double times[3] = {0, 0, 0}; /* start, end, heartbeat as numbers */
@@ -212,7 +210,7 @@ const loom_value *loom_runs_cell(const loom_runs_table *t, int row, int col) {
 const char *loom_runs_nearest_column(const loom_runs_table *t, const char *name) {
   const char *key = loom_config_nearest_key(name);
   if (key) return key;
-  const char **names = malloc(sizeof(char *) * (size_t)(t->ncols + 1));
+  const char **names = loom_malloc(sizeof(char *) * (size_t)(t->ncols + 1));
   for (int j = 0; j < t->ncols; j++) names[j] = t->cols[j].name;
   names[t->ncols] = NULL;
   const char *best = loom_config_nearest_of(name, names);

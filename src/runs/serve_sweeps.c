@@ -26,7 +26,7 @@ static char **list_dir(const char *dir, int *n) {
   int cap = 0;
   for (struct dirent *e; (e = readdir(d));) {
     if (e->d_name[0] == '.') continue;
-    if (*n == cap) names = realloc(names, sizeof(char *) * (size_t)(cap = cap ? 2 * cap : 32));
+    if (*n == cap) names = loom_realloc(names, (size_t)(cap = cap ? 2 * cap : 32), sizeof(char *));
     names[(*n)++] = loom_strdup(e->d_name);
   }
   closedir(d);
@@ -73,8 +73,8 @@ typedef struct {
 static void add_sweep(sweep_dirs *s, const char *name, const char *dir) {
   for (int i = 0; i < s->n; i++)
     if (!strcmp(s->id[i], name)) return;
-  s->id = realloc(s->id, sizeof(char *) * (size_t)(s->n + 1));
-  s->dir = realloc(s->dir, sizeof(char *) * (size_t)(s->n + 1));
+  s->id = loom_realloc(s->id, (size_t)(s->n + 1), sizeof(char *));
+  s->dir = loom_realloc(s->dir, (size_t)(s->n + 1), sizeof(char *));
   s->id[s->n] = loom_strdup(name);
   s->dir[s->n++] = loom_strdup(dir);
 }
@@ -162,7 +162,7 @@ void serve_api_sweeps(const loom_serve_opts *o, loom_serve_arg_fn arg, void *ctx
 static json_t *csv_record(const char **p) {
   if (!**p) return NULL;
   json_t *rec = json_array();
-  char *field = malloc(strlen(*p) + 1);
+  char *field = loom_malloc(strlen(*p) + 1);
   for (;;) {
     size_t n = 0;
     const char *s = *p;

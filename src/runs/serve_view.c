@@ -17,8 +17,7 @@ typedef struct {
 static void put(text *t, const char *s, size_t n) {
   if (t->n + n + 1 > t->cap) {
     t->cap = (t->n + n + 1) * 2;
-    t->s = realloc(t->s, t->cap);
-    LOOM_ASSERT(t->s);
+    t->s = loom_realloc(t->s, t->cap, 1);
   }
   memcpy(t->s + t->n, s, n);
   t->s[t->n += n] = 0;
