@@ -27,8 +27,7 @@ typedef enum { OV_SET, OV_ADD, OV_FORCE, OV_DELETE } ov_mode;
 static char *trimmed(const char *s, size_t n) {
   while (n && isspace((unsigned char)*s)) s++, n--;
   while (n && isspace((unsigned char)s[n - 1])) n--;
-  char *out = malloc(n + 1);
-  if (!out) abort();
+  char *out = loom_malloc(n + 1);
   memcpy(out, s, n);
   out[n] = 0;
   return out;
@@ -58,8 +57,7 @@ static int resolve_key(const char *name, const loom_config_key **out) {
 static int unquote(const char *v, char **out) {
   char q = v[0];
   size_t n = strlen(v);
-  char *s = malloc(n + 1), *o = s;
-  if (!s) abort();
+  char *s = loom_malloc(n + 1), *o = s;
   const char *p = v + 1;
   for (; *p && *p != q; p++) {
     if (*p == '\\' && (p[1] == q || p[1] == '\\')) p++;

@@ -42,8 +42,7 @@ void loom_group_ctx_init(loom_group_ctx *g, const char *primary, char *const *ch
 #endif
   g->choices = choices;
   g->nchoices = nchoices;
-  g->choice_used = calloc((size_t)nchoices + 1, sizeof *g->choice_used);
-  if (!g->choice_used) abort();
+  g->choice_used = loom_calloc((size_t)nchoices + 1, sizeof *g->choice_used);
 }
 
 void loom_group_ctx_free(loom_group_ctx *g) {
@@ -87,8 +86,7 @@ static char **list_names(const loom_group_ctx *g, const char *group, int *n) {
         free(name);
         continue;
       }
-      out = realloc(out, sizeof *out * (size_t)(*n + 2));
-      if (!out) abort();
+      out = loom_realloc(out, (size_t)(*n + 2), sizeof *out);
       int i = (*n)++;
       while (i > 0 && strcmp(out[i - 1], name) > 0) out[i] = out[i - 1], i--;
       out[i] = name;

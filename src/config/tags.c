@@ -42,8 +42,7 @@ int loom_config_tags_parse_list(const char *text, char *out, size_t cap) {
   size_t n = strlen(text);
   if (n < 2 || text[0] != '[' || text[n - 1] != ']')
     return loom_err("run.tags: expected a list [a, b, ...], not '%s'", text);
-  char *inner = malloc(n - 1);
-  if (!inner) abort();
+  char *inner = loom_malloc(n - 1);
   memcpy(inner, text + 1, n - 2);
   inner[n - 2] = 0;
   char **items = NULL;
@@ -54,8 +53,7 @@ int loom_config_tags_parse_list(const char *text, char *out, size_t cap) {
   while (!blank) {
     const char *c = strchr(p, ',');
     size_t l = c ? (size_t)(c - p) : strlen(p);
-    char *item = malloc(l + 1);
-    if (!item) abort();
+    char *item = loom_malloc(l + 1);
     memcpy(item, p, l);
     item[l] = 0;
     /* 'quoted' or "quoted" items: the quotes go */
@@ -69,8 +67,7 @@ int loom_config_tags_parse_list(const char *text, char *out, size_t cap) {
     } else {
       memmove(item, s, sl + 1);
     }
-    items = realloc(items, sizeof *items * (size_t)(count + 1));
-    if (!items) abort();
+    items = loom_realloc(items, (size_t)(count + 1), sizeof *items);
     items[count++] = item;
     if (!c) break;
     p = c + 1;
