@@ -48,7 +48,7 @@ char *loom_config_to_yaml(const loom_config *c) {
     prev = k->name;
   }
   for (int i = 0; i < c->nuser; i++) { /* user keys (+key=value), quoted: always text */
-    char *q = loom_config_yaml_quote(c->user[i].value);
+    char *q = loom_yaml_quote(c->user[i].value);
     char *line = loom_sprintf("+%s: %s\n", c->user[i].name, q);
     sb_add(&b, line);
     free(line);

@@ -1,12 +1,12 @@
 /* Private interface shared by the config module's files (the .c files of src/config): section
  * lookup, suggestions beyond the public ones, typed value parsing and formatting for messages,
- * YAML quoting. The public part of the schema is include/loom/config_schema.h. */
+ * YAML quoting (loom/yaml.h). The public part of the schema is include/loom/config_schema.h. */
 #ifndef LOOM_CONFIG_INTERNAL_H
 #define LOOM_CONFIG_INTERNAL_H
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "config/config_quote.h"
+#include "loom/yaml.h"
 #include "loom/config.h"
 #include "loom/config_schema.h"
 

@@ -157,7 +157,7 @@ static int check_key(const loom_config *c, const loom_config_key *k) {
   const char *f = (const char *)c + k->offset;
   if (k->type == LOOM_KEY_STRING || k->type == LOOM_KEY_ENUM) {
     if (!memchr(f, 0, k->size)) return loom_err("%s is not a terminated string", k->name);
-    size_t bad = loom_config_utf8_error(f, strlen(f));
+    size_t bad = loom_yaml_utf8_error(f, strlen(f));
     if (bad)
       return loom_err("%s is not UTF-8 text (byte %zu, 0x%02x); config strings must be UTF-8",
                       k->name, bad, (unsigned)(unsigned char)f[bad - 1]);

@@ -172,7 +172,7 @@ static int parse_enum(const loom_config_key *k, const char *t, const char **out)
 }
 
 static int store_string(loom_config *c, const loom_config_key *k, const char *t) {
-  size_t len = strlen(t), bad = loom_config_utf8_error(t, len);
+  size_t len = strlen(t), bad = loom_yaml_utf8_error(t, len);
   if (bad)
     return loom_err("%s is not UTF-8 text: byte %zu (0x%02x) starts no valid UTF-8 character; "
                     "config strings must be UTF-8 (config.yaml could not hold this one)",
@@ -280,7 +280,7 @@ static bool plain_safe(const char *s) {
 }
 
 static char *quote_string(const char *s) {
-  return plain_safe(s) ? loom_strdup(s) : loom_config_yaml_quote(s);
+  return plain_safe(s) ? loom_strdup(s) : loom_yaml_quote(s);
 }
 
 char *loom_config_key_format(const loom_config *c, const loom_config_key *k) {

@@ -47,7 +47,7 @@ int loom_config_user_set(loom_config *c, const char *name, const char *value, bo
   if (check_name(name)) return -1;
   if (strlen(value) >= LOOM_STR_MAX)
     return loom_err("user key %s: the value is longer than %d bytes", name, LOOM_STR_MAX - 1);
-  size_t bad = loom_config_utf8_error(value, strlen(value));
+  size_t bad = loom_yaml_utf8_error(value, strlen(value));
   if (bad) return loom_err("user key %s: byte %zu of the value is not UTF-8", name, bad);
   int i = find(c, name);
   if (i >= 0 && add)

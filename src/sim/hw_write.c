@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config_quote.h"
 #include "loom/core.h"
 #include "loom/hw.h"
+#include "loom/yaml.h"
 
 typedef struct {
   char *s;
@@ -67,7 +67,7 @@ static void put_str(buf *b, const char *fmt_key, const char *s) {
     put(b, fmt_key, s);
     return;
   }
-  char *q = loom_config_yaml_quote(s);
+  char *q = loom_yaml_quote(s);
   put(b, fmt_key, q);
   free(q);
 }
@@ -162,7 +162,7 @@ char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes) {
     }
   }
   put_str(&b, "name: %s\n", hw->name);
-  char *desc = loom_config_yaml_quote(hw->description);
+  char *desc = loom_yaml_quote(hw->description);
   put(&b, "description: %s\n", desc);
   free(desc);
   put_device(&b, hw);

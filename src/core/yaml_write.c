@@ -1,17 +1,17 @@
-/* Config strings as YAML: the UTF-8 check applied to every string value that enters a config
- * (config.yaml, overrides), and the double-quoted rendering used by the dump. The quoting is
- * libyaml's emitter, which escapes exactly what a YAML reader would not return unchanged
- * (C0/C1 controls, U+FEFF, U+FFFE/FFFF, and the line breaks NEL, LS and PS that a reader
- * folds), so every valid UTF-8 string loads back byte for byte. */
+/* Strings for the YAML files loom writes (config.yaml, hardware profiles): the UTF-8 check
+ * every string value passes before a config stores it, and the double-quoted rendering. The
+ * quoting is libyaml's emitter, which escapes exactly what a YAML reader would not return
+ * unchanged (C0/C1 controls, U+FEFF, U+FFFE/FFFF, and the line breaks NEL, LS and PS that a
+ * reader folds), so every valid UTF-8 string loads back byte for byte. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 
-#include "config/config_internal.h"
 #include "loom/core.h"
+#include "loom/yaml.h"
 
-size_t loom_config_utf8_error(const char *s, size_t len) {
+size_t loom_yaml_utf8_error(const char *s, size_t len) {
   const unsigned char *p = (const unsigned char *)s;
   for (size_t i = 0; i < len;) {
     unsigned c = p[i];
@@ -39,8 +39,7 @@ static int out_write(void *data, unsigned char *buf, size_t n) {
   out_buf *b = data;
   if (b->len + n + 1 > b->cap) {
     b->cap = (b->len + n + 1) * 2;
-    b->data = realloc(b->data, b->cap);
-    if (!b->data) abort();
+    b->data = loom_realloc(b->data, b->cap, 1);
   }
   memcpy(b->data + b->len, buf, n);
   b->len += n;
@@ -69,18 +68,17 @@ static int emit_scalar(const char *s, out_buf *b) {
   return ok;
 }
 
-char *loom_config_yaml_quote(const char *s) {
+char *loom_yaml_quote(const char *s) {
   out_buf b = {0};
-  if (!loom_config_utf8_error(s, strlen(s)) && emit_scalar(s, &b) && b.len >= 2 &&
+  if (!loom_yaml_utf8_error(s, strlen(s)) && emit_scalar(s, &b) && b.len >= 2 &&
       b.data[0] == '"') {
     while (b.len && b.data[b.len - 1] == '\n') b.data[--b.len] = 0;
     return b.data;
   }
-  /* Not UTF-8 (a config built in code; loading and loom_config_validate refuse these):
+  /* Not UTF-8 (a string built in code; loading and loom_config_validate refuse these):
    * every byte outside printable ASCII as \xNN, which at least keeps the file readable. */
   free(b.data);
-  char *out = malloc(strlen(s) * 4 + 3), *o = out;
-  if (!out) abort();
+  char *out = loom_malloc(strlen(s) * 4 + 3), *o = out;
   *o++ = '"';
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     if (*p == '"' || *p == '\\') *o++ = '\\', *o++ = (char)*p;
