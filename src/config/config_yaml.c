@@ -1,7 +1,7 @@
-/* loom_config_load: YAML (libyaml document API) over the defaults. Both nested sections
+/* loom_config_load: YAML (read through loom/yaml.h) over the defaults. Both nested sections
  * (training: {lr: 1e-3}) and dotted top-level keys (training.lr: 1e-3) are accepted, in any
- * mix. Every error names file:line (from libyaml's marks) and says what to do: unknown keys
- * get the nearest valid key, wrong types / enum values say what was expected, duplicate keys
+ * mix. Every error names file:line (each node's line) and says what to do: unknown keys get
+ * the nearest valid key, wrong types / enum values say what was expected, duplicate keys
  * point at the first occurrence, syntax errors carry libyaml's line:column. The config is
  * only modified when the whole file loads.
  * Config groups (Hydra's defaults list): a top-level `defaults:` list of `- GROUP: OPTION`
@@ -10,27 +10,26 @@
  * keys come before (and lose to) or after (and win over) its defaults; without `_self_` the
  * file's own keys come last (Hydra >= 1.1). Group files may have defaults lists of their own
  * (a cycle is an error). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
 #include "config/groups.h"
 #include "config/tags.h"
 #include "config/config_internal.h"
 #include "loom/core.h"
+#include "loom/yaml.h"
 
 #define MAX_KEYS 128
 #define MAX_SECTIONS 16
 
 typedef struct {
   const char *path;
-  yaml_document_t *doc;
+  const loom_yaml_node *root;
   loom_config *cfg;
-  size_t key_line[MAX_KEYS];         /* line where each key was set (0 = not yet) */
+  int key_line[MAX_KEYS];            /* line where each key was set (0 = not yet) */
   char sections[MAX_SECTIONS][32];   /* nested sections seen, and their lines */
-  size_t section_line[MAX_SECTIONS];
+  int section_line[MAX_SECTIONS];
   int nsections;
   loom_group_ctx *groups;            /* composition state (search path, CLI choices, chain) */
   const char *package;               /* group file: the section its keys go under; NULL = top */
@@ -40,140 +39,91 @@ typedef struct {
 static int parse_text(loom_config *tmp, const char *path, const char *text, size_t len,
                       loom_group_ctx *g, const char *package, bool primary);
 
-static size_t line_of(const yaml_node_t *n) { return n->start_mark.line + 1; }
-
-/* Error at a node: "<path>:<line>: <message>". */
-static int err_at(const load_ctx *x, const yaml_node_t *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int err_at(const load_ctx *x, const yaml_node_t *n, const char *fmt, ...) {
-  char msg[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return loom_err("%s:%zu: %s", x->path, line_of(n), msg);
-}
-
-/* Re-raise the current error message (from the value parser) at a node. */
-static int reraise_at(const load_ctx *x, const yaml_node_t *n) {
-  return loom_err_prefix("%s:%zu: ", x->path, line_of(n));
-}
-
-static const char *node_kind(const yaml_node_t *n) {
-  return n->type == YAML_MAPPING_NODE ? "a mapping" : n->type == YAML_SEQUENCE_NODE ? "a list"
-                                                                                   : "a scalar";
-}
-
-static const char *scalar(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
-
-static bool is_null(const yaml_node_t *n) {
-  return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-         loom_config_is_null_word(scalar(n));
-}
-
 /* Store one key's value (a scalar node). */
-static const yaml_node_t *node(const load_ctx *x, int id);
-
-static int set_key(load_ctx *x, const loom_config_key *k, const yaml_node_t *key_node,
-                   const yaml_node_t *val) {
+static int set_key(load_ctx *x, const loom_config_key *k, const loom_yaml_node *key_node,
+                   const loom_yaml_node *val) {
   size_t idx = (size_t)(k - loom_config_keys);
   if (x->key_line[idx])
-    return err_at(x, key_node, "duplicate key '%s' (first set at line %zu); keep only one",
-                  k->name, x->key_line[idx]);
+    return loom_yaml_err(key_node, "duplicate key '%s' (first set at line %d); keep only one",
+                         k->name, x->key_line[idx]);
   char tb[256];
-  if (val->type == YAML_SEQUENCE_NODE && !strcmp(k->name, "run.tags")) {
+  if (val->kind == LOOM_YAML_SEQUENCE && !strcmp(k->name, "run.tags")) {
     char *items[256];
     int n = 0;
-    for (yaml_node_item_t *it = val->data.sequence.items.start;
-         it < val->data.sequence.items.top; it++) {
-      const yaml_node_t *e = node(x, *it);
-      if (e->type != YAML_SCALAR_NODE || n == 256)
-        return err_at(x, e, "run.tags is a list of labels (text), not %s", node_kind(e));
-      items[n++] = (char *)scalar(e);
+    for (int i = 0; i < val->n; i++) {
+      const loom_yaml_node *e = val->items[i];
+      if (e->kind != LOOM_YAML_SCALAR || n == 256)
+        return loom_yaml_err(e, "run.tags is a list of labels (text), not %s",
+                             loom_yaml_kind_phrase(e));
+      items[n++] = (char *)e->text;
     }
     char joined[LOOM_STR_MAX];
-    if (loom_config_tags_join(items, n, joined, sizeof joined)) return reraise_at(x, val);
-    if (loom_config_key_set(x->cfg, k, joined)) return reraise_at(x, val);
-    x->key_line[idx] = line_of(key_node);
+    if (loom_config_tags_join(items, n, joined, sizeof joined)) return loom_yaml_err_prefix(val);
+    if (loom_config_key_set(x->cfg, k, joined)) return loom_yaml_err_prefix(val);
+    x->key_line[idx] = key_node->line;
     return 0;
   }
-  if (val->type != YAML_SCALAR_NODE)
-    return err_at(x, val, "%s takes %s, not %s", k->name,
-                  loom_config_type_phrase(k, tb, sizeof tb), node_kind(val));
-  if (is_null(val)) return loom_config_null_err(k), reraise_at(x, val);
-  if (strlen(scalar(val)) != val->data.scalar.length)
-    return err_at(x, val, "%s contains a NUL character (\\0), which a config value cannot "
-                  "hold; remove it", k->name);
-  if (!strcmp(k->name, "run.tags") && *scalar(val)) { /* "a, b": normalised to "a,b" */
-    char *list = loom_sprintf("[%s]", scalar(val)), joined[LOOM_STR_MAX];
+  if (val->kind != LOOM_YAML_SCALAR)
+    return loom_yaml_err(val, "%s takes %s, not %s", k->name,
+                         loom_config_type_phrase(k, tb, sizeof tb), loom_yaml_kind_phrase(val));
+  if (loom_yaml_is_null(val)) return loom_config_null_err(k), loom_yaml_err_prefix(val);
+  if (strlen(val->text) != val->len)
+    return loom_yaml_err(val, "%s contains a NUL character (\\0), which a config value "
+                         "cannot hold; remove it", k->name);
+  if (!strcmp(k->name, "run.tags") && *val->text) { /* "a, b": normalised to "a,b" */
+    char *list = loom_sprintf("[%s]", val->text), joined[LOOM_STR_MAX];
     int rc = loom_config_tags_parse_list(list, joined, sizeof joined);
     free(list);
-    if (rc || loom_config_key_set(x->cfg, k, joined)) return reraise_at(x, val);
-    x->key_line[idx] = line_of(key_node);
+    if (rc || loom_config_key_set(x->cfg, k, joined)) return loom_yaml_err_prefix(val);
+    x->key_line[idx] = key_node->line;
     return 0;
   }
-  if (loom_config_key_set(x->cfg, k, scalar(val))) return reraise_at(x, val);
-  x->key_line[idx] = line_of(key_node);
+  if (loom_config_key_set(x->cfg, k, val->text)) return loom_yaml_err_prefix(val);
+  x->key_line[idx] = key_node->line;
   return 0;
 }
 
-static int unknown_key_at(const load_ctx *x, const yaml_node_t *n, const char *name) {
+static int unknown_key_at(const load_ctx *x, const loom_yaml_node *n, const char *name) {
   loom_config_unknown_key_err(name);
-  return reraise_at(x, n);
+  return loom_yaml_err_prefix(n);
 }
 
 /* A key inside a section mapping, or a dotted key at the top level. */
-static int set_named(load_ctx *x, const char *name, const yaml_node_t *key_node,
-                     const yaml_node_t *val) {
+static int set_named(load_ctx *x, const char *name, const loom_yaml_node *key_node,
+                     const loom_yaml_node *val) {
   const loom_config_key *k = loom_config_key_find(name);
   if (!k) return unknown_key_at(x, key_node, name);
   return set_key(x, k, key_node, val);
 }
 
-static const yaml_node_t *node(const load_ctx *x, int id) {
-  return yaml_document_get_node(x->doc, id);
-}
-
-static int key_text(const load_ctx *x, const yaml_node_t *k, const char **out) {
-  if (k->type != YAML_SCALAR_NODE)
-    return err_at(x, k, "keys must be plain names like 'training' or 'lr', found %s",
-                  node_kind(k));
-  *out = scalar(k);
-  return 0;
-}
-
-static int note_section(load_ctx *x, const char *name, const yaml_node_t *key_node) {
+static int note_section(load_ctx *x, const char *name, const loom_yaml_node *key_node) {
   for (int i = 0; i < x->nsections; i++)
     if (!strcmp(x->sections[i], name))
-      return err_at(x, key_node, "duplicate section '%s' (first at line %zu); merge the two",
-                    name, x->section_line[i]);
+      return loom_yaml_err(key_node, "duplicate section '%s' (first at line %d); merge the two",
+                           name, x->section_line[i]);
   if (x->nsections < MAX_SECTIONS && strlen(name) < sizeof x->sections[0]) {
     strcpy(x->sections[x->nsections], name);
-    x->section_line[x->nsections++] = line_of(key_node);
+    x->section_line[x->nsections++] = key_node->line;
   }
   return 0;
 }
 
-static bool is_defaults(const yaml_node_t *kn) {
-  return kn->type == YAML_SCALAR_NODE && !strcmp(scalar(kn), "defaults");
-}
+static bool is_defaults(const loom_yaml_node *kn) { return !strcmp(kn->text, "defaults"); }
 
-static int load_section(load_ctx *x, const char *sec, const yaml_node_t *key_node,
-                        const yaml_node_t *val) {
+static int load_section(load_ctx *x, const char *sec, const loom_yaml_node *key_node,
+                        const loom_yaml_node *val) {
   if (note_section(x, sec, key_node)) return -1;
-  if (is_null(val)) return 0; /* "training:" with nothing under it: all defaults */
-  if (val->type != YAML_MAPPING_NODE)
-    return err_at(x, val, "'%s' is a section and takes a mapping of keys (e.g. '%s: ...' "
-                  "indented under it), not %s", sec, loom_config_key_last(
-                  loom_config_first_key_of(sec)), node_kind(val));
-  for (yaml_node_pair_t *p = val->data.mapping.pairs.start; p < val->data.mapping.pairs.top;
-       p++) {
-    const yaml_node_t *kn = node(x, p->key), *vn = node(x, p->value);
-    const char *name = NULL;
-    if (val == yaml_document_get_root_node(x->doc) && is_defaults(kn)) continue;
-    if (key_text(x, kn, &name)) return -1;
-    char *full = loom_sprintf("%s.%s", sec, name);
-    int rc = vn->type == YAML_MAPPING_NODE && (loom_config_is_section(full, strlen(full)) ||
+  if (loom_yaml_is_null(val)) return 0; /* "training:" with nothing under it: all defaults */
+  if (val->kind != LOOM_YAML_MAPPING)
+    return loom_yaml_err(val, "'%s' is a section and takes a mapping of keys (e.g. '%s: ...' "
+                         "indented under it), not %s", sec,
+                         loom_config_key_last(loom_config_first_key_of(sec)),
+                         loom_yaml_kind_phrase(val));
+  for (int i = 0; i < val->n; i++) {
+    const loom_yaml_node *kn = val->pairs[i].key, *vn = val->pairs[i].value;
+    if (val == x->root && is_defaults(kn)) continue;
+    char *full = loom_sprintf("%s.%s", sec, kn->text);
+    int rc = vn->kind == LOOM_YAML_MAPPING && (loom_config_is_section(full, strlen(full)) ||
                                                loom_config_is_section_prefix(full))
                  ? load_section(x, full, kn, vn) /* nested: vision: {parallel: {sp: 2}} */
                  : set_named(x, full, kn, vn);
@@ -184,42 +134,41 @@ static int load_section(load_ctx *x, const char *sec, const yaml_node_t *key_nod
 }
 
 /* "+exp.hypothesis: text": a user key (Hydra's append), as config.yaml records them. */
-static int load_user_key(load_ctx *x, const char *name, const yaml_node_t *kn,
-                         const yaml_node_t *vn) {
-  if (vn->type != YAML_SCALAR_NODE)
-    return err_at(x, vn, "user key %s takes one value (text or a number), not %s", name,
-                  node_kind(vn));
-  if (is_null(vn))
-    return err_at(x, vn, "user key %s has no value; give one or remove the line", name);
-  if (strlen(scalar(vn)) != vn->data.scalar.length)
-    return err_at(x, vn, "user key %s contains a NUL character (\\0); remove it", name);
+static int load_user_key(load_ctx *x, const char *name, const loom_yaml_node *kn,
+                         const loom_yaml_node *vn) {
+  if (vn->kind != LOOM_YAML_SCALAR)
+    return loom_yaml_err(vn, "user key %s takes one value (text or a number), not %s", name,
+                         loom_yaml_kind_phrase(vn));
+  if (loom_yaml_is_null(vn))
+    return loom_yaml_err(vn, "user key %s has no value; give one or remove the line", name);
+  if (strlen(vn->text) != vn->len)
+    return loom_yaml_err(vn, "user key %s contains a NUL character (\\0); remove it", name);
   /* a later file of a composition replaces an earlier one's value */
-  if (loom_config_user_set(x->cfg, name, scalar(vn), false)) return reraise_at(x, kn);
+  if (loom_config_user_set(x->cfg, name, vn->text, false)) return loom_yaml_err_prefix(kn);
   return 0;
 }
 
-static int load_top_pair(load_ctx *x, const yaml_node_t *kn, const yaml_node_t *vn) {
-  const char *name = NULL;
-  if (key_text(x, kn, &name)) return -1;
+static int load_top_pair(load_ctx *x, const loom_yaml_node *kn, const loom_yaml_node *vn) {
+  const char *name = kn->text;
   if (name[0] == '+') return load_user_key(x, name + 1, kn, vn);
   bool dotted = strchr(name, '.') != NULL;
   if (loom_config_is_section(name, strlen(name)) ||
-      (vn->type == YAML_MAPPING_NODE && loom_config_is_section_prefix(name)))
+      (vn->kind == LOOM_YAML_MAPPING && loom_config_is_section_prefix(name)))
     return load_section(x, name, kn, vn); /* also "vision.parallel:" and "vision:" */
-  if (dotted || vn->type != YAML_MAPPING_NODE) return set_named(x, name, kn, vn);
+  if (dotted || vn->kind != LOOM_YAML_MAPPING) return set_named(x, name, kn, vn);
   const char *near = loom_config_nearest_section(name);
-  if (near) return err_at(x, kn, "unknown section '%s'; did you mean '%s'?", name, near);
+  if (near) return loom_yaml_err(kn, "unknown section '%s'; did you mean '%s'?", name, near);
   if (loom_config_nearest_key(name)) return set_named(x, name, kn, vn);
-  return err_at(x, kn, "unknown section '%s'; the sections are run, model, training, data and "
-                "checkpoint (see 'loom config schema')", name);
+  return loom_yaml_err(kn, "unknown section '%s'; the sections are run, model, training, data "
+                       "and checkpoint (see 'loom config schema')", name);
 }
 
 /* The file's own keys (everything but `defaults:`). */
-static int load_self(load_ctx *x, const yaml_node_t *root) {
+static int load_self(load_ctx *x, const loom_yaml_node *root) {
   if (x->package) return load_section(x, x->package, root, root);
-  for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
-       p++)
-    if (!is_defaults(node(x, p->key)) && load_top_pair(x, node(x, p->key), node(x, p->value)))
+  for (int i = 0; i < root->n; i++)
+    if (!is_defaults(root->pairs[i].key) &&
+        load_top_pair(x, root->pairs[i].key, root->pairs[i].value))
       return -1;
   return 0;
 }
@@ -292,49 +241,44 @@ static int load_cli_choices(loom_config *cfg, loom_group_ctx *g) {
   return 0;
 }
 
-static int load_defaults(load_ctx *x, const yaml_node_t *list, const yaml_node_t *root) {
-  if (list->type != YAML_SEQUENCE_NODE)
-    return err_at(x, list, "defaults must be a list, e.g. [model: tiny-gpt2, optim: adamw, "
-                  "_self_], not %s", node_kind(list));
+static int load_defaults(load_ctx *x, const loom_yaml_node *list, const loom_yaml_node *root) {
+  if (list->kind != LOOM_YAML_SEQUENCE)
+    return loom_yaml_err(list, "defaults must be a list, e.g. [model: tiny-gpt2, optim: adamw, "
+                         "_self_], not %s", loom_yaml_kind_phrase(list));
   bool self_done = false;
   char seen[LOOM_GROUP_DEPTH * 4][64];
-  size_t seen_line[LOOM_GROUP_DEPTH * 4];
+  int seen_line[LOOM_GROUP_DEPTH * 4];
   int nseen = 0;
-  for (yaml_node_item_t *it = list->data.sequence.items.start; it < list->data.sequence.items.top;
-       it++) {
-    const yaml_node_t *e = node(x, *it);
-    if (e->type == YAML_SCALAR_NODE && !strcmp(scalar(e), "_self_")) {
-      if (self_done) return err_at(x, e, "_self_ appears twice in the defaults list");
+  for (int k = 0; k < list->n; k++) {
+    const loom_yaml_node *e = list->items[k];
+    if (e->kind == LOOM_YAML_SCALAR && !strcmp(e->text, "_self_")) {
+      if (self_done) return loom_yaml_err(e, "_self_ appears twice in the defaults list");
       self_done = true;
       if (load_self(x, root)) return -1;
       continue;
     }
-    const yaml_node_t *gk = NULL, *gv = NULL;
-    if (e->type == YAML_MAPPING_NODE &&
-        e->data.mapping.pairs.top - e->data.mapping.pairs.start == 1) {
-      gk = node(x, e->data.mapping.pairs.start->key);
-      gv = node(x, e->data.mapping.pairs.start->value);
-    }
-    if (!gk || gk->type != YAML_SCALAR_NODE || gv->type != YAML_SCALAR_NODE)
-      return err_at(x, e, "a defaults entry is 'GROUP: OPTION' (e.g. '- model: tiny-gpt2') or "
-                    "'_self_'");
-    const char *group = scalar(gk), *option = scalar(gv);
+    const loom_yaml_node *gk = NULL, *gv = NULL;
+    if (e->kind == LOOM_YAML_MAPPING && e->n == 1) gk = e->pairs[0].key, gv = e->pairs[0].value;
+    if (!gk || gv->kind != LOOM_YAML_SCALAR)
+      return loom_yaml_err(e, "a defaults entry is 'GROUP: OPTION' (e.g. '- model: tiny-gpt2') or "
+                              "'_self_'");
+    const char *group = gk->text, *option = gv->text;
     for (int i = 0; i < nseen; i++)
       if (!strcmp(seen[i], group))
-        return err_at(x, gk, "config group '%s' is chosen twice in the defaults list (first at "
-                      "line %zu); keep one", group, seen_line[i]);
+        return loom_yaml_err(gk, "config group '%s' is chosen twice in the defaults list (first "
+                             "at line %d); keep one", group, seen_line[i]);
     if (nseen < (int)(sizeof seen / sizeof seen[0]) && strlen(group) < sizeof seen[0]) {
       snprintf(seen[nseen], sizeof seen[0], "%s", group);
-      seen_line[nseen++] = line_of(gk);
+      seen_line[nseen++] = gk->line;
     }
     int c = x->primary ? cli_choice(x->groups, group) : -1;
     if (c >= 0) {
       x->groups->choice_used[c] = true;
       option = strchr(x->groups->choices[c], '=') + 1;
     }
-    if (c < 0 && is_null(gv)) continue; /* "- model: null": no option of this group */
+    if (c < 0 && loom_yaml_is_null(gv)) continue; /* "- model: null": no option of this group */
     char *where = c >= 0 ? loom_sprintf("command-line override '%s'", x->groups->choices[c])
-                         : loom_sprintf("%s:%zu", x->path, line_of(gv));
+                         : loom_sprintf("%s:%d", x->path, gv->line);
     int rc = load_group(x->cfg, x->groups, group, option, where);
     free(where);
     if (rc) return rc;
@@ -343,72 +287,35 @@ static int load_defaults(load_ctx *x, const yaml_node_t *list, const yaml_node_t
 }
 
 static int load_root(load_ctx *x) {
-  const yaml_node_t *root = yaml_document_get_root_node(x->doc);
-  if (!root || is_null(root)) return 0; /* empty file: defaults */
-  if (root->type != YAML_MAPPING_NODE)
-    return err_at(x, root, "the top level must be a mapping of sections (run:, model:, "
-                  "training:, ...) or dotted keys (training.lr: ...), found %s",
-                  node_kind(root));
-  const yaml_node_t *defaults = NULL;
-  for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
-       p++)
-    if (is_defaults(node(x, p->key))) {
+  const loom_yaml_node *root = x->root;
+  if (!root || loom_yaml_is_null(root)) return 0; /* empty file: defaults */
+  if (root->kind != LOOM_YAML_MAPPING)
+    return loom_yaml_err(root, "the top level must be a mapping of sections (run:, model:, "
+                         "training:, ...) or dotted keys (training.lr: ...), found %s",
+                         loom_yaml_kind_phrase(root));
+  const loom_yaml_node *defaults = NULL;
+  for (int i = 0; i < root->n; i++)
+    if (is_defaults(root->pairs[i].key)) {
       if (defaults)
-        return err_at(x, node(x, p->key), "duplicate key 'defaults' (first at line %zu); keep "
-                      "one list", line_of(defaults));
-      defaults = node(x, p->value);
+        return loom_yaml_err(root->pairs[i].key, "duplicate key 'defaults' (first at line %d); "
+                             "keep one list", defaults->line);
+      defaults = root->pairs[i].value;
     }
   return defaults ? load_defaults(x, defaults, root) : load_self(x, root);
 }
 
-static int syntax_err(const char *path, const yaml_parser_t *p) {
-  const char *problem = p->problem ? p->problem : "malformed YAML";
-  if (p->error == YAML_READER_ERROR)
-    return loom_err("%s: invalid text at byte %zu: %s (is the file UTF-8?)", path,
-                    p->problem_offset, problem);
-  if (p->context)
-    return loom_err("%s:%zu:%zu: YAML syntax error: %s %s that started at line %zu", path,
-                    p->problem_mark.line + 1, p->problem_mark.column + 1, problem, p->context,
-                    p->context_mark.line + 1);
-  return loom_err("%s:%zu:%zu: YAML syntax error: %s", path, p->problem_mark.line + 1,
-                  p->problem_mark.column + 1, problem);
-}
-
-/* Fail on a second document ("---") rather than silently ignoring it. */
-static int check_single_document(const char *path, yaml_parser_t *p) {
-  yaml_document_t extra;
-  if (!yaml_parser_load(p, &extra)) return syntax_err(path, p);
-  const yaml_node_t *r = yaml_document_get_root_node(&extra);
-  size_t line = r ? r->start_mark.line + 1 : 0;
-  yaml_document_delete(&extra);
-  if (r)
-    return loom_err("%s:%zu: a second YAML document starts here; put every key in one "
-                    "document (remove the '---')", path, line);
-  return 0;
-}
-
 static int parse_text(loom_config *tmp, const char *path, const char *text, size_t len,
                       loom_group_ctx *g, const char *package, bool primary) {
-  yaml_parser_t parser;
-  yaml_document_t doc;
-  if (!yaml_parser_initialize(&parser)) return loom_err("%s: cannot start the YAML parser", path);
-  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-  int rc;
-  if (!yaml_parser_load(&parser, &doc)) {
-    rc = syntax_err(path, &parser);
-  } else {
-    load_ctx *x = calloc(1, sizeof *x);
-    if (!x) abort();
-    x->path = path, x->doc = &doc, x->cfg = tmp;
-    x->groups = g, x->package = package, x->primary = primary;
-    g->stack[g->depth++] = path;
-    rc = load_root(x);
-    g->depth--;
-    free(x);
-    yaml_document_delete(&doc);
-    if (rc == 0) rc = check_single_document(path, &parser);
-  }
-  yaml_parser_delete(&parser);
+  loom_yaml_doc *doc;
+  if (loom_yaml_parse(&doc, text, len, path)) return -1;
+  load_ctx *x = loom_calloc(1, sizeof *x);
+  x->path = path, x->root = loom_yaml_root(doc), x->cfg = tmp;
+  x->groups = g, x->package = package, x->primary = primary;
+  g->stack[g->depth++] = path;
+  int rc = load_root(x);
+  g->depth--;
+  free(x);
+  loom_yaml_free(doc);
   return rc;
 }
 

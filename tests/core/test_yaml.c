@@ -47,7 +47,8 @@ static void test_tree(void) {
   CHECK(s->kind == LOOM_YAML_SEQUENCE && s->n == 3 && s->line == 3 && s->col == 8, "list");
   CHECK(s->items[0]->plain && !s->items[2]->plain && s->items[1]->col == 12, "styles, column");
   const loom_yaml_node *n = loom_yaml_get(r, "nested");
-  CHECK(loom_yaml_is_null(loom_yaml_get(n, "empty")) && loom_yaml_is_null(loom_yaml_get(n, "tilde")),
+  CHECK(loom_yaml_is_null(loom_yaml_get(n, "empty")) &&
+            loom_yaml_is_null(loom_yaml_get(n, "tilde")),
         "empty and ~ are null");
   CHECK(!loom_yaml_is_null(loom_yaml_get(n, "quoted")), "a quoted 'null' is text");
   CHECK(loom_yaml_get(n, "empty")->line == 5, "line of an empty value");
@@ -55,7 +56,8 @@ static void test_tree(void) {
   CHECK(nul->len == 3 && strlen(nul->text) == 1, "an embedded NUL keeps the true length");
   CHECK(!loom_yaml_get(s, "x") && !loom_yaml_scalar(s) && !loom_yaml_scalar(NULL),
         "lookups on the wrong kind");
-  CHECK(!strcmp(loom_yaml_kind_phrase(s), "a list") && !strcmp(loom_yaml_kind_phrase(n), "a mapping"),
+  CHECK(!strcmp(loom_yaml_kind_phrase(s), "a list") &&
+            !strcmp(loom_yaml_kind_phrase(n), "a mapping"),
         "kind phrases");
   CHECK(loom_yaml_err(s->items[1], "bad %d", 7) == -1 && !strcmp(loom_errmsg(), "t.yaml:3: bad 7"),
         "errors at a node: %s", loom_errmsg());
