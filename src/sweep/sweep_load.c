@@ -1,251 +1,229 @@
-/* Loading a sweep file (format in loom/sweep.h) with libyaml's document API. Every error names
- * file:line and what to do; parameter keys and values are checked against the config schema
- * here (a `${key}` value against the keys), and linked parameters are grouped, so a bad sweep
- * fails before anything is generated or run. */
+/* Loading a sweep file (format in loom/sweep.h) through loom's YAML layer (loom/yaml.h). Every
+ * error names file:line and what to do; parameter keys and values are checked against the
+ * config schema here (a `${key}` value against the keys), and linked parameters are grouped, so
+ * a bad sweep fails before anything is generated or run. */
 #include <libgen.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
 #include "loom/config_schema.h"
 #include "sweep/sweep_internal.h"
 #include "loom/core.h"
 #include "loom/sweep.h"
+#include "loom/yaml.h"
 
 typedef struct {
   const char *path;
-  yaml_document_t *doc;
   loom_sweep_spec *s;
 } ctx;
 
-static int line_of(const yaml_node_t *n) { return (int)n->start_mark.line + 1; }
-
-static int err_at(const ctx *x, const yaml_node_t *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int err_at(const ctx *x, const yaml_node_t *n, const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return loom_err("%s:%d: %s", x->path, n ? line_of(n) : 0, msg);
-}
-
-static const char *scalar(const yaml_node_t *n) {
-  return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-static yaml_node_t *node(const ctx *x, int id) { return yaml_document_get_node(x->doc, id); }
-
-static int want_scalar(const ctx *x, const yaml_node_t *n, const char *what, const char **out) {
-  *out = scalar(n);
-  if (!*out) return err_at(x, n, "%s must be a single value, not a list or mapping", what);
+static int want_scalar(const loom_yaml_node *n, const char *what, const char **out) {
+  *out = loom_yaml_scalar(n);
+  if (!*out) return loom_yaml_err(n, "%s must be a single value, not a list or mapping", what);
   return 0;
 }
 
-static int want_number(const ctx *x, const yaml_node_t *n, const char *what, double *out) {
+static int want_number(const loom_yaml_node *n, const char *what, double *out) {
   const char *t;
-  if (want_scalar(x, n, what, &t)) return -1;
+  if (want_scalar(n, what, &t)) return -1;
   char *end;
   *out = strtod(t, &end);
-  if (!*t || *end || !isfinite(*out)) return err_at(x, n, "%s must be a number, not '%s'", what, t);
+  if (!*t || *end || !isfinite(*out))
+    return loom_yaml_err(n, "%s must be a number, not '%s'", what, t);
   return 0;
 }
 
 /* Append to a NULL-free string list. */
 static void push(char ***list, int *n, char *s) {
-  *list = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
-  if (!*list) abort();
+  *list = loom_realloc(*list, (size_t)*n + 1, sizeof(char *));
   (*list)[(*n)++] = s;
 }
 
 /* A list of scalars (or one scalar) as strings. */
-static int string_list(const ctx *x, const yaml_node_t *n, const char *what, char ***out,
-                       int *count) {
-  if (n->type == YAML_SCALAR_NODE) {
-    push(out, count, loom_strdup(scalar(n)));
+static int string_list(const loom_yaml_node *n, const char *what, char ***out, int *count) {
+  if (n->kind == LOOM_YAML_SCALAR) {
+    push(out, count, loom_strdup(n->text));
     return 0;
   }
-  if (n->type != YAML_SEQUENCE_NODE) return err_at(x, n, "%s must be a list", what);
-  for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+  if (n->kind != LOOM_YAML_SEQUENCE) return loom_yaml_err(n, "%s must be a list", what);
+  for (int i = 0; i < n->n; i++) {
     const char *t;
-    if (want_scalar(x, node(x, *it), what, &t)) return -1;
+    if (want_scalar(n->items[i], what, &t)) return -1;
     push(out, count, loom_strdup(t));
   }
   return 0;
 }
 
 /* A config key named in the sweep file: must exist in the schema. */
-static int check_key(const ctx *x, const yaml_node_t *n, const char *key) {
+static int check_key(const loom_yaml_node *n, const char *key) {
   if (loom_config_key_find(key)) return 0;
   loom_config_unknown_key_err(key);
-  return loom_err_prefix("%s:%d: ", x->path, line_of(n));
+  return loom_yaml_err_prefix(n);
 }
 
 /* A value for key k: parse it into a scratch config to report bad values here; `${other}`
  * must name a config key (its value is known only per point). */
-static int check_value(const ctx *x, const yaml_node_t *n, const char *key, const char *text) {
+static int check_value(const loom_yaml_node *n, const char *key, const char *text) {
   char ref[128];
   if (loom_sweep_interp_key(text, ref, sizeof ref)) {
-    if (check_key(x, n, ref)) return -1;
+    if (check_key(n, ref)) return -1;
     if (loom_config_key_find(ref) == loom_config_key_find(key))
-      return err_at(x, n, "%s: '%s' refers to the key itself; give a value", key, text);
+      return loom_yaml_err(n, "%s: '%s' refers to the key itself; give a value", key, text);
     return 0;
   }
   if (strstr(text, "${"))
-    return err_at(x, n, "%s: '%s': an interpolation is the whole value, \"${some.key}\"", key, text);
+    return loom_yaml_err(n, "%s: '%s': an interpolation is the whole value, \"${some.key}\"", key,
+                         text);
   loom_config scratch;
   loom_config_defaults(&scratch);
   if (loom_config_key_set(&scratch, loom_config_key_find(key), text) == 0) return 0;
-  return loom_err_prefix("%s:%d: ", x->path, line_of(n));
+  return loom_yaml_err_prefix(n);
 }
 
 static const char *const dist_names[] = {"values", "uniform", "log_uniform", "int_uniform", NULL};
 
-static int param_mapping(const ctx *x, const yaml_node_t *n, loom_sweep_param *p) {
+static int param_mapping(const loom_yaml_node *n, loom_sweep_param *p) {
   static const char *const fields[] = {"values", "value", "min", "max", "distribution", "q",
                                        "link", NULL};
   bool have_min = false, have_max = false, have_dist = false;
-  for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
-    yaml_node_t *kn = node(x, pr->key), *vn = node(x, pr->value);
-    const char *f = scalar(kn);
-    if (!f) return err_at(x, kn, "parameter fields must be names");
+  for (int i = 0; i < n->n; i++) {
+    const loom_yaml_node *kn = n->pairs[i].key, *vn = n->pairs[i].value;
+    const char *f = kn->text;
     if (!strcmp(f, "values") || !strcmp(f, "value")) {
-      if (vn->type == YAML_MAPPING_NODE) return err_at(x, vn, "%s takes a list of values", f);
-      if (string_list(x, vn, p->key, &p->values, &p->nvalues)) return -1;
-      if (p->nvalues == 0) return err_at(x, vn, "%s: give at least one value", p->key);
-      for (int i = 0; i < p->nvalues; i++)
-        if (check_value(x, vn, p->key, p->values[i])) return -1;
+      if (vn->kind == LOOM_YAML_MAPPING) return loom_yaml_err(vn, "%s takes a list of values", f);
+      if (string_list(vn, p->key, &p->values, &p->nvalues)) return -1;
+      if (p->nvalues == 0) return loom_yaml_err(vn, "%s: give at least one value", p->key);
+      for (int j = 0; j < p->nvalues; j++)
+        if (check_value(vn, p->key, p->values[j])) return -1;
     } else if (!strcmp(f, "min")) {
-      if (want_number(x, vn, "min", &p->min)) return -1;
+      if (want_number(vn, "min", &p->min)) return -1;
       have_min = true;
     } else if (!strcmp(f, "max")) {
-      if (want_number(x, vn, "max", &p->max)) return -1;
+      if (want_number(vn, "max", &p->max)) return -1;
       have_max = true;
     } else if (!strcmp(f, "link")) {
       const char *k;
-      if (want_scalar(x, vn, "link", &k) || check_key(x, vn, k)) return -1;
+      if (want_scalar(vn, "link", &k) || check_key(vn, k)) return -1;
       free(p->link);
       p->link = loom_strdup(loom_config_key_find(k)->name);
     } else if (!strcmp(f, "q")) {
-      if (want_number(x, vn, "q", &p->q)) return -1;
-      if (p->q <= 0) return err_at(x, vn, "q must be > 0");
+      if (want_number(vn, "q", &p->q)) return -1;
+      if (p->q <= 0) return loom_yaml_err(vn, "q must be > 0");
     } else if (!strcmp(f, "distribution")) {
       const char *d;
-      if (want_scalar(x, vn, "distribution", &d)) return -1;
+      if (want_scalar(vn, "distribution", &d)) return -1;
       int k = 0;
       while (dist_names[k] && strcmp(dist_names[k], d)) k++;
       if (!dist_names[k]) {
         const char *near = loom_config_nearest_of(d, dist_names);
-        return err_at(x, vn, "unknown distribution '%s'%s%s%s (one of values, uniform, "
-                      "log_uniform, int_uniform)", d, near ? "; did you mean '" : "",
-                      near ? near : "", near ? "'?" : "");
+        return loom_yaml_err(vn,
+                             "unknown distribution '%s'%s%s%s (one of values, uniform, "
+                             "log_uniform, int_uniform)",
+                             d, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
       }
       p->dist = (loom_sweep_dist)k;
       have_dist = true;
     } else {
       const char *near = loom_config_nearest_of(f, fields);
-      return err_at(x, kn, "unknown parameter field '%s'%s%s%s (values, value, min, max, "
-                    "distribution, q, link)", f, near ? "; did you mean '" : "", near ? near : "",
-                    near ? "'?" : "");
+      return loom_yaml_err(kn,
+                           "unknown parameter field '%s'%s%s%s (values, value, min, max, "
+                           "distribution, q, link)",
+                           f, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
     }
   }
   if (p->nvalues) {
     if (have_min || have_max || (have_dist && p->dist != LOOM_DIST_VALUES))
-      return err_at(x, n, "%s: give either values or min/max, not both", p->key);
+      return loom_yaml_err(n, "%s: give either values or min/max, not both", p->key);
     p->dist = LOOM_DIST_VALUES;
     return 0;
   }
   if (!have_min || !have_max)
-    return err_at(x, n, "%s: give values: [...], or min and max with a distribution", p->key);
+    return loom_yaml_err(n, "%s: give values: [...], or min and max with a distribution", p->key);
   if (!have_dist) p->dist = loom_config_key_find(p->key)->type == LOOM_KEY_INT
                                 ? LOOM_DIST_INT_UNIFORM : LOOM_DIST_UNIFORM;
-  if (p->dist == LOOM_DIST_VALUES) return err_at(x, n, "%s: distribution values needs values: [...]", p->key);
-  if (p->min > p->max) return err_at(x, n, "%s: min %g is above max %g", p->key, p->min, p->max);
+  if (p->dist == LOOM_DIST_VALUES)
+    return loom_yaml_err(n, "%s: distribution values needs values: [...]", p->key);
+  if (p->min > p->max)
+    return loom_yaml_err(n, "%s: min %g is above max %g", p->key, p->min, p->max);
   if (p->dist == LOOM_DIST_LOG_UNIFORM && p->min <= 0)
-    return err_at(x, n, "%s: log_uniform needs min > 0", p->key);
+    return loom_yaml_err(n, "%s: log_uniform needs min > 0", p->key);
   loom_key_type t = loom_config_key_find(p->key)->type;
   if (t != LOOM_KEY_INT && t != LOOM_KEY_FLOAT)
-    return err_at(x, n, "%s is not numeric; give values: [...] instead of a range", p->key);
+    return loom_yaml_err(n, "%s is not numeric; give values: [...] instead of a range", p->key);
   return 0;
 }
 
-static int load_parameters(const ctx *x, const yaml_node_t *n) {
-  if (n->type != YAML_MAPPING_NODE)
-    return err_at(x, n, "parameters must be a mapping of config keys, e.g. "
-                  "{training.lr: {values: [1e-4, 3e-4]}}");
+static int load_parameters(const ctx *x, const loom_yaml_node *n) {
+  if (n->kind != LOOM_YAML_MAPPING)
+    return loom_yaml_err(n, "parameters must be a mapping of config keys, e.g. "
+                            "{training.lr: {values: [1e-4, 3e-4]}}");
   loom_sweep_spec *s = x->s;
-  for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
-    yaml_node_t *kn = node(x, pr->key), *vn = node(x, pr->value);
-    const char *key = scalar(kn);
-    if (!key) return err_at(x, kn, "parameter names must be config keys");
-    if (check_key(x, kn, key)) return -1;
+  for (int j = 0; j < n->n; j++) {
+    const loom_yaml_node *kn = n->pairs[j].key, *vn = n->pairs[j].value;
+    const char *key = kn->text;
+    if (check_key(kn, key)) return -1;
     key = loom_config_key_find(key)->name; /* text.parallel.X is parallel.X */
     for (int i = 0; i < s->nparams; i++)
       if (!strcmp(s->params[i].key, key))
-        return err_at(x, kn, "parameter '%s' is given twice (first at line %d)", key,
-                      s->params[i].line);
-    s->params = realloc(s->params, sizeof *s->params * (size_t)(s->nparams + 1));
+        return loom_yaml_err(kn, "parameter '%s' is given twice (first at line %d)", key,
+                             s->params[i].line);
+    s->params = loom_realloc(s->params, (size_t)s->nparams + 1, sizeof *s->params);
     loom_sweep_param *p = &s->params[s->nparams++];
     memset(p, 0, sizeof *p);
     p->key = loom_strdup(key);
-    p->line = line_of(kn);
-    if (vn->type == YAML_MAPPING_NODE) {
-      if (param_mapping(x, vn, p)) return -1;
+    p->line = kn->line;
+    if (vn->kind == LOOM_YAML_MAPPING) {
+      if (param_mapping(vn, p)) return -1;
     } else { /* shorthand: a list of values or one value */
-      if (string_list(x, vn, key, &p->values, &p->nvalues)) return -1;
-      if (p->nvalues == 0) return err_at(x, vn, "%s: give at least one value", key);
+      if (string_list(vn, key, &p->values, &p->nvalues)) return -1;
+      if (p->nvalues == 0) return loom_yaml_err(vn, "%s: give at least one value", key);
       for (int i = 0; i < p->nvalues; i++)
-        if (check_value(x, vn, key, p->values[i])) return -1;
+        if (check_value(vn, key, p->values[i])) return -1;
     }
   }
   return 0;
 }
 
-static int load_overrides(const ctx *x, const yaml_node_t *n) {
+static int load_overrides(const ctx *x, const loom_yaml_node *n) {
   loom_sweep_spec *s = x->s;
-  if (n->type == YAML_MAPPING_NODE) {
-    for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top;
-         pr++) {
-      const char *k = scalar(node(x, pr->key)), *v;
-      if (!k || want_scalar(x, node(x, pr->value), k, &v)) return k ? -1 : err_at(x, n, "bad key");
-      if (check_key(x, node(x, pr->key), k) || check_value(x, node(x, pr->value), k, v)) return -1;
+  if (n->kind == LOOM_YAML_MAPPING) {
+    for (int i = 0; i < n->n; i++) {
+      const loom_yaml_node *kn = n->pairs[i].key, *vn = n->pairs[i].value;
+      const char *k = kn->text, *v;
+      if (want_scalar(vn, k, &v) || check_key(kn, k) || check_value(vn, k, v)) return -1;
       push(&s->overrides, &s->noverrides, loom_sprintf("%s=%s", k, v));
     }
     return 0;
   }
-  if (string_list(x, n, "overrides", &s->overrides, &s->noverrides)) return -1;
+  if (string_list(n, "overrides", &s->overrides, &s->noverrides)) return -1;
   loom_config scratch;
   loom_config_defaults(&scratch);
   for (int i = 0; i < s->noverrides; i++)
-    if (loom_config_override(&scratch, s->overrides[i]))
-      return loom_err_prefix("%s:%d: ", x->path, line_of(n));
+    if (loom_config_override(&scratch, s->overrides[i])) return loom_yaml_err_prefix(n);
   return 0;
 }
 
-static int load_exclude(const ctx *x, const yaml_node_t *n) {
+static int load_exclude(const ctx *x, const loom_yaml_node *n) {
   loom_sweep_spec *s = x->s;
-  if (n->type != YAML_SEQUENCE_NODE)
-    return err_at(x, n, "exclude must be a list of mappings, e.g. [{parallel.tp: 2, "
-                  "training.dtype: fp32}]");
-  for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
-    yaml_node_t *m = node(x, *it);
-    if (m->type != YAML_MAPPING_NODE)
-      return err_at(x, m, "each exclude entry must be a mapping of key: value");
-    s->exclude = realloc(s->exclude, sizeof *s->exclude * (size_t)(s->nexclude + 1));
-    s->nexclude_keys = realloc(s->nexclude_keys, sizeof(int) * (size_t)(s->nexclude + 1));
+  if (n->kind != LOOM_YAML_SEQUENCE)
+    return loom_yaml_err(n, "exclude must be a list of mappings, e.g. [{parallel.tp: 2, "
+                            "training.dtype: fp32}]");
+  for (int e = 0; e < n->n; e++) {
+    const loom_yaml_node *m = n->items[e];
+    if (m->kind != LOOM_YAML_MAPPING)
+      return loom_yaml_err(m, "each exclude entry must be a mapping of key: value");
+    s->exclude = loom_realloc(s->exclude, (size_t)s->nexclude + 1, sizeof *s->exclude);
+    s->nexclude_keys = loom_realloc(s->nexclude_keys, (size_t)s->nexclude + 1, sizeof(int));
     char **list = NULL;
     int count = 0;
-    for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; pr < m->data.mapping.pairs.top;
-         pr++) {
-      const char *k = scalar(node(x, pr->key)), *v = NULL;
-      int rc = !k ? err_at(x, m, "exclude keys must be config keys")
-                  : want_scalar(x, node(x, pr->value), k, &v);
-      if (!rc) rc = check_key(x, node(x, pr->key), k);
-      if (!rc) rc = check_value(x, node(x, pr->value), k, v);
+    for (int i = 0; i < m->n; i++) {
+      const loom_yaml_node *kn = m->pairs[i].key, *vn = m->pairs[i].value;
+      const char *k = kn->text, *v = NULL;
+      int rc = want_scalar(vn, k, &v);
+      if (!rc) rc = check_key(kn, k);
+      if (!rc) rc = check_value(vn, k, v);
       if (rc) {
         for (int i = 0; i < count; i++) free(list[i]);
         free(list);
@@ -259,10 +237,10 @@ static int load_exclude(const ctx *x, const yaml_node_t *n) {
   return 0;
 }
 
-static int slurm_field(const ctx *x, const yaml_node_t *kn, const yaml_node_t *vn) {
+static int slurm_field(const ctx *x, const loom_yaml_node *kn, const loom_yaml_node *vn) {
   loom_slurm_opts *o = &x->s->slurm;
-  const char *k = scalar(kn), *v;
-  if (!k || want_scalar(x, vn, k ? k : "slurm", &v)) return -1;
+  const char *k = kn->text, *v;
+  if (want_scalar(vn, k, &v)) return -1;
   struct {
     const char *name;
     char *dst;
@@ -286,32 +264,33 @@ static int slurm_field(const ctx *x, const yaml_node_t *kn, const yaml_node_t *v
     if (f[i].num) {
       char *end;
       long n = strtol(v, &end, 10);
-      if (*end || n < 0) return err_at(x, vn, "slurm.%s must be a whole number >= 0", k);
+      if (*end || n < 0) return loom_yaml_err(vn, "slurm.%s must be a whole number >= 0", k);
       *f[i].num = (int)n;
     } else {
-      if (strlen(v) >= f[i].cap) return err_at(x, vn, "slurm.%s is too long", k);
+      if (strlen(v) >= f[i].cap) return loom_yaml_err(vn, "slurm.%s is too long", k);
       snprintf(f[i].dst, f[i].cap, "%s", v);
     }
     return 0;
   }
   names[sizeof f / sizeof f[0]] = NULL;
   const char *near = loom_config_nearest_of(k, names);
-  return err_at(x, kn, "unknown slurm setting '%s'%s%s%s", k, near ? "; did you mean '" : "",
-                near ? near : "", near ? "'?" : "");
+  return loom_yaml_err(kn, "unknown slurm setting '%s'%s%s%s", k, near ? "; did you mean '" : "",
+                       near ? near : "", near ? "'?" : "");
 }
 
-static int sim_section(const ctx *x, const yaml_node_t *n) {
-  if (n->type != YAML_MAPPING_NODE)
-    return err_at(x, n, "sim must be a mapping, e.g. {hardware: h100-sxm}");
-  for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
-    const char *k = scalar(node(x, pr->key)), *v;
-    if (!k || strcmp(k, "hardware"))
-      return err_at(x, node(x, pr->key), "unknown sim setting '%s' (the one setting is hardware: a "
-                    "profile name such as h100-sxm, or a profile file)", k ? k : "?");
-    if (want_scalar(x, node(x, pr->value), "sim.hardware", &v)) return -1;
+static int sim_section(const ctx *x, const loom_yaml_node *n) {
+  if (n->kind != LOOM_YAML_MAPPING)
+    return loom_yaml_err(n, "sim must be a mapping, e.g. {hardware: h100-sxm}");
+  for (int i = 0; i < n->n; i++) {
+    const loom_yaml_node *kn = n->pairs[i].key, *vn = n->pairs[i].value;
+    const char *v;
+    if (strcmp(kn->text, "hardware"))
+      return loom_yaml_err(kn, "unknown sim setting '%s' (the one setting is hardware: a profile "
+                           "name such as h100-sxm, or a profile file)", kn->text);
+    if (want_scalar(vn, "sim.hardware", &v)) return -1;
     if (!*v || strlen(v) >= sizeof x->s->hardware)
-      return err_at(x, node(x, pr->value), "sim.hardware must be a profile name or file (at most "
-                    "%zu characters)", sizeof x->s->hardware - 1);
+      return loom_yaml_err(vn, "sim.hardware must be a profile name or file (at most %zu "
+                           "characters)", sizeof x->s->hardware - 1);
     snprintf(x->s->hardware, sizeof x->s->hardware, "%s", v);
   }
   return 0;
@@ -327,62 +306,61 @@ static char *resolve_base(const char *sweep_path, const char *base) {
   return loom_strdup(base);
 }
 
-static int top_key(const ctx *x, const yaml_node_t *kn, const yaml_node_t *vn) {
+static int top_key(const ctx *x, const loom_yaml_node *kn, const loom_yaml_node *vn) {
   static const char *const keys[] = {"name", "sweep_name", "description", "base", "overrides",
                                      "parameters", "strategy", "num_runs", "seed", "exclude",
                                      "constraints", "name_keys", "slurm", "sim", NULL};
   loom_sweep_spec *s = x->s;
-  const char *k = scalar(kn), *v;
-  if (!k) return err_at(x, kn, "top-level keys must be names");
+  const char *k = kn->text, *v;
   if (!strcmp(k, "name") || !strcmp(k, "sweep_name")) {
-    if (want_scalar(x, vn, k, &v)) return -1;
+    if (want_scalar(vn, k, &v)) return -1;
     free(s->name);
     s->name = loom_strdup(v);
   } else if (!strcmp(k, "description")) {
     return 0;
   } else if (!strcmp(k, "base")) {
-    if (want_scalar(x, vn, k, &v)) return -1;
+    if (want_scalar(vn, k, &v)) return -1;
     free(s->base); /* a repeated base: the last one wins, as for name */
     s->base = *v ? resolve_base(x->path, v) : NULL;
     if (s->base && !loom_path_exists(s->base))
-      return err_at(x, vn, "base config '%s' not found (looked at %s, relative to the sweep file)",
-                    v, s->base);
+      return loom_yaml_err(
+          vn, "base config '%s' not found (looked at %s, relative to the sweep file)", v, s->base);
   } else if (!strcmp(k, "overrides")) {
     return load_overrides(x, vn);
   } else if (!strcmp(k, "parameters")) {
     return load_parameters(x, vn);
   } else if (!strcmp(k, "strategy")) {
-    if (want_scalar(x, vn, k, &v)) return -1;
+    if (want_scalar(vn, k, &v)) return -1;
     if (strcmp(v, "grid") && strcmp(v, "random"))
-      return err_at(x, vn, "strategy must be grid or random, not '%s'", v);
+      return loom_yaml_err(vn, "strategy must be grid or random, not '%s'", v);
     s->random = !strcmp(v, "random");
   } else if (!strcmp(k, "num_runs") || !strcmp(k, "seed")) {
     double d;
-    if (want_number(x, vn, k, &d)) return -1;
+    if (want_number(vn, k, &d)) return -1;
     if (d != floor(d) || d < 0 || (!strcmp(k, "num_runs") && d < 1))
-      return err_at(x, vn, "%s must be a whole number%s", k, k[0] == 'n' ? " >= 1" : " >= 0");
+      return loom_yaml_err(vn, "%s must be a whole number%s", k, k[0] == 'n' ? " >= 1" : " >= 0");
     if (k[0] == 'n') s->num_runs = (long)d;
     else s->seed = (long)d;
   } else if (!strcmp(k, "exclude")) {
     return load_exclude(x, vn);
   } else if (!strcmp(k, "constraints")) {
-    return string_list(x, vn, k, &s->constraints, &s->nconstraints);
+    return string_list(vn, k, &s->constraints, &s->nconstraints);
   } else if (!strcmp(k, "name_keys")) {
-    if (string_list(x, vn, k, &s->name_keys, &s->nname_keys)) return -1;
+    if (string_list(vn, k, &s->name_keys, &s->nname_keys)) return -1;
     for (int i = 0; i < s->nname_keys; i++)
-      if (check_key(x, vn, s->name_keys[i])) return -1;
+      if (check_key(vn, s->name_keys[i])) return -1;
   } else if (!strcmp(k, "sim")) {
     return sim_section(x, vn);
   } else if (!strcmp(k, "slurm")) {
-    if (vn->type != YAML_MAPPING_NODE) return err_at(x, vn, "slurm must be a mapping");
-    for (yaml_node_pair_t *pr = vn->data.mapping.pairs.start; pr < vn->data.mapping.pairs.top; pr++)
-      if (slurm_field(x, node(x, pr->key), node(x, pr->value))) return -1;
+    if (vn->kind != LOOM_YAML_MAPPING) return loom_yaml_err(vn, "slurm must be a mapping");
+    for (int i = 0; i < vn->n; i++)
+      if (slurm_field(x, vn->pairs[i].key, vn->pairs[i].value)) return -1;
   } else {
     const char *near = loom_config_nearest_of(k, keys);
-    return err_at(x, kn, "unknown sweep key '%s'%s%s%s (valid: name, base, overrides, "
-                  "parameters, strategy, num_runs, seed, exclude, constraints, name_keys, slurm, "
-                  "sim)",
-                  k, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+    return loom_yaml_err(kn, "unknown sweep key '%s'%s%s%s (valid: name, base, overrides, "
+                         "parameters, strategy, num_runs, seed, exclude, constraints, name_keys, "
+                         "slurm, sim)", k, near ? "; did you mean '" : "", near ? near : "",
+                         near ? "'?" : "");
   }
   return 0;
 }
@@ -396,17 +374,16 @@ static char *default_name(const char *path) {
   return b;
 }
 
-static int load_doc(loom_sweep_spec *s, const char *path, yaml_document_t *doc) {
-  ctx x = {path, doc, s};
-  yaml_node_t *root = yaml_document_get_root_node(doc);
+static int load_doc(loom_sweep_spec *s, const char *path, const loom_yaml_node *root) {
+  ctx x = {path, s};
   if (!root) return loom_err("%s: the sweep file is empty", path);
-  if (root->type != YAML_MAPPING_NODE) return err_at(&x, root, "a sweep file is a mapping");
-  for (yaml_node_pair_t *pr = root->data.mapping.pairs.start; pr < root->data.mapping.pairs.top;
-       pr++)
-    if (top_key(&x, node(&x, pr->key), node(&x, pr->value))) return -1;
-  if (!s->nparams) return err_at(&x, root, "no parameters to sweep; add parameters: {KEY: {values: [...]}}");
+  if (root->kind != LOOM_YAML_MAPPING) return loom_yaml_err(root, "a sweep file is a mapping");
+  for (int i = 0; i < root->n; i++)
+    if (top_key(&x, root->pairs[i].key, root->pairs[i].value)) return -1;
+  if (!s->nparams)
+    return loom_yaml_err(root, "no parameters to sweep; add parameters: {KEY: {values: [...]}}");
   if (s->random && s->num_runs < 1)
-    return err_at(&x, root, "strategy random needs num_runs (how many points to draw)");
+    return loom_yaml_err(root, "strategy random needs num_runs (how many points to draw)");
   for (int i = 0; i < s->nparams && !s->random; i++)
     if (s->params[i].dist != LOOM_DIST_VALUES)
       return loom_err("%s:%d: %s has a %s range, which only strategy: random can sample; give "
@@ -419,25 +396,17 @@ static int load_doc(loom_sweep_spec *s, const char *path, yaml_document_t *doc) 
 int loom_sweep_load(loom_sweep_spec *s, const char *path) {
   memset(s, 0, sizeof *s);
   s->path = loom_strdup(path);
-  FILE *f = fopen(path, "rb");
-  if (!f) {
+  char *text;
+  size_t len;
+  if (loom_read_file(path, &text, &len)) {
     loom_sweep_spec_free(s);
-    return loom_err("cannot open sweep file '%s'", path);
+    return loom_err_prefix("sweep file: ");
   }
-  yaml_parser_t parser;
-  yaml_document_t doc;
-  yaml_parser_initialize(&parser);
-  yaml_parser_set_input_file(&parser, f);
-  int rc = 0;
-  if (!yaml_parser_load(&parser, &doc)) {
-    rc = loom_err("%s:%zu:%zu: YAML syntax error: %s", path, parser.problem_mark.line + 1,
-                  parser.problem_mark.column + 1, parser.problem ? parser.problem : "?");
-  } else {
-    rc = load_doc(s, path, &doc);
-    yaml_document_delete(&doc);
-  }
-  yaml_parser_delete(&parser);
-  fclose(f);
+  loom_yaml_doc *doc;
+  int rc = loom_yaml_parse(&doc, text, len, path);
+  free(text);
+  if (rc == 0) rc = load_doc(s, path, loom_yaml_root(doc));
+  loom_yaml_free(doc);
   if (rc) loom_sweep_spec_free(s);
   return rc;
 }
