@@ -1,62 +1,38 @@
 /* Read the small YAML files of an Energon metadata directory (dataset.yaml, split.yaml)
- * with libyaml into a jansson tree (mappings -> objects, sequences -> arrays, scalars ->
- * strings), so the rest of the Energon code reads JSON and YAML alike. */
+ * through loom's YAML layer (loom/yaml.h) into a jansson tree (mappings -> objects, sequences
+ * -> arrays, scalars -> strings, null -> null; a repeated key keeps its last value), so the
+ * rest of the Energon code reads JSON and YAML alike. The layer's limits bound the tree. */
 #include <jansson.h>
 #include <stdio.h>
-#include <yaml.h>
 
 #include "loom/core.h"
 #include "loom/vqa.h"
+#include "loom/yaml.h"
 
-static json_t *convert(yaml_document_t *doc, yaml_node_t *n, int depth) {
-  if (!n || depth > 32) return json_null();
-  switch (n->type) {
-    case YAML_SCALAR_NODE: {
-      const char *v = (const char *)n->data.scalar.value;
-      int plain = n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-      if (plain && (!strcmp(v, "null") || !strcmp(v, "~") || !*v)) return json_null();
-      return json_stringn(v, n->data.scalar.length);
-    }
-    case YAML_SEQUENCE_NODE: {
+static json_t *convert(const loom_yaml_node *n) {
+  switch (n->kind) {
+    case LOOM_YAML_SCALAR:
+      return loom_yaml_is_null(n) ? json_null() : json_stringn(n->text, n->len);
+    case LOOM_YAML_SEQUENCE: {
       json_t *a = json_array();
-      for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
-           it++)
-        json_array_append_new(a, convert(doc, yaml_document_get_node(doc, *it), depth + 1));
+      for (int i = 0; i < n->n; i++) json_array_append_new(a, convert(n->items[i]));
       return a;
     }
-    case YAML_MAPPING_NODE: {
+    case LOOM_YAML_MAPPING: {
       json_t *o = json_object();
-      for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
-           p++) {
-        yaml_node_t *k = yaml_document_get_node(doc, p->key);
-        if (!k || k->type != YAML_SCALAR_NODE) continue;
-        json_object_set_new(o, (const char *)k->data.scalar.value,
-                            convert(doc, yaml_document_get_node(doc, p->value), depth + 1));
-      }
+      for (int i = 0; i < n->n; i++)
+        json_object_set_new(o, n->pairs[i].key->text, convert(n->pairs[i].value));
       return o;
     }
-    default: return json_null();
   }
+  return json_null();
 }
 
 json_t *loom_energon_yaml_load(const char *path) {
-  char *text;
-  size_t len;
-  if (loom_read_file(path, &text, &len)) return NULL;
-  yaml_parser_t p;
-  yaml_document_t doc;
-  yaml_parser_initialize(&p);
-  yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
-  json_t *out = NULL;
-  if (!yaml_parser_load(&p, &doc)) {
-    loom_err("%s: YAML error at line %zu: %s", path, p.problem_mark.line + 1,
-             p.problem ? p.problem : "unknown");
-  } else {
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    out = root ? convert(&doc, root, 0) : json_object();
-    yaml_document_delete(&doc);
-  }
-  yaml_parser_delete(&p);
-  free(text);
+  loom_yaml_doc *doc;
+  if (loom_yaml_load_file(&doc, path)) return NULL;
+  const loom_yaml_node *root = loom_yaml_root(doc);
+  json_t *out = root ? convert(root) : json_object();
+  loom_yaml_free(doc);
   return out;
 }
