@@ -8,7 +8,7 @@
 
 #include "loom/core.h"
 #include "loom/hw.h"
-#include "sim/yaml_tree.h"
+#include "loom/yaml.h"
 
 void loom_hw_defaults(loom_hw_profile *hw) {
   memset(hw, 0, sizeof *hw);
@@ -33,100 +33,94 @@ void loom_hw_defaults(loom_hw_profile *hw) {
   hw->optimizer_bytes_per_param = 36;
 }
 
-typedef struct {
-  const char *file;
-} ctx;
-
-static int read_dtype_map(const yt_node *n, const char *file, const char *key, double scale,
-                          double *out) {
+static int read_dtype_map(const loom_yaml_node *n, const char *key, double scale, double *out) {
   static const char *const allowed[] = {"fp32", "bf16", "fp16", NULL};
-  if (yt_only(n, file, key, allowed)) return -1;
+  if (loom_yaml_only(n, key, allowed)) return -1;
   for (int i = 0; i < n->n; i++) {
+    const loom_yaml_pair *p = &n->pairs[i];
     loom_hw_dtype d;
     double v;
-    if (loom_hw_dtype_parse(n->keys[i], &d) || yt_number(n->items[i], file, key, &v)) return -1;
-    if (v < 0) return loom_err("%s:%d: %s.%s must be >= 0", file, n->items[i]->line, key, n->keys[i]);
+    if (loom_hw_dtype_parse(p->key->text, &d) || loom_yaml_number(p->value, key, &v)) return -1;
+    if (v < 0) return loom_yaml_err(p->value, "%s.%s must be >= 0", key, p->key->text);
     out[d] = v * scale;
   }
   return 0;
 }
 
 /* [[x, y], ...] -> xs, ys */
-static int read_pairs(const yt_node *n, const char *file, const char *key, double *xs,
-                      double *ys, int *count) {
-  if (n->kind != YT_SEQ || n->n < 1 || n->n > LOOM_HW_MAX_POINTS)
-    return loom_err("%s:%d: %s: expected a list of 1..%d [dimension, efficiency] pairs", file,
-                    n->line, key, LOOM_HW_MAX_POINTS);
+static int read_pairs(const loom_yaml_node *n, const char *key, double *xs, double *ys,
+                      int *count) {
+  if (n->kind != LOOM_YAML_SEQUENCE || n->n < 1 || n->n > LOOM_HW_MAX_POINTS)
+    return loom_yaml_err(n, "%s: expected a list of 1..%d [dimension, efficiency] pairs", key,
+                         LOOM_HW_MAX_POINTS);
   for (int i = 0; i < n->n; i++) {
-    const yt_node *p = n->items[i];
-    if (p->kind != YT_SEQ || p->n != 2)
-      return loom_err("%s:%d: %s: each entry is [dimension, efficiency]", file, p->line, key);
-    if (yt_number(p->items[0], file, key, &xs[i]) || yt_number(p->items[1], file, key, &ys[i]))
+    const loom_yaml_node *p = n->items[i];
+    if (p->kind != LOOM_YAML_SEQUENCE || p->n != 2)
+      return loom_yaml_err(p, "%s: each entry is [dimension, efficiency]", key);
+    if (loom_yaml_number(p->items[0], key, &xs[i]) || loom_yaml_number(p->items[1], key, &ys[i]))
       return -1;
   }
   *count = n->n;
   return 0;
 }
 
-static int read_list(const yt_node *n, const char *file, const char *key, double *out, int cap,
-                     int *count) {
-  if (n->kind != YT_SEQ || n->n < 1 || n->n > cap)
-    return loom_err("%s:%d: %s: expected a list of 1..%d numbers", file, n->line, key, cap);
+static int read_list(const loom_yaml_node *n, const char *key, double *out, int cap, int *count) {
+  if (n->kind != LOOM_YAML_SEQUENCE || n->n < 1 || n->n > cap)
+    return loom_yaml_err(n, "%s: expected a list of 1..%d numbers", key, cap);
   for (int i = 0; i < n->n; i++)
-    if (yt_number(n->items[i], file, key, &out[i])) return -1;
+    if (loom_yaml_number(n->items[i], key, &out[i])) return -1;
   *count = n->n;
   return 0;
 }
 
 /* [rows, columns] of a tile: two numbers in [1, 65536] (real tiles are at most 256 wide) */
-static int read_tile(const yt_node *n, const char *file, const char *key, double *out) {
+static int read_tile(const loom_yaml_node *n, const char *key, double *out) {
   int got;
-  if (read_list(n, file, key, out, 2, &got)) return -1;
+  if (read_list(n, key, out, 2, &got)) return -1;
   if (got != 2 || !(out[0] >= 1 && out[0] <= 65536) || !(out[1] >= 1 && out[1] <= 65536))
-    return loom_err("%s:%d: %s: expected [rows, columns], two numbers in [1, 65536]", file,
-                    n->line, key);
+    return loom_yaml_err(n, "%s: expected [rows, columns], two numbers in [1, 65536]", key);
   return 0;
 }
 
-static int read_grid(loom_hw_profile *hw, const yt_node *g, const char *file) {
+static int read_grid(loom_hw_profile *hw, const loom_yaml_node *g) {
   static const char *const allowed[] = {"m", "n", "k", "fwd", "dgrad", "wgrad", NULL};
   static const char *const axes[] = {"m", "n", "k"}, *const roles[] = {"fwd", "dgrad", "wgrad"};
-  if (yt_only(g, file, "device.gemm_grid", allowed)) return -1;
+  if (loom_yaml_only(g, "device.gemm_grid", allowed)) return -1;
   for (int a = 0; a < 3; a++) {
-    const yt_node *n = yt_get(g, axes[a]);
-    if (!n) return loom_err("%s:%d: device.gemm_grid needs '%s'", file, g->line, axes[a]);
-    if (read_list(n, file, "device.gemm_grid axis", hw->grid_axis[a], LOOM_HW_GRID, &hw->grid_n[a]))
+    const loom_yaml_node *n = loom_yaml_get(g, axes[a]);
+    if (!n) return loom_yaml_err(g, "device.gemm_grid needs '%s'", axes[a]);
+    if (read_list(n, "device.gemm_grid axis", hw->grid_axis[a], LOOM_HW_GRID, &hw->grid_n[a]))
       return -1;
   }
   int total = hw->grid_n[0] * hw->grid_n[1] * hw->grid_n[2], got;
   for (int r = 0; r < LOOM_GEMM_ROLES; r++) {
-    const yt_node *n = yt_get(g, roles[r]);
-    if (!n) return loom_err("%s:%d: device.gemm_grid needs '%s'", file, g->line, roles[r]);
-    if (read_list(n, file, "device.gemm_grid", hw->grid_eff[r], LOOM_HW_GRID * LOOM_HW_GRID * LOOM_HW_GRID, &got))
+    const loom_yaml_node *n = loom_yaml_get(g, roles[r]);
+    if (!n) return loom_yaml_err(g, "device.gemm_grid needs '%s'", roles[r]);
+    if (read_list(n, "device.gemm_grid", hw->grid_eff[r],
+                  LOOM_HW_GRID * LOOM_HW_GRID * LOOM_HW_GRID, &got))
       return -1;
     if (got != total)
-      return loom_err("%s:%d: device.gemm_grid.%s has %d values, expected m*n*k = %d", file,
-                      n->line, roles[r], got, total);
+      return loom_yaml_err(n, "device.gemm_grid.%s has %d values, expected m*n*k = %d", roles[r],
+                           got, total);
   }
   return 0;
 }
 
-static int read_device(loom_hw_profile *hw, const yt_node *d, const char *f) {
+static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
   static const char *const allowed[] = {
       "name", "memory_gib", "memory_reserved_gib", "memory_bandwidth_gbs", "memory_efficiency",
       "peak_tflops", "vector_tflops", "gemm_efficiency", "gemm_size_efficiency", "gemm_grid",
-      "gemm_overhead_us",
-      "kernel_overhead_us", "vector_melem_per_s", "attention", "attention_efficiency",
-      "attention_gunits_per_s", "gemm_tile", "attention_tile", "attention_head_dim_step",
-      "memory_fragmentation", NULL};
-  if (yt_only(d, f, "device", allowed)) return -1;
-  const yt_node *n;
+      "gemm_overhead_us", "kernel_overhead_us", "vector_melem_per_s", "attention",
+      "attention_efficiency", "attention_gunits_per_s", "gemm_tile", "attention_tile",
+      "attention_head_dim_step", "memory_fragmentation", NULL};
+  if (loom_yaml_only(d, "device", allowed)) return -1;
+  const loom_yaml_node *n;
   double v;
-#define NUM(key, field, scale)                                                        \
-  if ((n = yt_get(d, key))) {                                                         \
-    if (yt_number(n, f, "device." key, &v)) return -1;                                \
-    if (v < 0) return loom_err("%s:%d: device." key " must be >= 0", f, n->line);     \
-    hw->field = v * (scale);                                                          \
+#define NUM(key, field, scale)                                                                     \
+  if ((n = loom_yaml_get(d, key))) {                                                               \
+    if (loom_yaml_number(n, "device." key, &v)) return -1;                                         \
+    if (v < 0) return loom_yaml_err(n, "device." key " must be >= 0");                             \
+    hw->field = v * (scale);                                                                       \
   }
   NUM("memory_gib", mem_bytes, 1073741824.0)
   NUM("memory_reserved_gib", mem_reserved, 1073741824.0)
@@ -138,216 +132,240 @@ static int read_device(loom_hw_profile *hw, const yt_node *d, const char *f) {
   NUM("attention_head_dim_step", attn_hdim_step, 1)
   NUM("memory_fragmentation", mem_fragmentation, 1)
 #undef NUM
-  if ((n = yt_get(d, "gemm_tile")) && read_tile(n, f, "device.gemm_tile", hw->gemm_tile)) return -1;
-  if ((n = yt_get(d, "attention_tile")) && read_tile(n, f, "device.attention_tile", hw->attn_tile))
+  if ((n = loom_yaml_get(d, "gemm_tile")) && read_tile(n, "device.gemm_tile", hw->gemm_tile))
     return -1;
-  if ((n = yt_get(d, "peak_tflops")) && read_dtype_map(n, f, "device.peak_tflops", 1e12, hw->peak_flops))
+  if ((n = loom_yaml_get(d, "attention_tile")) &&
+      read_tile(n, "device.attention_tile", hw->attn_tile))
     return -1;
-  if ((n = yt_get(d, "vector_tflops")) &&
-      read_dtype_map(n, f, "device.vector_tflops", 1e12, hw->vector_flops))
+  if ((n = loom_yaml_get(d, "peak_tflops")) &&
+      read_dtype_map(n, "device.peak_tflops", 1e12, hw->peak_flops))
     return -1;
-  if ((n = yt_get(d, "gemm_efficiency")) &&
-      read_pairs(n, f, "device.gemm_efficiency", hw->gemm_eff_dim, hw->gemm_eff, &hw->n_gemm_eff))
+  if ((n = loom_yaml_get(d, "vector_tflops")) &&
+      read_dtype_map(n, "device.vector_tflops", 1e12, hw->vector_flops))
     return -1;
-  if ((n = yt_get(d, "gemm_size_efficiency"))) {
-    if (read_pairs(n, f, "device.gemm_size_efficiency", hw->gemm_size_flops, hw->gemm_size_eff,
+  if ((n = loom_yaml_get(d, "gemm_efficiency")) &&
+      read_pairs(n, "device.gemm_efficiency", hw->gemm_eff_dim, hw->gemm_eff, &hw->n_gemm_eff))
+    return -1;
+  if ((n = loom_yaml_get(d, "gemm_size_efficiency"))) {
+    if (read_pairs(n, "device.gemm_size_efficiency", hw->gemm_size_flops, hw->gemm_size_eff,
                    &hw->n_gemm_size))
       return -1;
     for (int i = 0; i < hw->n_gemm_size; i++) hw->gemm_size_flops[i] *= 1e9; /* GFLOP */
   }
-  if ((n = yt_get(d, "gemm_grid")) && read_grid(hw, n, f)) return -1;
-  if ((n = yt_get(d, "vector_melem_per_s"))) {
-    if (n->kind != YT_MAP)
-      return loom_err("%s:%d: device.vector_melem_per_s: expected a mapping of kernel: rate", f, n->line);
+  if ((n = loom_yaml_get(d, "gemm_grid")) && read_grid(hw, n)) return -1;
+  if ((n = loom_yaml_get(d, "vector_melem_per_s"))) {
+    if (n->kind != LOOM_YAML_MAPPING)
+      return loom_yaml_err(n, "device.vector_melem_per_s: expected a mapping of kernel: rate");
     for (int i = 0; i < n->n; i++) {
+      const loom_yaml_pair *p = &n->pairs[i];
       int k = 0;
-      while (k < LOOM_VOP_COUNT && strcmp(loom_vop_name((loom_vop)k), n->keys[i])) k++;
+      while (k < LOOM_VOP_COUNT && strcmp(loom_vop_name((loom_vop)k), p->key->text)) k++;
       if (k == LOOM_VOP_COUNT)
-        return loom_err("%s:%d: device.vector_melem_per_s: unknown kernel '%s' (known: "
-                        "layernorm_fwd, gelu_bwd, adamw, ... see docs/SIMULATOR.md)", f,
-                        n->key_lines[i], n->keys[i]);
-      if (yt_number(n->items[i], f, "device.vector_melem_per_s", &v)) return -1;
+        return loom_yaml_err(p->key,
+                             "device.vector_melem_per_s: unknown kernel '%s' (known: "
+                             "layernorm_fwd, gelu_bwd, adamw, ... see docs/SIMULATOR.md)",
+                             p->key->text);
+      if (loom_yaml_number(p->value, "device.vector_melem_per_s", &v)) return -1;
       hw->vop_rate[k] = v * 1e6;
     }
   }
-  if ((n = yt_get(d, "attention"))) {
+  if ((n = loom_yaml_get(d, "attention"))) {
     char s[16];
-    if (yt_string(n, f, "device.attention", s, sizeof s)) return -1;
+    if (loom_yaml_string(n, "device.attention", s, sizeof s)) return -1;
     if (!strcmp(s, "flash")) hw->attention = LOOM_ATTN_FLASH;
     else if (!strcmp(s, "unfused")) hw->attention = LOOM_ATTN_UNFUSED;
     else if (!strcmp(s, "loom")) hw->attention = LOOM_ATTN_LOOM;
-    else return loom_err("%s:%d: device.attention must be flash, unfused or loom, found '%s'", f, n->line, s);
+    else return loom_yaml_err(n, "device.attention must be flash, unfused or loom, found '%s'", s);
   }
-  if ((n = yt_get(d, "attention_gunits_per_s"))) {
+  if ((n = loom_yaml_get(d, "attention_gunits_per_s"))) {
     static const char *const fb[] = {"fwd", "bwd", NULL};
-    if (yt_only(n, f, "device.attention_gunits_per_s", fb)) return -1;
-    const yt_node *x;
-    if ((x = yt_get(n, "fwd")) && yt_number(x, f, "device.attention_gunits_per_s.fwd", &v)) return -1;
+    if (loom_yaml_only(n, "device.attention_gunits_per_s", fb)) return -1;
+    const loom_yaml_node *x;
+    if ((x = loom_yaml_get(n, "fwd")) &&
+        loom_yaml_number(x, "device.attention_gunits_per_s.fwd", &v))
+      return -1;
     if (x) hw->attn_rate_fwd = v * 1e9;
-    if ((x = yt_get(n, "bwd")) && yt_number(x, f, "device.attention_gunits_per_s.bwd", &v)) return -1;
+    if ((x = loom_yaml_get(n, "bwd")) &&
+        loom_yaml_number(x, "device.attention_gunits_per_s.bwd", &v))
+      return -1;
     if (x) hw->attn_rate_bwd = v * 1e9;
   }
   return 0;
 }
 
-static int read_tier(loom_hw_tier *t, const yt_node *n, const char *f) {
-  static const char *const allowed[] = {"name", "domain", "bandwidth_gbs", "latency_us",
-                                        "algorithm", "efficiency", NULL};
+static int read_tier(loom_hw_tier *t, const loom_yaml_node *n) {
+  static const char *const allowed[] = {
+      "name", "domain", "bandwidth_gbs", "latency_us", "algorithm", "efficiency", NULL};
   static const char *const colls[] = {"all_reduce", "reduce_scatter", "all_gather",
                                       "all_to_all", "send", NULL};
-  if (yt_only(n, f, "a network tier", allowed)) return -1;
-  const yt_node *x;
+  if (loom_yaml_only(n, "a network tier", allowed)) return -1;
+  const loom_yaml_node *x;
   double v;
   for (int k = 0; k < LOOM_COLL_COUNT; k++) t->efficiency[k] = 1;
-  if ((x = yt_get(n, "name")) && yt_string(x, f, "network.name", t->name, sizeof t->name)) return -1;
-  if ((x = yt_get(n, "domain")) && yt_int(x, f, "network.domain", &t->domain)) return -1;
-  if (!(x = yt_get(n, "bandwidth_gbs")))
-    return loom_err("%s:%d: network tier '%s' needs bandwidth_gbs", f, n->line, t->name);
-  if (yt_number(x, f, "network.bandwidth_gbs", &v)) return -1;
+  if ((x = loom_yaml_get(n, "name")) &&
+      loom_yaml_string(x, "network.name", t->name, sizeof t->name))
+    return -1;
+  if ((x = loom_yaml_get(n, "domain")) && loom_yaml_int(x, "network.domain", &t->domain)) return -1;
+  if (!(x = loom_yaml_get(n, "bandwidth_gbs")))
+    return loom_yaml_err(n, "network tier '%s' needs bandwidth_gbs", t->name);
+  if (loom_yaml_number(x, "network.bandwidth_gbs", &v)) return -1;
   t->bandwidth = v * 1e9;
-  if ((x = yt_get(n, "latency_us"))) {
-    if (yt_number(x, f, "network.latency_us", &v)) return -1;
+  if ((x = loom_yaml_get(n, "latency_us"))) {
+    if (loom_yaml_number(x, "network.latency_us", &v)) return -1;
     t->latency = v * 1e-6;
   }
-  if ((x = yt_get(n, "algorithm"))) {
+  if ((x = loom_yaml_get(n, "algorithm"))) {
     char s[16];
-    if (yt_string(x, f, "network.algorithm", s, sizeof s)) return -1;
+    if (loom_yaml_string(x, "network.algorithm", s, sizeof s)) return -1;
     if (!strcmp(s, "ring")) t->algo = LOOM_ALGO_RING;
     else if (!strcmp(s, "tree")) t->algo = LOOM_ALGO_TREE;
-    else return loom_err("%s:%d: network.algorithm must be ring or tree, found '%s'", f, x->line, s);
+    else return loom_yaml_err(x, "network.algorithm must be ring or tree, found '%s'", s);
   }
-  if ((x = yt_get(n, "efficiency"))) {
-    if (x->kind == YT_SCALAR) {
-      if (yt_number(x, f, "network.efficiency", &v)) return -1;
+  if ((x = loom_yaml_get(n, "efficiency"))) {
+    if (x->kind == LOOM_YAML_SCALAR) {
+      if (loom_yaml_number(x, "network.efficiency", &v)) return -1;
       for (int k = 0; k < LOOM_COLL_COUNT; k++) t->efficiency[k] = v;
     } else {
-      if (yt_only(x, f, "network.efficiency", colls)) return -1;
+      if (loom_yaml_only(x, "network.efficiency", colls)) return -1;
       for (int k = 0; k < LOOM_COLL_COUNT; k++) {
-        const yt_node *e = yt_get(x, colls[k]);
-        if (e && yt_number(e, f, "network.efficiency", &t->efficiency[k])) return -1;
+        const loom_yaml_node *e = loom_yaml_get(x, colls[k]);
+        if (e && loom_yaml_number(e, "network.efficiency", &t->efficiency[k])) return -1;
       }
     }
   }
   return 0;
 }
 
-static int read_runtime(loom_hw_profile *hw, const yt_node *r, const char *f) {
+static int read_runtime(loom_hw_profile *hw, const loom_yaml_node *r) {
   static const char *const allowed[] = {"engine", "tp_comm_overlap", "dp_comm_overlap",
                                         "optimizer_bytes_per_param", "overlap_slowdown",
                                         "p2p_overlap", "tp_style", "vision_sp_local_windows",
                                         "elementwise", "host_dispatch_us", "bf16_gemm", NULL};
-  if (yt_only(r, f, "runtime", allowed)) return -1;
-  const yt_node *x;
-  if ((x = yt_get(r, "engine"))) {
+  if (loom_yaml_only(r, "runtime", allowed)) return -1;
+  const loom_yaml_node *x;
+  if ((x = loom_yaml_get(r, "engine"))) {
     char s[16];
-    if (yt_string(x, f, "runtime.engine", s, sizeof s)) return -1;
+    if (loom_yaml_string(x, "runtime.engine", s, sizeof s)) return -1;
     if (!strcmp(s, "loom-cpu")) hw->engine_loom_cpu = true;
     else if (!strcmp(s, "gpu")) hw->engine_loom_cpu = false;
-    else return loom_err("%s:%d: runtime.engine must be gpu or loom-cpu, found '%s'", f, x->line, s);
+    else return loom_yaml_err(x, "runtime.engine must be gpu or loom-cpu, found '%s'", s);
   }
-  if ((x = yt_get(r, "bf16_gemm"))) {
+  if ((x = loom_yaml_get(r, "bf16_gemm"))) {
     char s[16];
-    if (yt_string(x, f, "runtime.bf16_gemm", s, sizeof s)) return -1;
+    if (loom_yaml_string(x, "runtime.bf16_gemm", s, sizeof s)) return -1;
     if (!strcmp(s, "native")) hw->bf16_native = true;
     else if (!strcmp(s, "rounded")) hw->bf16_native = false;
-    else
-      return loom_err("%s:%d: runtime.bf16_gemm must be native or rounded, found '%s'", f,
-                      x->line, s);
+    else return loom_yaml_err(x, "runtime.bf16_gemm must be native or rounded, found '%s'", s);
   }
-  if ((x = yt_get(r, "tp_comm_overlap")) && yt_bool(x, f, "runtime.tp_comm_overlap", &hw->tp_overlap))
+  if ((x = loom_yaml_get(r, "tp_comm_overlap")) &&
+      loom_yaml_bool(x, "runtime.tp_comm_overlap", &hw->tp_overlap))
     return -1;
-  if ((x = yt_get(r, "dp_comm_overlap")) && yt_bool(x, f, "runtime.dp_comm_overlap", &hw->dp_overlap))
+  if ((x = loom_yaml_get(r, "dp_comm_overlap")) &&
+      loom_yaml_bool(x, "runtime.dp_comm_overlap", &hw->dp_overlap))
     return -1;
-  if ((x = yt_get(r, "overlap_slowdown")) &&
-      yt_number(x, f, "runtime.overlap_slowdown", &hw->overlap_slowdown))
+  if ((x = loom_yaml_get(r, "overlap_slowdown")) &&
+      loom_yaml_number(x, "runtime.overlap_slowdown", &hw->overlap_slowdown))
     return -1;
-  if ((x = yt_get(r, "p2p_overlap")) && yt_bool(x, f, "runtime.p2p_overlap", &hw->p2p_overlap))
+  if ((x = loom_yaml_get(r, "p2p_overlap")) &&
+      loom_yaml_bool(x, "runtime.p2p_overlap", &hw->p2p_overlap))
     return -1;
-  if ((x = yt_get(r, "optimizer_bytes_per_param")) &&
-      yt_number(x, f, "runtime.optimizer_bytes_per_param", &hw->optimizer_bytes_per_param))
+  if ((x = loom_yaml_get(r, "optimizer_bytes_per_param")) &&
+      loom_yaml_number(x, "runtime.optimizer_bytes_per_param", &hw->optimizer_bytes_per_param))
     return -1;
-  if ((x = yt_get(r, "vision_sp_local_windows")) &&
-      yt_bool(x, f, "runtime.vision_sp_local_windows", &hw->vision_sp_local_windows))
+  if ((x = loom_yaml_get(r, "vision_sp_local_windows")) &&
+      loom_yaml_bool(x, "runtime.vision_sp_local_windows", &hw->vision_sp_local_windows))
     return -1;
-  if ((x = yt_get(r, "tp_style"))) {
+  if ((x = loom_yaml_get(r, "tp_style"))) {
     char s[16];
-    if (yt_string(x, f, "runtime.tp_style", s, sizeof s)) return -1;
+    if (loom_yaml_string(x, "runtime.tp_style", s, sizeof s)) return -1;
     if (!strcmp(s, "dtensor")) hw->tp_dtensor = true;
     else if (!strcmp(s, "megatron")) hw->tp_dtensor = false;
-    else return loom_err("%s:%d: runtime.tp_style must be megatron or dtensor, found '%s'", f, x->line, s);
+    else return loom_yaml_err(x, "runtime.tp_style must be megatron or dtensor, found '%s'", s);
   }
-  if ((x = yt_get(r, "host_dispatch_us"))) {
+  if ((x = loom_yaml_get(r, "host_dispatch_us"))) {
     static const char *const kinds[] = {"dtensor", "eager", NULL};
-    if (x->kind != YT_MAP)
-      return loom_err("%s:%d: runtime.host_dispatch_us: expected a mapping {dtensor: us, eager: us}",
-                      f, x->line);
-    if (yt_only(x, f, "runtime.host_dispatch_us", kinds)) return -1;
-    const yt_node *y;
+    if (x->kind != LOOM_YAML_MAPPING)
+      return loom_yaml_err(x,
+                           "runtime.host_dispatch_us: expected a mapping {dtensor: us, eager: us}");
+    if (loom_yaml_only(x, "runtime.host_dispatch_us", kinds)) return -1;
+    const loom_yaml_node *y;
     double v;
     for (int k = 0; k < 2; k++) {
       char key[40];
       snprintf(key, sizeof key, "runtime.host_dispatch_us.%s", kinds[k]);
-      if (!(y = yt_get(x, kinds[k]))) continue;
-      if (yt_number(y, f, key, &v)) return -1;
+      if (!(y = loom_yaml_get(x, kinds[k]))) continue;
+      if (loom_yaml_number(y, key, &v)) return -1;
       if (!(v >= 0) || !isfinite(v))
-        return loom_err("%s:%d: %s must be a finite number >= 0 (microseconds per op)", f, y->line, key);
+        return loom_yaml_err(y, "%s must be a finite number >= 0 (microseconds per op)", key);
       *(k ? &hw->host_eager : &hw->host_dtensor) = v * 1e-6;
     }
   }
-  if ((x = yt_get(r, "elementwise"))) {
+  if ((x = loom_yaml_get(r, "elementwise"))) {
     char s[16];
-    if (yt_string(x, f, "runtime.elementwise", s, sizeof s)) return -1;
+    if (loom_yaml_string(x, "runtime.elementwise", s, sizeof s)) return -1;
     if (!strcmp(s, "eager")) hw->elementwise_eager = true;
     else if (!strcmp(s, "fused")) hw->elementwise_eager = false;
-    else return loom_err("%s:%d: runtime.elementwise must be fused or eager, found '%s'", f, x->line, s);
+    else return loom_yaml_err(x, "runtime.elementwise must be fused or eager, found '%s'", s);
   }
   return 0;
 }
 
-static int read_root(loom_hw_profile *hw, const yt_node *root, const char *f) {
+static int read_root(loom_hw_profile *hw, const loom_yaml_node *root) {
   static const char *const allowed[] = {"name", "description", "sources", "device", "node",
                                         "network", "runtime", "measured", NULL};
-  if (yt_only(root, f, "the profile", allowed)) return -1;
-  const yt_node *n;
-  if ((n = yt_get(root, "name")) && yt_string(n, f, "name", hw->name, sizeof hw->name)) return -1;
-  if ((n = yt_get(root, "description")) &&
-      yt_string(n, f, "description", hw->description, sizeof hw->description))
+  if (loom_yaml_only(root, "the profile", allowed)) return -1;
+  const loom_yaml_node *n;
+  if ((n = loom_yaml_get(root, "name")) && loom_yaml_string(n, "name", hw->name, sizeof hw->name))
     return -1;
-  if ((n = yt_get(root, "device")) && read_device(hw, n, f)) return -1;
-  if ((n = yt_get(root, "node"))) {
+  if ((n = loom_yaml_get(root, "description")) &&
+      loom_yaml_string(n, "description", hw->description, sizeof hw->description))
+    return -1;
+  if ((n = loom_yaml_get(root, "device")) && read_device(hw, n)) return -1;
+  if ((n = loom_yaml_get(root, "node"))) {
     static const char *const allowed_node[] = {"devices", "oversubscribe", NULL};
-    if (yt_only(n, f, "node", allowed_node)) return -1;
-    const yt_node *x;
-    if ((x = yt_get(n, "devices")) && yt_int(x, f, "node.devices", &hw->devices_per_node)) return -1;
-    if ((x = yt_get(n, "oversubscribe"))) {
+    if (loom_yaml_only(n, "node", allowed_node)) return -1;
+    const loom_yaml_node *x;
+    if ((x = loom_yaml_get(n, "devices")) &&
+        loom_yaml_int(x, "node.devices", &hw->devices_per_node))
+      return -1;
+    if ((x = loom_yaml_get(n, "oversubscribe"))) {
       char s[16];
-      if (yt_string(x, f, "node.oversubscribe", s, sizeof s)) return -1;
+      if (loom_yaml_string(x, "node.oversubscribe", s, sizeof s)) return -1;
       if (strcmp(s, "timeshare") && strcmp(s, "error"))
-        return loom_err("%s:%d: node.oversubscribe must be timeshare or error", f, x->line);
+        return loom_yaml_err(x, "node.oversubscribe must be timeshare or error");
       hw->timeshare = !strcmp(s, "timeshare");
     }
   }
-  if ((n = yt_get(root, "network"))) {
-    if (n->kind != YT_SEQ || n->n < 1 || n->n > LOOM_HW_MAX_TIERS)
-      return loom_err("%s:%d: network: expected a list of 1..%d tiers, innermost first", f,
-                      n->line, LOOM_HW_MAX_TIERS);
+  if ((n = loom_yaml_get(root, "network"))) {
+    if (n->kind != LOOM_YAML_SEQUENCE || n->n < 1 || n->n > LOOM_HW_MAX_TIERS)
+      return loom_yaml_err(n, "network: expected a list of 1..%d tiers, innermost first",
+                           LOOM_HW_MAX_TIERS);
     hw->n_tiers = n->n;
     for (int i = 0; i < n->n; i++) {
       memset(&hw->tier[i], 0, sizeof hw->tier[i]);
       snprintf(hw->tier[i].name, sizeof hw->tier[i].name, "tier%d", i);
-      if (read_tier(&hw->tier[i], n->items[i], f)) return -1;
+      if (read_tier(&hw->tier[i], n->items[i])) return -1;
     }
   }
-  if ((n = yt_get(root, "runtime")) && read_runtime(hw, n, f)) return -1;
+  if ((n = loom_yaml_get(root, "runtime")) && read_runtime(hw, n)) return -1;
   return 0;
 }
 
 int loom_hw_parse(loom_hw_profile *hw, const char *text, const char *filename) {
-  yt_node *root = yt_parse(text, filename);
-  if (!root) return -1;
+  loom_yaml_doc *doc;
+  if (loom_yaml_parse(&doc, text, strlen(text), filename)) return -1;
+  const loom_yaml_node *root = loom_yaml_root(doc);
+  int rc = 0;
+  if (!root) rc = loom_err("%s: the file is empty (expected a mapping of profile keys)", filename);
+  else if (root->kind != LOOM_YAML_MAPPING)
+    rc = loom_yaml_err(root, "expected a mapping of keys at the top");
+  if (rc) {
+    loom_yaml_free(doc);
+    return rc;
+  }
   loom_hw_defaults(hw);
-  int rc = read_root(hw, root, filename);
-  yt_free(root);
+  rc = read_root(hw, root);
+  loom_yaml_free(doc);
   if (!rc) {
     snprintf(hw->path, sizeof hw->path, "%s", filename);
     rc = loom_hw_check(hw);
