@@ -135,9 +135,11 @@ LOOM_MOE_KERNEL_DECLS(float, f32)
 LOOM_MOE_KERNEL_DECLS(double, f64)
 
 /* ---- the grouped experts, fast path (src/kernels/moe_experts.c) ---------------------------- */
-/* The same experts as loom_moe_experts_forward_f32 through the GEMM backend (loom_gemm_f32:
- * oneDNN or OpenBLAS, threaded inside each product), expert after expert (oneDNN's primitives
- * share one scratchpad: products run one at a time), the SwiGLU fused and parallel.
+/* The same experts as loom_moe_experts_forward_f32 in one grouped pass. With the OpenBLAS
+ * backend the experts run in parallel, largest first, each expert's products on one thread
+ * (per-expert row counts are small, where one product split over threads scales badly); with
+ * oneDNN (whose primitives share one scratchpad) expert after expert through loom_gemm_f32,
+ * threads inside each product. Either way the bits do not depend on the thread count.
  * acts: hg, hu (rows,Ie) the pre-activations and act (rows,Ie) = silu(hg) * hu, kept for the
  * backward. bf16 = training.dtype=bf16 on a backend without native bf16 GEMMs, as the dense
  * MLP runs it: xp and the weights must already hold bf16 values (gather from a rounded x; the
@@ -150,11 +152,12 @@ void loom_moe_experts_forward_fast_f32(float *yp, const loom_moe_expert_acts *a,
                                        const float *xp, const float *wg, const float *wu,
                                        const float *wd, size_t ws, const int *count, int n_exp,
                                        int C, int Ie, bool bf16);
-/* Floats of work the backward needs when no expert has more than max_count rows. */
-size_t loom_moe_experts_work_floats(int max_count, int C, int Ie, bool bf16);
+/* Floats of work the backward needs for rows permuted rows: rows * (3 Ie (+ C in bf16)), the
+ * scratch of a dense SwiGLU backward of inner size k Ie over the same tokens. */
+size_t loom_moe_experts_work_floats(int rows, int C, int Ie, bool bf16);
 /* dxp (rows,C) is WRITTEN (every row), after the weight gradients of each expert are
  * accumulated (dwg, dwu, dwd +=), so dxp may be xp itself. work: loom_moe_experts_work_floats
- * of the largest count. */
+ * of the rows. */
 void loom_moe_experts_backward_fast_f32(float *dxp, float *dwg, float *dwu, float *dwd,
                                         const float *dyp, const loom_moe_expert_acts *a,
                                         const float *xp, const float *wg, const float *wu,

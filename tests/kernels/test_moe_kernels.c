@@ -584,7 +584,7 @@ static void test_experts_fast_vs_ref(void) {
   float *act = falloc((size_t)rows * Ie);
   float *g_ref = falloc(3 * NE * ws), *g_fast = falloc(3 * NE * ws);
   float *dx_ref = falloc((size_t)rows * C), *dx_fast = falloc((size_t)rows * C);
-  float *work = falloc(loom_moe_experts_work_floats(37, C, Ie, false));
+  float *work = falloc(loom_moe_experts_work_floats(rows, C, Ie, false));
   for (int be = 0; be < 2; be++) {
     loom_gemm_set_backend(be ? LOOM_GEMM_OPENBLAS : LOOM_GEMM_ONEDNN);
     memset(g_ref, 0, 3 * NE * ws * sizeof(float)), memset(g_fast, 0, 3 * NE * ws * sizeof(float));
@@ -624,7 +624,8 @@ static void test_experts_fast_vs_ref(void) {
 
 /* ---- determinism ---------------------------------------------------------------------------- */
 
-/* router, plan, gather, combine and their backwards on 3 threads: bitwise those of 1 */
+/* router, plan, gather, combine and their backwards, and the grouped experts on OpenBLAS, on
+ * 3 threads: bitwise those of 1 */
 static void test_threads(void) {
   enum { N = 3000, E = 12, K = 3, C = 40 };
   float *logits = falloc((size_t)N * E), *x = falloc((size_t)N * C), *dy = falloc((size_t)N * C);
@@ -661,6 +662,39 @@ static void test_threads(void) {
   omp_set_num_threads(1);
   CHECK(!memcmp(res[0], res[1], outs * sizeof(float)),
         "router/plan/gather/combine: 3 threads differ from 1");
+  /* the grouped experts on OpenBLAS (in parallel over experts): the same bits on 1 and 3 */
+  {
+    enum { NE = 7, R = 300, CC = 24, Ie = 20 };
+    const int count[NE] = {60, 0, 1, 90, 33, 77, 39};
+    size_t ws = (size_t)Ie * CC, nw = 3 * NE * ws;
+    float *w = falloc(nw), *xp = falloc((size_t)R * CC), *dyp = falloc((size_t)R * CC);
+    double *d = dalloc(nw);
+    fill_normal(d, nw, 0.2), to_f32(w, d, nw);
+    fill_normal(d, (size_t)R * CC, 1.0), to_f32(xp, d, (size_t)R * CC);
+    fill_normal(d, (size_t)R * CC, 1.0), to_f32(dyp, d, (size_t)R * CC);
+    size_t o2 = (size_t)R * CC * 2 + nw + (size_t)R * Ie * 3;
+    float *r2[2], *work = falloc(loom_moe_experts_work_floats(R, CC, Ie, true));
+    loom_gemm_set_backend(LOOM_GEMM_OPENBLAS);
+    for (int bf = 0; bf < 2; bf++) {
+      for (int rep = 0; rep < 2; rep++) {
+        omp_set_num_threads(rep ? 3 : 1);
+        float *o = r2[rep] = falloc(o2);
+        float *yp = o, *dxp = yp + (size_t)R * CC, *g = dxp + (size_t)R * CC, *h = g + nw;
+        loom_moe_expert_acts a = {h, h + (size_t)R * Ie, h + 2 * (size_t)R * Ie};
+        loom_moe_experts_forward_fast_f32(yp, &a, xp, w, w + NE * ws, w + 2 * NE * ws, ws, count,
+                                          NE, CC, Ie, bf);
+        loom_moe_experts_backward_fast_f32(dxp, g, g + NE * ws, g + 2 * NE * ws, dyp, &a, xp, w,
+                                           w + NE * ws, w + 2 * NE * ws, ws, count, NE, CC, Ie,
+                                           bf, work);
+      }
+      omp_set_num_threads(1);
+      CHECK(!memcmp(r2[0], r2[1], o2 * sizeof(float)),
+            "grouped experts on OpenBLAS%s: 3 threads differ from 1", bf ? ", bf16" : "");
+      loom_free(r2[0]), loom_free(r2[1]);
+    }
+    loom_gemm_set_backend(LOOM_GEMM_ONEDNN);
+    loom_free(w), loom_free(xp), loom_free(dyp), loom_free(d), loom_free(work);
+  }
   loom_free(res[0]), loom_free(res[1]);
   loom_free(logits), loom_free(x), loom_free(dy), loom_free(tmp);
 }
@@ -683,7 +717,7 @@ static int bench(int N, int C, int E, int k, int Ie, int reps, int fresh) {
   float *logits = falloc((size_t)N * E), *probs = falloc((size_t)N * E), *lse = falloc(N);
   float *rw = falloc(NK), *xp = falloc(NK * C), *yp = falloc(NK * C), *dyp = falloc(NK * C);
   float *dxp = falloc(NK * C), *hg = falloc(NK * Ie), *hu = falloc(NK * Ie), *act = falloc(NK * Ie);
-  float *work = falloc(loom_moe_experts_work_floats(N, C, Ie, false));
+  float *work = falloc(loom_moe_experts_work_floats((int)NK, C, Ie, false));
   int32_t *idx = loom_alloc(NK * sizeof(int32_t));
   for (size_t i = 0; i < 3 * E * ws; i++) w[i] = 0.02f * (float)loom_rng_normal(&ktest_rng);
   for (size_t i = 0; i < (size_t)N * C; i++) x[i] = (float)loom_rng_normal(&ktest_rng);
@@ -771,7 +805,8 @@ int main(int argc, char **argv) {
   printf("float and bf16 against double\n");
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
     for (int be = 0; be < 2; be++) f32_case(&CASES[i], false, be ? LOOM_GEMM_OPENBLAS : LOOM_GEMM_ONEDNN);
-  for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) f32_case(&CASES[i], true, LOOM_GEMM_ONEDNN);
+  for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
+    for (int be = 0; be < 2; be++) f32_case(&CASES[i], true, be ? LOOM_GEMM_OPENBLAS : LOOM_GEMM_ONEDNN);
   test_experts_fast_vs_ref();
   printf("threads\n");
   test_threads();
