@@ -1,6 +1,8 @@
-/* Run-directory management: resolving `--resume` (latest run, newest complete checkpoint),
- * cleaning up after an interrupted job, and pruning periodic checkpoints atomically
- * (rename to *.pruned.tmp, sync, delete). Only world rank 0 modifies a run directory. */
+/* Run-directory management: creating a run's directory or taking it over to resume (locked:
+ * one job per run), resolving `--resume` (latest run, newest complete checkpoint), cleaning
+ * up after an interrupted job, cutting the metrics of steps a resume redoes, and pruning
+ * periodic checkpoints atomically (rename to *.pruned.tmp, sync, delete). Only world rank 0
+ * modifies a run directory. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "loom/checkpoint.h"
@@ -68,9 +71,11 @@ int loom_run_dir_latest(const char *output_dir, char **run_dir) {
     char *dir = loom_sprintf("%s/%s", output_dir, e->d_name);
     char *cfg = loom_sprintf("%s/config.yaml", dir), *log = loom_sprintf("%s/train.log", dir);
     struct timespec t;
-    bool run = loom_is_dir(dir) && loom_path_exists(cfg) && (mtime_of(log, &t) || mtime_of(cfg, &t));
+    bool run =
+        loom_is_dir(dir) && loom_path_exists(cfg) && (mtime_of(log, &t) || mtime_of(cfg, &t));
     /* newest activity wins; equal times: the larger name (names start with a timestamp) */
-    if (run && (!best || cmp_ts(&t, &best_t) > 0 || (!cmp_ts(&t, &best_t) && strcmp(dir, best) > 0))) {
+    if (run && (!best || cmp_ts(&t, &best_t) > 0 ||
+                (!cmp_ts(&t, &best_t) && strcmp(dir, best) > 0))) {
       free(best);
       best = dir;
       best_t = t;
@@ -141,6 +146,52 @@ static char *strip_slashes(const char *path) {
   return p;
 }
 
+/* A --resume argument that is a checkpoint directory (trainer state, marker or name). */
+static bool names_checkpoint(const char *dir) {
+  char *state = loom_sprintf("%s/trainer_state.json", dir);
+  char *marker = loom_sprintf("%s/" LOOM_CKPT_MARKER, dir);
+  const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+  bool is_ckpt = loom_path_exists(state) || loom_path_exists(marker) ||
+                 checkpoint_number(base) >= 0 || !strcmp(base, "final_checkpoint");
+  free(state);
+  free(marker);
+  return is_ckpt;
+}
+
+/* --resume naming a checkpoint (dir, taken over): it must be complete; its run is the
+ * parent. */
+static int resolve_checkpoint(char *dir, char **run_dir, char **ckpt) {
+  long s;
+  if (loom_ckpt_check_complete(dir, &s)) {
+    free(dir);
+    return loom_err_prefix("--resume: ");
+  }
+  char *copy = loom_strdup(dir);
+  *run_dir = loom_strdup(dirname(copy));
+  free(copy);
+  *ckpt = dir;
+  return 0;
+}
+
+/* --resume naming a directory that is not a checkpoint: it must be a run directory (one
+ * with weights only is refused with the way to start from it). */
+static int check_run_dir(const char *dir) {
+  char *weights = loom_sprintf("%s/model.safetensors", dir);
+  bool weights_only = loom_path_exists(weights); /* e.g. `loom ckpt import` output */
+  free(weights);
+  if (weights_only)
+    return loom_err("--resume: '%s' has no trainer_state.json: it holds weights only (as `loom "
+                    "ckpt import` writes) and cannot be resumed; start a new run from it with "
+                    "checkpoint.init_from=%s", dir, dir);
+  char *cfg = loom_sprintf("%s/config.yaml", dir);
+  bool is_run = loom_path_exists(cfg);
+  free(cfg);
+  if (!is_run)
+    return loom_err("--resume: '%s' is neither a run directory (no config.yaml) nor a "
+                    "checkpoint (no trainer_state.json)", dir);
+  return 0;
+}
+
 int loom_run_dir_resolve(const char *arg, const char *output_dir, bool allow_none,
                          char **run_dir, char **ckpt) {
   *run_dir = *ckpt = NULL;
@@ -152,41 +203,8 @@ int loom_run_dir_resolve(const char *arg, const char *output_dir, bool allow_non
       return loom_err("--resume: '%s' is not a directory (give 'latest', a run directory "
                       "runs/<id>, or a checkpoint runs/<id>/checkpoint_<step>)", arg);
     dir = strip_slashes(arg);
-    char *state = loom_sprintf("%s/trainer_state.json", dir);
-    char *marker = loom_sprintf("%s/" LOOM_CKPT_MARKER, dir);
-    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
-    bool is_ckpt = loom_path_exists(state) || loom_path_exists(marker) ||
-                   checkpoint_number(base) >= 0 || !strcmp(base, "final_checkpoint");
-    free(state);
-    free(marker);
-    if (is_ckpt) { /* a checkpoint: it must be complete; its run is the parent */
-      long s;
-      if (loom_ckpt_check_complete(dir, &s)) {
-        free(dir);
-        return loom_err_prefix("--resume: ");
-      }
-      char *copy = loom_strdup(dir);
-      *run_dir = loom_strdup(dirname(copy));
-      free(copy);
-      *ckpt = dir;
-      return 0;
-    }
-    char *weights = loom_sprintf("%s/model.safetensors", dir);
-    bool weights_only = loom_path_exists(weights); /* e.g. `loom ckpt import` output */
-    free(weights);
-    if (weights_only) {
-      loom_err("--resume: '%s' has no trainer_state.json: it holds weights only (as `loom ckpt "
-               "import` writes) and cannot be resumed; start a new run from it with "
-               "checkpoint.init_from=%s", dir, dir);
-      free(dir);
-      return LOOM_ERR;
-    }
-    char *cfg = loom_sprintf("%s/config.yaml", dir);
-    bool is_run = loom_path_exists(cfg);
-    free(cfg);
-    if (!is_run) {
-      loom_err("--resume: '%s' is neither a run directory (no config.yaml) nor a checkpoint "
-               "(no trainer_state.json)", dir);
+    if (names_checkpoint(dir)) return resolve_checkpoint(dir, run_dir, ckpt);
+    if (check_run_dir(dir)) {
       free(dir);
       return LOOM_ERR;
     }
@@ -222,7 +240,8 @@ int loom_run_dir_clean(const char *run_dir, char **removed) {
   int n = 0;
   while ((e = readdir(d))) { /* collect first: no removal while the directory is read */
     const char *nm = e->d_name;
-    bool stale = ends_with(nm, ".tmp") || has_pid_suffix(nm, ".tmp.") || has_pid_suffix(nm, ".old.");
+    bool stale =
+        ends_with(nm, ".tmp") || has_pid_suffix(nm, ".tmp.") || has_pid_suffix(nm, ".old.");
     if (!stale && (checkpoint_number(nm) >= 0 || !strcmp(nm, "final_checkpoint"))) {
       char *dir = loom_sprintf("%s/%s", run_dir, nm);
       long s;
@@ -307,5 +326,70 @@ int loom_run_dir_lock(const char *run_dir, int *fd) {
              : loom_err("cannot lock '%s': %s", path, strerror(e));
   }
   free(path);
+  return rc;
+}
+
+/* <run.output_dir>/<name>_<YYYYmmdd-HHMMSS>_<tag>, with _1, _2, ... until it does not exist */
+static char *new_run_dir(const loom_config *cfg) {
+  const char *name = cfg->run.name[0] ? cfg->run.name
+                     : cfg->model.preset[0] ? cfg->model.preset : cfg->model.arch;
+  char stamp[32];
+  time_t now = time(NULL);
+  struct tm tm;
+  localtime_r(&now, &tm);
+  strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  unsigned tag = (unsigned)(loom_hash64(&now, sizeof now, (uint64_t)getpid()) & 0xffff);
+  for (int k = 0;; k++) {
+    char *dir = loom_sprintf("%s/%s_%s_%04x%s%.0d", cfg->run.output_dir, name, stamp, tag,
+                             k ? "_" : "", k);
+    if (!loom_path_exists(dir)) return dir;
+    free(dir);
+  }
+}
+
+/* The resumed run: locked before anything changes, cleaned, pruned. */
+static int take_over(const char *dir, long keep_last, int *lock_fd, char **cleaned) {
+  char *removed = NULL;
+  if (loom_run_dir_lock(dir, lock_fd)) return LOOM_ERR;
+  /* a prune interrupted after the last save: keep_last holds from the start */
+  if (loom_run_dir_clean(dir, &removed) || loom_run_dir_prune(dir, keep_last)) {
+    free(removed);
+    return LOOM_ERR;
+  }
+  if (removed && *removed)
+    *cleaned = loom_sprintf("removed what an interrupted job left: %s", removed);
+  free(removed);
+  return 0;
+}
+
+int loom_run_dir_open(const loom_config *cfg, const char *resume_run, char **dir, int *lock_fd,
+                      char **cleaned) {
+  *cleaned = NULL;
+  if (resume_run) { /* the checkpoint is validated and loaded: now the run may change */
+    *dir = loom_strdup(resume_run);
+    return take_over(*dir, cfg->checkpoint.keep_last, lock_fd, cleaned);
+  }
+  *dir = new_run_dir(cfg);
+  if (loom_mkdir_p(*dir) || loom_run_dir_lock(*dir, lock_fd)) return LOOM_ERR;
+  return 0;
+}
+
+int loom_run_dir_truncate_metrics(const char *path, long step) {
+  char *data;
+  size_t len;
+  if (!loom_path_exists(path)) return 0;
+  if (loom_read_file(path, &data, &len)) return LOOM_ERR;
+  size_t keep = 0;
+  for (char *line = data; line < data + len;) {
+    char *nl = memchr(line, '\n', (size_t)(data + len - line));
+    if (!nl) break; /* a cut last line */
+    size_t n = (size_t)(nl - line + 1);
+    long s = -1;
+    if (sscanf(line, "{\"step\": %ld", &s) != 1 || s > step) break;
+    keep += n;
+    line += n;
+  }
+  int rc = loom_write_file_atomic(path, data, keep);
+  free(data);
   return rc;
 }

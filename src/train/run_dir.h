@@ -1,9 +1,12 @@
-/* Run-directory management: which run and checkpoint `--resume` means (latest run, newest
- * complete checkpoint), removal of what an interrupted job left behind, and pruning of old
- * periodic checkpoints by rename-then-delete. See docs/RELIABILITY.md. */
+/* Run-directory management: creating a run's directory or taking one over to resume it,
+ * which run and checkpoint `--resume` means (latest run, newest complete checkpoint), removal
+ * of what an interrupted job left behind, the metrics of steps a resume redoes, and pruning
+ * of old periodic checkpoints by rename-then-delete. See docs/RELIABILITY.md. */
 #ifndef LOOM_TRAIN_RUN_DIR_H
 #define LOOM_TRAIN_RUN_DIR_H
 #include <stdbool.h>
+
+#include "loom/config.h"
 
 /* The newest run under output_dir: the sub-directory holding config.yaml whose train.log
  * (else config.yaml) was modified last. Error when there is none. */
@@ -35,8 +38,23 @@ int loom_run_dir_clean(const char *run_dir, char **removed);
  * to checkpoint_<N>.pruned.tmp (atomic: it is never seen half-deleted under its name), the
  * directory synced, then deleted. keep_last <= 0 keeps all. */
 int loom_run_dir_prune(const char *run_dir, long keep_last);
+
 /* One job per run directory: an exclusive flock on <run_dir>/.lock, held while *fd stays
  * open (released by the kernel when the process ends, also on SIGKILL). Error when another
  * job holds it. */
 int loom_run_dir_lock(const char *run_dir, int *fd);
+
+/* World rank 0, before config.yaml is written: a new run (resume_run NULL) gets a new
+ * directory <run.output_dir>/<run.name, else the preset or arch>_<date-time>_<tag>, locked;
+ * a resumed one is locked (before anything changes), cleaned (loom_run_dir_clean; *cleaned:
+ * the train.log line saying what went, NULL when nothing did) and pruned to keep_last (a
+ * prune interrupted after the last save). *dir (malloc'd) is set even on error once known;
+ * *lock_fd holds the lock (-1: none). */
+int loom_run_dir_open(const loom_config *cfg, const char *resume_run, char **dir, int *lock_fd,
+                      char **cleaned);
+
+/* A resumed run's metrics.jsonl keeps the lines of steps <= step (a resumed run rewrites
+ * what follows); a last line cut by a crash or a full disk (no newline) is dropped. Nothing
+ * when the file does not exist. */
+int loom_run_dir_truncate_metrics(const char *path, long step);
 #endif
