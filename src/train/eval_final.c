@@ -3,8 +3,10 @@
  * when the text decoder is only data parallel and the encoder collocated; for any other
  * layout (tensor, sequence or pipeline parallel, the encoder on ranks of its own) rank 0
  * loads the final checkpoint — pieces reshard into any layout — into a one-process model and
- * evaluates the val split alone while the other ranks wait. */
+ * evaluates the val split alone while the other ranks wait. The run driver notes the
+ * result in train.log. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "loom/vision_module.h"
@@ -46,4 +48,26 @@ int loom_eval_vqa_final(loom_executor *ex, const loom_config *cfg, const loom_mo
   loom_exec_free(single);
   loom_mesh_free(&solo);
   return rc;
+}
+
+void loom_eval_vqa_final_note(loom_executor *ex, const loom_config *cfg,
+                              const loom_model_spec *spec, const loom_mesh *m,
+                              const loom_comm *job, const char *run_dir, loom_progress *p,
+                              loom_eval_vqa_result *res) {
+  bool saved = cfg->checkpoint.save_final;
+  char *final = saved ? loom_sprintf("%s/final_checkpoint", run_dir) : NULL;
+  int rc = loom_eval_vqa_final(ex, cfg, spec, m, job, final, res);
+  free(final);
+  if (rc) {
+    loom_progress_note(p, "no answer accuracy: %s", loom_errmsg());
+    return;
+  }
+  char line[512];
+  loom_eval_vqa_kinds_line(res, line, sizeof line);
+  if (line[0]) loom_progress_note(p, "%s", line);
+  char base[64] = "";
+  if (res->baseline >= 0)
+    snprintf(base, sizeof base, " (majority-answer baseline %.1f%%)", 100 * res->baseline);
+  loom_progress_note(p, "answer accuracy on the val split: %.1f%% of %ld samples%s",
+                     100 * res->accuracy, res->samples, base);
 }
