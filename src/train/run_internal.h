@@ -1,0 +1,122 @@
+/* The training run driver's private context, shared by its files: run.c (the step loop and
+ * the end of the run), run_setup.c (meshes, executor, data, run directory, outputs),
+ * run_start.c (the weights and position the run starts from), run_step.c (the concerns of
+ * one step) and run_report.c (summary.json, comm.json, memory, failures). What one rank holds
+ * from setup to the end of the run, grouped by concern. Private to src/train/. */
+#ifndef LOOM_TRAIN_RUN_INTERNAL_H
+#define LOOM_TRAIN_RUN_INTERNAL_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "loom/checkpoint.h"
+#include "loom/comm.h"
+#include "loom/data_source.h"
+#include "loom/eval.h"
+#include "loom/exec.h"
+#include "loom/mesh.h"
+#include "loom/registry.h"
+#include "loom/train.h"
+#include "train/eval_track.h"
+#include "train/progress.h"
+
+typedef struct {
+  const loom_config *cfg; /* the run's configuration */
+  loom_model_spec spec;   /* the model it describes */
+  struct {
+    loom_mesh mesh; /* the text decoder's (and, collocated, the vision encoder's) ranks */
+    loom_mesh job;  /* every rank of the job (with placement separate: both modules') */
+    bool job_ready; /* the job's communicator exists (failures can be agreed on) */
+    bool lead;      /* world rank 0: writes the run's files, prints */
+  } ranks;
+  loom_executor *exec;    /* the model(s) and optimizer(s) of this rank; runs one step */
+  loom_train_state state; /* step, tokens seen, elapsed time, rng, data position: checkpointed */
+  char *resumed_from;     /* the checkpoint loaded (--resume's, or an earlier one; run_start.c) */
+  struct {
+    loom_data_source *source;  /* token shards or VQA samples, read by data-parallel rank */
+    int32_t *tokens, *targets; /* (A, B, T): A = training.grad_accum micro-batches */
+    const void **vqa;          /* (A) this step's vision-language batches (vqa data) */
+  } batch;
+  struct {
+    loom_eval_track loss;     /* validation loss (data.val_shards / val_fraction / val split) */
+    loom_eval_vqa_result vqa; /* vision-language: answer accuracy on the val split, at the end */
+  } eval;
+  struct {
+    char *dir;                   /* the run directory (every rank, once it is open) */
+    int lock_fd;                 /* lead: holds the run directory's lock (-1: none) */
+    char *cleaned;               /* lead: what the resume removed from the directory, for the log */
+    FILE *metrics;               /* lead: metrics.jsonl */
+    char *metrics_path;          /* lead: its path, for errors */
+    loom_progress progress;      /* the progress line and train.log (lead; quiet elsewhere) */
+    loom_registry_run *registry; /* lead: this run's registry row (NULL if unavailable) */
+  } out;
+  struct {
+    char profile[512]; /* lead: the hardware profile MFU's peak comes from ("": none) */
+    char why[512];     /* lead: where the peak comes from, or why there is no MFU */
+  } mfu;
+  struct {
+    bool agreed;       /* the failure is known to every rank (fail holds it) */
+    loom_failure fail; /* the agreed failure: first failing rank, whether all failed alike */
+    char *deferred;    /* lead: an error of a write after the step's agreement (pruning) */
+  } failure;
+  struct {
+    long first_step;  /* state.step when this process began training (after a resume) */
+    double start;     /* loom_now() at the run's start, earlier processes' time included */
+    double timed;     /* seconds of the timed steps: all but this process's first */
+    long timed_steps; /* how many */
+    double min_loss;  /* the lowest training loss of this process's steps (NAN: none yet) */
+    double last_loss; /* the latest (NAN: none yet) */
+  } clock;
+} loom_run;
+
+/* run.c: every rank: did any rank fail (rc, and the lead's failed writes to train.log)? Then
+ * every rank returns the first failing rank's error. */
+int loom_run_agree(loom_run *run, int rc);
+/* run.c: a failure that every rank meets alike (no agreement needed to report it). */
+void loom_run_failed_everywhere(loom_run *run);
+
+/* run_setup.c: everything before the first step: meshes, executor, data, the starting
+ * weights and position, the run directory and its files, the opening lines of train.log. */
+int loom_run_setup(loom_run *run, const loom_train_opts *o);
+
+/* run_start.c: before the run directory exists: checkpoint.init_from's weights (desc, cap
+ * bytes: the line for train.log), the initial trainer state, and --resume's checkpoint. */
+int loom_run_start_load(loom_run *run, const loom_train_opts *o, char *desc, size_t cap);
+/* run_start.c: once train.log is open: say where the run starts from, and initialize the
+ * weights of a run that starts afresh. */
+void loom_run_start_note(loom_run *run, const loom_train_opts *o, const char *desc);
+
+/* run_step.c: the concerns of one step, in the order the loop calls them. */
+/* the clock of this process's steps (a resumed run's earlier time counts) */
+void loom_run_clock_start(loom_run *run);
+/* LOOM_FAULT: the failure tests' crash, hang or kill of a rank before a step */
+void loom_run_inject_fault(const loom_run *run);
+/* the step's batches into batch (and a VLM's samples to the executor) */
+int loom_run_next_batches(loom_run *run);
+/* the step taken: state.step, tokens, elapsed; clock's timed steps and losses */
+void loom_run_count_step(loom_run *run, const loom_step_result *res, double dt);
+/* metrics.jsonl, the registry's heartbeat, the progress line; the metrics write's status */
+int loom_run_record_step(loom_run *run, const loom_step_result *res, double dt);
+/* every rank agrees the step went well (rc, the last pruning, a finite loss) */
+int loom_run_agree_step(loom_run *run, const loom_step_result *res, int rc);
+/* every rank: the validation loss now, recorded and agreed on */
+int loom_run_evaluate(loom_run *run);
+/* a periodic checkpoint follows this step (checkpoint.every) */
+bool loom_run_checkpoint_due(const loom_run *run);
+/* every rank: checkpoint_<step>, then the pruning beyond checkpoint.keep_last */
+int loom_run_checkpoint_periodic(loom_run *run);
+/* every rank: the checkpoint <run dir>/<name>; a failure is every rank's alike */
+int loom_run_checkpoint(loom_run *run, const char *name);
+
+/* run_report.c: what the run reports, to its files and to whoever started it. */
+/* a line for the `loom train --nproc` supervisor (LOOM_REPORT_FILE) */
+void loom_run_report_supervisor(const char *line);
+/* every rank: train.log's memory per rank (params, grads, optimizer, activations) */
+void loom_run_report_memory(loom_run *run);
+/* every rank: comm.json, bytes per step by collective over this process's steps */
+int loom_run_report_comm(loom_run *run, long steps);
+/* every rank: summary.json of the completed run and the peak memory line */
+int loom_run_report_summary(loom_run *run);
+/* the one report of a failure (train.log, summary.json, supervisor); the text, malloc'd */
+char *loom_run_report_failure(loom_run *run, const loom_train_opts *o);
+#endif

@@ -1,0 +1,176 @@
+/* The concerns of one training step, as the driver's loop (run.c) calls them: a fault the
+ * failure tests inject, the next batches, counting the step (tokens, time, the timed
+ * average), recording it (metrics.jsonl, the registry's heartbeat, the progress line), the
+ * ranks' agreement that it went well, the periodic validation, and the periodic checkpoint
+ * with the pruning of older ones. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "loom/checkpoint.h"
+#include "loom/fault.h"
+#include "train/run_dir.h"
+#include "train/run_internal.h"
+
+/* Training time starts (again) here: a resumed run's earlier time counts. */
+void loom_run_clock_start(loom_run *run) {
+  run->clock.start = loom_now() - run->state.elapsed;
+  run->clock.first_step = run->state.step;
+  run->clock.timed = 0;
+  run->clock.timed_steps = 0;
+  run->clock.min_loss = NAN;
+  run->clock.last_loss = NAN;
+}
+
+/* Fault injection for the failure tests: LOOM_FAULT=exit:RANK:STEP makes that rank die (as a
+ * crash would) before that step, LOOM_FAULT=hang:RANK:STEP makes it stop answering,
+ * LOOM_FAULT=kill:RANK:STEP makes it SIGKILL itself; kill-<point>:RANK:STEP is fault.c's. */
+void loom_run_inject_fault(const loom_run *run) {
+  const char *f = getenv("LOOM_FAULT");
+  char kind[8];
+  int rank;
+  long step;
+  if (!f || sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3) return;
+  if (rank != run->ranks.job.rank || step != run->state.step + 1 || !loom_fault_fire_once()) return;
+  fprintf(stderr, "loom: LOOM_FAULT: rank %d %s before step %ld\n", rank, kind, step);
+  fflush(stderr);
+  if (!strcmp(kind, "exit")) _exit(3);
+  if (!strcmp(kind, "kill")) kill(getpid(), SIGKILL);
+  if (!strcmp(kind, "hang"))
+    for (;;) pause();
+}
+
+/* The batches of every micro-step into batch.tokens/targets (and a vision-language run's
+ * samples to the executor), with a note when more bad samples were skipped. */
+int loom_run_next_batches(loom_run *run) {
+  loom_data_source *data = run->batch.source;
+  if (loom_data_next(data, run->batch.tokens, run->batch.targets, run->batch.vqa)) return LOOM_ERR;
+  if (!loom_data_is_vqa(data)) return 0;
+  loom_exec_set_vision_batches(run->exec, run->batch.vqa);
+  if (!run->cfg->data.skip_bad_samples) return 0;
+  /* bad samples skipped so far over the data-parallel ranks (the ranks of a data-parallel
+   * group read the same samples, so one sum over dp counts each once) */
+  const char *last;
+  double n[1] = {(double)loom_data_skipped(data, &last)};
+  loom_comm_allreduce_f64(&run->ranks.mesh.dp_comm, n, 1, LOOM_OP_SUM);
+  if ((long)n[0] > run->state.skipped_bad)
+    loom_progress_note(&run->out.progress,
+                       "skipped %ld bad sample%s in all (data.skip_bad_samples)%s%s", (long)n[0],
+                       n[0] == 1 ? "" : "s", last[0] ? "; latest here: " : "", last);
+  run->state.skipped_bad = (long)n[0];
+  return 0;
+}
+
+/* The step taken (dt seconds): the trainer state's step, tokens and elapsed time, the timed
+ * average (the first step of a process warms caches: not timed), the losses. */
+void loom_run_count_step(loom_run *run, const loom_step_result *res, double dt) {
+  run->state.step++;
+  run->state.tokens_seen += res->tokens;
+  run->state.elapsed = loom_now() - run->clock.start;
+  if (run->state.step > run->clock.first_step + 1) {
+    run->clock.timed += dt;
+    run->clock.timed_steps++;
+  }
+  double *min = &run->clock.min_loss;
+  if (res->loss < *min || *min != *min) *min = res->loss;
+  run->clock.last_loss = res->loss;
+}
+
+/* a JSON number, or null for NaN/inf (JSON has no NaN) */
+static const char *json_num(char *buf, size_t n, double x) {
+  if (isfinite(x)) snprintf(buf, n, "%.17g", x);
+  else snprintf(buf, n, "null");
+  return buf;
+}
+
+/* Lead: the step's line of metrics.jsonl (a checked append: an error when the disk is full). */
+static int write_metrics(loom_run *run, const loom_step_result *r, double dt) {
+  if (!run->ranks.lead) return 0;
+  char loss[32], norm[32], skipped[48] = "", line[512];
+  if (run->cfg->data.skip_bad_samples && loom_data_is_vqa(run->batch.source))
+    snprintf(skipped, sizeof skipped, ", \"skipped_bad\": %ld", run->state.skipped_bad);
+  int n = snprintf(line, sizeof line,
+                   "{\"step\": %ld, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %s, "
+                   "\"tokens_per_s\": %.1f, \"step_time\": %.6f, \"time\": %.3f, "
+                   "\"tokens\": %ld%s}\n",
+                   run->state.step, json_num(loss, sizeof loss, r->loss), r->lr,
+                   json_num(norm, sizeof norm, r->grad_norm), dt > 0 ? (double)r->tokens / dt : 0.0,
+                   dt, run->state.elapsed, run->state.tokens_seen, skipped);
+  return loom_append_checked(run->out.metrics, run->out.metrics_path, line, (size_t)n);
+}
+
+/* The step's records: metrics.jsonl, the registry's heartbeat (rate-limited) and the progress
+ * line with its ETA. Returns the metrics write's status. */
+int loom_run_record_step(loom_run *run, const loom_step_result *res, double dt) {
+  int rc = write_metrics(run, res, dt);
+  loom_registry_run_heartbeat(run->out.registry, run->state.step, res->loss);
+  long timed_steps = run->clock.timed_steps;
+  double avg = timed_steps ? run->clock.timed / timed_steps : dt;
+  loom_progress_step(&run->out.progress, run->state.step, res, dt, run->state.elapsed,
+                     avg * (double)(run->cfg->training.steps - run->state.step));
+  return rc;
+}
+
+/* Every rank agrees that the step went well: no failed write (rc, train.log), no failed
+ * pruning of the step before, a loss that is a number. A failed write (full disk) stops every
+ * rank here, before the next checkpoint could be attempted: the newest complete checkpoint
+ * stays as it is. */
+int loom_run_agree_step(loom_run *run, const loom_step_result *res, int rc) {
+  if (!rc && run->failure.deferred) rc = loom_err("%s", run->failure.deferred);
+  if (!rc && res->loss != res->loss)
+    rc = loom_err("loss became NaN at step %ld; lower training.lr or enable "
+                  "training.grad_clip",
+                  run->state.step);
+  if (!loom_run_agree(run, rc)) return 0;
+  loom_progress_finish(&run->out.progress);
+  return LOOM_ERR;
+}
+
+/* Every rank: the validation loss now, recorded by the lead; agreed on. */
+int loom_run_evaluate(loom_run *run) {
+  return loom_run_agree(run, loom_eval_track_run(&run->eval.loss, &run->ranks.job.world_comm,
+                                                 run->state.step, run->out.metrics,
+                                                 run->out.metrics_path, &run->out.progress));
+}
+
+/* Whether a periodic checkpoint follows this step (checkpoint.every; the last step's is the
+ * final checkpoint). */
+bool loom_run_checkpoint_due(const loom_run *run) {
+  long every = run->cfg->checkpoint.every, step = run->state.step;
+  return every > 0 && step % every == 0 && step < run->cfg->training.steps;
+}
+
+/* Every rank: save the checkpoint <run dir>/<name> with the data position. loom_ckpt_save
+ * fails on every rank together. */
+int loom_run_checkpoint(loom_run *run, const char *name) {
+  loom_data_get_state(run->batch.source, &run->state.loader);
+  run->state.loader_batch_windows = run->cfg->training.micro_batch_size * run->ranks.mesh.dp;
+  char *dir = loom_sprintf("%s/%s", run->out.dir, name);
+  int rc = loom_ckpt_save(dir, run->exec, &run->ranks.mesh, &run->ranks.job.world_comm, &run->state,
+                          run->cfg);
+  if (!rc) loom_progress_note(&run->out.progress, "saved %s", dir);
+  free(dir);
+  if (rc) loom_run_failed_everywhere(run);
+  return rc;
+}
+
+/* Lead: every complete checkpoint_<N> beyond checkpoint.keep_last goes (rename, then
+ * delete); a failure is reported at the next agreement of the ranks. */
+static void prune(loom_run *run) {
+  long keep_last = run->cfg->checkpoint.keep_last;
+  if (!run->ranks.lead || keep_last <= 0) return;
+  if (loom_run_dir_prune(run->out.dir, keep_last) && !run->failure.deferred)
+    run->failure.deferred = loom_strdup(loom_errmsg());
+}
+
+/* Every rank: checkpoint_<step>, then the pruning of the oldest. */
+int loom_run_checkpoint_periodic(loom_run *run) {
+  char name[64];
+  snprintf(name, sizeof name, "checkpoint_%ld", run->state.step);
+  if (loom_run_checkpoint(run, name)) return LOOM_ERR;
+  prune(run);
+  return 0;
+}
