@@ -109,9 +109,9 @@ void loom_oom(size_t n, size_t size, const char *what, const char *file, int lin
                      "loom: out of memory: cannot allocate %s %s%s.\n"
                      "loom: to fit, free memory on this machine or ask for less: lower "
                      "training.micro_batch_size (or training.seq_len), set "
-                     "training.activation_checkpointing=true, spread the model over more ranks "
-                     "(parallel.tp, parallel.pp) or shard it with ZeRO (parallel.zero), or use a "
-                     "smaller model.\n",
+                     "training.activation_checkpointing=true, spread the model or the sequence "
+                     "over more ranks (parallel.tp, parallel.pp, parallel.cp) or shard it with "
+                     "ZeRO (parallel.zero), or use a smaller model.\n",
                      amount, where, rank);
   if (len < 0 || len >= (int)sizeof msg) len = (int)strlen(msg);
   fflush(stdout);
