@@ -49,9 +49,19 @@ int loom_ckpt_load(const char *dir, loom_executor *ex, const loom_mesh *m, loom_
 /* 0 when dir holds a valid COMPLETE marker and every file it lists has the listed size
  * (*step: the marker's step); else an error naming what is missing or damaged. */
 int loom_ckpt_check_complete(const char *dir, long *step);
+/* Before a tool reads a checkpoint (eval, generate, export, compare, inspect): when dir holds a
+ * COMPLETE marker it must check out (loom_ckpt_check_complete); the error then also names the
+ * newest complete checkpoint of the same run directory to use instead. A directory without a
+ * marker (`loom ckpt import` output, a checkpoint of a loom before markers) passes. */
+int loom_ckpt_check_readable(const char *dir);
+/* The newest complete checkpoint (checkpoint_<N> or final_checkpoint, by the marker's step) of
+ * run_dir other than the directory `except` (may be NULL): *ckpt malloc'd "run_dir/<name>", or
+ * NULL and *step -1 when there is none. Error only when run_dir cannot be read. */
+int loom_ckpt_newest_complete(const char *run_dir, const char *except, char **ckpt, long *step);
 /* Before loading anything: dir is complete and its model files hold exactly the tensors of
  * spec with their global shapes; errors name the tensor, the expected and the found shape. */
 int loom_ckpt_validate(const char *dir, const loom_model_spec *spec);
-/* Parameters only, into any decoder (any shard, or the whole model). */
+/* Parameters only, into any decoder (any shard, or the whole model); checks the marker first
+ * (loom_ckpt_check_readable). */
 int loom_ckpt_load_params(const char *dir, loom_decoder *d);
 #endif

@@ -608,6 +608,7 @@ int loom_ckpt_load_params(const char *dir, loom_decoder *d) {
   if (!loom_is_dir(dir))
     return loom_err("checkpoint '%s' is not a directory (expected runs/<id>/checkpoint_<step>)",
                     dir);
+  if (loom_ckpt_check_readable(dir)) return LOOM_ERR;
   file_set fs;
   if (open_set(dir, "model", &fs)) return LOOM_ERR;
   int rc = assemble(&fs, "", d, d->params, 0, d->layout.total, dir);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "loom/checkpoint.h"
 #include "loom/core.h"
 #include "loom/hf.h"
 #include "loom/tokenizer.h"
@@ -57,6 +58,7 @@ static int load_checkpoint(const char *dir, loom_model_spec *spec, loom_param_la
   if (!loom_is_dir(dir))
     return loom_err("checkpoint '%s' is not a directory (expected e.g. "
                     "runs/<id>/final_checkpoint)", dir);
+  if (loom_ckpt_check_readable(dir)) return LOOM_ERR; /* its marker lists a missing file */
   char *cfg_path = loom_sprintf("%s/config.yaml", dir);
   loom_config cfg;
   loom_config_defaults(&cfg);

@@ -116,6 +116,7 @@ bool loom_ckpt_is_multi_rank(const char *dir) {
 }
 
 int loom_ckpt_load_weights(const char *dir, loom_decoder *d) {
+  if (loom_ckpt_check_readable(dir)) return LOOM_ERR; /* a damaged training checkpoint */
   if (loom_ckpt_is_multi_rank(dir)) /* pieces of several ranks: the checkpoint module maps them */
     return loom_ckpt_load_params(dir, d) ? loom_err_prefix("loading weights from '%s': ", dir) : 0;
   if (loom_weights_read(dir, &d->spec, &d->layout, d->params))

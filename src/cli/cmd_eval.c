@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "loom/checkpoint.h"
 #include "loom/config.h"
 #include "loom/core.h"
 #include "loom/hf.h"
@@ -96,6 +97,7 @@ static int resolve_checkpoint(const char *ckpt, const loom_mesh *world, char **d
   free(yaml);
   free(json);
   if (loom_ckpt) {
+    if (loom_ckpt_check_readable(ckpt)) return LOOM_ERR; /* before the layout check */
     *dir = loom_strdup(ckpt);
     return 0;
   }
