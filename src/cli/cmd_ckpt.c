@@ -1,7 +1,10 @@
 /* loom ckpt: checkpoint tools. Subcommands live in the `subcommands` table below; each takes
  * argv after "ckpt" (argv[0] is the subcommand name) and returns the exit code.
- *   inspect PATH [--json]   tensors, dtypes, shapes, norms, totals and metadata of a
- *                           .safetensors file or of every *.safetensors in a checkpoint dir.
+ *   inspect PATH [--pieces] [--json]
+ *                 a checkpoint directory: every tensor once with its global shape, dtype and
+ *                 norms, the parameter count, optimizer moments and gradients apart
+ *                 (src/cli/cmd_ckpt_view.c); --pieces, or a .safetensors file: each file's
+ *                 entries (the pieces ranks wrote), dtypes, shapes, norms and metadata.
  *   export, import          Hugging Face checkpoints (src/cli/cmd_ckpt_hf.c, include/loom/hf.h). */
 #include <dirent.h>
 #include <errno.h>
@@ -10,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cli/cmd_ckpt_view.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "loom/checkpoint.h"
 #include "loom/core.h"
 #include "loom/grad_norms.h"
 #include "loom/hf.h"
@@ -48,8 +53,7 @@ static int list_safetensors(const char *dir, path_list *out) {
     if (!has_suffix(e->d_name, ".safetensors")) continue;
     if (out->n == cap) {
       cap = cap ? 2 * cap : 8;
-      out->paths = realloc(out->paths, (size_t)cap * sizeof *out->paths);
-      if (!out->paths) abort();
+      out->paths = loom_realloc(out->paths, (size_t)cap, sizeof *out->paths);
     }
     out->paths[out->n++] = loom_sprintf("%s%s%s", dir, has_suffix(dir, "/") ? "" : "/", e->d_name);
   }
@@ -153,26 +157,13 @@ static void format_num(double x, int64_t numel, char *buf, size_t cap) {
     snprintf(buf, cap, "%.6g", x);
 }
 
-/* " (1.23M)"-style suffix for n >= base, else "" (the plain number says it all). */
-static void format_scaled(double n, const char *const *units, double base, char *buf, size_t cap) {
-  int u = 0;
-  while (n >= base && units[u + 1]) {
-    n /= base;
-    u++;
-  }
-  if (u == 0)
-    buf[0] = 0;
-  else
-    snprintf(buf, cap, " (%.3g%s)", n, units[u]);
-}
-
 static void print_totals(const totals *t) {
   static const char *const count_units[] = {"", "K", "M", "B", "T", NULL};
   static const char *const byte_units[] = {"", " KiB", " MiB", " GiB", " TiB", NULL};
   char params[32], bytes[32];
-  format_scaled((double)t->params, count_units, 1000.0, params, sizeof params);
-  format_scaled((double)t->bytes, byte_units, 1024.0, bytes, sizeof bytes);
-  printf("tensors: %lld   parameters: %lld%s   bytes: %lld%s\n", (long long)t->tensors,
+  loom_ckpt_format_scaled((double)t->params, count_units, 1000.0, params, sizeof params);
+  loom_ckpt_format_scaled((double)t->bytes, byte_units, 1024.0, bytes, sizeof bytes);
+  printf("tensors: %lld   elements: %lld%s   bytes: %lld%s\n", (long long)t->tensors,
          (long long)t->params, params, (long long)t->bytes, bytes);
 }
 
@@ -185,43 +176,91 @@ static int name_width(const loom_st_file *f) {
   return w > 60 ? 60 : w;
 }
 
-static void print_tensor_row(const loom_st_file *f, int i, int width) {
+/* "embed.weight[256:512, :] of [512, 128]" (a tensor-parallel slice), with ", elements
+ * 0:16384" when the entry holds part of the slice (a ZeRO partition); "" for an entry without
+ * a description (a whole tensor under its own name). numel: the entry's elements. */
+static void piece_text(json_t *d, int64_t numel, char *buf, size_t cap) {
+  buf[0] = 0;
+  if (!d) return;
+#define GET(k, i) (long long)json_integer_value(json_array_get(json_object_get(d, k), i))
+  long long g0 = GET("gshape", 0), g1 = GET("gshape", 1), l0 = GET("lshape", 0),
+            l1 = GET("lshape", 1);
+#undef GET
+  long long dim = json_integer_value(json_object_get(d, "split_dim"));
+  long long at = json_integer_value(json_object_get(d, "split_start"));
+  long long begin = json_integer_value(json_object_get(d, "begin"));
+  char slice[96] = "";
+  if (dim == 0 && g1 == 0)
+    snprintf(slice, sizeof slice, "[%lld:%lld]", at, at + l0);
+  else if (dim == 0)
+    snprintf(slice, sizeof slice, "[%lld:%lld, :]", at, at + l0);
+  else if (dim == 1)
+    snprintf(slice, sizeof slice, "[:, %lld:%lld]", at, at + l1);
+  char global[64];
+  if (g1 == 0)
+    snprintf(global, sizeof global, "[%lld]", g0);
+  else
+    snprintf(global, sizeof global, "[%lld, %lld]", g0, g1);
+  int n = snprintf(buf, cap, " %s%s of %s", json_string_value(json_object_get(d, "tensor")),
+                   slice, global);
+  if (n > 0 && (size_t)n < cap && (begin > 0 || numel != l0 * (l1 ? l1 : 1)))
+    snprintf(buf + n, cap - (size_t)n, ", elements %lld:%lld", begin, begin + (long long)numel);
+}
+
+static void print_tensor_row(const loom_st_file *f, int i, int width, json_t *pieces) {
   loom_st_stats s;
   loom_st_tensor_stats(f, i, &s);
-  char shape[160], l2[32], lo[32], hi[32];
+  char shape[160], l2[32], lo[32], hi[32], piece[320];
   format_shape(f, i, shape, sizeof shape);
   format_num(s.l2, s.numel, l2, sizeof l2);
   format_num(s.min, s.numel, lo, sizeof lo);
   format_num(s.max, s.numel, hi, sizeof hi);
-  printf("%-*s  %-5s  %-18s %12lld  %-12s %-12s %s\n", width, loom_st_name(f, i),
-         loom_dtype_name(loom_st_dtype(f, i)), shape, (long long)s.numel, l2, lo, hi);
+  piece_text(pieces ? json_object_get(pieces, loom_st_name(f, i)) : NULL, s.numel, piece,
+             sizeof piece);
+  printf("%-*s  %-5s  %-18s %12lld  %-12s %-12s %-12s%s\n", width, loom_st_name(f, i),
+         loom_dtype_name(loom_st_dtype(f, i)), shape, (long long)s.numel, l2, lo, hi, piece);
   if (s.nonfinite)
     printf("%-*s  warning: %lld NaN/inf values\n", width, "", (long long)s.nonfinite);
 }
 
 static void print_file(const loom_st_file *f) {
   int w = name_width(f);
+  const char *meta = loom_st_metadata(f, "loom.pieces");
+  json_t *pieces = meta ? json_loads(meta, 0, NULL) : NULL;
   printf("file: %s\n", loom_st_path(f));
-  printf("%-*s  %-5s  %-18s %12s  %-12s %-12s %s\n", w, "name", "dtype", "shape", "numel", "l2",
-         "min", "max");
-  for (int i = 0; i < loom_st_count(f); i++) print_tensor_row(f, i, w);
+  printf("%-*s  %-5s  %-18s %12s  %-12s %-12s %-12s%s\n", w, "name", "dtype", "shape", "numel",
+         "l2", "min", "max", pieces ? " piece of (global tensor[slice] of its shape)" : "");
+  for (int i = 0; i < loom_st_count(f); i++) print_tensor_row(f, i, w, pieces);
   totals t = {0};
   add_totals(f, &t);
   print_totals(&t);
   printf("metadata:%s\n", loom_st_metadata_count(f) ? "" : " (none)");
-  for (int i = 0; i < loom_st_metadata_count(f); i++)
-    printf("  %s: %s\n", loom_st_metadata_key(f, i), loom_st_metadata_value(f, i));
+  for (int i = 0; i < loom_st_metadata_count(f); i++) {
+    const char *key = loom_st_metadata_key(f, i);
+    if (pieces && !strcmp(key, "loom.pieces"))
+      printf("  %s: %zu entries (the piece column)\n", key, json_object_size(pieces));
+    else
+      printf("  %s: %s\n", key, loom_st_metadata_value(f, i));
+  }
+  json_decref(pieces);
 }
 
 /* ---- inspect: command ------------------------------------------------------------------- */
 
 static void inspect_usage(FILE *out) {
   fprintf(out,
-          "usage: loom ckpt inspect PATH [--json]\n\n"
-          "Show every tensor of a .safetensors file, or of every *.safetensors file in a\n"
-          "checkpoint directory (plus its trainer_state.json): name, dtype, shape, element\n"
-          "count, L2 norm, min and max (computed in double), totals and metadata.\n\n"
+          "usage: loom ckpt inspect PATH [--pieces] [--json]\n\n"
+          "Show the tensors of a checkpoint directory as the model sees them: every tensor\n"
+          "once with its global shape, dtype, element count, L2 norm, min and max (computed\n"
+          "in double over all its pieces, however many ranks wrote it), the parameter count,\n"
+          "the optimizer moments (exp_avg, exp_avg_sq) and saved gradients counted apart, the\n"
+          "layout that wrote it, and trainer_state.json. A checkpoint whose COMPLETE marker\n"
+          "lists a missing or resized file is an error naming the file and the newest complete\n"
+          "checkpoint of the run to use instead.\n"
+          "A .safetensors file, or a directory with --pieces: each file's entries as stored\n"
+          "(a rank's piece of a global tensor: which slice and elements), totals and metadata.\n\n"
           "options:\n"
+          "  --pieces   list every file's entries (the pieces each rank wrote)\n"
           "  --json     machine-readable output (non-finite numbers are null)\n"
           "  -h, --help this text\n");
 }
@@ -270,8 +309,9 @@ static int inspect_files(const path_list *files, json_t *state, int as_json, con
 
 static int ckpt_inspect(int argc, char **argv) {
   const char *path = NULL;
-  bool as_json = false;
-  const loom_cli_opt opts[] = {LOOM_OPT_FLAG("--json", &as_json), {0}};
+  bool as_json = false, pieces = false;
+  const loom_cli_opt opts[] = {LOOM_OPT_FLAG("--json", &as_json),
+                               LOOM_OPT_FLAG("--pieces", &pieces), {0}};
   loom_cli_parser p = {.command = "ckpt inspect", .opts = opts};
   int prc = loom_cli_parse(&p, argc, argv, 1);
   if (prc == LOOM_CLI_OK && p.npos > 1) {
@@ -289,15 +329,17 @@ static int ckpt_inspect(int argc, char **argv) {
   path_list files = {0};
   json_t *state = NULL;
   int rc = 0;
-  if (loom_is_dir(path)) {
-    rc = list_safetensors(path, &files);
-    if (rc == 0) rc = load_trainer_state(path, &state);
+  bool dir = loom_is_dir(path);
+  if (dir) {
+    rc = load_trainer_state(path, &state);
+    if (rc == 0 && !pieces) rc = loom_ckpt_print_view(path, state, as_json);
+    else if (rc == 0) rc = loom_ckpt_check_readable(path);
+    if (rc == 0 && pieces) rc = list_safetensors(path, &files);
   } else {
-    files.paths = malloc(sizeof *files.paths);
-    if (!files.paths) abort();
+    files.paths = loom_malloc(sizeof *files.paths);
     files.paths[files.n++] = loom_strdup(path);
   }
-  if (rc == 0) rc = inspect_files(&files, state, as_json, path);
+  if (rc == 0 && (pieces || !dir)) rc = inspect_files(&files, state, as_json, path);
   if (rc) fprintf(stderr, "loom ckpt inspect: %s\n", loom_errmsg());
   json_decref(state);
   path_list_free(&files);

@@ -9,7 +9,8 @@ A strict safetensors reader and a writer are implemented here from the format sp
      dtypes/shapes/norms/min/max; st_helper copy (loom read + loom write) must reproduce the
      bytes; st_helper read-f32 must convert BF16/F16/F64 exactly as numpy/torch do.
   3. Corrupted variants are rejected by both readers; loom exits 1 naming the file.
-  4. A checkpoint directory (two files + trainer_state.json) is inspected as a whole.
+  4. A checkpoint directory (two files + trainer_state.json) is inspected as a whole: the
+     model file's tensors as parameters, the optimizer file's apart.
 usage: st_check.py LOOM_BIN ST_HELPER_BIN
 """
 import json
@@ -351,7 +352,13 @@ def check_directory(loom, tmp, tensors, meta):
         doc = json.loads(r.stdout)
         check([os.path.basename(f["path"]) for f in doc["files"]] ==
               ["model.safetensors", "optimizer.safetensors"], "dir file list")
-        check(doc["tensor_count"] == len(tensors), f"dir tensor count {doc['tensor_count']}")
+        # model.safetensors holds parameters; optimizer.safetensors (entries that are not
+        # AdamW moments here) is optimizer state, counted apart
+        other = doc["optimizer"].get("optimizer_other", {})
+        check(doc["tensor_count"] == 3 and other.get("tensor_count") == len(tensors) - 3,
+              f"dir tensor counts {doc['tensor_count']} {other.get('tensor_count')}")
+        check([t["name"] for t in other.get("tensors", [])] == [n for n, *_ in tensors[3:]],
+              "dir optimizer tensor names")
         check(doc["bytes"] == sum(len(raw) for *_, raw in tensors), "dir bytes")
         check(doc.get("trainer_state") == state, f"trainer_state {doc.get('trainer_state')}")
     r = run([loom, "ckpt", "inspect", d])

@@ -29,3 +29,9 @@ add_test(NAME ckpt_hf_vlm_train
 # LeakSanitizer in the sanitizer build
 set_tests_properties(ckpt_hf_vlm_train PROPERTIES TIMEOUT 300
   ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+# `loom ckpt inspect`'s global view of checkpoints written by one process and by tp/ZeRO-3/pp
+# ranks (the same tensors), and every checkpoint reader on a checkpoint whose COMPLETE marker
+# lists a missing or resized file (exit 1, the file named, the checkpoint to use instead).
+add_test(NAME ckpt_inspect
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ckpt_inspect_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(ckpt_inspect PROPERTIES TIMEOUT 300 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
