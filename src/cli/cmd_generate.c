@@ -29,7 +29,7 @@ static void usage(FILE *out) {
       "'[N] text'. Prefill and decode tokens/s go to stderr.\n\n"
       "options:\n"
       "  --prompt TEXT         the prompt\n"
-      "  --prompts FILE        one prompt per line (empty lines are an error), batched\n"
+      "  --prompts FILE        one prompt per line (blank lines skipped), batched\n"
       "  --prompt-ids IDS      token ids instead of text: '1,2,3', rows separated by ';'\n"
       "  --image FILE.jpg      vision-language models: ask --prompt (the question) about the\n"
       "                        image, with the chat template and image preprocessing of the\n"

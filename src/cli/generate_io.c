@@ -83,7 +83,8 @@ int loom_gen_cli_parse_ids(const char *text, int32_t **ids, int *n, int vocab) {
   return 0;
 }
 
-/* lines of FILE (without the newline); empty lines are an error naming the line */
+/* The prompt lines of FILE (without the newline): blank lines (empty or whitespace only, as a
+ * text editor leaves between prompts or at the end) are skipped. */
 int loom_gen_cli_read_lines(const char *path, char ***lines, int *n) {
   char *data;
   size_t len;
@@ -98,9 +99,10 @@ int loom_gen_cli_read_lines(const char *path, char ***lines, int *n) {
     line++;
     size_t l = strlen(p);
     if (l && p[l - 1] == '\r') p[--l] = 0;
-    if (!l) {
-      rc = loom_err("--prompts %s: line %d is empty: one non-empty prompt per line", path, line);
-      break;
+    if (strspn(p, " \t\v\f\r") == l) { /* a blank line */
+      if (!e) break;
+      p = e + 1;
+      continue;
     }
     if (*n == cap) {
       cap = cap ? 2 * cap : 16;
@@ -112,7 +114,10 @@ int loom_gen_cli_read_lines(const char *path, char ***lines, int *n) {
     p = e + 1;
   }
   free(data);
-  if (!rc && *n == 0) rc = loom_err("--prompts %s: the file holds no prompts", path);
+  if (!rc && *n == 0)
+    rc = line ? loom_err("--prompts %s: the file holds no prompts (its %d line%s blank); "
+                         "write one prompt a line", path, line, line == 1 ? " is" : "s are")
+              : loom_err("--prompts %s: the file is empty; write one prompt a line", path);
   return rc;
 }
 

@@ -23,7 +23,7 @@ typedef struct {
 void loom_gen_cli_on_token(void *ctx, int row, int32_t id);
 /* "1,2,3" -> ids (malloc'd) of *n tokens, each in [0, vocab) */
 int loom_gen_cli_parse_ids(const char *text, int32_t **ids, int *n, int vocab);
-/* lines of FILE (malloc'd strings); an empty line is an error naming it */
+/* the prompt lines of FILE (malloc'd strings); blank lines are skipped */
 int loom_gen_cli_read_lines(const char *path, char ***lines, int *n);
 /* t with each maximal ill-formed UTF-8 subsequence replaced by U+FFFD (malloc'd) */
 char *loom_gen_cli_utf8(const char *t);

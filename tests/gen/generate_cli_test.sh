@@ -5,8 +5,8 @@
 # --prompts runs a batch whose rows equal each prompt alone; a checkpoint written in
 # tensor-parallel pieces (mpirun, tp=2) generates the same ids as its Hugging Face export;
 # the tokens/s line. Bad input: prompt longer than max_seq, --image with a text-only model,
-# a missing checkpoint, an unreadable or missing image, an empty prompt, an empty line in
-# --prompts, no tokenizer — each a clear message and a non-zero exit, nothing on stdout.
+# a missing checkpoint, an unreadable or missing image, an empty prompt, a --prompts file
+# without prompts (blank lines are skipped), no tokenizer — each a clear message and a non-zero exit, nothing on stdout.
 # usage: generate_cli_test.sh LOOM
 . "$(dirname "$0")/../train/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -77,6 +77,10 @@ while IFS= read -r p; do
 done <"$WORK/p.txt"
 out=$("${G[@]}" --prompts "$WORK/p.txt" --max-new-tokens 4 2>/dev/null)
 check "--prompts text output: one '[N] ' line per prompt" [ "$(grep -c '^\[[123]\] ' <<<"$out")" = 3 ]
+# blank lines (between prompts, at the end, whitespace only) are skipped: the same batch
+printf '\nOnce upon a time\n\n   \nThe dog\r\n\nShe said that the little bird was\n\n\n' >"$WORK/gaps.txt"
+"${G[@]}" --prompts "$WORK/gaps.txt" --max-new-tokens 12 --ignore-eos --json >"$WORK/gaps.json" 2>/dev/null
+check "--prompts with blank lines: the same 3 rows" cmp -s "$WORK/batch.json" "$WORK/gaps.json"
 
 # a checkpoint in tensor-parallel pieces generates what its HF export generates
 if command -v mpirun >/dev/null; then
@@ -111,8 +115,10 @@ bad "--image with a text-only model" "is a text-only model" "$CK" --image "$WORK
 bad "missing checkpoint" "checkpoint '$WORK/nope' does not exist" "$WORK/nope" --prompt "Hi"
 bad "not a checkpoint" "holds neither config.yaml" "$WORK" --prompt "Hi"
 bad "empty prompt" "the prompt is empty" "$CK" --prompt ""
-printf 'one\n\nthree\n' >"$WORK/gap.txt"
-bad "empty line in --prompts" "line 2 is empty" "$CK" --prompts "$WORK/gap.txt"
+printf '\n\n  \n' >"$WORK/blank.txt"
+bad "only blank lines in --prompts" "holds no prompts (its 3 lines are blank)" "$CK" --prompts "$WORK/blank.txt"
+: >"$WORK/empty.txt"
+bad "empty --prompts file" "the file is empty" "$CK" --prompts "$WORK/empty.txt"
 bad "missing --prompts file" "$WORK/none.txt" "$CK" --prompts "$WORK/none.txt"
 sed "s|tokenizer: .*|tokenizer: $WORK/gone.json|" "$CK/config.yaml" >"$WORK/cfg.yaml"
 mkdir -p "$WORK/notok" && cp "$CK/model.safetensors" "$WORK/notok/" && cp "$WORK/cfg.yaml" "$WORK/notok/config.yaml"
