@@ -120,6 +120,8 @@ typedef struct {
   long cp;                            /* context parallelism: ring attention ranks */
   long ep;                            /* expert parallelism: ranks the experts are split over,
                                          carved from the data-parallel ranks */
+  long etp;                           /* simulator only: expert tensor-parallel ranks (Megatron's
+                                         parallel folding); 0 = tp */
   char sp_mode[16];                   /* ulysses | megatron (megatron: sequence-parallel tp) */
   long zero;                          /* 0 | 1 | 2 | 3 */
   long vpp;                           /* virtual pipeline chunks per pp rank (interleaved) */

@@ -15,9 +15,32 @@
 
 #include "loom/comm.h"
 
-typedef enum { LOOM_DT_FP32 = 0, LOOM_DT_BF16, LOOM_DT_FP16, LOOM_DT_COUNT } loom_hw_dtype;
+/* Matrix dtypes of a profile's peaks. FP8 is not a training dtype: it is the rate of the GEMMs
+ * of a bf16 run with FP8 GEMMs (loom_sim_strategy.fp8; Transformer Engine's recipe). */
+typedef enum {
+  LOOM_DT_FP32 = 0,
+  LOOM_DT_BF16,
+  LOOM_DT_FP16,
+  LOOM_DT_FP8,
+  LOOM_DT_COUNT
+} loom_hw_dtype;
 const char *loom_hw_dtype_name(loom_hw_dtype d);
-int loom_hw_dtype_parse(const char *s, loom_hw_dtype *out); /* "fp32" | "bf16" | "fp16" */
+int loom_hw_dtype_parse(const char *s, loom_hw_dtype *out); /* "fp32" | "bf16" | "fp16" | "fp8" */
+
+/* The training framework a GPU profile models (runtime.recipe): what it keeps per parameter and
+ * how it runs data parallelism. loom-cpu profiles run loom's own executor (LOOM_RECIPE_LOOM). */
+typedef enum {
+  LOOM_RECIPE_MEGATRON = 0, /* Megatron-LM: 16-bit weights, fp32 main gradients (bf16 runs
+                               accumulate and reduce in fp32), distributed optimizer */
+  LOOM_RECIPE_FSDP2,        /* PyTorch FSDP2 (torchtitan): fp32 sharded parameters, bf16
+                               compute copies gathered per layer, fp32 gradient reduce-scatter */
+  LOOM_RECIPE_HF_EAGER,     /* Hugging Face modules under PyTorch eager (the seed's stack) */
+  LOOM_RECIPE_LOOM,         /* loom's own executor */
+  LOOM_RECIPE_COUNT
+} loom_hw_recipe;
+const char *loom_hw_recipe_name(loom_hw_recipe r);
+/* One line saying what the recipe keeps and runs (the planner prints it). */
+const char *loom_hw_recipe_text(loom_hw_recipe r);
 
 /* Vector (non-matrix) kernels the trainer runs, by class. `elements` of each op are counted
  * by the cost model; a profile gives either a measured rate (elements/s of loom's own kernel,
@@ -84,6 +107,14 @@ typedef struct {
   int grid_n[3];                       /* points along m, n, k (0 = no grid) */
   double grid_axis[3][LOOM_HW_GRID];
   double grid_eff[LOOM_GEMM_ROLES][LOOM_HW_GRID * LOOM_HW_GRID * LOOM_HW_GRID];
+  /* optional FP8 curve (device.gemm_efficiency_fp8, by the smallest dimension, measured as it
+   * is: no size factor); 0 points = the bf16 curve */
+  int n_gemm_eff_fp8;
+  double gemm_eff_fp8_dim[LOOM_HW_MAX_POINTS], gemm_eff_fp8[LOOM_HW_MAX_POINTS];
+  /* optional factor of a grouped GEMM (MoE experts) by its rows per group
+   * (device.grouped_gemm_efficiency); 0 points = 1 */
+  int n_grouped;
+  double grouped_rows[LOOM_HW_MAX_POINTS], grouped_eff[LOOM_HW_MAX_POINTS];
   int n_gemm_size;                     /* optional factor by GEMM size (FLOPs), 0 = none */
   double gemm_size_flops[LOOM_HW_MAX_POINTS], gemm_size_eff[LOOM_HW_MAX_POINTS];
   double gemm_overhead;                /* seconds per GEMM call */
@@ -133,6 +164,9 @@ typedef struct {
    * issues asynchronously ahead of the GPU; between two host synchronisations (a module of
    * the cost model) the time is max(device time, host time). */
   double host_dtensor, host_eager;
+  bool ep_overlap;         /* expert-parallel dispatch/combine all-to-alls overlap the compute
+                              of another micro-batch (Megatron's moe_a2a_overlap) */
+  loom_hw_recipe recipe;   /* the framework the profile models (runtime.recipe) */
 } loom_hw_profile;
 
 /* Defaults (every field set; a generic GPU-like device), then a file or a name over them.
@@ -158,9 +192,15 @@ double loom_hw_gemm_quant(const loom_hw_profile *hw, double m, double n);
 /* Fraction of peak of an (m x k) @ (k x n) GEMM in a role. */
 double loom_hw_gemm_eff(const loom_hw_profile *hw, loom_gemm_role role, double m, double n,
                         double k);
-/* One GEMM, `batch` times: 2*m*n*k*batch FLOPs. */
+/* One GEMM, `batch` times: 2*m*n*k*batch FLOPs. LOOM_DT_FP8: at the FP8 peak (the bf16 one
+ * without) and on the FP8 curve when the profile has one. */
 double loom_hw_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_role role,
                          double m, double n, double k, double batch);
+/* A grouped GEMM (MoE experts): `groups` GEMMs of rows x n x k each, one kernel. Computed as
+ * one GEMM of groups*rows rows (the same output tiles, the same k), each group's rows padded
+ * to whole tiles, times the profile's factor by rows per group (grouped_gemm_efficiency). */
+double loom_hw_grouped_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_role role,
+                                 double groups, double rows, double n, double k);
 /* One vector kernel over `elements` elements moving `bytes` bytes and doing `flops`. */
 double loom_hw_vop_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_vop v, double elements,
                         double bytes, double flops);
@@ -177,6 +217,11 @@ int loom_hw_group_tier(const loom_hw_profile *hw, int stride, int size);
  * as NCCL's double binary tree reaches the ring's bus bandwidth). */
 double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double bytes,
                          int stride, int size);
+/* An all-to-all whose group spans several domains of the tier below the one that holds it (an
+ * expert-parallel group over nodes) sends each member's share for the peers of its own domain
+ * over the inner tier and the rest over the outer one, at the same time: the longer of the two
+ * (nccl-tests: a GPU's remote peers get its NIC's bandwidth, its local ones NVLink), plus one
+ * latency per peer domain (the sends are posted together, not in ring steps). */
 /* Bytes one rank sends for a collective of `bytes` on p ranks under the ring algorithm (the
  * formulas of comm.h: all-reduce 2(p-1)/p n, reduce-scatter/all-gather/all-to-all (p-1)/p n,
  * send n). */

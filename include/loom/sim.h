@@ -47,6 +47,18 @@ typedef struct {
    * working copy beside fp32 master weights; bf16: the model cast to bf16, no master), AdamW
    * moments in optim, data-parallel gradient reductions in reduce */
   loom_hw_dtype param_dtype, optim_dtype, reduce_dtype, vision_param_dtype, vision_optim_dtype;
+  /* Mixture-of-Experts (parallel.ep, parallel.etp): Megatron's parallel folding. Attention and
+   * the dense layers run on the stage's tp x cp x sp x dp ranks; the routed experts of every MoE
+   * layer on the same ranks as etp x ep x edp (etp stride 1, ep stride etp, edp the rest): ep
+   * ranks hold E/ep experts each, every expert's SwiGLU split over etp ranks, expert gradients
+   * reduced (and ZeRO-partitioned) over the edp replicas. */
+  int ep, etp;
+  double moe_imbalance; /* tokens routed to the busiest rank's experts over the balanced share
+                           (1 = perfectly balanced, as published MoE benchmarks force it) */
+  int ep_overlap;       /* dispatch/combine all-to-alls overlapped with another micro-batch's
+                           compute: -1 the profile's runtime.ep_comm_overlap, 0 no, 1 yes */
+  bool fp8;             /* GEMMs in FP8 with per-tensor current scaling (Transformer Engine's
+                           recipe): activations stay bf16; the simulator only, not loom train */
 } loom_sim_strategy;
 
 /* From a train config (parallel.*, training.*); `world` > 0 fills parallel.dp when the config
@@ -73,6 +85,8 @@ typedef struct {
   double vloc;          /* local vocabulary rows */
   double act_bytes;     /* bytes per activation element */
   bool loom_cpu;        /* the loom CPU executor's op sequence */
+  bool moe_layer;       /* the layer the cost and memory functions describe is an MoE layer (set
+                           for models with MoE layers; clear it for their dense layers) */
 } loom_sim_ctx;
 void loom_sim_ctx_init(loom_sim_ctx *c, const loom_model_spec *spec, const loom_hw_profile *hw,
                        const loom_sim_strategy *st);
@@ -136,8 +150,21 @@ void loom_sim_embed_cost(const loom_sim_ctx *c, loom_sim_cost *out);
 void loom_sim_head_cost(const loom_sim_ctx *c, loom_sim_cost *out);
 
 /* Parameters one rank holds (closed form, equal to the trainer's shard layout without
- * alignment padding): `layers` transformer layers, plus the embedding / the head. */
+ * alignment padding): `layers` dense transformer layers, plus the embedding / the head. */
 double loom_sim_rank_params(const loom_model_spec *spec, int tp, int layers, bool embed, bool head);
+/* Parameters of one layer on one rank of a strategy: what every data-parallel replica holds
+ * (attention, norms, and the dense MLP or an MoE layer's router and shared expert; split by
+ * tp), returned, and for an MoE layer the routed experts this rank holds in *expert (E/ep
+ * experts, each split over etp; 0 for a dense layer). Expert weights are replicated over the
+ * edp ranks only. */
+double loom_sim_layer_params(const loom_model_spec *spec, const loom_sim_strategy *st, bool moe,
+                             double *expert);
+/* The same for a rank holding `layers` layers of which `moe` are MoE layers, plus the
+ * embedding / the head (and the vision encoder with the embedding). */
+double loom_sim_rank_params_of(const loom_model_spec *spec, const loom_sim_strategy *st,
+                               int layers, int moe, bool embed, bool head, double *expert);
+/* MoE layers among layers [first, first + count) of the model. */
+int loom_sim_moe_layers_in(const loom_model_spec *spec, int first, int count);
 /* Bytes per parameter of one module's state on the GPU engine under the strategy's precision
  * policy (vision: the encoder's overrides): the 16/32-bit working weights, the gradients, and
  * the optimizer state ZeRO-1 partitions (fp32 master weights when parameters are fp32 in a
@@ -195,15 +222,26 @@ typedef struct {
  * adds the norms' mean/rstd and the attention's log-sum-exp (ignored by Megatron's formula). */
 double loom_sim_layer_act_bytes(const loom_sim_ctx *c, bool with_stats);
 /* Memory of pipeline rank r holding `layers` layers (embed/head flags), with `inflight`
- * chunks' activations alive at the peak, each of at most `chunk_layers` layers. */
+ * chunks' activations alive at the peak, each of at most `chunk_layers` layers (an MoE
+ * model's MoE layers spread over them in the model's proportion). */
 void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, bool embed,
                           bool head, int inflight, loom_sim_memory *m);
+/* The same with the MoE layers counted: `moe` of the rank's layers, `chunk_moe` of the
+ * largest chunk's; the head's activations (logits) for `head_inflight` micro-batches (0: the
+ * rank has no head; of the chunks in flight, those of the head's chunk). Routed experts:
+ * weights, gradients and optimizer state over ep (and etp), ZeRO over the edp replicas; their
+ * activations on the busiest rank's routed rows; the dispatch buffers in the workspace. */
+void loom_sim_memory_rank_of(const loom_sim_ctx *c, int layers, int moe, int chunk_layers,
+                             int chunk_moe, bool embed, int head_inflight, int inflight,
+                             loom_sim_memory *m);
 /* Usable memory of one rank (device memory less reserved; shared when timesharing). */
 double loom_sim_memory_limit(const loom_hw_profile *hw, int ranks_per_node);
 
 /* ---- closed forms (tests, the planner's pruning) ----------------------------------------- */
 /* Model FLOPs per token: 6 x matmul parameters (LM head included) + the causal attention
- * term 6 L T (heads*head_dim) -- what loom train reports MFU with. */
+ * term 6 L T (heads*head_dim) -- what loom train reports MFU with. An MoE layer counts the
+ * routed experts a token uses (top k) and the shared expert, not the router, as Megatron-LM's
+ * num_floating_point_operations does (megatron/training/training.py). */
 double loom_sim_flops_per_token(const loom_model_spec *spec, int T);
 /* Megatron's model FLOPs per iteration (Narayanan et al. 2021, eq. 3, without recompute):
  * 72 B s L h^2 (1 + s/(6h) + V/(12 h L)). */
@@ -278,6 +316,9 @@ typedef struct {
   int vision_patches;        /* vision-language models: patches per sample (searches the
                                 encoder's own strategy: replicate | tp | sp) */
   bool freeze_vision;
+  bool fp8;                  /* FP8 GEMMs (loom_sim_strategy.fp8) */
+  double moe_imbalance;      /* MoE: the busiest rank's load factor (0 or 1: balanced) */
+  int ep_overlap;            /* MoE: -1 the profile's, 0 off, 1 on */
 } loom_plan_request;
 
 typedef struct {

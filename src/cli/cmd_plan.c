@@ -16,7 +16,8 @@ static void usage(FILE *out) {
           "                 [--global-batch B] [--seq S] [KEY=VALUE ...] [options]\n\n"
           "Search data/tensor/sequence/context/pipeline parallelism (dp, tp with or without\n"
           "Megatron sequence parallelism, Ulysses sp (also with tp), context parallelism cp,\n"
-          "pp, vpp and the schedule), the ZeRO stage, the\n"
+          "pp, vpp and the schedule; for MoE models expert parallelism ep and etp), the ZeRO\n"
+          "stage, the\n"
           "micro-batch size and recomputation for the fastest step that fits in memory: every\n"
           "valid layout is costed in closed form, the best are simulated on their schedules.\n\n"
           "  --model M          a preset (gpt2-124m, qwen2.5-7b, llama3-8b, ...) or a train config\n"
@@ -27,6 +28,10 @@ static void usage(FILE *out) {
           "  --seq S            tokens per sequence (default: training.seq_len)\n"
           "  --dtype DT         fp32 | bf16 | fp16 (default: bf16 on GPU profiles, else the config's)\n"
           "  --dropout          the recipe uses dropout\n"
+          "  --fp8              GEMMs in FP8 (per-tensor current scaling; GPU profiles)\n"
+          "  --moe-imbalance F  MoE: the busiest rank's experts get F times the balanced share\n"
+          "  --ep-overlap on|off  MoE: all-to-alls behind another micro-batch's compute\n"
+          "                     (default: the profile's runtime.ep_comm_overlap)\n"
           "  --finalists K      configurations simulated after the closed form (default 24)\n"
           "  --top N            rows printed (default 10)\n"
           "  --trainable        only what 'loom train' runs (no selective recompute, no fp16);\n"
@@ -39,9 +44,9 @@ static void usage(FILE *out) {
 }
 
 typedef struct {
-  const char *model, *hardware, *dtype, *write;
+  const char *model, *hardware, *dtype, *write, *imbalance, *ep_overlap;
   int gpus, gbs, seq, finalists, top;
-  bool dropout, trainable;
+  bool dropout, trainable, fp8;
 } plan_args;
 
 static int num(const char *opt, const char *v, int *out) {
@@ -71,6 +76,25 @@ static int run(loom_config *cfg, const plan_args *a) {
   const char *dt = a->dtype ? a->dtype : (hw.engine_loom_cpu ? cfg->training.dtype : "bf16");
   if (loom_hw_dtype_parse(dt, &q.dtype)) return -1;
   q.dropout = a->dropout;
+  q.ep_overlap = -1;
+  if (a->imbalance) {
+    char *end;
+    q.moe_imbalance = strtod(a->imbalance, &end);
+    if (*end || end == a->imbalance || !(q.moe_imbalance >= 1) || !(q.moe_imbalance < 1e6))
+      return loom_err("--moe-imbalance must be a number >= 1 (1 = balanced routing), got '%s'",
+                      a->imbalance);
+  }
+  if (a->ep_overlap) {
+    if (strcmp(a->ep_overlap, "on") && strcmp(a->ep_overlap, "off"))
+      return loom_err("--ep-overlap must be on or off, got '%s'", a->ep_overlap);
+    q.ep_overlap = !strcmp(a->ep_overlap, "on");
+  }
+  if (a->fp8 && (hw.engine_loom_cpu || q.dtype != LOOM_DT_BF16))
+    return loom_err("--fp8 runs the GEMMs of a bf16 run in FP8 on a GPU profile (profile '%s', "
+                    "dtype %s)", hw.name, loom_hw_dtype_name(q.dtype));
+  if (a->fp8 && (a->trainable || a->write))
+    return loom_err("--fp8 plans are not trainable: loom train runs fp32 or bf16");
+  q.fp8 = a->fp8;
   q.trainable_only = a->trainable || a->write;
   if (q.trainable_only && q.dtype == LOOM_DT_FP16)
     return loom_err("fp16 is not a dtype loom train runs; use --dtype bf16 with --write-config");
@@ -111,7 +135,9 @@ int loom_cmd_plan(int argc, char **argv) {
       LOOM_OPT_VALUE("--seq", &seq),                LOOM_OPT_VALUE("--dtype", &a.dtype),
       LOOM_OPT_VALUE("--finalists", &finalists),    LOOM_OPT_VALUE("--top", &top),
       LOOM_OPT_VALUE("--write-config", &a.write),   LOOM_OPT_FLAG("--dropout", &a.dropout),
-      LOOM_OPT_FLAG("--trainable", &a.trainable),   {0}};
+      LOOM_OPT_FLAG("--trainable", &a.trainable),   LOOM_OPT_FLAG("--fp8", &a.fp8),
+      LOOM_OPT_VALUE("--moe-imbalance", &a.imbalance),
+      LOOM_OPT_VALUE("--ep-overlap", &a.ep_overlap), {0}};
   loom_cli_parser p = {.command = "plan", .opts = opts};
   int prc = loom_cli_parse(&p, argc, argv, 1);
   for (int i = 0; i < p.npos && !prc; i++) /* positional: KEY=VALUE / ~KEY overrides only */

@@ -34,6 +34,14 @@ static void usage(FILE *out) {
           "  --dtype DT            fp32 | bf16 | fp16 (default: training.dtype)\n"
           "  --attention KERNEL    flash | unfused | loom (default: the profile's)\n"
           "  --dropout             the recipe uses dropout (masks and kernels, Megatron GPT)\n"
+          "  --fp8                 the layers' GEMMs in FP8 with per-tensor current scaling\n"
+          "                        (Transformer Engine; the activations stay bf16; GPU profiles)\n"
+          "  --moe-imbalance F     MoE: tokens routed to the busiest rank's experts over the\n"
+          "                        balanced share (default 1: balanced, as published benchmarks\n"
+          "                        force it); stretches its expert GEMMs and all-to-alls\n"
+          "  --ep-overlap on|off   MoE: dispatch/combine all-to-alls overlapped with another\n"
+          "                        micro-batch's compute (default: the profile's\n"
+          "                        runtime.ep_comm_overlap); experts: parallel.ep, parallel.etp\n"
           "  --vision MODE         vision-language models: the encoder's strategy over the tp\n"
           "                        ranks: replicate (default) | tp | sp\n"
           "  --patches N           patches per sample's image (default: from\n"
@@ -50,9 +58,37 @@ static void usage(FILE *out) {
 
 typedef struct {
   const char *hardware, *schedule, *trace, *recompute, *dtype, *attention, *json, *vision;
+  const char *imbalance, *ep_overlap;
   int nodes, gpus, patches;
-  bool dropout, breakdown;
+  bool dropout, breakdown, fp8;
 } sim_args;
+
+/* --moe-imbalance F, --ep-overlap on|off and --fp8 onto the strategy */
+static int moe_options(const sim_args *a, const loom_hw_profile *hw, loom_sim_strategy *st) {
+  if (a->imbalance) {
+    char *end;
+    double f = strtod(a->imbalance, &end);
+    if (*end || end == a->imbalance || !(f >= 1) || !(f < 1e6))
+      return loom_err("--moe-imbalance must be a number >= 1 (1 = balanced routing; 1.3 = the "
+                      "busiest rank's experts get 30%% more tokens), got '%s'", a->imbalance);
+    st->moe_imbalance = f;
+  }
+  if (a->ep_overlap) {
+    if (strcmp(a->ep_overlap, "on") && strcmp(a->ep_overlap, "off"))
+      return loom_err("--ep-overlap must be on or off, got '%s'", a->ep_overlap);
+    st->ep_overlap = !strcmp(a->ep_overlap, "on");
+  }
+  if (a->fp8) {
+    if (hw->engine_loom_cpu)
+      return loom_err("--fp8: the profile '%s' runs loom's executor, which has no FP8 GEMMs; "
+                      "use a GPU profile (h100-sxm, h200)", hw->name);
+    if (st->dtype != LOOM_DT_BF16)
+      return loom_err("--fp8 runs the GEMMs of a bf16 run in FP8: set training.dtype=bf16 (or "
+                      "--dtype bf16), not %s", loom_hw_dtype_name(st->dtype));
+    st->fp8 = true;
+  }
+  return 0;
+}
 
 static int parse_int(const char *opt, const char *v, int *out) {
   char *end;
@@ -69,8 +105,8 @@ static void print_breakdown(const loom_sim_ctx *c) {
   loom_sim_op ops[LOOM_SIM_MAX_OPS];
   int n = loom_sim_layer_ops(c, ops, LOOM_SIM_MAX_OPS);
   static const char *phase[] = {"fwd", "bwd-in", "bwd-w"};
-  printf("one layer, one micro-batch, one rank:\n  %-28s %-7s %10s %12s %12s\n", "op", "phase",
-         "time (ms)", "GFLOP", "MB");
+  printf("one %slayer, one micro-batch, one rank:\n  %-28s %-7s %10s %12s %12s\n",
+         c->moe_layer ? "MoE " : "", "op", "phase", "time (ms)", "GFLOP", "MB");
   for (int i = 0; i < n; i++)
     printf("  %-28s %-7s %10.4f %12.4f %12.4f%s%s\n", ops[i].name, phase[ops[i].phase],
            ops[i].time * 1e3, ops[i].flops / 1e9, ops[i].bytes / 1e6,
@@ -113,6 +149,7 @@ static int run(loom_config *cfg, const sim_args *args) {
   if (!rc && a->recompute) rc = loom_recompute_parse(a->recompute, &st.recompute);
   if (!rc && a->dtype) rc = loom_hw_dtype_parse(a->dtype, &st.dtype);
   if (a->dropout) st.dropout = true;
+  if (!rc) rc = moe_options(a, &hw, &st);
   if (a->patches) st.vision_patches = a->patches;
   if (!rc && a->vision) {
     if (strcmp(a->vision, "replicate") && strcmp(a->vision, "tp") && strcmp(a->vision, "sp"))
@@ -129,6 +166,11 @@ static int run(loom_config *cfg, const sim_args *args) {
   loom_sim_ctx c;
   loom_sim_ctx_init(&c, &spec, &hw, &st);
   if (a->breakdown) print_breakdown(&c);
+  if (a->breakdown && c.moe_layer && loom_model_moe_layers(&spec) < spec.layers) {
+    loom_sim_ctx cd = c; /* the model's dense layers */
+    cd.moe_layer = false;
+    print_breakdown(&cd);
+  }
   loom_sim_opts o = {a->trace, loom_sim_world(&st) <= 64, a->nodes};
   loom_sim_result r;
   rc = loom_sim_run(&c, &sched, &o, &r);
@@ -159,7 +201,8 @@ int loom_cmd_sim(int argc, char **argv) {
       LOOM_OPT_VALUE("--patches", &patches),       LOOM_OPT_VALUE("--trace", &a.trace),
       LOOM_OPT_VALUE("--json", &a.json),           LOOM_OPT_FLAG("--dropout", &a.dropout),
       LOOM_OPT_FLAG("--breakdown", &a.breakdown),  LOOM_OPT_FLAG("--list-hardware", &list_hardware),
-      {0}};
+      LOOM_OPT_FLAG("--fp8", &a.fp8),              LOOM_OPT_VALUE("--moe-imbalance", &a.imbalance),
+      LOOM_OPT_VALUE("--ep-overlap", &a.ep_overlap), {0}};
   loom_cli_parser p = {.command = "sim", .opts = opts};
   int prc = loom_cli_parse(&p, argc, argv, 1);
   char **overrides = p.pos; /* compacted in place: KEY=VALUE / ~KEY, in order */

@@ -253,6 +253,11 @@ const loom_config_key loom_config_keys[] = {
      "expert-parallel ranks: the experts of every MoE layer split over them, tokens exchanged "
      "by all-to-all; carved from the data-parallel ranks (divides parallel.dp and the experts)",
      FIELD(parallel, ep)},
+    {"parallel.etp", I, "0", NULL,
+     "simulator only (loom sim/plan; loom train ignores it): expert tensor-parallel ranks, "
+     "Megatron's parallel folding (experts on etp x ep x edp of the tp x cp x sp x dp ranks); "
+     "0 = parallel.tp",
+     FIELD(parallel, etp)},
     {"parallel.cp", I, "1", NULL,
      "context-parallel ranks: each holds seq_len/cp tokens of every sequence (chunks r and "
      "2cp-1-r of 2cp), attention by ring exchange of K/V", FIELD(parallel, cp)},

@@ -37,6 +37,7 @@ void loom_bench_profile_defaults(loom_hw_profile *hw) {
   if (pages > 0 && page > 0) hw->mem_bytes = (double)pages * page / cores;
   hw->mem_reserved = 0.05 * hw->mem_bytes;
   hw->engine_loom_cpu = true;
+  hw->recipe = LOOM_RECIPE_LOOM;
   hw->bf16_native = loom_gemm_bf16_native() != 0; /* the trainer's bf16 path on this machine */
   hw->tp_overlap = hw->dp_overlap = hw->p2p_overlap = false; /* no asynchronous MPI progress */
   hw->overlap_slowdown = 0;

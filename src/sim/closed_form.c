@@ -4,10 +4,21 @@
 #include <string.h>
 
 #include "loom/decoder.h"
+#include "loom/model.h"
 #include "loom/sim.h"
 
 double loom_sim_flops_per_token(const loom_model_spec *spec, int T) {
-  return loom_decoder_flops_per_token(spec, T);
+  double f = loom_decoder_flops_per_token(spec, T);
+  const loom_moe_spec *m = &spec->moe;
+  int moe = loom_model_moe_layers(spec);
+  if (moe == 0) return f;
+  /* Megatron-LM's num_floating_point_operations (megatron/training/training.py,
+   * transformer_flops): an MoE layer's MLP counts the experts a token is routed to and the
+   * shared expert, 6 x hidden x 3 x (moe_ffn_hidden_size x topk + shared_expert_size), in
+   * place of the dense MLP's 6 x hidden x 3 x ffn_hidden_size; the router is not counted */
+  double C = spec->hidden, dense = 3.0 * C * spec->intermediate;
+  double routed = 3.0 * C * ((double)m->intermediate * m->top_k + m->shared_intermediate);
+  return f + 6.0 * moe * (routed - dense);
 }
 
 double loom_sim_megatron_flops(double B, double s, double L, double h, double V) {

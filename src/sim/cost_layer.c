@@ -8,13 +8,19 @@
  *    bias-activation and bias-dropout-add kernels, backward tensor-parallel communication
  *    overlapped with the weight-gradient GEMM, the sequence-parallel all-gather redone in
  *    backward instead of stored).
+ * The MLP is the dense one, or in an MoE layer the routed experts (src/sim/cost_moe.c) and the
+ * shared expert (the dense MLP at the shared expert's size). With FP8 (Transformer Engine) the
+ * layer's linears run at the FP8 rate with their casts.
  * Shapes per rank: N rows into the linears (B*T/sp), Nr residual rows (N/tp with sequence
  * parallelism), C hidden, lh/lkv local heads, li local intermediate. */
+#include <string.h>
+
 #include "sim/sim_internal.h"
 
 typedef struct {
   double N, Nr, C, QD, KD, li, e;
-  bool gpt2, llama, bias, seqpar, uly, bf16;
+  bool gpt2, llama, bias, seqpar, uly, bf16, qk_norm;
+  bool moe;   /* the MLP is routed experts (cost_moe.c), plus a shared expert when li > 0 */
   int tp, sp, tps, sps;
 } shape;
 
@@ -32,6 +38,7 @@ static shape shape_of(const loom_sim_ctx *c) {
   x.gpt2 = s->arch == LOOM_ARCH_GPT2;
   x.llama = !x.gpt2;
   x.bias = s->qkv_bias;
+  x.qk_norm = s->qk_norm;
   x.seqpar = st->seq_par && st->tp > 1;
   x.uly = st->sp > 1;
   x.bf16 = c->loom_cpu && st->dtype == LOOM_DT_BF16;
@@ -39,6 +46,8 @@ static shape shape_of(const loom_sim_ctx *c) {
   x.sp = st->sp;
   x.tps = sim_tp_stride(st);
   x.sps = sim_sp_stride(st);
+  x.moe = c->moe_layer;
+  if (x.moe) x.li = (double)s->moe.shared_intermediate / st->tp; /* the shared expert (0: none) */
   return x;
 }
 
@@ -97,23 +106,9 @@ static void loom_a2a(sim_ops *b, const shape *x, const char *name, double width)
   sim_vec(b, "a2a unpack", LOOM_VOP_COPY, x->N * width, 2 * x->e, 0);
 }
 
-static void loom_forward(sim_ops *b, const shape *x) {
-  double C = x->C, N = x->N, Nr = x->Nr;
-  sim_vec(b, "norm1", norm_vop(x, false), Nr * C, 2 * x->e, 8);
-  loom_gather_rows(b, x, "tp all-gather");
-  loom_linear_fwd(b, x, "q", C, x->QD, true);
-  loom_linear_fwd(b, x, "k", C, x->KD, false);
-  loom_linear_fwd(b, x, "v", C, x->KD, false);
-  if (x->llama) sim_vec(b, "rope", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * x->e, 6);
-  loom_a2a(b, x, "ulysses a2a q", x->QD);
-  loom_a2a(b, x, "ulysses a2a k", x->KD);
-  loom_a2a(b, x, "ulysses a2a v", x->KD);
-  sim_cp_attention(b, false);
-  loom_a2a(b, x, "ulysses a2a out", x->QD);
-  loom_linear_fwd(b, x, "o", x->QD, C, true);
-  loom_reduce_rows(b, x, "tp reduce");
-  sim_vec(b, "residual", LOOM_VOP_ADD, Nr * C, 3 * x->e, 1); /* fused with norm2 */
-  sim_vec(b, "norm2", norm_vop(x, false), Nr * C, 2 * x->e, 8);
+/* the dense MLP (or an MoE layer's shared expert) after the second norm */
+static void loom_mlp_forward(sim_ops *b, const shape *x) {
+  double C = x->C, N = x->N;
   loom_gather_rows(b, x, "tp all-gather");
   if (x->gpt2) {
     loom_linear_fwd(b, x, "mlp up", C, x->li, true);
@@ -125,13 +120,10 @@ static void loom_forward(sim_ops *b, const shape *x) {
   }
   loom_linear_fwd(b, x, "mlp down", x->li, C, true);
   loom_reduce_rows(b, x, "tp reduce");
-  sim_vec(b, "residual", LOOM_VOP_ADD, Nr * C, 3 * x->e, 1);
 }
 
-static void loom_backward(sim_ops *b, const shape *x) {
-  double C = x->C, N = x->N, Nr = x->Nr, li = x->li;
-  /* MLP */
-  if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, x->e, 1);
+static void loom_mlp_backward(sim_ops *b, const shape *x) {
+  double C = x->C, N = x->N, li = x->li;
   loom_gather_rows(b, x, "tp all-gather");
   loom_linear_bwd(b, x, "mlp down dgrad", "mlp down wgrad", li, C, false, true);
   if (x->gpt2) {
@@ -143,6 +135,37 @@ static void loom_backward(sim_ops *b, const shape *x) {
     loom_linear_bwd(b, x, "mlp up dgrad", "mlp up wgrad", C, li, false, false);
   }
   loom_reduce_rows(b, x, "tp reduce");
+}
+
+static void loom_forward(sim_ops *b, const shape *x) {
+  double C = x->C, N = x->N, Nr = x->Nr;
+  sim_vec(b, "norm1", norm_vop(x, false), Nr * C, 2 * x->e, 8);
+  loom_gather_rows(b, x, "tp all-gather");
+  loom_linear_fwd(b, x, "q", C, x->QD, true);
+  loom_linear_fwd(b, x, "k", C, x->KD, false);
+  loom_linear_fwd(b, x, "v", C, x->KD, false);
+  if (x->qk_norm) sim_vec(b, "q/k norm", LOOM_VOP_RMSNORM_FWD, N * (x->QD + x->KD), 2 * x->e, 8);
+  if (x->llama) sim_vec(b, "rope", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * x->e, 6);
+  loom_a2a(b, x, "ulysses a2a q", x->QD);
+  loom_a2a(b, x, "ulysses a2a k", x->KD);
+  loom_a2a(b, x, "ulysses a2a v", x->KD);
+  sim_cp_attention(b, false);
+  loom_a2a(b, x, "ulysses a2a out", x->QD);
+  loom_linear_fwd(b, x, "o", x->QD, C, true);
+  loom_reduce_rows(b, x, "tp reduce");
+  sim_vec(b, "residual", LOOM_VOP_ADD, Nr * C, 3 * x->e, 1); /* fused with norm2 */
+  sim_vec(b, "norm2", norm_vop(x, false), Nr * C, 2 * x->e, 8);
+  if (x->moe) sim_moe_forward(b);
+  if (x->li > 0) loom_mlp_forward(b, x);
+  sim_vec(b, "residual", LOOM_VOP_ADD, Nr * C, 3 * x->e, 1);
+}
+
+static void loom_backward(sim_ops *b, const shape *x) {
+  double C = x->C, N = x->N, Nr = x->Nr;
+  /* MLP */
+  if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, x->e, 1);
+  if (x->li > 0) loom_mlp_backward(b, x);
+  if (x->moe) sim_moe_backward(b);
   sim_vec(b, "norm2 bwd", norm_vop(x, true), Nr * C, 3 * x->e, 12);
   /* attention */
   if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, x->e, 1);
@@ -154,6 +177,8 @@ static void loom_backward(sim_ops *b, const shape *x) {
   loom_a2a(b, x, "ulysses a2a dk", x->KD);
   loom_a2a(b, x, "ulysses a2a dv", x->KD);
   if (x->llama) sim_vec(b, "rope bwd", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * x->e, 6);
+  if (x->qk_norm)
+    sim_vec(b, "q/k norm bwd", LOOM_VOP_RMSNORM_BWD, N * (x->QD + x->KD), 3 * x->e, 12);
   loom_linear_bwd(b, x, "q dgrad", "q wgrad", C, x->QD, x->bias, true);
   loom_linear_bwd(b, x, "k dgrad", "k wgrad", C, x->KD, x->bias, false);
   loom_linear_bwd(b, x, "v dgrad", "v wgrad", C, x->KD, x->bias, false);
@@ -186,29 +211,11 @@ static void a2a(sim_ops *b, const shape *x, const char *name, double width) {
   if (x->uly) sim_comm(b, name, LOOM_COLL_ALLTOALL, x->N * width * x->e, x->sps, x->sp, 0);
 }
 
-static void gpu_forward(sim_ops *b, const shape *x) {
-  const loom_sim_strategy *st = b->c->st;
-  double C = x->C, N = x->N, Nr = x->Nr, e = x->e, drop = st->dropout ? 1 : 0;
-  int m;
-  sim_vec(b, "norm1", norm_vop(x, false), Nr * C, 2 * e, 8);
+/* the dense MLP (or an MoE layer's shared expert) after the second norm */
+static void gpu_mlp_forward(sim_ops *b, const shape *x) {
+  double C = x->C, N = x->N, e = x->e;
   tp_gather(b, x, "tp all-gather", 0);
-  m = b->n;
-  sim_gemm(b, "qkv", LOOM_GEMM_FWD, N, x->QD + 2 * x->KD, C, 1);
-  lin_host(b, x, m, 3, sim_linear_fwd_ops(true));
-  if (x->llama) sim_vec(b, "rope", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * e, 6);
-  a2a(b, x, "ulysses a2a q", x->QD);
-  a2a(b, x, "ulysses a2a k", x->KD);
-  a2a(b, x, "ulysses a2a v", x->KD);
-  sim_cp_attention(b, false);
-  a2a(b, x, "ulysses a2a out", x->QD);
-  m = b->n;
-  sim_gemm(b, "o", LOOM_GEMM_FWD, N, C, x->QD, 1);
-  lin_host(b, x, m, 1, sim_linear_fwd_ops(true));
-  tp_reduce(b, x, "tp reduce", 0);
-  sim_vec(b, "bias-dropout-add", LOOM_VOP_ADD, Nr * C, 3 * e + drop, 2);
-  sim_vec(b, "norm2", norm_vop(x, false), Nr * C, 2 * e, 8);
-  tp_gather(b, x, "tp all-gather", 0);
-  m = b->n;
+  int m = b->n;
   if (x->gpt2) {
     sim_gemm(b, "mlp up", LOOM_GEMM_FWD, N, x->li, C, 1);
     lin_host(b, x, m, 1, sim_linear_fwd_ops(true));
@@ -222,6 +229,32 @@ static void gpu_forward(sim_ops *b, const shape *x) {
   sim_gemm(b, "mlp down", LOOM_GEMM_FWD, N, C, x->li, 1);
   lin_host(b, x, m, 1, sim_linear_fwd_ops(true));
   tp_reduce(b, x, "tp reduce", 0);
+}
+
+static void gpu_forward(sim_ops *b, const shape *x) {
+  const loom_sim_strategy *st = b->c->st;
+  double C = x->C, N = x->N, Nr = x->Nr, e = x->e, drop = st->dropout ? 1 : 0;
+  int m;
+  sim_vec(b, "norm1", norm_vop(x, false), Nr * C, 2 * e, 8);
+  tp_gather(b, x, "tp all-gather", 0);
+  m = b->n;
+  sim_gemm(b, "qkv", LOOM_GEMM_FWD, N, x->QD + 2 * x->KD, C, 1);
+  lin_host(b, x, m, 3, sim_linear_fwd_ops(true));
+  if (x->qk_norm) sim_vec(b, "q/k norm", LOOM_VOP_RMSNORM_FWD, N * (x->QD + x->KD), 2 * e, 8);
+  if (x->llama) sim_vec(b, "rope", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * e, 6);
+  a2a(b, x, "ulysses a2a q", x->QD);
+  a2a(b, x, "ulysses a2a k", x->KD);
+  a2a(b, x, "ulysses a2a v", x->KD);
+  sim_cp_attention(b, false);
+  a2a(b, x, "ulysses a2a out", x->QD);
+  m = b->n;
+  sim_gemm(b, "o", LOOM_GEMM_FWD, N, C, x->QD, 1);
+  lin_host(b, x, m, 1, sim_linear_fwd_ops(true));
+  tp_reduce(b, x, "tp reduce", 0);
+  sim_vec(b, "bias-dropout-add", LOOM_VOP_ADD, Nr * C, 3 * e + drop, 2);
+  sim_vec(b, "norm2", norm_vop(x, false), Nr * C, 2 * e, 8);
+  if (x->moe) sim_moe_forward(b);
+  if (x->li > 0) gpu_mlp_forward(b, x);
   sim_vec(b, "bias-dropout-add", LOOM_VOP_ADD, Nr * C, 3 * e + drop, 2);
 }
 
@@ -251,13 +284,9 @@ static void gpu_column_bwd(sim_ops *b, const shape *x, const char *dname, const 
   b->phase = keep;
 }
 
-static void gpu_backward(sim_ops *b, const shape *x) {
-  const loom_sim_strategy *st = b->c->st;
-  double C = x->C, N = x->N, Nr = x->Nr, e = x->e;
+static void gpu_mlp_backward(sim_ops *b, const shape *x) {
+  double C = x->C, N = x->N, e = x->e;
   loom_sim_phase keep = b->phase;
-  /* MLP */
-  if (st->dropout) sim_vec(b, "dropout bwd", LOOM_VOP_DROPOUT, Nr * C, 2 * e + 1, 2);
-  if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, e, 1);
   tp_gather(b, x, "tp all-gather", 0);
   int m = b->n;
   sim_gemm(b, "mlp down dgrad", LOOM_GEMM_DGRAD, N, x->li, C, 1);
@@ -271,13 +300,24 @@ static void gpu_backward(sim_ops *b, const shape *x) {
   else sim_vec(b, "swiglu bwd", LOOM_VOP_SWIGLU_BWD, N * x->li, 5 * e, 25);
   gpu_column_bwd(b, x, "mlp up dgrad", "mlp up wgrad", x->li * (x->llama ? 2 : 1), x->llama ? 2 : 1,
                  x->gpt2);
+}
+
+static void gpu_backward(sim_ops *b, const shape *x) {
+  const loom_sim_strategy *st = b->c->st;
+  double C = x->C, N = x->N, Nr = x->Nr, e = x->e;
+  loom_sim_phase keep = b->phase;
+  /* MLP */
+  if (st->dropout) sim_vec(b, "dropout bwd", LOOM_VOP_DROPOUT, Nr * C, 2 * e + 1, 2);
+  if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, e, 1);
+  if (x->li > 0) gpu_mlp_backward(b, x);
+  if (x->moe) sim_moe_backward(b);
   sim_vec(b, "norm2 bwd", norm_vop(x, true), Nr * C, 3 * e, 12);
   sim_vec(b, "residual grad", LOOM_VOP_ADD, Nr * C, 3 * e, 1);
   /* attention */
   if (st->dropout) sim_vec(b, "dropout bwd", LOOM_VOP_DROPOUT, Nr * C, 2 * e + 1, 2);
   if (x->gpt2) sim_vec(b, "bias grad", LOOM_VOP_ADD, Nr * C, e, 1);
   tp_gather(b, x, "tp all-gather", 0);
-  m = b->n;
+  int m = b->n;
   sim_gemm(b, "o dgrad", LOOM_GEMM_DGRAD, N, x->QD, C, 1);
   lin_host(b, x, m, 1, sim_linear_dgrad_ops(true));
   b->phase = LOOM_PHASE_BWD_W;
@@ -291,6 +331,7 @@ static void gpu_backward(sim_ops *b, const shape *x) {
   a2a(b, x, "ulysses a2a dk", x->KD);
   a2a(b, x, "ulysses a2a dv", x->KD);
   if (x->llama) sim_vec(b, "rope bwd", LOOM_VOP_ROPE, N * (x->QD + x->KD), 2 * e, 6);
+  if (x->qk_norm) sim_vec(b, "q/k norm bwd", LOOM_VOP_RMSNORM_BWD, N * (x->QD + x->KD), 3 * e, 12);
   gpu_column_bwd(b, x, "qkv dgrad", "qkv wgrad", x->QD + 2 * x->KD, 3, x->bias || x->gpt2);
   sim_vec(b, "norm1 bwd", norm_vop(x, true), Nr * C, 3 * e, 12);
   sim_vec(b, "residual grad", LOOM_VOP_ADD, Nr * C, 3 * e, 1);
@@ -298,17 +339,23 @@ static void gpu_backward(sim_ops *b, const shape *x) {
 
 /* ZeRO-3: the layer's parameters gathered before its forward and its backward, its gradients
  * reduce-scattered after its backward (every micro-batch); prefetched behind the previous
- * layer's compute when the runtime overlaps data-parallel communication. */
+ * layer's compute when the runtime overlaps data-parallel communication. The routed experts of
+ * an MoE layer over their own replicas (the expert-data-parallel ranks). */
 static void zero3_gather(sim_ops *b, double budget) {
   const loom_sim_ctx *c = b->c;
   const loom_sim_strategy *st = c->st;
   if (st->zero != 3) return;
-  double P = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
+  double Pe, P = loom_sim_layer_params(c->spec, st, c->moe_layer, &Pe);
   double pb = c->loom_cpu ? 4 : (st->dtype == LOOM_DT_FP32 ? 4 : 2);
+  budget = c->hw->dp_overlap ? budget : 0;
   sim_comm(b, "zero-3 gather", LOOM_COLL_ALLGATHER, P * pb, sim_grad_stride(st),
-           sim_grad_size(st), c->hw->dp_overlap ? budget : 0);
+           sim_grad_size(st), budget);
+  sim_comm(b, "zero-3 gather (experts)", LOOM_COLL_ALLGATHER, Pe * pb, sim_ep(st) * sim_etp(st),
+           sim_edp(st), budget);
   if (c->loom_cpu) { /* the owned piece copied in, the released pages faulted back, bf16 copy */
-    sim_vec(b, "zero-3 own copy", LOOM_VOP_COPY, P / sim_grad_size(st), 8, 0);
+    double own = P / sim_grad_size(st) + Pe / sim_edp(st);
+    P += Pe;
+    sim_vec(b, "zero-3 own copy", LOOM_VOP_COPY, own, 8, 0);
     sim_vec(b, "zero-3 page faults", LOOM_VOP_FAULT, P * (st->dtype == LOOM_DT_BF16 ? 2 : 1), 4, 0);
     if (st->dtype == LOOM_DT_BF16) sim_vec(b, "zero-3 bf16 copy", LOOM_VOP_ROUND, P, 8, 1);
   }
@@ -318,14 +365,17 @@ static void zero3_scatter(sim_ops *b, double budget) {
   const loom_sim_ctx *c = b->c;
   const loom_sim_strategy *st = c->st;
   if (st->zero != 3) return;
-  double P = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
+  double Pe, P = loom_sim_layer_params(c->spec, st, c->moe_layer, &Pe);
   double gb = c->loom_cpu ? 4 : (st->dtype == LOOM_DT_FP32 ? 4 : 2);
+  budget = c->hw->dp_overlap ? budget : 0;
   sim_comm(b, "zero-3 grad reduce-scatter", LOOM_COLL_REDUCE_SCATTER, P * gb, sim_grad_stride(st),
-           sim_grad_size(st), c->hw->dp_overlap ? budget : 0);
+           sim_grad_size(st), budget);
+  sim_comm(b, "zero-3 grad reduce-scatter (experts)", LOOM_COLL_REDUCE_SCATTER, Pe * gb,
+           sim_ep(st) * sim_etp(st), sim_edp(st), budget);
   if (c->loom_cpu) { /* the layer's gradient pages (released after the scatter) faulted back on
                         the next backward; a fresh receive buffer; the shard accumulated */
-    double own = P / sim_grad_size(st);
-    sim_vec(b, "zero-3 grad page faults", LOOM_VOP_FAULT, P + own, 4, 0);
+    double own = P / sim_grad_size(st) + Pe / sim_edp(st);
+    sim_vec(b, "zero-3 grad page faults", LOOM_VOP_FAULT, P + Pe + own, 4, 0);
     sim_vec(b, "zero-3 shard add", LOOM_VOP_ADD, own, 12, 1);
   }
 }
@@ -337,16 +387,62 @@ static double phase_compute(const loom_sim_op *ops, int from, int to) {
   return t;
 }
 
+/* Expert all-to-alls overlapped with another micro-batch's compute, as Megatron-LM pairs them
+ * (--overlap-moe-expert-parallel-comm; megatron/core/models/common/model_chunk_schedule_plan.py,
+ * TransformerLayerSchedulePlan.run: the forward of one micro-batch beside the backward of
+ * another, in three slots of the communication and compute streams):
+ *   comm: combine bwd        | dispatch fwd, dispatch bwd       | combine fwd
+ *   comp: pre-dispatch fwd   | experts bwd (dgrad, wgrad), fwd  | pre-dispatch bwd
+ * (pre-dispatch: attention, norms, router, permutation). Each all-to-all may hide behind its
+ * slot's compute (the two dispatches share theirs); budgets[] by SIM_A2A_*. Nothing overlaps
+ * when the runtime does not, on loom's executor (blocking MPI_Alltoallv) or with one
+ * micro-batch (no other micro-batch to pair with). */
+static void a2a_budgets(const loom_sim_ctx *c, const shape *x,
+                        void (*fwd)(sim_ops *, const shape *),
+                        void (*bwd)(sim_ops *, const shape *), double *budgets) {
+  const loom_sim_strategy *st = c->st;
+  for (int i = 0; i < 4; i++) budgets[i] = 0;
+  bool on = st->ep_overlap > 0 || (st->ep_overlap < 0 && c->hw->ep_overlap);
+  if (!on || c->loom_cpu || !x->moe || sim_ep(st) < 2 || st->microbatches < 2) return;
+  loom_sim_op probe[LOOM_SIM_MAX_OPS];
+  sim_ops p;
+  sim_ops_init(&p, c, probe, LOOM_SIM_MAX_OPS);
+  p.fp8 = st->fp8;
+  fwd(&p, x);
+  int nf = p.n;
+  p.phase = LOOM_PHASE_BWD_IN;
+  bwd(&p, x);
+  /* the compute between the all-to-alls: forward pre | experts | post, backward pre | experts
+   * | post (the post parts join the pre-dispatch ones: unpermutation, residual) */
+  double part[2][3] = {{0}};
+  for (int i = 0, seg = 0, dir = 0; i < p.n; i++) {
+    if (i == nf) dir = 1, seg = 0;
+    const char *n = probe[i].name;
+    if (!strncmp(n, "ep dispatch", 11) || !strncmp(n, "ep combine", 10)) {
+      if (probe[i].hidden || i + 1 >= p.n || strcmp(probe[i + 1].name, n)) seg++;
+      continue;
+    }
+    if (probe[i].type != LOOM_OP_COMM) part[dir][seg < 3 ? seg : 2] += probe[i].time;
+  }
+  double fwd_pre = part[0][0] + part[0][2], bwd_pre = part[1][0] + part[1][2];
+  budgets[SIM_A2A_COMBINE_BWD] = fwd_pre;
+  budgets[SIM_A2A_DISPATCH] = budgets[SIM_A2A_DISPATCH_BWD] = (part[0][1] + part[1][1]) / 2;
+  budgets[SIM_A2A_COMBINE] = bwd_pre;
+}
+
 int loom_sim_layer_ops(const loom_sim_ctx *c, loom_sim_op *ops, int cap) {
   sim_ops b;
   sim_ops_init(&b, c, ops, cap);
   shape x = shape_of(c);
   void (*fwd)(sim_ops *, const shape *) = c->loom_cpu ? loom_forward : gpu_forward;
   void (*bwd)(sim_ops *, const shape *) = c->loom_cpu ? loom_backward : gpu_backward;
+  b.fp8 = c->st->fp8 && !c->loom_cpu; /* the layer's linears (Transformer Engine) */
+  a2a_budgets(c, &x, fwd, bwd, b.a2a_budget);
   /* forward */
   loom_sim_op probe[LOOM_SIM_MAX_OPS];
   sim_ops p;
   sim_ops_init(&p, c, probe, LOOM_SIM_MAX_OPS);
+  p.fp8 = b.fp8;
   fwd(&p, &x);
   double t_fwd = phase_compute(probe, 0, p.n);
   zero3_gather(&b, t_fwd);

@@ -1,5 +1,6 @@
 /* The cost model's op builder: each op gets its FLOPs, bytes and time on the profile as it is
- * added, and the attention core per kernel (loom's reference kernel as measured, flash
+ * added (FP8 linears with their casts, grouped expert GEMMs, collectives stretched by load
+ * imbalance), and the attention core per kernel (loom's reference kernel as measured, flash
  * attention at a fraction of the matrix peak, or unfused batched GEMMs with softmax and
  * dropout over the score matrix). */
 #include <math.h>
@@ -17,6 +18,8 @@ void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap) 
   b->vision = false;
   b->module = b->modules = 0;
   b->chained = false;
+  b->fp8 = false;
+  for (int i = 0; i < 4; i++) b->a2a_budget[i] = 0;
 }
 
 void sim_module(sim_ops *b) {
@@ -102,12 +105,39 @@ void sim_host_sync(sim_ops *b, const char *name, double eager) {
   o->sync = true;
 }
 
+/* FP8 with per-tensor current scaling (Transformer Engine): before a linear's forward and data
+ * gradient GEMM its activation operand (m x k: the input, or the incoming gradient) is cast:
+ * an amax pass reading it (2 bytes an element), then the cast reading it again and writing the
+ * fp8 copy and its transpose for the other GEMM (2 + 1 + 1); the weight gradient reuses them.
+ * Weights are cast once a step (loom_sim_optimizer_time). */
+static double fp8_cast(sim_ops *b, loom_gemm_role role, double m, double k, double batch) {
+  if (!b->fp8 || role == LOOM_GEMM_WGRAD) return 0;
+  return sim_vec(b, "fp8 cast", LOOM_VOP_COPY, m * k * batch, 6, 1);
+}
+
 double sim_gemm(sim_ops *b, const char *name, loom_gemm_role role, double m, double n, double k,
                 double batch) {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
+  fp8_cast(b, role, m, k, batch);
+  loom_hw_dtype dt = b->fp8 ? LOOM_DT_FP8 : b->c->st->dtype;
   loom_sim_op *o = add(b, name, LOOM_OP_GEMM);
   o->flops = 2 * m * n * k * batch;
-  o->time = loom_hw_gemm_time(b->c->hw, b->c->st->dtype, role, m, n, k, batch);
+  o->time = loom_hw_gemm_time(b->c->hw, dt, role, m, n, k, batch);
+  return o->time;
+}
+
+double sim_grouped_gemm(sim_ops *b, const char *name, loom_gemm_role role, double groups,
+                        double rows, double n, double k) {
+  if (groups <= 0 || rows <= 0 || n <= 0 || k <= 0) return 0;
+  if (b->c->loom_cpu) { /* loom's executor: one product per expert */
+    if (role == LOOM_GEMM_WGRAD) return sim_gemm(b, name, role, n, k, rows, groups);
+    return sim_gemm(b, name, role, rows, n, k, groups);
+  }
+  fp8_cast(b, role, groups * rows, k, 1);
+  loom_hw_dtype dt = b->fp8 ? LOOM_DT_FP8 : b->c->st->dtype;
+  loom_sim_op *o = add(b, name, LOOM_OP_GEMM);
+  o->flops = 2 * groups * rows * n * k;
+  o->time = loom_hw_grouped_gemm_time(b->c->hw, dt, role, groups, rows, n, k);
   return o->time;
 }
 
@@ -128,13 +158,18 @@ double sim_vec(sim_ops *b, const char *name, loom_vop v, double elements, double
 
 double sim_comm(sim_ops *b, const char *name, loom_coll_kind kind, double bytes, int stride,
                 int size, double budget) {
+  return sim_comm_stretched(b, name, kind, bytes, stride, size, budget, 1);
+}
+
+double sim_comm_stretched(sim_ops *b, const char *name, loom_coll_kind kind, double bytes,
+                          int stride, int size, double budget, double stretch) {
   if (size <= 1 || bytes <= 0) return 0;
   loom_sim_op *o = add(b, name, LOOM_OP_COMM);
   o->coll = kind;
   o->stride = stride;
   o->size = size;
   o->bytes = bytes;
-  o->time = loom_hw_coll_time(b->c->hw, kind, bytes, stride, size);
+  o->time = loom_hw_coll_time(b->c->hw, kind, bytes * stretch, stride, size);
   if (budget > 0) {
     /* overlapped: split into the hidden part and what sticks out of the compute (plus the
      * compute the concurrent collective slows down) */
@@ -182,8 +217,11 @@ void sim_attention(sim_ops *b, bool backward) {
     o->time = o->flops / (peak * hw->attn_eff) + hw->gemm_overhead;
     return;
   }
-  /* unfused (Megatron 2022): full T x T scores, masked softmax, dropout */
+  /* unfused (Megatron 2022): full T x T scores, masked softmax, dropout; batched GEMMs, not
+   * linears (no FP8) */
   double bh = B * heads, sc = bh * T * T;
+  bool fp8 = b->fp8;
+  b->fp8 = false;
   if (!backward) {
     sim_gemm(b, "attn scores", LOOM_GEMM_FWD, T, T, D, bh);
     sim_vec(b, "softmax", LOOM_VOP_SOFTMAX_FWD, sc, 2 * e, 5);
@@ -197,4 +235,5 @@ void sim_attention(sim_ops *b, bool backward) {
     sim_gemm(b, "attn dQ", LOOM_GEMM_DGRAD, T, D, T, bh);
     sim_gemm(b, "attn dK", LOOM_GEMM_WGRAD, T, D, T, bh);
   }
+  b->fp8 = fp8;
 }

@@ -20,6 +20,7 @@ void loom_sim_ctx_init(loom_sim_ctx *c, const loom_model_spec *spec, const loom_
   c->vloc = tp > 1 ? (double)((spec->padded_vocab + tp - 1) / tp) : spec->padded_vocab;
   c->loom_cpu = hw->engine_loom_cpu;
   c->act_bytes = c->loom_cpu || st->dtype == LOOM_DT_FP32 ? 4 : 2;
+  c->moe_layer = loom_model_moe_layers(spec) > 0;
 }
 
 void loom_sim_cost_of(const loom_sim_op *ops, int n, loom_sim_cost *out) {
@@ -106,15 +107,55 @@ void loom_sim_head_cost(const loom_sim_ctx *c, loom_sim_cost *out) {
   loom_sim_cost_of(ops, loom_sim_head_ops(c, ops, LOOM_SIM_MAX_OPS), out);
 }
 
-double loom_sim_rank_params(const loom_model_spec *s, int tp, int layers, bool embed, bool head) {
+/* one layer without its MLP: norms, q/k norms (replicated), attention (split by tp) */
+static double attn_params(const loom_model_spec *s, int tp) {
   double C = s->hidden, QD = (double)s->heads * s->head_dim, KD = (double)s->kv_heads * s->head_dim;
-  double I = s->intermediate;
   bool gpt2 = s->arch == LOOM_ARCH_GPT2;
   double per = (gpt2 ? 4 : 2) * C;                 /* norms (replicated) */
+  if (s->qk_norm) per += 2.0 * s->head_dim;        /* q_norm, k_norm */
   per += C * (QD + 2 * KD) / tp;                   /* q, k, v */
   if (s->qkv_bias) per += (QD + 2 * KD) / tp;
   per += QD * C / tp + (gpt2 ? C : 0);             /* o (+ replicated bias) */
-  per += gpt2 ? 2 * I * C / tp + I / tp + C : 3 * I * C / tp;
+  return per;
+}
+
+static double dense_mlp_params(const loom_model_spec *s, int tp) {
+  double C = s->hidden, I = s->intermediate;
+  return s->arch == LOOM_ARCH_GPT2 ? 2 * I * C / tp + I / tp + C : 3 * I * C / tp;
+}
+
+double loom_sim_layer_params(const loom_model_spec *s, const loom_sim_strategy *st, bool moe,
+                             double *expert) {
+  int tp = st->tp > 0 ? st->tp : 1;
+  double C = s->hidden, n = attn_params(s, tp);
+  *expert = 0;
+  if (!moe || s->moe.experts <= 0) return n + dense_mlp_params(s, tp);
+  const loom_moe_spec *m = &s->moe;
+  n += (double)m->experts * C;                     /* router (replicated) */
+  if (m->shared_intermediate > 0) n += 3.0 * m->shared_intermediate * C / tp + C; /* + gate */
+  *expert = (double)m->experts / sim_ep(st) * 3 * m->intermediate * C / sim_etp(st);
+  return n;
+}
+
+int loom_sim_moe_layers_in(const loom_model_spec *s, int first, int count) {
+  int n = 0;
+  for (int l = first; l < first + count; l++) n += loom_model_layer_is_moe(s, l);
+  return n;
+}
+
+double loom_sim_rank_params_of(const loom_model_spec *s, const loom_sim_strategy *st,
+                               int layers, int moe, bool embed, bool head, double *expert) {
+  double e, n = loom_sim_rank_params(s, st->tp > 0 ? st->tp : 1, 0, embed, head);
+  n += (layers - moe) * loom_sim_layer_params(s, st, false, &e);
+  n += moe * loom_sim_layer_params(s, st, true, &e);
+  *expert = moe * e;
+  return n;
+}
+
+double loom_sim_rank_params(const loom_model_spec *s, int tp, int layers, bool embed, bool head) {
+  double C = s->hidden;
+  bool gpt2 = s->arch == LOOM_ARCH_GPT2;
+  double per = attn_params(s, tp) + dense_mlp_params(s, tp);
   double vloc = tp > 1 ? (double)((s->padded_vocab + tp - 1) / tp) : s->padded_vocab;
   double n = per * layers;
   if (embed || (head && s->tied_embeddings)) n += vloc * C;
@@ -155,6 +196,9 @@ double loom_sim_optimizer_time(const loom_sim_ctx *c, double params, double owne
   /* mixed-precision Adam: fp32 main grads and master weights, moments, 16-bit copy */
   double t = owned * hw->optimizer_bytes_per_param / (hw->mem_bw * hw->mem_eff);
   t += params * (dt == LOOM_DT_FP32 ? 4 : 2) / (hw->mem_bw * hw->mem_eff); /* zero the grads */
+  /* FP8: the new weights cast once a step (Transformer Engine caches them over the step's
+   * micro-batches): read 2 bytes, write the fp8 copy and its transpose */
+  if (c->st->fp8) t += params * 4 / (hw->mem_bw * hw->mem_eff);
   return t + 6 * hw->kernel_overhead;
 }
 

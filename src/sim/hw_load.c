@@ -14,6 +14,7 @@ void loom_hw_defaults(loom_hw_profile *hw) {
   memset(hw, 0, sizeof *hw);
   snprintf(hw->name, sizeof hw->name, "generic");
   for (int d = 0; d < LOOM_DT_COUNT; d++) hw->peak_flops[d] = hw->vector_flops[d] = 1e12;
+  hw->peak_flops[LOOM_DT_FP8] = hw->vector_flops[LOOM_DT_FP8] = 0; /* none: bf16's */
   hw->n_gemm_eff = 1;
   hw->gemm_eff_dim[0] = 1;
   hw->gemm_eff[0] = 0.7;
@@ -34,7 +35,7 @@ void loom_hw_defaults(loom_hw_profile *hw) {
 }
 
 static int read_dtype_map(const loom_yaml_node *n, const char *key, double scale, double *out) {
-  static const char *const allowed[] = {"fp32", "bf16", "fp16", NULL};
+  static const char *const allowed[] = {"fp32", "bf16", "fp16", "fp8", NULL};
   if (loom_yaml_only(n, key, allowed)) return -1;
   for (int i = 0; i < n->n; i++) {
     const loom_yaml_pair *p = &n->pairs[i];
@@ -112,7 +113,8 @@ static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
       "peak_tflops", "vector_tflops", "gemm_efficiency", "gemm_size_efficiency", "gemm_grid",
       "gemm_overhead_us", "kernel_overhead_us", "vector_melem_per_s", "attention",
       "attention_efficiency", "attention_gunits_per_s", "gemm_tile", "attention_tile",
-      "attention_head_dim_step", "memory_fragmentation", NULL};
+      "attention_head_dim_step", "memory_fragmentation", "gemm_efficiency_fp8",
+      "grouped_gemm_efficiency", NULL};
   if (loom_yaml_only(d, "device", allowed)) return -1;
   const loom_yaml_node *n;
   double v;
@@ -145,6 +147,14 @@ static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
     return -1;
   if ((n = loom_yaml_get(d, "gemm_efficiency")) &&
       read_pairs(n, "device.gemm_efficiency", hw->gemm_eff_dim, hw->gemm_eff, &hw->n_gemm_eff))
+    return -1;
+  if ((n = loom_yaml_get(d, "gemm_efficiency_fp8")) &&
+      read_pairs(n, "device.gemm_efficiency_fp8", hw->gemm_eff_fp8_dim, hw->gemm_eff_fp8,
+                 &hw->n_gemm_eff_fp8))
+    return -1;
+  if ((n = loom_yaml_get(d, "grouped_gemm_efficiency")) &&
+      read_pairs(n, "device.grouped_gemm_efficiency", hw->grouped_rows, hw->grouped_eff,
+                 &hw->n_grouped))
     return -1;
   if ((n = loom_yaml_get(d, "gemm_size_efficiency"))) {
     if (read_pairs(n, "device.gemm_size_efficiency", hw->gemm_size_flops, hw->gemm_size_eff,
@@ -240,7 +250,8 @@ static int read_runtime(loom_hw_profile *hw, const loom_yaml_node *r) {
   static const char *const allowed[] = {"engine", "tp_comm_overlap", "dp_comm_overlap",
                                         "optimizer_bytes_per_param", "overlap_slowdown",
                                         "p2p_overlap", "tp_style", "vision_sp_local_windows",
-                                        "elementwise", "host_dispatch_us", "bf16_gemm", NULL};
+                                        "elementwise", "host_dispatch_us", "bf16_gemm",
+                                        "ep_comm_overlap", "recipe", NULL};
   if (loom_yaml_only(r, "runtime", allowed)) return -1;
   const loom_yaml_node *x;
   if ((x = loom_yaml_get(r, "engine"))) {
@@ -250,6 +261,23 @@ static int read_runtime(loom_hw_profile *hw, const loom_yaml_node *r) {
     else if (!strcmp(s, "gpu")) hw->engine_loom_cpu = false;
     else return loom_yaml_err(x, "runtime.engine must be gpu or loom-cpu, found '%s'", s);
   }
+  hw->recipe = hw->engine_loom_cpu ? LOOM_RECIPE_LOOM : LOOM_RECIPE_MEGATRON;
+  if ((x = loom_yaml_get(r, "recipe"))) {
+    char s[16];
+    if (loom_yaml_string(x, "runtime.recipe", s, sizeof s)) return -1;
+    int k = 0;
+    while (k < LOOM_RECIPE_COUNT && strcmp(s, loom_hw_recipe_name((loom_hw_recipe)k))) k++;
+    if (k == LOOM_RECIPE_COUNT)
+      return loom_yaml_err(x, "runtime.recipe must be megatron, fsdp2, hf-eager or loom, found "
+                           "'%s'", s);
+    if ((k == LOOM_RECIPE_LOOM) != hw->engine_loom_cpu)
+      return loom_yaml_err(x, "runtime.recipe %s needs runtime.engine %s", s,
+                           k == LOOM_RECIPE_LOOM ? "loom-cpu" : "gpu");
+    hw->recipe = (loom_hw_recipe)k;
+  }
+  if ((x = loom_yaml_get(r, "ep_comm_overlap")) &&
+      loom_yaml_bool(x, "runtime.ep_comm_overlap", &hw->ep_overlap))
+    return -1;
   if ((x = loom_yaml_get(r, "bf16_gemm"))) {
     char s[16];
     if (loom_yaml_string(x, "runtime.bf16_gemm", s, sizeof s)) return -1;
@@ -439,6 +467,21 @@ static int check_gemm_tables(const loom_hw_profile *hw) {
     if (!(hw->gemm_size_flops[i] > 0) || !isfinite(hw->gemm_size_flops[i]))
       return loom_err("device.gemm_size_efficiency: point %d has %g GFLOP; the GFLOP of each "
                       "[GFLOP, factor] pair must be > 0", i + 1, hw->gemm_size_flops[i] / 1e9);
+  const struct {
+    const char *key;
+    int n;
+    const double *x, *y;
+  } curves[] = {{"device.gemm_efficiency_fp8", hw->n_gemm_eff_fp8, hw->gemm_eff_fp8_dim,
+                 hw->gemm_eff_fp8},
+                {"device.grouped_gemm_efficiency", hw->n_grouped, hw->grouped_rows,
+                 hw->grouped_eff}};
+  for (size_t c = 0; c < sizeof curves / sizeof curves[0]; c++)
+    for (int i = 0; i < curves[c].n; i++)
+      if (!(curves[c].x[i] > 0) || !isfinite(curves[c].x[i]) || !(curves[c].y[i] > 0) ||
+          curves[c].y[i] > 1 || (i && !(curves[c].x[i] > curves[c].x[i - 1])))
+        return loom_err("%s: [dimension, efficiency] pairs with increasing dimensions > 0 and "
+                        "efficiencies in (0, 1] (point %d is [%g, %g])", curves[c].key, i + 1,
+                        curves[c].x[i], curves[c].y[i]);
   if (!hw->grid_n[0]) return 0;
   static const char *const axes[] = {"m", "n", "k"}, *const roles[] = {"fwd", "dgrad", "wgrad"};
   for (int a = 0; a < 3; a++)

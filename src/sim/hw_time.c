@@ -1,7 +1,8 @@
 /* The cost model's primitives on a hardware profile: GEMM efficiency by shape (curve over the
- * smallest dimension, or a measured grid interpolated in log2 space), the time of one GEMM,
- * of one vector kernel, and of one collective on a group of ranks placed on the network
- * tiers. */
+ * smallest dimension, or a measured grid interpolated in log2 space; FP8 on its own curve), the
+ * time of one GEMM and of one grouped GEMM (MoE experts), of one vector kernel, and of one
+ * collective on a group of ranks placed on the network tiers (an all-to-all over several
+ * domains split between the inner and the outer tier). */
 #include <math.h>
 
 #include "loom/hw.h"
@@ -75,12 +76,46 @@ double loom_hw_gemm_eff(const loom_hw_profile *hw, loom_gemm_role role, double m
   return e;
 }
 
+/* the peak of a dtype: FP8 falls back to bf16 (a device without FP8 tensor cores runs the
+ * GEMMs in bf16), any other dtype without a peak to fp32 */
+static double peak_of(const loom_hw_profile *hw, loom_hw_dtype dt) {
+  if (dt == LOOM_DT_FP8 && !(hw->peak_flops[dt] > 0)) dt = LOOM_DT_BF16;
+  return hw->peak_flops[dt] > 0 ? hw->peak_flops[dt] : hw->peak_flops[LOOM_DT_FP32];
+}
+
+/* efficiency of one GEMM in dtype dt: FP8 on its own measured curve when the profile has one
+ * (tile quantisation applies, the size factor does not: the curve was measured as it is) */
+static double eff_of(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_role role, double m,
+                     double n, double k) {
+  if (dt == LOOM_DT_FP8 && hw->peak_flops[LOOM_DT_FP8] > 0 && hw->n_gemm_eff_fp8 > 0 &&
+      !hw->grid_n[0])
+    return lerp_log2(fmin(m, fmin(n, k)), hw->gemm_eff_fp8_dim, hw->gemm_eff_fp8,
+                     hw->n_gemm_eff_fp8) *
+           loom_hw_gemm_quant(hw, m, n);
+  return loom_hw_gemm_eff(hw, role, m, n, k);
+}
+
 double loom_hw_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_role role,
                          double m, double n, double k, double batch) {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
-  double peak = hw->peak_flops[dt] > 0 ? hw->peak_flops[dt] : hw->peak_flops[LOOM_DT_FP32];
-  double eff = loom_hw_gemm_eff(hw, role, m, n, k);
-  return 2 * m * n * k * batch / (peak * eff) + hw->gemm_overhead;
+  return 2 * m * n * k * batch / (peak_of(hw, dt) * eff_of(hw, dt, role, m, n, k)) +
+         hw->gemm_overhead;
+}
+
+double loom_hw_grouped_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_role role,
+                                 double groups, double rows, double n, double k) {
+  if (groups <= 0 || rows <= 0 || n <= 0 || k <= 0) return 0;
+  /* forward and data gradient: one GEMM over every group's rows, each group padded to whole
+   * tiles; weight gradient: per group an n x k product reduced over its rows (a short k) */
+  double eff;
+  if (role == LOOM_GEMM_WGRAD) {
+    eff = eff_of(hw, dt, role, n, k, rows);
+  } else {
+    double tm = hw->gemm_tile[0], padded = tm > 0 ? ceil(rows / tm) * tm : rows;
+    eff = eff_of(hw, dt, role, groups * padded, n, k) * rows / padded;
+  }
+  if (hw->n_grouped > 0) eff *= lerp_log2(rows, hw->grouped_rows, hw->grouped_eff, hw->n_grouped);
+  return 2 * groups * rows * n * k / (peak_of(hw, dt) * eff) + hw->gemm_overhead;
 }
 
 double loom_hw_vop_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_vop v, double elements,
@@ -112,10 +147,33 @@ double loom_hw_ring_bytes(loom_coll_kind kind, double bytes, int p) {
   }
 }
 
+/* an all-to-all over several domains of the inner tier: local peers over it, remote ones over
+ * the outer tier, concurrently; one latency per peer domain (-1: not such a group) */
+static double split_alltoall(const loom_hw_profile *hw, int ti, double bytes, int stride,
+                             int size) {
+  if (ti == 0) return -1;
+  const loom_hw_tier *in = &hw->tier[ti - 1], *out = &hw->tier[ti];
+  int local = stride < in->domain ? in->domain / stride : 1; /* members per inner domain */
+  if (local > size) local = size;
+  int domains = (size + local - 1) / local;
+  if (domains < 2) return -1;
+  double share = bytes / size; /* for one peer */
+  double bw_in = in->bandwidth * in->efficiency[LOOM_COLL_ALLTOALL];
+  double t_in = local > 1 ? share * (local - 1) / bw_in + (local - 1) * in->latency : 0;
+  double t_out = share * (size - local) / (out->bandwidth * out->efficiency[LOOM_COLL_ALLTOALL]) +
+                 (domains - 1) * out->latency;
+  return fmax(t_in, t_out);
+}
+
 double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double bytes,
                          int stride, int size) {
   if (bytes <= 0 || (size <= 1 && kind != LOOM_COLL_SENDRECV)) return 0;
-  const loom_hw_tier *t = &hw->tier[loom_hw_group_tier(hw, stride, size < 2 ? 2 : size)];
+  int ti = loom_hw_group_tier(hw, stride, size < 2 ? 2 : size);
+  if (kind == LOOM_COLL_ALLTOALL) {
+    double t = split_alltoall(hw, ti, bytes, stride, size);
+    if (t >= 0) return t;
+  }
+  const loom_hw_tier *t = &hw->tier[ti];
   double bw = t->bandwidth * t->efficiency[kind];
   double moved = loom_hw_ring_bytes(kind, bytes, size);
   double steps;

@@ -75,13 +75,21 @@ static void put_str(buf *b, const char *fmt_key, const char *s) {
 static void put_dtype_map(buf *b, const char *key, const double *v, double scale) {
   put(b, "  %s: {", key);
   for (int d = 0; d < LOOM_DT_COUNT; d++)
-    put(b, "%s%s: %s", d ? ", " : "", loom_hw_dtype_name((loom_hw_dtype)d), num(v[d], scale));
+    if (d != LOOM_DT_FP8 || v[d] > 0) /* fp8: absent (the default) unless the device has it */
+      put(b, "%s%s: %s", d ? ", " : "", loom_hw_dtype_name((loom_hw_dtype)d), num(v[d], scale));
   put(b, "}\n");
 }
 
 static void put_list(buf *b, const char *key, const double *v, int n) {
   put(b, "    %s: [", key);
   for (int i = 0; i < n; i++) put(b, "%s%s", i ? ", " : "", num(v[i], 1));
+  put(b, "]\n");
+}
+
+static void put_pairs(buf *b, const char *key, const double *x, const double *y, int n,
+                      double xscale) {
+  put(b, "  %s: [", key);
+  for (int i = 0; i < n; i++) put(b, "%s[%s, %s]", i ? ", " : "", num(x[i], xscale), num(y[i], 1));
   put(b, "]\n");
 }
 
@@ -93,17 +101,15 @@ static void put_device(buf *b, const loom_hw_profile *hw) {
   put(b, "  memory_efficiency: %s\n", num(hw->mem_eff, 1));
   put_dtype_map(b, "peak_tflops", hw->peak_flops, 1e12);
   put_dtype_map(b, "vector_tflops", hw->vector_flops, 1e12);
-  put(b, "  gemm_efficiency: [");
-  for (int i = 0; i < hw->n_gemm_eff; i++)
-    put(b, "%s[%s, %s]", i ? ", " : "", num(hw->gemm_eff_dim[i], 1), num(hw->gemm_eff[i], 1));
-  put(b, "]\n");
-  if (hw->n_gemm_size > 0) {
-    put(b, "  gemm_size_efficiency: [");
-    for (int i = 0; i < hw->n_gemm_size; i++)
-      put(b, "%s[%s, %s]", i ? ", " : "", num(hw->gemm_size_flops[i], 1e9),
-          num(hw->gemm_size_eff[i], 1));
-    put(b, "]\n");
-  }
+  put_pairs(b, "gemm_efficiency", hw->gemm_eff_dim, hw->gemm_eff, hw->n_gemm_eff, 1);
+  if (hw->n_gemm_size > 0)
+    put_pairs(b, "gemm_size_efficiency", hw->gemm_size_flops, hw->gemm_size_eff, hw->n_gemm_size,
+              1e9);
+  if (hw->n_gemm_eff_fp8 > 0)
+    put_pairs(b, "gemm_efficiency_fp8", hw->gemm_eff_fp8_dim, hw->gemm_eff_fp8,
+              hw->n_gemm_eff_fp8, 1);
+  if (hw->n_grouped > 0)
+    put_pairs(b, "grouped_gemm_efficiency", hw->grouped_rows, hw->grouped_eff, hw->n_grouped, 1);
   if (hw->grid_n[0] > 0) {
     static const char *const axes[] = {"m", "n", "k"}, *const roles[] = {"fwd", "dgrad", "wgrad"};
     put(b, "  gemm_grid:   # measured efficiency at (m, n, k), m slowest, k fastest\n");
@@ -175,6 +181,8 @@ char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes) {
       hw->dp_overlap ? "true" : "false", hw->p2p_overlap ? "true" : "false",
       num(hw->overlap_slowdown, 1), num(hw->optimizer_bytes_per_param, 1));
   if (hw->engine_loom_cpu) put(&b, "  bf16_gemm: %s\n", hw->bf16_native ? "native" : "rounded");
+  if (!hw->engine_loom_cpu) put(&b, "  recipe: %s\n", loom_hw_recipe_name(hw->recipe));
+  if (hw->ep_overlap) put(&b, "  ep_comm_overlap: true\n");
   if (hw->tp_dtensor) put(&b, "  tp_style: dtensor\n");
   if (hw->vision_sp_local_windows) put(&b, "  vision_sp_local_windows: true\n");
   if (hw->elementwise_eager) put(&b, "  elementwise: eager\n");

@@ -25,15 +25,32 @@ static dims dims_of(const loom_sim_ctx *c) {
   dims d = {c->act_bytes, c->N, c->Nr, c->spec->hidden, c->lh * c->spec->head_dim,
             c->lkv * c->spec->head_dim, c->li, st->micro_batch, st->seq / sim_cp(st), c->lh / st->sp,
             c->spec->arch == LOOM_ARCH_LLAMA, st->seq_par && st->tp > 1, st->sp > 1};
+  if (c->moe_layer) d.li = (double)c->spec->moe.shared_intermediate / st->tp; /* shared expert */
   return d;
 }
 
+/* An MoE layer's routed part, in elements of e bytes (fp8: the GEMM inputs TE keeps in FP8
+ * count 1/e), on the busiest rank: the router's fp32 logits and probabilities (2 x 4/e per
+ * token and expert), the permuted rows the experts read (C per routed row), fc1's output
+ * (gate and up, 2 Ie/etp), the SwiGLU output fc2 reads (Ie/etp) and fc2's output (C: the
+ * probabilities' gradient needs it). */
+static double moe_elems(const loom_sim_ctx *c, double e, bool fp8) {
+  const loom_moe_spec *m = &c->spec->moe;
+  double rows = sim_moe_rows(c), lie = (double)m->intermediate / sim_etp(c->st);
+  double in = fp8 ? 1 / e : 1;
+  return sim_moe_tokens(c) * m->experts * 8 / e +
+         rows * (c->spec->hidden * (in + 1) + lie * (2 + in));
+}
+
 /* everything the layer saves when nothing is recomputed (or, with `selective`, all but the
- * attention core's T x T tensors) */
+ * attention core's T x T tensors). FP8 (GPU engine): the inputs of the linears (the two norms'
+ * outputs, the attention output, the MLP's activation) are kept in FP8, 1 byte. */
 static double layer_full(const loom_sim_ctx *c, const dims *d, bool selective, bool stats) {
   const loom_sim_strategy *st = c->st;
   double e = d->e, b = 0;
   double mlp = d->N * d->li * (d->llama ? 3 : 2);           /* gate, up, act | up, act */
+  bool fp8 = st->fp8 && !c->loom_cpu;
+  if (c->moe_layer) mlp += moe_elems(c, e, fp8);
   if (c->loom_cpu) {
     b += d->Nr * d->C * 4;                                   /* x, ln1, mid, ln2 */
     if (d->seqpar) b += 2 * d->N * d->C;                     /* gathered ln1, ln2 */
@@ -51,6 +68,7 @@ static double layer_full(const loom_sim_ctx *c, const dims *d, bool selective, b
   b += d->Nr * d->C * 2 * drop;                              /* two dropout masks */
   b += d->N * (2 * d->QD + 2 * d->KD) * e;                   /* q, k, v, att */
   b += mlp * e;
+  if (fp8) b -= (2 * d->Nr * d->C + d->N * d->QD + d->N * d->li) * (e - 1);
   double scores = d->B * d->heads_att * d->T * d->T;
   if (c->hw->attention == LOOM_ATTN_UNFUSED && !selective)
     b += scores * (e + drop * (1 + e));                      /* softmax, mask, dropout out */
@@ -103,6 +121,12 @@ static double workspace(const loom_sim_ctx *c, const dims *d, bool head, int inf
   } else {
     f = d->N * (d->C + 2 * d->li) * e * 2 + (head ? d->N * c->vloc * 4 : 0);
   }
+  if (c->moe_layer) { /* the dispatch buffers (the permuted rows sent, the rows received and
+                         gathered over etp) and the experts' backward scratch */
+    double rows = sim_moe_rows(c), lie = (double)c->spec->moe.intermediate / sim_etp(c->st);
+    double sent = sim_moe_tokens(c) * c->spec->moe.top_k * sim_moe_kept(c);
+    f += (sent * d->C + 2 * rows * d->C + 2 * rows * lie) * e;
+  }
   if (c->st->recompute == LOOM_RECOMPUTE_FULL) { /* one layer's full set while recomputing */
     loom_sim_strategy none = *c->st;
     none.recompute = LOOM_RECOMPUTE_NONE;
@@ -113,26 +137,38 @@ static double workspace(const loom_sim_ctx *c, const dims *d, bool head, int inf
   return f + sim_cp_workspace_bytes(c);
 }
 
-void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, bool embed,
-                          bool head, int inflight, loom_sim_memory *m) {
+/* fp32 main gradients: Megatron keeps bf16 runs' gradients in fp32 buffers (main_grad,
+ * --accumulate-allreduce-grads-in-fp32, forced for bf16), FSDP2 reduce-scatters them into fp32
+ * shards (MixedPrecisionPolicy.reduce_dtype): the reduce dtype's bytes when the parameters
+ * have an fp32 master; otherwise (fp16, a model cast to bf16, HF eager) the 16-bit ones */
+static double main_grad_bytes(const loom_sim_ctx *c, double gb) {
   const loom_sim_strategy *st = c->st;
-  dims d = dims_of(c);
-  memset(m, 0, sizeof *m);
-  double P = loom_sim_rank_params(c->spec, st->tp, layers, embed, head);
-  double Pl = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
-  double Pv = embed ? loom_sim_vision_params(c->spec) : 0; /* the encoder: a module of its own */
-  P -= Pv;
-  double Nd = sim_grad_size(st);
-  double owned = st->zero > 0 ? ceil(P / Nd) : P;
+  bool framework = c->hw->recipe == LOOM_RECIPE_MEGATRON || c->hw->recipe == LOOM_RECIPE_FSDP2;
+  if (framework && st->dtype == LOOM_DT_BF16 && st->param_dtype == LOOM_DT_FP32 &&
+      st->reduce_dtype == LOOM_DT_FP32)
+    return 4;
+  return gb;
+}
+
+/* Weights, gradients and optimizer state of a rank holding P parameters replicated over the Nd
+ * data-parallel replicas (Pl of them in one layer: ZeRO-3 keeps two layers gathered), and Pe
+ * routed-expert parameters replicated over the Ne expert-data-parallel ones (Ple in one
+ * layer). The gradient buffers are allocated per rank either way (loom-cpu). */
+static void state(const loom_sim_ctx *c, double P, double Pl, double Pe, double Ple, double ends,
+                  loom_sim_memory *m) {
+  const loom_sim_strategy *st = c->st;
+  double Nd = sim_grad_size(st), Ne = sim_edp(st);
+  double owned = st->zero > 0 ? ceil(P / Nd) + (Pe > 0 ? ceil(Pe / Ne) : 0) : P + Pe;
+  double all = P + Pe, layer = Pl + Ple;
   if (c->loom_cpu) {
     /* bf16: the matmuls read 2-byte weights (native bf16 GEMMs) or a rounded fp32 copy;
      * ZeRO-3 pages layers into the rounded copy either way */
     bool bf16 = st->dtype == LOOM_DT_BF16;
     if (st->zero == 3) {
       double copies = bf16 ? 2 : 1;
-      double resident = fmin(P, 2 * Pl + (P - Pl * layers)); /* two layers + the ends */
+      double resident = fmin(all, 2 * layer + ends); /* two layers + the ends */
       m->weights = 4 * owned + 4 * copies * resident;
-      m->grads = 4 * fmin(P, Pl + (P - Pl * layers)) + 4 * owned;
+      m->grads = 4 * fmin(all, layer + ends) + 4 * owned;
     } else {
       /* beside the fp32 words: the native GEMMs' 2-byte weights, or the rounded copy (which
        * bf16 parameters are themselves) */
@@ -140,17 +176,54 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
                      : c->hw->bf16_native            ? 2
                      : st->param_dtype == LOOM_DT_BF16 ? 0
                                                      : 4;
-      m->weights = (4 + extra) * P;
-      m->grads = 4 * P + (st->zero > 0 ? 4 * owned : 0);
+      m->weights = (4 + extra) * all;
+      m->grads = 4 * all + (st->zero > 0 ? 4 * owned : 0);
     }
     m->optimizer = 8 * owned;
-  } else {
-    double pb, gb, K;
-    loom_sim_state_bytes(st, false, &pb, &gb, &K);
-    m->weights = st->zero >= 3 ? pb * P / Nd + pb * 2 * Pl : pb * P;
-    m->grads = st->zero >= 2 ? gb * P / Nd : gb * P;
-    m->optimizer = st->zero >= 1 ? K * P / Nd : K * P;
+    return;
   }
+  double pb, gb, K;
+  loom_sim_state_bytes(st, false, &pb, &gb, &K);
+  gb = main_grad_bytes(c, gb);
+  if (c->hw->recipe == LOOM_RECIPE_FSDP2 && st->zero >= 3 && pb < 4 && K >= 12) {
+    /* FSDP2: the fp32 sharded parameters are the master (no 16-bit shard); bf16 copies of two
+     * layers gathered, one layer's unsharded gradients before its reduce-scatter */
+    m->weights = 4 * (P / Nd + Pe / Ne) + pb * 2 * layer;
+    m->grads = gb * (P / Nd + Pe / Ne) + gb * layer;
+    m->optimizer = (K - 4) * (P / Nd + Pe / Ne);
+    return;
+  }
+  m->weights = st->zero >= 3 ? pb * (P / Nd + Pe / Ne) + pb * 2 * layer : pb * all;
+  m->grads = st->zero >= 2 ? gb * (P / Nd + Pe / Ne) : gb * all;
+  m->optimizer = st->zero >= 1 ? K * (P / Nd + Pe / Ne) : K * all;
+}
+
+void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, bool embed,
+                          bool head, int inflight, loom_sim_memory *m) {
+  /* an MoE model's MoE layers spread evenly over the ranks */
+  int L = c->spec->layers, moe = loom_model_moe_layers(c->spec);
+  int lm = L > 0 ? (int)lround((double)layers * moe / L) : 0;
+  int cm = L > 0 ? (int)lround((double)chunk_layers * moe / L) : 0;
+  loom_sim_memory_rank_of(c, layers, lm, chunk_layers, cm, embed, head ? inflight : 0, inflight,
+                          m);
+}
+
+void loom_sim_memory_rank_of(const loom_sim_ctx *c, int layers, int moe, int chunk_layers,
+                             int chunk_moe, bool embed, int head_inflight, int inflight,
+                             loom_sim_memory *m) {
+  bool head = head_inflight > 0;
+  const loom_sim_strategy *st = c->st;
+  dims d = dims_of(c);
+  memset(m, 0, sizeof *m);
+  double Pe, Ple = 0, P = loom_sim_rank_params_of(c->spec, st, layers, moe, embed, head, &Pe);
+  double Pl = loom_sim_layer_params(c->spec, st, moe > 0, &Ple);
+  double ends = loom_sim_rank_params(c->spec, st->tp, 0, embed, head);
+  double Pv = embed ? loom_sim_vision_params(c->spec) : 0; /* the encoder: a module of its own */
+  P -= Pv;
+  ends -= Pv;
+  double Nd = sim_grad_size(st);
+  double owned = st->zero > 0 ? ceil(P / Nd) + (Pe > 0 ? ceil(Pe / sim_edp(st)) : 0) : P + Pe;
+  state(c, P, Pl, Pe, Ple, ends, m);
   if (Pv > 0) { /* encoder parameters, gradients and moments: split by vision tp, ZeRO over
                     its own replicas (dp, and the tp ranks when they split its patches) */
     bool split = st->tp > 1 && !strcmp(st->vision_mode, "tp");
@@ -173,7 +246,14 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
   }
   m->per_layer = loom_sim_layer_act_bytes(c, true);
   m->inflight = inflight;
-  double chunk = chunk_layers * m->per_layer + d.Nr * d.C * d.e; /* + the chunk's output */
+  double dense = m->per_layer;
+  if (c->moe_layer) { /* an MoE model's dense layers */
+    loom_sim_ctx cd = *c;
+    cd.moe_layer = false;
+    dense = loom_sim_layer_act_bytes(&cd, true);
+  }
+  double chunk = chunk_moe * m->per_layer + (chunk_layers - chunk_moe) * dense +
+                 d.Nr * d.C * d.e; /* + the chunk's output */
   if (embed && st->dropout) chunk += d.Nr * d.C;
   if (embed && st->vision_patches > 0 && c->spec->vision.arch != LOOM_VISION_NONE &&
       !st->freeze_vision) {
@@ -190,7 +270,7 @@ void loom_sim_memory_rank(const loom_sim_ctx *c, int layers, int chunk_layers, b
     chunk += st->recompute == LOOM_RECOMPUTE_FULL ? v->depth * P * Cv * d.e + block
                                                   : v->depth * block;
   }
-  m->activations = inflight * chunk + (head ? inflight * head_acts(c, &d) : 0);
+  m->activations = inflight * chunk + (head ? head_inflight * head_acts(c, &d) : 0);
   m->workspace = workspace(c, &d, head, inflight);
   double msg = d.Nr * d.C * d.e;
   if (c->loom_cpu) {

@@ -1,6 +1,7 @@
 /* The planner's closed-form estimate of one strategy: the slowest pipeline stage per
  * micro-batch times (micro-batches + bubble), pipeline messages, the data-parallel / ZeRO
- * communication left exposed, the optimizer; and the memory of the first pipeline rank (the
+ * communication left exposed (an MoE model's routed experts over their edp replicas), the
+ * optimizer; and the memory of the first pipeline rank (the
  * one with the most micro-batches in flight). Layer/embed/head costs come from the cost model
  * (computed once per tensor/sequence-parallel shape, micro-batch size and recomputation). */
 #include <math.h>
@@ -26,7 +27,10 @@ double plan_estimate(const loom_sim_ctx *c, const plan_costs *k, plan_eval *out)
   int K = p * v;
   double per_chunk = ceil((double)L / K);          /* the largest chunk */
   double stage_layers = ceil((double)L / p);
-  double lay = k->layer.t[0] + k->layer.t[1] + k->layer.t[2];
+  /* an MoE model: its MoE layers spread evenly, the rest dense */
+  double fm = (double)loom_model_moe_layers(c->spec) / L;
+  double lay = fm * (k->layer.t[0] + k->layer.t[1] + k->layer.t[2]) +
+               (1 - fm) * (k->dense.t[0] + k->dense.t[1] + k->dense.t[2]);
   /* host dispatch: each chunk's first layer's start-up (loom_sim_cost_of), v chunks per rank */
   double start = v * (k->layer.startup[0] + k->layer.startup[1] + k->layer.startup[2]);
   double head = k->head.t[0] + k->head.t[1] + k->head.t[2];
@@ -54,21 +58,26 @@ double plan_estimate(const loom_sim_ctx *c, const plan_costs *k, plan_eval *out)
   /* ZeRO-3: every layer's parameters gathered twice and its gradients scattered, per mb */
   int Nd = sim_grad_size(st);
   double gb = c->loom_cpu || st->dtype == LOOM_DT_FP32 ? 4 : 2;
-  double Pl = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
+  double Ple, Pl = loom_sim_layer_params(c->spec, st, fm > 0, &Ple);
+  int Ne = sim_edp(st), es = sim_ep(st) * sim_etp(st);
   double z3 = 0;
-  if (st->zero == 3 && Nd > 1) {
-    double ag = loom_hw_coll_time(hw, LOOM_COLL_ALLGATHER, Pl * gb, st->tp, Nd);
-    double rs = loom_hw_coll_time(hw, LOOM_COLL_REDUCE_SCATTER, Pl * gb, st->tp, Nd);
+  if (st->zero == 3 && (Nd > 1 || Ne > 1)) {
+    double ag = loom_hw_coll_time(hw, LOOM_COLL_ALLGATHER, Pl * gb, st->tp, Nd) +
+                loom_hw_coll_time(hw, LOOM_COLL_ALLGATHER, Ple * gb, es, Ne);
+    double rs = loom_hw_coll_time(hw, LOOM_COLL_REDUCE_SCATTER, Pl * gb, st->tp, Nd) +
+                loom_hw_coll_time(hw, LOOM_COLL_REDUCE_SCATTER, Ple * gb, es, Ne);
     double per = 2 * ag + rs;
     if (hw->dp_overlap) per = fmax(0, per - lay) + hw->overlap_slowdown * fmin(per, lay);
     z3 = m * stage_layers * per;
   }
   /* data-parallel reduction of the rank's gradients, and the ZeRO parameter gather */
-  double P = loom_sim_rank_params(c->spec, st->tp, (int)stage_layers, p == 1, true);
+  double Pe, P = loom_sim_rank_params_of(c->spec, st, (int)stage_layers,
+                                         (int)lround(stage_layers * fm), p == 1, true, &Pe);
   double dp = 0;
-  if (Nd > 1 && st->zero < 3) {
+  if ((Nd > 1 || (Ne > 1 && Pe > 0)) && st->zero < 3) {
     loom_coll_kind kind = st->zero == 0 ? LOOM_COLL_ALLREDUCE : LOOM_COLL_REDUCE_SCATTER;
-    double red = loom_hw_coll_time(hw, kind, P * gb, st->tp, Nd);
+    double red = loom_hw_coll_time(hw, kind, P * gb, st->tp, Nd) +
+                 loom_hw_coll_time(hw, kind, Pe * gb, es, Ne);
     if (c->loom_cpu && st->zero == 2 && p == 1) red *= m; /* every micro-batch */
     if (hw->dp_overlap) { /* behind the last micro-batch's backward */
       double window = stage_layers * (k->layer.t[1] + k->layer.t[2]);
@@ -76,13 +85,14 @@ double plan_estimate(const loom_sim_ctx *c, const plan_costs *k, plan_eval *out)
     }
     double ag = 0;
     if (st->zero >= 1) {
-      ag = loom_hw_coll_time(hw, LOOM_COLL_ALLGATHER, P * (c->loom_cpu ? 4 : gb), st->tp, Nd);
+      ag = loom_hw_coll_time(hw, LOOM_COLL_ALLGATHER, P * (c->loom_cpu ? 4 : gb), st->tp, Nd) +
+           loom_hw_coll_time(hw, LOOM_COLL_ALLGATHER, Pe * (c->loom_cpu ? 4 : gb), es, Ne);
       if (!c->loom_cpu && hw->dp_overlap) ag = 0;
     }
     dp = red + ag;
   }
-  double owned = st->zero > 0 ? ceil(P / Nd) : P;
-  double opt = loom_sim_optimizer_step_time(c, (int)stage_layers, p == 1, true, P, owned);
+  double owned = st->zero > 0 ? ceil(P / Nd) + ceil(Pe / Ne) : P + Pe;
+  double opt = loom_sim_optimizer_step_time(c, (int)stage_layers, p == 1, true, P + Pe, owned);
   double total = pipe + z3 + dp + opt;
   if (c->hw->timeshare) { /* ranks beyond the cores share them */
     int world = loom_sim_world(st);

@@ -8,6 +8,7 @@
 
 typedef struct {
   loom_sim_cost layer, embed, head;
+  loom_sim_cost dense; /* an MoE model's dense layers (= layer for a dense model) */
 } plan_costs;
 
 typedef struct {

@@ -1,6 +1,7 @@
 /* The planner's search: every layout of the ranks (tp, Megatron sequence parallelism or
  * Ulysses sp (also with tp: heads split by tp, then sp), context parallelism cp, pp, vpp and
- * schedule, dp filling the rest), micro-batch size, ZeRO stage and recomputation, checked
+ * schedule, dp filling the rest; for MoE models ep and etp, the experts folded onto the same
+ * ranks), micro-batch size, ZeRO stage (FSDP2 profiles: ZeRO-3) and recomputation, checked
  * against the trainer's layout rules, costed in closed form (plan_estimate.c) and pruned by
  * memory; the best `finalists` are then simulated on their
  * real schedules and ranked by the simulated step time. */
@@ -129,6 +130,16 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
   st.vision_param_dtype = q->vision_param_dtype, st.vision_optim_dtype = q->vision_optim_dtype;
   st.dropout = q->dropout;
   st.bucket_mb = 25;
+  st.fp8 = q->fp8;
+  st.moe_imbalance = q->moe_imbalance;
+  st.ep_overlap = q->ep_overlap;
+  /* expert parallelism: ep over the powers of two dividing the experts (1 for a dense model) */
+  int eps[16], neps = 0;
+  for (int ep = 1; ep <= q->gpus && neps < 16; ep *= 2) {
+    if (ep > 1 && (spec->moe.experts <= 0 || spec->moe.experts % ep)) break;
+    eps[neps++] = ep;
+  }
+  bool fsdp = hw->recipe == LOOM_RECIPE_FSDP2; /* FSDP shards everything over dp (ZeRO-3) */
   for (int tp = 1; tp <= q->gpus && tp <= 64; tp *= 2) {
     if (spec->heads % tp || spec->kv_heads % tp || spec->intermediate % tp) continue;
     for (int sq = 0; sq < 2; sq++) {
@@ -149,18 +160,31 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
           bool vlm = spec->vision.arch != LOOM_VISION_NONE && q->vision_patches > 0;
           int nv = vlm && tp > 1 ? 3 : 1;
           for (int vi = 0; vi < nv; vi++)
-          for (int ri = 0; ri < nrec; ri++) {
+          for (int ri = 0; ri < nrec; ri++)
+          for (int ei = 0; ei < neps; ei++)
+          for (int ti = 0; ti < 2; ti++) {
+            /* experts tensor-parallel as the attention (etp = tp, what loom train runs) or
+             * folded (etp = 1: the tp ranks hold different experts; the simulator only) */
+            int ep = eps[ei], etp = ti ? 1 : tp;
+            if (ti && (tp == 1 || q->trainable_only || spec->moe.experts <= 0)) continue;
+            if (spec->moe.experts > 0 && spec->moe.intermediate % etp) continue;
             snprintf(st.vision_mode, sizeof st.vision_mode, "%s", vmodes[vi]);
             st.vision_patches = vlm ? q->vision_patches : 0;
             st.freeze_vision = q->freeze_vision;
             st.tp = tp, st.sp = sp, st.cp = cp, st.seq_par = sq, st.micro_batch = mbs;
+            st.ep = ep, st.etp = etp;
             st.recompute = recs[ri];
             st.dp = st.pp = st.vpp = st.microbatches = 1, st.zero = 0;
             snprintf(st.schedule, sizeof st.schedule, "none");
             loom_sim_ctx c;
             loom_sim_ctx_init(&c, spec, hw, &st);
             plan_costs k;
+            st.microbatches = 2; /* the layer's cost in the 1F1B steady state */
             loom_sim_layer_cost(&c, &k.layer);
+            st.microbatches = 1;
+            loom_sim_ctx cd = c;
+            cd.moe_layer = false;
+            loom_sim_layer_cost(&cd, &k.dense);
             loom_sim_embed_cost(&c, &k.embed);
             loom_sim_head_cost(&c, &k.head);
             for (int pi = 0; pi < npp; pi++) {
@@ -170,6 +194,12 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
               while (dp > 1 && q->global_batch % (dp * mbs)) dp--;
               if (q->global_batch % (dp * mbs)) continue;
               int m = q->global_batch / (dp * mbs);
+              /* the experts tile the stage's ranks (Megatron's folding); loom train carves ep
+               * from the data-parallel ranks */
+              if ((tp * sp * cp * dp) % (ep * etp) || (q->trainable_only && dp % ep)) {
+                out->invalid++;
+                continue;
+              }
               for (size_t vi = 0; vi < sizeof vpp_values / sizeof *vpp_values; vi++) {
                 int vpp = vpp_values[vi];
                 if (vpp > 1 && (pp == 1 || pp * vpp > spec->layers)) break;
@@ -188,6 +218,7 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
                   snprintf(st.schedule, sizeof st.schedule, "%s", scheds[si]);
                   for (int zero = 0; zero <= 3; zero++) {
                     if (zero > 0 && dp * cp * sp == 1) break;
+                    if (fsdp && zero < 3 && dp * cp * sp > 1) continue;
                     st.zero = zero;
                     loom_sim_ctx_init(&c, spec, hw, &st);
                     plan_eval ev;

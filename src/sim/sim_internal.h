@@ -13,18 +13,33 @@ typedef struct {
   bool vision;          /* ops added next belong to the vision encoder */
   int module, modules;  /* module of the ops added next (0: none), modules opened so far */
   bool chained;         /* the current module is one of identical copies run back to back */
+  bool fp8;             /* GEMMs added next are FP8 linears (Transformer Engine: the layers'
+                           linears; not the router, the attention core or the LM head) */
+  /* compute each expert all-to-all may hide behind (0: none), by sim_a2a_slot */
+  double a2a_budget[4];
 } sim_ops;
+
+/* the expert all-to-alls of one MoE layer: dispatch and combine, forward and backward */
+enum { SIM_A2A_DISPATCH = 0, SIM_A2A_COMBINE, SIM_A2A_COMBINE_BWD, SIM_A2A_DISPATCH_BWD };
 
 void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap);
 /* y (m x n) = x (m x k) @ w: one GEMM `batch` times; returns its time */
 double sim_gemm(sim_ops *b, const char *name, loom_gemm_role role, double m, double n, double k,
                 double batch);
+/* a grouped GEMM (the experts of an MoE layer): `groups` products of rows x n x k, one kernel
+ * on the GPU engine (loom_hw_grouped_gemm_time), one GEMM per group on loom's executor */
+double sim_grouped_gemm(sim_ops *b, const char *name, loom_gemm_role role, double groups,
+                        double rows, double n, double k);
 /* a vector kernel over `elements`, with memory traffic bytes_per_elem per element */
 double sim_vec(sim_ops *b, const char *name, loom_vop v, double elements, double bytes_per_elem,
                double flops_per_elem);
 /* a collective; `budget` > 0: overlapped with that much compute (only the excess is exposed) */
 double sim_comm(sim_ops *b, const char *name, loom_coll_kind kind, double bytes, int stride,
                 int size, double budget);
+/* the same, taking `stretch` times as long as `bytes` take: the busiest rank of an unbalanced
+ * exchange (expert all-to-alls under load imbalance; the bytes counted stay the balanced ones) */
+double sim_comm_stretched(sim_ops *b, const char *name, loom_coll_kind kind, double bytes,
+                          int stride, int size, double budget, double stretch);
 /* Host dispatch (runtime.host_dispatch_us). Every op added on the GPU engine costs the host
  * one plain eager op per kernel it launches; sim_host sets the host cost of the op added at
  * index `mark` or later (b->n before the call that added it; nothing when no op was added) to
@@ -53,6 +68,21 @@ void sim_attention(sim_ops *b, bool backward);
 /* the vision encoder of a vision-language model (first stage), forward and backward */
 void sim_vision_ops(sim_ops *b);
 
+/* The MLP of an MoE layer (src/sim/cost_moe.c), forward or backward, after the second norm:
+ * router, routing, permutation, the count exchange and the dispatch all-to-all over the ep
+ * ranks, the etp all-gather, the experts' grouped GEMMs, the etp reduce-scatter, the combine
+ * all-to-all and the un-permutation (the shared expert is the caller's dense MLP). */
+void sim_moe_forward(sim_ops *b);
+void sim_moe_backward(sim_ops *b);
+/* tokens this rank routes per MoE layer and micro-batch, and rows into its experts on the
+ * busiest rank (tokens x k x etp x load) */
+double sim_moe_tokens(const loom_sim_ctx *c);
+double sim_moe_rows(const loom_sim_ctx *c);
+/* the busiest rank's tokens over the balanced share: the imbalance factor, at most the
+ * capacity factor (dropped tokens); the share of the tokens that are dispatched at all */
+double sim_moe_load(const loom_sim_ctx *c);
+double sim_moe_kept(const loom_sim_ctx *c);
+
 /* communicator placement: (stride, size) of the groups in the rank order
  * rank = (((pp_rank * dp + dp_rank) * cp + cp_rank) * sp + sp_rank) * tp + tp_rank */
 static inline int sim_cp(const loom_sim_strategy *s) { return s->cp > 1 ? s->cp : 1; }
@@ -66,6 +96,18 @@ static inline int sim_pp_stride(const loom_sim_strategy *s) {
 }
 /* ranks of one pipeline stage: dp x cp x sp x tp */
 static inline int sim_stage_ranks(const loom_sim_strategy *s) { return sim_pp_stride(s); }
+/* expert parallelism (0 in a hand-built strategy: none; etp 0: tp), the expert groups on a
+ * stage's ranks (Megatron's folding: etp stride 1, ep stride etp, edp stride etp*ep) and the
+ * load factor of the busiest rank (0: balanced) */
+static inline int sim_ep(const loom_sim_strategy *s) { return s->ep > 1 ? s->ep : 1; }
+static inline int sim_etp(const loom_sim_strategy *s) { return s->etp > 0 ? s->etp : s->tp; }
+static inline int sim_edp(const loom_sim_strategy *s) {
+  int g = sim_ep(s) * sim_etp(s), S = sim_stage_ranks(s);
+  return g > 0 && S % g == 0 ? S / g : 1;
+}
+static inline double sim_imbalance(const loom_sim_strategy *s) {
+  return s->moe_imbalance >= 1 ? s->moe_imbalance : 1;
+}
 /* attention core with context parallelism (src/sim/cost_cp.c): the ring's K/V (and, backward,
  * dK/dV) transfers overlapped with the block computations; sim_attention when cp = 1 */
 void sim_cp_attention(sim_ops *b, bool backward);

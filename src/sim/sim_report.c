@@ -16,7 +16,7 @@
 static double report_mfu(const loom_sim_ctx *c, const loom_sim_result *r, double *fpt,
                          char *why, size_t n) {
   const loom_sim_strategy *st = c->st;
-  *fpt = loom_decoder_flops_per_token(c->spec, st->seq);
+  *fpt = loom_sim_flops_per_token(c->spec, st->seq);
   double tokens = (double)st->dp * st->microbatches * st->micro_batch * st->seq;
   double devices = r->world;
   if (c->hw->timeshare && r->timeshare > 1) devices = r->world / r->timeshare;
@@ -130,12 +130,15 @@ void loom_sim_print(const loom_sim_ctx *c, const loom_sim_result *r) {
   int seqs = st->dp * st->microbatches * st->micro_batch;
   printf("tokens/s       %s  (%d sequence%s of %d tokens per step)\n", tps, seqs,
          seqs == 1 ? "" : "s", st->seq);
+  printf("per device     %.0f tokens/s, %.1f model TFLOP/s (as Megatron-Bridge reports them)\n",
+         r->tokens_per_s / r->world, r->model_flops / r->step_time / r->world / 1e12);
   double fpt;
   char why[160];
   double mfu = report_mfu(c, r, &fpt, why, sizeof why);
   if (isfinite(mfu))
-    printf("MFU / HFU      %.1f%% / %.1f%%  (model FLOPs %.3g per step, %.6g per token)\n",
-           100 * mfu, 100 * r->hfu, r->model_flops, fpt);
+    printf("MFU / HFU      %.1f%% / %.1f%%  (model FLOPs %.3g per step, %.6g per token%s)\n",
+           100 * mfu, 100 * r->hfu, r->model_flops, fpt,
+           st->fp8 ? "; of the bf16 peak: the GEMMs ran in FP8" : "");
   else
     printf("MFU            not shown: %s  (model FLOPs %.3g per step, %.6g per token)\n", why,
            r->model_flops, fpt);

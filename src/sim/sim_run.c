@@ -26,6 +26,54 @@ static void grid_free(const loom_schedule *s, void **g) {
   free(g);
 }
 
+/* one micro-batch of a chunk: its MoE and dense layers (the first one's host start-up once)
+ * and its ends */
+static void chunk_cost(const sim_vstage *x, const loom_sim_cost *layer, const loom_sim_cost *dense,
+                       const loom_sim_cost *embed, const loom_sim_cost *head, loom_sim_cost *out) {
+  double nm = x->moe, nd = x->layers - x->moe;
+  const loom_sim_cost *l0 = x->moe ? layer : dense; /* the chunk's first layer */
+  memset(out, 0, sizeof *out);
+  for (int p = 0; p < LOOM_PHASE_COUNT; p++) {
+    /* host dispatch: the chunk's layers run back to back, the first one's start-up once */
+    out->t[p] = nm * layer->t[p] + nd * dense->t[p] + (x->layers > 0 ? l0->startup[p] : 0) +
+                (x->embed ? embed->t[p] : 0) + (x->head ? head->t[p] : 0);
+    out->comm[p] = nm * layer->comm[p] + nd * dense->comm[p] + (x->embed ? embed->comm[p] : 0) +
+                   (x->head ? head->comm[p] : 0);
+  }
+  out->recompute = nm * layer->recompute + nd * dense->recompute;
+  out->host_wait = nm * layer->host_wait + nd * dense->host_wait +
+                   (x->embed ? embed->host_wait : 0) + (x->head ? head->host_wait : 0);
+  for (int p = 0; p < LOOM_PHASE_COUNT && x->layers > 0; p++) out->host_wait += l0->startup[p];
+  out->comm_hidden = nm * layer->comm_hidden + nd * dense->comm_hidden +
+                     (x->head ? head->comm_hidden : 0);
+  out->flops = nm * layer->flops + nd * dense->flops + (x->embed ? embed->flops : 0) +
+               (x->head ? head->flops : 0);
+  out->flops_recompute = nm * layer->flops_recompute + nd * dense->flops_recompute;
+  for (int p = 0; p < LOOM_PHASE_COUNT; p++)
+    for (int k = 0; k < LOOM_COLL_COUNT; k++)
+      out->coll_bytes[p][k] = nm * layer->coll_bytes[p][k] + nd * dense->coll_bytes[p][k] +
+                              (x->embed ? embed->coll_bytes[p][k] : 0) +
+                              (x->head ? head->coll_bytes[p][k] : 0);
+}
+
+/* Megatron pairs each forward of the 1F1B steady state with a backward (its all-to-alls behind
+ * the other's compute): a compute instruction is paired when the compute instruction before
+ * or after it on its rank runs the other direction */
+static void mark_paired(sim_run *R) {
+  const loom_schedule *s = R->s;
+  for (int r = 0; r < s->pp; r++) {
+    int prev = -1;
+    for (int i = 0; i < s->count[r]; i++) {
+      loom_instr_kind k = s->instr[r][i].kind;
+      if (!sim_is_compute(k)) continue;
+      bool fwd = k == LOOM_INSTR_FORWARD;
+      if (prev >= 0 && (s->instr[r][prev].kind == LOOM_INSTR_FORWARD) != fwd)
+        R->paired[r][i] = R->paired[r][prev] = true;
+      prev = i;
+    }
+  }
+}
+
 static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
   const loom_sim_strategy *st = c->st;
   memset(R, 0, sizeof *R);
@@ -38,44 +86,54 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
     free(first);
     return -1;
   }
-  loom_sim_cost layer, embed, head;
+  loom_sim_cost layer, dense, embed, head, solo;
+  loom_sim_ctx cd = *c; /* an MoE model's dense layers */
+  cd.moe_layer = false;
   loom_sim_layer_cost(c, &layer);
+  loom_sim_layer_cost(&cd, &dense);
+  /* an MoE layer outside the 1F1B steady state: no other micro-batch's compute to hide its
+   * all-to-alls behind (Megatron pairs a forward with a backward) */
+  loom_sim_strategy alone = *st;
+  alone.ep_overlap = 0;
+  loom_sim_ctx ca = *c;
+  ca.st = &alone;
+  loom_sim_layer_cost(&ca, &solo);
+  { /* the trace's expert all-to-all row: where they fall in an MoE layer */
+    loom_sim_op ops[LOOM_SIM_MAX_OPS];
+    sim_a2a_layer d;
+    if (c->moe_layer) {
+      sim_a2a_layer_of(ops, loom_sim_layer_ops(c, ops, LOOM_SIM_MAX_OPS), &R->a2a[0]);
+      sim_a2a_layer_of(ops, loom_sim_layer_ops(&ca, ops, LOOM_SIM_MAX_OPS), &R->a2a[1]);
+    }
+    sim_a2a_layer_of(ops, loom_sim_layer_ops(&cd, ops, LOOM_SIM_MAX_OPS), &d);
+    R->dense_fwd = d.fwd, R->dense_bwd = d.bwd;
+  }
   loom_sim_embed_cost(c, &embed);
   loom_sim_head_cost(c, &head);
   /* gradient bytes reduced over dp x sp: fp32 on loom's CPU engine and in fp32 runs, else the
    * precision policy's reduce dtype (Megatron accumulates and reduces bf16 runs' gradients in
    * fp32 by default; FSDP2's MixedPrecisionPolicy.reduce_dtype) */
   double gb = c->loom_cpu || st->dtype == LOOM_DT_FP32 || st->reduce_dtype == LOOM_DT_FP32 ? 4 : 2;
-  double pl = loom_sim_rank_params(c->spec, st->tp, 1, false, false);
+  double pe, pl = loom_sim_layer_params(c->spec, st, false, &pe);
+  double pm = loom_sim_layer_params(c->spec, st, true, &pe); /* an MoE layer's (pe: experts) */
   R->vs = calloc((size_t)R->K, sizeof *R->vs);
   R->rank_params = calloc((size_t)s->pp, sizeof(double));
-  LOOM_ASSERT(R->vs && R->rank_params);
+  R->rank_experts = calloc((size_t)s->pp, sizeof(double));
+  R->rank_layers = calloc((size_t)s->pp, sizeof(int));
+  R->rank_moe = calloc((size_t)s->pp, sizeof(int));
+  LOOM_ASSERT(R->vs && R->rank_params && R->rank_experts && R->rank_layers && R->rank_moe);
   for (int v = 0; v < R->K; v++) {
     sim_vstage *x = &R->vs[v];
     x->layers = first[v + 1] - first[v];
+    x->moe = loom_sim_moe_layers_in(c->spec, first[v], x->layers);
     x->embed = v == 0;
     x->head = v == R->K - 1;
-    for (int p = 0; p < LOOM_PHASE_COUNT; p++) {
-      /* host dispatch: the chunk's layers run back to back, the first one's start-up once */
-      x->cost.t[p] = x->layers * layer.t[p] + (x->layers > 0 ? layer.startup[p] : 0) +
-                     (x->embed ? embed.t[p] : 0) + (x->head ? head.t[p] : 0);
-      x->cost.comm[p] = x->layers * layer.comm[p] + (x->embed ? embed.comm[p] : 0) +
-                        (x->head ? head.comm[p] : 0);
-    }
-    x->cost.recompute = x->layers * layer.recompute;
-    x->cost.host_wait = x->layers * layer.host_wait + (x->embed ? embed.host_wait : 0) +
-                        (x->head ? head.host_wait : 0);
-    for (int p = 0; p < LOOM_PHASE_COUNT && x->layers > 0; p++) x->cost.host_wait += layer.startup[p];
-    x->cost.comm_hidden = x->layers * layer.comm_hidden + (x->head ? head.comm_hidden : 0);
-    x->cost.flops = x->layers * layer.flops + (x->embed ? embed.flops : 0) + (x->head ? head.flops : 0);
-    x->cost.flops_recompute = x->layers * layer.flops_recompute;
-    for (int p = 0; p < LOOM_PHASE_COUNT; p++)
-      for (int k = 0; k < LOOM_COLL_COUNT; k++)
-        x->cost.coll_bytes[p][k] = x->layers * layer.coll_bytes[p][k] +
-                                   (x->embed ? embed.coll_bytes[p][k] : 0) +
-                                   (x->head ? head.coll_bytes[p][k] : 0);
-    x->layer_grad_bytes = pl * gb;
-    x->grad_bytes = x->layers * pl * gb;
+    double nm = x->moe, nd = x->layers - x->moe;
+    chunk_cost(x, &layer, &dense, &embed, &head, &x->cost);
+    chunk_cost(x, &solo, &dense, &embed, &head, &x->solo);
+    x->grad_bytes = (nd * pl + nm * pm) * gb;
+    x->layer_grad_bytes = x->layers > 0 ? x->grad_bytes / x->layers : pl * gb;
+    x->expert_grad_bytes = nm * pe * gb;
     if (x->embed) { /* the encoder's own time, for its span in the trace */
       loom_sim_op ops[LOOM_SIM_MAX_OPS];
       sim_ops b;
@@ -88,12 +146,14 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
   }
   for (int r = 0; r < s->pp; r++) {
     bool e = false, h = false;
-    int layers = 0;
+    int layers = 0, moe = 0;
     for (int ch = 0; ch < s->vpp; ch++) {
       const sim_vstage *x = &R->vs[loom_sched_vstage(s, r, ch)];
-      e |= x->embed, h |= x->head, layers += x->layers;
+      e |= x->embed, h |= x->head, layers += x->layers, moe += x->moe;
     }
-    R->rank_params[r] = loom_sim_rank_params(c->spec, st->tp, layers, e, h);
+    R->rank_params[r] =
+        loom_sim_rank_params_of(c->spec, st, layers, moe, e, h, &R->rank_experts[r]);
+    R->rank_layers[r] = layers, R->rank_moe[r] = moe;
   }
   free(first);
   if (s->pp < 1 || s->vpp < 1) LOOM_ASSERT(!"a schedule has pp, vpp >= 1");
@@ -114,6 +174,8 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
   R->t0 = (double **)grid_alloc(s, sizeof(double));
   R->t1 = (double **)grid_alloc(s, sizeof(double));
   R->exposed = (double **)grid_alloc(s, sizeof(double));
+  R->paired = (bool **)grid_alloc(s, sizeof(bool));
+  mark_paired(R);
   for (int r = 0; r < s->pp; r++)
     for (int i = 0; i < s->count[r]; i++) R->slow[r][i] = 1;
   R->dp_free = calloc((size_t)s->pp, sizeof(double));
@@ -146,8 +208,12 @@ static void teardown(sim_run *R) {
   grid_free(s, (void **)R->t0);
   grid_free(s, (void **)R->t1);
   grid_free(s, (void **)R->exposed);
+  grid_free(s, (void **)R->paired);
   free(R->vs);
   free(R->rank_params);
+  free(R->rank_experts);
+  free(R->rank_layers);
+  free(R->rank_moe);
   free(R->dp_free);
   free(R->link_free);
   free(R->hidden);
@@ -202,6 +268,25 @@ static void oom_remedies(const loom_sim_strategy *st, bool activations, int infl
     add_remedy(out, n, &k, "bf16 optimizer state (training.optim_dtype=bf16)");
 }
 
+/* The forwards in flight on pipeline rank r after each instruction, and of them those of the
+ * head's chunk (the last virtual stage: its logits are kept only for those), at the peak. */
+static void inflight_peak(const sim_run *R, int r, int *total, int *head) {
+  const loom_schedule *s = R->s;
+  int now = 0, hn = 0, hc = -1;
+  *total = *head = 0;
+  for (int ch = 0; ch < s->vpp; ch++)
+    if (R->vs[loom_sched_vstage(s, r, ch)].head) hc = ch;
+  for (int i = 0; i < s->count[r]; i++) {
+    const loom_instr *in = &s->instr[r][i];
+    if (in->kind == LOOM_INSTR_FORWARD) {
+      now++, hn += in->chunk == hc;
+      if (now > *total) *total = now, *head = hn;
+    }
+    if (in->kind == LOOM_INSTR_BACKWARD || in->kind == LOOM_INSTR_BACKWARD_WEIGHT)
+      now--, hn -= in->chunk == hc;
+  }
+}
+
 /* memory of each pipeline rank; the first instruction where one is over the limit */
 static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) {
   const loom_schedule *s = R->s;
@@ -211,22 +296,28 @@ static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) 
   out->oom_rank = -1;
   for (int r = 0; r < s->pp; r++) {
     bool e = false, h = false;
-    int layers = 0, most = 0;
+    int layers = 0, most = 0, most_moe = 0, moe = 0;
     for (int ch = 0; ch < s->vpp; ch++) {
       const sim_vstage *x = &R->vs[loom_sched_vstage(s, r, ch)];
-      e |= x->embed, h |= x->head, layers += x->layers;
-      if (x->layers > most) most = x->layers;
+      e |= x->embed, h |= x->head, layers += x->layers, moe += x->moe;
+      if (x->layers > most || (x->layers == most && x->moe > most_moe))
+        most = x->layers, most_moe = x->moe;
     }
-    int peak = loom_sched_peak_inflight(s, r);
-    loom_sim_memory_rank(c, layers, most, e, h, peak, &out->mem[r]);
+    int peak, head_peak;
+    inflight_peak(R, r, &peak, &head_peak);
+    loom_sim_memory_rank_of(c, layers, moe, most, most_moe, e, h ? head_peak : 0, peak,
+                            &out->mem[r]);
     if (out->oom_rank >= 0 || out->mem[r].total <= out->mem_limit) continue;
     /* walk the list to the instruction that crosses the limit */
-    int now = 0;
+    int now = 0, hn = 0, hc = -1;
+    for (int ch = 0; ch < s->vpp; ch++)
+      if (R->vs[loom_sched_vstage(s, r, ch)].head) hc = ch;
     for (int i = 0; i < s->count[r]; i++) {
       loom_instr_kind k = s->instr[r][i].kind;
       if (k == LOOM_INSTR_FORWARD) {
         loom_sim_memory m;
-        loom_sim_memory_rank(c, layers, most, e, h, ++now, &m);
+        hn += s->instr[r][i].chunk == hc;
+        loom_sim_memory_rank_of(c, layers, moe, most, most_moe, e, h ? hn : 0, ++now, &m);
         if (m.total > out->mem_limit || now == peak) {
           char text[96], fix[512];
           loom_instr_format(&s->instr[r][i], text, sizeof text);
@@ -247,7 +338,8 @@ static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) 
           break;
         }
       }
-      if (k == LOOM_INSTR_BACKWARD || k == LOOM_INSTR_BACKWARD_WEIGHT) now--;
+      if (k == LOOM_INSTR_BACKWARD || k == LOOM_INSTR_BACKWARD_WEIGHT)
+        now--, hn -= s->instr[r][i].chunk == hc;
     }
     if (out->oom_rank < 0) { /* over the limit before any activation */
       char fix[512];

@@ -14,6 +14,12 @@ static double coll(const sim_run *R, loom_coll_kind k, double bytes) {
   return loom_hw_coll_time(R->c->hw, k, bytes, sim_grad_stride(st), sim_grad_size(st));
 }
 
+/* the same over the expert-data-parallel replicas of the routed experts (stride ep x etp) */
+static double coll_e(const sim_run *R, loom_coll_kind k, double bytes) {
+  const loom_sim_strategy *st = R->c->st;
+  return loom_hw_coll_time(R->c->hw, k, bytes, sim_ep(st) * sim_etp(st), sim_edp(st));
+}
+
 /* bytes a rank sends for a collective, as the trainer counts them (comm.json) */
 static void count(sim_run *R, int rank, loom_coll_kind k, double bytes, int p) {
   R->bytes[rank][k] += loom_hw_ring_bytes(k, bytes, p);
@@ -42,9 +48,10 @@ static double seqpar_bytes(const sim_run *R, int rank, int chunk) {
 
 /* loom's ZeRO-1/2 reduce-scatter: a fresh (zeroed) receive buffer for the owned range, then
  * the owned gradient shard accumulates it */
-static double shard_update(const sim_run *R, double params) {
+static double shard_update(const sim_run *R, double params, double experts) {
   const loom_sim_ctx *c = R->c;
   double own = ceil(params / sim_grad_size(c->st));
+  if (experts > 0) own += ceil(experts / sim_edp(c->st));
   return loom_hw_vop_time(c->hw, c->st->dtype, LOOM_VOP_FAULT, own, 4, 0) +
          loom_hw_vop_time(c->hw, c->st->dtype, LOOM_VOP_ADD, own, 12, 1);
 }
@@ -59,11 +66,13 @@ static double grad_elem_bytes(const loom_sim_ctx *c) {
 static double issue_buckets(sim_run *R, int rank, int chunk, double t0, double t1) {
   const loom_sim_ctx *c = R->c;
   const loom_sim_strategy *st = c->st;
-  if (!c->hw->dp_overlap || sim_grad_size(st) <= 1 || st->zero == 3) return 0;
+  if (!c->hw->dp_overlap || (sim_grad_size(st) <= 1 && sim_edp(st) <= 1) || st->zero == 3)
+    return 0;
   const sim_vstage *v = &R->vs[loom_sched_vstage(R->s, rank, chunk)];
   if (v->layers == 0) return 0;
   double overlap = 0;
   double limit = st->bucket_mb * 1048576.0, gl = v->layer_grad_bytes;
+  double ge = v->moe > 0 ? v->expert_grad_bytes / v->moe : 0; /* an MoE layer's experts */
   int per = gl > 0 ? (int)ceil(limit / gl) : v->layers;
   if (per < 1) per = 1;
   loom_coll_kind k = st->zero == 0 ? LOOM_COLL_ALLREDUCE : LOOM_COLL_REDUCE_SCATTER;
@@ -72,12 +81,19 @@ static double issue_buckets(sim_run *R, int rank, int chunk, double t0, double t
     double ready = t0 + (t1 - t0) * (double)(done + n) / v->layers;
     double dur = coll(R, k, n * gl);
     count(R, rank, k, n * gl, sim_grad_size(st));
+    /* the bucket's routed experts over their own replicas (MoE layers spread evenly) */
+    double eb = ge * n * v->moe / v->layers, de = sim_edp(st) > 1 ? coll_e(R, k, eb) : 0;
+    if (de > 0) count(R, rank, k, eb, sim_edp(st));
     double s0 = fmax(ready, R->dp_free[rank]);
-    R->dp_free[rank] = s0 + dur;
-    R->hidden[rank] += dur;
-    overlap += fmax(0, fmin(s0 + dur, t1) - s0);
+    R->dp_free[rank] = s0 + dur + de;
+    R->hidden[rank] += dur + de;
+    overlap += fmax(0, fmin(s0 + dur + de, t1) - s0);
     sim_event_add(R, rank, 1, -1, st->zero == 0 ? "dp all-reduce (bucket)" : "zero reduce-scatter (bucket)",
                   s0, s0 + dur, n * gl);
+    if (de > 0)
+      sim_event_add(R, rank, 1, -1, st->zero == 0 ? "edp all-reduce (experts)"
+                                                  : "edp reduce-scatter (experts)",
+                    s0 + dur, s0 + dur + de, eb);
   }
   return overlap;
 }
@@ -121,9 +137,27 @@ static double reduce_grads(sim_run *R, int rank, double start, const loom_instr 
       if (d > 0) sim_event_add(R, rank, 1, -1, "zero-3 reduce-scatter (ends)", t, t + d, ends_bytes);
       t += d, comm += d;
     } else if (!(st->zero == 2 && st->pp == 1)) { /* loom ZeRO-1/2: one reduce-scatter */
-      double d = coll(R, LOOM_COLL_REDUCE_SCATTER, P * gb) + shard_update(R, P);
+      double d = coll(R, LOOM_COLL_REDUCE_SCATTER, P * gb) + shard_update(R, P, 0);
       count(R, rank, LOOM_COLL_REDUCE_SCATTER, P * gb, Nd);
       sim_event_add(R, rank, 1, -1, "zero reduce-scatter", t, t + d, P * gb);
+      t += d, comm += d;
+    }
+  }
+  /* the routed experts' gradients over their own replicas (edp) */
+  double eb = 0;
+  for (int ch = 0; ch < R->s->vpp; ch++)
+    if (in->chunk < 0 || in->chunk == ch)
+      eb += R->vs[loom_sched_vstage(R->s, rank, ch)].expert_grad_bytes;
+  bool per_mb = c->loom_cpu && st->zero == 2 && st->pp == 1; /* reduced after every backward */
+  if (sim_edp(st) > 1 && eb > 0 && st->zero != 3 && !per_mb) {
+    loom_coll_kind k = st->zero == 0 ? LOOM_COLL_ALLREDUCE : LOOM_COLL_REDUCE_SCATTER;
+    if (!c->loom_cpu && c->hw->dp_overlap) { /* issued with the buckets */
+      if (R->dp_free[rank] > t) comm += R->dp_free[rank] - t, t = R->dp_free[rank];
+    } else {
+      bool shard = c->loom_cpu && st->zero > 0;
+      double d = coll_e(R, k, eb) + (shard ? shard_update(R, 0, eb / gb) : 0);
+      count(R, rank, k, eb, sim_edp(st));
+      sim_event_add(R, rank, 1, -1, "edp reduction (experts)", t, t + d, eb);
       t += d, comm += d;
     }
   }
@@ -148,25 +182,26 @@ static double reduce_grads(sim_run *R, int rank, double start, const loom_instr 
 static double optimizer_step(sim_run *R, int rank, double start, double *exposed) {
   const loom_sim_ctx *c = R->c;
   const loom_sim_strategy *st = c->st;
-  double P = R->rank_params[rank];
-  int Nd = sim_grad_size(st);
-  double owned = st->zero > 0 ? ceil(P / Nd) : P;
+  double P = R->rank_params[rank], Pe = R->rank_experts[rank];
+  int Nd = sim_grad_size(st), Ne = sim_edp(st);
+  double owned = st->zero > 0 ? ceil(P / Nd) + (Pe > 0 ? ceil(Pe / Ne) : 0) : P + Pe;
   bool e = false, h = false;
   int layers = 0;
   for (int ch = 0; ch < R->s->vpp; ch++) {
     const sim_vstage *x = &R->vs[loom_sched_vstage(R->s, rank, ch)];
     e |= x->embed, h |= x->head, layers += x->layers;
   }
-  double t = loom_sim_optimizer_step_time(c, layers, e, h, P, owned);
+  double t = loom_sim_optimizer_step_time(c, layers, e, h, P + Pe, owned);
   R->opt_time[rank] = t;
   /* the gradient norm: one scalar all-reduce over every rank */
   const loom_hw_tier *last = &c->hw->tier[c->hw->n_tiers - 1];
   double norm = loom_sim_world(st) > 1 ? 2 * ceil(log2(loom_sim_world(st))) * last->latency : 0;
   *exposed = norm;
-  if ((st->zero == 1 || st->zero == 2) && Nd > 1) {
+  if ((st->zero == 1 || st->zero == 2) && (Nd > 1 || (Ne > 1 && Pe > 0))) {
     double pb = c->loom_cpu ? 4 : (st->dtype == LOOM_DT_FP32 ? 4 : 2);
-    double d = coll(R, LOOM_COLL_ALLGATHER, P * pb);
+    double d = coll(R, LOOM_COLL_ALLGATHER, P * pb) + coll_e(R, LOOM_COLL_ALLGATHER, Pe * pb);
     count(R, rank, LOOM_COLL_ALLGATHER, P * pb, Nd);
+    if (Pe > 0) count(R, rank, LOOM_COLL_ALLGATHER, Pe * pb, Ne);
     if (c->loom_cpu || !c->hw->dp_overlap) {
       sim_event_add(R, rank, 1, -1, "zero all-gather (params)", start + t + norm, start + t + norm + d, P * pb);
       *exposed += d;
@@ -205,7 +240,8 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
   double slow = R->slow[rank][index], start = t->start, exposed = 0, dur = 0;
   switch (in->kind) {
   case LOOM_INSTR_FORWARD: {
-    const loom_sim_cost *k = &R->vs[loom_sched_vstage(R->s, rank, in->chunk)].cost;
+    const sim_vstage *v = &R->vs[loom_sched_vstage(R->s, rank, in->chunk)];
+    const loom_sim_cost *k = R->paired[rank][index] ? &v->cost : &v->solo;
     dur = k->t[LOOM_PHASE_FWD];
     exposed = k->comm[LOOM_PHASE_FWD];
     count_cost(R, rank, k, LOOM_PHASE_FWD);
@@ -214,7 +250,8 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
   case LOOM_INSTR_BACKWARD:
   case LOOM_INSTR_BACKWARD_INPUT:
   case LOOM_INSTR_BACKWARD_WEIGHT: {
-    const loom_sim_cost *k = &R->vs[loom_sched_vstage(R->s, rank, in->chunk)].cost;
+    const sim_vstage *v = &R->vs[loom_sched_vstage(R->s, rank, in->chunk)];
+    const loom_sim_cost *k = R->paired[rank][index] ? &v->cost : &v->solo;
     bool whole = in->kind == LOOM_INSTR_BACKWARD || c->loom_cpu; /* the CPU executor runs both halves at backward-input */
     if (in->kind == LOOM_INSTR_BACKWARD_WEIGHT) {
       dur = c->loom_cpu ? 0 : k->t[LOOM_PHASE_BWD_W];
@@ -229,11 +266,15 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
     }
     R->hidden[rank] += k->comm_hidden * (in->kind == LOOM_INSTR_BACKWARD_WEIGHT ? 0 : 1);
     /* loom ZeRO-2 without a pipeline: every micro-batch's gradients are reduce-scattered */
-    if (c->loom_cpu && st->zero == 2 && st->pp == 1 && in->chunk == 0 && sim_grad_size(st) > 1) {
-      double d = coll(R, LOOM_COLL_REDUCE_SCATTER, R->rank_params[rank] * 4);
-      count(R, rank, LOOM_COLL_REDUCE_SCATTER, R->rank_params[rank] * 4, sim_grad_size(st));
-      d += shard_update(R, R->rank_params[rank]);
-      d += loom_hw_vop_time(c->hw, st->dtype, LOOM_VOP_COPY, R->rank_params[rank], 4, 0);
+    if (c->loom_cpu && st->zero == 2 && st->pp == 1 && in->chunk == 0 &&
+        (sim_grad_size(st) > 1 || sim_edp(st) > 1)) {
+      double P = R->rank_params[rank], Pe = R->rank_experts[rank];
+      double d = coll(R, LOOM_COLL_REDUCE_SCATTER, P * 4) +
+                 coll_e(R, LOOM_COLL_REDUCE_SCATTER, Pe * 4);
+      if (sim_grad_size(st) > 1) count(R, rank, LOOM_COLL_REDUCE_SCATTER, P * 4, sim_grad_size(st));
+      if (Pe > 0 && sim_edp(st) > 1) count(R, rank, LOOM_COLL_REDUCE_SCATTER, Pe * 4, sim_edp(st));
+      d += shard_update(R, P, Pe);
+      d += loom_hw_vop_time(c->hw, st->dtype, LOOM_VOP_COPY, P + Pe, 4, 0);
       dur += d, exposed += d;
     }
     break;
@@ -295,5 +336,8 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
     if (dur > 0) R->pipe_end[rank] = fmax(R->pipe_end[rank], start + dur);
   }
   sim_event_add(R, rank, 0, index, NULL, start, start + dur, -1);
-  if (sim_is_compute(in->kind)) vision_span(R, rank, in, start, start + dur);
+  if (sim_is_compute(in->kind)) {
+    vision_span(R, rank, in, start, start + dur);
+    sim_trace_a2a(R, rank, index, in, start, start + dur);
+  }
 }

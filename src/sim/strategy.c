@@ -1,7 +1,8 @@
 /* Parallel strategies: from a train config and back (vision.parallel.* mapped to the vision
  * encoder's mode), the layout checks (the trainer's loom_mesh_check_model plus the
- * simulator's), the split of the layers into virtual stages (the executor's
- * loom_exec_stage_split), and a one-line description. */
+ * simulator's: expert parallelism with Megatron's folding, FP8, the imbalance factor), the
+ * split of the layers into virtual stages (the executor's loom_exec_stage_split), and a
+ * one-line description. */
 #include <stdio.h>
 #include <string.h>
 
@@ -36,6 +37,9 @@ static void to_parallel(const loom_sim_strategy *st, loom_config_parallel *p) {
            st->vpp > 1 ? "interleaved" : (!strcmp(st->schedule, "gpipe") ? "gpipe" : "1f1b"));
   snprintf(p->stage_layers, sizeof p->stage_layers, "%s", st->stage_layers);
   p->bucket_mb = st->bucket_mb;
+  /* the trainer's layout check sees no expert parallelism: the simulator checks ep and etp
+   * itself (moe_check), with Megatron's folding, which may fold tp and cp ranks in */
+  p->ep = 1;
 }
 
 /* vision.parallel.* -> the encoder's mode over the text's tensor-parallel ranks, with the
@@ -128,6 +132,10 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
   st->recompute = t->activation_checkpointing ? LOOM_RECOMPUTE_FULL : LOOM_RECOMPUTE_NONE;
   if (loom_hw_dtype_parse(t->dtype, &st->dtype)) return loom_err_prefix("training.dtype: ");
   st->bucket_mb = p->bucket_mb > 0 ? p->bucket_mb : 25;
+  st->ep = p->ep > 0 ? (int)p->ep : 1;
+  st->etp = p->etp > 0 ? (int)p->etp : st->tp;
+  st->moe_imbalance = 1;
+  st->ep_overlap = -1;
   if (precision(cfg, st)) return -1;
   snprintf(st->vision_mode, sizeof st->vision_mode, "replicate");
   st->freeze_vision = t->freeze_vision;
@@ -174,6 +182,39 @@ int loom_sim_strategy_from_config(loom_sim_strategy *st, const loom_config *cfg,
   return 0;
 }
 
+/* Expert parallelism: what the model has and how the experts tile a stage's ranks. */
+static int moe_check(const loom_sim_strategy *st, const loom_model_spec *spec) {
+  const loom_moe_spec *m = &spec->moe;
+  int S = st->tp * sim_cp(st) * st->sp * st->dp, ep = sim_ep(st), etp = sim_etp(st);
+  if (st->ep < 0 || st->etp < 0)
+    return loom_err("parallel.ep = %d, parallel.etp = %d: both must be >= 1 (etp 0 in a config "
+                    "means parallel.tp)", st->ep, st->etp);
+  if (st->moe_imbalance != 0 && !(st->moe_imbalance >= 1))
+    return loom_err("the MoE load-imbalance factor is %g: it must be >= 1 (1 = every expert gets "
+                    "its balanced share of the tokens; 1.3 = the busiest rank's experts get 30%% "
+                    "more)", st->moe_imbalance);
+  if (m->experts <= 0) {
+    if (ep > 1 || etp != st->tp)
+      return loom_err("parallel.ep = %d, parallel.etp = %d, but the model has no experts "
+                      "(model.moe.experts = 0): set parallel.ep=1 parallel.etp=0", ep, etp);
+    return 0;
+  }
+  if (m->experts % ep)
+    return loom_err("parallel.ep = %d does not divide model.moe.experts = %d: every ep rank holds "
+                    "the same number of experts (E/ep); use a divisor of %d", ep, m->experts,
+                    m->experts);
+  if (m->intermediate % etp)
+    return loom_err("parallel.etp = %d does not divide model.moe.intermediate = %d (each "
+                    "expert's SwiGLU is split over the etp ranks)", etp, m->intermediate);
+  if (S % (ep * etp))
+    return loom_err("parallel.ep x parallel.etp = %d x %d = %d ranks do not fit the %d ranks of a "
+                    "pipeline stage (tp x cp x sp x dp = %d x %d x %d x %d): the experts are laid "
+                    "on the same ranks as etp x ep x edp (Megatron's parallel folding), so "
+                    "ep x etp must divide %d", ep, etp, ep * etp, S, st->tp, sim_cp(st), st->sp,
+                    st->dp, S);
+  return 0;
+}
+
 int loom_sim_strategy_check(const loom_sim_strategy *st, const loom_model_spec *spec) {
   if (st->dp < 1 || st->tp < 1 || st->pp < 1 || st->sp < 1 || st->vpp < 1)
     return loom_err("every mesh axis and vpp must be >= 1 (dp=%d tp=%d pp=%d sp=%d vpp=%d)",
@@ -181,6 +222,10 @@ int loom_sim_strategy_check(const loom_sim_strategy *st, const loom_model_spec *
   if (st->micro_batch < 1 || st->seq < 1 || st->microbatches < 1)
     return loom_err("micro-batch size, sequence length and micro-batches must be >= 1");
   if (st->zero < 0 || st->zero > 3) return loom_err("ZeRO stage %d is not 0..3", st->zero);
+  if (st->dtype == LOOM_DT_FP8)
+    return loom_err("fp8 is not a training dtype: a run with FP8 GEMMs is a bf16 run with "
+                    "--fp8 (Transformer Engine's recipe; the activations stay bf16)");
+  if (moe_check(st, spec)) return -1;
   loom_config_parallel p;
   to_parallel(st, &p);
   if (strcmp(st->schedule, "none") && strcmp(st->schedule, "gpipe") &&
@@ -198,6 +243,9 @@ int loom_sim_strategy_to_config(const loom_sim_strategy *st, loom_config *cfg) {
                     "has full activation checkpointing only (training.activation_checkpointing)");
   if (st->dtype == LOOM_DT_FP16)
     return loom_err("fp16 cannot be written as a train config: loom train runs fp32 or bf16");
+  if (st->fp8)
+    return loom_err("FP8 GEMMs cannot be written as a train config: loom train runs fp32 or bf16 "
+                    "(plan without --fp8)");
   to_parallel(st, &cfg->parallel);
   cfg->parallel.timeout_s = cfg->parallel.timeout_s > 0 ? cfg->parallel.timeout_s : 300;
   if (st->vision_patches > 0) { /* the encoder's mode as vision.parallel.* (the trainer's keys) */
@@ -209,6 +257,8 @@ int loom_sim_strategy_to_config(const loom_sim_strategy *st, loom_config *cfg) {
     v->zero = st->vision_zero_own ? st->vision_zero : -1;
     snprintf(v->placement, sizeof v->placement, "collocated");
   }
+  cfg->parallel.ep = sim_ep(st);
+  cfg->parallel.etp = sim_etp(st) == st->tp ? 0 : sim_etp(st);
   cfg->training.micro_batch_size = st->micro_batch;
   cfg->training.seq_len = st->seq;
   cfg->training.grad_accum = st->microbatches;
@@ -225,6 +275,9 @@ const char *loom_sim_strategy_str(const loom_sim_strategy *st) {
                    st->micro_batch, st->microbatches, st->schedule, loom_recompute_name(st->recompute));
   if (sim_cp(st) > 1 && n > 0 && (size_t)n < sizeof s)
     n += snprintf(s + n, sizeof s - (size_t)n, " cp=%d", st->cp);
+  if ((sim_ep(st) > 1 || sim_etp(st) != st->tp) && n > 0 && (size_t)n < sizeof s)
+    n += snprintf(s + n, sizeof s - (size_t)n, " ep=%d etp=%d", sim_ep(st), sim_etp(st));
+  if (st->fp8 && n > 0 && (size_t)n < sizeof s) n += snprintf(s + n, sizeof s - (size_t)n, " fp8");
   if (st->vision_patches > 0 && n > 0 && (size_t)n < sizeof s)
     snprintf(s + n, sizeof s - (size_t)n, " vision=%s", st->vision_mode);
   return s;
