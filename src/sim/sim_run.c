@@ -249,10 +249,14 @@ static void add_remedy(char *out, size_t n, size_t *k, const char *fmt, ...) {
  * apply (no "1F1B instead of GPipe" without a pipeline, no "recomputation" when every layer
  * already recomputes, no "ZeRO-3" at ZeRO-3). `activations`: the activations are part of the
  * overflow (false: the state alone is over the limit). */
-static void oom_remedies(const loom_sim_strategy *st, bool activations, int inflight, char *out,
-                         size_t n) {
+static void oom_remedies(const loom_sim_strategy *st, const loom_model_spec *spec,
+                         bool activations, int inflight, char *out, size_t n) {
   size_t k = 0;
   out[0] = '\0';
+  /* an MoE model: the experts over more ranks (they fold onto the stage's ranks) */
+  int ep = sim_ep(st), etp = sim_etp(st), S = sim_stage_ranks(st);
+  if (spec->moe.experts > 0 && spec->moe.experts % (2 * ep) == 0 && S % (2 * ep * etp) == 0)
+    add_remedy(out, n, &k, "more expert parallelism (parallel.ep=%d)", 2 * ep);
   if (activations && inflight > 1 && strcmp(st->schedule, "gpipe") == 0)
     add_remedy(out, n, &k,
                "fewer micro-batches in flight (parallel.schedule=1f1b instead of gpipe)");
@@ -322,8 +326,8 @@ static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) 
           char text[96], fix[512];
           loom_instr_format(&s->instr[r][i], text, sizeof text);
           /* state alone over the limit: no activation remedy can help */
-          oom_remedies(c->st, m.weights + m.grads + m.optimizer <= out->mem_limit, now, fix,
-                       sizeof fix);
+          oom_remedies(c->st, c->spec, m.weights + m.grads + m.optimizer <= out->mem_limit, now,
+                       fix, sizeof fix);
           snprintf(why, n,
                    "rank %d, instruction %d '%s': memory over the limit: %d chunk(s) of "
                    "activations in flight need %.2f GiB (weights %.2f, gradients %.2f, "
@@ -343,7 +347,7 @@ static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) 
     }
     if (out->oom_rank < 0) { /* over the limit before any activation */
       char fix[512];
-      oom_remedies(c->st, false, 0, fix, sizeof fix);
+      oom_remedies(c->st, c->spec, false, 0, fix, sizeof fix);
       snprintf(why, n, "rank %d, instruction 0: memory over the limit before the first forward: "
                "weights, gradients and optimizer state need %.2f GiB but a rank has %.2f GiB; "
                "try %s",
