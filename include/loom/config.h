@@ -95,7 +95,28 @@ typedef struct {
   long log_every;              /* train.log / progress cadence in steps (metrics: every step) */
   long eval_every;             /* validation loss every N steps (0: only at the end) */
   long eval_batches;           /* batches (a step's global batch each) per evaluation; 0 = all */
+  char skip_steps[LOOM_STR_MAX]; /* steps whose batches are read but not trained on:
+                                    "100-110,300-400" (loom_skip_steps_parse) */
 } loom_config_training;
+
+/* training.skip_steps parsed (src/config/skip_steps.c): inclusive ranges of steps, sorted,
+ * not overlapping. */
+typedef struct {
+  long first, last;
+} loom_step_range;
+typedef struct {
+  loom_step_range *r; /* (n) */
+  int n;
+} loom_skip_steps;
+/* text: comma-separated steps N or ranges A-B (1 <= A <= B), any order, no overlaps ("": none).
+ * Errors name the item at fault. */
+int loom_skip_steps_parse(const char *text, loom_skip_steps *out);
+void loom_skip_steps_free(loom_skip_steps *s);
+bool loom_skip_steps_has(const loom_skip_steps *s, long step);
+/* How many of the steps 1..upto are skipped. */
+long loom_skip_steps_count(const loom_skip_steps *s, long upto);
+/* Whether a and b skip the same steps among 1..upto. */
+bool loom_skip_steps_same_upto(const loom_skip_steps *a, const loom_skip_steps *b, long upto);
 
 typedef struct {
   char train_shards[LOOM_STR_MAX]; /* token shard file, directory or glob */

@@ -8,7 +8,7 @@
  * peak_rss_mb, validation losses, duration_s, mfu) and one column per config key, named
  * by its dotted key ("training.lr"). Table `custom_metrics` holds (run_id, key, value) rows
  * added with loom_registry_set_metric. Status is running, finished, failed, stopped (ended
- * early on request, resumable) or crashed; a
+ * early on request: a signal or --stop-after; resumable) or crashed; a
  * running row whose heartbeat is older than the timeout, or whose process is gone (same
  * host), is marked crashed when the registry is read.
  *
@@ -71,7 +71,7 @@ int loom_registry_read_summary(const char *run_dir, loom_registry_metrics *m);
  * fields of m are untouched. 0, or -1 when the file is missing or holds no step. */
 int loom_registry_read_progress(const char *run_dir, loom_registry_metrics *m,
                                 double *last_write);
-/* Final status ("finished" or "failed"), end time, summary metrics and error text. */
+/* Final status (finished, stopped, failed), end time, summary metrics and error text. */
 int loom_registry_finish(loom_registry *r, const char *run_id, const char *status,
                          const loom_registry_metrics *m, const char *error);
 /* Add or replace a custom metric; value text that parses as a number is stored as one. Key:
@@ -107,8 +107,15 @@ loom_registry_run *loom_registry_run_start(const loom_config *cfg, const char *r
                                            const char *command_line);
 /* Cheap to call every step: writes only when the heartbeat interval has passed. */
 void loom_registry_run_heartbeat(loom_registry_run *h, long step, double loss);
-/* ok: finished with metrics from run_dir/summary.json; else failed with error text. Frees h. */
-void loom_registry_run_finish(loom_registry_run *h, bool ok, const char *error);
+/* The end of a run, as its summary.json records it: status "finished", "stopped" or "failed"
+ * (error: why, or NULL). Frees h. */
+void loom_registry_run_finish(loom_registry_run *h, const char *status, const char *error);
+/* The end of the run in run_dir in its row: status and error, steps and final/min loss from
+ * its metrics.jsonl (the record of every step, whatever the end), the other metrics from its
+ * summary.json when there is one. Used by the trainer and by the `loom train --nproc`
+ * supervisor when a job ends without loom's report. */
+int loom_registry_record_end(loom_registry *r, const char *run_id, const char *run_dir,
+                             const char *status, const char *error);
 
 /* Commit of the git checkout holding dir (or an ancestor), read from .git without running git:
  * 40 hex chars in out (size >= 41), or "" when there is none. */

@@ -22,12 +22,31 @@ typedef struct {
   loom_train_failure *failure; /* out, may be NULL: filled when the run fails */
   const char *command_line;  /* recorded in train.log */
   bool quiet;                /* no progress output */
-  long stop_after;           /* stop (as if killed) after this step, 0 = run to the end */
+  long stop_after;           /* stop after this step (no checkpoint there: as if killed; the
+                                run is "stopped"), 0 = run to the end */
   const char *trace;         /* write a Chrome trace of the run here (NULL: none) */
   const char *lineage_note;  /* continue/fork decision for train.log (NULL or "": none) */
+  int *stop_signal;          /* out, may be NULL: the signal the run stopped on (0: none) */
 } loom_train_opts;
 
-/* Run a whole training job. Returns 0 or -1 with loom_errmsg() set. */
+/* Run a whole training job. Returns 0 (finished, or stopped early: *opts->stop_signal says
+ * on which signal) or -1 with loom_errmsg() set. */
 int loom_train_run(const loom_config *cfg, const loom_train_opts *opts);
+
+/* Stop signals (src/train/run_stop.c): SIGINT, SIGTERM and SIGUSR1 make loom_train_run finish
+ * the step it is in, agree with the other ranks, save a checkpoint and return stopped; a
+ * second signal ends the process at once. SIGPIPE is ignored (a closed stdout or stderr stops
+ * the printing only). Call before anything long (MPI start-up, loading) begins. */
+void loom_train_signals_install(void);
+
+/* A run's summary.json at an end the trainer could not report with its figures (status
+ * "failed" or "stopped"; stopped_by and error may be NULL): steps, final and lowest loss and
+ * training time from its metrics.jsonl, a fork's parent from its config.yaml. */
+int loom_train_write_end_summary(const char *run_dir, const char *status, const char *stopped_by,
+                                 const char *error);
+/* The same, and the run's registry row under output_dir (or $LOOM_REGISTRY): for the
+ * `loom train --nproc` supervisor when a job ends without loom's report. */
+int loom_train_record_end(const char *run_dir, const char *output_dir, const char *status,
+                          const char *stopped_by, const char *error);
 
 #endif

@@ -262,13 +262,16 @@ int loom_cmd_train(int argc, char **argv) {
   opts.lineage_note = lineage_note;
   opts.resume = ckpt;
   opts.resume_run = run_dir;
+  loom_train_signals_install(); /* SIGINT/SIGTERM/SIGUSR1: stop cleanly after the step */
   if (loom_dist_init(&argc, &argv)) {
     fprintf(stderr, "loom train: error: %s\n", loom_errmsg());
     return 1;
   }
   opts.command_line = recorded_command(argc, argv);
   loom_train_failure failure = {false, false, -1};
+  int stop_signal = 0;
   opts.failure = &failure;
+  opts.stop_signal = &stop_signal;
   rc = loom_train_run(&cfg, &opts);
   free((char *)opts.command_line);
   free(run_dir), free(ckpt), free(cfg_file);
@@ -286,5 +289,5 @@ int loom_cmd_train(int argc, char **argv) {
     return 1;
   }
   loom_dist_finalize();
-  return 0;
+  return stop_signal ? 128 + stop_signal : 0; /* stopped on a signal: 130, 143, 138 */
 }

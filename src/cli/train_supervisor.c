@@ -1,11 +1,20 @@
 /* `loom train --nproc N [--max-restarts K]`: the launcher stays up while the job runs. It
- * starts the ranks (mpirun, or loom itself for one process), forwards their output without
- * Open MPI's banners, and when the job ends without loom's own report (a rank was killed or
- * crashed, a collective timed out) it records the failure in train.log, summary.json and the
- * registry, then relaunches from the newest complete checkpoint, at most K times, logging
- * each restart. Rank 0 tells it the run directory through LOOM_REPORT_FILE. */
+ * starts the ranks (mpirun, or loom itself for one process) in a process group of their own,
+ * forwards their output without Open MPI's banners, and when the job ends without loom's own
+ * report (a rank was killed or crashed, a collective timed out) it records the failure in
+ * train.log, summary.json and the registry, naming what happened (the rank and its signal,
+ * or the rank's own error line), then relaunches from the newest complete checkpoint, at most
+ * K times, logging each restart. Rank 0 tells it the run directory, a failure it reported and
+ * a clean stop through LOOM_REPORT_FILE.
+ *
+ * Stopping: SIGINT, SIGTERM, SIGUSR1 or SIGHUP to the launcher are written to the job's
+ * LOOM_STOP_FILE, which every rank reads at the end of each step (mpirun itself would turn
+ * SIGINT/SIGTERM into a kill of every rank one second later: the job's own process group keeps
+ * a terminal's Ctrl-C away from it); the ranks stop together with a checkpoint, the job is
+ * not relaunched, and the launcher exits with 128 + the signal. A second signal kills the job
+ * at once (mpirun is sent SIGTERM, a lone rank SIGKILL); the run is then recorded stopped. */
 #include <errno.h>
-#include <jansson.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,14 +27,17 @@
 #include "cli/options.h"
 #include "loom/core.h"
 #include "loom/registry.h"
+#include "loom/train.h"
 #include "train/lineage.h"
 #include "train/run_dir.h"
 
 typedef struct {
   char *run_dir;   /* from the report file, NULL when rank 0 never got that far */
   bool reported;   /* loom reported the failure itself (train.log, summary.json, registry) */
+  int stopped;     /* rank 0 reported a clean stop: the signal (0: --stop-after), -1: none */
   char reason[512];/* what ended the job, when loom did not report it */
   int exited_rank; /* from Open MPI's "Process name: [[job,1],RANK]" line, -1 if none */
+  char rank_error[512]; /* the last "loom train: error: ..." line of a rank ("" if none) */
 } attempt_result;
 
 static void log_line(const char *run_dir, const char *text) {
@@ -82,6 +94,11 @@ typedef struct {
 } filter_state;
 
 static void handle_line(const char *line, filter_state *st, attempt_result *res) {
+  static const char err[] = "loom train: error: ";
+  if (!strncmp(line, err, sizeof err - 1)) { /* a rank's own error: the reason if it dies */
+    snprintf(res->rank_error, sizeof res->rank_error, "%s", line + sizeof err - 1);
+    res->rank_error[strcspn(res->rank_error, "\n")] = 0;
+  }
   if (!st->in_block && is_dashes(line)) {
     st->in_block = true;
     st->blen = 0;
@@ -89,7 +106,7 @@ static void handle_line(const char *line, filter_state *st, attempt_result *res)
   note_reason(line, res);
   if (st->in_block) {
     size_t n = strlen(line);
-    st->block = realloc(st->block, st->blen + n + 1);
+    st->block = loom_realloc(st->block, st->blen + n + 1, 1);
     memcpy(st->block + st->blen, line, n + 1);
     st->blen += n;
     if (is_dashes(line) && st->blen > n) { /* the closing line */
@@ -125,7 +142,7 @@ static void forward_output(int fd, attempt_result *res) {
       }
       if (len + 2 > cap) {
         cap = 2 * cap + 256;
-        line = realloc(line, cap);
+        line = loom_realloc(line, cap, 1);
       }
       line[len++] = ch;
       line[len] = 0;
@@ -163,17 +180,45 @@ static void read_report(const char *path, attempt_result *res) {
       res->run_dir = loom_strdup(line + 4);
     } else if (!strcmp(line, "failed")) {
       res->reported = true;
+    } else if (!strncmp(line, "stopped ", 8)) {
+      res->stopped = atoi(line + 8);
     }
   }
   fclose(f);
 }
 
-/* SIGINT/SIGTERM/SIGHUP to the launcher go on to the job (mpirun passes them to the ranks). */
+/* The job's stop file and what the signal handler needs (async-signal-safe state only). */
+static char stop_path[64];
 static volatile pid_t running_child = 0;
-static volatile sig_atomic_t stop_signal = 0; /* a stop was asked for: no restart */
-static void forward_signal(int sig) {
+static volatile sig_atomic_t child_is_mpirun = 0;
+static volatile sig_atomic_t stop_signal = 0; /* the first stop signal: no restart after it */
+static volatile sig_atomic_t killed_by = 0;   /* a second one: the job was killed at once */
+
+/* SIGINT, SIGTERM, SIGUSR1, SIGHUP: the first asks every rank to stop after its step (the
+ * stop file), a second kills the job at once. */
+static void on_stop_signal(int sig) {
+  if (stop_signal) {
+    killed_by = sig;
+    if (running_child > 0) kill(running_child, child_is_mpirun ? SIGTERM : SIGKILL);
+    return;
+  }
   stop_signal = sig;
-  if (running_child > 0) kill(running_child, sig);
+  char num[4] = {(char)('0' + sig / 10 % 10), (char)('0' + sig % 10), '\n', 0};
+  int fd = open(stop_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    ssize_t w = write(fd, sig >= 10 ? num : num + 1, sig >= 10 ? 3 : 2);
+    close(fd);
+    (void)w;
+  }
+  static const char note[] = "\nloom train: stopping: every rank finishes its step and saves a "
+                             "checkpoint (send the signal again to stop at once)\n";
+  ssize_t w = write(STDERR_FILENO, note, sizeof note - 1);
+  (void)w;
+}
+
+static const char *signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1"
+         : sig == SIGHUP ? "SIGHUP" : "a signal";
 }
 
 /* One launch; returns the exit status (128 + signal when killed). */
@@ -191,12 +236,16 @@ static int launch(char **args, const char *report, bool restart, attempt_result 
     return 1;
   }
   if (pid == 0) {
+    setpgid(0, 0); /* a terminal's Ctrl-C reaches the launcher only, which asks the ranks */
     close(pipefd[0]);
     bool tty = isatty(STDERR_FILENO);
     dup2(pipefd[1], STDERR_FILENO);
     close(pipefd[1]);
+    int null = open("/dev/null", O_RDONLY); /* a background group must not read the terminal */
+    if (null >= 0) dup2(null, STDIN_FILENO);
     setenv("LOOM_SUPERVISED", "1", 1);
     setenv("LOOM_REPORT_FILE", report, 1);
+    setenv("LOOM_STOP_FILE", stop_path, 1);
     setenv("LOOM_SUPERVISOR_TTY", tty ? "1" : "0", 1);
     if (restart) setenv("LOOM_RESTART", "1", 1);
     execvp(args[0], args);
@@ -205,7 +254,10 @@ static int launch(char **args, const char *report, bool restart, attempt_result 
     _exit(127);
   }
   close(pipefd[1]);
+  setpgid(pid, pid); /* (both sides: whichever runs first) */
+  child_is_mpirun = !strcmp(args[0], "mpirun");
   running_child = pid;
+  if (killed_by) kill(pid, child_is_mpirun ? SIGTERM : SIGKILL); /* asked before it began */
   forward_output(pipefd[0], res);
   int status;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -216,55 +268,140 @@ static int launch(char **args, const char *report, bool restart, attempt_result 
   return WEXITSTATUS(status);
 }
 
-/* The registry: the run failed (status, reason), or a restart count as custom metric. */
-static void registry_update(const char *output_dir, const char *run_dir, const char *reason,
-                            long restarts) {
+/* The registry: the number of restarts so far, as the custom metric "restarts". */
+static void registry_restarts(const char *output_dir, const char *run_dir, long restarts) {
   const char *env = getenv("LOOM_REGISTRY");
   if (env && !strcmp(env, "off")) return;
   char *db = loom_registry_path(output_dir);
   loom_registry *reg = NULL;
   if (loom_registry_open(&reg, db) == 0) {
     const char *slash = strrchr(run_dir, '/');
-    const char *id = slash ? slash + 1 : run_dir;
     char count[32];
     snprintf(count, sizeof count, "%ld", restarts);
-    int rc = reason ? loom_registry_finish(reg, id, "failed", NULL, reason)
-                    : loom_registry_set_metric(reg, id, "restarts", count);
-    if (rc) fprintf(stderr, "loom train: warning: run registry: %s\n", loom_errmsg());
+    if (loom_registry_set_metric(reg, slash ? slash + 1 : run_dir, "restarts", count))
+      fprintf(stderr, "loom train: warning: run registry: %s\n", loom_errmsg());
     loom_registry_close(reg);
   }
   free(db);
   loom_err_clear();
 }
 
-/* The job ended without loom's report: train.log, summary.json and the registry say so. */
-static void record_unreported(const char *output_dir, const char *run_dir, const char *reason) {
-  char *line = loom_sprintf("error: the job ended without a report from loom: %s", reason);
+/* The job ended without loom's report: train.log, summary.json and the registry say so, with
+ * steps and losses from metrics.jsonl (status failed; stopped when a second signal killed it). */
+static void record_unreported(const char *output_dir, const char *run_dir, const char *status,
+                              const char *stopped_by, const char *reason) {
+  char *line = strcmp(status, "failed")
+                   ? loom_strdup(reason)
+                   : loom_sprintf("error: the job ended without a report from loom: %s", reason);
   log_line(run_dir, line);
   free(line);
-  json_t *o = json_pack("{s:s, s:s}", "status", "failed", "error", reason);
-  char *text = json_dumps(o, JSON_INDENT(2));
-  json_decref(o);
-  char *path = loom_sprintf("%s/summary.json", run_dir);
-  char *body = loom_sprintf("%s\n", text);
-  if (loom_write_file_atomic(path, body, strlen(body)))
+  if (loom_train_record_end(run_dir, output_dir, status, stopped_by, reason))
     fprintf(stderr, "loom train: warning: %s\n", loom_errmsg());
-  free(body);
-  free(path);
-  free(text);
-  registry_update(output_dir, run_dir, reason, 0);
+  loom_err_clear();
 }
 
 /* A forked run without a checkpoint of its own restarts from the one it was forked from
  * (run.parent_checkpoint of its config.yaml; malloc'd, NULL when it is not a fork). */
 static char *fork_start(const char *run_dir) {
-  loom_config *cfg = malloc(sizeof *cfg);
+  loom_config *cfg = loom_malloc(sizeof *cfg);
   char *ckpt = NULL;
-  if (cfg && loom_lineage_load_run_config(run_dir, NULL, cfg) == 0 && cfg->run.parent_checkpoint[0])
+  if (loom_lineage_load_run_config(run_dir, NULL, cfg) == 0 && cfg->run.parent_checkpoint[0])
     ckpt = loom_strdup(cfg->run.parent_checkpoint);
   loom_err_clear();
   free(cfg);
   return ckpt;
+}
+
+/* What ended the job when loom did not report it, in res->reason: a rank killed by a
+ * signal or exiting (Open MPI's notice), else a rank's own error line (a rank that failed
+ * alone prints it, then aborts the job), else the lone process's signal, else the status. */
+static void unreported_reason(attempt_result *res, int status) {
+  bool aborted = !strncmp(res->reason, "rank ", 5) && strstr(res->reason, "aborted the job");
+  if (res->rank_error[0] && (!res->reason[0] || aborted))
+    snprintf(res->reason, sizeof res->reason, "%s", res->rank_error);
+  if (!res->reason[0] && status > 128) /* one process (no mpirun), killed by a signal */
+    snprintf(res->reason, sizeof res->reason, "the process was killed by signal %d (%s)",
+             status - 128, strsignal(status - 128));
+  if (!res->reason[0])
+    snprintf(res->reason, sizeof res->reason, "the job exited with status %d and no rank "
+             "printed an error", status);
+}
+
+/* The ranks' command line of one attempt (args: room for argc + 12 entries). A restart
+ * continues in the run directory: --resume <run_dir> instead of the given --resume. */
+static void attempt_args(char **args, const char *self, const char *nproc, char **given,
+                         int ngiven, const char *resume_run) {
+  int k = 0;
+  if (nproc) {
+    args[k++] = "mpirun";
+    if (atol(nproc) > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
+    args[k++] = "-np";
+    args[k++] = (char *)nproc;
+  }
+  args[k++] = (char *)self;
+  args[k++] = "train";
+  memcpy(args + k, given, sizeof(char *) * (size_t)ngiven);
+  k += ngiven;
+  if (resume_run) {
+    args[k++] = "--resume";
+    args[k++] = (char *)resume_run;
+  }
+  args[k] = NULL;
+}
+
+/* Restart after a failure: say from where, in train.log and the registry's restart count. */
+static void note_restart(const char *output_dir, const char *run_dir, long attempt,
+                         long max_restarts, const char *reason) {
+  char *ckpt = NULL;
+  long step = -1;
+  if (run_dir && loom_run_dir_newest_checkpoint(run_dir, &ckpt, &step)) loom_err_clear();
+  bool forked = run_dir && !ckpt && (ckpt = fork_start(run_dir)) != NULL;
+  char *line = loom_sprintf("restart %ld of %ld after: %s; %s%s%s", attempt + 1, max_restarts,
+                            reason, ckpt ? "resuming from " : "",
+                            ckpt ? ckpt : run_dir ? "no complete checkpoint: from step 0"
+                                                  : "the run directory was not created yet",
+                            forked ? " (the checkpoint the run was forked from)" : "");
+  fprintf(stderr, "loom train: %s\n", line);
+  if (run_dir) log_line(run_dir, line);
+  if (run_dir) registry_restarts(output_dir, run_dir, attempt + 1);
+  free(line);
+  free(ckpt);
+}
+
+/* The end of an attempt that loom did not report: recorded; whether to try again. *rc: the
+ * launcher's exit status so far. */
+static bool after_unreported(const char *output_dir, const char *run_dir, attempt_result *res,
+                             int status, int *rc) {
+  unreported_reason(res, status);
+  if (killed_by) { /* a second signal: the job was killed at once, on request */
+    char *why = loom_sprintf("stopped at once by a second %s (killed; it continues from the "
+                             "newest complete checkpoint)", signal_name(killed_by));
+    fprintf(stderr, "loom train: %s\n", why);
+    if (run_dir) record_unreported(output_dir, run_dir, "stopped", signal_name(stop_signal), why);
+    free(why);
+    *rc = 128 + stop_signal;
+    return false;
+  }
+  fprintf(stderr, "loom train: the job failed: %s\n", res->reason);
+  if (run_dir) record_unreported(output_dir, run_dir, "failed", NULL, res->reason);
+  *rc = 1;
+  if (!stop_signal) return true;
+  fprintf(stderr, "loom train: stopping on %s; not restarting\n", signal_name(stop_signal));
+  return false;
+}
+
+static void install_handlers(void) {
+  snprintf(stop_path, sizeof stop_path, "/tmp/loom-stop.%ld", (long)getpid());
+  unlink(stop_path);
+  signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
 }
 
 int loom_cli_train_supervise(const loom_cli_opt *opts, int argc, char **argv, const char *nproc,
@@ -280,15 +417,8 @@ int loom_cli_train_supervise(const loom_cli_opt *opts, int argc, char **argv, co
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
-  signal(SIGPIPE, SIG_IGN);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = forward_signal;
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGHUP, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
-  char **args = calloc((size_t)argc + 12, sizeof(char *));
+  install_handlers();
+  char **args = loom_calloc((size_t)argc + 12, sizeof(char *));
   char report[] = "/tmp/loom-report.XXXXXX";
   int rc = 1;
   char *run_dir = NULL;
@@ -296,36 +426,21 @@ int loom_cli_train_supervise(const loom_cli_opt *opts, int argc, char **argv, co
    * also leaves out --resume (it continues in the run directory) */
   static const char *const own[] = {"--nproc", "--max-restarts", NULL};
   static const char *const own_resume[] = {"--nproc", "--max-restarts", "--resume", NULL};
-  char **first_args = calloc((size_t)argc + 1, sizeof(char *));
-  char **restart_args = calloc((size_t)argc + 1, sizeof(char *));
+  char **first_args = loom_calloc((size_t)argc + 1, sizeof(char *));
+  char **restart_args = loom_calloc((size_t)argc + 1, sizeof(char *));
   int nfirst = loom_cli_without(opts, argc, argv, 1, own, first_args);
   int nrestart = loom_cli_without(opts, argc, argv, 1, own_resume, restart_args);
   for (long attempt = 0;; attempt++) {
-    int k = 0;
-    if (nproc) {
-      args[k++] = "mpirun";
-      if (atol(nproc) > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
-      args[k++] = "-np";
-      args[k++] = (char *)nproc;
-    }
-    args[k++] = self;
-    args[k++] = "train";
     bool restart = attempt > 0 && run_dir; /* a restart continues in the run directory */
-    int nargs = restart ? nrestart : nfirst;
-    memcpy(args + k, restart ? restart_args : first_args, sizeof(char *) * (size_t)nargs);
-    k += nargs;
-    if (restart) {
-      args[k++] = "--resume";
-      args[k++] = run_dir;
-    }
-    args[k] = NULL;
+    attempt_args(args, self, nproc, restart ? restart_args : first_args,
+                 restart ? nrestart : nfirst, restart ? run_dir : NULL);
     int fd = mkstemp(report);
     if (fd < 0) {
       fprintf(stderr, "loom train: cannot create a report file in /tmp: %s\n", strerror(errno));
       break;
     }
     close(fd);
-    attempt_result res = {.exited_rank = -1};
+    attempt_result res = {.exited_rank = -1, .stopped = -1};
     int status = launch(args, report, restart, &res);
     unlink(report);
     strcpy(report, "/tmp/loom-report.XXXXXX");
@@ -333,46 +448,21 @@ int loom_cli_train_supervise(const loom_cli_opt *opts, int argc, char **argv, co
       free(run_dir);
       run_dir = res.run_dir;
     }
-    rc = status;
-    if (status == 0 || res.reported) { /* done, or loom's own error (not helped by a restart) */
-      if (status == 0) rc = 0;
+    if (res.stopped >= 0 || status == 0 || res.reported) { /* loom's own end: as it says */
+      rc = res.stopped > 0 ? 128 + res.stopped : status == 0 ? 0 : 1;
       break;
     }
-    if (!res.reason[0] && status > 128) /* one process (no mpirun), killed by a signal */
-      snprintf(res.reason, sizeof res.reason, "the process was killed by signal %d (%s)",
-               status - 128, strsignal(status - 128));
-    if (!res.reason[0])
-      snprintf(res.reason, sizeof res.reason, "the job exited with status %d%s", status,
-               status == 1 ? " (a rank aborted: see its message above)" : "");
-    fprintf(stderr, "loom train: the job failed: %s\n", res.reason);
-    if (run_dir) record_unreported(output_dir, run_dir, res.reason);
-    if (stop_signal) {
-      fprintf(stderr, "loom train: stopped by signal %d (%s); not restarting\n", (int)stop_signal,
-              strsignal(stop_signal));
-      break;
-    }
+    if (!after_unreported(output_dir, run_dir, &res, status, &rc)) break;
     if (attempt >= max_restarts) {
       if (max_restarts > 0)
         fprintf(stderr, "loom train: giving up after %ld restart%s\n", max_restarts,
                 max_restarts == 1 ? "" : "s");
       break;
     }
-    char *ckpt = NULL;
-    long step = -1;
-    if (run_dir && loom_run_dir_newest_checkpoint(run_dir, &ckpt, &step)) loom_err_clear();
-    bool forked = run_dir && !ckpt && (ckpt = fork_start(run_dir)) != NULL;
-    char *line = loom_sprintf("restart %ld of %ld after: %s; %s%s%s", attempt + 1, max_restarts,
-                              res.reason, ckpt ? "resuming from " : "",
-                              ckpt ? ckpt : run_dir ? "no complete checkpoint: from step 0"
-                                                    : "the run directory was not created yet",
-                              forked ? " (the checkpoint the run was forked from)" : "");
-    fprintf(stderr, "loom train: %s\n", line);
-    if (run_dir) log_line(run_dir, line);
-    if (run_dir) registry_update(output_dir, run_dir, NULL, attempt + 1);
-    free(line);
-    free(ckpt);
+    note_restart(output_dir, run_dir, attempt, max_restarts, res.reason);
   }
+  unlink(stop_path);
   free(run_dir);
   free(args), free(first_args), free(restart_args);
-  return rc == 0 ? 0 : 1;
+  return rc;
 }

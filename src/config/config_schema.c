@@ -190,6 +190,11 @@ const loom_config_key loom_config_keys[] = {
      "batches per evaluation, each a step's global batch (micro_batch_size*grad_accum*dp "
      "sequences), always the same ones (0: every whole batch of the validation data)",
      FIELD(training, eval_batches)},
+    {"training.skip_steps", S, "", NULL,
+     "steps whose batches are read but not trained on (no forward, backward or optimizer "
+     "step; the learning-rate schedule does not advance), e.g. \"100-110,300-400\": "
+     "Megatron-LM's --skip-train-iteration-range, to get past a loss spike",
+     FIELD(training, skip_steps)},
 
     {"data.train_shards", S, "data/demo/train.bin", NULL,
      "token shard file, directory or glob", FIELD(data, train_shards)},

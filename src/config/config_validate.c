@@ -207,6 +207,10 @@ int loom_config_validate(const loom_config *c) {
     if (check_key(c, &loom_config_keys[i])) return loom_err_prefix("invalid config: ");
   if (check_ranges(c) || check_val_data(c) || check_precision(c))
     return loom_err_prefix("invalid config: ");
+  loom_skip_steps skip; /* training.skip_steps: every item a step or a range */
+  if (loom_skip_steps_parse(c->training.skip_steps, &skip))
+    return loom_err_prefix("invalid config: ");
+  loom_skip_steps_free(&skip);
   return 0;
 }
 

@@ -1,5 +1,6 @@
 /* The trainer's side of the run registry: register at start, heartbeat from the step loop
- * (rate-limited), record the outcome at the end. Best effort: a registry that cannot be
+ * (rate-limited), record the outcome at the end (its status as summary.json says it; steps and
+ * losses from metrics.jsonl, the rest from summary.json). Best effort: a registry that cannot be
  * opened or written costs a warning, never the run, and the caller's current error message
  * (loom_errmsg) is left as it was. Only MPI rank 0 registers. */
 #include <libgen.h>
@@ -99,31 +100,32 @@ void loom_registry_run_heartbeat(loom_registry_run *h, long step, double loss) {
   restore_err(&saved);
 }
 
-void loom_registry_run_finish(loom_registry_run *h, bool ok, const char *error) {
+int loom_registry_record_end(loom_registry *r, const char *run_id, const char *run_dir,
+                             const char *status, const char *error) {
+  char *err = error ? loom_strdup(error) : NULL; /* error may be loom_errmsg()'s buffer */
+  loom_registry_metrics m; /* timing, validation, MFU: summary.json (NAN where it has none) */
+  if (loom_registry_read_summary(run_dir, &m)) loom_err_clear();
+  loom_registry_metrics progress = m;
+  double last_write;
+  if (loom_registry_read_progress(run_dir, &progress, &last_write) == 0) {
+    m.steps = progress.steps; /* steps and losses: metrics.jsonl, whatever the end */
+    m.final_loss = progress.final_loss;
+    m.min_loss = progress.min_loss;
+    if (isnan(m.duration_s)) m.duration_s = progress.duration_s;
+  } else {
+    loom_err_clear();
+  }
+  int rc = loom_registry_finish(r, run_id, status, &m, err);
+  free(err);
+  return rc;
+}
+
+void loom_registry_run_finish(loom_registry_run *h, const char *status, const char *error) {
   if (!h) return;
   saved_err saved;
   save_err(&saved);
-  char *err = error ? loom_strdup(error) : NULL; /* error may be loom_errmsg()'s buffer */
-  loom_registry_metrics m;
-  /* a run that ended without summary.json was stopped early on request (--stop-after) */
-  bool summary = loom_registry_read_summary(h->run_dir, &m) == 0;
-  if (!summary) loom_err_clear();
-  /* failed or stopped (summary.json absent, or a failure report without losses): keep the
-   * progress metrics.jsonl records for what the summary lacks (steps, final and min loss) */
-  loom_registry_metrics progress = m;
-  double last_write;
-  if ((!summary || !ok) && loom_registry_read_progress(h->run_dir, &progress, &last_write) == 0) {
-    if (m.steps < 0) m.steps = progress.steps;
-    if (isnan(m.final_loss)) m.final_loss = progress.final_loss;
-    if (isnan(m.min_loss)) m.min_loss = progress.min_loss;
-    if (isnan(m.duration_s)) m.duration_s = progress.duration_s;
-  } else if (!summary || !ok) {
-    loom_err_clear();
-  }
-  const char *status = !ok ? "failed" : summary ? "finished" : "stopped";
-  if (loom_registry_finish(h->reg, h->run_id, status, &m, ok ? NULL : err))
+  if (loom_registry_record_end(h->reg, h->run_id, h->run_dir, status, error))
     warn("recording the end of the run");
-  free(err);
   loom_registry_close(h->reg);
   free(h->run_id);
   free(h->run_dir);

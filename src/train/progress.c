@@ -1,4 +1,4 @@
-/* Progress line and train.log writer. */
+/* Progress line and train.log writer. A closed stderr stops the printing, never the run. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -25,6 +25,14 @@ static void timestamp(char *buf, size_t n) {
   struct tm tm;
   localtime_r(&now, &tm);
   strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+/* stderr closed under us (`loom train ... 2>&1 | head`: EPIPE, SIGPIPE being ignored): stop
+ * printing; train.log goes on. */
+static void stop_if_closed(loom_progress *p) {
+  if (fflush(stderr) == 0 && !ferror(stderr)) return;
+  p->quiet = true;
+  clearerr(stderr);
 }
 
 void loom_progress_log_line(loom_progress *p, const char *line) {
@@ -80,6 +88,7 @@ void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
   } else if (due) {
     fprintf(stderr, "%s\n", line);
   }
+  stop_if_closed(p);
 }
 
 void loom_progress_finish(loom_progress *p) {
@@ -96,4 +105,5 @@ void loom_progress_note(loom_progress *p, const char *fmt, ...) {
   if (p->quiet) return;
   if (p->tty) fputs("\r\033[K", stderr); /* over the live step line, redrawn at the next step */
   fprintf(stderr, "%s\n", msg);
+  stop_if_closed(p);
 }

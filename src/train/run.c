@@ -2,10 +2,13 @@
  * weights and position, the run directory), take the steps (run_step.c: batches, the step,
  * its records, the ranks' agreement, periodic validation and checkpoints), then finish it:
  * final validation, final checkpoint, answer accuracy and summary.json (run_report.c), or
- * one report of the failure. Resuming from a checkpoint gives bitwise-identical results in
+ * stop it early (run_stop.c: a signal, with a checkpoint; --stop-after), or give one report
+ * of the failure. The status (finished, stopped, failed) is the same in summary.json and the
+ * registry. Resuming from a checkpoint gives bitwise-identical results in
  * the same layout, and continues in any other; continuing the run in its directory, or as a
  * new run forked from the checkpoint (lineage.c decides; a fork never writes into the
  * parent's directory). Every rank runs this; only rank 0 writes the run's files and prints. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,10 +61,14 @@ static void begin_training(loom_run *run, const loom_train_opts *o) {
   loom_exec_set_trace(run->exec, trace_instr, run);
 }
 
-/* Whether the run stops after this step before training.steps: --stop-after (as if the job
- * were killed there: no final checkpoint or summary). */
-static bool stop_requested(const loom_run *run, const loom_train_opts *o) {
-  return o->stop_after > 0 && run->state.step >= o->stop_after;
+/* Whether the run stops after this step, before training.steps: a stop signal any rank
+ * received (every rank agrees; run_stop.c), or --stop-after's step. The last step goes on to
+ * the end of the run. */
+static bool stop_requested(loom_run *run, const loom_train_opts *o) {
+  if (run->state.step >= run->cfg->training.steps) return false;
+  run->stop.signal = loom_run_stop_agree(run);
+  run->stop.asked = o->stop_after > 0 && run->state.step >= o->stop_after;
+  return run->stop.signal || run->stop.asked;
 }
 
 /* The step loop: until training.steps, or a stop asked for. */
@@ -70,13 +77,15 @@ static int train(loom_run *run, const loom_train_opts *o) {
   begin_training(run, o);
   while (run->state.step < t->steps) {
     /* a fault the failure tests inject before a step (LOOM_FAULT) */
-    loom_run_inject_fault(run);
+    if (loom_run_inject_fault(run)) return LOOM_ERR;
     /* fetch the batches of the step: every micro-batch (and a VLM's images) */
     double t0 = loom_now();
     if (loom_run_next_batches(run)) return LOOM_ERR;
-    /* one training step on them: forward, backward, gradient sync, optimizer update */
+    /* one training step on them: forward, backward, gradient sync, optimizer update; none
+     * on a step of training.skip_steps (read, not trained on) */
     loom_step_result res;
-    loom_exec_step(run->exec, run->batch.tokens, run->batch.targets, &res);
+    if (!loom_run_skip_step(run, &res))
+      loom_exec_step(run->exec, run->batch.tokens, run->batch.targets, &res);
     double dt = loom_now() - t0;
     /* count it, and record it: metrics.jsonl, the registry's heartbeat, the progress line */
     loom_run_count_step(run, &res, dt);
@@ -122,23 +131,23 @@ static int finish(loom_run *run) {
                              &run->ranks.job.world_comm, run->out.dir, &run->out.progress,
                              &run->eval.vqa);
   /* summary.json */
-  return loom_run_agree(run, loom_run_report_summary(run));
+  return loom_run_agree(run, loom_run_report_summary(run, "finished", NULL, NULL));
 }
 
 /* The run after its setup: the steps, then the end of the run (or of this process's part). */
 static int run_training(loom_run *run, const loom_train_opts *o) {
   /* train */
   if (train(run, o)) return LOOM_ERR;
+  /* stopped on a signal: the checkpoint to continue from (unless this step saved one) */
+  if (run->stop.signal && !loom_run_checkpoint_due(run) && loom_run_checkpoint_periodic(run))
+    return LOOM_ERR;
   /* a failed pruning after the last step stops every rank too */
   char *deferred = run->failure.deferred;
   if (loom_run_agree(run, deferred ? loom_err("%s", deferred) : 0)) return LOOM_ERR;
   /* what the steps sent, and the trace */
   if (loom_run_agree(run, end_training(run, o))) return LOOM_ERR;
-  /* stopped before training.steps: the run stays as a killed job would leave it */
-  if (run->state.step < run->cfg->training.steps) {
-    loom_progress_note(&run->out.progress, "stopping after step %ld as asked", run->state.step);
-    return 0;
-  }
+  /* stopped before training.steps (--stop-after: without a checkpoint, as a kill would) */
+  if (run->state.step < run->cfg->training.steps) return loom_run_stopped(run, o);
   /* the end of the run */
   return finish(run);
 }
@@ -160,6 +169,7 @@ static void free_run(loom_run *run) {
   free(run->failure.deferred);
   free(run->out.cleaned);
   free(run->resumed_from);
+  loom_skip_steps_free(&run->skip.steps);
   if (run->out.lock_fd >= 0) close(run->out.lock_fd); /* after the last write of the run */
 }
 
@@ -168,6 +178,7 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
   memset(&run, 0, sizeof run);
   run.cfg = cfg;
   run.out.lock_fd = -1;
+  run.clock.min_loss = NAN;
   /* set up: meshes, executor, data, starting point, run directory */
   int rc = loom_run_setup(&run, o);
   /* the run's row in the registry (runs/registry.db), once its directory exists */
@@ -178,16 +189,22 @@ int loom_train_run(const loom_config *cfg, const loom_train_opts *o) {
     loom_err("%s", setup_error);
     free(setup_error);
   }
-  /* train, and finish the run */
+  /* train, and finish the run (or stop it early) */
+  loom_run_stop_announce(run.ranks.lead && !o->quiet && !getenv("LOOM_STOP_FILE"));
   if (!rc) rc = run_training(&run, o);
-  if (!rc) {
+  bool stopped = !rc && run.state.step < cfg->training.steps;
+  if (!rc && !stopped)
     loom_progress_note(&run.out.progress, "done: %ld steps; the run is in %s", run.state.step,
                        run.out.dir);
-    if (run.ranks.lead) printf("%s\n", run.out.dir);
+  if (!rc && run.ranks.lead) { /* the run directory, for scripts (a closed stdout: EPIPE) */
+    printf("%s\n", run.out.dir);
+    fflush(stdout);
   }
+  if (o->stop_signal) *o->stop_signal = stopped ? run.stop.signal : 0;
   /* one report of a failure: train.log, summary.json, the registry, the caller */
   char *error = rc ? loom_run_report_failure(&run, o) : NULL;
-  loom_registry_run_finish(run.out.registry, rc == 0, error);
+  loom_registry_run_finish(run.out.registry, rc ? "failed" : stopped ? "stopped" : "finished",
+                           error);
   if (error) { /* keep the run's error for the caller, whatever the registry did */
     loom_err("%s", error);
     free(error);

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,7 +250,7 @@ int loom_run_dir_clean(const char *run_dir, char **removed) {
       free(dir);
     }
     if (!stale) continue;
-    names = realloc(names, (size_t)(n + 1) * sizeof *names);
+    names = loom_realloc(names, (size_t)n + 1, sizeof *names);
     names[n++] = loom_strdup(nm);
   }
   closedir(d);
@@ -283,7 +284,7 @@ int loom_run_dir_prune(const char *run_dir, long keep_last) {
     if (s < 0) continue;
     char *dir = loom_sprintf("%s/%s", run_dir, e->d_name);
     if (loom_ckpt_check_complete(dir, &marked) == 0) {
-      steps = realloc(steps, (size_t)(n + 1) * sizeof *steps);
+      steps = loom_realloc(steps, (size_t)n + 1, sizeof *steps);
       steps[n++] = s;
     }
     free(dir);
@@ -392,4 +393,14 @@ int loom_run_dir_truncate_metrics(const char *path, long step) {
   int rc = loom_write_file_atomic(path, data, keep);
   free(data);
   return rc;
+}
+
+bool loom_run_dir_finished(const char *run_dir) {
+  char *path = loom_sprintf("%s/summary.json", run_dir);
+  json_t *o = json_load_file(path, 0, NULL);
+  free(path);
+  const char *status = json_string_value(json_object_get(o, "status"));
+  bool done = status && (!strcmp(status, "finished") || !strcmp(status, "completed"));
+  json_decref(o);
+  return done;
 }

@@ -53,6 +53,10 @@ int loom_run_dir_lock(const char *run_dir, int *fd);
 int loom_run_dir_open(const loom_config *cfg, const char *resume_run, char **dir, int *lock_fd,
                       char **cleaned);
 
+/* The run's summary.json says it finished ("finished"; "completed" in runs of an older
+ * loom). */
+bool loom_run_dir_finished(const char *run_dir);
+
 /* A resumed run's metrics.jsonl keeps the lines of steps <= step (a resumed run rewrites
  * what follows); a last line cut by a crash or a full disk (no newline) is dropped. Nothing
  * when the file does not exist. */

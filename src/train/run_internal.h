@@ -60,11 +60,20 @@ typedef struct {
     char *deferred;    /* lead: an error of a write after the step's agreement (pruning) */
   } failure;
   struct {
+    loom_skip_steps steps; /* training.skip_steps: steps read but not trained on */
+    bool now;              /* the step being taken is one of them */
+  } skip;
+  struct {
+    int signal; /* every rank agreed to stop after this step on this signal (0: none) */
+    bool asked; /* --stop-after's step was reached */
+  } stop;
+  struct {
     long first_step;  /* state.step when this process began training (after a resume) */
     double start;     /* loom_now() at the run's start, earlier processes' time included */
     double timed;     /* seconds of the timed steps: all but this process's first */
     long timed_steps; /* how many */
-    double min_loss;  /* the lowest training loss of this process's steps (NAN: none yet) */
+    double min_loss;  /* the lowest training loss of the run's steps in metrics.jsonl (NAN:
+                         none yet; a resumed run starts from the lines it keeps) */
     double last_loss; /* the latest (NAN: none yet) */
   } clock;
 } loom_run;
@@ -89,10 +98,15 @@ void loom_run_start_note(loom_run *run, const loom_train_opts *o, const char *de
 /* run_step.c: the concerns of one step, in the order the loop calls them. */
 /* the clock of this process's steps (a resumed run's earlier time counts) */
 void loom_run_clock_start(loom_run *run);
-/* LOOM_FAULT: the failure tests' crash, hang or kill of a rank before a step */
-void loom_run_inject_fault(const loom_run *run);
+/* LOOM_FAULT: the failure tests' crash, hang, kill or lone error of a rank before a step */
+int loom_run_inject_fault(const loom_run *run);
 /* the step's batches into batch (and a VLM's samples to the executor) */
 int loom_run_next_batches(loom_run *run);
+/* training.skip_steps: whether the step being taken is skipped (its batches read, nothing
+ * trained on them); then res says so: no loss, the learning rate of the next trained step */
+bool loom_run_skip_step(loom_run *run, loom_step_result *res);
+/* the optimizers' step counters after a resume: the steps trained, skipped ones left out */
+void loom_run_skip_set_optimizer(loom_run *run);
 /* the step taken: state.step, tokens, elapsed; clock's timed steps and losses */
 void loom_run_count_step(loom_run *run, const loom_step_result *res, double dt);
 /* metrics.jsonl, the registry's heartbeat, the progress line; the metrics write's status */
@@ -108,6 +122,19 @@ int loom_run_checkpoint_periodic(loom_run *run);
 /* every rank: the checkpoint <run dir>/<name>; a failure is every rank's alike */
 int loom_run_checkpoint(loom_run *run, const char *name);
 
+/* run_stop.c: stopping early on a signal (or LOOM_STOP_FILE), or at --stop-after. */
+/* say on stderr when a stop signal arrives (the lead, unless quiet) */
+void loom_run_stop_announce(bool on);
+/* every rank, at the end of a step: the stop signal any rank received (0: none), agreed */
+int loom_run_stop_agree(loom_run *run);
+/* "loom train --resume <run dir> [--nproc N]", malloc'd */
+char *loom_run_resume_command(const loom_run *run);
+/* every rank: the run stopped before training.steps (stop.signal or --stop-after): the
+ * summary, train.log's line with the command to continue, the supervisor's "stopped N" */
+int loom_run_stopped(loom_run *run, const loom_train_opts *o);
+/* "SIGINT", "SIGTERM", "SIGUSR1", "SIGHUP" */
+const char *loom_signal_name(int sig);
+
 /* run_report.c: what the run reports, to its files and to whoever started it. */
 /* a line for the `loom train --nproc` supervisor (LOOM_REPORT_FILE) */
 void loom_run_report_supervisor(const char *line);
@@ -115,8 +142,11 @@ void loom_run_report_supervisor(const char *line);
 void loom_run_report_memory(loom_run *run);
 /* every rank: comm.json, bytes per step by collective over this process's steps */
 int loom_run_report_comm(loom_run *run, long steps);
-/* every rank: summary.json of the completed run and the peak memory line */
-int loom_run_report_summary(loom_run *run);
+/* every rank: summary.json of a run that finished or stopped (status "finished" or
+ * "stopped"; stopped_by: the signal's name or "--stop-after N", resume: the command to
+ * continue, both NULL when finished) and the peak memory line */
+int loom_run_report_summary(loom_run *run, const char *status, const char *stopped_by,
+                            const char *resume);
 /* the one report of a failure (train.log, summary.json, supervisor); the text, malloc'd */
 char *loom_run_report_failure(loom_run *run, const loom_train_opts *o);
 #endif

@@ -1,6 +1,7 @@
-/* What a training run reports about itself: summary.json of a completed run (losses, timing,
- * peak memory, validation and answer accuracy, MFU against the hardware profile's peak, the
- * lineage of a fork) or of a failed one (the error, the failing rank), comm.json (bytes per
+/* What a training run reports about itself: summary.json of a finished or stopped run
+ * (losses, timing, peak memory, validation and answer accuracy, MFU against the hardware
+ * profile's peak, the lineage of a fork; a stop's signal and the command to continue) or of a
+ * failed one (the error, the failing rank; run_record.c), comm.json (bytes per
  * step by collective), the memory of each rank at the start, and the lines for the
  * `loom train --nproc` supervisor. Only world rank 0 writes; every rank takes part in the
  * collectives that gather the figures. */
@@ -154,20 +155,28 @@ static long peak_rss_kib(loom_run *run) {
   return (long)rss[0];
 }
 
-/* Every rank: summary.json of a completed run (written by the lead) and its peak memory
- * line. */
-int loom_run_report_summary(loom_run *run) {
+/* Every rank: summary.json of a run that finished or stopped (written by the lead) and its
+ * peak memory line. */
+int loom_run_report_summary(loom_run *run, const char *status, const char *stopped_by,
+                            const char *resume) {
   long rss_kib = peak_rss_kib(run);
   if (!run->ranks.lead) return 0;
   bool stepped = run->state.step > run->clock.first_step;
-  char head[LOOM_STR_MAX * 2 + 128] = "", timing[160], fields[1024] = "", extra[4096];
+  char head[LOOM_STR_MAX * 2 + 128] = "", timing[160], fields[1024] = "", extra[4096] = "";
+  char by[128] = "";
   summary_losses(run, stepped, head, sizeof head);
   summary_timing(run, stepped, timing, sizeof timing);
   summary_eval(run, fields, sizeof fields);
   summary_time_mfu_lineage(run, extra, sizeof extra);
-  char *text = loom_sprintf("{\n  \"status\": \"completed\",\n  \"steps\": %ld,%s\n%s\n  "
+  if (stopped_by) snprintf(by, sizeof by, "\n  \"stopped_by\": \"%s\",", stopped_by);
+  if (resume) {
+    size_t len = strlen(extra);
+    put_text(extra, sizeof extra, &len, "resume", resume);
+  }
+  char *text = loom_sprintf("{\n  \"status\": \"%s\",%s\n  \"steps\": %ld,%s\n%s\n  "
                             "\"peak_rss_mb\": %.1f%s%s\n}\n",
-                            run->state.step, head, timing, (double)rss_kib / 1024.0, fields, extra);
+                            status, by, run->state.step, head, timing, (double)rss_kib / 1024.0,
+                            fields, extra);
   char *path = loom_sprintf("%s/summary.json", run->out.dir);
   int rc = loom_write_file_atomic(path, text, strlen(text));
   loom_progress_note(&run->out.progress, "peak resident memory %.1f MB", (double)rss_kib / 1024.0);
@@ -282,30 +291,6 @@ int loom_run_report_comm(loom_run *run, long steps) {
   return rc;
 }
 
-/* summary.json of a failed run: the status, the error and the last step reached (and a
- * fork's parent). */
-static void write_failure_summary(const loom_run *run, const char *error) {
-  const loom_config *cfg = run->cfg;
-  json_t *o = json_pack("{s:s, s:s, s:I}", "status", "failed", "error", error, "steps",
-                        (json_int_t)run->state.step);
-  if (o && cfg->run.parent[0]) { /* a fork says whose, also when it failed */
-    json_object_set_new(o, "parent_run", json_string(cfg->run.parent));
-    json_object_set_new(o, "parent_checkpoint", json_string(cfg->run.parent_checkpoint));
-  }
-  char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-  json_decref(o);
-  if (!text) return;
-  char *path = loom_sprintf("%s/summary.json", run->out.dir);
-  size_t n = strlen(text);
-  text = realloc(text, n + 2);
-  text[n] = '\n';
-  text[n + 1] = 0;
-  if (loom_write_file_atomic(path, text, n + 1)) /* best effort: the disk may be full */
-    loom_log("warning: %s", loom_errmsg());
-  free(path);
-  free(text);
-}
-
 /* One report of a failure: the text names the failing rank unless every rank failed alike;
  * the lead writes it to train.log and summary.json (status failed) and tells the supervisor.
  * Returns the text (malloc'd) for the registry and the caller. */
@@ -321,7 +306,8 @@ char *loom_run_report_failure(loom_run *run, const loom_train_opts *o) {
     char *line = loom_sprintf("error: %s", text);
     loom_progress_log_line(&run->out.progress, line);
     free(line);
-    write_failure_summary(run, text);
+    if (loom_train_write_end_summary(run->out.dir, "failed", NULL, text)) /* best effort: */
+      loom_log("warning: %s", loom_errmsg());                               /* a full disk */
     loom_run_report_supervisor("failed");
   }
   return text;

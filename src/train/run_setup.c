@@ -5,6 +5,7 @@
  * resume), train.log and metrics.jsonl, the progress line, and the opening lines of
  * train.log (command, model, layout, data, MFU peak, memory per rank). Every rank runs it. */
 #include <errno.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "loom/hw.h"
+#include "loom/registry.h"
 #include "loom/vision_module.h"
 #include "train/run_dir.h"
 #include "train/run_internal.h"
@@ -50,10 +52,9 @@ static int open_data(loom_run *run) {
   loom_decoder *d = loom_exec_decoder(run->exec); /* packed documents: segments per document */
   if (d) loom_decoder_set_doc_eod(d, loom_data_doc_eod(run->batch.source));
   size_t n = (size_t)t->grad_accum * t->micro_batch_size * t->seq_len;
-  run->batch.tokens = malloc(n * sizeof(int32_t));
-  run->batch.targets = malloc(n * sizeof(int32_t));
-  run->batch.vqa = calloc((size_t)t->grad_accum, sizeof *run->batch.vqa);
-  LOOM_ASSERT(run->batch.tokens && run->batch.targets && run->batch.vqa);
+  run->batch.tokens = loom_calloc_for(n, sizeof(int32_t), "the step's input tokens");
+  run->batch.targets = loom_calloc_for(n, sizeof(int32_t), "the step's target tokens");
+  run->batch.vqa = loom_calloc((size_t)t->grad_accum, sizeof *run->batch.vqa);
   return 0;
 }
 
@@ -63,6 +64,7 @@ static int setup_local(loom_run *run) {
   const loom_config *cfg = run->cfg;
   const loom_config_training *t = &cfg->training;
   if (loom_model_spec_from_config(&run->spec, &cfg->model)) return LOOM_ERR;
+  if (loom_skip_steps_parse(t->skip_steps, &run->skip.steps)) return LOOM_ERR;
   if (create_meshes(run)) return LOOM_ERR;
   if (loom_mesh_check_model(&cfg->parallel, &run->spec, (int)t->micro_batch_size, (int)t->seq_len,
                             run->ranks.mesh.world))
@@ -78,6 +80,13 @@ static int open_run_dir_lead(loom_run *run, const loom_train_opts *o) {
   if (loom_run_dir_open(run->cfg, o->resume_run, &run->out.dir, &run->out.lock_fd,
                         &run->out.cleaned))
     return LOOM_ERR;
+  /* a continued run is running again: an earlier end's summary.json (stopped, failed) goes */
+  char *summary = loom_sprintf("%s/summary.json", run->out.dir);
+  int gone = o->resume_run && unlink(summary) && errno != ENOENT
+                 ? loom_err("cannot remove '%s': %s", summary, strerror(errno))
+                 : 0;
+  free(summary);
+  if (gone) return LOOM_ERR;
   char *cfg_path = loom_sprintf("%s/config.yaml", run->out.dir);
   int rc = loom_config_save(run->cfg, cfg_path);
   free(cfg_path);
@@ -116,6 +125,10 @@ static int open_outputs(loom_run *run, const loom_train_opts *o) {
   run->out.metrics_path = mpath;
   if (!rc && o->resume_run) rc = loom_run_dir_truncate_metrics(mpath, run->state.step);
   if (!rc && o->resume_run) rc = loom_eval_track_resume(&run->eval.loss, mpath);
+  loom_registry_metrics kept = {.min_loss = NAN};
+  double last_write;
+  if (!rc && o->resume_run && loom_registry_read_progress(run->out.dir, &kept, &last_write) == 0)
+    run->clock.min_loss = kept.min_loss; /* the run's lowest loss so far */
   if (!rc) run->out.metrics = fopen(mpath, mode);
   if (!rc && !run->out.metrics) rc = loom_err("cannot open '%s': %s", mpath, strerror(errno));
   return rc;
@@ -184,6 +197,12 @@ static void note_opening(loom_run *run, const loom_train_opts *o) {
   if (run->out.cleaned) loom_progress_note(p, "%s", run->out.cleaned);
   note_layout(run);
   loom_progress_note(p, "data: %s", loom_data_describe(run->batch.source));
+  const loom_skip_steps *skip = &run->skip.steps;
+  if (skip->n)
+    loom_progress_note(p, "training.skip_steps %s: %ld step%s read, not trained on (the "
+                       "learning rate follows the steps trained)", run->cfg->training.skip_steps,
+                       loom_skip_steps_count(skip, run->cfg->training.steps),
+                       loom_skip_steps_count(skip, run->cfg->training.steps) == 1 ? "" : "s");
   if (run->ranks.lead) loom_progress_note(p, "%s", run->mfu.why);
   loom_eval_track_note(&run->eval.loss, p);
   loom_run_report_memory(run);

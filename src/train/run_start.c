@@ -34,15 +34,29 @@ static int load_resume(loom_run *run, const char *ckpt) {
   return loom_run_agree(run, rc);
 }
 
-/* The run's summary.json says it completed. */
-static bool run_completed(const char *run_dir) {
-  char *path = loom_sprintf("%s/summary.json", run_dir);
-  json_t *o = json_load_file(path, 0, NULL);
+
+/* training.skip_steps across a resume: the checkpoint's run skipped what its config.yaml
+ * says; this config must skip the same steps up to the checkpoint (the optimizer's step count
+ * is derived from it), then the steps it names after are honoured. Every rank alike. */
+static int check_skip_history(loom_run *run, const char *ckpt) {
+  char *path = loom_sprintf("%s/config.yaml", ckpt);
+  loom_config *then = loom_malloc(sizeof *then);
+  loom_config_defaults(then);
+  loom_skip_steps was = {0};
+  int rc = 0;
+  if (loom_config_load(then, path) || loom_skip_steps_parse(then->training.skip_steps, &was))
+    loom_err_clear(); /* a checkpoint from elsewhere (no config.yaml): nothing to compare */
+  else if (!loom_skip_steps_same_upto(&was, &run->skip.steps, run->state.step))
+    rc = loom_err("--resume: training.skip_steps is '%s', but the run of %s skipped '%s' (its "
+                  "config.yaml) and the steps up to %ld must stay as they were: keep its ranges "
+                  "up to step %ld and add new ones after it",
+                  run->cfg->training.skip_steps, ckpt, then->training.skip_steps,
+                  run->state.step, run->state.step);
+  loom_skip_steps_free(&was);
+  free(then);
   free(path);
-  bool done = o && json_is_string(json_object_get(o, "status")) &&
-              !strcmp(json_string_value(json_object_get(o, "status")), "completed");
-  json_decref(o);
-  return done;
+  if (rc) loom_run_failed_everywhere(run);
+  return rc;
 }
 
 /* Load the checkpoint to resume from. A final_checkpoint of a run that did not complete (the
@@ -55,12 +69,14 @@ static int resume_from(loom_run *run, const loom_train_opts *o) {
   run->resumed_from = loom_strdup(o->resume);
   char *redo = NULL;
   long step = -1;
-  if (run->state.step >= t->steps && o->resume_run && !run_completed(o->resume_run) &&
+  if (run->state.step >= t->steps && o->resume_run && !loom_run_dir_finished(o->resume_run) &&
       loom_run_dir_newest_periodic(o->resume_run, t->steps, &redo, &step) == 0 && redo) {
     free(run->resumed_from);
     run->resumed_from = redo;
     if (load_resume(run, redo)) return LOOM_ERR;
   }
+  if (check_skip_history(run, run->resumed_from)) return LOOM_ERR;
+  loom_run_skip_set_optimizer(run); /* the learning rate follows the steps trained */
   if (run->state.step < t->steps) {
     if (run->ranks.mesh.member && run->ranks.mesh.rank == 0) /* counted once in the sum over dp */
       loom_data_add_skipped(run->batch.source, (uint64_t)run->state.skipped_bad);

@@ -1,5 +1,6 @@
 /* The concerns of one training step, as the driver's loop (run.c) calls them: a fault the
- * failure tests inject, the next batches, counting the step (tokens, time, the timed
+ * failure tests inject, the next batches, whether the step is one of training.skip_steps
+ * (read, not trained on), counting the step (tokens, time, the timed
  * average), recording it (metrics.jsonl, the registry's heartbeat, the progress line), the
  * ranks' agreement that it went well, the periodic validation, and the periodic checkpoint
  * with the pruning of older ones. */
@@ -12,6 +13,7 @@
 
 #include "loom/checkpoint.h"
 #include "loom/fault.h"
+#include "loom/vision_module.h"
 #include "train/run_dir.h"
 #include "train/run_internal.h"
 
@@ -21,26 +23,31 @@ void loom_run_clock_start(loom_run *run) {
   run->clock.first_step = run->state.step;
   run->clock.timed = 0;
   run->clock.timed_steps = 0;
-  run->clock.min_loss = NAN;
-  run->clock.last_loss = NAN;
+  run->clock.last_loss = NAN; /* min_loss: from the metrics.jsonl lines a resume kept */
 }
 
 /* Fault injection for the failure tests: LOOM_FAULT=exit:RANK:STEP makes that rank die (as a
  * crash would) before that step, LOOM_FAULT=hang:RANK:STEP makes it stop answering,
- * LOOM_FAULT=kill:RANK:STEP makes it SIGKILL itself; kill-<point>:RANK:STEP is fault.c's. */
-void loom_run_inject_fault(const loom_run *run) {
+ * LOOM_FAULT=kill:RANK:STEP makes it SIGKILL itself, LOOM_FAULT=error:RANK:STEP makes it fail
+ * alone with an error (as a read error of its data would: the error returned);
+ * kill-<point>:RANK:STEP is fault.c's. */
+int loom_run_inject_fault(const loom_run *run) {
   const char *f = getenv("LOOM_FAULT");
   char kind[8];
   int rank;
   long step;
-  if (!f || sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3) return;
-  if (rank != run->ranks.job.rank || step != run->state.step + 1 || !loom_fault_fire_once()) return;
+  if (!f || sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3) return 0;
+  if (rank != run->ranks.job.rank || step != run->state.step + 1 || !loom_fault_fire_once())
+    return 0;
+  if (!strcmp(kind, "error"))
+    return loom_err("LOOM_FAULT: an error of this rank alone before step %ld (injected)", step);
   fprintf(stderr, "loom: LOOM_FAULT: rank %d %s before step %ld\n", rank, kind, step);
   fflush(stderr);
   if (!strcmp(kind, "exit")) _exit(3);
   if (!strcmp(kind, "kill")) kill(getpid(), SIGKILL);
   if (!strcmp(kind, "hang"))
     for (;;) pause();
+  return 0;
 }
 
 /* The batches of every micro-step into batch.tokens/targets (and a vision-language run's
@@ -64,12 +71,36 @@ int loom_run_next_batches(loom_run *run) {
   return 0;
 }
 
+/* A step of training.skip_steps (Megatron-LM's --skip-train-iteration-range): its batches
+ * have been read, so every later step reads what it would have read, but nothing is trained
+ * on them: no forward, backward or optimizer step. As in Megatron the learning-rate schedule
+ * does not advance (it follows the optimizer's own step count, the steps trained), and no
+ * tokens count as trained. Every rank decides alike from the config and the step. */
+bool loom_run_skip_step(loom_run *run, loom_step_result *res) {
+  long step = run->state.step + 1;
+  run->skip.now = loom_skip_steps_has(&run->skip.steps, step);
+  if (!run->skip.now) return false;
+  long trained = run->state.step - loom_skip_steps_count(&run->skip.steps, run->state.step);
+  *res = (loom_step_result){.loss = NAN, .grad_norm = NAN,
+                            .lr = loom_lr_at(&run->cfg->training, trained)};
+  return true;
+}
+
+void loom_run_skip_set_optimizer(loom_run *run) {
+  long trained = run->state.step - loom_skip_steps_count(&run->skip.steps, run->state.step);
+  loom_exec_optimizer(run->exec)->step = trained;
+  loom_vmod *vm = loom_exec_vision(run->exec);
+  if (vm) loom_vmod_optimizer(vm)->step = trained;
+}
+
 /* The step taken (dt seconds): the trainer state's step, tokens and elapsed time, the timed
- * average (the first step of a process warms caches: not timed), the losses. */
+ * average (the first step of a process warms caches: not timed), the losses. A skipped step
+ * counts as a step, with neither tokens, time nor loss. */
 void loom_run_count_step(loom_run *run, const loom_step_result *res, double dt) {
   run->state.step++;
   run->state.tokens_seen += res->tokens;
   run->state.elapsed = loom_now() - run->clock.start;
+  if (run->skip.now) return;
   if (run->state.step > run->clock.first_step + 1) {
     run->clock.timed += dt;
     run->clock.timed_steps++;
@@ -90,6 +121,13 @@ static const char *json_num(char *buf, size_t n, double x) {
 static int write_metrics(loom_run *run, const loom_step_result *r, double dt) {
   if (!run->ranks.lead) return 0;
   char loss[32], norm[32], skipped[48] = "", line[512];
+  if (run->skip.now) { /* training.skip_steps: the step, its learning rate, nothing trained */
+    int n = snprintf(line, sizeof line,
+                     "{\"step\": %ld, \"skipped\": true, \"lr\": %.17g, \"step_time\": %.6f, "
+                     "\"time\": %.3f, \"tokens\": %ld}\n",
+                     run->state.step, r->lr, dt, run->state.elapsed, run->state.tokens_seen);
+    return loom_append_checked(run->out.metrics, run->out.metrics_path, line, (size_t)n);
+  }
   if (run->cfg->data.skip_bad_samples && loom_data_is_vqa(run->batch.source))
     snprintf(skipped, sizeof skipped, ", \"skipped_bad\": %ld", run->state.skipped_bad);
   int n = snprintf(line, sizeof line,
@@ -106,6 +144,11 @@ static int write_metrics(loom_run *run, const loom_step_result *r, double dt) {
  * line with its ETA. Returns the metrics write's status. */
 int loom_run_record_step(loom_run *run, const loom_step_result *res, double dt) {
   int rc = write_metrics(run, res, dt);
+  if (run->skip.now) {
+    loom_progress_note(&run->out.progress, "step %ld skipped (training.skip_steps): its batches "
+                       "read, nothing trained on them; lr stays %.3e", run->state.step, res->lr);
+    return rc;
+  }
   loom_registry_run_heartbeat(run->out.registry, run->state.step, res->loss);
   long timed_steps = run->clock.timed_steps;
   double avg = timed_steps ? run->clock.timed / timed_steps : dt;
@@ -120,7 +163,7 @@ int loom_run_record_step(loom_run *run, const loom_step_result *res, double dt) 
  * stays as it is. */
 int loom_run_agree_step(loom_run *run, const loom_step_result *res, int rc) {
   if (!rc && run->failure.deferred) rc = loom_err("%s", run->failure.deferred);
-  if (!rc && res->loss != res->loss)
+  if (!rc && !run->skip.now && res->loss != res->loss)
     rc = loom_err("loss became NaN at step %ld; lower training.lr or enable "
                   "training.grad_clip",
                   run->state.step);

@@ -89,7 +89,7 @@ kill_rank_after() { # ms, rank index (0/1), output_dir
 finish_by_resume() { # output_dir, what
   local out=$1 tries=0 err
   # the kill came after the end: the run is complete (and --resume would refuse it)
-  grep -qs '"status": "completed"' "$(ls -td "$out"/*/ 2>/dev/null | head -1)summary.json" && return 0
+  grep -qs '"status": "finished"' "$(ls -td "$out"/*/ 2>/dev/null | head -1)summary.json" && return 0
   while [ $tries -lt 4 ]; do
     tries=$((tries + 1))
     if err=$(job run.output_dir="$out" --resume latest 2>&1 >/dev/null); then return 0; fi

@@ -74,7 +74,7 @@ out=$(LOOM_FAULT_ONCE="$WORK/once" LOOM_FAULT=hang:1:2 timeout 120 "$LOOM" train
 run=$(ls -d "$RUNS"/*/ | head -1)
 check "hung rank, --max-restarts 1: completes" test $rc = 0
 check "hung rank: the restart is in train.log" grep -q "restart 1 of 1 after: " "$run/train.log"
-check "hung rank: completed summary" grep -q '"status": "completed"' "$run/summary.json"
+check "hung rank: finished summary" grep -q '"status": "finished"' "$run/summary.json"
 rm -rf "$RUNS"
 out=$(LOOM_FAULT=exit:0:3 timeout 120 "$LOOM" train "${M[@]}" parallel.dp=2 training.micro_batch_size=1 \
   --nproc 2 --max-restarts 2 2>&1); rc=$?

@@ -75,7 +75,7 @@ check "resume latest picked checkpoint_9" grep -q "resumed from $RUN/checkpoint_
 if [ "$(losses "$REF")" = "$(losses "$RUN")" ]; then pass; else
   fail "losses after the resumes differ from the uninterrupted run"; diff <(losses "$REF") <(losses "$RUN") >&2; fi
 check "final weights identical" cmp -s "$REF/final_checkpoint/model.safetensors" "$RUN/final_checkpoint/model.safetensors"
-check "summary.json says completed" grep -q '"status": "completed"' "$RUN/summary.json"
+check "summary.json says finished" grep -q '"status": "finished"' "$RUN/summary.json"
 # killed after final_checkpoint was saved but before summary.json: --resume latest redoes
 # the last steps from the newest periodic checkpoint (final_checkpoint alone has nothing left)
 cp "$RUN/final_checkpoint/model.safetensors" "$WORK/final_model.st"
@@ -83,7 +83,7 @@ rm "$RUN/summary.json"
 "$LOOM" train --resume latest run.output_dir="$RUNS" --quiet >/dev/null 2>"$WORK/redo.err" ||
   fail "resume of a run killed after its final save failed: $(cat "$WORK/redo.err")"
 check "redo: resumed from checkpoint_9" grep -q "resumed from $RUN/checkpoint_9 at step 9" "$RUN/train.log"
-check "redo: summary completed" grep -q '"status": "completed"' "$RUN/summary.json"
+check "redo: summary finished" grep -q '"status": "finished"' "$RUN/summary.json"
 check "redo: same final weights" cmp -s "$WORK/final_model.st" "$RUN/final_checkpoint/model.safetensors"
 if [ "$(losses "$REF")" = "$(losses "$RUN")" ]; then pass; else fail "redo: losses differ"; fi
 # a finished run: --resume latest has nothing to do and changes nothing

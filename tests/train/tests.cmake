@@ -54,3 +54,9 @@ foreach(t ${LOOM_PARALLEL_SCRIPT_TESTS})
   set_tests_properties(train_parallel_${t} PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE
     ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
 endforeach()
+# Signals and preemption (SIGINT, SIGTERM, SIGUSR1; one process, --nproc, raw mpirun, a second
+# signal, a closed pipe): under mpirun, whose start-up allocations LeakSanitizer would report.
+add_test(NAME train_signal_test
+  COMMAND bash ${CMAKE_SOURCE_DIR}/tests/train/signal_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(train_signal_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
