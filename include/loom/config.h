@@ -108,8 +108,8 @@ typedef struct {
   loom_step_range *r; /* (n) */
   int n;
 } loom_skip_steps;
-/* text: comma-separated steps N or ranges A-B (1 <= A <= B), any order, no overlaps ("": none).
- * Errors name the item at fault. */
+/* text: steps N or ranges A-B (1 <= A <= B) separated by commas or spaces, any order, no
+ * overlaps ("": none). Errors name the item at fault. */
 int loom_skip_steps_parse(const char *text, loom_skip_steps *out);
 void loom_skip_steps_free(loom_skip_steps *s);
 bool loom_skip_steps_has(const loom_skip_steps *s, long step);

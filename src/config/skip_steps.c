@@ -1,7 +1,7 @@
 /* training.skip_steps: the steps a run reads the batches of without training on them (getting
- * past a loss spike, as Megatron-LM's --skip-train-iteration-range), written "100-110,300-400":
- * comma-separated steps N or inclusive ranges A-B (1 <= A <= B), in any order, without
- * overlaps. Parsed here once for validation (errors name the item) and for the trainer. */
+ * past a loss spike, as Megatron-LM's --skip-train-iteration-range), written "100-110,300-400"
+ * or "100-110 300-400" (a comma on the command line is Hydra's sweep: quote the value, or use
+ * spaces): steps N or inclusive ranges A-B (1 <= A <= B), in any order, without overlaps. Parsed here once for validation (errors name the item) and for the trainer. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -30,19 +30,16 @@ static int by_first(const void *a, const void *b) {
 static int parse_item(const char *text, size_t len, loom_step_range *out) {
   char *item = loom_strndup(text, len);
   const char *p = item;
-  while (*p == ' ') p++;
   long a = step_number(&p), b = a;
-  while (*p == ' ') p++;
   if (a >= 0 && *p == '-') {
     p++;
-    while (*p == ' ') p++;
     b = step_number(&p);
-    while (*p == ' ') p++;
   }
   int rc = 0;
   if (a < 0 || b < 0 || *p)
     rc = loom_err("training.skip_steps: '%s' is not a step or a range of steps (write them as "
-                  "\"100-110,300-400\": steps N or inclusive ranges A-B, comma-separated)", item);
+                  "\"100-110,300-400\" or \"100-110 300-400\": steps N or inclusive ranges A-B)",
+                  item);
   else if (a < 1)
     rc = loom_err("training.skip_steps: '%s': steps count from 1", item);
   else if (b < a)
@@ -54,18 +51,14 @@ static int parse_item(const char *text, size_t len, loom_step_range *out) {
 
 int loom_skip_steps_parse(const char *text, loom_skip_steps *out) {
   memset(out, 0, sizeof *out);
-  const char *p = text;
-  while (*p == ' ') p++;
-  if (!*p) return 0;
+  static const char sep[] = ", \t";
   int rc = 0;
-  for (;;) {
-    size_t len = strcspn(p, ",");
+  for (const char *p = text + strspn(text, sep); *p && !rc; p += strspn(p, sep)) {
+    size_t len = strcspn(p, sep);
     out->r = loom_realloc(out->r, (size_t)out->n + 1, sizeof *out->r);
     rc = parse_item(p, len, &out->r[out->n]);
-    if (rc) break;
-    out->n++;
-    if (!p[len]) break;
-    p += len + 1;
+    if (!rc) out->n++;
+    p += len;
   }
   if (!rc && out->n > 1) qsort(out->r, (size_t)out->n, sizeof *out->r, by_first);
   for (int i = 1; i < out->n && !rc; i++)

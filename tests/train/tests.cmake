@@ -60,3 +60,10 @@ add_test(NAME train_signal_test
   COMMAND bash ${CMAKE_SOURCE_DIR}/tests/train/signal_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(train_signal_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
+# training.skip_steps: equal to the run on the token shard cut to lack those batches
+# (skip_steps_cut.py), the learning rate, resume (one process bitwise, dp=2 under --nproc),
+# bad ranges named.
+add_test(NAME train_skip_steps_test
+  COMMAND bash ${CMAKE_SOURCE_DIR}/tests/train/skip_steps_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(train_skip_steps_test PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
