@@ -5,7 +5,12 @@
 # "measured" is the fastest step of all runs but each run's first (warm-up) step: on a machine
 # shared with other work, other load only ever adds time, so the fastest step is the best
 # estimate of the step alone (the median is printed next to it).
-# Not a CTest test: timings on a shared machine are noisy. Takes ~10 minutes on 2 cores.
+# Not a CTest test: timings on a shared machine are noisy (the CTest suite asserts only what is
+# deterministic: instruction order, bytes per collective, memory). Takes ~15 minutes on 2 cores.
+# The "long llama" cases are the step-time half of tests/sim/sim_vs_train_cp_test.py (context
+# parallelism on 2048-token sequences); the "moe" cases compare loom's own MoE runs (expert
+# parallelism over MPI) once `loom train` runs parallel.ep: until then they are reported as
+# skipped, with the trainer's message.
 #
 # usage: bench/sim_vs_train.sh [path/to/loom] [--repeat R] [--steps S] [--only REGEX]
 # env:   PROFILE=FILE  use this profile instead of calibrating (loom bench --nproc 2)
@@ -71,6 +76,15 @@ GPT=(model.preset=tiny-gpt2 model.vocab_size=512 model.layers=4 model.hidden=256
 LLAMA=(model.preset=tiny-llama model.vocab_size=512 model.layers=4 model.hidden=256 model.heads=4
   model.kv_heads=2 model.intermediate=704 training.seq_len=128 training.micro_batch_size=4
   training.grad_accum=4)
+# Llama of hidden 128, one 2048-token sequence per micro-batch: the ring's exchanges and the
+# per-chunk compute of context parallelism
+LONG=(model.preset=tiny-llama model.vocab_size=512 model.layers=2 model.hidden=128 model.heads=4
+  model.kv_heads=2 model.intermediate=256 model.max_seq=2048 training.seq_len=2048
+  training.micro_batch_size=1 training.grad_accum=2)
+# tiny Qwen3-MoE (8 experts, top 2): the router, the dispatch/combine all-to-alls and the
+# experts' GEMMs of loom's executor
+MOE=(model.preset=tiny-qwen3-moe model.vocab_size=512 model.layers=4 training.seq_len=128
+  training.micro_batch_size=4 training.grad_accum=2)
 COMMON=(training.steps=$STEPS training.warmup_steps=1 data.train_shards=$WORK/train.bin
   checkpoint.every=0 checkpoint.save_final=false run.output_dir=$WORK/runs)
 
@@ -100,6 +114,14 @@ CASES=(
   "llama cp2|2|LLAMA|parallel.cp=2"
   "cp4|4|GPT|parallel.cp=4"
   "cp2 tp2|4|GPT|parallel.cp=2 parallel.tp=2"
+  "long llama cp1|1|LONG|"
+  "long llama cp2|2|LONG|parallel.cp=2"
+  "long llama cp4|4|LONG|parallel.cp=4"
+  "long llama cp2 tp2|4|LONG|parallel.cp=2 parallel.tp=2"
+  "moe dp2|2|MOE|parallel.dp=2"
+  "moe ep2|2|MOE|parallel.dp=2 parallel.ep=2"
+  "moe ep4|4|MOE|parallel.dp=4 parallel.ep=4"
+  "moe ep2 zero1|2|MOE|parallel.dp=2 parallel.ep=2 parallel.zero=1"
 )
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -108,7 +130,12 @@ n=0 within=0
 for c in "${CASES[@]}"; do
   IFS='|' read -r name np model over <<<"$c"
   echo "$name" | grep -Eq "$ONLY" || continue
-  if [ "$model" = GPT ]; then M=("${GPT[@]}"); else M=("${LLAMA[@]}"); fi
+  case $model in
+    GPT) M=("${GPT[@]}") ;;
+    LLAMA) M=("${LLAMA[@]}") ;;
+    LONG) M=("${LONG[@]}") ;;
+    MOE) M=("${MOE[@]}") ;;
+  esac
   read -r -a O <<<"$over"
   steps=""
   for r in $(seq "$REPEAT"); do
@@ -116,6 +143,10 @@ for c in "${CASES[@]}"; do
     rm -rf "$WORK/runs"
     if ! timeout 900 "${PRIO[@]}" "${MPIRUN[@]}" -np "$np" "$LOOM" train "${M[@]}" "${COMMON[@]}" "${O[@]}" \
         run.name=bench --quiet >"$WORK/train.log" 2>&1; then
+      if [ "$model" = MOE ]; then # the hook: the trainer's MoE lands with issue 25
+        printf "%-26s %5s %s\n" "$name" "$np" "skipped: loom train does not run it yet: $(grep -m1 -i error "$WORK/train.log" | cut -c1-80)"
+        continue 2
+      fi
       echo "$name: training failed:" >&2; tail -3 "$WORK/train.log" >&2; continue 2
     fi
     steps="$steps $(sed -n '2,$s/.*"step_time": \([0-9.e+-]*\),.*/\1/p' "$WORK"/runs/bench_*/metrics.jsonl)"

@@ -169,7 +169,10 @@ int loom_model_spec_from_config(loom_model_spec *spec, const loom_config_model *
   }
   if (mc->kv_heads) spec->kv_heads = (int)mc->kv_heads;
   if (spec->kv_heads == 0) spec->kv_heads = spec->heads;
-  spec->head_dim = mc->head_dim ? (int)mc->head_dim : 0;
+  /* a preset's explicit head_dim (Qwen3: != hidden/heads) stays unless the config sets one or
+   * changes hidden or heads (then hidden/heads, below) */
+  if (mc->head_dim) spec->head_dim = (int)mc->head_dim;
+  else if (mc->hidden || mc->heads) spec->head_dim = 0;
   if (mc->intermediate) spec->intermediate = (int)mc->intermediate;
   if (spec->intermediate == 0 && spec->arch == LOOM_ARCH_GPT2) {
     if (spec->hidden > INT_MAX / 4)

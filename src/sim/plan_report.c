@@ -47,8 +47,9 @@ static const char *differences(const loom_sim_strategy *b, const loom_sim_strate
               {"mbs", b->micro_batch, o->micro_batch}, {"zero", b->zero, o->zero},
               {"seq-par", b->seq_par, o->seq_par},
               {"recompute", (int)b->recompute, (int)o->recompute}};
+  bool folded = (b->etp > 0 && b->etp != b->tp) || (o->etp > 0 && o->etp != o->tp);
   for (size_t i = 0; i < sizeof axes / sizeof axes[0] && n < sizeof s; i++)
-    if (axes[i].x != axes[i].y)
+    if (axes[i].x != axes[i].y && (folded || strcmp(axes[i].name, "etp")))
       n += (size_t)snprintf(s + n, sizeof s - n, "%s%s %d -> %d", n ? ", " : "", axes[i].name,
                             axes[i].x, axes[i].y);
   return n ? s : "the schedule";

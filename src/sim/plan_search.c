@@ -1,7 +1,8 @@
 /* The planner's search: every layout of the ranks (tp, Megatron sequence parallelism or
  * Ulysses sp (also with tp: heads split by tp, then sp), context parallelism cp, pp, vpp and
  * schedule, dp filling the rest; for MoE models ep and etp, the experts folded onto the same
- * ranks), micro-batch size, ZeRO stage (FSDP2 profiles: ZeRO-3) and recomputation, checked
+ * ranks), micro-batch size, ZeRO stage (what the profile's recipe runs: FSDP2 ZeRO-3,
+ * Megatron-LM 0, 1 or 3) and recomputation, checked
  * against the trainer's layout rules, costed in closed form (plan_estimate.c) and pruned by
  * memory; the best `finalists` are then simulated on their
  * real schedules and ranked by the simulated step time. */
@@ -139,7 +140,9 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
     if (ep > 1 && (spec->moe.experts <= 0 || spec->moe.experts % ep)) break;
     eps[neps++] = ep;
   }
-  bool fsdp = hw->recipe == LOOM_RECIPE_FSDP2; /* FSDP shards everything over dp (ZeRO-3) */
+  /* what the framework runs: FSDP shards everything over dp (ZeRO-3); Megatron-LM's distributed
+   * optimizer shards the optimizer state only (ZeRO-1; its FSDP is ZeRO-3), no ZeRO-2 */
+  bool fsdp = hw->recipe == LOOM_RECIPE_FSDP2, megatron = hw->recipe == LOOM_RECIPE_MEGATRON;
   for (int tp = 1; tp <= q->gpus && tp <= 64; tp *= 2) {
     if (spec->heads % tp || spec->kv_heads % tp || spec->intermediate % tp) continue;
     for (int sq = 0; sq < 2; sq++) {
@@ -219,6 +222,7 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
                   for (int zero = 0; zero <= 3; zero++) {
                     if (zero > 0 && dp * cp * sp == 1) break;
                     if (fsdp && zero < 3 && dp * cp * sp > 1) continue;
+                    if (megatron && zero == 2) continue;
                     st.zero = zero;
                     loom_sim_ctx_init(&c, spec, hw, &st);
                     plan_eval ev;

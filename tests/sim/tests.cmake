@@ -4,8 +4,7 @@ add_test(NAME sim_vs_train COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/sim/
 set_tests_properties(sim_vs_train PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
   ENVIRONMENT "LOOM_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")
 # Context parallelism and Ulysses x TP: instruction order, bytes per collective (= comm.json =
-# closed forms) on 2-4 ranks, and the cp step times against a fresh `loom bench` profile
-# (asserted within 15% only on a quiet machine; recorded otherwise).
+# closed forms) on 2-4 ranks. Nothing timed: the step times are bench/sim_vs_train.sh's.
 add_test(NAME sim_vs_train_cp COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/sim/sim_vs_train_cp_test.py $<TARGET_FILE:loom>)
-set_tests_properties(sim_vs_train_cp PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE
+set_tests_properties(sim_vs_train_cp PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
   ENVIRONMENT "LOOM_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")
