@@ -7,6 +7,7 @@
 #include "loom/config_schema.h"
 #include "loom/core.h"
 #include "train/lineage.h"
+#include "train/run_dir.h"
 
 static const char *const bookkeeping[] = {
     "run.output_dir",       "run.max_restarts",    "run.tags",           "run.notes",
@@ -98,6 +99,8 @@ int loom_lineage_resolve(loom_config *cfg, char **run_dir, char **ckpt, char *no
   bool fork;
   char changed[1024], book[1024];
   loom_lineage_compare(cfg, &run, &fork, changed, sizeof changed, book, sizeof book);
+  bool finished = !fork && *ckpt && loom_run_dir_finished(*run_dir);
+  if (finished) fork = true; /* a finished run is never trained again in its directory */
   char *copy = loom_strdup(*run_dir);
   size_t len = strlen(copy);
   while (len > 1 && copy[len - 1] == '/') copy[--len] = 0;
@@ -122,8 +125,12 @@ int loom_lineage_resolve(loom_config *cfg, char **run_dir, char **ckpt, char *no
     if (!rc) rc = set_text(cfg->run.parent_checkpoint, sizeof cfg->run.parent_checkpoint,
                            "run.parent_checkpoint", abs ? abs : *ckpt);
     free(abs);
-    snprintf(note, n, "a new run forked from run %s at %s: the config differs from the "
-             "run's in %s (the parent's files are left as they are)", id, *ckpt, changed);
+    if (finished)
+      snprintf(note, n, "a new run forked from run %s at %s: run %s is finished (same config; "
+               "its files are left as they are)", id, *ckpt, id);
+    else
+      snprintf(note, n, "a new run forked from run %s at %s: the config differs from the "
+               "run's in %s (the parent's files are left as they are)", id, *ckpt, changed);
     free(*run_dir);
     *run_dir = NULL;
   }

@@ -32,7 +32,9 @@ int loom_lineage_load_run_config(const char *run_dir, const char *ckpt, loom_con
 /* What --resume does with cfg, decided before training (every rank alike, from the same
  * files). *run_dir and *ckpt as loom_run_dir_resolve gave them (both NULL without --resume).
  * Continue: cfg takes the run's run.parent/run.parent_checkpoint; a forked run restarted
- * before its first checkpoint of its own resumes from run.parent_checkpoint (*ckpt set).
+ * before its first checkpoint of its own resumes from run.parent_checkpoint (*ckpt set). A
+ * checkpoint of a finished run (summary.json finished) is always a fork, same config or not:
+ * a finished run's files are never rewritten.
  * Fork: cfg->run.parent = the run's id, cfg->run.parent_checkpoint = the checkpoint's
  * absolute path, *run_dir freed and NULL (a new run directory). Without --resume, a
  * run.parent of the config (a forked run's config.yaml trained again) is cleared: that run

@@ -193,6 +193,19 @@ static int check_run_dir(const char *dir) {
   return 0;
 }
 
+/* A forked run (its config.yaml records run.parent_checkpoint): before a checkpoint of its
+ * own it resumes from the one it was forked from (lineage.c). */
+static bool forked_run(const char *dir) {
+  char *path = loom_sprintf("%s/config.yaml", dir);
+  loom_config *cfg = loom_malloc(sizeof *cfg);
+  loom_config_defaults(cfg);
+  bool forked = loom_config_load(cfg, path) == 0 && cfg->run.parent_checkpoint[0];
+  loom_err_clear();
+  free(cfg);
+  free(path);
+  return forked;
+}
+
 int loom_run_dir_resolve(const char *arg, const char *output_dir, bool allow_none,
                          char **run_dir, char **ckpt) {
   *run_dir = *ckpt = NULL;
@@ -215,7 +228,7 @@ int loom_run_dir_resolve(const char *arg, const char *output_dir, bool allow_non
     free(dir);
     return LOOM_ERR;
   }
-  if (!*ckpt && !allow_none) {
+  if (!*ckpt && !allow_none && !forked_run(dir)) {
     loom_err("--resume %s: run '%s' has no complete checkpoint (checkpoint_<step>/ with a "
              "COMPLETE marker); start the run again without --resume", arg, dir);
     free(dir);

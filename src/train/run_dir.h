@@ -23,7 +23,8 @@ int loom_run_dir_newest_periodic(const char *run_dir, long below, char **ckpt, l
 /* What `--resume ARG` names: "latest" (the newest run under output_dir), a run directory, or
  * a checkpoint directory. Sets *run_dir and *ckpt (malloc'd); *ckpt is the newest complete
  * checkpoint of a run directory, NULL when it has none and allow_none is set (a restart
- * before the first checkpoint: the run starts again from step 0), else an error. A named
+ * before the first checkpoint: the run starts again from step 0) or the run is a fork (it
+ * resumes from run.parent_checkpoint: loom_lineage_resolve), else an error. A named
  * checkpoint must be complete. */
 int loom_run_dir_resolve(const char *arg, const char *output_dir, bool allow_none,
                          char **run_dir, char **ckpt);

@@ -8,7 +8,8 @@
 # and leaves every file of the parent byte-for-byte as it was. A run killed mid-way is
 # crashed in the registry with metrics.jsonl's training time. A forked run killed before
 # its first checkpoint of its own is restarted by the supervisor from its parent checkpoint
-# as the same run; `--resume latest` continues it too.
+# as the same run; `--resume latest` and `--resume <its dir>` continue it too. A checkpoint of
+# a finished run resumed with its config is a fork: the finished run is never re-trained.
 . "$(dirname "$0")/common.sh"
 make_data || { echo "could not make test data"; exit 1; }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -162,6 +163,37 @@ check "supervised fork: metrics 7..16" test "$(steps_of "$S")" = "$(seq -s ' ' 7
 if [ "$(losses "$C")" = "$(losses "$S")" ]; then pass; else
   fail "supervised fork: losses differ from the undisturbed fork's"; diff <(losses "$C") <(losses "$S") >&2; fi
 if [ "$(state "$P")" = "$BEFORE" ]; then pass; else fail "supervised fork: the parent changed"; fi
+
+# ---- a fork stopped before its own first checkpoint: --resume <its dir> continues it from ------
+# ---- the parent's checkpoint as the same run (the user's way, not only the supervisor's) ----
+"$LOOM" runs --db "$RUNS/registry.db" delete "$(basename "$S")" --files >/dev/null
+"$LOOM" train --resume "$P/checkpoint_6" training.steps=16 --stop-after 8 --quiet >/dev/null 2>&1 ||
+  fail "fork stopped at 8 failed"
+S=$(dirs | grep -v "^$P$" | grep -v "^$C$")
+check "fork stopped at 8: no checkpoint of its own" test -z "$(ls -d "$S"/checkpoint_* 2>/dev/null)"
+run_loom train --resume "$S" --quiet
+expect_rc "--resume <the fork's dir> before its first checkpoint" 0
+check "--resume <fork dir>: the same run continued" grep -q "continuing run $(basename "$S")" "$S/train.log"
+check "--resume <fork dir>: from the parent's checkpoint" grep -q "resumed from $P/checkpoint_6 at step 6" "$S/train.log"
+check "--resume <fork dir>: metrics 7..16, no grandchild" test "$(steps_of "$S")/$(dirs | wc -l)" = "$(seq -s ' ' 7 16) /3"
+check "--resume <fork dir>: the undisturbed fork's losses" test "$(losses "$S")" = "$(losses "$C")"
+check "--resume <fork dir>: finished in summary.json and the registry" \
+  test "$(json "$S" status)/$(reg "$(basename "$S")" status)" = "finished/'finished'"
+"$LOOM" runs --db "$RUNS/registry.db" delete "$(basename "$S")" --files >/dev/null
+
+# ---- a checkpoint of a finished run with its own config: a fork, never re-trained in place ---
+BEFORE=$(state "$P")
+run_loom train --resume "$P/checkpoint_6" --quiet
+expect_rc "--resume <finished run>/checkpoint_6" 0
+G=$(dirs | grep -v "^$P$" | grep -v "^$C$")
+check "finished run's checkpoint: a new run" test "$(echo "$G" | wc -w)" = 1
+check "finished run's checkpoint: train.log says why" grep -q "a new run forked from run $PID at $P/checkpoint_6: run $PID is finished (same config; its files are left as they are)" "$G/train.log"
+if [ "$(state "$P")" = "$BEFORE" ]; then pass; else fail "finished run's checkpoint: the parent changed"; fi
+check "finished run's checkpoint: the parent's losses from step 7, bitwise" test "$(losses "$G")" = "$(losses "$P" | tail -n +7)"
+check "finished run's checkpoint: the parent still finished" test "$(reg "$PID" status)" = "'finished'"
+expect_fail "--resume <finished run>: nothing left to train" "nothing left to train" \
+  "$LOOM" train --resume "$P" --quiet
+"$LOOM" runs --db "$RUNS/registry.db" delete "$(basename "$G")" --files >/dev/null
 
 # ---- without --resume, a forked run's config.yaml trains a fresh run, nobody's child --------
 "$LOOM" train "$C/config.yaml" run.name=fresh training.steps=2 --quiet >/dev/null 2>"$WORK/fresh.err" ||
