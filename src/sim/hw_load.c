@@ -585,13 +585,15 @@ int loom_hw_load(loom_hw_profile *hw, const char *name) {
     return loom_err("no profile of this machine yet: run 'loom bench' (add '--nproc 2' to "
                     "measure MPI collectives too); it writes configs/hardware/this-machine.yaml");
   return loom_err("unknown hardware profile '%s': no configs/hardware/%s.yaml here or under %s "
-                  "(shipped: a100-80gb, h100-sxm, h200; or give a path to a YAML file)",
+                  "(shipped: a100-80gb, h100-sxm, h100-sxm-hf, h100-fsdp2, h200; or give a path "
+                  "to a YAML file)",
                   name, name, LOOM_SOURCE_DIR);
 }
 
 void loom_hw_list(void) {
   printf("hardware profiles: configs/hardware/*.yaml (here or under %s):\n", LOOM_SOURCE_DIR);
-  static const char *const shipped[] = {"a100-80gb", "h100-sxm", "h200", "this-machine"};
+  static const char *const shipped[] = {"a100-80gb",  "h100-sxm", "h100-sxm-hf",
+                                        "h100-fsdp2", "h200",     "this-machine"};
   for (size_t i = 0; i < sizeof shipped / sizeof shipped[0]; i++) {
     loom_hw_profile hw;
     if (loom_hw_load(&hw, shipped[i]) == 0)

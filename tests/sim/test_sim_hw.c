@@ -25,6 +25,51 @@ static void test_shipped(void) {
         "unknown name");
 }
 
+/* FP8, grouped GEMMs, the all-to-all over nodes and the recipe of a profile */
+static void test_moe_keys(void) {
+  loom_hw_profile hw, b;
+  CHECK(load_hw(&hw, "h100-sxm") == 0, "%s", loom_errmsg());
+  CHECK(hw.peak_flops[LOOM_DT_FP8] == 1979e12 && hw.n_gemm_eff_fp8 > 0 && hw.n_grouped > 0 &&
+            hw.ep_overlap && hw.recipe == LOOM_RECIPE_MEGATRON,
+        "h100-sxm: the FP8 peak and curve, grouped GEMMs, EP overlap, Megatron");
+  /* an FP8 GEMM of 4096^3 at 0.67 of 1979 TFLOP/s; a device without FP8 runs bf16's */
+  double t = loom_hw_gemm_time(&hw, LOOM_DT_FP8, LOOM_GEMM_FWD, 4096, 4096, 4096, 1);
+  CHECK(fabs(t - (2 * 4096.0 * 4096 * 4096 / (1979e12 * 0.67) + hw.gemm_overhead)) < 1e-9,
+        "FP8 GEMM %g s", t);
+  loom_hw_profile nf = hw;
+  nf.peak_flops[LOOM_DT_FP8] = 0;
+  CHECK(loom_hw_gemm_time(&nf, LOOM_DT_FP8, LOOM_GEMM_FWD, 4096, 4096, 4096, 1) ==
+            loom_hw_gemm_time(&nf, LOOM_DT_BF16, LOOM_GEMM_FWD, 4096, 4096, 4096, 1),
+        "no FP8 peak: the bf16 GEMM");
+  /* 4 groups of 256 rows: one 1024-row GEMM at 0.82 */
+  double g = loom_hw_grouped_gemm_time(&hw, LOOM_DT_BF16, LOOM_GEMM_FWD, 4, 256, 4096, 2048);
+  double one = loom_hw_gemm_time(&hw, LOOM_DT_BF16, LOOM_GEMM_FWD, 1024, 4096, 2048, 1);
+  CHECK(fabs((g - hw.gemm_overhead) * 0.82 - (one - hw.gemm_overhead)) < 1e-12,
+        "grouped GEMM %g s against one GEMM %g s", g, one);
+  /* an all-to-all over 4 nodes of 8: 7/32 of each rank's bytes over NVLink, 24/32 over its NIC
+   * at the same time, one latency per other node */
+  double bytes = 134217728, a2a = loom_hw_coll_time(&hw, LOOM_COLL_ALLTOALL, bytes, 1, 32);
+  const loom_hw_tier *ib = &hw.tier[1], *nv = &hw.tier[0];
+  double want = fmax(bytes * 24 / 32 / (ib->bandwidth * ib->efficiency[LOOM_COLL_ALLTOALL]) +
+                         3 * ib->latency,
+                     bytes * 7 / 32 / (nv->bandwidth * nv->efficiency[LOOM_COLL_ALLTOALL]) +
+                         7 * nv->latency);
+  CHECK(fabs(a2a - want) < 1e-12, "all-to-all over 4 nodes: %g s, want %g", a2a, want);
+  CHECK(loom_hw_coll_time(&hw, LOOM_COLL_ALLTOALL, bytes, 1, 8) ==
+            bytes * 7 / 8 / (nv->bandwidth * nv->efficiency[LOOM_COLL_ALLTOALL]) + 7 * nv->latency,
+        "inside a node: the ring's accounting");
+  CHECK(load_hw(&hw, "h100-fsdp2") == 0 && hw.recipe == LOOM_RECIPE_FSDP2, "%s", loom_errmsg());
+  CHECK(load_hw(&hw, "h100-sxm-hf") == 0 && hw.recipe == LOOM_RECIPE_HF_EAGER, "%s", loom_errmsg());
+  /* the new keys survive the writer */
+  CHECK(load_hw(&hw, "h100-sxm") == 0, "%s", loom_errmsg());
+  char *text = loom_hw_to_yaml(&hw, NULL);
+  CHECK(loom_hw_parse(&b, text, "rt.yaml") == 0 && b.peak_flops[LOOM_DT_FP8] == 1979e12 &&
+            b.n_gemm_eff_fp8 == hw.n_gemm_eff_fp8 && b.n_grouped == hw.n_grouped &&
+            b.ep_overlap && b.recipe == LOOM_RECIPE_MEGATRON,
+        "round trip: %s\n%s", loom_errmsg(), text);
+  free(text);
+}
+
 static void test_roundtrip(void) {
   loom_hw_profile a, b;
   CHECK(load_hw(&a, "a100-80gb") == 0, "%s", loom_errmsg());
@@ -88,6 +133,15 @@ static void test_errors(void) {
   bad("name: x\ndevice:\n  attention_head_dim_step: 1e9\n", "bad.yaml", "attention_head_dim_step must be in [0, 4096]");
   bad("name: x\ndevice:\n  memory_fragmentation: 1\n", "bad.yaml", "device.memory_fragmentation must be in [0, 1)");
   bad("name: x\ndevice:\n  memory_fragmentation: -0.1\n", ":3", "must be >= 0");
+  bad("name: x\nruntime:\n  recipe: deepspeed\n", "bad.yaml:3",
+      "runtime.recipe must be megatron, fsdp2, hf-eager or loom");
+  bad("name: x\nruntime:\n  engine: gpu\n  recipe: loom\n", ":4", "needs runtime.engine loom-cpu");
+  bad("name: x\nruntime:\n  ep_comm_overlap: sometimes\n", ":3", "ep_comm_overlap");
+  bad("name: x\ndevice:\n  peak_tflops: {fp4: 1}\n", ":3", "unknown key 'fp4'");
+  bad("name: x\ndevice:\n  grouped_gemm_efficiency: [[512, 0.9], [256, 1]]\n", "bad.yaml",
+      "device.grouped_gemm_efficiency: [dimension, efficiency] pairs with increasing");
+  bad("name: x\ndevice:\n  gemm_efficiency_fp8: [[64, 1.5]]\n", "bad.yaml",
+      "device.gemm_efficiency_fp8");
   bad("name: [x\n", "bad.yaml", "YAML");
   bad("- a\n- b\n", "bad.yaml:1", "mapping");
 }
@@ -201,6 +255,7 @@ static void test_seed_profile(void) {
 }
 
 int main(void) {
+  test_moe_keys();
   test_shipped();
   test_seed_profile();
   test_fuzz_limits();
