@@ -215,9 +215,17 @@ void loom_sim_opt_tensors_of(const loom_sim_ctx *c, int layers, bool embed, bool
   bool dt = c->hw->tp_dtensor && st->tp > 1;
   text->flat = st->zero >= 1 && st->dp > 1;
   int *lin = dt ? text->dtensor : text->eager;
-  lin[0] += layers * w;
+  /* an MoE model's MoE layers (spread evenly; Hugging Face's Qwen2/3-MoE and Mixtral): q, k, v,
+   * o, the router and every local expert's gate, up and down as nn.Linear modules of their own,
+   * and the shared expert's three and its gate; the experts are not tensor-parallel */
+  int L = s->layers > 0 ? s->layers : 1;
+  int moe = (int)lround((double)layers * loom_model_moe_layers(s) / L);
+  int experts = s->moe.experts > 0 ? 3 * (s->moe.experts / sim_ep(st)) : 0;
+  int moe_dense = 5 + (s->moe.shared_intermediate > 0 ? 4 : 0); /* split like the attention */
+  lin[0] += (layers - moe) * w + moe * moe_dense;
+  text->eager[0] += moe * experts;
   lin[1] += layers * b;
-  text->eager[1] += layers * norms;
+  text->eager[1] += layers * (norms + (s->qk_norm ? 2 : 0));
   if (embed) text->eager[0] += 1 + (gpt2 ? 1 : 0);        /* token (and position) embedding */
   if (head) text->eager[1] += gpt2 ? 2 : 1, text->eager[0] += s->tied_embeddings ? 0 : 1;
   const loom_vision_spec *v = &s->vision;

@@ -257,6 +257,9 @@ static void oom_remedies(const loom_sim_strategy *st, const loom_model_spec *spe
   int ep = sim_ep(st), etp = sim_etp(st), S = sim_stage_ranks(st);
   if (spec->moe.experts > 0 && spec->moe.experts % (2 * ep) == 0 && S % (2 * ep * etp) == 0)
     add_remedy(out, n, &k, "more expert parallelism (parallel.ep=%d)", 2 * ep);
+  else if (spec->moe.experts > 0 && etp > 1 && spec->moe.experts % (ep * etp) == 0)
+    add_remedy(out, n, &k, "the experts folded over the tensor-parallel ranks (parallel.ep=%d "
+               "parallel.etp=1: Megatron's folding)", ep * etp);
   if (activations && inflight > 1 && strcmp(st->schedule, "gpipe") == 0)
     add_remedy(out, n, &k,
                "fewer micro-batches in flight (parallel.schedule=1f1b instead of gpipe)");

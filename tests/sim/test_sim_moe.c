@@ -274,6 +274,21 @@ static void test_plan(void) {
   run_done(&r);
 }
 
+/* the seed's MoE study shape, simulated: every point either runs or is out of memory with its
+ * remedies (the experts folded or split further among them) */
+static void test_sweep(void) {
+  char *cmd = loom_sprintf("sweep run '%s/configs/sweeps/qwen3_vl_moe_grid.yaml' --launcher sim "
+                           "--log-dir sim-moe-sweep.tmp --color never", source_dir());
+  run_result r = run_loom(cmd);
+  free(cmd);
+  CHECK(r.status == 0 && HAS(r.out, "72 points", "succeeded", "out of memory", "0 failed"),
+        "sweep: %d %s%s", r.status, r.out, r.err);
+  CHECK(HAS(r.out, "try the experts folded over the tensor-parallel ranks (parallel.ep=8") ||
+            HAS(r.out, "more expert parallelism (parallel.ep="),
+        "an out-of-memory point names an expert-parallel remedy");
+  run_done(&r);
+}
+
 int main(void) {
   test_flops();
   test_a2a_bytes();
@@ -283,5 +298,6 @@ int main(void) {
   test_trace();
   test_megatron_bridge();
   test_plan();
+  test_sweep();
   return harness_finish("test_sim_moe");
 }
