@@ -35,6 +35,7 @@
  * one per thread. */
 #ifndef LOOM_TOKENIZER_H
 #define LOOM_TOKENIZER_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,14 @@ const char *loom_tokenizer_token_bytes(const loom_tokenizer *t, int32_t id, size
 /* "NFC" when the file asks for a normalizer loom does not apply, else NULL. */
 const char *loom_tokenizer_normalizer(const loom_tokenizer *t);
 
+/* Whether text[0, len) may be cut at byte p without changing its encoding:
+ * encode(text) == encode(text[0, p)) followed by encode(text[p, len)). Conservative: true only
+ * after a newline followed by a printable ASCII character (and, for GPT-2's regex, preceded
+ * by one), for the GPT-2, Qwen2 and Llama 3 pre-tokenizer regexes and added tokens that
+ * neither strip nor hold whitespace; false for any other tokenizer. What `loom data tokenize`
+ * cuts a long text at to encode its parts in parallel. */
+bool loom_tokenizer_can_split(const loom_tokenizer *t, const char *text, size_t len, size_t p);
+
 /* Train byte-level BPE on text: GPT-2 pre-tokenizer regex, ids 0..255 the byte tokens
  * (in GPT-2's byte order), then one id per merge until vocab_size - 1 ids, then
  * <|endoftext|> as an added special token (so vocab_size in all). Literal "<|endoftext|>"
@@ -78,6 +87,10 @@ int loom_tokenizer_train(const char *text, size_t len, int vocab_size,
   "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 #define LOOM_QWEN2_PATTERN                                                               \
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+" \
+  "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* Llama 3's Split regex: Qwen2's with digits in groups of up to three. */
+#define LOOM_LLAMA3_PATTERN                                                              \
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+" \
   "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 /* GPT-2's byte <-> unicode mapping: printable bytes map to themselves, the other 68 to

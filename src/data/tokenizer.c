@@ -37,6 +37,7 @@ struct loom_tokenizer {
   loom_u64map *merges;   /* (a << 32 | b) -> (rank << 32 | merged id) */
   int ignore_merges;
   loom_regex *re;        /* NULL: the whole segment is one piece */
+  int split_rule;        /* where a text may be cut without changing its encoding (SPLIT_*) */
   added_token *added;
   size_t n_added;
   uint8_t added_first[256]; /* 1 if some added token starts with this byte */
@@ -47,6 +48,11 @@ struct loom_tokenizer {
   int32_t *cache_ids;
   size_t cache_ids_len, cache_ids_cap, cache_cap;
 };
+
+/* Where loom_tokenizer_can_split may cut a text: never (an unknown pre-tokenizer regex, none,
+ * or added tokens that strip or hold whitespace), after a newline between two printable ASCII
+ * characters (GPT-2's regex), or after a newline before one (Qwen2 and Llama 3's regexes). */
+enum { SPLIT_NEVER, SPLIT_GPT2, SPLIT_QWEN2 };
 
 /* ---- small vectors ----------------------------------------------------------------------- */
 
@@ -322,6 +328,11 @@ static int parse_split(loom_tokenizer *t, json_t *p) {
                     "(as Qwen2 and Llama 3 do)", t->path);
   if (loom_regex_compile(&t->re, json_string_value(rx)))
     return loom_err_prefix("%s: ", t->path);
+  const char *pattern = json_string_value(rx);
+  t->split_rule = !strcmp(pattern, LOOM_GPT2_PATTERN) ? SPLIT_GPT2
+                  : !strcmp(pattern, LOOM_QWEN2_PATTERN) || !strcmp(pattern, LOOM_LLAMA3_PATTERN)
+                      ? SPLIT_QWEN2
+                      : SPLIT_NEVER;
   return 0;
 }
 
@@ -353,7 +364,20 @@ static int parse_pre_tokenizer(loom_tokenizer *t, json_t *root) {
     return unsupported_pretok(t, json_type_of(p));
   }
   if (use_regex && loom_regex_compile(&t->re, LOOM_GPT2_PATTERN)) return -1;
+  if (use_regex) t->split_rule = SPLIT_GPT2;
   return 0;
+}
+
+/* Added tokens that absorb whitespace beside them, or hold whitespace (one could span a
+ * newline), make every cut unsafe. */
+static void check_split_rule(loom_tokenizer *t) {
+  for (size_t k = 0; k < t->n_added; k++) {
+    const added_token *a = &t->added[k];
+    bool space = a->lstrip || a->rstrip;
+    for (size_t i = 0; i < a->len && !space; i++)
+      space = memchr(" \t\n\v\f\r", a->content[i], 6) != NULL;
+    if (space) t->split_rule = SPLIT_NEVER;
+  }
 }
 
 static int parse_normalizer(loom_tokenizer *t, json_t *root) {
@@ -384,6 +408,7 @@ static int parse_root(loom_tokenizer *t, json_t *root) {
   if (parse_model(t, root) || parse_added_tokens(t, json_object_get(root, "added_tokens")) ||
       parse_pre_tokenizer(t, root) || parse_normalizer(t, root))
     return -1;
+  check_split_rule(t);
   return 0;
 }
 
@@ -654,6 +679,24 @@ int loom_tokenizer_encode(loom_tokenizer *t, const char *text, size_t len, int32
   *ids = c.out.v ? c.out.v : loom_malloc(sizeof(int32_t));
   *n = c.out.n;
   return 0;
+}
+
+static bool graphic(unsigned char c) { return c > 0x20 && c < 0x7f; }
+
+/* Why these cuts are exact: the pre-tokenizer splits each segment between added tokens into
+ * pieces that are encoded alone, and none of the supported regexes looks behind, so the
+ * pieces from p on are the same whether the text starts at p or earlier. Before p, the
+ * newline at p-1 ends a piece in both texts: no alternative matches a newline followed by a
+ * printable character, and the only lookahead, \s+(?!\S), decides alike at a printable
+ * character and at the end of the text when the newline is alone in its whitespace run
+ * (GPT-2; Qwen2's \s*[\r\n]+ and [\r\n]* take the whole run either way). Added tokens
+ * neither strip nor hold whitespace (check_split_rule) and none starts at p, so none spans
+ * the cut. tests/data/test_tokenize_split.c checks every cut of random texts. */
+bool loom_tokenizer_can_split(const loom_tokenizer *t, const char *text, size_t len, size_t p) {
+  if (t->split_rule == SPLIT_NEVER || p < 2 || p >= len || text[p - 1] != '\n') return false;
+  unsigned char at = (unsigned char)text[p], before = (unsigned char)text[p - 2];
+  if (!graphic(at) || t->added_first[at]) return false;
+  return t->split_rule == SPLIT_QWEN2 || graphic(before);
 }
 
 /* ---- decoding --------------------------------------------------------------------------- */
