@@ -2,8 +2,11 @@
  * per epoch and dealt to data-parallel ranks, with a resumable position.
  *
  * Semantics (every rank computes the same thing independently, no communication):
- *   - The shards (a file, a directory of *.bin files taken in name order, or a glob pattern
- *     taken in sorted order) are concatenated into one token stream of N tokens.
+ *   - The shards (a file, a directory of *.bin files taken in name order, a glob pattern
+ *     taken in sorted order, or the manifest of a shard set -- a .json file, or manifest.json
+ *     of a directory, which then wins over its *.bin listing -- taken in the manifest's order,
+ *     each shard checked against the tokens, vocabulary and end-of-document token it
+ *     promises; include/loom/shard.h) are concatenated into one token stream of N tokens.
  *   - Windows are non-overlapping chunks of T+1 tokens starting at multiples of T: window w
  *     covers tokens [w*T, w*T+T] (its last token is the first of window w+1), so there are
  *     W = floor((N-1)/T) windows. Inputs are tokens [w*T, w*T+T), targets [w*T+1, w*T+T]
@@ -39,8 +42,8 @@ typedef struct {
   uint64_t index; /* calls made in the current epoch, < batches per epoch */
 } loom_loader_state;
 
-/* shards: a file, a directory of *.bin, or a glob. B windows of T tokens per call; this is
- * rank `rank` of `world`; seed fixes the shuffles. Starts at state (0, 0). */
+/* shards: a file, a directory of *.bin, a glob or a manifest. B windows of T tokens per call;
+ * this is rank `rank` of `world`; seed fixes the shuffles. Starts at state (0, 0). */
 int loom_loader_open(loom_loader **out, const char *shards, int B, int T, int rank, int world,
                      uint64_t seed);
 /* A part of the stream: the N tokens split into a head of N - floor(N * held_out) tokens

@@ -18,6 +18,7 @@
  * that the file holds exactly N tokens; every error names the file and says what to do. */
 #ifndef LOOM_SHARD_H
 #define LOOM_SHARD_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,6 +61,59 @@ int loom_shard_writer_set_eod(loom_shard_writer *w, int32_t eod);
 int loom_shard_writer_close(loom_shard_writer *w); /* frees w, also on error */
 void loom_shard_writer_abort(loom_shard_writer *w); /* frees w */
 
+/* ---- shard sets: a stream in shards of a fixed size, with a manifest ------------------------
+ * Shards PREFIX_000000.bin, PREFIX_000001.bin, ... of shard_tokens tokens each (the last holds
+ * the rest) and the manifest PREFIX.manifest.json, where PREFIX is the output path without a
+ * trailing ".bin"; an output that is a directory (or ends in '/') holds DIR/shard_<n>.bin and
+ * DIR/manifest.json. The manifest (JSON, written last and atomically):
+ *   {"format": "loom-token-shards", "version": 1, "vocab_size", "dtype", "tokens",
+ *    "shard_tokens", "end_of_document": id | null, "documents", "tokenizer": {"path",
+ *    "hash": "fnv1a64:<16 hex digits of the file's bytes>", "vocab_size"},
+ *    "inputs": [{"path", "bytes", "documents"}], "shards": [{"path", "tokens"}]}
+ * with shard paths relative to the manifest's directory. Shards are written under staging
+ * names (PREFIX_<n>.bin.part.<pid>) and renamed into place only once all are complete;
+ * closing then removes PREFIX_<n>.bin files beyond the new last one (an earlier, longer run),
+ * so a directory of the shards holds this run's stream only. */
+#define LOOM_SHARD_MANIFEST_FORMAT "loom-token-shards"
+typedef struct loom_shard_set loom_shard_set;
+/* eod < 0: version-1 shards; else every shard records it (version 2). */
+int loom_shard_set_open(loom_shard_set **s, const char *out, uint32_t vocab_size, int32_t eod,
+                        uint64_t shard_tokens);
+int loom_shard_set_append(loom_shard_set *s, const int32_t *tokens, size_t n);
+uint64_t loom_shard_set_count(const loom_shard_set *s);
+const char *loom_shard_set_manifest(const loom_shard_set *s); /* its path */
+/* What the manifest records besides the shards (NULL: nothing). */
+typedef struct {
+  const char *tokenizer;      /* tokenizer.json as given */
+  const char *tokenizer_hash; /* "fnv1a64:..." */
+  uint64_t documents;
+  const char *const *inputs;  /* (n_inputs) */
+  const uint64_t *input_bytes, *input_documents;
+  int n_inputs;
+} loom_shard_provenance;
+/* Finish: rename the shards into place, write the manifest, remove stale shards. Frees s
+ * (also on error, then removing what it wrote). *shards written, *removed stale ones. */
+int loom_shard_set_close(loom_shard_set *s, const loom_shard_provenance *pv, int *shards,
+                         int *removed);
+void loom_shard_set_abort(loom_shard_set *s); /* removes every shard written; frees s */
+
+/* A manifest read back (src/data/shard_manifest.c): shard paths resolved against the
+ * manifest's directory, and the tokens each must hold. */
+typedef struct {
+  struct {
+    char *path;
+    uint64_t tokens;
+  } *shards;
+  size_t n;
+  uint32_t vocab_size;
+  int32_t eod; /* -1: none */
+  uint64_t tokens;
+} loom_shard_manifest;
+/* A regular file whose name ends in ".json". */
+bool loom_shard_is_manifest(const char *path);
+int loom_shard_manifest_read(const char *path, loom_shard_manifest *m);
+void loom_shard_manifest_free(loom_shard_manifest *m);
+
 /* A validated, memory-mapped shard. */
 typedef struct {
   loom_shard_header h;
@@ -82,5 +136,9 @@ void loom_shard_copy(const loom_shard *s, uint64_t start, uint64_t n, int32_t *o
 int loom_shard_read_header(const char *path, loom_shard_header *h);
 /* Read the whole shard into a malloc'd int32 array (*tokens, h->count entries). */
 int loom_shard_read(const char *path, loom_shard_header *h, int32_t **tokens);
+/* A shard opened from manifest `manifest` must hold what it promises (tokens, vocab_size,
+ * end-of-document token); else an error naming both files. */
+int loom_shard_manifest_check(const char *manifest, const char *shard, uint64_t tokens,
+                              const loom_shard_header *h, const loom_shard_manifest *m);
 
 #endif

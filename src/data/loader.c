@@ -1,6 +1,6 @@
 /* Data loader over memory-mapped token shards: shard list resolution (file, directory,
- * glob), per-epoch Fisher-Yates window order, rank dealing, resumable state. Semantics are
- * specified in include/loom/loader.h. */
+ * glob, a shard set's manifest), per-epoch Fisher-Yates window order, rank dealing,
+ * resumable state. Semantics are specified in include/loom/loader.h. */
 #include <dirent.h>
 #include <errno.h>
 #include <glob.h>
@@ -74,7 +74,23 @@ static int list_dir(const char *dir, strlist *out) {
   return 0;
 }
 
-static int resolve_shards(const char *spec, strlist *out) {
+/* A manifest (a .json file, or manifest.json of a directory): its shards, in its order;
+ * *manifest keeps what it promises for open_shards to check. */
+static int from_manifest(const char *path, strlist *out, loom_shard_manifest *manifest) {
+  if (loom_shard_manifest_read(path, manifest)) return -1;
+  for (size_t i = 0; i < manifest->n; i++) strlist_push(out, manifest->shards[i].path);
+  return 0;
+}
+
+static int resolve_shards(const char *spec, strlist *out, loom_shard_manifest *manifest,
+                          char **manifest_path) {
+  char *in_dir = loom_is_dir(spec) ? loom_sprintf("%s/manifest.json", spec) : NULL;
+  if (in_dir && loom_path_exists(in_dir)) spec = *manifest_path = in_dir;
+  else free(in_dir);
+  if (loom_shard_is_manifest(spec)) {
+    if (!*manifest_path) *manifest_path = loom_strdup(spec);
+    return from_manifest(spec, out, manifest);
+  }
   if (loom_is_dir(spec)) return list_dir(spec, out);
   if (loom_path_exists(spec)) {
     strlist_push(out, spec);
@@ -93,12 +109,18 @@ static int resolve_shards(const char *spec, strlist *out) {
 
 /* ---- opening -------------------------------------------------------------------------- */
 
-static int open_shards(loom_loader *l, const strlist *paths) {
+/* manifest: what a manifest promises of each shard (manifest_path NULL: no manifest). */
+static int open_shards(loom_loader *l, const strlist *paths, const char *manifest_path,
+                       const loom_shard_manifest *manifest) {
   l->shards = loom_calloc(paths->n, sizeof *l->shards);
   l->start = loom_calloc(paths->n, sizeof *l->start);
   for (size_t i = 0; i < paths->n; i++) {
     if (loom_shard_open(&l->shards[i], paths->v[i])) return -1;
     l->nshards++;
+    if (manifest_path &&
+        loom_shard_manifest_check(manifest_path, paths->v[i], manifest->shards[i].tokens,
+                                  &l->shards[i].h, manifest))
+      return -1;
     l->start[i] = l->total;
     l->total += l->shards[i].h.count;
     if (l->shards[i].h.vocab_size > l->vocab_size) l->vocab_size = l->shards[i].h.vocab_size;
@@ -143,9 +165,13 @@ static int open_part(loom_loader **out, const char *shards, int B, int T, int ra
   loom_loader *l = loom_calloc(1, sizeof *l);
   *l = (loom_loader){.B = B, .T = T, .rank = rank, .world = world, .seed = seed, .doc_eod = -1};
   strlist paths = {0};
-  int rc = resolve_shards(shards, &paths);
-  if (rc == 0) rc = open_shards(l, &paths);
+  loom_shard_manifest manifest = {0};
+  char *manifest_path = NULL;
+  int rc = resolve_shards(shards, &paths, &manifest, &manifest_path);
+  if (rc == 0) rc = open_shards(l, &paths, manifest_path, &manifest);
   strlist_free(&paths);
+  loom_shard_manifest_free(&manifest);
+  free(manifest_path);
   uint64_t all = l->total;
   if (rc == 0 && part) {
     uint64_t tail = (uint64_t)((double)l->total * held_out);
