@@ -5,10 +5,13 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "loom/config_schema.h"
 #include "loom/core.h"
 #include "loom/data_source.h"
 #include "loom/image.h"
+#include "loom/tokenizer_check.h"
 #include "loom/vqa.h"
 
 typedef struct {
@@ -27,8 +30,39 @@ struct loom_data_source {
   int patch_dim;      /* values per patch of the encoder (1176 Qwen, 588 LLaVA) */
   uint64_t skipped;   /* bad samples skipped (this rank), including restored counts */
   const void **ptrs;  /* (A) */
-  char describe[LOOM_STR_MAX + 64];
+  char describe[LOOM_STR_MAX + 160];
 };
+
+/* data.tokenizer, checked when training starts (nothing else in loom train reads it; export
+ * and generate do): it exists, parses, fits the model's vocabulary and is the tokenizer the
+ * shards were written with (include/loom/tokenizer_check.h, generate's checks). "" trains
+ * without one, and so does the schema's default (the demo's tokenizer) when that file is
+ * absent: *note says so. */
+static int check_tokenizer(const loom_data_source *s, const loom_model_spec *spec,
+                           const char *shards, const char **note) {
+  const char *path = s->cfg->data.tokenizer;
+  const loom_config_key *key = loom_config_key_find("data.tokenizer");
+  *note = "";
+  if (!path[0]) return 0;
+  if (key && !strcmp(path, key->def) && !loom_path_exists(path)) {
+    *note = "; no tokenizer (data.tokenizer, the default, does not exist)";
+    return 0;
+  }
+  if (loom_tokenizer_check_exists("data.tokenizer", path)) {
+    char *missing = loom_strdup(loom_errmsg());
+    loom_err("%s: set it to the tokenizer.json the shards were made with, or "
+             "data.tokenizer=\"\" to train without one", missing);
+    free(missing);
+    return LOOM_ERR;
+  }
+  loom_tokenizer *t;
+  if (loom_tokenizer_load(&t, path)) return loom_err_prefix("data.tokenizer: ");
+  int rc = loom_tokenizer_check_model(t, path, spec->vocab_size,
+                                      " for this model (data.tokenizer; or model.vocab_size)");
+  if (!rc) rc = loom_tokenizer_check_shards(t, path, loom_loader_vocab_size(s->text), shards);
+  loom_tokenizer_free(t);
+  return rc;
+}
 
 /* Token shards: the training data (path = data.train_shards, without the held-out tail when
  * data.val_fraction > 0), or validation data (val: data.val_shards, or that tail). */
@@ -51,9 +85,11 @@ static int open_tokens(loom_data_source *s, const loom_model_spec *spec, int r, 
     return loom_err("%s '%s' holds token id %d but the model's vocabulary has "
                     "%d tokens; set model.vocab_size >= %d (or use the matching tokenizer)",
                     key, path, max_tok, spec->vocab_size, max_tok + 1);
-  snprintf(s->describe, sizeof s->describe, "%s%s, %" PRIu64 " tokens", path,
+  const char *note = "";
+  if (!val && check_tokenizer(s, spec, path, &note)) return LOOM_ERR;
+  snprintf(s->describe, sizeof s->describe, "%s%s, %" PRIu64 " tokens%s", path,
            frac > 0 && !own ? (val ? " (held-out tail)" : " (without the held-out tail)") : "",
-           loom_loader_total_tokens(s->text));
+           loom_loader_total_tokens(s->text), note);
   return 0;
 }
 
@@ -82,25 +118,24 @@ static int open_vqa(loom_data_source *s, const loom_model_spec *spec, int r, int
                     v->merge);
   s->patch_dim = loom_vision_patch_values(v);
   if (loom_tokenizer_load(&s->tok, cfg->data.tokenizer)) return loom_err_prefix("data.tokenizer: ");
-  if (loom_tokenizer_vocab_size(s->tok) > spec->vocab_size)
-    return loom_err("data.tokenizer '%s' has %d tokens but model.vocab_size is %d; raise it",
-                    cfg->data.tokenizer, loom_tokenizer_vocab_size(s->tok), spec->vocab_size);
+  if (loom_tokenizer_check_model(s->tok, cfg->data.tokenizer, spec->vocab_size,
+                                 " for this model (data.tokenizer; or model.vocab_size)"))
+    return LOOM_ERR;
   loom_vqa_options o = {path, split, s->tok, s->T, s->B,
                         cfg->data.image_min_pixels, cfg->data.image_max_pixels, r, w,
                         (uint64_t)cfg->run.seed, cfg->data.skip_bad_samples,
                         llava ? v->image_size : 0};
   if (loom_vqa_loader_open(&s->vqa, &o))
     return loom_err_prefix("%s: ", path == cfg->data.vqa_path ? "data.vqa_path" : "data.val_shards");
-  s->copies = calloc((size_t)s->A, sizeof *s->copies);
-  s->ptrs = calloc((size_t)s->A, sizeof *s->ptrs);
+  s->copies = loom_calloc((size_t)s->A, sizeof *s->copies);
+  s->ptrs = loom_calloc((size_t)s->A, sizeof *s->ptrs);
   snprintf(s->describe, sizeof s->describe, "%s (%s), %" PRIu64 " samples", path,
            loom_is_dir(path) ? split : "all", loom_vqa_loader_num_samples(s->vqa));
   return 0;
 }
 
 static loom_data_source *new_source(const loom_config *cfg) {
-  loom_data_source *s = calloc(1, sizeof *s);
-  if (!s) abort();
+  loom_data_source *s = loom_calloc(1, sizeof *s);
   s->cfg = cfg;
   s->A = (int)cfg->training.grad_accum;
   s->B = (int)cfg->training.micro_batch_size;
@@ -188,7 +223,7 @@ uint64_t loom_data_batches_per_epoch(const loom_data_source *s) {
   return calls / (uint64_t)s->A;
 }
 
-#define GROW(ptr, n) ((ptr) = realloc((ptr), (size_t)(n) * sizeof *(ptr)))
+#define GROW(ptr, n) ((ptr) = loom_realloc((ptr), (size_t)(n), sizeof *(ptr)))
 
 static void copy_batch(vqa_copy *c, const loom_vqa_batch *b, size_t pdim) {
   loom_vqa_batch *d = &c->b;

@@ -107,8 +107,10 @@ expect_fail "a missing checkpoint" "checkpoint '$WORK/none' does not exist" \
   "$LOOM" generate "$WORK/none" --prompt "Once"
 expect_fail "--tokenizer missing" "$WORK/none.json: no such file" \
   "$LOOM" generate "$CK" --tokenizer "$WORK/none.json" --prompt "Once"
+cp "$WORK/tok.json" "$WORK/gone.json" # loom train checks data.tokenizer: it goes after training
 "$LOOM" train "${GPT2[@]}" data.tokenizer="$WORK/gone.json" run.output_dir="$WORK/notok" --quiet >/dev/null 2>&1 ||
-  fail "a run whose tokenizer is gone (token shards need none to train)"
+  fail "a run whose tokenizer goes after training"
+rm "$WORK/gone.json"
 expect_fail "the run's data.tokenizer is gone" "data.tokenizer of $WORK/notok/" \
   "$LOOM" generate "$(ls -d "$WORK"/notok/*/final_checkpoint)" --prompt "Once"
 "$LOOM" ckpt export "$(ls -d "$WORK"/notok/*/final_checkpoint)" --out "$WORK/notok.hf" >/dev/null 2>"$WORK/notok.err" ||

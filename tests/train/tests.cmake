@@ -15,6 +15,11 @@ foreach(t ${LOOM_TRAIN_SCRIPT_TESTS})
 endforeach()
 # lineage_test forks a run into a 2-rank layout (mpirun: Open MPI's start-up allocations are
 # reported as leaks by LeakSanitizer in the sanitizer build)
+# vqa_learns_test trains twice for 1500 steps: ~2.5 minutes on an idle 2-core machine, up to
+# 5 beside the rest of `ctest -j 2` (it ran past 300 s once in CI, all its checks passed)
+if(NOT LOOM_SANITIZE)
+  set_tests_properties(train_vqa_learns_test PROPERTIES TIMEOUT 900)
+endif()
 set_tests_properties(train_lineage_test PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
 # Validation loss in training and `loom eval` (eval_test.sh starts 2-rank runs with mpirun,
@@ -66,4 +71,10 @@ set_tests_properties(train_signal_test PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
 add_test(NAME train_skip_steps_test
   COMMAND bash ${CMAKE_SOURCE_DIR}/tests/train/skip_steps_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(train_skip_steps_test PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
+# data.tokenizer checked at the start of training (missing, directory, truncated, too large,
+# not the shards'), the same messages as loom generate's (mpirun for the 2-rank case).
+add_test(NAME train_tokenizer_check_test
+  COMMAND bash ${CMAKE_SOURCE_DIR}/tests/train/tokenizer_check_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(train_tokenizer_check_test PROPERTIES TIMEOUT 300
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
