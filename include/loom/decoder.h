@@ -1,7 +1,8 @@
 /* The decoder on one rank: parameters, gradients and activations of a GPT-2 or Llama/Qwen2
  * model (or of the shard this rank holds: tensor-parallel slices, Megatron or Ulysses sequence
  * parallelism, pipeline chunks), with forward, backward, activation checkpointing and bf16
- * mixed-precision matmuls.
+ * mixed-precision matmuls; and the same layers' forward over a KV cache for generation
+ * (loom_decoder_forward_cached).
  *
  * Memory is planned once in loom_decoder_create: the flat parameter and gradient buffers
  * (layout in model.h), `slots` activation sets (one per micro-batch chunk in flight, as the
@@ -186,6 +187,58 @@ void loom_decoder_backward_chunk(loom_decoder *d, loom_acts *a, const float *dou
 void loom_decoder_forward(loom_decoder *d, const int32_t *tokens, const int32_t *targets,
                           double *loss_sum, int *count);
 void loom_decoder_backward(loom_decoder *d, float loss_scale);
+
+/* The matmul precision of an idle decoder (no activation slot in use, parameters resident,
+ * fp32 parameters): bf16 as loom_decoder_create's bf16 makes it (the native GEMMs' bf16
+ * weights, or the rounded fp32 copy without them), or back to fp32; the activations are
+ * planned again. What generation's --dtype sets on a loaded model. Error otherwise. */
+int loom_decoder_set_bf16(loom_decoder *d, bool bf16);
+
+/* ---- the cached forward of generation (src/model/decoder_cached.c) -----------------------
+ * The decoder's own layers (the block, embedding and head code the training forward runs) on
+ * the new tokens of a ragged batch whose earlier keys and values sit in a KV cache, as
+ * Hugging Face's forward with past_key_values: prefill a prompt once, then one token per step.
+ * Rows are ragged: each batch row keeps its own length and positions, no padding. Needs the
+ * whole model on one process (no tensor, sequence, context or pipeline split; resident
+ * parameters); fp32 or bf16 as the decoder is (loom_decoder_set_bf16). */
+typedef struct loom_kv_work loom_kv_work;
+typedef struct {
+  int layers, batch, kv_heads, max_seq, head_dim; /* L, B, Hkv, S, D */
+  float *k, *v;         /* (L, B, Hkv, S, D) each: slot s of row b holds the key/value of that
+                           row's s-th token (bf16 values in a bf16 decoder) */
+  int *len;             /* (B) slots filled per row */
+  loom_kv_work *work;   /* the forward's scratch, grown to the largest call */
+} loom_kv_cache;
+/* A cache of `batch` rows of max_seq slots (at most the model's max_seq) for decoder d. */
+int loom_kv_cache_create(loom_kv_cache *c, const loom_decoder *d, int batch, int max_seq);
+void loom_kv_cache_free(loom_kv_cache *c);
+/* pointer to K (or V) of (layer, row, kv head), slot 0: (S, D) */
+float *loom_kv_cache_k(const loom_kv_cache *c, int layer, int row, int head);
+float *loom_kv_cache_v(const loom_kv_cache *c, int layer, int row, int head);
+
+/* The new tokens of one cached forward: count[i] tokens appended to cache row row[i] for each
+ * of n_rows rows, the tokens of all rows concatenated (M = sum count). Token j of row i sits in
+ * slot len[row] + j and attends to the slots of its row up to its own; its rotary position is
+ * the slot + rope_delta[row] (text: delta 0), or the three M-RoPE components from mrope
+ * (3, M) when given; GPT-2's learned position is the slot. Tokens where inject[m] >= 0 take
+ * embeds[inject[m]] (C) instead of the token embedding (vision tokens). */
+typedef struct {
+  int n_rows;
+  const int *row;            /* (n_rows) cache row of each row */
+  const int *count;          /* (n_rows) new tokens, >= 1 */
+  const int32_t *tokens;     /* (M) */
+  const int32_t *mrope;      /* (3, M) or NULL */
+  const int *rope_delta;     /* (B, indexed by cache row) or NULL (0) */
+  const int *inject;         /* (M) or NULL */
+  const float *embeds;       /* (n, C) */
+  bool all_logits;           /* logits of every new token, else of each row's last */
+} loom_kv_batch;
+/* Runs the layers on b's new tokens, appends their keys and values to the cache, and writes
+ * logits (V real vocabulary columns, row stride V) for the last new token of each row
+ * (n_rows rows) or, with all_logits, for every new token (M rows). Errors (bad row, token id,
+ * a row past max_seq) leave the cache as it was. */
+int loom_decoder_forward_cached(loom_decoder *d, loom_kv_cache *c, const loom_kv_batch *b,
+                                float *logits);
 
 /* Model FLOPs per token for a training step (forward+backward, no recompute), as in
  * Megatron: 6 * matmul params + the causal attention term 6 * L * T * Hq * D. */

@@ -1,13 +1,12 @@
 /* Text generation (`loom generate`): a trained decoder (GPT-2, Llama/Qwen2, or the text side
- * of a vision-language model) loaded whole into one process, an inference-only forward with
- * a KV cache (prefill a prompt once, then one token per step reusing the cached keys and
- * values), token sampling (greedy, temperature, top-k, top-p) and the generation loop over a
- * batch of prompts of different lengths (rows are ragged: each row keeps its own length and
- * positions, no padding, so a row's tokens are those of its prompt run alone).
+ * of a vision-language model) loaded whole into one process and run by its cached forward
+ * (loom_decoder_forward_cached in decoder.h: the model's own layers with a KV cache; prefill
+ * a prompt once, then one token per step reusing the cached keys and values), token sampling
+ * (greedy, temperature, top-k, top-p) and the generation loop over a batch of prompts of
+ * different lengths (rows are ragged: each row keeps its own length and positions, no
+ * padding, so a row's tokens are those of its prompt run alone).
  *
- * Shapes: C hidden, D head dim, Hq / Hkv query / key-value heads, I intermediate, V real
- * vocabulary, L layers, B batch rows, S max_seq (cache slots per row), M new tokens of one
- * forward call over all rows. */
+ * Shapes: C hidden, V real vocabulary, B batch rows, S max_seq (cache slots per row). */
 #ifndef LOOM_GENERATE_H
 #define LOOM_GENERATE_H
 #include <stdbool.h>
@@ -24,13 +23,15 @@
 typedef struct {
   loom_config cfg;       /* the checkpoint's config.yaml (model.*, data.tokenizer, images) */
   loom_model_spec spec;
-  loom_decoder *d;       /* parameters (d->params, d->layout); its B=1, T=1 activations are
-                            unused by generation (the vision encoder reads d) */
+  loom_decoder *d;       /* the model: parameters (d->params, d->layout) and the layers its
+                            cached forward runs (its B=1, T=1 training activations are unused;
+                            the vision encoder reads d) */
   char *dir;             /* the checkpoint directory given */
   bool from_hf;          /* dir is a Hugging Face directory (config.json, no config.yaml) */
   bool bf16;             /* run the matmuls on bf16 weights and inputs (fp32 accumulation,
-                            everything else fp32), as training.dtype=bf16 does; set before
-                            loom_gen_ctx_create. Needs native bf16 GEMMs (oneDNN) */
+                            everything else fp32) as training.dtype=bf16 does: native bf16
+                            GEMMs where oneDNN has them, bf16-rounded fp32 weights elsewhere;
+                            loom_generate sets d's precision to this (loom_decoder_set_bf16) */
 } loom_gen_model;
 
 /* A loom checkpoint directory (config.yaml + model.safetensors, or multi-rank pieces) or a
@@ -38,48 +39,6 @@ typedef struct {
  * code into a temporary directory that is removed again). Errors name the path and the fix. */
 int loom_gen_model_load(loom_gen_model *m, const char *dir);
 void loom_gen_model_free(loom_gen_model *m);
-
-/* ---- the KV cache (src/gen/kv_cache.c) --------------------------------------------------- */
-typedef struct {
-  int layers, batch, kv_heads, max_seq, head_dim; /* L, B, Hkv, S, D */
-  float *k, *v;          /* (L, B, Hkv, S, D) each: slot s of row b holds the key/value of
-                            that row's s-th token */
-  int *len;              /* (B) slots filled per row */
-} loom_kv_cache;
-int loom_kv_cache_create(loom_kv_cache *c, const loom_model_spec *s, int batch, int max_seq);
-void loom_kv_cache_free(loom_kv_cache *c);
-/* pointer to K (or V) of (layer, row, kv head), slot 0: (S, D) */
-float *loom_kv_cache_k(const loom_kv_cache *c, int layer, int row, int head);
-float *loom_kv_cache_v(const loom_kv_cache *c, int layer, int row, int head);
-
-/* ---- the inference forward (src/gen/forward.c) -------------------------------------------
- * One call appends count[i] new tokens to batch row row[i] of the cache for each of n_rows
- * rows, the tokens of all rows concatenated (M = sum count). Token j of row i sits in cache
- * slot len[row] + j; its rotary position is the slot + rope_delta[row] (text: delta 0), or
- * the three M-RoPE components from mrope (3, M) when given; GPT-2's learned position is the
- * slot. Rows where inject[m] >= 0 take embeds[inject[m]] (C) instead of the token embedding
- * (vision tokens). Logits (V real columns, row stride V) are written for the last new token
- * of each row (n_rows rows) or, with all_logits, for every new token (M rows). */
-typedef struct {
-  int n_rows;
-  const int *row;            /* (n_rows) cache row of each row */
-  const int *count;          /* (n_rows) new tokens, >= 1 */
-  const int32_t *tokens;     /* (M) */
-  const int32_t *mrope;      /* (3, M) or NULL */
-  const int *rope_delta;     /* (B, indexed by cache row) or NULL (0) */
-  const int *inject;         /* (M) or NULL */
-  const float *embeds;       /* (n, C) */
-  bool all_logits;
-} loom_gen_batch;
-
-typedef struct loom_gen_ctx loom_gen_ctx;
-/* A cache of `batch` rows of max_seq slots (at most the model's max_seq) and the scratch of
- * the forward (grown to the largest call); bf16 copy of the weights when m->bf16. */
-int loom_gen_ctx_create(loom_gen_ctx **g, const loom_gen_model *m, int batch, int max_seq);
-void loom_gen_ctx_free(loom_gen_ctx *g);
-loom_kv_cache *loom_gen_ctx_cache(loom_gen_ctx *g);
-/* Runs the forward; logits as described above ((n_rows or M), V). */
-int loom_gen_forward(loom_gen_ctx *g, const loom_gen_batch *b, float *logits);
 
 /* ---- sampling (src/gen/sample.c) --------------------------------------------------------- */
 typedef struct {

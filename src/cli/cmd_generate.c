@@ -12,6 +12,7 @@
 #include "cli/options.h"
 #include "cli/generate_io.h"
 #include "loom/generate.h"
+#include "loom/tokenizer_check.h"
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -75,10 +76,13 @@ static char *find_tokenizer(const loom_gen_model *m, const char *flag, char **wh
   if (flag) return loom_strdup(flag);
   char *p = m->from_hf ? loom_sprintf("%s/tokenizer.json", m->dir)
                        : loom_strdup(m->cfg.data.tokenizer);
-  if (p[0] && loom_path_exists(p)) return p;
+  char *what = loom_sprintf("data.tokenizer of %s/config.yaml", m->dir);
+  int missing = loom_tokenizer_check_exists(what, p); /* the run's: loom train's check */
+  free(what);
+  if (!missing) return p;
   *why = m->from_hf ? loom_sprintf("%s has no tokenizer.json", m->dir)
-                    : loom_sprintf("data.tokenizer of %s/config.yaml is '%s', which does not "
-                                   "exist", m->dir, p);
+                    : loom_strdup(loom_errmsg());
+  loom_err_clear();
   free(p);
   return NULL;
 }
@@ -184,10 +188,9 @@ int loom_cmd_generate(int argc, char **argv) {
   } else if (!tok && (!prompt_ids || image || n_stops)) {
     rc = loom_err("no tokenizer to encode the prompt: %s; pass --tokenizer tokenizer.json (or "
                   "token ids with --prompt-ids)", why);
-  } else if (tok && loom_tokenizer_vocab_size(tok) > m.spec.vocab_size) {
-    rc = loom_err("the tokenizer %s has %d tokens but the model's vocabulary is %d: wrong "
-                  "tokenizer for this checkpoint (pass --tokenizer)", tok_path,
-                  loom_tokenizer_vocab_size(tok), m.spec.vocab_size);
+  } else if (tok) {
+    rc = loom_tokenizer_check_model(tok, tok_path, m.spec.vocab_size,
+                                    " for this checkpoint (pass --tokenizer)");
   }
   free(why);
   if (!rc && prompts_file) rc = loom_gen_cli_read_lines(prompts_file, &lines, &n_lines);

@@ -1,8 +1,10 @@
 /* The generation loop over a batch of prompts: one prefill forward of every prompt (ragged
  * rows, no padding), then one forward per step of the rows still running, each appending its
- * last token to its KV cache rows; sampling per row (row r draws from its own generator seeded
- * with seed + r, so a row's output does not depend on the other rows); a row ends at a stop
- * token, a stop string, max_new_tokens, or when its sequence fills max_seq. */
+ * last token to its KV cache rows (the decoder's cached forward, loom_decoder_forward_cached:
+ * the model's own layers, src/model/decoder_cached.c); sampling per row (row r draws from its
+ * own generator seeded with seed + r, so a row's output does not depend on the other rows); a
+ * row ends at a stop token, a stop string, max_new_tokens, or when its sequence fills
+ * max_seq. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -65,9 +67,10 @@ int loom_generate(const loom_gen_model *m, const loom_gen_prompt *prompts, int n
   }
   long want = (long)longest + o->max_new_tokens;
   int S = want < s->max_seq ? (int)want : s->max_seq;
-  loom_gen_ctx *g;
-  if (loom_gen_ctx_create(&g, m, n, S)) return LOOM_ERR;
-  loom_kv_cache *cache = loom_gen_ctx_cache(g);
+  /* the decoder's matmuls in the precision asked for (--dtype), and its KV cache */
+  loom_kv_cache cache;
+  if (loom_decoder_set_bf16(m->d, m->bf16) || loom_kv_cache_create(&cache, m->d, n, S))
+    return LOOM_ERR;
   int V = s->vocab_size, C = s->hidden;
   int *row = malloc((size_t)n * sizeof *row), *count = malloc((size_t)n * sizeof *count);
   int *delta = calloc((size_t)n, sizeof *delta);
@@ -110,9 +113,9 @@ int loom_generate(const loom_gen_model *m, const loom_gen_prompt *prompts, int n
       emb_off += (size_t)(mx + 1);
     }
   }
-  loom_gen_batch b = {n, row, count, tokens, mrope, delta, inject, embeds, false};
+  loom_kv_batch b = {n, row, count, tokens, mrope, delta, inject, embeds, false};
   double t0 = loom_now();
-  int rc = loom_gen_forward(g, &b, logits);
+  int rc = loom_decoder_forward_cached(m->d, &cache, &b, logits);
   stats->prefill_s = loom_now() - t0;
   stats->prefill_tokens = M;
   for (int i = 0; i < n; i++) {
@@ -138,7 +141,7 @@ int loom_generate(const loom_gen_model *m, const loom_gen_prompt *prompts, int n
       if (o->n_stop_strings > 0 && (rc = decode_row(o, &out[i], &hit))) break;
       if (hit) out[i].stop = 2;
       else if (out[i].n >= o->max_new_tokens) out[i].stop = 0;
-      else if (cache->len[i] + 1 >= s->max_seq) out[i].stop = 3; /* prompt + new = max_seq */
+      else if (cache.len[i] + 1 >= s->max_seq) out[i].stop = 3; /* prompt + new = max_seq */
       else {
         next[i] = id;
         continue;
@@ -157,9 +160,9 @@ int loom_generate(const loom_gen_model *m, const loom_gen_prompt *prompts, int n
     if (running == 0) break;
     for (int i = 0; mrope && i < running; i++) /* text after the prompt: slot + delta */
       for (int kk = 0; kk < 3; kk++)
-        mrope[(size_t)kk * running + i] = cache->len[row[i]] + delta[row[i]];
-    loom_gen_batch d = {running, row, count, tokens, mrope, delta, NULL, NULL, false};
-    rc = loom_gen_forward(g, &d, logits);
+        mrope[(size_t)kk * running + i] = cache.len[row[i]] + delta[row[i]];
+    loom_kv_batch d = {running, row, count, tokens, mrope, delta, NULL, NULL, false};
+    rc = loom_decoder_forward_cached(m->d, &cache, &d, logits);
     stats->decode_tokens += running;
   }
   stats->decode_s = loom_now() - t0;
@@ -169,7 +172,7 @@ int loom_generate(const loom_gen_model *m, const loom_gen_prompt *prompts, int n
   }
   free(row), free(count), free(delta), free(done), free(tokens), free(next), free(mrope);
   free(inject), free(logits), free(embeds), free(rng);
-  loom_gen_ctx_free(g);
+  loom_kv_cache_free(&cache);
   if (rc)
     for (int i = 0; i < n; i++) loom_gen_output_free(&out[i]);
   return rc;

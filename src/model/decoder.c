@@ -16,21 +16,25 @@ float *loom_acts_output(loom_decoder *d, loom_acts *a) {
   return a->resid + (size_t)chunk_layers(d, a->chunk) * d->Nr * d->spec.hidden;
 }
 
-/* Rotary table of the multimodal positions: frequency pair i of D/2 takes the temporal,
- * height or width position by section (Qwen2-VL's mrope_section), angle pos * theta^(-2i/D). */
-static void mrope_table(loom_decoder *d, loom_acts *a) {
-  const int *sec = d->spec.vision.mrope_section;
-  int half = d->spec.head_dim / 2, BT = d->B * d->T;
-  for (int r = 0; r < d->N; r++) {
-    int tok = dec_row_token_index(d, r);
-    for (int i = 0; i < half; i++) {
-      int s = i < sec[0] ? 0 : i < sec[0] + sec[1] ? 1 : 2;
-      double angle = (double)a->mrope_pos[(size_t)s * BT + tok] *
-                     pow(d->spec.rope_theta, -2.0 * i / d->spec.head_dim);
-      a->mcos[(size_t)r * half + i] = cos(angle);
-      a->msin[(size_t)r * half + i] = sin(angle);
-    }
+void dec_mrope_row(const loom_model_spec *s, double *cs, double *sn, const int32_t *pos,
+                   size_t stride) {
+  const int *sec = s->vision.mrope_section;
+  int half = s->head_dim / 2;
+  for (int i = 0; i < half; i++) {
+    int k = i < sec[0] ? 0 : i < sec[0] + sec[1] ? 1 : 2;
+    double angle = (double)pos[(size_t)k * stride] * pow(s->rope_theta, -2.0 * i / s->head_dim);
+    cs[i] = cos(angle);
+    sn[i] = sin(angle);
   }
+}
+
+/* Rotary table (N, D/2) of the multimodal positions of this rank's attention rows. */
+static void mrope_table(loom_decoder *d, loom_acts *a) {
+  int half = d->spec.head_dim / 2;
+  size_t BT = (size_t)d->B * d->T;
+  for (int r = 0; r < d->N; r++)
+    dec_mrope_row(&d->spec, a->mcos + (size_t)r * half, a->msin + (size_t)r * half,
+                  a->mrope_pos + dec_row_token_index(d, r), BT);
 }
 
 void loom_decoder_forward_chunk(loom_decoder *d, loom_acts *a, const int32_t *tokens,

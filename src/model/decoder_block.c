@@ -4,6 +4,10 @@
  * attention over the context-parallel ranks), on the fast
  * kernels: flash attention (causal, nothing T x T), residual + norm and bias + activation fused,
  * backward GEMMs that write their outputs instead of zeroing first.
+ * The forward's steps around attention (dec_block_qkv: norm and q/k/v projections;
+ * dec_block_rope: rotary positions; dec_block_mlp: output projection, residual, norm, MLP) are
+ * the one definition of the layer: the cached forward of generation (decoder_cached.c) runs
+ * them too, with attention over its KV cache in between.
  * Shapes: Nr residual rows, N rows into the linears, C hidden, D head dim, lh/lkv local heads,
  * li local intermediate. */
 #include <stdlib.h>
@@ -84,35 +88,98 @@ static void attn_bwd(const loom_decoder *d, float *dq, float *dk, float *dv, con
                                       mask, work);
 }
 
+void dec_block_qkv(loom_decoder *d, loom_layer_acts *L, const block_offsets *o, const float *x,
+                   int N, int Nr) {
+  int C = d->spec.hidden, QD = d->lh * d->spec.head_dim, KD = d->lkv * d->spec.head_dim;
+  dec_norm_fwd(d, L->ln1, L->ln1_mean, L->ln1_rstd, x, o->n1w, o->n1b, Nr);
+  const float *h = dec_gather_rows(d, L->ln1, L->ln1_full);
+  dec_linear_fwd_keep(d, L->q, h, L->ln1_16, o->qw, o->qb, N, C, QD, 0);
+  dec_linear_fwd_keep(d, L->k, h, L->ln1_16, o->kw, o->kb, N, C, KD, LIN_SAME_X);
+  dec_linear_fwd_keep(d, L->v, h, L->ln1_16, o->vw, o->vb, N, C, KD, LIN_SAME_X);
+}
+
+void dec_block_rope(loom_decoder *d, float *q, float *k, int N, const dec_positions *p,
+                    bool backward) {
+  const loom_model_spec *s = &d->spec;
+  int D = s->head_dim;
+  if (s->arch != LOOM_ARCH_LLAMA) return;
+  if (p->cos && backward) {
+    loom_rope_table_backward_f32(q, p->cos, p->sin, N, d->lh, D);
+    loom_rope_table_backward_f32(k, p->cos, p->sin, N, d->lkv, D);
+  } else if (p->cos) {
+    loom_rope_table_forward_f32(q, p->cos, p->sin, N, d->lh, D);
+    loom_rope_table_forward_f32(k, p->cos, p->sin, N, d->lkv, D);
+  } else if (p->pos && backward) {
+    loom_rope_pos_backward_f32(q, N, d->lh, D, s->rope_theta, p->pos);
+    loom_rope_pos_backward_f32(k, N, d->lkv, D, s->rope_theta, p->pos);
+  } else if (p->pos) {
+    loom_rope_pos_forward_f32(q, N, d->lh, D, s->rope_theta, p->pos);
+    loom_rope_pos_forward_f32(k, N, d->lkv, D, s->rope_theta, p->pos);
+  } else {
+    rope_rows(d, q, d->lh, backward);
+    rope_rows(d, k, d->lkv, backward);
+  }
+}
+
+void dec_block_mlp(loom_decoder *d, loom_layer_acts *L, const block_offsets *o, const float *x,
+                   float *out, int N, int Nr) {
+  const loom_model_spec *s = &d->spec;
+  int C = s->hidden, QD = d->lh * s->head_dim, I = d->li;
+  float *full = d->s->full;
+  /* partial sums over tp (straight into mid without tensor parallelism) */
+  float *proj = d->shard.tp > 1 ? full : L->mid;
+  dec_linear_fwd_keep(d, proj, L->att, L->att16, o->ow, NONE, N, QD, C, 0);
+  if (d->shard.tp > 1) dec_reduce_rows(d, proj, L->mid); /* (Nr,C) */
+
+  /* MLP: mid = x + attention + bias and its norm, one pass */
+  dec_residual_norm_fwd(d, L->mid, L->ln2, L->ln2_mean, L->ln2_rstd, x, L->mid, o->ob, o->n2w,
+                        o->n2b, Nr);
+  const float *h = dec_gather_rows(d, L->ln2, L->ln2_full);
+  size_t NI = (size_t)N * I;
+  /* with native bf16 GEMMs the activation is written as bf16 only: the down projection and
+   * its weight gradient read nothing else of it (the backward differentiates from up, gate) */
+  bool act16 = L->act16 && dec_weights16(d);
+  const float *ub = o->ub == NONE ? NULL : d->params + o->ub;
+  if (s->arch == LOOM_ARCH_GPT2) {
+    dec_linear_fwd_keep(d, L->up, h, L->ln2_16, o->uw, NONE, N, C, I, 0);
+    if (act16) loom_bias_gelu_forward_bf16_out(L->up, L->act16, ub, N, I);
+    else loom_bias_gelu_forward_f32(L->up, L->act, ub, N, I);
+  } else {
+    dec_linear_fwd_keep(d, L->gate, h, L->ln2_16, o->gw, NONE, N, C, I, 0);
+    dec_linear_fwd_keep(d, L->up, h, L->ln2_16, o->uw, NONE, N, C, I, LIN_SAME_X);
+    if (act16) loom_swiglu_forward_bf16_out(L->act16, L->gate, L->up, NI);
+    else loom_swiglu_forward_fast_f32(L->act, L->gate, L->up, NI);
+  }
+  proj = d->shard.tp > 1 ? full : out;
+  dec_linear_fwd_keep(d, proj, L->act, L->act16, o->dw, NONE, N, I, C, act16 ? LIN_X16_KEPT : 0);
+  if (d->shard.tp > 1) dec_reduce_rows(d, proj, out);
+  loom_residual_add_f32(out, out, L->mid, o->db == NONE ? NULL : d->params + o->db, Nr, C);
+}
+
+/* The training layout's rotary positions: the multimodal table, the rows' positions within
+ * their documents (packed documents), or consecutive positions */
+static dec_positions train_positions(const loom_decoder *d, const loom_acts *a) {
+  dec_positions p = {NULL, NULL, NULL};
+  if (a->mrope_pos) p.cos = a->mcos, p.sin = a->msin;
+  else if (d->doc_eod >= 0) p.pos = a->row_pos;
+  return p;
+}
+
 /* resid[idx] (Nr,C) -> resid[idx+1] (Nr,C) */
 void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   const loom_model_spec *s = &d->spec;
   int B = d->B, T = d->T, N = d->N, Nr = d->Nr, C = s->hidden, D = s->head_dim;
-  int QD = d->lh * D, KD = d->lkv * D, I = d->li;
   size_t NrC = (size_t)Nr * C;
   const float *x = a->resid + (size_t)idx * NrC;
   float *out = a->resid + (size_t)(idx + 1) * NrC;
   loom_layer_acts *L = acts_for(d, a, idx);
   block_offsets o = loom_block_offsets(d, layer);
-  float *full = d->s->full;
   dec_params(d, layer, LOOM_PARAMS_ACQUIRE_FWD);
 
   /* attention */
-  dec_norm_fwd(d, L->ln1, L->ln1_mean, L->ln1_rstd, x, o.n1w, o.n1b, Nr);
-  const float *h = dec_gather_rows(d, L->ln1, L->ln1_full);
-  dec_linear_fwd_keep(d, L->q, h, L->ln1_16, o.qw, o.qb, N, C, QD, 0);
-  dec_linear_fwd_keep(d, L->k, h, L->ln1_16, o.kw, o.kb, N, C, KD, LIN_SAME_X);
-  dec_linear_fwd_keep(d, L->v, h, L->ln1_16, o.vw, o.vb, N, C, KD, LIN_SAME_X);
-  if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) { /* multimodal positions (rows' tokens) */
-    loom_rope_table_forward_f32(L->q, a->mcos, a->msin, N, d->lh, D);
-    loom_rope_table_forward_f32(L->k, a->mcos, a->msin, N, d->lkv, D);
-  } else if (s->arch == LOOM_ARCH_LLAMA && d->doc_eod >= 0) { /* per-document positions */
-    loom_rope_pos_forward_f32(L->q, N, d->lh, D, s->rope_theta, a->row_pos);
-    loom_rope_pos_forward_f32(L->k, N, d->lkv, D, s->rope_theta, a->row_pos);
-  } else if (s->arch == LOOM_ARCH_LLAMA) {
-    rope_rows(d, L->q, d->lh, false);
-    rope_rows(d, L->k, d->lkv, false);
-  }
+  dec_block_qkv(d, L, &o, x, N, Nr);
+  dec_positions pos = train_positions(d, a);
+  dec_block_rope(d, L->q, L->k, N, &pos, false);
   if (context_parallel(d)) { /* Ulysses first (all the cp rank's tokens, H/sp heads) */
     loom_ring_attn ring = ring_of(d, a);
     if (ulysses(d)) {
@@ -132,34 +199,7 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   } else {
     attn_fwd(d, L->att, L->lse, L->q, L->k, L->v, B, T, d->lh, d->lkv, D, attn_mask(d, a));
   }
-  /* partial sums over tp (straight into mid without tensor parallelism) */
-  float *proj = d->shard.tp > 1 ? full : L->mid;
-  dec_linear_fwd_keep(d, proj, L->att, L->att16, o.ow, NONE, N, QD, C, 0);
-  dec_reduce_rows(d, proj, L->mid); /* (Nr,C) */
-
-  /* MLP: mid = x + attention + bias and its norm, one pass */
-  dec_residual_norm_fwd(d, L->mid, L->ln2, L->ln2_mean, L->ln2_rstd, x, L->mid, o.ob, o.n2w,
-                        o.n2b, Nr);
-  h = dec_gather_rows(d, L->ln2, L->ln2_full);
-  size_t NI = (size_t)N * I;
-  /* with native bf16 GEMMs the activation is written as bf16 only: the down projection and
-   * its weight gradient read nothing else of it (the backward differentiates from up, gate) */
-  bool act16 = L->act16 && dec_weights16(d);
-  const float *ub = o.ub == NONE ? NULL : d->params + o.ub;
-  if (s->arch == LOOM_ARCH_GPT2) {
-    dec_linear_fwd_keep(d, L->up, h, L->ln2_16, o.uw, NONE, N, C, I, 0);
-    if (act16) loom_bias_gelu_forward_bf16_out(L->up, L->act16, ub, N, I);
-    else loom_bias_gelu_forward_f32(L->up, L->act, ub, N, I);
-  } else {
-    dec_linear_fwd_keep(d, L->gate, h, L->ln2_16, o.gw, NONE, N, C, I, 0);
-    dec_linear_fwd_keep(d, L->up, h, L->ln2_16, o.uw, NONE, N, C, I, LIN_SAME_X);
-    if (act16) loom_swiglu_forward_bf16_out(L->act16, L->gate, L->up, NI);
-    else loom_swiglu_forward_fast_f32(L->act, L->gate, L->up, NI);
-  }
-  proj = d->shard.tp > 1 ? full : out;
-  dec_linear_fwd_keep(d, proj, L->act, L->act16, o.dw, NONE, N, I, C, act16 ? LIN_X16_KEPT : 0);
-  dec_reduce_rows(d, proj, out);
-  loom_residual_add_f32(out, out, L->mid, o.db == NONE ? NULL : d->params + o.db, Nr, C);
+  dec_block_mlp(d, L, &o, x, out, N, Nr);
   dec_params(d, layer, LOOM_PARAMS_RELEASE);
 }
 
@@ -241,16 +281,8 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     attn_bwd(d, S->d_q, S->d_k, S->d_v, S->d_att, L->att, L->lse, L->q, L->k, L->v, B, T, d->lh,
              d->lkv, D, attn_mask(d, a), S->attn_work);
   }
-  if (s->arch == LOOM_ARCH_LLAMA && a->mrope_pos) {
-    loom_rope_table_backward_f32(S->d_q, a->mcos, a->msin, N, d->lh, D);
-    loom_rope_table_backward_f32(S->d_k, a->mcos, a->msin, N, d->lkv, D);
-  } else if (s->arch == LOOM_ARCH_LLAMA && d->doc_eod >= 0) {
-    loom_rope_pos_backward_f32(S->d_q, N, d->lh, D, s->rope_theta, a->row_pos);
-    loom_rope_pos_backward_f32(S->d_k, N, d->lkv, D, s->rope_theta, a->row_pos);
-  } else if (s->arch == LOOM_ARCH_LLAMA) {
-    rope_rows(d, S->d_q, d->lh, true);
-    rope_rows(d, S->d_k, d->lkv, true);
-  }
+  dec_positions pos = train_positions(d, a);
+  dec_block_rope(d, S->d_q, S->d_k, N, &pos, true);
   dec_linear_bwd_kept(d, S->d_norm, o.qw, o.qb, S->d_q, ln1_full, L->ln1_16, N, C, QD,
                       LIN_DX_OVERWRITE);
   dec_linear_bwd_kept(d, S->d_norm, o.kw, o.kb, S->d_k, ln1_full, L->ln1_16, N, C, KD,

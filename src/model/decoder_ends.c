@@ -34,14 +34,40 @@ static size_t head_weight(const loom_decoder *d) {
   return loom_param_offset(d, d->spec.tied_embeddings ? "embed.weight" : "lm_head.weight");
 }
 
-/* out (Nr,C) = embed[token] (+ pos_embed[t]); traffic 4 Nr C (2 + 1 with positions) bytes:
- * table rows read, out written (+ position rows read) */
+dec_embedding dec_embedding_of(const loom_decoder *d) {
+  size_t pe = loom_param_offset(d, "pos_embed.weight");
+  dec_embedding e = {d->params + loom_param_offset(d, "embed.weight"),
+                     pe == NONE ? NULL : d->params + pe, d->spec.hidden};
+  return e;
+}
+
+/* row (C) += pos_embed[pos] (learned positions), or replaced by inject when not NULL */
+static void embed_position(const dec_embedding *e, float *row, int pos, const float *inject) {
+  if (inject) {
+    memcpy(row, inject, e->C * sizeof(float));
+    return;
+  }
+  if (!e->wpe) return;
+  const float *p = e->wpe + (size_t)pos * e->C;
+  for (int c = 0; c < e->C; c++) row[c] += p[c];
+}
+
+void dec_embed_row(const dec_embedding *e, float *out, int token, int pos, const float *inject) {
+  if (!inject) /* (else the vision token replaces it) */
+    memcpy(out, e->wte + (size_t)token * e->C, e->C * sizeof(float));
+  embed_position(e, out, pos, inject);
+}
+
+/* out (Nr,C) = embed[token] (+ pos_embed[t]), or the vision token injected in its place;
+ * traffic 4 Nr C (2 + 1 with positions) bytes: table rows read, out written (+ position rows
+ * read) */
 void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out) {
   int C = d->spec.hidden, N = d->N, Nr = d->Nr;
   LOOM_PROF_PUSH(LOOM_PART_EMBED);
   dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_FWD);
-  const float *wte = d->params + loom_param_offset(d, "embed.weight");
-  size_t pe = loom_param_offset(d, "pos_embed.weight");
+  dec_embedding e = dec_embedding_of(d);
+  const float *wte = e.wte;
+  bool pe = e.wpe != NULL;
   if (d->shard.tp > 1) {
     float *full = d->s->full; /* (N,C) partial: rows of tokens this rank's vocabulary holds */
     for (int r = 0; r < N; r++) {
@@ -50,25 +76,16 @@ void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out) {
       else memset(full + (size_t)r * C, 0, C * sizeof(float));
     }
     dec_reduce_rows(d, full, out);
-  } else {
-    for (int r = 0; r < Nr; r++)
-      memcpy(out + (size_t)r * C, wte + (size_t)a->tokens[dec_resid_row_token_index(d, r)] * C,
-             C * sizeof(float));
   }
-  if (pe != NONE)
-    for (int r = 0; r < Nr; r++) {
-      const float *p = d->params + pe +
-                       (size_t)dec_token_position(d, a, dec_resid_row_token_index(d, r)) * C;
-      for (int c = 0; c < C; c++) out[(size_t)r * C + c] += p[c];
-    }
-  if (a->inject_slot) /* vision tokens take the place of their placeholder tokens */
-    for (int r = 0; r < Nr; r++) {
-      int slot = a->inject_slot[dec_resid_row_token_index(d, r)];
-      if (slot >= 0)
-        memcpy(out + (size_t)r * C, a->inject_feats + (size_t)slot * C, C * sizeof(float));
-    }
+  for (int r = 0; r < Nr; r++) {
+    int tok = dec_resid_row_token_index(d, r), slot = a->inject_slot ? a->inject_slot[tok] : -1;
+    const float *inject = slot >= 0 ? a->inject_feats + (size_t)slot * C : NULL;
+    int pos = pe ? dec_token_position(d, a, tok) : 0;
+    if (d->shard.tp > 1) embed_position(&e, out + (size_t)r * C, pos, inject);
+    else dec_embed_row(&e, out + (size_t)r * C, a->tokens[tok], pos, inject);
+  }
   dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);
-  LOOM_PROF_POP(0, 4.0 * Nr * C * (2 + (pe != NONE)));
+  LOOM_PROF_POP(0, 4.0 * Nr * C * (2 + pe));
 }
 
 /* traffic 4 Nr C (3 + 2 with positions) bytes: dres read, gradient rows read and written */
@@ -296,17 +313,26 @@ static void head_fused_backward(loom_decoder *d, loom_acts *a, const float *h, f
   }
 }
 
+void dec_final_norm(loom_decoder *d, float *y, float *mean, float *rstd, const float *x,
+                    int rows) {
+  dec_norm_fwd(d, y, mean, rstd, x, loom_param_offset(d, "final_norm.weight"),
+               loom_param_offset(d, "final_norm.bias"), rows);
+}
+
+void dec_head_logits(loom_decoder *d, float *logits, const float *h, int rows, int V) {
+  dec_linear_fwd(d, logits, h, head_weight(d), NONE, rows, d->spec.hidden, V);
+}
+
 void dec_head_forward(loom_decoder *d, loom_acts *a, const float *x, double *loss_sum,
                       int *count) {
   dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_ACQUIRE_FWD);
-  size_t fw = loom_param_offset(d, "final_norm.weight"), fb = loom_param_offset(d, "final_norm.bias");
-  dec_norm_fwd(d, a->lnf, a->lnf_mean, a->lnf_rstd, x, fw, fb, d->Nr);
+  dec_final_norm(d, a->lnf, a->lnf_mean, a->lnf_rstd, x, d->Nr);
   const float *h = dec_gather_rows(d, a->lnf, a->lnf_full);
   row_targets(d, a);
   if (d->s->head_fused) {
     head_fused_forward(d, a, h, loss_sum, count);
   } else {
-    dec_linear_fwd(d, a->logits, h, head_weight(d), NONE, d->N, d->spec.hidden, d->vloc);
+    dec_head_logits(d, a->logits, h, d->N, d->vloc);
     if (a->targets) xent_forward(d, a, loss_sum, count);
   }
   dec_params(d, LOOM_UNIT_ENDS, LOOM_PARAMS_RELEASE);

@@ -126,11 +126,55 @@ void dec_reduce_rows(loom_decoder *d, float *partial, float *out);
 void dec_ulysses_to_heads(loom_decoder *d, const float *x, float *y, int H, int D);
 void dec_ulysses_to_tokens(loom_decoder *d, const float *x, float *y, int H, int D);
 
-/* decoder_block.c */
+/* decoder_block.c: a block's forward and backward for the training forward (a micro-batch of
+ * B x T tokens, any parallel layout) ... */
 void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx);
 void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx);
+/* ... and the steps of its forward around attention, which the cached forward of generation
+ * (decoder_cached.c) runs as well. Rows: N into the linears, Nr of the residual stream; L
+ * holds the step's activations (the cached forward's one set for M new tokens). */
+/* ln1 = norm(x) (Nr,C); q (N,lh*D), k, v (N,lkv*D) = ln1 (gathered) W^T + b */
+void dec_block_qkv(loom_decoder *d, loom_layer_acts *L, const block_offsets *o, const float *x,
+                   int N, int Nr);
+/* The rotary positions of the rows of q and k: a per-row table (multimodal positions), a
+ * position per row (packed documents, generation), or neither: the training layout's
+ * consecutive positions (Ulysses offset, context-parallel chunks). */
+typedef struct {
+  const double *cos, *sin;  /* (N, D/2) or NULL */
+  const int *pos;           /* (N) or NULL */
+} dec_positions;
+/* Rotary embedding of q (N, H, D) and k (N, Hkv, D) in place (backward: the inverse rotation
+ * of their gradients); nothing for GPT-2, whose positions are learned (the embedding). */
+void dec_block_rope(loom_decoder *d, float *q, float *k, int N, const dec_positions *p,
+                    bool backward);
+/* From attention's output L->att (N,lh*D) to the block's output: mid = x + att Wo^T + bo
+ * (reduced over tp), ln2 = norm(mid), out (Nr,C) = mid + MLP(ln2) (GELU or SwiGLU); out may
+ * alias x. */
+void dec_block_mlp(loom_decoder *d, loom_layer_acts *L, const block_offsets *o, const float *x,
+                   float *out, int N, int Nr);
+
+/* decoder.c: cs, sn (D/2) = cos, sin of a multimodal rotary position: pair i takes component
+ * k (pos[k * stride]: temporal, height, width) by its section (Qwen2-VL's mrope_section),
+ * angle pos * theta^(-2i/D) */
+void dec_mrope_row(const loom_model_spec *s, double *cs, double *sn, const int32_t *pos,
+                   size_t stride);
 
 /* decoder_ends.c */
+/* The embedding tables: token rows (this rank's vocabulary slice) and learned positions */
+typedef struct {
+  const float *wte;   /* (vloc, C) */
+  const float *wpe;   /* (max_seq, C), NULL without learned positions */
+  int C;
+} dec_embedding;
+dec_embedding dec_embedding_of(const loom_decoder *d);
+/* out (C) = wte[token] (+ wpe[pos]), or inject (C) when not NULL (a vision token in place of
+ * its placeholder); token in this rank's slice (tp == 1: any) */
+void dec_embed_row(const dec_embedding *e, float *out, int token, int pos, const float *inject);
+/* y (rows,C) = final_norm(x) */
+void dec_final_norm(loom_decoder *d, float *y, float *mean, float *rstd, const float *x,
+                    int rows);
+/* logits (rows, V) = h (rows,C) W^T over the first V rows of this rank's LM head */
+void dec_head_logits(loom_decoder *d, float *logits, const float *h, int rows, int V);
 void dec_embed_forward(loom_decoder *d, loom_acts *a, float *out);
 void dec_embed_backward(loom_decoder *d, loom_acts *a, const float *dres);
 void dec_head_forward(loom_decoder *d, loom_acts *a, const float *x, double *loss_sum, int *count);

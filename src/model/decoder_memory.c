@@ -148,6 +148,42 @@ static void plan(loom_decoder *d, carver *c) {
   S->a2a = uly ? carve(c, 2 * N * QD) : NULL;
 }
 
+/* The weight copies bf16 matmuls read (none in fp32; params_lp == params there). */
+static void weight_copies(loom_decoder *d) {
+  size_t P = d->layout.total;
+  /* bf16 weights for native bf16 GEMMs: pages are touched only when first converted, so a
+   * ZeRO-3 run (which never uses them) does not hold them */
+  if (d->bf16 && loom_gemm_bf16_native()) {
+    size_t bytes = (P * sizeof(uint16_t) + 63) & ~(size_t)63;
+    d->s->w16 = aligned_alloc(64, bytes ? bytes : 64);
+    LOOM_ASSERT(d->s->w16);
+  }
+  /* the rounded fp32 copy: the matmuls read it without native bf16 GEMMs; with them nothing
+   * does (ZeRO-3 and the vision encoder reserve it themselves) and it is never allocated */
+  if (d->bf16 && !d->s->w16) loom_decoder_params_lp_reserve(d);
+}
+
+static void free_weight_copies(loom_decoder *d) {
+  if (d->params_lp != d->params) loom_free(d->params_lp);
+  d->params_lp = d->bf16 ? NULL : d->params;
+  if (d->s && d->s->w16) {
+    loom_gemm_weights_release(d->s->w16, d->layout.total * sizeof(uint16_t));
+    free(d->s->w16);
+    d->s->w16 = NULL;
+  }
+}
+
+/* The activation slots and scratch in one arena (measured, then carved). */
+static void plan_arena(loom_decoder *d) {
+  carver c = {NULL, 0};
+  plan(d, &c);
+  d->arena_bytes = c.used;
+  d->arena = loom_alloc(c.used);
+  c.base = d->arena;
+  c.used = 0;
+  plan(d, &c);
+}
+
 int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
                               const loom_shard *shard, int B, int T, bool bf16, bool recompute,
                               int slots, const loom_comm *tp_comm, const loom_comm *sp_comm,
@@ -209,23 +245,8 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   }
   d->s->epoch = 1;
   d->s->head_guess = true;
-  /* bf16 weights for native bf16 GEMMs: pages are touched only when first converted, so a
-   * ZeRO-3 run (which never uses them) does not hold them */
-  if (bf16 && loom_gemm_bf16_native()) {
-    size_t bytes = (P * sizeof(uint16_t) + 63) & ~(size_t)63;
-    d->s->w16 = aligned_alloc(64, bytes ? bytes : 64);
-    LOOM_ASSERT(d->s->w16);
-  }
-  /* the rounded fp32 copy: the matmuls read it without native bf16 GEMMs; with them nothing
-   * does (ZeRO-3 and the vision encoder reserve it themselves) and it is never allocated */
-  if (bf16 && !d->s->w16) loom_decoder_params_lp_reserve(d);
-  carver c = {NULL, 0};
-  plan(d, &c);
-  d->arena_bytes = c.used;
-  d->arena = loom_alloc(c.used);
-  c.base = d->arena;
-  c.used = 0;
-  plan(d, &c);
+  weight_copies(d);
+  plan_arena(d);
   *out = d;
   return 0;
 }
@@ -239,13 +260,9 @@ int loom_decoder_create(loom_decoder **out, const loom_model_spec *spec, int B, 
 
 void loom_decoder_free(loom_decoder *d) {
   if (!d) return;
-  if (d->params_lp != d->params) loom_free(d->params_lp);
+  free_weight_copies(d);
   loom_free(d->params);
   loom_free(d->arena);
-  if (d->s && d->s->w16) {
-    loom_gemm_weights_release(d->s->w16, d->layout.total * sizeof(uint16_t));
-    free(d->s->w16);
-  }
   for (int i = 0; i < d->n_slots; i++) {
     free(d->slots[i].layer);
     free(d->slots[i].seg_lo);
@@ -333,6 +350,26 @@ const float *loom_decoder_params_lp(loom_decoder *d) {
     d->s->lp_epoch = d->s->epoch;
   }
   return d->params_lp;
+}
+
+int loom_decoder_set_bf16(loom_decoder *d, bool bf16) {
+  if (d->bf16 == bf16) return 0;
+  if (d->param_bf16 || d->param_hook)
+    return loom_err("the matmul precision of a decoder with bf16 parameters or managed (ZeRO-3) "
+                    "parameters is fixed at its creation");
+  for (int i = 0; i < d->n_slots; i++)
+    if (d->slots[i].chunk >= 0)
+      return loom_err("the matmul precision of a decoder cannot change while activation slot "
+                      "%d holds a micro-batch", i);
+  free_weight_copies(d);
+  loom_free(d->arena);
+  d->bf16 = bf16;
+  d->params_lp = bf16 ? NULL : d->params;
+  d->s->epoch++; /* no copy made before matches the parameters */
+  d->s->x16_src = NULL;
+  weight_copies(d);
+  plan_arena(d);
+  return 0;
 }
 
 int loom_decoder_set_param_bf16(loom_decoder *d) {

@@ -4,6 +4,8 @@
  * family fused with the residual add, bias helpers, the tensor-parallel row gathers/reductions
  * (Megatron, with or without sequence parallelism), and the Ulysses all-to-all between
  * token-split and head-split layouts. */
+#include <cblas.h>
+#undef I /* complex.h, through OpenBLAS cblas.h */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -42,7 +44,8 @@ block_offsets loom_block_offsets(const loom_decoder *d, int l) {
  * round_dy's storage), weights from the bf16 copy refreshed once per parameter update,
  * fp32 accumulation. Otherwise (OpenBLAS, or ZeRO-3 which pages weights in and out) bf16
  * mode rounds inputs to bf16 values held in fp32 and multiplies them with loom_gemm_f32:
- * the same products (exact in fp32) and fp32 accumulation. */
+ * the same products (exact in fp32) and fp32 accumulation. A forward of one row (a decode
+ * step of the cached forward) on fp32 weights is a BLAS matrix-vector product. */
 
 const uint16_t *dec_weights16(loom_decoder *d) {
   struct loom_decoder_scratch *s = d->s;
@@ -114,7 +117,15 @@ void dec_linear_fwd_keep(loom_decoder *d, float *y, const float *x, uint16_t *ke
     loom_gemm_bf16_w(0, 1, M, N, K, x16, K, w16 + w_off, K, b, 0.0f, y, N);
   } else {
     if (d->bf16) x = rounded_input(d, x, (size_t)M * K, flags);
-    loom_gemm_f32(0, 1, M, N, K, x, K, loom_decoder_params_lp(d) + w_off, K, b, 0.0f, y, N);
+    const float *w = loom_decoder_params_lp(d) + w_off;
+    if (M == 1) { /* a decode step of one sequence */
+      /* BLAS sgemv streams W without packing it: 2-5x faster than a one-row GEMM of oneDNN
+       * on GPT-2's matrices (docs/PERFORMANCE.md) */
+      if (b) memcpy(y, b, (size_t)N * sizeof(float));
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, w, K, x, 1, b ? 1.0f : 0.0f, y, 1);
+    } else {
+      loom_gemm_f32(0, 1, M, N, K, x, K, w, K, b, 0.0f, y, N);
+    }
   }
   LOOM_PROF_POP(2.0 * M * N * K, 0);
 }
