@@ -1,16 +1,20 @@
 /* `loom data`: prepare training data. Subcommands: synth-text (demo corpus), train-tokenizer
- * (byte-level BPE -> tokenizer.json), tokenize (text files -> token shard), encode / decode
- * (inspect a tokenizer), inspect-shard (header and first tokens); vision-language data:
- * synth-vqa, prepare, inspect (src/cli/cmd_data_vqa.c). Errors go to stderr with
- * exit code 1 and leave no partial output file. */
+ * (byte-level BPE -> tokenizer.json), tokenize (corpora -> token shards, on every core, with
+ * progress: include/loom/corpus.h), encode / decode (inspect a tokenizer), inspect-shard
+ * (header and first tokens); vision-language data: synth-vqa, prepare, inspect
+ * (src/cli/cmd_data_vqa.c). Errors go to stderr with exit code 1 and leave no partial output
+ * file. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "cli/cmd_data_tokenize.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "loom/core.h"
+#include "loom/corpus.h"
 #include "loom/shard.h"
 #include "loom/tokenizer.h"
 
@@ -20,7 +24,8 @@
 
 typedef struct {
   const char *out, *tokenizer, *text, *bytes, *seed, *vocab_size, *count;
-  bool json, eot;
+  const char *field;
+  bool json;
   char **pos; /* positional arguments (copied in order to the front of argv + 1) */
   int npos;
 } opts;
@@ -105,22 +110,23 @@ static int cmd_synth(int argc, char **argv) {
 
 /* ---- train-tokenizer ------------------------------------------------------------------------- */
 
-/* Read and join files with "<|endoftext|>" so no piece spans two files. */
-static int read_joined(const char *sub, char **files, int n, char **text, size_t *len) {
+/* Read the corpus files (plain, JSON Lines, compressed) and join them with "<|endoftext|>" so
+ * no piece spans two documents. An empty or whitespace-only file is refused, naming it. */
+static int read_joined(const char *sub, char **files, int n, const char *field, char **text,
+                       size_t *len) {
   size_t cap = 0, total = 0;
   char *all = NULL;
   for (int i = 0; i < n; i++) {
     char *data;
     size_t dlen;
-    if (loom_read_file(files[i], &data, &dlen)) {
+    if (loom_corpus_read_text(files[i], field, EOT, &data, &dlen)) {
       free(all);
       return failerr(sub);
     }
     size_t add = dlen + (i ? strlen(EOT) : 0);
     if (total + add + 1 > cap) {
       cap = 2 * (total + add + 1);
-      all = realloc(all, cap);
-      if (!all) abort();
+      all = loom_realloc(all, cap, 1);
     }
     if (i) memcpy(all + total, EOT, strlen(EOT)), total += strlen(EOT);
     memcpy(all + total, data, dlen);
@@ -136,13 +142,17 @@ static int read_joined(const char *sub, char **files, int n, char **text, size_t
 static int cmd_train_tokenizer(int argc, char **argv) {
   const char *sub = "train-tokenizer";
   static const char usage[] =
-      "usage: loom data train-tokenizer --vocab-size N --out tokenizer.json FILES...\n\n"
+      "usage: loom data train-tokenizer --vocab-size N --out tokenizer.json [--field F] FILES...\n\n"
       "Train a byte-level BPE tokenizer (GPT-2 pre-tokenizer regex, 256 byte tokens,\n"
-      "merges until N-1 ids, then <|endoftext|>) on the text files and write a Hugging\n"
-      "Face tokenizer.json. Files are treated as separate documents.\n";
+      "merges until N-1 ids, then <|endoftext|>) on the corpus files and write a Hugging\n"
+      "Face tokenizer.json. Files are the corpora 'loom data tokenize' reads (plain text,\n"
+      "JSON Lines with the text in --field, default text; .gz or .zst compressed); each\n"
+      "file, and each JSON Lines line, is a separate document. An empty or whitespace-only\n"
+      "file is refused.\n";
   opts o = {0};
   const loom_cli_opt table[] = {LOOM_OPT_VALUE("--vocab-size", &o.vocab_size),
-                                LOOM_OPT_VALUE("--out", &o.out), {0}};
+                                LOOM_OPT_VALUE("--out", &o.out),
+                                LOOM_OPT_VALUE("--field", &o.field), {0}};
   int rc = parse(sub, usage, argc, argv, table, &o);
   if (rc < 0) return 0;
   if (rc || (rc = need(sub, "--out", o.out)) || (rc = need(sub, "--vocab-size", o.vocab_size)))
@@ -152,7 +162,7 @@ static int cmd_train_tokenizer(int argc, char **argv) {
   if (o.npos == 0) return fail(sub, "give at least one text file to train on"), 1;
   char *text;
   size_t len;
-  if (read_joined(sub, o.pos, o.npos, &text, &len)) return 1;
+  if (read_joined(sub, o.pos, o.npos, o.field, &text, &len)) return 1;
   double t0 = loom_now();
   rc = loom_tokenizer_train(text, len, vs > (1 << 30) ? -1 : (int)vs, o.out);
   free(text);
@@ -168,71 +178,7 @@ static int cmd_train_tokenizer(int argc, char **argv) {
   return 0;
 }
 
-/* ---- tokenize -------------------------------------------------------------------------------- */
-
-static int tokenize_files(const char *sub, loom_tokenizer *t, const opts *o, loom_shard_writer *w,
-                          size_t *bytes) {
-  int32_t eot = loom_tokenizer_token_id(t, EOT);
-  if (o->eot && eot < 0) return fail(sub, "--eot: the tokenizer has no <|endoftext|> token");
-  if (o->eot && loom_shard_writer_set_eod(w, eot)) return failerr(sub);
-  for (int i = 0; i < o->npos; i++) {
-    char *data;
-    size_t len, n;
-    int32_t *ids;
-    if (loom_read_file(o->pos[i], &data, &len)) return failerr(sub);
-    int rc = loom_tokenizer_encode(t, data, len, &ids, &n);
-    free(data);
-    if (rc) return failerr(sub);
-    *bytes += len;
-    rc = loom_shard_writer_append(w, ids, n);
-    if (rc == 0 && o->eot) rc = loom_shard_writer_append(w, &eot, 1); /* ends the document */
-    free(ids);
-    if (rc) return failerr(sub);
-  }
-  return 0;
-}
-
-static int cmd_tokenize(int argc, char **argv) {
-  const char *sub = "tokenize";
-  static const char usage[] =
-      "usage: loom data tokenize --tokenizer tokenizer.json --out shard.bin [--eot] FILES...\n\n"
-      "Encode the text files with the tokenizer and write one token shard (format:\n"
-      "docs/FORMATS-data.md). --eot ends every file (a document) with an <|endoftext|>\n"
-      "token and records it in the shard header as the end-of-document token (version 2,\n"
-      "what data.pack_documents needs).\n"
-      "Prints the token count and tokens per byte.\n";
-  opts o = {0};
-  const loom_cli_opt table[] = {LOOM_OPT_VALUE("--tokenizer", &o.tokenizer),
-                                LOOM_OPT_VALUE("--out", &o.out), LOOM_OPT_FLAG("--eot", &o.eot),
-                                {0}};
-  int rc = parse(sub, usage, argc, argv, table, &o);
-  if (rc < 0) return 0;
-  if (rc || (rc = need(sub, "--out", o.out)) || (rc = need(sub, "--tokenizer", o.tokenizer)))
-    return rc;
-  if (o.npos == 0) return fail(sub, "give at least one text file"), 1;
-  loom_tokenizer *t;
-  if (loom_tokenizer_load(&t, o.tokenizer)) return failerr(sub);
-  warn_normalizer(sub, o.tokenizer, t);
-  loom_shard_writer *w;
-  double t0 = loom_now();
-  size_t bytes = 0;
-  if (loom_shard_writer_open(&w, o.out, (uint32_t)loom_tokenizer_vocab_size(t))) {
-    loom_tokenizer_free(t);
-    return failerr(sub);
-  }
-  rc = tokenize_files(sub, t, &o, w, &bytes);
-  loom_tokenizer_free(t);
-  uint64_t n = loom_shard_writer_count(w);
-  if (rc) {
-    loom_shard_writer_abort(w);
-    return rc;
-  }
-  if (loom_shard_writer_close(w)) return failerr(sub);
-  printf("%llu tokens from %zu bytes (%.4f tokens/byte) in %.2f s -> %s\n",
-         (unsigned long long)n, bytes, bytes ? (double)n / (double)bytes : 0.0,
-         loom_now() - t0, o.out);
-  return 0;
-}
+/* ---- tokenize: src/cli/cmd_data_tokenize.c ------------------------------------------------ */
 
 /* ---- encode / decode ------------------------------------------------------------------------- */
 
@@ -437,7 +383,7 @@ static const struct {
 } subs[] = {
     {"synth-text", cmd_synth, "write a deterministic synthetic story corpus"},
     {"train-tokenizer", cmd_train_tokenizer, "train a byte-level BPE tokenizer.json"},
-    {"tokenize", cmd_tokenize, "encode text files into a token shard (.bin)"},
+    {"tokenize", loom_cmd_data_tokenize, "encode corpora into token shards (.bin), all cores"},
     {"encode", cmd_encode, "print the token ids of a text"},
     {"decode", cmd_decode, "print the text of token ids"},
     {"inspect-shard", cmd_inspect_shard, "show a shard's header and first tokens"},

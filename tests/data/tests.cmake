@@ -36,3 +36,10 @@ add_test(NAME data_pretok_gpt2_ids
   COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/pretok_check.py $<TARGET_FILE:pretok_dump>
           ${LOOM_DATA_NODE_WORK}/gpt2.json)
 set_tests_properties(data_pretok_gpt2_ids PROPERTIES FIXTURES_REQUIRED data_node TIMEOUT 300)
+
+# `loom data tokenize` / `train-tokenizer` through the binary: the same bytes on 1, 2 and 4
+# threads, JSON Lines and gzip/zstd inputs, shards with a manifest that training reads to the
+# same losses, progress lines, and every refused input (tests/data/tokenize_test.sh).
+add_test(NAME data_tokenize_cli
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/tokenize_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(data_tokenize_cli PROPERTIES TIMEOUT 300)
