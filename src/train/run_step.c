@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "loom/checkpoint.h"
@@ -29,14 +30,21 @@ void loom_run_clock_start(loom_run *run) {
 /* Fault injection for the failure tests: LOOM_FAULT=exit:RANK:STEP makes that rank die (as a
  * crash would) before that step, LOOM_FAULT=hang:RANK:STEP makes it stop answering,
  * LOOM_FAULT=kill:RANK:STEP makes it SIGKILL itself, LOOM_FAULT=error:RANK:STEP makes it fail
- * alone with an error (as a read error of its data would: the error returned);
- * kill-<point>:RANK:STEP is fault.c's. */
+ * alone with an error (as a read error of its data would: the error returned),
+ * LOOM_FAULT=slow:RANK:STEP makes that rank sleep 100 ms before that step and every one after
+ * (a slow machine: the signal tests' window to stop a short run); kill-<point>:RANK:STEP is
+ * fault.c's. */
 int loom_run_inject_fault(const loom_run *run) {
   const char *f = getenv("LOOM_FAULT");
   char kind[8];
   int rank;
   long step;
   if (!f || sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3) return 0;
+  if (!strcmp(kind, "slow")) {
+    if (rank == run->ranks.job.rank && run->state.step + 1 >= step)
+      nanosleep(&(struct timespec){.tv_nsec = 100000000L}, NULL);
+    return 0;
+  }
   if (rank != run->ranks.job.rank || step != run->state.step + 1 || !loom_fault_fire_once())
     return 0;
   if (!strcmp(kind, "error"))

@@ -44,7 +44,8 @@ stopped() {
 # --- one process: SIGINT, the resume command, bitwise the uninterrupted run ---------------
 "$LOOM" train "${M[@]}" training.steps=60 run.name=ref --quiet >/dev/null 2>&1 || fail "reference run"
 REF=$(newest)
-"$LOOM" train "${M[@]}" training.steps=60 run.name=int >"$WORK/int.out" 2>"$WORK/int.err" &
+# (LOOM_FAULT=slow: 100 ms a step from step 1, so that a loaded machine still stops it in time)
+LOOM_FAULT=slow:0:1 "$LOOM" train "${M[@]}" training.steps=60 run.name=int >"$WORK/int.out" 2>"$WORK/int.err" &
 pid=$!
 wait_steps int 3 || fail "SIGINT run: no steps"
 kill -INT $pid; wait $pid; rc=$?
