@@ -15,7 +15,7 @@
 #include "loom/core.h"
 #include "loom/hf.h"
 #include "loom/mesh.h"
-#include "train/eval_ckpt.h"
+#include "loom/eval_ckpt.h"
 
 static void usage(FILE *out) {
   fprintf(out,

@@ -14,8 +14,8 @@
 #include "loom/mesh.h"
 #include "loom/train.h"
 #include "loom/sweep.h"
-#include "train/lineage.h"
-#include "train/run_dir.h"
+#include "loom/lineage.h"
+#include "loom/run_dir.h"
 
 static void usage(FILE *out) {
   fprintf(out,

@@ -28,8 +28,8 @@
 #include "loom/core.h"
 #include "loom/registry.h"
 #include "loom/train.h"
-#include "train/lineage.h"
-#include "train/run_dir.h"
+#include "loom/lineage.h"
+#include "loom/run_dir.h"
 
 typedef struct {
   char *run_dir;   /* from the report file, NULL when rank 0 never got that far */

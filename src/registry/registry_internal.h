@@ -1,4 +1,4 @@
-/* Private to the registry (src/registry) and the runs table (src/runs/runs_table.c): the
+/* Private to the registry (src/registry, with its runs table registry_table.c): the
  * registry handle, the fixed columns of the `runs` table and small SQLite helpers. */
 #ifndef LOOM_REGISTRY_INTERNAL_H
 #define LOOM_REGISTRY_INTERNAL_H

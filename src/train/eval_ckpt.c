@@ -9,7 +9,7 @@
 #include "loom/checkpoint.h"
 #include "loom/exec.h"
 #include "loom/mesh.h"
-#include "train/eval_ckpt.h"
+#include "loom/eval_ckpt.h"
 
 static int build_meshes(const loom_config *cfg, const loom_model_spec *spec, loom_mesh *job,
                         loom_mesh *text) {

@@ -11,7 +11,7 @@
 
 #include "loom/vision_module.h"
 #include "loom/data_source.h"
-#include "train/eval_loss.h"
+#include "loom/eval_loss.h"
 
 struct loom_evaluator {
   loom_executor *ex;

@@ -4,7 +4,7 @@
 #define LOOM_TRAIN_EVAL_TRACK_H
 #include <stdio.h>
 
-#include "train/eval_loss.h"
+#include "loom/eval_loss.h"
 #include "train/progress.h"
 
 typedef struct {

@@ -6,8 +6,8 @@
 
 #include "loom/config_schema.h"
 #include "loom/core.h"
-#include "train/lineage.h"
-#include "train/run_dir.h"
+#include "loom/lineage.h"
+#include "loom/run_dir.h"
 
 static const char *const bookkeeping[] = {
     "run.output_dir",       "run.max_restarts",    "run.tags",           "run.notes",

@@ -19,7 +19,7 @@
 #include "loom/checkpoint.h"
 #include "loom/core.h"
 #include "loom/fault.h"
-#include "train/run_dir.h"
+#include "loom/run_dir.h"
 
 /* N of "checkpoint_<N>" (digits only, no suffix), or -1. */
 static long checkpoint_number(const char *name) {

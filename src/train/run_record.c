@@ -12,7 +12,7 @@
 #include "loom/core.h"
 #include "loom/registry.h"
 #include "loom/train.h"
-#include "train/lineage.h"
+#include "loom/lineage.h"
 
 /* "key": number, or nothing when x is not a number (no step yet, a NaN loss) */
 static void set_real(json_t *o, const char *key, double x) {

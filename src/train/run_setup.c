@@ -15,7 +15,7 @@
 #include "loom/hw.h"
 #include "loom/registry.h"
 #include "loom/vision_module.h"
-#include "train/run_dir.h"
+#include "loom/run_dir.h"
 #include "train/run_internal.h"
 
 /* The text decoder's mesh (all ranks, or the first ones when the vision encoder has ranks of

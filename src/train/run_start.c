@@ -10,7 +10,7 @@
 #include "loom/checkpoint.h"
 #include "loom/vision_module.h"
 #include "train/init_from.h"
-#include "train/run_dir.h"
+#include "loom/run_dir.h"
 #include "train/run_internal.h"
 
 /* Resume: validate the checkpoint (marker, trainer state, tensor shapes) on the lead, then

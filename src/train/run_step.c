@@ -15,7 +15,7 @@
 #include "loom/checkpoint.h"
 #include "loom/fault.h"
 #include "loom/vision_module.h"
-#include "train/run_dir.h"
+#include "loom/run_dir.h"
 #include "train/run_internal.h"
 
 /* Training time starts (again) here: a resumed run's earlier time counts. */

@@ -19,3 +19,8 @@ add_test(NAME e2e_experiment_walkthrough
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/experiment_walkthrough_test.sh $<TARGET_FILE:loom>
           ${CMAKE_BINARY_DIR}/experiment_walkthrough_screenshot.png)
 set_tests_properties(e2e_experiment_walkthrough PROPERTIES TIMEOUT 300 ENVIRONMENT "${LOOM_E2E_ENV}")
+# docs/ARCHITECTURE.md against the tree: every folder and public header named, the layer
+# diagram, no include of a header from a folder above or of another folder's private header.
+add_test(NAME e2e_architecture
+  COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/architecture_test.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(e2e_architecture PROPERTIES TIMEOUT 60)

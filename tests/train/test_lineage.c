@@ -9,7 +9,7 @@
 #include "loom/config_schema.h"
 #include "harness.h"
 #include "loom/core.h"
-#include "train/lineage.h"
+#include "loom/lineage.h"
 
 /* Another valid value for key k than the one in c (text for loom_config_key_set). */
 static void other_value(const loom_config *c, const loom_config_key *k, char *out, size_t n) {

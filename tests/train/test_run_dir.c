@@ -15,7 +15,7 @@
 #include "loom/checkpoint.h"
 #include "loom/core.h"
 #include "loom/runs.h"
-#include "train/run_dir.h"
+#include "loom/run_dir.h"
 
 static char root[64];
 

@@ -5,8 +5,8 @@
  * config: the run continues in its directory under its id. Any other difference (steps,
  * layout, lr, data, model, seed, name, a +user key, ...): a new run, which records its parent
  * run and checkpoint (run.parent, run.parent_checkpoint) and leaves the parent untouched. */
-#ifndef LOOM_TRAIN_LINEAGE_H
-#define LOOM_TRAIN_LINEAGE_H
+#ifndef LOOM_LINEAGE_H
+#define LOOM_LINEAGE_H
 #include <stdbool.h>
 #include <stddef.h>
 

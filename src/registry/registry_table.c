@@ -10,7 +10,7 @@
 #include "loom/config_schema.h"
 #include "registry/registry_internal.h"
 #include "loom/core.h"
-#include "loom/runs.h"
+#include "loom/registry_table.h"
 
 typedef struct {
   char **names;

@@ -1,7 +1,7 @@
 /* Validation loss and perplexity of the model an executor holds, on a fixed set of
  * validation batches, in any layout (eval_loss.c). */
-#ifndef LOOM_TRAIN_EVAL_LOSS_H
-#define LOOM_TRAIN_EVAL_LOSS_H
+#ifndef LOOM_EVAL_LOSS_H
+#define LOOM_EVAL_LOSS_H
 #include "loom/comm.h"
 #include "loom/config.h"
 #include "loom/exec.h"

@@ -2,8 +2,8 @@
  * which run and checkpoint `--resume` means (latest run, newest complete checkpoint), removal
  * of what an interrupted job left behind, the metrics of steps a resume redoes, and pruning
  * of old periodic checkpoints by rename-then-delete. See docs/RELIABILITY.md. */
-#ifndef LOOM_TRAIN_RUN_DIR_H
-#define LOOM_TRAIN_RUN_DIR_H
+#ifndef LOOM_RUN_DIR_H
+#define LOOM_RUN_DIR_H
 #include <stdbool.h>
 
 #include "loom/config.h"

@@ -1,8 +1,8 @@
 /* Scoring a checkpoint on validation data without training (eval_ckpt.c; `loom eval`). */
-#ifndef LOOM_TRAIN_EVAL_CKPT_H
-#define LOOM_TRAIN_EVAL_CKPT_H
+#ifndef LOOM_EVAL_CKPT_H
+#define LOOM_EVAL_CKPT_H
 #include "loom/config.h"
-#include "train/eval_loss.h"
+#include "loom/eval_loss.h"
 
 /* Every rank of the job: build cfg's layout (parallel.*, vision.parallel.*), load the
  * parameters of the loom checkpoint `dir` (any layout: one process, multi-rank pieces, or a
