@@ -129,11 +129,11 @@ static int run_steps(const opts *o, const loom_model_spec *spec, step_result *r,
   loom_adamw_state opt;
   loom_adamw_state_init(&opt, d->layout.total);
   size_t BT = (size_t)o->B * o->T;
-  int32_t *tok = malloc((BT + 1) * sizeof(int32_t));
+  int32_t *tok = loom_malloc((BT + 1) * sizeof(int32_t));
   loom_rng rng;
   loom_rng_seed(&rng, 7);
   for (size_t i = 0; i <= BT; i++) tok[i] = (int32_t)loom_rng_below(&rng, (uint64_t)spec->vocab_size);
-  double *times = malloc((size_t)o->steps * sizeof(double));
+  double *times = loom_malloc((size_t)o->steps * sizeof(double));
   for (int s = 0; s < o->warmup + o->steps; s++) {
     loom_step_result sr;
     double t0 = loom_now();

@@ -184,13 +184,11 @@ static int cmd_train_tokenizer(int argc, char **argv) {
 
 static int read_stdin(char **data, size_t *len) {
   size_t cap = 65536, n = 0, k;
-  char *buf = malloc(cap);
-  if (!buf) abort();
+  char *buf = loom_malloc(cap);
   while ((k = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
     n += k;
     if (cap - n - 1 == 0) {
-      buf = realloc(buf, cap *= 2);
-      if (!buf) abort();
+      buf = loom_realloc(buf, cap *= 2, 1);
     }
   }
   buf[n] = 0;
@@ -254,9 +252,8 @@ static int cmd_encode(int argc, char **argv) {
 static int collect_ids(const char *sub, const opts *o, int32_t **ids, size_t *n) {
   char *in = NULL;
   size_t inlen, cap = 1024;
-  *ids = malloc(cap * sizeof **ids);
+  *ids = loom_malloc(cap * sizeof **ids);
   *n = 0;
-  if (!*ids) abort();
   int from_stdin = o->npos == 1 && !strcmp(o->pos[0], "-");
   if (from_stdin) read_stdin(&in, &inlen);
   char *save = NULL, *tok = from_stdin ? strtok_r(in, " \t\r\n,", &save) : NULL;
@@ -270,8 +267,7 @@ static int collect_ids(const char *sub, const opts *o, int32_t **ids, size_t *n)
       free(in);
       return 1;
     }
-    if (*n == cap) *ids = realloc(*ids, (cap *= 2) * sizeof **ids);
-    if (!*ids) abort();
+    if (*n == cap) *ids = loom_realloc(*ids, cap *= 2, sizeof **ids);
     (*ids)[(*n)++] = (int32_t)v;
     if (from_stdin) tok = strtok_r(NULL, " \t\r\n,", &save);
   }
@@ -356,8 +352,7 @@ static int cmd_inspect_shard(int argc, char **argv) {
   loom_shard s;
   if (loom_shard_open(&s, o.pos[0])) return failerr(sub);
   size_t n = s.h.count < (uint64_t)count ? (size_t)s.h.count : (size_t)count;
-  int32_t *ids = malloc((n + 1) * sizeof *ids);
-  if (!ids) abort();
+  int32_t *ids = loom_malloc((n + 1) * sizeof *ids);
   loom_shard_copy(&s, 0, n, ids);
   printf("file: %s\nversion: %u\ndtype: %s\ntokens: %llu\nvocab_size: %u\n", o.pos[0],
          s.h.version, s.h.dtype == LOOM_SHARD_U16 ? "uint16" : "uint32",

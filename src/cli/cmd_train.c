@@ -65,7 +65,7 @@ static void usage(FILE *out) {
 /* The command that re-runs this one, shell-quoted (ranks started by mpirun: with --nproc).
  * argv is copied unchanged, not parsed: the record is the command as typed. */
 static char *recorded_command(int argc, char **argv) {
-  char **args = calloc((size_t)argc + 2, sizeof *args), world[16];
+  char **args = loom_calloc((size_t)argc + 2, sizeof *args), world[16];
   for (int i = 1; i < argc; i++) args[i - 1] = argv[i];
   int n = argc - 1;
   if (loom_dist_world() > 1) {
@@ -84,7 +84,7 @@ static char *recorded_command(int argc, char **argv) {
 static int load_config(loom_config *cfg, const char *path, int argc, char **argv,
                        bool validate) {
   loom_config_defaults(cfg);
-  char **choices = calloc((size_t)argc + 1, sizeof *choices); /* GROUP=OPTION */
+  char **choices = loom_calloc((size_t)argc + 1, sizeof *choices); /* GROUP=OPTION */
   int nchoices = 0;
   for (int i = 1; i < argc; i++)
     if (loom_config_is_group_choice(argv[i])) choices[nchoices++] = argv[i];
@@ -134,7 +134,7 @@ static bool under_launcher(void) {
 /* -m / --multirun: the overrides as an in-memory sweep through the sweep runner. argv: the
  * positional arguments, as for load_config. */
 static int multirun(const char *config_path, int argc, char **argv, bool quiet) {
-  char **choices = calloc((size_t)argc + 1, sizeof *choices), **ov = calloc((size_t)argc + 1,
+  char **choices = loom_calloc((size_t)argc + 1, sizeof *choices), **ov = loom_calloc((size_t)argc + 1,
                                                                               sizeof *ov);
   int nchoices = 0, nov = 0;
   for (int i = 1; i < argc; i++)
@@ -183,7 +183,7 @@ int loom_cmd_train(int argc, char **argv) {
   loom_cli_parser p = {.command = "train", .opts = table};
   int prc = loom_cli_parse(&p, argc, argv, 1);
   /* pos[0] = "train", then the positional arguments: config file, KEY=VALUE, GROUP=OPTION */
-  char **pos = calloc((size_t)p.npos + 2, sizeof *pos);
+  char **pos = loom_calloc((size_t)p.npos + 2, sizeof *pos);
   pos[0] = argv[0];
   for (int i = 0; i < p.npos; i++) pos[i + 1] = p.pos[i];
   int npos = p.npos + 1;

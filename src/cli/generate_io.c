@@ -18,8 +18,7 @@ void loom_gen_cli_on_token(void *ctx, int row, int32_t id) {
   if (!bytes || st->cut[row]) return;
   if (st->len[row] + n + 1 > st->cap[row]) {
     st->cap[row] = 2 * (st->len[row] + n + 1);
-    st->buf[row] = realloc(st->buf[row], st->cap[row]);
-    LOOM_ASSERT(st->buf[row]);
+    st->buf[row] = loom_realloc(st->buf[row], st->cap[row], 1);
   }
   memcpy(st->buf[row] + st->len[row], bytes, n);
   st->len[row] += n;
@@ -68,8 +67,7 @@ int loom_gen_cli_parse_ids(const char *text, int32_t **ids, int *n, int vocab) {
     }
     if (*n == cap) {
       cap = cap ? 2 * cap : 64;
-      *ids = realloc(*ids, (size_t)cap * sizeof **ids);
-      LOOM_ASSERT(*ids);
+      *ids = loom_realloc(*ids, (size_t)cap, sizeof **ids);
     }
     (*ids)[(*n)++] = (int32_t)v;
     p = end;
@@ -106,8 +104,7 @@ int loom_gen_cli_read_lines(const char *path, char ***lines, int *n) {
     }
     if (*n == cap) {
       cap = cap ? 2 * cap : 16;
-      *lines = realloc(*lines, (size_t)cap * sizeof **lines);
-      LOOM_ASSERT(*lines);
+      *lines = loom_realloc(*lines, (size_t)cap, sizeof **lines);
     }
     (*lines)[(*n)++] = loom_strdup(p);
     if (!e) break;
@@ -127,7 +124,7 @@ int loom_gen_cli_read_lines(const char *path, char ***lines, int *n) {
  * Unicode "maximal subpart" practice, as Python's bytes.decode("utf-8", "replace")); malloc'd */
 char *loom_gen_cli_utf8(const char *t) {
   size_t n = strlen(t), o = 0;
-  char *out = malloc(3 * n + 1);
+  char *out = loom_malloc(3 * n + 1);
   LOOM_ASSERT(out);
   const unsigned char *u = (const unsigned char *)t;
   for (size_t i = 0; i < n;) {

@@ -21,7 +21,7 @@ int loom_cli_exec_mpirun(const char *command, const loom_cli_opt *opts, int argc
     return 1;
   }
   self[n] = 0;
-  char **args = calloc((size_t)argc + 8, sizeof(char *));
+  char **args = loom_calloc((size_t)argc + 8, sizeof(char *));
   int k = 0;
   args[k++] = "mpirun";
   /* root consent, oversubscription past the core count, threads: loom/mpi_env.h */
@@ -60,7 +60,7 @@ static bool shell_plain(const char *s) {
 char *loom_cli_command_line(const char *command, int argc, char **argv) {
   size_t n = strlen(command) + 8;
   for (int i = 0; i < argc; i++) n += 4 * strlen(argv[i]) + 3;
-  char *s = calloc(1, n), *p = s;
+  char *s = loom_calloc(1, n), *p = s;
   p += sprintf(p, "loom %s", command);
   for (int i = 0; i < argc; i++) {
     *p++ = ' ';

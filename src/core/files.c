@@ -78,7 +78,7 @@ int loom_read_file(const char *path, char **data, size_t *len) {
     }
     cap = (size_t)st.st_size + 1;
   }
-  char *buf = malloc(cap);
+  char *buf = loom_malloc(cap);
   if (!buf) {
     close(fd);
     return loom_err("cannot read '%s': out of memory for %zu bytes", path, cap);

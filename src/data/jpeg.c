@@ -103,7 +103,7 @@ int loom_jpeg_decode_limit(const uint8_t *data, size_t len, const char *where, l
   d.out_color_space = JCS_RGB; /* grayscale and YCbCr convert; CMYK raises an error */
   jpeg_start_decompress(&d);
   size_t w = d.output_width, h = d.output_height;
-  rgb = malloc(w * h * 3 + 1); /* sized by the file: an error, not an exit */
+  rgb = loom_malloc(w * h * 3 + 1); /* sized by the file: an error, not an exit */
   if (!rgb) {
     jpeg_destroy_decompress(&d);
     return loom_err("%s: out of memory for a decoded %zux%zu image (%zu bytes)", where, w, h,

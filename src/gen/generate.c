@@ -72,15 +72,14 @@ int loom_generate(const loom_gen_model *m, const loom_gen_prompt *prompts, int n
   if (loom_decoder_set_bf16(m->d, m->bf16) || loom_kv_cache_create(&cache, m->d, n, S))
     return LOOM_ERR;
   int V = s->vocab_size, C = s->hidden;
-  int *row = malloc((size_t)n * sizeof *row), *count = malloc((size_t)n * sizeof *count);
-  int *delta = calloc((size_t)n, sizeof *delta);
-  bool *done = calloc((size_t)n, sizeof *done);
-  int32_t *tokens = malloc((size_t)M * sizeof *tokens), *next = malloc((size_t)n * sizeof *next);
-  int32_t *mrope = any_mrope ? malloc(3 * (size_t)M * sizeof *mrope) : NULL;
-  int *inject = any_inject ? malloc((size_t)M * sizeof *inject) : NULL;
-  float *logits = malloc((size_t)n * V * sizeof *logits), *embeds = NULL;
-  loom_rng *rng = malloc((size_t)n * sizeof *rng);
-  LOOM_ASSERT(row && count && delta && done && tokens && next && logits && rng);
+  int *row = loom_malloc((size_t)n * sizeof *row), *count = loom_malloc((size_t)n * sizeof *count);
+  int *delta = loom_calloc((size_t)n, sizeof *delta);
+  bool *done = loom_calloc((size_t)n, sizeof *done);
+  int32_t *tokens = loom_malloc((size_t)M * sizeof *tokens), *next = loom_malloc((size_t)n * sizeof *next);
+  int32_t *mrope = any_mrope ? loom_malloc(3 * (size_t)M * sizeof *mrope) : NULL;
+  int *inject = any_inject ? loom_malloc((size_t)M * sizeof *inject) : NULL;
+  float *logits = loom_malloc((size_t)n * V * sizeof *logits), *embeds = NULL;
+  loom_rng *rng = loom_malloc((size_t)n * sizeof *rng);
   /* prefill: every prompt as one ragged batch */
   size_t emb_total = 0;
   for (int i = 0; i < n; i++) {
@@ -89,7 +88,7 @@ int loom_generate(const loom_gen_model *m, const loom_gen_prompt *prompts, int n
       if (prompts[i].inject[j] > mx) mx = prompts[i].inject[j];
     emb_total += (size_t)(mx + 1);
   }
-  if (any_inject) embeds = malloc((emb_total ? emb_total : 1) * C * sizeof *embeds);
+  if (any_inject) embeds = loom_malloc((emb_total ? emb_total : 1) * C * sizeof *embeds);
   size_t emb_off = 0;
   for (int i = 0, pos = 0; i < n; i++) {
     const loom_gen_prompt *p = &prompts[i];
@@ -119,8 +118,7 @@ int loom_generate(const loom_gen_model *m, const loom_gen_prompt *prompts, int n
   stats->prefill_s = loom_now() - t0;
   stats->prefill_tokens = M;
   for (int i = 0; i < n; i++) {
-    out[i].ids = malloc((size_t)o->max_new_tokens * sizeof(int32_t));
-    LOOM_ASSERT(out[i].ids);
+    out[i].ids = loom_malloc((size_t)o->max_new_tokens * sizeof(int32_t));
   }
   t0 = loom_now();
   int running = n;

@@ -28,8 +28,7 @@ static int32_t argmax(const float *l, int V) {
 int32_t loom_sample_token(const float *logits, int V, const loom_sampler *s, loom_rng *rng) {
   if (s->temperature <= 0 || s->top_k == 1) return argmax(logits, V);
   double mx = logits[argmax(logits, V)], inv_t = 1.0 / s->temperature;
-  cand *c = malloc((size_t)V * sizeof *c);
-  LOOM_ASSERT(c);
+  cand *c = loom_malloc((size_t)V * sizeof *c);
   for (int v = 0; v < V; v++) c[v] = (cand){exp(((double)logits[v] - mx) * inv_t), v};
   int n = V;
   bool restrict_set = (s->top_k > 0 && s->top_k < V) || s->top_p < 1.0;

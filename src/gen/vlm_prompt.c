@@ -71,9 +71,8 @@ int loom_vlm_prompt_build(const loom_gen_model *m, loom_tokenizer *tok, const ch
   /* the answer's closing <|im_end|> is the last token: the prompt is everything before it */
   LOOM_ASSERT(q.n >= 2 && q.ids[q.n - 1] == sp.im_end);
   p->n = (int)q.n - 1;
-  p->ids = malloc((size_t)p->n * sizeof *p->ids);
-  p->inject = malloc((size_t)p->n * sizeof *p->inject);
-  LOOM_ASSERT(p->ids && p->inject);
+  p->ids = loom_malloc((size_t)p->n * sizeof *p->ids);
+  p->inject = loom_malloc((size_t)p->n * sizeof *p->inject);
   memcpy(p->ids, q.ids, (size_t)p->n * sizeof *p->ids);
   for (int i = 0; i < p->n; i++) p->inject[i] = -1;
   for (long k = 0; k < tokens; k++) p->inject[q.image_start[0] + (size_t)k] = (int)k;
@@ -81,8 +80,7 @@ int loom_vlm_prompt_build(const loom_gen_model *m, loom_tokenizer *tok, const ch
   const int *sec = vs->mrope_section;
   if (sec[0] + sec[1] + sec[2] > 0) { /* Qwen2-VL M-RoPE ids of the prompt */
     int32_t grids[3] = {grid[0], grid[1], grid[2]};
-    p->mrope = malloc(3 * (size_t)p->n * sizeof *p->mrope);
-    LOOM_ASSERT(p->mrope);
+    p->mrope = loom_malloc(3 * (size_t)p->n * sizeof *p->mrope);
     if (loom_vqa_mrope(p->ids, p->n, p->n, &sp, grids, 1, p->mrope, (size_t)p->n,
                        &p->rope_delta)) {
       free(patches);
@@ -93,8 +91,7 @@ int loom_vlm_prompt_build(const loom_gen_model *m, loom_tokenizer *tok, const ch
   /* the vision encoder, once */
   loom_vision *v;
   p->tokens = (int)tokens;
-  p->embeds = malloc((size_t)tokens * m->spec.hidden * sizeof(float));
-  LOOM_ASSERT(p->embeds);
+  p->embeds = loom_malloc((size_t)tokens * m->spec.hidden * sizeof(float));
   rc = loom_vision_create(&v, m->d, (int)g.patches);
   if (!rc) {
     loom_vision_input in = {1, (const int(*)[3])grid, patches, (int)g.patches};

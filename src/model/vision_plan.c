@@ -83,7 +83,7 @@ int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patc
                     ph);
   /* the encoder's linears read the rounded copy of the weights (bf16 mode) */
   if (d->bf16) loom_decoder_params_lp_reserve(d);
-  loom_vision *v = calloc(1, sizeof *v);
+  loom_vision *v = loom_calloc(1, sizeof *v);
   v->d = d;
   v->s = *s;
   v->Ct = d->spec.hidden;
@@ -98,7 +98,7 @@ int loom_vision_create_parallel(loom_vision **out, loom_decoder *d, int max_patc
   v->Hs = ring ? v->Hl : v->Hl / sp;
   v->maxP = max_patches / unit * unit;
   v->maxPg = (v->maxP + sp * unit - 1) / (sp * unit) * (sp * unit);
-  v->L = calloc((size_t)s->depth, sizeof *v->L);
+  v->L = loom_calloc((size_t)s->depth, sizeof *v->L);
   carver c = {NULL, 0};
   plan(v, &c);
   v->arena = loom_alloc(c.used);

@@ -100,7 +100,7 @@ void vis_prepare(loom_vision *v, const loom_vision_input *in) {
   window_order(v, in);
   /* 2D rotary table in window order: first D/4 frequencies by row, the next D/4 by column */
   int D = v->D, half = D / 2, quarter = D / 4, unit = s->merge * s->merge;
-  int *hpos = malloc((size_t)v->P * sizeof(int)), *wpos = malloc((size_t)v->P * sizeof(int));
+  int *hpos = loom_malloc((size_t)v->P * sizeof(int)), *wpos = loom_malloc((size_t)v->P * sizeof(int));
   int p = 0;
   for (int img = 0; img < in->n_images; img++) {
     int t = in->grid[img][0], h = in->grid[img][1], w = in->grid[img][2], m = s->merge;

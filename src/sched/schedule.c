@@ -55,9 +55,8 @@ int sched_init(loom_schedule *s, const char *name, int pp, int vpp, int microbat
     return LOOM_ERR;
   }
   snprintf(s->name, sizeof s->name, "%s", name);
-  s->count = calloc((size_t)pp, sizeof *s->count);
-  s->instr = calloc((size_t)pp, sizeof *s->instr);
-  if (!s->count || !s->instr) abort();
+  s->count = loom_calloc((size_t)pp, sizeof *s->count);
+  s->instr = loom_calloc((size_t)pp, sizeof *s->instr);
   return 0;
 }
 
@@ -66,9 +65,7 @@ void sched_push(loom_schedule *s, int rank, loom_instr_kind kind, int chunk, int
   int n = s->count[rank];
   if ((n & (n - 1)) == 0) { /* n is 0 or a power of two: full */
     size_t cap = n ? 2 * (size_t)n : 16;
-    loom_instr *grown = realloc(s->instr[rank], cap * sizeof *grown);
-    if (!grown) abort();
-    s->instr[rank] = grown;
+    s->instr[rank] = loom_realloc(s->instr[rank], cap, sizeof(loom_instr));
   }
   s->instr[rank][n] = (loom_instr){kind, chunk, mb, peer};
   s->count[rank] = n + 1;

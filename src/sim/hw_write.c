@@ -25,8 +25,7 @@ __attribute__((format(printf, 2, 3))) static void put(buf *b, const char *fmt, .
   va_end(ap);
   if (b->len + (size_t)n + 1 > b->cap) {
     b->cap = (b->len + (size_t)n + 1) * 2;
-    b->s = realloc(b->s, b->cap);
-    LOOM_ASSERT(b->s);
+    b->s = loom_realloc(b->s, b->cap, 1);
   }
   va_start(ap, fmt);
   vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);

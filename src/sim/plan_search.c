@@ -73,8 +73,7 @@ static int pp_values(int layers, int limit, int *out) {
 }
 
 static void simulate_finalists(const loom_plan_request *q, heap *h, loom_plan_result *out) {
-  out->best = calloc((size_t)(h->n ? h->n : 1), sizeof *out->best);
-  LOOM_ASSERT(out->best);
+  out->best = loom_calloc((size_t)(h->n ? h->n : 1), sizeof *out->best);
   for (int i = 0; i < h->n; i++) {
     loom_plan_entry *e = &h->e[i];
     loom_schedule s;
@@ -114,8 +113,7 @@ int loom_plan_search(const loom_plan_request *q, loom_plan_result *out) {
   double t0 = loom_now();
   int per_node = q->gpus < hw->devices_per_node ? q->gpus : hw->devices_per_node;
   double limit = loom_sim_memory_limit(hw, hw->timeshare ? q->gpus : per_node);
-  heap h = {calloc((size_t)q->finalists, sizeof(loom_plan_entry)), 0, q->finalists};
-  LOOM_ASSERT(h.e);
+  heap h = {loom_calloc((size_t)q->finalists, sizeof(loom_plan_entry)), 0, q->finalists};
   static const int mbs_values[] = {1, 2, 4, 8, 16, 32};
   static const int vpp_values[] = {1, 2, 3, 4, 6, 8};
   int pps[LOOM_SCHED_MAX_PP];

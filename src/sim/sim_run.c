@@ -11,11 +11,9 @@
 #include "sim/sim_internal_run.h"
 
 static void **grid_alloc(const loom_schedule *s, size_t elem) {
-  void **g = calloc((size_t)s->pp, sizeof *g);
-  LOOM_ASSERT(g);
+  void **g = loom_calloc((size_t)s->pp, sizeof *g);
   for (int r = 0; r < s->pp; r++) {
-    g[r] = calloc((size_t)(s->count[r] ? s->count[r] : 1), elem);
-    LOOM_ASSERT(g[r]);
+    g[r] = loom_calloc((size_t)(s->count[r] ? s->count[r] : 1), elem);
   }
   return g;
 }
@@ -80,8 +78,7 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
   R->c = c;
   R->s = s;
   R->K = s->pp * s->vpp;
-  int *first = malloc((size_t)(R->K + 1) * sizeof *first);
-  LOOM_ASSERT(first);
+  int *first = loom_malloc((size_t)(R->K + 1) * sizeof *first);
   if (sim_stage_split(st, c->spec->layers, first)) {
     free(first);
     return -1;
@@ -116,12 +113,11 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
   double gb = c->loom_cpu || st->dtype == LOOM_DT_FP32 || st->reduce_dtype == LOOM_DT_FP32 ? 4 : 2;
   double pe, pl = loom_sim_layer_params(c->spec, st, false, &pe);
   double pm = loom_sim_layer_params(c->spec, st, true, &pe); /* an MoE layer's (pe: experts) */
-  R->vs = calloc((size_t)R->K, sizeof *R->vs);
-  R->rank_params = calloc((size_t)s->pp, sizeof(double));
-  R->rank_experts = calloc((size_t)s->pp, sizeof(double));
-  R->rank_layers = calloc((size_t)s->pp, sizeof(int));
-  R->rank_moe = calloc((size_t)s->pp, sizeof(int));
-  LOOM_ASSERT(R->vs && R->rank_params && R->rank_experts && R->rank_layers && R->rank_moe);
+  R->vs = loom_calloc((size_t)R->K, sizeof *R->vs);
+  R->rank_params = loom_calloc((size_t)s->pp, sizeof(double));
+  R->rank_experts = loom_calloc((size_t)s->pp, sizeof(double));
+  R->rank_layers = loom_calloc((size_t)s->pp, sizeof(int));
+  R->rank_moe = loom_calloc((size_t)s->pp, sizeof(int));
   for (int v = 0; v < R->K; v++) {
     sim_vstage *x = &R->vs[v];
     x->layers = first[v + 1] - first[v];
@@ -157,11 +153,9 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
   }
   free(first);
   if (s->pp < 1 || s->vpp < 1) LOOM_ASSERT(!"a schedule has pp, vpp >= 1");
-  R->last_bwd = calloc((size_t)s->pp, sizeof *R->last_bwd);
-  LOOM_ASSERT(R->last_bwd);
+  R->last_bwd = loom_calloc((size_t)s->pp, sizeof *R->last_bwd);
   for (int r = 0; r < s->pp; r++) {
-    R->last_bwd[r] = malloc((size_t)s->vpp * sizeof(int));
-    LOOM_ASSERT(R->last_bwd[r]);
+    R->last_bwd[r] = loom_malloc((size_t)s->vpp * sizeof(int));
     for (int ch = 0; ch < s->vpp; ch++) R->last_bwd[r][ch] = -1;
     for (int i = 0; i < s->count[r]; i++) {
       loom_instr_kind k = s->instr[r][i].kind;
@@ -178,13 +172,13 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
   mark_paired(R);
   for (int r = 0; r < s->pp; r++)
     for (int i = 0; i < s->count[r]; i++) R->slow[r][i] = 1;
-  R->dp_free = calloc((size_t)s->pp, sizeof(double));
-  R->link_free = calloc((size_t)s->pp, sizeof(double));
-  R->hidden = calloc((size_t)s->pp, sizeof(double));
-  R->busy = calloc((size_t)s->pp, sizeof(double));
-  R->pipe_end = calloc((size_t)s->pp, sizeof(double));
-  R->opt_time = calloc((size_t)s->pp, sizeof(double));
-  R->bytes = calloc((size_t)s->pp, sizeof *R->bytes);
+  R->dp_free = loom_calloc((size_t)s->pp, sizeof(double));
+  R->link_free = loom_calloc((size_t)s->pp, sizeof(double));
+  R->hidden = loom_calloc((size_t)s->pp, sizeof(double));
+  R->busy = loom_calloc((size_t)s->pp, sizeof(double));
+  R->pipe_end = loom_calloc((size_t)s->pp, sizeof(double));
+  R->opt_time = loom_calloc((size_t)s->pp, sizeof(double));
+  R->bytes = loom_calloc((size_t)s->pp, sizeof *R->bytes);
   /* pipeline messages: the executor sends its Nr x C rows; a GPU stack without sequence
    * parallelism sends 1/tp of them and all-gathers on the receiver (Megatron's scatter-gather) */
   double rows = c->Nr * c->spec->hidden * c->act_bytes;
@@ -298,8 +292,7 @@ static void inflight_peak(const sim_run *R, int r, int *total, int *head) {
 static void memory(const sim_run *R, loom_sim_result *out, char *why, size_t n) {
   const loom_schedule *s = R->s;
   const loom_sim_ctx *c = R->c;
-  out->mem = calloc((size_t)s->pp, sizeof *out->mem);
-  LOOM_ASSERT(out->mem);
+  out->mem = loom_calloc((size_t)s->pp, sizeof *out->mem);
   out->oom_rank = -1;
   for (int r = 0; r < s->pp; r++) {
     bool e = false, h = false;
@@ -444,8 +437,7 @@ int loom_sim_run(const loom_sim_ctx *c, const loom_schedule *s, const loom_sim_o
   }
   if (!rc) {
     metrics(&R, makespan, out);
-    out->comm_bytes = calloc((size_t)s->pp, sizeof *out->comm_bytes);
-    LOOM_ASSERT(out->comm_bytes);
+    out->comm_bytes = loom_calloc((size_t)s->pp, sizeof *out->comm_bytes);
     memcpy(out->comm_bytes, R.bytes, (size_t)s->pp * sizeof *R.bytes);
     out->mem_limit = loom_sim_memory_limit(c->hw, per_node);
     char why[1024] = "";

@@ -34,8 +34,7 @@ double sim_share_update(sim_run *R, int ranks_per_stage, int nodes, double devic
   const loom_schedule *s = R->s;
   long n = 0;
   for (int r = 0; r < s->pp; r++) n += s->count[r];
-  edge *e = malloc((size_t)(2 * n + 1) * sizeof *e);
-  LOOM_ASSERT(e);
+  edge *e = loom_malloc((size_t)(2 * n + 1) * sizeof *e);
   long k = 0;
   double w = (double)ranks_per_stage / nodes;
   for (int r = 0; r < s->pp; r++)
@@ -45,9 +44,8 @@ double sim_share_update(sim_run *R, int ranks_per_stage, int nodes, double devic
         e[k++] = (edge){R->t1[r][i], -w};
       }
   qsort(e, (size_t)k, sizeof *e, by_time);
-  double *bt = malloc((size_t)(k + 1) * sizeof *bt), *G = malloc((size_t)(k + 1) * sizeof *G);
-  double *rate = malloc((size_t)(k + 1) * sizeof *rate);
-  LOOM_ASSERT(bt && G && rate);
+  double *bt = loom_malloc((size_t)(k + 1) * sizeof *bt), *G = loom_malloc((size_t)(k + 1) * sizeof *G);
+  double *rate = loom_malloc((size_t)(k + 1) * sizeof *rate);
   int m = 0;
   double load = 0, g = 0;
   for (long j = 0; j < k; j++) {

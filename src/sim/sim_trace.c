@@ -20,8 +20,7 @@ void sim_event_add(sim_run *R, int rank, int tid, int instr, const char *name, d
   if (R->n_ev == R->cap_ev) {
     if (R->cap_ev >= (1 << 24)) return;
     R->cap_ev = R->cap_ev ? 2 * R->cap_ev : 4096;
-    R->ev = realloc(R->ev, (size_t)R->cap_ev * sizeof *R->ev);
-    LOOM_ASSERT(R->ev);
+    R->ev = loom_realloc(R->ev, (size_t)R->cap_ev, sizeof *R->ev);
   }
   R->ev[R->n_ev++] = (sim_event){rank, tid, instr, name, t0, t1, bytes};
 }

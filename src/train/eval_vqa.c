@@ -32,8 +32,7 @@ static int read_kinds(const loom_config *cfg, const char *split, loom_eval_vqa_r
   if (loom_vqa_dataset_open(&d, cfg->data.vqa_path, split, cfg->data.skip_bad_samples, &bad))
     return LOOM_ERR;
   size_t count = loom_vqa_dataset_count(d), k = 0;
-  key_kind *map = calloc(count ? count : 1, sizeof *map);
-  if (!map) abort();
+  key_kind *map = loom_calloc(count ? count : 1, sizeof *map);
   for (size_t i = 0; i < count; i++) {
     loom_vqa_sample s;
     if (loom_vqa_dataset_get(d, i, &s)) continue; /* bad samples: the loader reports them */
