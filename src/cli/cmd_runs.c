@@ -55,8 +55,8 @@ static void usage(FILE *out) {
           "       loom runs gc [--dry-run]  drop the rows of runs whose run directory is gone\n"
           "                        (shown with status 'missing'); --dry-run: only list them\n"
           "       loom runs export --csv FILE [list options]   the table for pandas\n"
-          "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [-o|--output F.svg|F.png]\n"
-          "                        [--log-y] [--title TEXT]   curves of several runs (SVG)\n"
+          "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--out F.svg|F.png]\n"
+          "                        [--log-y] [--title TEXT]   curves of several runs (SVG or PNG)\n"
           "       loom runs serve [--port 8765] [--host 127.0.0.1] [--sweeps-dir DIR] [list options]\n"
           "                        live web dashboard of the registry (--port 0: any free port;\n"
           "                        list options: the view the printed link opens)\n\n"
@@ -95,11 +95,11 @@ static void usage_export(FILE *out) {
 static void usage_plot(FILE *out) {
   fprintf(out,
           "usage: loom runs plot ID... [--metric loss] [--x step|time|tokens]\n"
-          "                      [-o|--output F.svg|F.png] [--log-y] [--title TEXT]\n\n"
+          "                      [--out F.svg|F.png] [--log-y] [--title TEXT]\n\n"
           "Curves of one metric of several runs (their metrics.jsonl) in one plot.\n\n"
           "  --metric NAME           the metric (default loss; e.g. val_loss, grad_norm, lr)\n"
           "  --x step|time|tokens    the x axis (default step)\n"
-          "  -o, --output FILE       SVG, or PNG for a .png name (default <metric>.svg)\n"
+          "  --out, --output, -o FILE  SVG, or PNG for a .png name (default <metric>.svg)\n"
           "  --log-y                 logarithmic y axis\n"
           "  --title TEXT            the title (default '<metric> per <x>')\n%s%s",
           id_help, registry_help);
@@ -150,7 +150,6 @@ typedef struct {
   loom_runs_diff_tol tol;
   int worst;
   bool common_steps;
-  const char *diff_out;
 } runs_args;
 
 static int bad(const char *fmt, const char *a) {
@@ -268,7 +267,9 @@ static void runs_table(runs_args *a, unsigned groups, loom_cli_opt *t) {
       {G_CSV, LOOM_OPT_VALUE("--csv", &a->csv_out)},
       {G_PLOT | G_DIFF, LOOM_OPT_VALUE("--metric", &a->metric)},
       {G_PLOT, LOOM_OPT_VALUE("--x", &a->x)},
-      {G_PLOT, {.name = "--output", .alias = "-o", .value = &a->output}},
+      /* --output, -o and --out name the plot file of plot and diff alike */
+      {G_PLOT | G_DIFF, {.name = "--output", .alias = "-o", .value = &a->output}},
+      {G_PLOT | G_DIFF, LOOM_OPT_VALUE("--out", &a->output)},
       {G_PLOT, LOOM_OPT_VALUE("--title", &a->title)},
       {G_PLOT, LOOM_OPT_FLAG("--log-y", &a->log_y)},
       {G_SERVE, LOOM_OPT_EACH("--port", on_port)},
@@ -276,7 +277,6 @@ static void runs_table(runs_args *a, unsigned groups, loom_cli_opt *t) {
       {G_SERVE, LOOM_OPT_VALUE("--sweeps-dir", &a->sweeps_dir)},
       {G_FILES, LOOM_OPT_FLAG("--files", &a->files)},
       {G_DRY_RUN, LOOM_OPT_FLAG("--dry-run", &a->dry_run)},
-      {G_DIFF, LOOM_OPT_VALUE("--out", &a->diff_out)},
       {G_DIFF, LOOM_OPT_EACH("--rtol", on_rtol)},
       {G_DIFF, LOOM_OPT_EACH("--atol", on_atol)},
       {G_DIFF, LOOM_OPT_EACH("--worst", on_worst)},
@@ -310,10 +310,15 @@ static int parse(const char *command, unsigned groups, int argc, char **argv, ru
   return rc;
 }
 
+/* Where the registry is: --db, --runs-dir, else $LOOM_REGISTRY or runs/registry.db. */
+static char *registry_file(const runs_args *a) {
+  return a->db         ? loom_strdup(a->db)
+         : a->runs_dir ? loom_sprintf("%s/registry.db", a->runs_dir) /* over $LOOM_REGISTRY */
+                       : loom_registry_path("runs");
+}
+
 static int open_registry(const runs_args *a, loom_registry **r) {
-  char *path = a->db         ? loom_strdup(a->db)
-               : a->runs_dir ? loom_sprintf("%s/registry.db", a->runs_dir) /* over $LOOM_REGISTRY */
-                             : loom_registry_path("runs");
+  char *path = registry_file(a);
   int rc = 0;
   if (!loom_path_exists(path))
     rc = loom_err("no run registry at '%s'; runs register there when 'loom train' starts (their "
@@ -331,6 +336,22 @@ static int load(const runs_args *a, loom_registry **r, loom_runs_table *t) {
     return -1;
   }
   return 0;
+}
+
+/* `loom runs [list]` before any run registered: says so and where it looked (true), or false
+ * when the registry exists. The table format says it on stdout; CSV and JSON print an empty
+ * document there and say it on stderr. */
+static bool no_registry(const runs_args *a) {
+  char *path = registry_file(a);
+  bool missing = !loom_path_exists(path);
+  if (missing) {
+    FILE *say = a->format == LOOM_FMT_TABLE && !a->list_columns ? stdout : stderr;
+    if (a->format == LOOM_FMT_JSON && !a->list_columns) printf("[]\n");
+    fprintf(say, "no runs yet: no run registry at '%s' (runs register there when 'loom train' "
+            "starts; their run.output_dir). --runs-dir DIR or --db FILE: another one\n", path);
+  }
+  free(path);
+  return missing;
 }
 
 /* Row of the run a user named. */
@@ -527,7 +548,8 @@ static void diff_usage(FILE *out) {
           "measured), a real difference moves the loss by > 1e-3.\n"
           "  --worst N        table of the N steps with the largest |a - b| (default 5, 0: none)\n"
           "  --common-steps   compare only the steps both runs logged (still listed)\n"
-          "  --out FILE       overlay plot of A, B and B - A (SVG, or PNG for .png)\n"
+          "  --out, --output, -o FILE  plot: A's and B's curves, and below them log10 |B - A|\n"
+          "                   per step in a panel of its own (SVG, or PNG for .png)\n"
           "Exit status: 0 same, 1 different, 2 error (unknown run, metric absent, bad option).\n");
 }
 
@@ -567,7 +589,7 @@ static int diff_locate(runs_args *a, loom_registry **r, const char *given, char 
 static int do_diff(runs_args *a) {
   if (a->nids > 2) return bad("diff: takes two runs; '%s' is a third", a->ids[2]);
   if (a->nids != 2) return bad("%s", "diff: takes two runs, A and B");
-  const char *ids[2] = {a->ids[0], a->ids[1]}, *out = a->diff_out;
+  const char *ids[2] = {a->ids[0], a->ids[1]}, *out = a->output;
   loom_runs_diff_tol tol = a->tol;
   int worst = a->worst;
   bool common_only = a->common_steps;
@@ -651,6 +673,8 @@ int loom_cmd_runs(int argc, char **argv) {
     rc = 2;
   } else if (sub >= 0 && !strcmp(subs[sub].name, "export") && !a.csv_out) {
     rc = bad("%s", "export needs --csv FILE");
+  } else if ((sub < 0 || !strcmp(subs[sub].name, "list")) && no_registry(&a)) {
+    rc = 0; /* nothing trained yet: an empty list, not an error */
   } else {
     loom_registry *r = NULL;
     loom_runs_table t = {0};

@@ -50,8 +50,13 @@ static void print_config(FILE *out, const loom_runs_table *t, int row, const cha
       same++;
       continue;
     }
-    fprintf(out, "  %-36s %-20s (default %s)\n", t->cols[j].name, loom_value_text(v, a, sizeof a),
-            k ? loom_value_text(&def, b, sizeof b) : "-");
+    /* an empty default (data.tokenizer, run.notes) is said in words, not as "(default )" */
+    const char *dt = k ? loom_value_text(&def, b, sizeof b) : NULL;
+    char *note = !k     ? loom_strdup("(a user key)")
+                 : dt[0] ? loom_sprintf("(default %s)", dt)
+                         : loom_strdup("(default: empty)");
+    fprintf(out, "  %-36s %-20s %s\n", t->cols[j].name, loom_value_text(v, a, sizeof a), note);
+    free(note);
   }
   fprintf(out, "  (%d more keys at their defaults; the whole config: %s/config.yaml)\n", same,
           run_dir);

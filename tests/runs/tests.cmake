@@ -12,3 +12,9 @@ set_tests_properties(runs_serve PROPERTIES TIMEOUT 300
 add_test(NAME runs_diff_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runs/runs_diff_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(runs_diff_test PROPERTIES TIMEOUT 120
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
+#   runs_cli_test   `loom runs` as a new user meets it: no registry yet (exit 0, where it looked),
+#                   --out/--output/-o for plot and diff, subcommands' own help, no "(default )"
+#                   in runs show, columns chosen by what varies (a 100-column terminal)
+add_test(NAME runs_cli_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runs/runs_cli_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(runs_cli_test PROPERTIES TIMEOUT 120
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
