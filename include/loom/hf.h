@@ -13,6 +13,14 @@
  *          attn.{q,k,v,o} -> model.layers.i.self_attn.{q,k,v,o}_proj, mlp_norm ->
  *          post_attention_layernorm, mlp.{gate,up,down} -> mlp.{gate,up,down}_proj,
  *          final_norm -> model.norm, lm_head -> lm_head (V rows). No transposes.
+ *   qwen3 / qwen3_moe / qwen2_moe / mixtral (src/ckpt/hf_family.c picks the class from the
+ *          spec): the llama names plus attn.{q,k}_norm -> self_attn.{q,k}_norm; an MoE layer's
+ *          moe.router -> mlp.gate, moe.router.bias (balancing) ->
+ *          mlp.gate.e_score_correction_bias, moe.experts.e.{gate,up,down} ->
+ *          mlp.experts.e.{gate,up,down}_proj, moe.shared.{gate,up,down} ->
+ *          mlp.shared_expert.*_proj, moe.shared_gate -> mlp.shared_expert_gate (Mixtral:
+ *          block_sparse_moe.gate, block_sparse_moe.experts.e.{w1,w3,w2}). Import also reads
+ *          transformers v5's fused mlp.experts.gate_up_proj [E, 2I, C] / down_proj [E, C, I].
  *   Qwen2.5-VL (Qwen2_5_VLForConditionalGeneration): the llama names for the text model plus
  *          vision.patch_embed -> visual.patch_embed.proj (Conv3d (Cv, 3, T, p, p)),
  *          vision.blocks.i.attn_norm/mlp_norm -> visual.blocks.i.norm1/norm2, attn.{q,k,v}
@@ -84,7 +92,7 @@ typedef struct {
 char *loom_hf_config_json_ids(const loom_model_spec *spec, loom_dtype dt,
                               const loom_hf_token_ids *ids);
 /* Parse an HF config.json into cfg (defaults elsewhere; model.* from the file, preset "" for
- * text models; for qwen2_5_vl / loom_llava the preset whose vision encoder matches
+ * text models; keys of features loom lacks, e.g. DeepSeek's kv_lora_rank, are refused; for qwen2_5_vl / loom_llava the preset whose vision encoder matches
  * vision_config, with the text dimensions set explicitly). want_arch: the family detected
  * from the tensor names (checked against model_type). Errors name the file, the key and what
  * to do. */

@@ -10,148 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/hf_family.h"
+#include "ckpt/hf_source.h"
 #include "loom/core.h"
 #include "loom/hf.h"
-
-/* Every tensor of the HF directory: its HF name (without GPT-2's "transformer." prefix), the
- * file holding it and its index there. `where` names the file to blame for a missing tensor. */
-typedef struct {
-  int nfiles, n;
-  loom_st_file **files;
-  char **names;
-  loom_st_file **file_of;
-  int *index;
-  char *where;
-} hf_source;
-
-static void source_free(hf_source *s) {
-  for (int i = 0; i < s->nfiles; i++) loom_st_close(s->files[i]);
-  for (int i = 0; i < s->n; i++) free(s->names[i]);
-  free(s->files), free(s->names), free(s->file_of), free(s->index), free(s->where);
-  memset(s, 0, sizeof *s);
-}
-
-static void source_add(hf_source *s, const char *name, loom_st_file *f, int idx) {
-  s->names = loom_realloc(s->names, (size_t)(s->n + 1), sizeof *s->names);
-  s->file_of = loom_realloc(s->file_of, (size_t)(s->n + 1), sizeof *s->file_of);
-  s->index = loom_realloc(s->index, (size_t)(s->n + 1), sizeof *s->index);
-  if (!strncmp(name, "transformer.", 12)) name += 12;
-  s->names[s->n] = loom_strdup(name);
-  s->file_of[s->n] = f;
-  s->index[s->n++] = idx;
-}
-
-static int source_find(const hf_source *s, const char *name) {
-  for (int i = 0; i < s->n; i++)
-    if (!strcmp(s->names[i], name)) return i;
-  return -1;
-}
-
-static loom_st_file *open_file(hf_source *s, const char *path) {
-  loom_st_file *f;
-  if (loom_st_open(&f, path)) return NULL;
-  s->files = loom_realloc(s->files, (size_t)(s->nfiles + 1), sizeof *s->files);
-  s->files[s->nfiles++] = f;
-  return f;
-}
-
-/* Shards listed by index.json's weight_map (each opened once). */
-static int open_sharded(hf_source *s, const char *dir, const char *ipath) {
-  json_error_t e;
-  json_t *o = json_load_file(ipath, 0, &e);
-  if (!o)
-    return loom_err("%s:%d:%d: not valid JSON (%s); re-download or regenerate the index",
-                    ipath, e.line, e.column, e.text);
-  json_t *map = json_object_get(o, "weight_map");
-  int rc = 0;
-  if (!json_is_object(map))
-    rc = loom_err("%s: no \"weight_map\" object; a sharded checkpoint's index maps every "
-                  "tensor name to its shard file", ipath);
-  const char *name;
-  json_t *v;
-  json_object_foreach(map, name, v) {
-    if (rc) break;
-    const char *file = json_string_value(v);
-    if (!file || !file[0] || strchr(file, '/')) {
-      rc = loom_err("%s: weight_map[\"%s\"] must be a shard file name in the same directory",
-                    ipath, name);
-      break;
-    }
-    char *path = loom_sprintf("%s/%s", dir, file);
-    loom_st_file *f = NULL;
-    for (int i = 0; i < s->nfiles && !f; i++)
-      if (!strcmp(loom_st_path(s->files[i]), path)) f = s->files[i];
-    if (!f && !loom_path_exists(path))
-      rc = loom_err("%s lists shard '%s' (for tensor '%s') but %s does not exist; copy every "
-                    "shard of the checkpoint into '%s'", ipath, file, name, path, dir);
-    else if (!f && !(f = open_file(s, path)))
-      rc = LOOM_ERR;
-    int idx = f ? loom_st_find(f, name) : -1;
-    if (!rc && idx < 0)
-      rc = loom_err("%s says tensor '%s' is in '%s', but that file has no such tensor; the "
-                    "index and the shards do not belong together", ipath, name, path);
-    if (!rc) source_add(s, name, f, idx);
-    free(path);
-  }
-  json_decref(o);
-  return rc;
-}
-
-/* transformers >= 4.52 saves VLMs with the language model and vision tower under "model.":
- * rename to the published layout (Qwen2.5-VL: visual.*, model.*; LLaVA: vision_tower.*,
- * multi_modal_projector.*, language_model.model.*, language_model.lm_head). */
-static void source_normalize(hf_source *s) {
-  bool qwen = false, llava = false;
-  for (int i = 0; i < s->n; i++) {
-    qwen |= !strncmp(s->names[i], "model.visual.", 13);
-    llava |= !strncmp(s->names[i], "model.vision_tower.", 19) ||
-             !strncmp(s->names[i], "model.multi_modal_projector.", 28);
-  }
-  if (qwen == llava) return;
-  static const char *const map[][2][2] = {
-      {{"model.visual.", "visual."}, {"model.language_model.", "model."}},
-      {{"model.vision_tower.", "vision_tower."},
-       {"model.language_model.", "language_model.model."}}};
-  for (int i = 0; i < s->n; i++) {
-    char *n = s->names[i], *renamed = NULL;
-    for (int k = 0; k < 2 && !renamed; k++) {
-      const char *from = map[llava][k][0], *to = map[llava][k][1];
-      if (!strncmp(n, from, strlen(from))) renamed = loom_sprintf("%s%s", to, n + strlen(from));
-    }
-    if (llava && !strncmp(n, "model.multi_modal_projector.", 28)) renamed = loom_strdup(n + 6);
-    if (llava && !strcmp(n, "lm_head.weight"))
-      renamed = loom_strdup("language_model.lm_head.weight");
-    if (renamed) free(s->names[i]), s->names[i] = renamed;
-  }
-}
-
-static int source_open(hf_source *s, const char *dir) {
-  memset(s, 0, sizeof *s);
-  if (!loom_is_dir(dir))
-    return loom_err("'%s' is not a directory; give a Hugging Face model directory holding "
-                    "model.safetensors (or model.safetensors.index.json and its shards)", dir);
-  char *single = loom_sprintf("%s/model.safetensors", dir);
-  char *ipath = loom_sprintf("%s/model.safetensors.index.json", dir);
-  int rc = 0;
-  if (loom_path_exists(ipath)) {
-    s->where = loom_strdup(ipath);
-    rc = open_sharded(s, dir, ipath);
-  } else if (loom_path_exists(single)) {
-    s->where = loom_strdup(single);
-    loom_st_file *f = open_file(s, single);
-    if (!f) rc = LOOM_ERR;
-    for (int i = 0; f && i < loom_st_count(f); i++) source_add(s, loom_st_name(f, i), f, i);
-  } else {
-    char *bin = loom_sprintf("%s/pytorch_model.bin", dir);
-    rc = loom_err("'%s' holds neither model.safetensors nor model.safetensors.index.json%s", dir,
-                  loom_path_exists(bin) ? "; it has pytorch_model.bin: re-save the model with "
-                                          "save_pretrained(..., safe_serialization=True)" : "");
-    free(bin);
-  }
-  free(single), free(ipath);
-  if (!rc) source_normalize(s);
-  return rc;
-}
 
 static bool is_vision_name(const char *n) {
   return !strncmp(n, "visual.", 7) || !strncmp(n, "vision_tower.", 13) ||
@@ -164,9 +26,9 @@ static int list_names(const hf_source *s, bool (*keep)(const char *), char *buf,
   size_t k = 0;
   buf[0] = 0;
   for (int i = 0; i < s->n; i++) {
-    if (!keep(s->names[i])) continue;
+    if (!keep(s->e[i].name)) continue;
     if (count < 5 && k < cap)
-      k += (size_t)snprintf(buf + k, cap - k, "%s'%s'", count ? ", " : "", s->names[i]);
+      k += (size_t)snprintf(buf + k, cap - k, "%s'%s'", count ? ", " : "", s->e[i].name);
     count++;
   }
   if (count > 5 && k < cap) snprintf(buf + k, cap - k, " and %d more", count - 5);
@@ -178,7 +40,7 @@ static int list_names(const hf_source *s, bool (*keep)(const char *), char *buf,
 static int detect_arch(const hf_source *s, loom_arch *arch, loom_vision_arch *vision) {
   bool gpt2 = false, llama = false, visual = false, llava = false;
   for (int i = 0; i < s->n; i++) {
-    const char *n = s->names[i];
+    const char *n = s->e[i].name;
     gpt2 |= !strcmp(n, "wte.weight") || !strncmp(n, "h.0.", 4);
     llama |= !strcmp(n, "model.embed_tokens.weight") || !strncmp(n, "model.layers.0.", 15);
     visual |= !strncmp(n, "visual.", 7);
@@ -198,7 +60,7 @@ static int detect_arch(const hf_source *s, loom_arch *arch, loom_vision_arch *vi
   char first[256] = "";
   for (int i = 0; i < s->n && i < 3; i++)
     snprintf(first + strlen(first), sizeof first - strlen(first), "%s'%s'", i ? ", " : "",
-             s->names[i]);
+             s->e[i].name);
   return loom_err("%s: unknown tensor naming (%s%s): expected Hugging Face GPT-2 names "
                   "(wte.weight, h.0.attn.c_attn.weight, ...), Llama/Qwen2 names "
                   "(model.embed_tokens.weight, model.layers.0.self_attn.q_proj.weight, ...), "
@@ -260,37 +122,69 @@ static int resolve_config(const hf_source *s, const char *dir, const loom_hf_imp
   return rc;
 }
 
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The planned names, sorted (for bsearch); free() the result. */
+static const char **sorted_names(const loom_hf_tensor *t, int n) {
+  const char **v = loom_malloc((size_t)(n + 1) * sizeof *v);
+  for (int j = 0; j < n; j++) v[j] = t[j].name;
+  qsort(v, (size_t)n, sizeof *v, cmp_str);
+  return v;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* Why an unknown tensor may be there, for the first of them. */
+static const char *unknown_hint(const char *name) {
+  if (ends_with(name, ".gate.bias"))
+    return " ('.gate.bias': a bias on the router's gate Linear, which loom's router does not "
+           "have; DeepSeek-V3's selection-only bias is named gate.e_score_correction_bias)";
+  if (ends_with(name, ".gate.e_score_correction_bias"))
+    return " ('e_score_correction_bias': a selection-only expert bias, DeepSeek-V3's "
+           "auxiliary-loss-free balancing, which the model holds only with "
+           "model.moe.bias_update_rate > 0: config.json's loom_bias_update_rate)";
+  if (strstr(name, ".shared_expert"))
+    return " (a shared expert: Qwen2-MoE's, model_type qwen2_moe)";
+  if (strstr(name, ".q_norm.") || strstr(name, ".k_norm."))
+    return " (q/k norms: Qwen3's, model_type qwen3 or qwen3_moe)";
+  return "";
+}
+
 /* Every HF tensor is a planned one or an ignorable buffer (noted); the others are named. */
 static int check_names(const hf_source *s, const loom_hf_tensor *t, int n, bool tied) {
   int ignored = 0, unknown = 0;
-  const char *example = NULL, *file = NULL;
+  const char *example = NULL, *file = NULL, *first = NULL;
   char names[400] = "";
   size_t k = 0;
+  const char **planned = sorted_names(t, n);
   for (int i = 0; i < s->n; i++) {
-    bool planned = false;
-    for (int j = 0; j < n && !planned; j++) planned = !strcmp(t[j].name, s->names[i]);
-    if (planned) continue;
-    bool head = !strcmp(s->names[i], "lm_head.weight") ||
-                !strcmp(s->names[i], "language_model.lm_head.weight");
-    if (loom_hf_is_ignorable(s->names[i]) || (tied && head)) {
-      if (!example) example = s->names[i];
+    const char *name = s->e[i].name;
+    if (bsearch(&name, planned, (size_t)n, sizeof *planned, cmp_str)) continue;
+    bool head = !strcmp(name, "lm_head.weight") || !strcmp(name, "language_model.lm_head.weight");
+    if (loom_hf_is_ignorable(name) || (tied && head)) {
+      if (!example) example = name;
       ignored++;
       continue;
     }
-    if (!file) file = loom_st_path(s->file_of[i]);
+    if (!file) file = loom_st_path(s->e[i].file), first = name;
     if (unknown < 5 && k < sizeof names)
-      k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", unknown ? ", " : "",
-                            s->names[i]);
+      k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", unknown ? ", " : "", name);
     unknown++;
   }
+  free(planned);
   char more[32] = "";
   if (unknown > 5) snprintf(more, sizeof more, " and %d more", unknown - 5);
   if (unknown)
     return loom_err("%s: %d tensor%s %s not part of the model described by the config (unknown "
-                    "names, or features loom lacks): %s%s; importing without them would lose "
+                    "names, or features loom lacks): %s%s%s; importing without them would lose "
                     "them: check that config.json matches the weights", unknown > 1 ? s->where
                     : file, unknown, unknown > 1 ? "s" : "", unknown > 1 ? "are" : "is", names,
-                    more);
+                    more, unknown_hint(first));
   if (ignored)
     loom_log("note: ignored %d tensor%s that %s not model parameters (e.g. %s: attention-mask "
              "buffers, rotary tables, or the tied lm_head copy)", ignored, ignored > 1 ? "s" : "",
@@ -305,18 +199,38 @@ static void fmt_shape(char *buf, size_t cap, int nd, const int64_t *sh) {
   if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
+/* The balancing bias of loom's router (gate.e_score_correction_bias) when the model holds
+ * one: a directory without any (the HF classes have none) gives zeros, which select exactly
+ * as no bias does. */
+static bool zero_bias_ok(const hf_source *s, const loom_hf_tensor *t, int n, const char *name) {
+  if (!ends_with(name, ".gate.e_score_correction_bias")) return false;
+  for (int j = 0; j < n; j++)
+    if (ends_with(t[j].name, ".gate.e_score_correction_bias") &&
+        hf_source_find(s, t[j].name) >= 0)
+      return false;
+  return true;
+}
+
 /* Every planned tensor is in the directory; the missing ones are named. */
 static int check_missing(const hf_source *s, const loom_hf_tensor *t, int n) {
-  int missing = 0;
+  int missing = 0, zero = 0;
   char names[400] = "";
   size_t k = 0;
   for (int j = 0; j < n; j++) {
-    if (source_find(s, t[j].name) >= 0) continue;
+    if (hf_source_find(s, t[j].name) >= 0) continue;
+    if (zero_bias_ok(s, t, n, t[j].name)) {
+      zero++;
+      continue;
+    }
     if (missing < 5 && k < sizeof names)
       k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", missing ? ", " : "",
                             t[j].name);
     missing++;
   }
+  if (zero)
+    loom_log("note: %s has no router balancing bias (gate.e_score_correction_bias); the %d MoE "
+             "layer%s start%s from a zero bias", s->where, zero, zero > 1 ? "s" : "",
+             zero > 1 ? "" : "s");
   if (!missing) return 0;
   char more[32] = "";
   if (missing > 5) snprintf(more, sizeof more, " and %d more", missing - 5);
@@ -332,30 +246,36 @@ static int read_tensors(const hf_source *s, const loom_hf_tensor *t, int n, floa
   for (int k = 0; k < n; k++)
     if (loom_hf_numel(&t[k]) > max) max = loom_hf_numel(&t[k]);
   float *buf = loom_malloc_for(max * sizeof(float), "the largest Hugging Face tensor");
+  hf_fused_cache cache = {0};
   int rc = 0;
   for (int k = 0; k < n && !rc; k++) {
-    int i = source_find(s, t[k].name);
+    int i = hf_source_find(s, t[k].name);
+    if (i < 0 && zero_bias_ok(s, t, n, t[k].name)) continue; /* params are zeroed */
     if (i < 0) {
       rc = loom_err("%s: tensor '%s' is missing; the weights do not match the config (or the "
                     "checkpoint is incomplete)", s->where, t[k].name);
       break;
     }
-    const loom_st_file *f = s->file_of[i];
-    int idx = s->index[i], nd = loom_st_ndim(f, idx);
-    const int64_t *sh = loom_st_shape(f, idx);
-    bool same = nd == t[k].ndim;
-    for (int dd = 0; same && dd < nd; dd++) same = sh[dd] == t[k].shape[dd];
+    const hf_entry *e = &s->e[i];
+    bool same = e->ndim == t[k].ndim;
+    for (int dd = 0; same && dd < e->ndim; dd++) same = e->shape[dd] == t[k].shape[dd];
     if (!same) {
-      char got[96], want[96];
-      fmt_shape(got, sizeof got, nd, sh);
+      char got[96], want[96], whole[192] = "";
+      fmt_shape(got, sizeof got, e->ndim, e->shape);
       fmt_shape(want, sizeof want, t[k].ndim, t[k].shape);
-      rc = loom_err("%s: tensor '%s' has shape %s but the config needs %s; the config does not "
-                    "match the weights", loom_st_path(f), t[k].name, got, want);
+      if (e->fused) {
+        char fs[96];
+        fmt_shape(fs, sizeof fs, loom_st_ndim(e->file, e->index), loom_st_shape(e->file, e->index));
+        snprintf(whole, sizeof whole, " (a slice of the fused '%s' %s)", e->fused, fs);
+      }
+      rc = loom_err("%s: tensor '%s'%s has shape %s but the config needs %s; the config does "
+                    "not match the weights", loom_st_path(e->file), t[k].name, whole, got, want);
       break;
     }
-    rc = loom_st_read_f32(f, loom_st_name(f, idx), buf, loom_hf_numel(&t[k]));
+    rc = hf_source_read(s, i, buf, &cache);
     if (!rc) loom_hf_scatter(&t[k], buf, params);
   }
+  hf_fused_cache_free(&cache);
   free(buf);
   return rc;
 }
@@ -401,14 +321,18 @@ static int write_checkpoint(const char *tmp, const char *hf_dir, const char *out
   return rc;
 }
 
-static int import_from(const hf_source *s, const char *hf_dir, const char *out,
+static int import_from(hf_source *s, const char *hf_dir, const char *out,
                        const loom_hf_import_opts *o) {
   loom_arch arch = LOOM_ARCH_GPT2;
   loom_vision_arch vision = LOOM_VISION_NONE;
   loom_config cfg;
   loom_model_spec spec;
+  hf_family f;
   if (detect_arch(s, &arch, &vision) || resolve_config(s, hf_dir, o, arch, vision, &cfg, &spec))
     return LOOM_ERR;
+  if (vision == LOOM_VISION_NONE && hf_family_of(&spec, &f) == 0 && f == HF_MIXTRAL)
+    hf_source_mixtral_names(s); /* transformers v5 files name Mixtral's block mlp.* */
+  loom_err_clear();
   loom_param_layout lay;
   loom_param_layout_build(&lay, &spec);
   loom_hf_tensor *t = NULL;
@@ -439,10 +363,10 @@ int loom_hf_import(const char *hf_dir, const char *out_dir, const loom_hf_import
   char *out = loom_hf_clean_dir(out_dir);
   hf_source s = {0};
   int rc = loom_hf_check_out(hf_dir, out, o->force);
-  if (!rc) rc = source_open(&s, hf_dir);
+  if (!rc) rc = hf_source_open(&s, hf_dir);
   if (!rc) rc = import_from(&s, hf_dir, out, o);
   if (rc) loom_err_prefix("importing '%s' to '%s': ", hf_dir, out);
-  source_free(&s);
+  hf_source_free(&s);
   free(out);
   return rc;
 }

@@ -27,6 +27,25 @@ json_t *hf_json_text(const loom_model_spec *s);
 /* Llama/Qwen2 text dimensions into m (arch, qkv_bias, tied too); mrope: rope_scaling may be
  * set (the caller checks it). */
 int hf_json_load_llama(const jcfg *j, loom_config_model *m, bool qwen2, bool mrope);
+/* What a family's transformers class assumes for keys its config.json may leave out. */
+typedef struct {
+  long max_seq;      /* max_position_embeddings */
+  double eps, theta; /* rms_norm_eps, rope_theta */
+  long head_dim;     /* 0: hidden_size / num_attention_heads */
+  bool qkv_bias;     /* the family's q/k/v biases (set, not read) */
+} hf_llama_defaults;
+/* hf_json_load_llama with a family's defaults; also reads transformers v5's rope_parameters. */
+int hf_json_load_llama_with(const jcfg *j, loom_config_model *m, const hf_llama_defaults *d,
+                            bool mrope);
+
+/* Qwen3, Qwen3-MoE, Qwen2-MoE and Mixtral (hf_config_moe.c). */
+int hf_config_load_qwen3(const jcfg *j, loom_config_model *m, bool moe);
+int hf_config_load_qwen2_moe(const jcfg *j, loom_config_model *m);
+int hf_config_load_mixtral(const jcfg *j, loom_config_model *m);
+/* Keys of features loom does not have (DeepSeek's MLA, several or ungated shared experts,
+ * group-limited or sigmoid routing, router jitter, partial rotary, sliding-window layers):
+ * an error naming the first one set. */
+int hf_config_check_unsupported(const jcfg *j);
 
 /* Vision-language configs (hf_config_vlm.c). */
 json_t *hf_json_qwen_vl(const loom_model_spec *s, const loom_hf_token_ids *ids);

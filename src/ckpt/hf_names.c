@@ -1,12 +1,14 @@
 /* Hugging Face names and layouts of loom parameters: the plan (which loom tensors make up
- * each HF tensor, stacked and/or transposed or reshaped) for GPT-2 and Llama/Qwen2 text
- * models and, with hf_names_vision.c, the vision-language models; the check that a plan
+ * each HF tensor, stacked and/or transposed or reshaped) for GPT-2 and Llama/Qwen2/Qwen3 text
+ * models, with hf_names_moe.c their Mixture-of-Experts layers (Qwen2-MoE, Qwen3-MoE, Mixtral)
+ * and with hf_names_vision.c the vision-language models; the check that a plan
  * covers every parameter; gather (loom -> HF layout) and scatter (HF -> loom); and the HF
  * buffers that are not parameters. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ckpt/hf_family.h"
 #include "ckpt/hf_plan.h"
 #include "loom/core.h"
 
@@ -102,7 +104,7 @@ static int plan_gpt2(hf_planner *pl) {
   return 0;
 }
 
-void hf_plan_llama_text(hf_planner *pl, const char *prefix, const char *head_name) {
+void hf_plan_llama_text(hf_planner *pl, const char *prefix, const char *head_name, bool mixtral) {
   const loom_model_spec *s = pl->spec;
   char hf[160];
 #define P(fmt) (snprintf(hf, sizeof hf, "%s" fmt, prefix), hf)
@@ -120,8 +122,16 @@ void hf_plan_llama_text(hf_planner *pl, const char *prefix, const char *head_nam
       snprintf(lm, sizeof lm, "attn.%s.bias", qkv[k]);
       LAYER1(pl, fmt, l, lm, false);
     }
+    if (s->qk_norm) { /* Qwen3: per-head RMSNorm weights (D) */
+      LAYER1(pl, P("layers.%%d.self_attn.q_norm.weight"), l, "attn.q_norm.weight", false);
+      LAYER1(pl, P("layers.%%d.self_attn.k_norm.weight"), l, "attn.k_norm.weight", false);
+    }
     LAYER1(pl, P("layers.%%d.self_attn.o_proj.weight"), l, "attn.o.weight", false);
     LAYER1(pl, P("layers.%%d.post_attention_layernorm.weight"), l, "mlp_norm.weight", false);
+    if (loom_model_layer_is_moe(s, l)) {
+      hf_plan_moe_layer(pl, prefix, l, mixtral);
+      continue;
+    }
     LAYER1(pl, P("layers.%%d.mlp.gate_proj.weight"), l, "mlp.gate.weight", false);
     LAYER1(pl, P("layers.%%d.mlp.up_proj.weight"), l, "mlp.up.weight", false);
     LAYER1(pl, P("layers.%%d.mlp.down_proj.weight"), l, "mlp.down.weight", false);
@@ -133,22 +143,31 @@ void hf_plan_llama_text(hf_planner *pl, const char *prefix, const char *head_nam
 
 static int plan_model(hf_planner *pl) {
   const loom_model_spec *s = pl->spec;
+  if (s->vision.arch != LOOM_VISION_NONE && (s->qk_norm || s->moe.experts > 0))
+    return loom_err("this vision-language model's text decoder has %s, which its Hugging Face "
+                    "class (%s) does not compute; loom exports q/k norms and experts for text "
+                    "models only", s->moe.experts > 0 ? "Mixture-of-Experts layers"
+                                                      : "q/k norms (model.qk_norm)",
+                    s->vision.arch == LOOM_VISION_QWEN ? "Qwen2_5_VLForConditionalGeneration"
+                                                       : "loom_llava");
+  hf_family f;
   switch (s->vision.arch) {
   case LOOM_VISION_QWEN:
     if (s->arch != LOOM_ARCH_LLAMA)
       return loom_err("a Qwen2.5-VL vision encoder on a gpt2 text model has no Hugging Face "
                       "class (Qwen2_5_VLForConditionalGeneration has a Qwen2 text model)");
-    hf_plan_llama_text(pl, "model.", "lm_head.weight");
+    hf_plan_llama_text(pl, "model.", "lm_head.weight", false);
     return hf_plan_qwen_vision(pl);
   case LOOM_VISION_LLAVA:
     if (s->arch != LOOM_ARCH_LLAMA)
       return loom_err("a LLaVA-style model with a gpt2 text model cannot be exported: the "
                       "exporter writes its text model with Llama/Qwen2 names");
-    hf_plan_llama_text(pl, "language_model.model.", "language_model.lm_head.weight");
+    hf_plan_llama_text(pl, "language_model.model.", "language_model.lm_head.weight", false);
     return hf_plan_llava_vision(pl);
   default:
-    if (s->arch == LOOM_ARCH_GPT2) return plan_gpt2(pl);
-    hf_plan_llama_text(pl, "model.", "lm_head.weight");
+    if (hf_family_of(s, &f)) return LOOM_ERR;
+    if (f == HF_GPT2) return plan_gpt2(pl);
+    hf_plan_llama_text(pl, "model.", "lm_head.weight", f == HF_MIXTRAL);
     return 0;
   }
 }

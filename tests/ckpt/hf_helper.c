@@ -1,5 +1,8 @@
-/* Helper executable for tests/ckpt/hf_check.py (not a test itself):
+/* Helper executable for tests/ckpt/hf_check.py and hf_moe_check.py (not a test itself):
  *   ckpt_hf_helper make CKPT_DIR SEED [a.b=c ...]     random tiny model -> loom checkpoint
+ *   ckpt_hf_helper flat CKPT_DIR SEED [a.b=c ...]     the same from the parameter layout alone
+ *       (every value random, vocabulary padding zero; no decoder is built, so any model the
+ *       layout describes, Mixture-of-Experts included)
  *   ckpt_hf_helper logits CKPT_DIR OUT.safetensors T0,T1,...
  *       load CKPT_DIR/config.yaml and its weights (loom_ckpt_load_weights), run loom's
  *       forward over the tokens (one sequence) and write "logits" (T, padded_vocab) as F32.
@@ -17,6 +20,21 @@ static int make(const char *dir, const char *seed, int n, char **overrides) {
   loom_decoder *d = hf_test_model(&cfg, 1, strtoull(seed, NULL, 10));
   hf_test_save(dir, d, &cfg);
   loom_decoder_free(d);
+  return 0;
+}
+
+static int flat(const char *dir, const char *seed, int n, char **overrides) {
+  loom_config cfg;
+  hf_test_config(&cfg, n, (const char *const *)overrides);
+  loom_model_spec spec;
+  loom_param_layout lay;
+  if (loom_model_spec_from_config(&spec, &cfg.model) || loom_param_layout_build(&lay, &spec))
+    return LOOM_ERR;
+  float *params = loom_alloc(lay.total * sizeof(float));
+  hf_test_fill(&spec, &lay, params, strtoull(seed, NULL, 10));
+  hf_test_save_flat(dir, &lay, params, &cfg);
+  loom_free(params);
+  loom_param_layout_free(&lay);
   return 0;
 }
 
@@ -53,9 +71,10 @@ static int logits(const char *dir, const char *out, const char *list) {
 int main(int argc, char **argv) {
   int rc = 2;
   if (argc >= 4 && !strcmp(argv[1], "make")) rc = make(argv[2], argv[3], argc - 4, argv + 4);
+  else if (argc >= 4 && !strcmp(argv[1], "flat")) rc = flat(argv[2], argv[3], argc - 4, argv + 4);
   else if (argc == 5 && !strcmp(argv[1], "logits")) rc = logits(argv[2], argv[3], argv[4]);
   else
-    fprintf(stderr, "usage: ckpt_hf_helper make DIR SEED [a.b=c ...] | logits DIR OUT T0,...\n");
+    fprintf(stderr, "usage: ckpt_hf_helper make|flat DIR SEED [a.b=c ...] | logits DIR OUT T0,...\n");
   if (rc == LOOM_ERR) fprintf(stderr, "ckpt_hf_helper: %s\n", loom_errmsg());
   return rc ? 1 : 0;
 }

@@ -67,4 +67,39 @@ static inline void hf_test_save(const char *dir, const loom_decoder *d, const lo
   loom_st_writer_free(w);
   free(m), free(c);
 }
+/* Random values for every parameter of lay from seed (uniform in [-1, 1), so that bf16 and
+ * layout mistakes show), except the vocabulary padding rows of embed/lm_head (zero, as loom
+ * keeps them). */
+static inline void hf_test_fill(const loom_model_spec *spec, const loom_param_layout *lay,
+                                float *params, uint64_t seed) {
+  loom_rng rng;
+  loom_rng_seed(&rng, seed);
+  for (int i = 0; i < lay->count; i++) {
+    const loom_param *p = &lay->params[i];
+    bool vocab = !strcmp(p->name, "embed.weight") || !strcmp(p->name, "lm_head.weight");
+    size_t real = vocab ? (size_t)spec->vocab_size * (size_t)p->shape[1] : p->numel;
+    for (size_t j = 0; j < p->numel; j++)
+      params[p->offset + j] = j < real ? (float)(2.0 * loom_rng_uniform(&rng) - 1.0) : 0.0f;
+  }
+}
+
+/* hf_test_save for a bare flat buffer of layout lay. */
+static inline void hf_test_save_flat(const char *dir, const loom_param_layout *lay,
+                                     const float *params, const loom_config *cfg) {
+  char *m = loom_sprintf("%s/model.safetensors", dir), *c = loom_sprintf("%s/config.yaml", dir);
+  loom_st_writer *w = loom_st_writer_create();
+  loom_st_writer_set_metadata(w, "format", "loom");
+  int rc = loom_mkdir_p(dir);
+  for (int i = 0; i < lay->count && !rc; i++) {
+    const loom_param *p = &lay->params[i];
+    int64_t shape[2] = {p->shape[0], p->shape[1]};
+    rc = loom_st_writer_add(w, p->name, LOOM_DT_F32, p->ndim, shape, params + p->offset);
+  }
+  if (rc || loom_st_writer_write(w, m) || loom_config_save(cfg, c)) {
+    fprintf(stderr, "%s\n", loom_errmsg());
+    exit(2);
+  }
+  loom_st_writer_free(w);
+  free(m), free(c);
+}
 #endif

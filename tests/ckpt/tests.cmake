@@ -35,3 +35,10 @@ set_tests_properties(ckpt_hf_vlm_train PROPERTIES TIMEOUT 300
 add_test(NAME ckpt_inspect
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ckpt_inspect_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(ckpt_inspect PROPERTIES TIMEOUT 300 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+# Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral: tests/ckpt/hf_moe_check.py checks the exported
+# tensor names and shapes against transformers' module structure, the transformers-v5 fused
+# expert layout on import, and the import of an HF directory it writes (bitwise throughout).
+add_test(NAME ckpt_hf_moe_python
+  COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/hf_moe_check.py $<TARGET_FILE:loom>
+          $<TARGET_FILE:ckpt_hf_helper>)
+set_tests_properties(ckpt_hf_moe_python PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120)
