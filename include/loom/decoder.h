@@ -1,8 +1,11 @@
-/* The decoder on one rank: parameters, gradients and activations of a GPT-2 or Llama/Qwen2
- * model (or of the shard this rank holds: tensor-parallel slices, Megatron or Ulysses sequence
- * parallelism, pipeline chunks), with forward, backward, activation checkpointing and bf16
- * mixed-precision matmuls; and the same layers' forward over a KV cache for generation
- * (loom_decoder_forward_cached).
+/* The decoder on one rank: parameters, gradients and activations of a GPT-2, Llama/Qwen2 or
+ * Qwen3 model (per-head q/k norms), dense or Mixture-of-Experts (or of the shard this rank
+ * holds: tensor-parallel slices, Megatron or Ulysses sequence parallelism, pipeline chunks),
+ * with forward, backward, activation checkpointing and bf16 mixed-precision matmuls; and the
+ * same layers' forward over a KV cache for generation (loom_decoder_forward_cached).
+ * MoE layers run on one process's shard without a tensor, sequence, context or pipeline split
+ * (loom_decoder_create_shard refuses one); their router losses and balancing are described
+ * with loom_decoder_moe_begin_step below.
  *
  * Memory is planned once in loom_decoder_create: the flat parameter and gradient buffers
  * (layout in model.h), `slots` activation sets (one per micro-batch chunk in flight, as the
@@ -59,6 +62,7 @@ typedef struct {
   int *seg_lo, *seg_hi;     /* (B*T) first and last position of each token's document */
   int *doc_pos;             /* (B*T) position of each token within its document */
   int *row_pos;             /* (N) doc_pos of this rank's attention rows (Ulysses: its tokens) */
+  struct loom_moe_mb *moe;  /* MoE models: this micro-batch's router statistics (private) */
 } loom_acts;
 
 typedef struct {
@@ -240,7 +244,47 @@ typedef struct {
 int loom_decoder_forward_cached(loom_decoder *d, loom_kv_cache *c, const loom_kv_batch *b,
                                 float *logits);
 
+/* ---- Mixture-of-Experts: router losses, statistics, balancing (src/model/decoder_moe_step.c)
+ * The objective of a step is the cross-entropy (the token mean over every micro-batch and
+ * data-parallel rank, the loss_scale of the backward) plus
+ *   aux_loss_coef * mean over micro-batches of aux  (Hugging Face's load_balancing_loss_func
+ *                   over the router rows of every MoE layer of the micro-batch pooled)
+ * + z_loss_coef   * mean over micro-batches of z    (Megatron's z-loss: per layer the mean over
+ *                   tokens of logsumexp(logits)^2, summed over the layers),
+ * the means over the step's micro-batches on every data-parallel rank (grad_accum x dp, whose
+ * gradients the data-parallel reduction sums). The forward of each micro-batch records its
+ * router statistics (not again when activation checkpointing recomputes a layer); its
+ * backward adds the two terms' gradients. */
+typedef struct {
+  int layers;             /* MoE layers (0: a dense model) */
+  int experts;            /* E */
+  const int *layer;       /* (layers) global index of each */
+  long micro_batches;     /* micro-batches recorded this step (every dp rank's after end_step) */
+  double aux_loss;        /* mean over them of the load-balancing loss, before its coefficient */
+  double z_loss;          /* mean over them of the z-loss, before its coefficient */
+  const int64_t *load;    /* (layers, E) (token, slot) pairs that chose each expert */
+  const int64_t *dropped; /* (layers) pairs the capacity dropped */
+} loom_moe_step_stats;
+/* Start of an optimizer step: the aux and z terms are means over micro_batches micro-batches
+ * (grad_accum x data-parallel ranks); the statistics start from zero and are recorded from
+ * now on. Without a call the mean is over 1 and nothing is recorded per step. No-op for a
+ * dense model. */
+void loom_decoder_moe_begin_step(loom_decoder *d, int micro_batches);
+/* After the step's optimizer update: the statistics summed over the data-parallel ranks (dp,
+ * NULL: this process alone) and recording stopped; with model.moe.bias_update_rate > 0 each
+ * MoE layer's balancing bias (layers.{l}.moe.router.bias, used for choosing experts only, not
+ * trained by the optimizer) moves by -rate * sign(load_e - mean load) over the step's loads,
+ * DeepSeek-V3's auxiliary-loss-free balancing: in `owned`, the parameters this rank's
+ * optimizer updates (flat index i at owned[i - begin] for i in [begin, end): the whole buffer
+ * d->params, 0, layout.total, or ZeRO-3's owned shard). Bias values are rounded to bf16 with
+ * bf16 parameters. No-op for a dense model. */
+void loom_decoder_moe_end_step(loom_decoder *d, const loom_comm *dp, float *owned, size_t begin,
+                               size_t end);
+/* The last step's statistics (layers == 0 for a dense model). */
+const loom_moe_step_stats *loom_decoder_moe_stats(const loom_decoder *d);
+
 /* Model FLOPs per token for a training step (forward+backward, no recompute), as in
- * Megatron: 6 * matmul params + the causal attention term 6 * L * T * Hq * D. */
+ * Megatron: 6 * matmul params + the causal attention term 6 * L * T * Hq * D. MoE layers
+ * count what a token uses: the router, its k experts and the shared expert. */
 double loom_decoder_flops_per_token(const loom_model_spec *spec, int T);
 #endif

@@ -12,6 +12,11 @@
  *   layers.{i}.mlp_norm.weight (C)       [.bias for gpt2]
  *   gpt2:  layers.{i}.mlp.up.weight (I,C), .bias (I); layers.{i}.mlp.down.weight (C,I), .bias
  *   llama: layers.{i}.mlp.gate.weight (I,C), mlp.up.weight (I,C), mlp.down.weight (C,I)
+ *   qwen3: layers.{i}.attn.q_norm.weight, attn.k_norm.weight (D) per-head RMSNorm weights
+ *   MoE layers (loom_model_layer_is_moe) instead of mlp.*: layers.{i}.moe.router.weight (E,C),
+ *          [moe.router.bias (E) with bias_update_rate > 0], moe.experts.{e}.gate/up.weight
+ *          (Ie,C), .down.weight (C,Ie), [moe.shared.gate/up (Is,C), .down (C,Is),
+ *          moe.shared_gate.weight (1,C)]
  *   final_norm.weight (C)                [.bias for gpt2]
  *   lm_head.weight (Vp,C)                only when not tied
  * Rows V..Vp-1 of embed/lm_head are vocabulary padding: initialised to zero, excluded from
@@ -134,7 +139,8 @@ typedef struct {
   size_t numel;
   bool decay;      /* weight decay applies (matrices); false for norms and biases */
   bool tp_replicated; /* same values on every tp rank (norms, row-parallel biases, positions) */
-  bool frozen;        /* not trained (training.freeze_*): no update, not in the gradient norm */
+  bool frozen;        /* not trained (training.freeze_*, or the MoE balancing bias the decoder
+                         sets itself): no update, not in the gradient norm */
   bool seq_partial;   /* gradient partial per tp rank under Megatron sequence parallelism (the
                          text model's tp-replicated tensors; not the vision encoder's) */
 } loom_param;

@@ -130,8 +130,44 @@ static void plan_last_backward(loom_executor *ex) {
   }
 }
 
+/* What the trainer does not run yet, refused before anything is built: expert parallelism
+ * (parallel.ep), and Mixture-of-Experts layers with a tensor, sequence, context or pipeline
+ * split or inside a vision-language model. */
+static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
+  const loom_config_parallel *p = &cfg->parallel;
+  const char *works = "MoE models train today with data parallelism (parallel.dp, ZeRO 0-3 by "
+                      "parallel.zero), gradient accumulation and activation checkpointing";
+  if (p->ep > 1 && spec->moe.experts == 0)
+    return loom_err("parallel.ep = %ld: expert parallelism applies to Mixture-of-Experts models "
+                    "(model.moe.experts > 0) and this model is dense: set parallel.ep=1",
+                    p->ep);
+  if (spec->moe.experts == 0) return 0;
+  const struct {
+    long value;
+    const char *key, *what;
+  } axes[] = {{p->ep, "parallel.ep", "expert parallelism is not in the trainer yet"},
+              {p->tp, "parallel.tp", "tensor parallelism"},
+              {p->sp, "parallel.sp", "Ulysses sequence parallelism"},
+              {p->cp, "parallel.cp", "context parallelism"},
+              {p->pp, "parallel.pp", "pipeline parallelism"},
+              {p->vpp, "parallel.vpp", "virtual pipeline chunks"}};
+  for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
+    if (axes[i].value > 1)
+      return loom_err("%s = %ld with Mixture-of-Experts layers (model.moe.experts = %d): %s "
+                      "does not run with MoE layers yet; set %s=1 (%s)",
+                      axes[i].key, axes[i].value, spec->moe.experts, axes[i].what, axes[i].key,
+                      works);
+  if (spec->vision.arch != LOOM_VISION_NONE)
+    return loom_err("model.moe.experts = %d in a vision-language model (model.preset=%s): an "
+                    "MoE text decoder under a vision encoder does not train yet; use a "
+                    "text-only preset (e.g. tiny-qwen3-moe) or model.moe.experts=0",
+                    spec->moe.experts, cfg->model.preset);
+  return 0;
+}
+
 int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_model_spec *spec,
                      loom_mesh *m) {
+  if (refuse_layouts(cfg, spec)) return LOOM_ERR;
   const loom_config_parallel *p = &cfg->parallel;
   const loom_config_training *t = &cfg->training;
   loom_executor *ex = loom_calloc(1, sizeof *ex);
@@ -182,7 +218,7 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
     return LOOM_ERR;
   }
   for (int i = 0; i < ex->d->layout.count; i++) /* training.freeze_lm (the encoder: its module) */
-    ex->d->layout.params[i].frozen = t->freeze_lm;
+    ex->d->layout.params[i].frozen |= t->freeze_lm; /* (the MoE balancing bias is frozen) */
   if (spec->vision.arch != LOOM_VISION_NONE && create_vision(ex, cfg, spec)) {
     loom_exec_free(ex);
     return LOOM_ERR;
@@ -408,6 +444,7 @@ void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *tar
   sc.scale = counts[0] > 0 ? (float)(1.0 / counts[0]) : 0.0f;
   loom_decoder_zero_grads(d);
   loom_grad_sync_begin_step(ex->gs);
+  loom_decoder_moe_begin_step(d, ex->A * m->dp); /* router losses: means over every mb */
   if (ex->vision) loom_vmod_begin_step(ex->vision);
   int rank = m->pp_rank;
   for (int i = 0; i < ex->sched.count[rank]; i++) {
@@ -418,6 +455,11 @@ void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *tar
   }
   for (int i = 0; i < ex->n_reqs; i++) loom_comm_wait(&ex->reqs[i]);
   ex->n_reqs = 0;
+  /* MoE: the step's router statistics over the dp ranks, the balancing bias moved in the
+   * parameters this rank's optimizer owns (ZeRO-3: its shard; else the whole buffer) */
+  size_t ob = 0, oe = d->layout.total;
+  if (loom_grad_sync_zero(ex->gs) == 3) loom_grad_sync_owned(ex->gs, &ob, &oe);
+  loom_decoder_moe_end_step(d, &m->dp_comm, loom_grad_sync_owned_params(ex->gs), ob, oe);
   /* the loss: summed over the dp x sp replicas on the last stage, then shared along the pipe */
   double loss[1] = {sc.loss_sum};
   loom_comm_allreduce_f64(&m->grad_comm, loss, 1, LOOM_OP_SUM);

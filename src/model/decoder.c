@@ -51,12 +51,16 @@ void loom_decoder_forward_chunk(loom_decoder *d, loom_acts *a, const int32_t *to
     loom_attn_doc_segments(a->seg_lo, a->seg_hi, a->doc_pos, tokens, d->B, d->T, d->doc_eod);
     for (int r = 0; r < d->N; r++) a->row_pos[r] = a->doc_pos[dec_row_token_index(d, r)];
   }
-  if (d->shard.chunk_embed[c]) dec_embed_forward(d, a, a->resid);
+  if (d->shard.chunk_embed[c]) {
+    dec_embed_forward(d, a, a->resid);
+    dec_moe_mb_reset(d, a); /* a new micro-batch's router statistics */
+  }
   for (int i = 0; i < nl; i++) dec_block_forward(d, a, first + i, i);
   if (d->shard.chunk_head[c]) {
     dec_head_forward(d, a, loom_acts_output(d, a), loss_sum, count);
     d->last = a;
     d->logits = a->logits;
+    if (a->moe) dec_moe_mb_done(d, a);
   }
 }
 
@@ -89,5 +93,11 @@ double loom_decoder_flops_per_token(const loom_model_spec *s, int T) {
   double I = s->intermediate;
   double per_layer = C * QD * 2 + C * KD * 2 + I * C * (s->arch == LOOM_ARCH_GPT2 ? 2 : 3);
   double matmul_params = s->layers * per_layer + (double)s->padded_vocab * C;
+  const loom_moe_spec *m = &s->moe;
+  /* an MoE layer: the router, k routed experts and the shared expert with its gate, in place
+   * of the dense MLP */
+  double moe = (double)m->experts * C + 3.0 * m->top_k * m->intermediate * C +
+               (m->shared_intermediate ? 3.0 * m->shared_intermediate * C + C : 0);
+  matmul_params += loom_model_moe_layers(s) * (moe - 3 * I * C);
   return 6.0 * matmul_params + 6.0 * s->layers * (double)T * QD;
 }

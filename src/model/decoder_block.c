@@ -90,12 +90,47 @@ static void attn_bwd(const loom_decoder *d, float *dq, float *dk, float *dv, con
 
 void dec_block_qkv(loom_decoder *d, loom_layer_acts *L, const block_offsets *o, const float *x,
                    int N, int Nr) {
-  int C = d->spec.hidden, QD = d->lh * d->spec.head_dim, KD = d->lkv * d->spec.head_dim;
+  int C = d->spec.hidden, D = d->spec.head_dim, QD = d->lh * D, KD = d->lkv * D;
   dec_norm_fwd(d, L->ln1, L->ln1_mean, L->ln1_rstd, x, o->n1w, o->n1b, Nr);
   const float *h = dec_gather_rows(d, L->ln1, L->ln1_full);
-  dec_linear_fwd_keep(d, L->q, h, L->ln1_16, o->qw, o->qb, N, C, QD, 0);
-  dec_linear_fwd_keep(d, L->k, h, L->ln1_16, o->kw, o->kb, N, C, KD, LIN_SAME_X);
+  /* qk_norm: the projections kept before the norms (the backward's input), or normed in place
+   * when not kept (generation) */
+  float *q = L->q_pre ? L->q_pre : L->q, *k = L->k_pre ? L->k_pre : L->k;
+  dec_linear_fwd_keep(d, q, h, L->ln1_16, o->qw, o->qb, N, C, QD, 0);
+  dec_linear_fwd_keep(d, k, h, L->ln1_16, o->kw, o->kb, N, C, KD, LIN_SAME_X);
   dec_linear_fwd_keep(d, L->v, h, L->ln1_16, o->vw, o->vb, N, C, KD, LIN_SAME_X);
+  if (o->qn == NONE) return;
+  /* Qwen3: RMSNorm of every head's q and k (N*heads rows of D) before the rotary positions */
+  float eps = (float)d->spec.norm_eps;
+  loom_add_norm_forward_f32(NULL, L->q, NULL, L->q_rstd, q, NULL, NULL, d->params + o->qn, NULL,
+                            N * d->lh, D, eps);
+  loom_add_norm_forward_f32(NULL, L->k, NULL, L->k_rstd, k, NULL, NULL, d->params + o->kn, NULL,
+                            N * d->lkv, D, eps);
+}
+
+/* qk_norm backward: dq, dk (gradients of the normed q, k) -> the projections' gradients in
+ * S->d_qn, S->d_kn (returned through *dq, *dk); the norms' weight gradients, partial per
+ * tensor-parallel rank (its heads), summed over tp here, or by the gradient synchroniser with
+ * sequence parallelism (which sums every tp-replicated tensor's) */
+static void qk_norm_backward(loom_decoder *d, const loom_layer_acts *L, const block_offsets *o,
+                             const float **dq, const float **dk) {
+  struct loom_decoder_scratch *S = d->s;
+  int N = d->N, D = d->spec.head_dim;
+  memset(S->d_qn, 0, (size_t)N * d->lh * D * sizeof(float));
+  memset(S->d_kn, 0, (size_t)N * d->lkv * D * sizeof(float));
+  memset(S->qk_dw, 0, 2 * (size_t)D * sizeof(float));
+  loom_norm_backward_fast_f32(S->d_qn, S->qk_dw, NULL, *dq, L->q_pre, d->params + o->qn, NULL,
+                              L->q_rstd, N * d->lh, D);
+  loom_norm_backward_fast_f32(S->d_kn, S->qk_dw + D, NULL, *dk, L->k_pre, d->params + o->kn,
+                              NULL, L->k_rstd, N * d->lkv, D);
+  if (d->shard.tp > 1 && !d->shard.seq_parallel)
+    loom_comm_allreduce_f32(d->tp_comm, S->qk_dw, 2 * (size_t)D, LOOM_OP_SUM);
+  for (int i = 0; i < D; i++) {
+    d->grads[o->qn + i] += S->qk_dw[i];
+    d->grads[o->kn + i] += S->qk_dw[D + i];
+  }
+  *dq = S->d_qn;
+  *dk = S->d_kn;
 }
 
 void dec_block_rope(loom_decoder *d, float *q, float *k, int N, const dec_positions *p,
@@ -134,6 +169,11 @@ void dec_block_mlp(loom_decoder *d, loom_layer_acts *L, const block_offsets *o, 
   /* MLP: mid = x + attention + bias and its norm, one pass */
   dec_residual_norm_fwd(d, L->mid, L->ln2, L->ln2_mean, L->ln2_rstd, x, L->mid, o->ob, o->n2w,
                         o->n2b, Nr);
+  if (L->moe && o->rw != NONE) { /* a Mixture-of-Experts layer (no tp split: N == Nr) */
+    dec_moe_forward(d, L->moe, o, L->ln2, L->ln2_16, out, N);
+    loom_residual_add_f32(out, out, L->mid, NULL, Nr, C);
+    return;
+  }
   const float *h = dec_gather_rows(d, L->ln2, L->ln2_full);
   size_t NI = (size_t)N * I;
   /* with native bf16 GEMMs the activation is written as bf16 only: the down projection and
@@ -200,6 +240,7 @@ void dec_block_forward(loom_decoder *d, loom_acts *a, int layer, int idx) {
     attn_fwd(d, L->att, L->lse, L->q, L->k, L->v, B, T, d->lh, d->lkv, D, attn_mask(d, a));
   }
   dec_block_mlp(d, L, &o, x, out, N, Nr);
+  if (L->moe && o.rw != NONE && !d->s->recomputing) dec_moe_record(d, a, layer, L->moe);
   dec_params(d, layer, LOOM_PARAMS_RELEASE);
 }
 
@@ -211,16 +252,46 @@ static const float *reduced_norm_grad(loom_decoder *d) {
   return d->s->d_norm_r;
 }
 
+/* The dense MLP's backward from the activation's gradient S->d_act (N,li) to its input's,
+ * S->d_norm (N,C): GELU and the up projection, or SwiGLU and gate/up. */
+static void dense_mlp_backward(loom_decoder *d, const loom_layer_acts *L, const block_offsets *o,
+                               const float *ln2_full) {
+  struct loom_decoder_scratch *S = d->s;
+  int N = d->N, C = d->spec.hidden, I = d->li;
+  size_t NI = (size_t)N * I;
+  if (d->spec.arch == LOOM_ARCH_GPT2) {
+    loom_gelu_backward_fast_f32(S->d_a, S->d_act, L->up, NI);
+    dec_linear_bwd_kept(d, S->d_norm, o->uw, o->ub, S->d_a, ln2_full, L->ln2_16, N, C, I,
+                        LIN_DX_OVERWRITE);
+  } else if (L->ln2_16 && dec_weights16(d)) {
+    /* gate and up have no bias: their output gradients are written as bf16 only (in d_a's
+     * and d_b's storage), read by nothing but the bf16 GEMMs */
+    uint16_t *da16 = (uint16_t *)S->d_a, *db16 = (uint16_t *)S->d_b;
+    loom_swiglu_backward_bf16_out(da16, db16, S->d_act, L->gate, L->up, NI);
+    dec_linear_bwd16(d, S->d_norm, o->gw, da16, L->ln2_16, N, C, I, LIN_DX_OVERWRITE);
+    dec_linear_bwd16(d, S->d_norm, o->uw, db16, L->ln2_16, N, C, I, 0);
+  } else {
+    loom_swiglu_backward_fast_f32(S->d_a, S->d_b, S->d_act, L->gate, L->up, NI);
+    dec_linear_bwd_kept(d, S->d_norm, o->gw, NONE, S->d_a, ln2_full, L->ln2_16, N, C, I,
+                        LIN_DX_OVERWRITE);
+    dec_linear_bwd_kept(d, S->d_norm, o->uw, NONE, S->d_b, ln2_full, L->ln2_16, N, C, I,
+                        LIN_SAME_X);
+  }
+}
+
 /* s->dres holds dL/d resid[idx+1] (Nr,C) on entry and dL/d resid[idx] on return. */
 void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   const loom_model_spec *s = &d->spec;
   struct loom_decoder_scratch *S = d->s;
   int B = d->B, T = d->T, N = d->N, Nr = d->Nr, C = s->hidden, D = s->head_dim;
   int QD = d->lh * D, KD = d->lkv * D, I = d->li;
-  size_t NI = (size_t)N * I;
   const float *x = a->resid + (size_t)idx * Nr * C;
   dec_params(d, layer, LOOM_PARAMS_ACQUIRE_BWD);
-  if (d->recompute) dec_block_forward(d, a, layer, idx);
+  if (d->recompute) { /* the forward again (its router statistics are recorded already) */
+    S->recomputing = true;
+    dec_block_forward(d, a, layer, idx);
+    S->recomputing = false;
+  }
   loom_layer_acts *L = acts_for(d, a, idx);
   block_offsets o = loom_block_offsets(d, layer);
   const float *ln2_full = d->shard.seq_parallel ? L->ln2_full : L->ln2;
@@ -229,24 +300,14 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   /* MLP: out = mid + reduce(act @ Wd^T) + bd */
   if (o.db != NONE) dec_bias_grad_rows(d->grads + o.db, S->dres, Nr, C);
   const float *dy = dec_gather_rows(d, S->dres, S->full);
-  dec_linear_bwd_kept(d, S->d_act, o.dw, NONE, dy, L->act, L->act16, N, I, C, LIN_DX_OVERWRITE);
-  if (s->arch == LOOM_ARCH_GPT2) {
-    loom_gelu_backward_fast_f32(S->d_a, S->d_act, L->up, NI);
-    dec_linear_bwd_kept(d, S->d_norm, o.uw, o.ub, S->d_a, ln2_full, L->ln2_16, N, C, I,
-                        LIN_DX_OVERWRITE);
-  } else if (L->ln2_16 && dec_weights16(d)) {
-    /* gate and up have no bias: their output gradients are written as bf16 only (in d_a's
-     * and d_b's storage), read by nothing but the bf16 GEMMs */
-    uint16_t *da16 = (uint16_t *)S->d_a, *db16 = (uint16_t *)S->d_b;
-    loom_swiglu_backward_bf16_out(da16, db16, S->d_act, L->gate, L->up, NI);
-    dec_linear_bwd16(d, S->d_norm, o.gw, da16, L->ln2_16, N, C, I, LIN_DX_OVERWRITE);
-    dec_linear_bwd16(d, S->d_norm, o.uw, db16, L->ln2_16, N, C, I, 0);
+  if (L->moe && o.rw != NONE) { /* out = mid + MoE(ln2), with the router's aux and z terms */
+    double z_grad;
+    const double *aux_grad = dec_moe_loss_grads(d, a, &z_grad);
+    dec_moe_backward(d, L->moe, &o, L->ln2, L->ln2_16, dy, S->d_norm, N, aux_grad, z_grad);
   } else {
-    loom_swiglu_backward_fast_f32(S->d_a, S->d_b, S->d_act, L->gate, L->up, NI);
-    dec_linear_bwd_kept(d, S->d_norm, o.gw, NONE, S->d_a, ln2_full, L->ln2_16, N, C, I,
+    dec_linear_bwd_kept(d, S->d_act, o.dw, NONE, dy, L->act, L->act16, N, I, C,
                         LIN_DX_OVERWRITE);
-    dec_linear_bwd_kept(d, S->d_norm, o.uw, NONE, S->d_b, ln2_full, L->ln2_16, N, C, I,
-                        LIN_SAME_X);
+    dense_mlp_backward(d, L, &o, ln2_full);
   }
   dec_norm_bwd(d, S->dres, reduced_norm_grad(d), L->mid, L->ln2_mean, L->ln2_rstd, o.n2w, o.n2b,
                Nr);
@@ -283,9 +344,11 @@ void dec_block_backward(loom_decoder *d, loom_acts *a, int layer, int idx) {
   }
   dec_positions pos = train_positions(d, a);
   dec_block_rope(d, S->d_q, S->d_k, N, &pos, true);
-  dec_linear_bwd_kept(d, S->d_norm, o.qw, o.qb, S->d_q, ln1_full, L->ln1_16, N, C, QD,
+  const float *dq = S->d_q, *dk = S->d_k;
+  if (o.qn != NONE) qk_norm_backward(d, L, &o, &dq, &dk);
+  dec_linear_bwd_kept(d, S->d_norm, o.qw, o.qb, dq, ln1_full, L->ln1_16, N, C, QD,
                       LIN_DX_OVERWRITE);
-  dec_linear_bwd_kept(d, S->d_norm, o.kw, o.kb, S->d_k, ln1_full, L->ln1_16, N, C, KD,
+  dec_linear_bwd_kept(d, S->d_norm, o.kw, o.kb, dk, ln1_full, L->ln1_16, N, C, KD,
                       LIN_SAME_X);
   dec_linear_bwd_kept(d, S->d_norm, o.vw, o.vb, S->d_v, ln1_full, L->ln1_16, N, C, KD,
                       LIN_SAME_X);

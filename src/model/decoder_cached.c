@@ -31,6 +31,7 @@ struct loom_kv_work {
   double *mcos, *msin;        /* (M, D/2) multimodal rotary table */
   int *slot, *crow, *pos, *n; /* (M) cache slot, cache row, rotary position, slots attended */
   float *round_x;             /* (M, max(C, Hq*D, I)) the linears' bf16 rounding scratch */
+  loom_moe_plan cand;         /* MoE models: the plans' sorting scratch for cap tokens */
 };
 
 static bool whole_model(const loom_decoder *d) {
@@ -72,6 +73,7 @@ void loom_kv_cache_free(loom_kv_cache *c) {
     loom_free(c->work->o);
     loom_free(c->work->attn);
     loom_free(c->work->arena);
+    loom_moe_plan_free(&c->work->cand);
     loom_free(c->work);
   }
   loom_free(c->k);
@@ -94,16 +96,8 @@ float *loom_kv_cache_v(const loom_kv_cache *c, int layer, int row, int head) {
 
 /* ---- the scratch of M new tokens ---------------------------------------------------------- */
 
-typedef struct {
-  char *base; /* NULL while measuring */
-  size_t used;
-} carver;
-
-static void *carve(carver *c, size_t bytes) {
-  void *p = c->base ? c->base + c->used : NULL;
-  c->used += (bytes + 63) & ~(size_t)63;
-  return p;
-}
+typedef dec_carver carver;
+#define carve dec_carve_bytes
 #define CARVE_F(c, n) ((float *)carve(c, (size_t)(n) * sizeof(float)))
 #define CARVE_H(c, n) ((uint16_t *)carve(c, (size_t)(n) * sizeof(uint16_t)))
 
@@ -113,6 +107,8 @@ static void plan(const loom_decoder *d, loom_kv_work *w, carver *c, size_t M) {
   size_t KD = (size_t)s->kv_heads * s->head_dim, I = s->intermediate;
   size_t half = s->head_dim / 2 ? s->head_dim / 2 : 1, wide = C > QD ? C : QD;
   wide = wide > I ? wide : I;
+  if (s->moe.experts > 0) /* the shared expert's down projection reads (M, Is) */
+    wide = wide > (size_t)s->moe.shared_intermediate ? wide : (size_t)s->moe.shared_intermediate;
   loom_layer_acts *L = &w->L;
   memset(L, 0, sizeof *L);
   L->ln1 = CARVE_F(c, M * C);
@@ -129,6 +125,14 @@ static void plan(const loom_decoder *d, loom_kv_work *w, carver *c, size_t M) {
   L->gate = s->arch == LOOM_ARCH_LLAMA ? CARVE_F(c, M * I) : NULL;
   L->up = CARVE_F(c, M * I);
   L->act = CARVE_F(c, M * I);
+  if (s->qk_norm) { /* the norms run in place on q and k: only their 1/rms is kept */
+    L->q_rstd = CARVE_F(c, M * s->heads);
+    L->k_rstd = CARVE_F(c, M * s->kv_heads);
+  }
+  if (loom_model_moe_layers(s) > 0) { /* one MoE layer's activations, reused by every layer */
+    L->moe = dec_moe_plan_acts(d, c, M, &w->cand);
+    if (L->moe) L->moe->dropless = true; /* generation drops no token (as HF's inference) */
+  }
   if (d->bf16) { /* the native bf16 GEMMs' inputs, converted once, as in training */
     L->ln1_16 = CARVE_H(c, M * C);
     L->att16 = CARVE_H(c, M * QD);
@@ -153,6 +157,9 @@ static void plan(const loom_decoder *d, loom_kv_work *w, carver *c, size_t M) {
 static void reserve(const loom_decoder *d, loom_kv_work *w, int M) {
   if (M <= w->cap && w->bf16 == d->bf16) return;
   loom_free(w->arena);
+  const loom_moe_spec *ms = &d->spec.moe;
+  loom_moe_plan_free(&w->cand);
+  if (loom_model_moe_layers(&d->spec) > 0) loom_moe_plan_init(&w->cand, M, ms->top_k, ms->experts);
   carver c = {NULL, 0};
   plan(d, w, &c, (size_t)M);
   w->arena = loom_alloc(c.used);

@@ -3,8 +3,27 @@
 #ifndef LOOM_DECODER_INTERNAL_H
 #define LOOM_DECODER_INTERNAL_H
 #include "loom/decoder.h"
+#include "loom/kernels_moe.h"
 
 #define NONE ((size_t)-1)
+
+/* One Mixture-of-Experts layer's activations (decoder_moe.c) for N tokens: the router's
+ * output, the dispatch plan, the routed experts' and the shared expert's intermediate values.
+ * Shapes: N tokens, E experts, k per token, C hidden, Ie / Is the routed / shared inner size. */
+typedef struct dec_moe_acts {
+  float *logits;               /* (N,E) the router's logits */
+  float *probs;                /* (N,E) their softmax */
+  float *lse;                  /* (N) their logsumexp (the z-loss) */
+  int32_t *idx;                /* (N,k) chosen experts, best first */
+  float *w;                    /* (N,k) their routing weights */
+  loom_moe_plan plan;          /* the (token, slot) pairs in expert-major order */
+  float *xp, *yp;              /* (N*k, C) permuted rows into and out of the experts */
+  float *hg, *hu, *act;        /* (N*k, Ie) gate, up, silu(gate) * up */
+  float *sh_g, *sh_u, *sh_act; /* (N, Is) the shared expert (NULL without one) */
+  float *sh_y;                 /* (N, C) its output before the gate */
+  float *sh_s;                 /* (N) the shared gate's logit */
+  bool dropless;               /* no capacity whatever model.moe.capacity_factor (generation) */
+} dec_moe_acts;
 
 struct loom_layer_acts {
   float *ln1, *ln1_mean, *ln1_rstd; /* (Nr,C), (Nr), (Nr) */
@@ -19,6 +38,10 @@ struct loom_layer_acts {
   float *ln2, *ln2_mean, *ln2_rstd; /* (Nr,C), (Nr), (Nr) */
   float *ln2_full;                  /* (N,C) */
   float *gate, *up, *act;           /* (N,li): llama gate/up/silu(gate)*up; gpt2 up/gelu(up) */
+  float *q_pre, *k_pre;             /* qk_norm: (N,lh*D), (N,lkv*D) the projections before the
+                                       per-head norms (NULL without qk_norm or when not kept) */
+  float *q_rstd, *k_rstd;           /* qk_norm: (N*lh), (N*lkv) the norms' 1/rms */
+  dec_moe_acts *moe;                /* an MoE layer's, in place of gate/up/act (NULL: dense) */
   /* bf16 mode: bf16 copies of the four GEMM inputs, made by the forward's conversion and
    * read by the backward's weight gradients (no second conversion): (N,C) of ln1_full,
    * (N,lh*D) of att, (N,C) of ln2_full, (N,li) of act; NULL in fp32 */
@@ -60,7 +83,61 @@ struct loom_decoder_scratch {
   float head_scale;   /* ... with this scale (bf16: the guessed loss scale; fp32: 1) */
   bool head_guess;    /* bf16: keep guessing the scale (false after a wrong guess) */
   int32_t *row_targets; /* (N) target of each head row in this rank's vocabulary slice */
+  /* qk_norm backward: the projections' gradients (N, lh*D), (N, lkv*D) and the two norms'
+   * weight gradients of one micro-batch (2D) before they join grads */
+  float *d_qn, *d_kn, *qk_dw;
+  bool recomputing;   /* activation checkpointing: a block's forward again, in its backward */
+  struct block_offsets *offs; /* (L) loom_block_offsets of every layer, found once */
+  struct dec_moe_state *moe; /* Mixture-of-Experts bookkeeping, NULL for a dense model */
 };
+
+/* The decoder's Mixture-of-Experts state (decoder_moe.c, decoder_moe_step.c): which layers are
+ * MoE layers, the backward's scratch (one MoE layer at a time) and the step's statistics. */
+typedef struct dec_moe_state {
+  int n;                  /* MoE layers of the model */
+  int *index;             /* (L) position of layer l among them, -1 for a dense layer */
+  int *layer;             /* (n) global index of each */
+  loom_moe_plan cand;     /* its scratch holds the candidates a plan sorts (every plan's) */
+  /* backward scratch, in the arena (N tokens, E experts, k, C, Is); the permuted rows'
+   * gradients go into the layer's own xp and yp */
+  float *d_logits;        /* (N,E) */
+  float *d_w;             /* (N,k) */
+  float *work;            /* loom_moe_experts_work_floats(N*k) */
+  float *d_sh;            /* (N, C) then (N): the shared expert's output and gate gradients */
+  float *d_inner;         /* (3, N, Is) */
+  double *aux_grad;       /* (E) d(aux term)/d probs of the micro-batch in its backward */
+  /* the optimizer step's statistics (loom_decoder_moe_begin_step .. _end_step) */
+  bool collecting;
+  double micro_batches;   /* the aux and z terms are means over this many micro-batches */
+  double aux_sum, z_sum;  /* over the micro-batches of this rank */
+  long mbs;
+  int64_t *load;          /* (n, E) pairs choosing each expert */
+  int64_t *dropped;       /* (n) pairs dropped by the capacity */
+  loom_moe_step_stats stats;
+} dec_moe_state;
+
+/* A micro-batch's router statistics (one per activation slot): what its backward's aux-loss
+ * gradient and the step's aux and z losses are made of. */
+struct loom_moe_mb {
+  int64_t *selected;      /* (E) pairs choosing each expert, all MoE layers pooled */
+  double *prob_sum;       /* (E) router probabilities summed over the tokens of every layer */
+  double z;               /* sum over layers of the mean over tokens of lse^2 */
+  int layers;             /* MoE layers recorded */
+};
+
+/* Activation memory is carved out of one arena: measured first (base NULL), then carved. */
+typedef struct {
+  char *base; /* NULL while measuring */
+  size_t used;
+} dec_carver;
+static inline void *dec_carve_bytes(dec_carver *c, size_t bytes) {
+  void *p = c->base ? c->base + c->used : NULL;
+  c->used += (bytes + 63) & ~(size_t)63;
+  return p;
+}
+static inline float *dec_carve(dec_carver *c, size_t floats) {
+  return (float *)dec_carve_bytes(c, floats * sizeof(float));
+}
 
 /* dec_linear_*_ex flags */
 enum {
@@ -70,8 +147,12 @@ enum {
 };
 
 /* Offsets of one block's tensors in the flat buffers (NONE when absent). */
-typedef struct {
+typedef struct block_offsets {
   size_t n1w, n1b, qw, qb, kw, kb, vw, vb, ow, ob, n2w, n2b, gw, uw, ub, dw, db;
+  size_t qn, kn;          /* qk_norm: attn.q_norm / k_norm weights (D) */
+  /* an MoE layer: router (E,C) and balancing bias (E); expert e's gate, up (Ie,C) at eg, eu
+   * + e * ews and down (C,Ie) at ed + e * ews; the shared expert and its gate (1,C) */
+  size_t rw, rb, eg, eu, ed, ews, sg, su, sd, sgate;
 } block_offsets;
 block_offsets loom_block_offsets(const loom_decoder *d, int layer);
 size_t loom_param_offset(const loom_decoder *d, const char *name); /* NONE when absent */
@@ -152,6 +233,36 @@ void dec_block_rope(loom_decoder *d, float *q, float *k, int N, const dec_positi
  * alias x. */
 void dec_block_mlp(loom_decoder *d, loom_layer_acts *L, const block_offsets *o, const float *x,
                    float *out, int N, int Nr);
+
+/* decoder_moe.c: the MoE layer in place of the MLP (tp == 1: N rows are the residual rows) */
+/* Carve one layer's MoE activations for N tokens (cand: a plan whose sorting scratch, sized
+ * for at least N tokens, every plan shares) */
+dec_moe_acts *dec_moe_plan_acts(const loom_decoder *d, dec_carver *c, size_t N,
+                                loom_moe_plan *cand);
+/* Carve the MoE backward scratch of d->s->moe (N = d->N) */
+void dec_moe_plan_scratch(loom_decoder *d, dec_carver *c);
+/* The decoder's MoE state (NULL for a dense model), and its release */
+dec_moe_state *dec_moe_state_create(const loom_decoder *d);
+void dec_moe_state_free(dec_moe_state *m);
+/* y (N,C) = MoE(h (N,C)), h the MLP norm's output; h16: its bf16 copy slot (ln2_16) */
+void dec_moe_forward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, const float *h,
+                     uint16_t *h16, float *y, int N);
+/* dh (N,C) = the gradient of h for the output gradient dy (N,C) and the micro-batch's aux and
+ * z-loss terms (aux_grad (E) or NULL, z_grad), the layer's weight gradients added */
+void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o,
+                      const float *h, const uint16_t *h16, const float *dy, float *dh, int N,
+                      const double *aux_grad, double z_grad);
+/* decoder_moe_step.c: the micro-batch's statistics after layer `layer`'s forward (not
+ * during a recompute), its backward's loss gradients, the step's sums */
+void dec_moe_mb_reset(loom_decoder *d, loom_acts *a);
+void dec_moe_record(loom_decoder *d, loom_acts *a, int layer, const dec_moe_acts *m);
+void dec_moe_mb_done(loom_decoder *d, loom_acts *a);
+/* The gradients of micro-batch a's aux and z terms for its backward: the aux term's by each
+ * probability (E, in d->s->moe->aux_grad; NULL when aux_loss_coef is 0) returned, the z term's
+ * by each row's lse^2 in *z_grad */
+const double *dec_moe_loss_grads(loom_decoder *d, const loom_acts *a, double *z_grad);
+/* struct loom_moe_mb of each slot, carved */
+struct loom_moe_mb *dec_moe_plan_mb(const loom_decoder *d, dec_carver *c);
 
 /* decoder.c: cs, sn (D/2) = cos, sin of a multimodal rotary position: pair i takes component
  * k (pos[k * stride]: temporal, height, width) by its section (Qwen2-VL's mrope_section),

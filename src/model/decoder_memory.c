@@ -11,17 +11,8 @@
 #include "loom/prof.h"
 #include "model/decoder_internal.h"
 
-typedef struct {
-  char *base; /* NULL while measuring */
-  size_t used;
-} carver;
-
-static float *carve(carver *c, size_t floats) {
-  size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
-  float *p = c->base ? (float *)(c->base + c->used) : NULL;
-  c->used += bytes;
-  return p;
-}
+typedef dec_carver carver;
+#define carve dec_carve
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -46,7 +37,20 @@ static int max_chunk_layers(const loom_decoder *d) {
   return m;
 }
 
-static void plan_layer(const loom_decoder *d, carver *c, loom_layer_acts *L) {
+/* Which kinds of MLP the layers at index idx of the chunks have: *dense, *moe. */
+static void layer_kinds(const loom_decoder *d, int idx, bool *dense, bool *moe) {
+  *dense = *moe = false;
+  for (int c = 0; c < d->shard.n_chunks; c++) {
+    int l = d->shard.chunk_first[c] + idx;
+    if (l >= d->shard.chunk_last[c]) continue;
+    if (loom_model_layer_is_moe(&d->spec, l)) *moe = true;
+    else *dense = true;
+  }
+}
+
+/* The activations of the layers at index idx of the chunks (idx < 0: of any layer, the one set
+ * activation checkpointing recomputes into). */
+static void plan_layer(const loom_decoder *d, carver *c, loom_layer_acts *L, int idx) {
   size_t N = (size_t)d->N, Nr = (size_t)d->Nr, C = (size_t)d->spec.hidden;
   size_t QD = (size_t)d->lh * d->spec.head_dim, KD = (size_t)d->lkv * d->spec.head_dim;
   size_t I = (size_t)d->li;
@@ -71,16 +75,26 @@ static void plan_layer(const loom_decoder *d, carver *c, loom_layer_acts *L) {
   L->ln2_mean = carve(c, Nr);
   L->ln2_rstd = carve(c, Nr);
   L->ln2_full = seqpar ? carve(c, N * C) : NULL;
-  L->gate = d->spec.arch == LOOM_ARCH_LLAMA ? carve(c, N * I) : NULL;
-  L->up = carve(c, N * I);
-  L->act = carve(c, N * I);
+  bool dense = true, moe = false;
+  if (idx >= 0) layer_kinds(d, idx, &dense, &moe);
+  else if (d->s->moe) moe = true, dense = d->s->moe->n < d->spec.layers;
+  L->gate = dense && d->spec.arch == LOOM_ARCH_LLAMA ? carve(c, N * I) : NULL;
+  L->up = dense ? carve(c, N * I) : NULL;
+  L->act = dense ? carve(c, N * I) : NULL;
+  L->moe = moe ? dec_moe_plan_acts(d, c, N, &d->s->moe->cand) : NULL;
+  if (d->spec.qk_norm) { /* the projections before the per-head norms, and their 1/rms */
+    L->q_pre = carve(c, N * QD);
+    L->k_pre = carve(c, N * KD);
+    L->q_rstd = carve(c, N * d->lh);
+    L->k_rstd = carve(c, N * d->lkv);
+  }
   /* bf16 copies of the GEMM inputs (carved in every bf16 run, so that the memory model does
    * not depend on the GEMM backend; only native bf16 GEMMs fill them) */
   bool b16 = d->bf16;
   L->ln1_16 = b16 ? (uint16_t *)carve(c, (N * C + 1) / 2) : NULL;
   L->att16 = b16 ? (uint16_t *)carve(c, (N * QD + 1) / 2) : NULL;
   L->ln2_16 = b16 ? (uint16_t *)carve(c, (N * C + 1) / 2) : NULL;
-  L->act16 = b16 ? (uint16_t *)carve(c, (N * I + 1) / 2) : NULL;
+  L->act16 = b16 && dense ? (uint16_t *)carve(c, (N * I + 1) / 2) : NULL;
 }
 
 static void plan(loom_decoder *d, carver *c) {
@@ -97,7 +111,8 @@ static void plan(loom_decoder *d, carver *c) {
     a->mcos = mrope ? (double *)carve(c, N * (size_t)(d->spec.head_dim / 2) * 2) : NULL;
     a->msin = mrope ? (double *)carve(c, N * (size_t)(d->spec.head_dim / 2) * 2) : NULL;
     if (!d->recompute)
-      for (int l = 0; l < nl; l++) plan_layer(d, c, &a->layer[l]);
+      for (int l = 0; l < nl; l++) plan_layer(d, c, &a->layer[l], l);
+    a->moe = d->s->moe ? dec_moe_plan_mb(d, c) : NULL;
     if (head) {
       a->lnf = carve(c, Nr * C);
       a->lnf_mean = carve(c, Nr);
@@ -111,7 +126,7 @@ static void plan(loom_decoder *d, carver *c) {
     }
   }
   struct loom_decoder_scratch *S = d->s;
-  if (d->recompute) plan_layer(d, c, &S->rec);
+  if (d->recompute) plan_layer(d, c, &S->rec, -1);
   S->dres = carve(c, Nr * C);
   S->d_norm = carve(c, maxz(N * C, 3 * N)); /* also the head's loss statistics (3N) */
   S->d_norm_r = carve(c, Nr * C);
@@ -141,8 +156,17 @@ static void plan(loom_decoder *d, carver *c) {
                                                d->B, d->T / d->shard.cp, d->lh / d->shard.sp,
                                                d->lkv / d->shard.sp, d->spec.head_dim))
                                  : NULL;
+  S->d_qn = d->spec.qk_norm ? carve(c, N * QD) : NULL;
+  S->d_kn = d->spec.qk_norm ? carve(c, N * KD) : NULL;
+  S->qk_dw = d->spec.qk_norm ? carve(c, 2 * (size_t)d->spec.head_dim) : NULL;
+  if (S->moe) dec_moe_plan_scratch(d, c);
   /* the fused head converts its logit gradient to bf16 in place: round_dy never holds it */
   size_t in = maxz(maxz(C, I), QD), out = maxz(maxz(in, KD), head && !fused ? V : 0);
+  if (S->moe) { /* the shared expert's down projection in, the router and shared expert out */
+    size_t Is = (size_t)d->spec.moe.shared_intermediate;
+    in = maxz(in, Is);
+    out = maxz(out, maxz(Is, (size_t)d->spec.moe.experts));
+  }
   S->round_x = d->bf16 ? carve(c, N * in) : NULL;
   S->round_dy = d->bf16 ? carve(c, N * out) : NULL;
   S->a2a = uly ? carve(c, 2 * N * QD) : NULL;
@@ -193,6 +217,11 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   if (T > spec->max_seq)
     return loom_err("training.seq_len (%d) exceeds model.max_seq (%d); lower seq_len or raise "
                     "max_seq", T, spec->max_seq);
+  if (spec->moe.experts > 0 && (shard->tp > 1 || shard->sp > 1 || shard->cp > 1))
+    return loom_err("the decoder's Mixture-of-Experts layers run without a tensor, sequence or "
+                    "context split (tp %d, sp %d, cp %d); data parallelism, ZeRO, gradient "
+                    "accumulation and activation checkpointing work with them",
+                    shard->tp, shard->sp, shard->cp);
   loom_decoder *d = calloc(1, sizeof *d);
   LOOM_ASSERT(d && slots >= 1);
   d->spec = *spec;
@@ -245,6 +274,10 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   }
   d->s->epoch = 1;
   d->s->head_guess = true;
+  block_offsets *offs = loom_alloc((size_t)(spec->layers > 0 ? spec->layers : 1) * sizeof *offs);
+  for (int l = 0; l < spec->layers; l++) offs[l] = loom_block_offsets(d, l);
+  d->s->offs = offs; /* from now on loom_block_offsets reads them */
+  d->s->moe = dec_moe_state_create(d);
   weight_copies(d);
   plan_arena(d);
   *out = d;
@@ -268,6 +301,7 @@ void loom_decoder_free(loom_decoder *d) {
     free(d->slots[i].seg_lo);
   }
   free(d->slots);
+  if (d->s) dec_moe_state_free(d->s->moe), loom_free(d->s->offs);
   free(d->s);
   loom_param_layout_free(&d->layout);
   free(d);

@@ -25,16 +25,36 @@ static size_t off_of(const loom_decoder *d, int l, const char *suffix) {
 }
 
 block_offsets loom_block_offsets(const loom_decoder *d, int l) {
-  block_offsets o = {
-      off_of(d, l, "attn_norm.weight"), off_of(d, l, "attn_norm.bias"),
-      off_of(d, l, "attn.q.weight"),    off_of(d, l, "attn.q.bias"),
-      off_of(d, l, "attn.k.weight"),    off_of(d, l, "attn.k.bias"),
-      off_of(d, l, "attn.v.weight"),    off_of(d, l, "attn.v.bias"),
-      off_of(d, l, "attn.o.weight"),    off_of(d, l, "attn.o.bias"),
-      off_of(d, l, "mlp_norm.weight"),  off_of(d, l, "mlp_norm.bias"),
-      off_of(d, l, "mlp.gate.weight"),  off_of(d, l, "mlp.up.weight"),
-      off_of(d, l, "mlp.up.bias"),      off_of(d, l, "mlp.down.weight"),
-      off_of(d, l, "mlp.down.bias")};
+  if (d->s && d->s->offs) return d->s->offs[l]; /* found at creation */
+  block_offsets o;
+  const struct {
+    size_t *at;
+    const char *name;
+  } tensors[] = {{&o.n1w, "attn_norm.weight"},  {&o.n1b, "attn_norm.bias"},
+                 {&o.qw, "attn.q.weight"},       {&o.qb, "attn.q.bias"},
+                 {&o.kw, "attn.k.weight"},       {&o.kb, "attn.k.bias"},
+                 {&o.vw, "attn.v.weight"},       {&o.vb, "attn.v.bias"},
+                 {&o.ow, "attn.o.weight"},       {&o.ob, "attn.o.bias"},
+                 {&o.n2w, "mlp_norm.weight"},    {&o.n2b, "mlp_norm.bias"},
+                 {&o.gw, "mlp.gate.weight"},     {&o.uw, "mlp.up.weight"},
+                 {&o.ub, "mlp.up.bias"},         {&o.dw, "mlp.down.weight"},
+                 {&o.db, "mlp.down.bias"},       {&o.qn, "attn.q_norm.weight"},
+                 {&o.kn, "attn.k_norm.weight"},  {&o.rw, "moe.router.weight"}};
+  for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++)
+    *tensors[i].at = off_of(d, l, tensors[i].name);
+  o.rb = o.eg = o.eu = o.ed = o.ews = o.sg = o.su = o.sd = o.sgate = NONE;
+  if (o.rw == NONE) return o;
+  o.rb = off_of(d, l, "moe.router.bias");
+  o.eg = off_of(d, l, "moe.experts.0.gate.weight");
+  o.eu = off_of(d, l, "moe.experts.0.up.weight");
+  o.ed = off_of(d, l, "moe.experts.0.down.weight");
+  /* the experts' matrices of one kind follow each other, ews floats apart (layout.c) */
+  size_t e1 = off_of(d, l, "moe.experts.1.gate.weight");
+  o.ews = e1 != NONE ? e1 - o.eg : o.eu - o.eg;
+  o.sg = off_of(d, l, "moe.shared.gate.weight");
+  o.su = off_of(d, l, "moe.shared.up.weight");
+  o.sd = off_of(d, l, "moe.shared.down.weight");
+  o.sgate = off_of(d, l, "moe.shared_gate.weight");
   return o;
 }
 

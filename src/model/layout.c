@@ -12,7 +12,10 @@
  * (moe.experts.{e}.gate/up.weight (Ie, C), .down.weight (C, Ie); all gates, then all ups,
  * then all downs, so the gates of consecutive experts are one contiguous matrix), split over
  * tp like the dense MLP, and with a shared expert moe.shared.gate/up/down.weight and
- * moe.shared_gate.weight (1, C). Qwen3's attn.q_norm.weight and attn.k_norm.weight (D) are
+ * moe.shared_gate.weight (1, C). With auxiliary-loss-free balancing (bias_update_rate > 0)
+ * moe.router.bias (E) follows the router: a state the decoder moves after each step
+ * (loom_decoder_moe_end_step), flagged frozen so that the optimizer neither updates it nor
+ * counts it in the gradient norm, and saved in checkpoints like every tensor. Qwen3's attn.q_norm.weight and attn.k_norm.weight (D) are
  * replicated. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +71,11 @@ static void add_moe(builder *b, const loom_model_spec *s, int l) {
   char n[64];
   snprintf(n, sizeof n, "layers.%d.moe.router.weight", l);
   add(b, n, m->experts, C, true, -1, 0);
+  if (m->bias_update_rate > 0) { /* the balancing bias: set by the decoder, not by AdamW */
+    snprintf(n, sizeof n, "layers.%d.moe.router.bias", l);
+    add(b, n, m->experts, 0, false, -1, 0);
+    b->lay->params[b->lay->count - 1].frozen = true;
+  }
   static const char *const part[3] = {"gate", "up", "down"};
   for (int p = 0; p < 3; p++)
     for (int e = 0; e < m->experts; e++) {

@@ -14,6 +14,7 @@ void loom_train_step(loom_decoder *d, loom_adamw_state *opt, const loom_config_t
   for (size_t i = 0; i < (size_t)A * BT; i++) counted += targets[i] != LOOM_IGNORE_INDEX;
   float scale = counted ? 1.0f / (float)counted : 0.0f;
   loom_decoder_zero_grads(d);
+  loom_decoder_moe_begin_step(d, A); /* MoE router losses: means over the A micro-batches */
   double loss_sum = 0;
   for (int a = 0; a < A; a++) {
     double part = 0;
@@ -32,4 +33,5 @@ void loom_train_step(loom_decoder *d, loom_adamw_state *opt, const loom_config_t
   r->grad_norm = norm;
   r->lr = loom_lr_at(t, opt->step);
   loom_adamw_apply_clipped(opt, d, t, r->lr, coef < 1.0f ? coef : 1.0f);
+  loom_decoder_moe_end_step(d, NULL, d->params, 0, d->layout.total); /* MoE balancing bias */
 }

@@ -125,6 +125,42 @@ static const char *json_num(char *buf, size_t n, double x) {
   return buf;
 }
 
+/* Mixture-of-Experts models: the step's router figures, for metrics.jsonl (json) or train.log
+ * (a short line), malloc'd; NULL for a dense model. Loads are max/mean (token, slot) pairs per
+ * expert of each MoE layer (1 = balanced), summed over the step's micro-batches and ranks. */
+static char *moe_figures(loom_run *run, bool json) {
+  loom_decoder *d = loom_exec_decoder(run->exec);
+  const loom_moe_step_stats *m = d ? loom_decoder_moe_stats(d) : NULL;
+  if (!m || !m->layers) return NULL;
+  size_t cap = 160 + (size_t)m->layers * 48, n = 0;
+  char *out = loom_malloc(cap);
+  n += (size_t)snprintf(out + n, cap - n, json ? ", \"aux_loss\": %.9g" : "moe: aux %.4f",
+                        m->aux_loss);
+  if (d->spec.moe.z_loss_coef > 0)
+    n += (size_t)snprintf(out + n, cap - n, json ? ", \"z_loss\": %.9g" : " | z %.4f",
+                          m->z_loss);
+  n += (size_t)snprintf(out + n, cap - n, json ? ", \"moe_load\": [" : " | load max/mean");
+  int64_t dropped = 0;
+  for (int i = 0; i < m->layers; i++) {
+    const int64_t *load = m->load + (size_t)i * m->experts;
+    int64_t total = 0, max = 0;
+    for (int e = 0; e < m->experts; e++) total += load[e], max = load[e] > max ? load[e] : max;
+    double ratio = total ? (double)max * m->experts / (double)total : 0;
+    n += (size_t)snprintf(out + n, cap - n, json ? "%s%.6g" : "%s %.2f", i && json ? ", " : "",
+                          ratio);
+    dropped += m->dropped[i];
+  }
+  if (json) {
+    n += (size_t)snprintf(out + n, cap - n, "], \"moe_dropped\": [");
+    for (int i = 0; i < m->layers; i++)
+      n += (size_t)snprintf(out + n, cap - n, "%s%lld", i ? ", " : "", (long long)m->dropped[i]);
+    snprintf(out + n, cap - n, "]");
+  } else if (d->spec.moe.capacity_factor > 0) {
+    snprintf(out + n, cap - n, " | dropped %lld pairs", (long long)dropped);
+  }
+  return out;
+}
+
 /* Lead: the step's line of metrics.jsonl (a checked append: an error when the disk is full). */
 static int write_metrics(loom_run *run, const loom_step_result *r, double dt) {
   if (!run->ranks.lead) return 0;
@@ -141,11 +177,16 @@ static int write_metrics(loom_run *run, const loom_step_result *r, double dt) {
   int n = snprintf(line, sizeof line,
                    "{\"step\": %ld, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %s, "
                    "\"tokens_per_s\": %.1f, \"step_time\": %.6f, \"time\": %.3f, "
-                   "\"tokens\": %ld%s}\n",
+                   "\"tokens\": %ld%s",
                    run->state.step, json_num(loss, sizeof loss, r->loss), r->lr,
                    json_num(norm, sizeof norm, r->grad_norm), dt > 0 ? (double)r->tokens / dt : 0.0,
                    dt, run->state.elapsed, run->state.tokens_seen, skipped);
-  return loom_append_checked(run->out.metrics, run->out.metrics_path, line, (size_t)n);
+  char *moe = moe_figures(run, true); /* MoE: the router losses and loads */
+  char *text = loom_sprintf("%.*s%s}\n", n, line, moe ? moe : "");
+  int rc = loom_append_checked(run->out.metrics, run->out.metrics_path, text, strlen(text));
+  free(text);
+  free(moe);
+  return rc;
 }
 
 /* The step's records: metrics.jsonl, the registry's heartbeat (rate-limited) and the progress
@@ -162,6 +203,12 @@ int loom_run_record_step(loom_run *run, const loom_step_result *res, double dt) 
   double avg = timed_steps ? run->clock.timed / timed_steps : dt;
   loom_progress_step(&run->out.progress, run->state.step, res, dt, run->state.elapsed,
                      avg * (double)(run->cfg->training.steps - run->state.step));
+  long step = run->state.step, every = run->cfg->training.log_every;
+  if (every > 0 && (step % every == 0 || step == 1 || step == run->cfg->training.steps)) {
+    char *moe = moe_figures(run, false); /* MoE: the expert load, briefly, in train.log */
+    if (moe) loom_progress_log_line(&run->out.progress, moe);
+    free(moe);
+  }
   return rc;
 }
 

@@ -123,6 +123,16 @@ TOL_POLICY_FINAL = 1e-2
 TOL_MOMENTS = {"exp_avg": 3e-2, "exp_avg_sq": 3e-2}
 
 
+# Mixture-of-Experts routing in bf16 dumps: the router's input and weights are rounded to bf16 on
+# both sides, but an fp32-level difference (summation order) can flip a rounding and move a
+# router logit by ~2^-8 of one term, enough to swap the k-th and (k+1)-th expert of a token
+# whose two scores are within ~1e-4 (the closest pairs of a run sit at ~1e-5). Such swaps are
+# rare: measured 2 of 2520 selections (0.08%); the tolerance, 1%, still fails a router that
+# chooses by anything else (a wrong bias or top-k order changes most selections). fp32 dumps
+# must match exactly (gaps >= 1e-5 against fp32 rounding of ~1e-7).
+TOL_BF16_ROUTED = 1e-2
+
+
 def not_bf16_count(a):
     """Elements of a (float array) that are not exactly a bf16 value."""
     a = np.asarray(a, dtype=np.float32)
@@ -307,6 +317,8 @@ def compare(spec, tensors, refs):
     if s.S > 1:
         rows.append(Row("losses[1:]", vs, max_abs(a[1:], b[1:]), max_rel(a[1:], b[1:]),
                         tol["losses_later"], im(max_rel, "losses", b[1:], slice(1, None))))
+    if s.E:
+        rows.extend(router_rows(s, tensors, R, vs, tol))
     # lrs against the closed form in double (both torch runs use exactly these)
     lr_exact = np.array([rm.lr_at(s, st) for st in range(s.S)])
     rows.append(Row("lrs", "closed form", max_abs(tensors["lrs"], lr_exact),
@@ -407,6 +419,47 @@ def compare(spec, tensors, refs):
     return rows
 
 
+def router_rows(s, tensors, R, vs, tol):
+    """Mixture-of-Experts models: the routing exactly (every step's selections per MoE layer and
+    expert, and the balancing bias they move), the router's aux and z losses like the losses.
+    Top-k is discontinuous: a selection flips when fp32 rounding moves the k-th and (k+1)-th
+    scores past each other, so the smallest gap between them over the run is shown (the
+    reference's, float64): rounding differences are ~1e-7, gaps here >= 1e-5."""
+    rows = []
+    a, b = tensors["loads"], R["loads"]
+    diff = int(np.abs(a.astype(np.int64) - b).sum()) // 2  # a changed selection counts twice
+    if s.bf16:  # the fraction of selections a bf16 rounding flip changed (see TOL_BF16_ROUTED)
+        total = int(b.sum())
+        rows.append(Row("loads (selections per step, layer, expert)", vs, float(diff),
+                        diff / max(total, 1), TOL_BF16_ROUTED, None,
+                        "%d of %d selections differ; min top-k score gap %.2e"
+                        % (diff, total, R["topk_gap"])))
+    else:
+        rows.append(Row("loads (selections per step, layer, expert)", vs + " (exact)",
+                        float(diff), float(diff), 0.0, None,
+                        "min top-k score gap %.2e over the run" % R["topk_gap"]))
+    if s.capacity_factor > 0:  # which pairs the capacity drops follows the routing weights
+        a, b = tensors["dropped"], R["dropped"]
+        diff = int(np.abs(a.astype(np.int64) - b).sum())
+        rows.append(Row("dropped pairs (per step and layer)", vs + (" (info)" if s.bf16 else
+                        " (exact)"), float(diff), float(diff), None if s.bf16 else 0.0, None,
+                        "%d dropped in all, capacity factor %g" % (int(b.sum()),
+                                                                   s.capacity_factor)))
+    for q in ("aux_losses", "z_losses"):
+        a, b = tensors[q], R[q]
+        rows.append(Row(q + "[0]", vs, max_abs(a[:1], b[:1]), max_rel(a[:1], b[:1]),
+                        tol["losses_first"], None, "before its coefficient"))
+        if s.S > 1:
+            rows.append(Row(q + "[1:]", vs, max_abs(a[1:], b[1:]), max_rel(a[1:], b[1:]),
+                            tol["losses_later"]))
+    if s.bias_rate > 0:  # +-rate steps from the same loads: the same float32 values
+        names = ["final.layers.%d.moe.router.bias" % l for l in s.moe_layers]
+        diff = max(max_abs(tensors[q], R[q]) for q in names)
+        rows.append(Row("final router biases (balancing)", vs + " (exact)", diff, diff, 0.0, None,
+                        "%d updates of +-%g" % (s.S, s.bias_rate)))
+    return rows
+
+
 def fmt(x):
     if x is None:
         return "-"
@@ -422,6 +475,13 @@ def print_table(rows, spec, refs, quiet=False, out=sys.stdout):
           % (spec.arch, spec.dtype, spec.param_dtype, spec.optim_dtype, spec.V, spec.Vp, spec.C,
              spec.L, spec.Hq, spec.Hkv, spec.D,
              spec.I, spec.B, spec.T, spec.A, spec.S), file=out)
+    if spec.qk_norm or spec.E:
+        print("qk_norm=%s" % spec.qk_norm + (
+            " moe: E=%d k=%d Ie=%d Is=%d norm_topk=%s MoE layers %s aux_coef=%g z_coef=%g "
+            "capacity_factor=%g drop_by_position=%s bias_rate=%g"
+            % (spec.E, spec.k, spec.Ie, spec.Is, spec.norm_topk, spec.moe_layers, spec.aux_coef,
+               spec.z_coef, spec.capacity_factor, spec.drop_by_position, spec.bias_rate)
+            if spec.E else ""), file=out)
     print("info column: same metric for %s" % info_desc, file=out)
     w = max(len(r.quantity) for r in rows)
     wv = max(len(r.vs) for r in rows)

@@ -17,6 +17,22 @@ conventions), not from loom's C code:
     ones and rounded once when stored, the rule of PyTorch's fused AdamW (torch >= 2.x;
     Debian's torch 1.13 has no fused=True, so the rule is applied around its fp32 AdamW).
 
+Qwen3 and Mixture-of-Experts models (metadata qk_norm and moe_*; absent: a dense model without
+q/k norms), from Hugging Face's Qwen3 / Qwen3-MoE / Qwen2-MoE definitions (ref_moe.py):
+  - qk_norm: q_norm / k_norm, an RMSNorm (weight (D), the model's eps) of every head's q and k
+    after the projections and before RoPE (Qwen3Attention);
+  - MoE layers where layer not in mlp_only_layers and (layer+1) % decoder_sparse_step == 0
+    (Qwen3MoeDecoderLayer): ref_moe.moe_block in place of the MLP on the MLP norm's output;
+  - the objective of a micro-batch: cross-entropy + aux_coef * load_balancing_loss (HF: every
+    MoE layer's router rows of the micro-batch pooled) + z_coef * sum over layers of
+    Megatron's z-loss; in train() the CE is the step's global token mean and the two router
+    terms are means over the step's micro-batches (each micro-batch's weighs 1/A); the logged
+    loss is the CE alone;
+  - auxiliary-loss-free balancing (DeepSeek-V3) when moe_bias_rate > 0: the router bias
+    (layers.{l}.moe.router.bias) only shifts the scores experts are chosen by, is not trained,
+    and after each optimizer step moves by -rate * sign(load_e - mean load), the loads being
+    the selections of the step's micro-batches.
+
 Works in float64 and float32 (dtype argument). torch 1.13: no scaled_dot_product_attention.
 """
 import math
@@ -25,6 +41,8 @@ from collections import OrderedDict
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+import ref_moe
 
 IGNORE_INDEX = -100
 
@@ -97,8 +115,37 @@ class Spec:
                              % s.lr_schedule)
         # packed documents (data.pack_documents): the end-of-document token, absent = none
         s.doc_eod = _int("doc_eod", meta["doc_eod"]) if "doc_eod" in meta else -1
+        # Qwen3 q/k norms and Mixture-of-Experts layers (absent: dense, no q/k norms)
+        s.qk_norm = _bool("qk_norm", meta["qk_norm"]) if "qk_norm" in meta else False
+        s.E = _int("moe_experts", meta.get("moe_experts", "0"))
+        if s.E:
+            for k, attr in [("moe_top_k", "k"), ("moe_intermediate", "Ie"),
+                            ("moe_shared_intermediate", "Is"), ("moe_sparse_step", "sparse_step")]:
+                setattr(s, attr, _int(k, meta[k]))
+            for k, attr in [("moe_aux_coef", "aux_coef"), ("moe_z_coef", "z_coef"),
+                            ("moe_capacity_factor", "capacity_factor"), ("moe_bias_rate", "bias_rate")]:
+                setattr(s, attr, _float(k, meta[k]))
+            s.norm_topk = _bool("moe_norm_topk", meta["moe_norm_topk"])
+            s.drop_by_position = _bool("moe_drop_by_position", meta["moe_drop_by_position"])
+            dense = meta.get("moe_mlp_only_layers", "").strip()
+            s.mlp_only = set(_int("moe_mlp_only_layers", x) for x in dense.split(",") if x.strip())
         s.check()
         return s
+
+    def is_moe(self, layer):
+        """Hugging Face's rule (Qwen2MoeDecoderLayer, Qwen3MoeDecoderLayer)."""
+        return (self.E > 0 and layer not in self.mlp_only
+                and (layer + 1) % self.sparse_step == 0)
+
+    @property
+    def moe_layers(self):
+        return [l for l in range(self.L) if self.is_moe(l)]
+
+    def moe_cfg(self):
+        """ref_moe.moe_block's configuration."""
+        return dict(E=self.E, k=self.k, norm_topk=self.norm_topk,
+                    capacity_factor=self.capacity_factor, drop_by_position=self.drop_by_position,
+                    shared=self.Is > 0)
 
     def check(self):
         errs = []
@@ -141,11 +188,26 @@ def param_shapes(spec):
             p[pre + "attn.%s.weight" % nm] = (od, s.C)
             if s.qkv_bias:
                 p[pre + "attn.%s.bias" % nm] = (od,)
+        if s.qk_norm:
+            p[pre + "attn.q_norm.weight"] = (s.D,)
+            p[pre + "attn.k_norm.weight"] = (s.D,)
         p[pre + "attn.o.weight"] = (s.C, qd)
         if gpt2:
             p[pre + "attn.o.bias"] = (s.C,)
         p[pre + "mlp_norm.weight"] = (s.C,)
-        if gpt2:
+        if s.is_moe(i):
+            p[pre + "moe.router.weight"] = (s.E, s.C)
+            if s.bias_rate > 0:
+                p[pre + "moe.router.bias"] = (s.E,)
+            for part, shp in (("gate", (s.Ie, s.C)), ("up", (s.Ie, s.C)), ("down", (s.C, s.Ie))):
+                for e in range(s.E):
+                    p[pre + "moe.experts.%d.%s.weight" % (e, part)] = shp
+            if s.Is:
+                p[pre + "moe.shared.gate.weight"] = (s.Is, s.C)
+                p[pre + "moe.shared.up.weight"] = (s.Is, s.C)
+                p[pre + "moe.shared.down.weight"] = (s.C, s.Is)
+                p[pre + "moe.shared_gate.weight"] = (1, s.C)
+        elif gpt2:
             p[pre + "mlp_norm.bias"] = (s.C,)
             p[pre + "mlp.up.weight"] = (s.I, s.C)
             p[pre + "mlp.up.bias"] = (s.I,)
@@ -167,6 +229,11 @@ def decays(spec, name, shape):
     """Weight decay applies to 2-D weights (embed, pos_embed, lm_head, linear weights);
     norms and biases only when decay_norms_and_biases."""
     return len(shape) == 2 or spec.decay_norms_and_biases
+
+
+def trained(name):
+    """Every parameter but the MoE balancing bias (moved by the balancing rule, not AdamW)."""
+    return not name.endswith(".moe.router.bias")
 
 
 def lr_at(spec, step):
@@ -354,8 +421,35 @@ def causal_attention(q, k, v, Hq, Hkv, doc=None, bf16=False):
 # model
 
 
-def forward(spec, P, tokens, bf16=False, variant=()):
-    """P: name -> tensor; tokens (B,T) long. Returns logits (B, T, Vp)."""
+def moe_params(P, pre, spec):
+    """ref_moe.moe_block's parameters of MoE layer `pre` (experts stacked (E, ...))."""
+    Q = {"router": P[pre + "moe.router.weight"], "sel_bias": P.get(pre + "moe.router.bias")}
+    for part in ("gate", "up", "down"):
+        Q["experts_" + part] = torch.stack(
+            [P[pre + "moe.experts.%d.%s.weight" % (e, part)] for e in range(spec.E)])
+    if spec.Is:
+        Q["shared_gate_proj"] = P[pre + "moe.shared.gate.weight"]
+        Q["shared_up"] = P[pre + "moe.shared.up.weight"]
+        Q["shared_down"] = P[pre + "moe.shared.down.weight"]
+        Q["shared_expert_gate"] = P[pre + "moe.shared_gate.weight"]
+    if Q["sel_bias"] is not None:
+        Q["sel_bias"] = Q["sel_bias"].detach()
+    return Q
+
+
+def router_terms(spec, moe):
+    """(load-balancing loss, z-loss) of one micro-batch from its MoE layers' router info (HF's
+    load_balancing_loss_func with every layer pooled; Megatron's z-loss summed over layers)."""
+    if not moe:
+        return None, None
+    aux = ref_moe.load_balancing_loss([m["probs"] for m in moe], [m["idx"] for m in moe], spec.E)
+    z = sum(ref_moe.z_loss(m["logits"], 1.0) for m in moe)
+    return aux, z
+
+
+def forward(spec, P, tokens, bf16=False, variant=(), moe=None):
+    """P: name -> tensor; tokens (B,T) long. Returns logits (B, T, Vp). moe (a list): receives
+    each MoE layer's router info (ref_moe.moe_block's: logits, probs, idx, w, keep, ...)."""
     s = spec
     B, T = tokens.shape
     gpt2 = s.arch == "gpt2"
@@ -387,12 +481,22 @@ def forward(spec, P, tokens, bf16=False, variant=()):
         q = lin(h, pre + "attn.q").view(B, T, s.Hq, s.D)
         k = lin(h, pre + "attn.k").view(B, T, s.Hkv, s.D)
         v = lin(h, pre + "attn.v").view(B, T, s.Hkv, s.D)
+        if s.qk_norm:  # Qwen3: per-head RMSNorm of q and k, before RoPE
+            q = ref_moe.rms_norm(q, P[pre + "attn.q_norm.weight"], s.norm_eps)
+            k = ref_moe.rms_norm(k, P[pre + "attn.k_norm.weight"], s.norm_eps)
         if not gpt2:
             q = apply_rope(q, cos, sin, variant)
             k = apply_rope(k, cos, sin, variant)
         a = causal_attention(q, k, v, s.Hq, s.Hkv, None if "pack_no_mask" in variant else doc, bf16)
         x = x + lin(a, pre + "attn.o")
         h = norm(x, pre + "mlp_norm")
+        if s.is_moe(i):
+            y, info = ref_moe.moe_block(h.reshape(B * T, s.C), moe_params(P, pre, s), s.moe_cfg(),
+                                        bf16)
+            if moe is not None:
+                moe.append(info)
+            x = x + y.view(B, T, s.C)
+            continue
         if gpt2:
             u = lin(h, pre + "mlp.up")
             u = F.gelu(u) if "gelu_erf" in variant else F.gelu(u, approximate="tanh")
@@ -426,10 +530,13 @@ def _t(a):
 def forward_backward0(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
     """Step 0, micro-batch 0, initial params: logits, loss0 (token mean) and its gradients."""
     P = make_params(spec, params_np, dtype)
-    logits = forward(spec, P, _t(tokens[0, 0]), bf16, variant)
+    moe = []
+    logits = forward(spec, P, _t(tokens[0, 0]), bf16, variant, moe)
     tot, n = loss_sum(spec, logits, _t(targets[0, 0]))
-    loss = tot / max(n, 1)
-    loss.backward()
+    loss = tot / max(n, 1)  # the loss reported: the cross-entropy
+    aux, z = router_terms(spec, moe)
+    objective = loss if not moe else loss + spec.aux_coef * aux + spec.z_coef * z
+    objective.backward()  # one micro-batch: its router terms with weight 1
     grads = OrderedDict((k, p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
                         for k, p in P.items())
     return logits.detach(), loss.detach(), grads
@@ -449,8 +556,8 @@ def train(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
     s = spec
     P = make_params(spec, params_np, dtype)
     shapes = param_shapes(spec)
-    decay = [p for n, p in P.items() if decays(s, n, shapes[n])]
-    nodecay = [p for n, p in P.items() if not decays(s, n, shapes[n])]
+    decay = [p for n, p in P.items() if trained(n) and decays(s, n, shapes[n])]
+    nodecay = [p for n, p in P.items() if trained(n) and not decays(s, n, shapes[n])]
     groups = [{"params": decay, "weight_decay": s.weight_decay}]
     if nodecay:
         groups.append({"params": nodecay, "weight_decay": 0.0})
@@ -462,6 +569,7 @@ def train(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
     # gradients have updates set by rounding noise (Adam normalises each element).
     cond = OrderedDict((n, torch.full(p.shape, math.inf, dtype=torch.float64))
                        for n, p in P.items())
+    aux_losses, z_losses, loads, dropped, gaps = [], [], [], [], []
     for step in range(s.S):
         lr = lr_at(s, step)
         for g in opt.param_groups:
@@ -473,16 +581,33 @@ def train(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
         counts = [int((targets[step, a] != IGNORE_INDEX).sum()) for a in range(s.A)]
         total_n = sum(counts)
         step_loss = 0.0
+        step_aux = step_z = 0.0
+        step_load = np.zeros((len(s.moe_layers), max(s.E, 1)), dtype=np.int64)
+        step_dropped = np.zeros(len(s.moe_layers), dtype=np.int64)
         for a in range(s.A):
-            logits = forward(s, P, _t(tokens[step, a]), bf16, variant)
+            moe = []
+            logits = forward(s, P, _t(tokens[step, a]), bf16, variant, moe)
             tot, n = loss_sum(s, logits, _t(targets[step, a]))
             if "micro_mean" in variant:  # deliberately wrong: mean of micro-batch means
                 l = tot / max(n, 1) / s.A
             else:
                 l = tot / max(total_n, 1)
-            l.backward()
             step_loss += float(l.detach())
+            if moe:  # the router terms: means over the step's micro-batches
+                aux, z = router_terms(s, moe)
+                l = l + (s.aux_coef * aux + s.z_coef * z) / s.A
+                step_aux += float(aux.detach()) / s.A
+                step_z += float(z.detach()) / s.A
+                for i, m in enumerate(moe):
+                    step_load[i] += np.bincount(m["idx"].reshape(-1).numpy(), minlength=s.E)
+                    step_dropped[i] += m["dropped"]
+                    gaps.append(topk_gap(m, P.get("layers.%d.moe.router.bias" % s.moe_layers[i]), s.k))
+            l.backward()
         losses.append(step_loss)
+        aux_losses.append(step_aux)
+        z_losses.append(step_z)
+        loads.append(step_load)
+        dropped.append(step_dropped)
         with torch.no_grad():
             if s.param_dtype == "bf16":  # the step's gradient is stored in bf16
                 for p in P.values():
@@ -509,15 +634,43 @@ def train(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
                     p.copy_(store(p))
                 if s.optim_dtype == "bf16":
                     for k in ("exp_avg", "exp_avg_sq"):
-                        opt.state[p][k].copy_(store(opt.state[p][k]))
+                        if k in opt.state[p]:  # (not the balancing bias: not trained)
+                            opt.state[p][k].copy_(store(opt.state[p][k]))
+            if s.E and s.bias_rate > 0:  # DeepSeek-V3's balancing, after the step
+                # the bias is a float32 parameter, stepped in float32 (in a float64 run too)
+                rate = torch.tensor(s.bias_rate, dtype=torch.float32)
+                for i, l in enumerate(s.moe_layers):
+                    b = P["layers.%d.moe.router.bias" % l]
+                    load = torch.as_tensor(step_load[i])
+                    sign = torch.sign(load * s.E - load.sum()).float()  # exact: integers
+                    b.copy_((b.float() - rate * sign).to(dtype))
+                    if s.param_dtype == "bf16":
+                        b.copy_(store(b))
     final = OrderedDict((n, p.detach().clone()) for n, p in P.items())
     moments = OrderedDict()
     for n, p in P.items():
         for k in ("exp_avg", "exp_avg_sq"):
             st = opt.state[p].get(k)
             moments[k + "." + n] = (st if st is not None else torch.zeros_like(p)).detach().clone()
-    return {"losses": np.array(losses), "lrs": np.array(lrs), "grad_norms": np.array(norms),
-            "final": final, "cond": cond, "moments": moments}
+    out = {"losses": np.array(losses), "lrs": np.array(lrs), "grad_norms": np.array(norms),
+           "final": final, "cond": cond, "moments": moments}
+    if s.E:
+        out.update(aux_losses=np.array(aux_losses), z_losses=np.array(z_losses),
+                   loads=np.stack(loads), dropped=np.stack(dropped),
+                   topk_gap=min(gaps) if gaps else math.inf)
+    return out
+
+
+def topk_gap(info, bias, k):
+    """Smallest distance over a layer's rows between the k-th and (k+1)-th choosing score
+    (probs + bias): how far fp32 rounding is from changing a selection."""
+    sc = info["probs"].detach().double()
+    if bias is not None:
+        sc = sc + bias.detach().double()
+    if sc.shape[1] <= k:
+        return math.inf
+    top = torch.sort(sc, dim=-1, descending=True).values
+    return float((top[:, k - 1] - top[:, k]).min())
 
 
 def run_all(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
@@ -533,6 +686,9 @@ def run_all(spec, params_np, tokens, targets, dtype, bf16=False, variant=()):
     out["losses"] = tr["losses"]
     out["lrs"] = tr["lrs"]
     out["grad_norms"] = tr["grad_norms"]
+    for k in ("aux_losses", "z_losses", "loads", "dropped", "topk_gap"):
+        if k in tr:
+            out[k] = tr[k]
     for n, p in tr["final"].items():
         out["final." + n] = p.double().numpy()
     for n, c in tr["cond"].items():

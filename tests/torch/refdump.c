@@ -2,7 +2,10 @@
  * PyTorch reference (check_refdump.py) needs into one safetensors file: initial parameters,
  * the batches, step-0 logits/loss/gradients, and a short AdamW training run (losses, learning
  * rates, gradient norms, final parameters and AdamW moments). training.param_dtype /
- * training.optim_dtype (the precision policy) apply as in the trainer.
+ * training.optim_dtype (the precision policy) apply as in the trainer. Qwen3 (model.qk_norm)
+ * and Mixture-of-Experts models (model.moe.*) add their metadata and, per step, the router's
+ * aux and z losses and the loads (selections per MoE layer and expert) the balancing bias
+ * follows.
  *
  * usage: loom_refdump OUT.safetensors [config overrides a.b=c ...]   */
 #include <math.h>
@@ -113,6 +116,10 @@ int main(int argc, char **argv) {
   /* the training run */
   float *losses = malloc(S * sizeof(float)), *lrs = malloc(S * sizeof(float));
   float *norms = malloc(S * sizeof(float));
+  float *aux = malloc(S * sizeof(float)), *zl = malloc(S * sizeof(float));
+  int nmoe = loom_model_moe_layers(&spec), E = spec.moe.experts;
+  int32_t *loads = malloc(((size_t)S * nmoe * E + 1) * sizeof(int32_t)); /* (S, nmoe, E) */
+  int32_t *dropped = malloc(((size_t)S * nmoe + 1) * sizeof(int32_t));    /* (S, nmoe) */
   loom_adamw_state opt;
   loom_adamw_state_init_dtype(&opt, P, !strcmp(t->optim_dtype, "bf16"));
   for (int s = 0; s < S; s++) {
@@ -121,6 +128,12 @@ int main(int argc, char **argv) {
     losses[s] = (float)r.loss;
     lrs[s] = (float)r.lr;
     norms[s] = (float)r.grad_norm;
+    const loom_moe_step_stats *ms = loom_decoder_moe_stats(d);
+    aux[s] = (float)ms->aux_loss;
+    zl[s] = (float)ms->z_loss;
+    for (size_t i = 0; i < (size_t)nmoe * E; i++)
+      loads[(size_t)s * nmoe * E + i] = (int32_t)ms->load[i];
+    for (int i = 0; i < nmoe; i++) dropped[(size_t)s * nmoe + i] = (int32_t)ms->dropped[i];
   }
   loom_st_writer *w = loom_st_writer_create();
   put_meta(w, "arch", "%s", spec.arch == LOOM_ARCH_GPT2 ? "gpt2" : "llama");
@@ -156,6 +169,26 @@ int main(int argc, char **argv) {
   put_meta(w, "decay_norms_and_biases", "%s", t->decay_norms_and_biases ? "true" : "false");
   put_meta(w, "activation_checkpointing", "%s", t->activation_checkpointing ? "true" : "false");
   if (eod >= 0) put_meta(w, "doc_eod", "%d", (int)eod);
+  put_meta(w, "qk_norm", "%s", spec.qk_norm ? "true" : "false");
+  if (E > 0) {
+    const loom_moe_spec *m = &spec.moe;
+    char dense[1024] = "";
+    for (int l = 0, n = 0; l < spec.layers && l < 256; l++)
+      if (m->dense_mask[l / 64] >> (l % 64) & 1)
+        n += snprintf(dense + n, sizeof dense - (size_t)n, "%s%d", n ? "," : "", l);
+    put_meta(w, "moe_experts", "%d", E);
+    put_meta(w, "moe_top_k", "%d", m->top_k);
+    put_meta(w, "moe_intermediate", "%d", m->intermediate);
+    put_meta(w, "moe_shared_intermediate", "%d", m->shared_intermediate);
+    put_meta(w, "moe_sparse_step", "%d", m->sparse_step);
+    put_meta(w, "moe_mlp_only_layers", "%s", dense);
+    put_meta(w, "moe_norm_topk", "%s", m->norm_topk ? "true" : "false");
+    put_meta(w, "moe_aux_coef", "%.17g", m->aux_loss_coef);
+    put_meta(w, "moe_z_coef", "%.17g", m->z_loss_coef);
+    put_meta(w, "moe_capacity_factor", "%.17g", m->capacity_factor);
+    put_meta(w, "moe_drop_by_position", "%s", m->drop_by_position ? "true" : "false");
+    put_meta(w, "moe_bias_rate", "%.17g", m->bias_update_rate);
+  }
   add_params(w, &d->layout, init, "param");
   add_params(w, &d->layout, grads, "grad");
   add_params(w, &d->layout, d->params, "final");
@@ -173,12 +206,19 @@ int main(int argc, char **argv) {
   loom_st_writer_add(w, "losses", LOOM_DT_F32, 1, &s_shape, losses);
   loom_st_writer_add(w, "lrs", LOOM_DT_F32, 1, &s_shape, lrs);
   loom_st_writer_add(w, "grad_norms", LOOM_DT_F32, 1, &s_shape, norms);
+  if (E > 0) {
+    int64_t load_shape[3] = {S, nmoe, E};
+    loom_st_writer_add(w, "aux_losses", LOOM_DT_F32, 1, &s_shape, aux);
+    loom_st_writer_add(w, "z_losses", LOOM_DT_F32, 1, &s_shape, zl);
+    loom_st_writer_add(w, "loads", LOOM_DT_I32, 3, load_shape, loads);
+    loom_st_writer_add(w, "dropped", LOOM_DT_I32, 2, load_shape, dropped);
+  }
   int rc = loom_st_writer_write(w, argv[1]);
   if (rc) fprintf(stderr, "loom_refdump: %s\n", loom_errmsg());
   loom_st_writer_free(w);
   loom_adamw_state_free(&opt);
   loom_decoder_free(d);
   free(init), free(tokens), free(targets), free(logits), free(grads), free(losses), free(lrs);
-  free(norms), free(moments);
+  free(norms), free(moments), free(aux), free(zl), free(loads), free(dropped);
   return rc ? 1 : 0;
 }

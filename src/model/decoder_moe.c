@@ -1,0 +1,191 @@
+/* The Mixture-of-Experts layer in place of a decoder block's MLP (Hugging Face's Qwen2-MoE /
+ * Qwen3-MoE / Mixtral sparse block, include/loom/kernels_moe.h), forward and backward, on the
+ * MoE kernels: the router is one of the decoder's linear layers (so bf16 runs multiply it as
+ * the dense layers do), then softmax and top-k in fp32 (the balancing bias, when the model has
+ * one, only for choosing), the dispatch plan (dropless, or the capacity with its drop policy),
+ * the gather, every routed expert's SwiGLU as one grouped pass over the expert-major rows
+ * (loom_moe_experts_forward_fast_f32: no loop of tiny products), the weighted combine, and the
+ * shared expert with its sigmoid gate (decoder linears again).
+ * bf16 (training.dtype=bf16): the routed experts run on bf16 values held in fp32 (the gathered
+ * rows rounded, the weights from the rounded copy loom_decoder_params_lp) with fp32 products,
+ * the numerics of the dense layers' bf16 GEMMs; softmax, combine and the gate stay fp32.
+ * The backward reuses the layer's own activations as its scratch where the kernels allow it
+ * (the permuted output rows become their gradient, the permuted input rows theirs), so it needs
+ * only the router's and the shared expert's gradients besides.
+ * Shapes: N tokens (rows of the residual stream: no tensor or sequence split), E experts, k
+ * per token, C hidden, Ie / Is the routed / shared inner size, R = kept (token, slot) pairs. */
+#include <math.h>
+#include <string.h>
+
+#include "loom/kernels.h"
+#include "loom/kernels_moe.h"
+#include "model/decoder_internal.h"
+
+dec_moe_acts *dec_moe_plan_acts(const loom_decoder *d, dec_carver *c, size_t N,
+                                loom_moe_plan *cand) {
+  const loom_moe_spec *ms = &d->spec.moe;
+  size_t E = (size_t)ms->experts, k = (size_t)ms->top_k, C = (size_t)d->spec.hidden;
+  size_t Ie = (size_t)ms->intermediate, Is = (size_t)ms->shared_intermediate, NK = N * k;
+  dec_moe_acts *m = dec_carve_bytes(c, sizeof *m), a;
+  memset(&a, 0, sizeof a);
+  a.logits = dec_carve(c, N * E);
+  a.probs = dec_carve(c, N * E);
+  a.lse = dec_carve(c, N);
+  a.idx = dec_carve_bytes(c, NK * sizeof(int32_t));
+  a.w = dec_carve(c, NK);
+  /* the plan's storage (loom_moe_plan_init's, carved); its sorting scratch is cand's */
+  loom_moe_plan *p = &a.plan;
+  p->max_tokens = (int)N, p->k = (int)k, p->E = (int)E;
+  p->selected = dec_carve_bytes(c, E * sizeof(int));
+  p->count = dec_carve_bytes(c, E * sizeof(int));
+  p->offset = dec_carve_bytes(c, (E + 1) * sizeof(int));
+  p->row_token = dec_carve_bytes(c, NK * sizeof(int32_t));
+  p->row_pair = dec_carve_bytes(c, NK * sizeof(int32_t));
+  p->pair_row = dec_carve_bytes(c, NK * sizeof(int32_t));
+  p->scratch = cand->scratch;
+  a.xp = dec_carve(c, NK * C);
+  a.yp = dec_carve(c, NK * C);
+  a.hg = dec_carve(c, NK * Ie);
+  a.hu = dec_carve(c, NK * Ie);
+  a.act = dec_carve(c, NK * Ie);
+  if (Is) {
+    a.sh_g = dec_carve(c, N * Is);
+    a.sh_u = dec_carve(c, N * Is);
+    a.sh_act = dec_carve(c, N * Is);
+    a.sh_y = dec_carve(c, N * C);
+    a.sh_s = dec_carve(c, N);
+  }
+  if (m) *m = a;
+  return m;
+}
+
+void dec_moe_plan_scratch(loom_decoder *d, dec_carver *c) {
+  const loom_moe_spec *ms = &d->spec.moe;
+  dec_moe_state *st = d->s->moe;
+  size_t N = (size_t)d->N, E = (size_t)ms->experts, k = (size_t)ms->top_k;
+  size_t C = (size_t)d->spec.hidden, Is = (size_t)ms->shared_intermediate;
+  st->d_logits = dec_carve(c, N * E);
+  st->d_w = dec_carve(c, N * k);
+  st->work = dec_carve(c, loom_moe_experts_work_floats((int)(N * k), (int)C, ms->intermediate,
+                                                       d->bf16));
+  st->d_sh = Is ? dec_carve(c, N * C + N) : NULL;
+  st->d_inner = Is ? dec_carve(c, 3 * N * Is) : NULL;
+  st->aux_grad = dec_carve_bytes(c, E * sizeof(double));
+}
+
+dec_moe_state *dec_moe_state_create(const loom_decoder *d) {
+  const loom_model_spec *s = &d->spec;
+  if (s->moe.experts <= 0 || loom_model_moe_layers(s) == 0) return NULL;
+  dec_moe_state *m = loom_calloc(1, sizeof *m);
+  m->index = loom_alloc((size_t)s->layers * sizeof(int));
+  m->layer = loom_alloc((size_t)s->layers * sizeof(int));
+  for (int l = 0; l < s->layers; l++) {
+    m->index[l] = loom_model_layer_is_moe(s, l) ? m->n : -1;
+    if (m->index[l] >= 0) m->layer[m->n++] = l;
+  }
+  loom_moe_plan_init(&m->cand, d->N, s->moe.top_k, s->moe.experts);
+  m->load = loom_calloc((size_t)m->n * s->moe.experts, sizeof(int64_t));
+  m->dropped = loom_calloc((size_t)m->n, sizeof(int64_t));
+  m->micro_batches = 1;
+  m->stats = (loom_moe_step_stats){.layers = m->n, .experts = s->moe.experts,
+                                   .layer = m->layer, .load = m->load, .dropped = m->dropped};
+  return m;
+}
+
+void dec_moe_state_free(dec_moe_state *m) {
+  if (!m) return;
+  loom_moe_plan_free(&m->cand);
+  loom_free(m->index);
+  loom_free(m->layer);
+  loom_free(m->load);
+  loom_free(m->dropped);
+  loom_free(m);
+}
+
+/* The weights the routed experts multiply: fp32, or bf16 values (the rounded copy) */
+static const float *expert_weights(loom_decoder *d) {
+  return d->bf16 ? loom_decoder_params_lp(d) : d->params;
+}
+
+void dec_moe_forward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, const float *h,
+                     uint16_t *h16, float *y, int N) {
+  const loom_moe_spec *ms = &d->spec.moe;
+  int C = d->spec.hidden, E = ms->experts, k = ms->top_k, Ie = ms->intermediate;
+  int Is = ms->shared_intermediate;
+  /* router: logits (N,E) = h Wr^T; probs, lse, idx, w (N,k) */
+  dec_linear_fwd_keep(d, m->logits, h, h16, o->rw, NONE, N, C, E, 0);
+  const float *bias = o->rb == NONE ? NULL : d->params + o->rb; /* (E) choosing only */
+  loom_moe_router_forward_f32(m->probs, m->lse, m->idx, m->w, m->logits, bias, N, E, k,
+                              ms->norm_topk);
+  /* the (token, slot) pairs in expert-major order, over capacity dropped */
+  int cap = m->dropless ? 0 : loom_moe_capacity(ms->capacity_factor, N, k, E);
+  loom_moe_plan_build_f32(&m->plan, m->idx, m->w, N, cap, ms->drop_by_position);
+  size_t R = (size_t)m->plan.rows;
+  loom_moe_gather_f32(m->xp, h, &m->plan, C); /* xp (R,C) */
+  if (d->bf16) loom_round_bf16_f32(m->xp, m->xp, R * C);
+  const float *W = expert_weights(d);
+  loom_moe_expert_acts ea = {m->hg, m->hu, m->act};
+  loom_moe_experts_forward_fast_f32(m->yp, &ea, m->xp, W + o->eg, W + o->eu, W + o->ed, o->ews,
+                                    m->plan.count, E, C, Ie, d->bf16);
+  loom_moe_combine_f32(y, m->yp, m->w, &m->plan, C); /* y (N,C) = sum_j w_j yp[row of j] */
+  if (!Is) return;
+  /* shared expert, gated per token: y += sigmoid(h . Wsg) * down(silu(gate h) * up h) */
+  dec_linear_fwd_keep(d, m->sh_s, h, h16, o->sgate, NONE, N, C, 1, LIN_SAME_X);
+  dec_linear_fwd_keep(d, m->sh_g, h, h16, o->sg, NONE, N, C, Is, LIN_SAME_X);
+  dec_linear_fwd_keep(d, m->sh_u, h, h16, o->su, NONE, N, C, Is, LIN_SAME_X);
+  loom_swiglu_forward_fast_f32(m->sh_act, m->sh_g, m->sh_u, (size_t)N * Is);
+  dec_linear_fwd(d, m->sh_y, m->sh_act, o->sd, NONE, N, Is, C);
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= 65536)
+  for (int t = 0; t < N; t++) {
+    float sig = 1.0f / (1.0f + expf(-m->sh_s[t]));
+    float *yt = y + (size_t)t * C;
+    const float *st = m->sh_y + (size_t)t * C;
+    for (int c = 0; c < C; c++) yt[c] += sig * st[c];
+  }
+}
+
+void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, const float *h,
+                      const uint16_t *h16, const float *dy, float *dh, int N,
+                      const double *aux_grad, double z_grad) {
+  const loom_moe_spec *ms = &d->spec.moe;
+  dec_moe_state *st = d->s->moe;
+  int C = d->spec.hidden, E = ms->experts, k = ms->top_k, Ie = ms->intermediate;
+  int Is = ms->shared_intermediate;
+  if (Is) {
+    /* y += sig * sh_y: d sh_y = sig dy, d sh_s = <dy, sh_y> sig (1 - sig) */
+    float *dshy = st->d_sh, *ds = st->d_sh + (size_t)N * C; // (N,C), (N)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= 65536)
+    for (int t = 0; t < N; t++) {
+      float sig = 1.0f / (1.0f + expf(-m->sh_s[t])), dot = 0;
+      const float *dyt = dy + (size_t)t * C, *sy = m->sh_y + (size_t)t * C;
+      float *g = dshy + (size_t)t * C;
+      for (int c = 0; c < C; c++) dot += dyt[c] * sy[c], g[c] = sig * dyt[c];
+      ds[t] = dot * sig * (1.0f - sig);
+    }
+    dec_linear_bwd_kept(d, dh, o->sgate, NONE, ds, h, h16, N, C, 1, LIN_DX_OVERWRITE);
+    size_t NI = (size_t)N * Is;
+    float *dact = st->d_inner, *dg = st->d_inner + NI, *du = st->d_inner + 2 * NI; // (N,Is)
+    dec_linear_bwd_ex(d, dact, o->sd, NONE, dshy, m->sh_act, N, Is, C, LIN_DX_OVERWRITE);
+    loom_swiglu_backward_fast_f32(dg, du, dact, m->sh_g, m->sh_u, NI);
+    dec_linear_bwd_kept(d, dh, o->sg, NONE, dg, h, h16, N, C, Is, 0);
+    dec_linear_bwd_kept(d, dh, o->su, NONE, du, h, h16, N, C, Is, LIN_SAME_X);
+  } else {
+    memset(dh, 0, (size_t)N * C * sizeof(float));
+  }
+  /* routed experts: the combine's gradient into yp's rows (dyp = w dy, dw = <dy, yp>), the
+   * experts' into xp's rows (after their weight gradients), then back to the tokens */
+  memset(st->d_w, 0, (size_t)N * k * sizeof(float));
+  loom_moe_combine_backward_f32(m->yp, st->d_w, dy, m->yp, m->w, &m->plan, C);
+  const float *W = expert_weights(d);
+  float *G = d->grads;
+  loom_moe_expert_acts ea = {m->hg, m->hu, m->act};
+  loom_moe_experts_backward_fast_f32(m->xp, G + o->eg, G + o->eu, G + o->ed, m->yp, &ea, m->xp,
+                                     W + o->eg, W + o->eu, W + o->ed, o->ews, m->plan.count, E,
+                                     C, Ie, d->bf16, st->work);
+  loom_moe_gather_backward_f32(dh, m->xp, &m->plan, C);
+  /* router: d logits from the weights' gradient and the aux and z terms, then the linear */
+  memset(st->d_logits, 0, (size_t)N * E * sizeof(float));
+  loom_moe_router_backward_f32(st->d_logits, st->d_w, m->probs, m->lse, m->idx, m->w, aux_grad,
+                               z_grad, N, E, k, ms->norm_topk);
+  dec_linear_bwd_kept(d, dh, o->rw, NONE, st->d_logits, h, h16, N, C, E, 0);
+}

@@ -1,0 +1,137 @@
+/* The Mixture-of-Experts bookkeeping of the decoder (include/loom/decoder.h, "Mixture-of-
+ * Experts"): each micro-batch's router statistics (selections and probabilities pooled over its
+ * MoE layers, the z-loss), recorded by the forward of each MoE layer but not by activation
+ * checkpointing's second forward; the gradients of the aux and z terms its backward adds; the
+ * step's sums (losses, per-layer loads, dropped pairs) and their reduction over the data-
+ * parallel ranks; and DeepSeek-V3's auxiliary-loss-free balancing of the router bias after
+ * the optimizer step. */
+#include <string.h>
+
+#include "loom/kernels_moe.h"
+#include "model/decoder_internal.h"
+
+struct loom_moe_mb *dec_moe_plan_mb(const loom_decoder *d, dec_carver *c) {
+  size_t E = (size_t)d->spec.moe.experts;
+  struct loom_moe_mb *m = dec_carve_bytes(c, sizeof *m);
+  int64_t *selected = dec_carve_bytes(c, E * sizeof(int64_t));
+  double *prob_sum = dec_carve_bytes(c, E * sizeof(double));
+  if (m) *m = (struct loom_moe_mb){selected, prob_sum, 0, 0};
+  return m;
+}
+
+void dec_moe_mb_reset(loom_decoder *d, loom_acts *a) {
+  struct loom_moe_mb *m = a->moe;
+  if (!m) return;
+  size_t E = (size_t)d->spec.moe.experts;
+  memset(m->selected, 0, E * sizeof(int64_t));
+  memset(m->prob_sum, 0, E * sizeof(double));
+  m->z = 0;
+  m->layers = 0;
+}
+
+void dec_moe_record(loom_decoder *d, loom_acts *a, int layer, const dec_moe_acts *l) {
+  dec_moe_state *st = d->s->moe;
+  struct loom_moe_mb *m = a->moe;
+  int E = d->spec.moe.experts, N = l->plan.N;
+  double lse_sq = 0;
+  loom_moe_router_stats_f32(m->selected, m->prob_sum, &lse_sq, l->probs, l->lse, l->idx, N, E,
+                            d->spec.moe.top_k);
+  m->z += N > 0 ? lse_sq / N : 0; /* Megatron: the mean over the layer's tokens */
+  m->layers++;
+  if (!st->collecting) return;
+  int i = st->index[layer];
+  for (int e = 0; e < E; e++) st->load[(size_t)i * E + e] += l->plan.selected[e];
+  st->dropped[i] += l->plan.dropped;
+}
+
+/* rows pooled by the aux loss of micro-batch m: its tokens in every MoE layer */
+static int64_t pooled_rows(const loom_decoder *d, const struct loom_moe_mb *m) {
+  return (int64_t)d->N * m->layers;
+}
+
+void dec_moe_mb_done(loom_decoder *d, loom_acts *a) {
+  dec_moe_state *st = d->s->moe;
+  struct loom_moe_mb *m = a->moe;
+  if (!st->collecting || !m) return;
+  st->aux_sum += loom_moe_aux_loss(NULL, m->selected, m->prob_sum, d->spec.moe.experts,
+                                   pooled_rows(d, m), 1.0);
+  st->z_sum += m->z;
+  st->mbs++;
+}
+
+const double *dec_moe_loss_grads(loom_decoder *d, const loom_acts *a, double *z_grad) {
+  dec_moe_state *st = d->s->moe;
+  const loom_moe_spec *ms = &d->spec.moe;
+  /* each micro-batch's terms weigh 1/micro_batches in the step's objective */
+  loom_moe_z_loss(z_grad, 0, d->N, ms->z_loss_coef / st->micro_batches);
+  if (!(ms->aux_loss_coef > 0)) return NULL;
+  loom_moe_aux_loss(st->aux_grad, a->moe->selected, a->moe->prob_sum, ms->experts,
+                    pooled_rows(d, a->moe), ms->aux_loss_coef / st->micro_batches);
+  return st->aux_grad;
+}
+
+void loom_decoder_moe_begin_step(loom_decoder *d, int micro_batches) {
+  dec_moe_state *st = d->s->moe;
+  if (!st) return;
+  size_t E = (size_t)d->spec.moe.experts;
+  st->collecting = true;
+  st->micro_batches = micro_batches > 0 ? micro_batches : 1;
+  st->aux_sum = st->z_sum = 0;
+  st->mbs = 0;
+  memset(st->load, 0, (size_t)st->n * E * sizeof(int64_t));
+  memset(st->dropped, 0, (size_t)st->n * sizeof(int64_t));
+}
+
+/* The step's sums over the data-parallel ranks (counts below 2^53 are exact in doubles). */
+static void reduce_stats(dec_moe_state *st, int E, const loom_comm *dp) {
+  size_t nl = (size_t)st->n * E, n = 3 + nl + (size_t)st->n;
+  double *v = loom_alloc(n * sizeof(double));
+  v[0] = st->aux_sum, v[1] = st->z_sum, v[2] = (double)st->mbs;
+  for (size_t i = 0; i < nl; i++) v[3 + i] = (double)st->load[i];
+  for (int i = 0; i < st->n; i++) v[3 + nl + i] = (double)st->dropped[i];
+  loom_comm_allreduce_f64(dp, v, n, LOOM_OP_SUM);
+  st->aux_sum = v[0], st->z_sum = v[1], st->mbs = (long)v[2];
+  for (size_t i = 0; i < nl; i++) st->load[i] = (int64_t)v[3 + i];
+  for (int i = 0; i < st->n; i++) st->dropped[i] = (int64_t)v[3 + nl + i];
+  loom_free(v);
+}
+
+/* DeepSeek-V3: b_e -= rate * sign(load_e - mean load) (the sign from integers: exact) */
+static void update_bias(loom_decoder *d, float *owned, size_t begin, size_t end) {
+  dec_moe_state *st = d->s->moe;
+  int E = d->spec.moe.experts;
+  float rate = (float)d->spec.moe.bias_update_rate;
+  for (int i = 0; i < st->n; i++) {
+    size_t rb = loom_block_offsets(d, st->layer[i]).rb;
+    if (rb == NONE) continue; /* not on this rank */
+    const int64_t *load = st->load + (size_t)i * E;
+    int64_t total = 0;
+    for (int e = 0; e < E; e++) total += load[e];
+    for (int e = 0; e < E; e++) {
+      size_t flat = rb + (size_t)e;
+      if (flat < begin || flat >= end) continue;
+      int64_t x = load[e] * E;
+      float sign = (float)((x > total) - (x < total));
+      float *b = owned + (flat - begin);
+      *b = *b - rate * sign;
+      if (d->param_bf16) *b = loom_bf16_round(*b);
+    }
+  }
+}
+
+void loom_decoder_moe_end_step(loom_decoder *d, const loom_comm *dp, float *owned, size_t begin,
+                               size_t end) {
+  dec_moe_state *st = d->s->moe;
+  if (!st) return;
+  st->collecting = false;
+  if (dp && dp->size > 1) reduce_stats(st, d->spec.moe.experts, dp);
+  st->stats.micro_batches = st->mbs;
+  st->stats.aux_loss = st->mbs ? st->aux_sum / (double)st->mbs : 0;
+  st->stats.z_loss = st->mbs ? st->z_sum / (double)st->mbs : 0;
+  if (d->spec.moe.bias_update_rate > 0) update_bias(d, owned, begin, end);
+}
+
+const loom_moe_step_stats *loom_decoder_moe_stats(const loom_decoder *d) {
+  static const loom_moe_step_stats dense = {0};
+  return d->s->moe ? &d->s->moe->stats : &dense;
+}
