@@ -62,4 +62,8 @@ int loom_corpus_reader_next(loom_corpus_reader *r, loom_corpus_unit *u);
 uint64_t loom_corpus_reader_consumed(const loom_corpus_reader *r);
 void loom_corpus_reader_close(loom_corpus_reader *r);
 void loom_corpus_unit_clear(loom_corpus_unit *u); /* frees what it holds */
+/* The first position >= from (from >= 1) of text[0, len) where the encoding may be cut: just
+ * after a newline, where loom_tokenizer_can_split allows it; 0 when there is none. */
+size_t loom_corpus_find_cut(const struct loom_tokenizer *t, const char *text, size_t len,
+                            size_t from);
 #endif

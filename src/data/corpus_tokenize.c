@@ -203,17 +203,6 @@ static void drop_front(pending *p, size_t k) {
   p->len -= k;
 }
 
-/* The first position >= from of text[0, len) where the encoding may be cut, or 0. */
-static size_t find_cut(const loom_tokenizer *t, const char *text, size_t len, size_t from) {
-  const char *s = text + from - 1, *nl; /* a cut p follows a newline at p - 1 */
-  while (s < text + len && (nl = memchr(s, '\n', (size_t)(text + len - s)))) {
-    size_t p = (size_t)(nl - text) + 1;
-    if (p < len && loom_tokenizer_can_split(t, text, len, p)) return p;
-    s = nl + 1;
-  }
-  return 0;
-}
-
 /* A plain-text file: one document, cut into parts of about c->chunk bytes where the
  * tokenizer allows. Refused: an empty file, a file of whitespace only. */
 static int feed_plain(ctx *c, int f) {
@@ -227,7 +216,7 @@ static int feed_plain(ctx *c, int f) {
     total += n;
     if (n == 0) break;
     while (p.len > c->chunk) {
-      size_t cut = find_cut(c->tok[0], p.v, p.len, scan < c->chunk ? c->chunk : scan);
+      size_t cut = loom_corpus_find_cut(c->tok[0], p.v, p.len, scan < c->chunk ? c->chunk : scan);
       if (cut == 0) {
         scan = p.len; /* look on from here once more is read */
         break;

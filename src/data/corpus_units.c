@@ -41,8 +41,7 @@ static int read_more(loom_corpus_reader *r) {
   return 0;
 }
 
-/* The first position >= from of text[0, len) where the encoding may be cut, or 0. */
-static size_t find_cut(const loom_tokenizer *t, const char *text, size_t len, size_t from) {
+size_t loom_corpus_find_cut(const loom_tokenizer *t, const char *text, size_t len, size_t from) {
   const char *s = text + from - 1, *nl; /* a cut p follows a newline at p - 1 */
   while (s < text + len && (nl = memchr(s, '\n', (size_t)(text + len - s)))) {
     size_t p = (size_t)(nl - text) + 1;
@@ -64,7 +63,7 @@ static int next_plain(loom_corpus_reader *r, loom_corpus_unit *u) {
   const char *path = r->inputs[r->file];
   if (!r->eof) {
     size_t from = r->scan > r->chunk ? r->scan : r->chunk;
-    size_t cut = r->len > r->chunk ? find_cut(r->tok, r->buf, r->len, from) : 0;
+    size_t cut = r->len > r->chunk ? loom_corpus_find_cut(r->tok, r->buf, r->len, from) : 0;
     if (cut == 0) {
       if (r->len > r->chunk) r->scan = r->len; /* look on from here once more is read */
       return 0;

@@ -95,26 +95,7 @@ int loom_run_dir_latest(const char *output_dir, char **run_dir) {
 }
 
 int loom_run_dir_newest_checkpoint(const char *run_dir, char **ckpt, long *step) {
-  *ckpt = NULL;
-  *step = -1;
-  DIR *d = opendir(run_dir);
-  if (!d) return loom_err("cannot read the run directory '%s': %s", run_dir, strerror(errno));
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (checkpoint_number(e->d_name) < 0 && strcmp(e->d_name, "final_checkpoint")) continue;
-    char *dir = loom_sprintf("%s/%s", run_dir, e->d_name);
-    long s;
-    if (loom_ckpt_check_complete(dir, &s) == 0 && s > *step) {
-      free(*ckpt);
-      *ckpt = dir;
-      *step = s;
-    } else {
-      free(dir);
-    }
-  }
-  closedir(d);
-  loom_err_clear(); /* incomplete candidates are skipped, not errors */
-  return 0;
+  return loom_ckpt_newest_complete(run_dir, NULL, ckpt, step);
 }
 
 int loom_run_dir_newest_periodic(const char *run_dir, long below, char **ckpt, long *step) {
