@@ -120,6 +120,24 @@ typedef struct {
  * config.yaml; no optimizer state or trainer_state.json (not resumable, only init_from). */
 int loom_hf_import(const char *hf_dir, const char *out_dir, const loom_hf_import_opts *o);
 
+/* The model of HF directory dir as `loom ckpt import` reads it (family from the tensor names,
+ * model.* from config.json, checked): cfg = the defaults with that model. */
+int loom_hf_dir_model(const char *dir, loom_config *cfg);
+
+/* ---- a run's model from checkpoint.init_from (src/ckpt/hf_init_model.c) ------------------
+ * loom_hf_init_model_mark on the defaults, before the run's config file and overrides are
+ * applied, marks model.preset and model.arch as unset. Then loom_hf_init_model puts their
+ * defaults back where the run did not set them and, when checkpoint.init_from names a Hugging
+ * Face directory (config.json, no config.yaml) and the run set neither, makes cfg->model the
+ * directory's model (loom_hf_dir_model) with every other model.* key the run sets (a value
+ * other than the default) laid over it: no model keys give the weights' model; keys that
+ * contradict the weights stay, for checkpoint.init_from's check to refuse naming both values.
+ * *taken (may be NULL): whether the model was taken from the directory. Errors name the
+ * directory. loom_hf_init_model_unmark only puts the defaults back. */
+void loom_hf_init_model_mark(loom_config *cfg);
+int loom_hf_init_model(loom_config *cfg, bool *taken);
+void loom_hf_init_model_unmark(loom_config *cfg);
+
 /* ---- weights only (src/ckpt/hf_weights.c) ------------------------------------------------- */
 /* Load DIR/model.safetensors (loom names, whole tensors: a loom or imported checkpoint) into
  * d->params and refresh the bf16 copy; a sharded decoder (tensor / pipeline parallel) takes

@@ -359,6 +359,19 @@ static int import_from(hf_source *s, const char *hf_dir, const char *out,
   return rc;
 }
 
+int loom_hf_dir_model(const char *dir, loom_config *cfg) {
+  hf_source s;
+  loom_arch arch = LOOM_ARCH_GPT2;
+  loom_vision_arch vision = LOOM_VISION_NONE;
+  loom_model_spec spec;
+  loom_hf_import_opts o = {NULL, false};
+  int rc = hf_source_open(&s, dir);
+  if (!rc) rc = detect_arch(&s, &arch, &vision) || resolve_config(&s, dir, &o, arch, vision, cfg,
+                                                                   &spec);
+  hf_source_free(&s);
+  return rc ? LOOM_ERR : 0;
+}
+
 int loom_hf_import(const char *hf_dir, const char *out_dir, const loom_hf_import_opts *o) {
   char *out = loom_hf_clean_dir(out_dir);
   hf_source s = {0};

@@ -11,6 +11,7 @@
 
 #include "loom/config.h"
 #include "loom/core.h"
+#include "loom/hf.h"
 #include "loom/mesh.h"
 #include "loom/train.h"
 #include "loom/sweep.h"
@@ -84,6 +85,7 @@ static char *recorded_command(int argc, char **argv) {
 static int load_config(loom_config *cfg, const char *path, int argc, char **argv,
                        bool validate) {
   loom_config_defaults(cfg);
+  loom_hf_init_model_mark(cfg); /* did the run name its model? (checkpoint.init_from=HF_DIR) */
   char **choices = loom_calloc((size_t)argc + 1, sizeof *choices); /* GROUP=OPTION */
   int nchoices = 0;
   for (int i = 1; i < argc; i++)
@@ -94,8 +96,13 @@ static int load_config(loom_config *cfg, const char *path, int argc, char **argv
     if (loom_config_is_group_choice(argv[i])) continue;
     if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(cfg, argv[i]);
   }
-  if (rc || !validate) return rc;
-  rc = loom_config_validate(cfg);
+  if (rc || !validate) {
+    loom_hf_init_model_unmark(cfg);
+    return rc;
+  }
+  /* checkpoint.init_from=HF_DIR and no model.preset/arch: the directory's model */
+  rc = loom_hf_init_model(cfg, NULL);
+  if (!rc) rc = loom_config_validate(cfg);
   if (!rc) rc = loom_config_resolve_grad_accum(cfg); /* training.global_batch_size */
   char *init_abs = !rc && cfg->checkpoint.init_from[0] ? realpath(cfg->checkpoint.init_from, NULL)
                                                       : NULL;

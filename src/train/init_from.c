@@ -70,6 +70,9 @@ static const char *family(const loom_model_spec *s) {
   if (s->vision.arch == LOOM_VISION_QWEN) return "qwen2.5-vl";
   if (s->vision.arch == LOOM_VISION_LLAVA) return "llava";
   if (s->arch == LOOM_ARCH_GPT2) return "gpt2";
+  if (s->moe.experts > 0)
+    return s->qk_norm ? "qwen3-moe" : s->moe.shared_intermediate > 0 ? "qwen2-moe" : "moe";
+  if (s->qk_norm) return "qwen3";
   return s->qkv_bias ? "qwen2" : "llama";
 }
 
@@ -150,6 +153,16 @@ static bool same_vision(const loom_vision_spec *a, const loom_vision_spec *b) {
   return true;
 }
 
+/* The layers of s that keep a dense MLP among MoE ones: "1,3" or "none". */
+static void dense_layers(const loom_model_spec *s, char *out, size_t cap) {
+  size_t k = 0;
+  out[0] = 0;
+  for (int l = 0; l < s->layers && k < cap; l++)
+    if (!loom_model_layer_is_moe(s, l))
+      k += (size_t)snprintf(out + k, cap - k, "%s%d", k ? "," : "", l);
+  if (!out[0]) snprintf(out, cap, "none");
+}
+
 /* The weights (spec w, described by wcfg: config.yaml of the checkpoint) must be the run's
  * model: the same family and every dimension; non-shape hyper-parameters that change the
  * function (norm epsilon, rotary base) too. */
@@ -186,6 +199,14 @@ static int check_model(const char *path, const loom_config *cfg, const loom_mode
       {"model.norm_eps", run->norm_eps, w->norm_eps},
       {"model.rope_theta", run->arch == LOOM_ARCH_LLAMA ? run->rope_theta : 0,
        run->arch == LOOM_ARCH_LLAMA ? w->rope_theta : 0},
+      {"model.qk_norm", run->qk_norm, w->qk_norm},
+      {"model.moe.experts", run->moe.experts, w->moe.experts},
+      {"model.moe.top_k", run->moe.top_k, w->moe.top_k},
+      {"model.moe.intermediate", run->moe.intermediate, w->moe.intermediate},
+      {"model.moe.shared_intermediate", run->moe.shared_intermediate,
+       w->moe.shared_intermediate},
+      {"model.moe.norm_topk", run->moe.norm_topk, w->moe.norm_topk},
+      {"model.moe.sparse_step", run->moe.sparse_step, w->moe.sparse_step},
   };
   /* the first key that differs is explained; every differing key is in the fix */
   int first = -1;
@@ -193,7 +214,9 @@ static int check_model(const char *path, const loom_config *cfg, const loom_mode
   for (int i = 0; i < (int)(sizeof dims / sizeof dims[0]); i++) {
     if (dims[i].model == dims[i].weights) continue;
     bool flag = !strcmp(dims[i].key, "model.qkv_bias") ||
-                !strcmp(dims[i].key, "model.tied_embeddings");
+                !strcmp(dims[i].key, "model.tied_embeddings") ||
+                !strcmp(dims[i].key, "model.qk_norm") ||
+                !strcmp(dims[i].key, "model.moe.norm_topk");
     char va[32], vb[32];
     if (flag) snprintf(va, sizeof va, "%s", dims[i].model ? "true" : "false");
     else snprintf(va, sizeof va, "%.10g", dims[i].model);
@@ -212,6 +235,14 @@ static int check_model(const char *path, const loom_config *cfg, const loom_mode
                     "model has %s = %s%s%s; set %s (or give weights of this model)", path,
                     family(w), dims[first].key, b, dims[first].key, a, tensor[0] ? ": " : "",
                     tensor, fix);
+  char dense_run[LOOM_STR_MAX], dense_w[LOOM_STR_MAX];
+  dense_layers(run, dense_run, sizeof dense_run);
+  dense_layers(w, dense_w, sizeof dense_w);
+  if (run->moe.experts > 0 && strcmp(dense_run, dense_w))
+    return loom_err("checkpoint.init_from: '%s' holds a %s model whose dense (non-MoE) layers "
+                    "are %s, but this run's model has %s; set model.moe.mlp_only_layers=%s "
+                    "(or give weights of this model)", path, family(w), dense_w, dense_run,
+                    dense_w);
   if (tensor[0]) /* dimensions agree but the layouts do not: say which tensor */
     return loom_err("checkpoint.init_from: '%s' does not fit this run's model: %s", path, tensor);
   return 0;

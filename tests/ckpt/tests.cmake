@@ -42,3 +42,9 @@ add_test(NAME ckpt_hf_moe_python
   COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/hf_moe_check.py $<TARGET_FILE:loom>
           $<TARGET_FILE:ckpt_hf_helper>)
 set_tests_properties(ckpt_hf_moe_python PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120)
+# checkpoint.init_from=HF_DIR without model keys: the directory's model (dense and MoE), the
+# model keys a run sets laid over it, contradicting ones refused naming both values.
+add_test(NAME ckpt_hf_init_from
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hf_init_from_test.sh $<TARGET_FILE:loom>
+          $<TARGET_FILE:ckpt_hf_helper>)
+set_tests_properties(ckpt_hf_init_from PROPERTIES TIMEOUT 300)
