@@ -183,8 +183,10 @@ static void weight_copies(loom_decoder *d) {
     LOOM_ASSERT(d->s->w16);
   }
   /* the rounded fp32 copy: the matmuls read it without native bf16 GEMMs; with them nothing
-   * does (ZeRO-3 and the vision encoder reserve it themselves) and it is never allocated */
-  if (d->bf16 && !d->s->w16) loom_decoder_params_lp_reserve(d);
+   * does (ZeRO-3 and the vision encoder reserve it themselves) and it is never allocated,
+   * except for MoE layers, whose grouped experts multiply bf16 values held in fp32 */
+  if (d->bf16 && (!d->s->w16 || loom_model_moe_layers(&d->spec) > 0))
+    loom_decoder_params_lp_reserve(d);
 }
 
 static void free_weight_copies(loom_decoder *d) {

@@ -102,6 +102,45 @@ void dec_moe_state_free(dec_moe_state *m) {
   loom_free(m);
 }
 
+/* The shared expert's gate, a linear of one output: a dot product per token, in a fixed order
+ * (a GEMM of one column may split its sums over threads: oneDNN does, and the bits would
+ * depend on the thread count). bf16 runs multiply bf16-rounded operands, as the linears do.
+ * s (N) = h (N,C) . w (C) */
+static void gate_forward(const loom_decoder *d, float *s, const float *h, const float *w, int N) {
+  int C = d->spec.hidden;
+  bool r = d->bf16;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= 65536)
+  for (int t = 0; t < N; t++) {
+    const float *x = h + (size_t)t * C;
+    float acc = 0;
+    for (int c = 0; c < C; c++)
+      acc += (r ? loom_bf16_round(x[c]) * loom_bf16_round(w[c]) : x[c] * w[c]);
+    s[t] = acc;
+  }
+}
+
+/* dh (N,C) += ds w, dw (C) += sum_t ds_t h_t (tokens in order), ds rounded in bf16 runs */
+static void gate_backward(const loom_decoder *d, float *dh, float *dw, const float *ds,
+                          const float *h, const float *w, int N) {
+  int C = d->spec.hidden;
+  bool r = d->bf16;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= 65536)
+  for (int t = 0; t < N; t++) {
+    float g = r ? loom_bf16_round(ds[t]) : ds[t];
+    float *o = dh + (size_t)t * C;
+    for (int c = 0; c < C; c++) o[c] += g * (r ? loom_bf16_round(w[c]) : w[c]);
+  }
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= 65536)
+  for (int c = 0; c < C; c++) {
+    float acc = 0;
+    for (int t = 0; t < N; t++) {
+      float x = h[(size_t)t * C + c];
+      acc += (r ? loom_bf16_round(ds[t]) * loom_bf16_round(x) : ds[t] * x);
+    }
+    dw[c] += acc;
+  }
+}
+
 /* The weights the routed experts multiply: fp32, or bf16 values (the rounded copy) */
 static const float *expert_weights(loom_decoder *d) {
   return d->bf16 ? loom_decoder_params_lp(d) : d->params;
@@ -130,7 +169,7 @@ void dec_moe_forward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, c
   loom_moe_combine_f32(y, m->yp, m->w, &m->plan, C); /* y (N,C) = sum_j w_j yp[row of j] */
   if (!Is) return;
   /* shared expert, gated per token: y += sigmoid(h . Wsg) * down(silu(gate h) * up h) */
-  dec_linear_fwd_keep(d, m->sh_s, h, h16, o->sgate, NONE, N, C, 1, LIN_SAME_X);
+  gate_forward(d, m->sh_s, h, d->params + o->sgate, N);
   dec_linear_fwd_keep(d, m->sh_g, h, h16, o->sg, NONE, N, C, Is, LIN_SAME_X);
   dec_linear_fwd_keep(d, m->sh_u, h, h16, o->su, NONE, N, C, Is, LIN_SAME_X);
   loom_swiglu_forward_fast_f32(m->sh_act, m->sh_g, m->sh_u, (size_t)N * Is);
@@ -162,13 +201,13 @@ void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, 
       for (int c = 0; c < C; c++) dot += dyt[c] * sy[c], g[c] = sig * dyt[c];
       ds[t] = dot * sig * (1.0f - sig);
     }
-    dec_linear_bwd_kept(d, dh, o->sgate, NONE, ds, h, h16, N, C, 1, LIN_DX_OVERWRITE);
     size_t NI = (size_t)N * Is;
     float *dact = st->d_inner, *dg = st->d_inner + NI, *du = st->d_inner + 2 * NI; // (N,Is)
     dec_linear_bwd_ex(d, dact, o->sd, NONE, dshy, m->sh_act, N, Is, C, LIN_DX_OVERWRITE);
     loom_swiglu_backward_fast_f32(dg, du, dact, m->sh_g, m->sh_u, NI);
-    dec_linear_bwd_kept(d, dh, o->sg, NONE, dg, h, h16, N, C, Is, 0);
+    dec_linear_bwd_kept(d, dh, o->sg, NONE, dg, h, h16, N, C, Is, LIN_DX_OVERWRITE);
     dec_linear_bwd_kept(d, dh, o->su, NONE, du, h, h16, N, C, Is, LIN_SAME_X);
+    gate_backward(d, dh, d->grads + o->sgate, ds, h, d->params + o->sgate, N);
   } else {
     memset(dh, 0, (size_t)N * C * sizeof(float));
   }

@@ -27,7 +27,11 @@
  * Precision switch (what `loom generate --dtype bf16` does to a model loaded in fp32): an fp32
  * decoder given the same parameters and switched by loom_decoder_set_bf16 must give the bf16
  * decoder's cached logits bit for bit, and back in fp32 those of an fp32 decoder; a decoder
- * whose activation slot holds a micro-batch refuses the switch. */
+ * whose activation slot holds a micro-batch refuses the switch.
+ * Qwen3 (per-head q/k norms) and Mixture-of-Experts models (routed and shared experts, dense
+ * layers between MoE layers, a balancing bias) take the same checks: the cached forward routes
+ * the new tokens through the same router code, so every logit, hence every greedy id, is the
+ * training forward's. */
 #include <stdlib.h>
 
 #include "harness.h"
@@ -43,6 +47,12 @@ static void check_model(const char *what, loom_model_spec s, bool bf16, double t
   setenv("LOOM_KEEP_LOGITS", "1", 1);
   CHECK(loom_decoder_create(&d, &s, 2, T, bf16, false) == 0, "%s", loom_errmsg());
   loom_decoder_init_params(d, 5);
+  for (int i = 0; i < d->layout.count; i++) { /* MoE balancing biases: some choices moved */
+    const loom_param *p = &d->layout.params[i];
+    if (strstr(p->name, "moe.router.bias"))
+      for (size_t j = 0; j < p->numel; j++) d->params[p->offset + j] = 0.05f * (float)(j % 3);
+  }
+  loom_decoder_params_updated(d);
   int32_t *tok = malloc(2 * (size_t)T * sizeof *tok);
   int32_t *pre = malloc((size_t)(PRE + T) * sizeof *pre);
   loom_rng r;
@@ -163,5 +173,26 @@ int main(void) {
   s.hidden = 48, s.heads = 4, s.kv_heads = 1, s.head_dim = 12, s.intermediate = 80;
   s.layers = 3, s.qkv_bias = false, s.tied_embeddings = true, s.rope_theta = 1e6;
   check_model("llama head_dim 12, 1 kv head, tied, 3 layers", s, false, 1e-4, 13, 5);
+  /* Qwen3: per-head q/k norms, head_dim 20 != hidden / heads */
+  s = base(LOOM_ARCH_LLAMA);
+  s.hidden = 48, s.heads = 3, s.kv_heads = 1, s.head_dim = 20, s.intermediate = 72;
+  s.qkv_bias = false, s.tied_embeddings = false, s.qk_norm = true;
+  check_model("qwen3 q/k norms, head_dim 20", s, false, 1e-4, 13, 5);
+  check_bf16("qwen3 q/k norms, head_dim 20", s, 13, 5);
+  /* Qwen3-MoE: 5 experts, 3 per token, a shared expert, layer 1 dense (mlp_only_layers);
+   * generation routes dropless (the training forward here is dropless too) */
+  s.layers = 3;
+  s.moe = (loom_moe_spec){.experts = 5, .top_k = 3, .intermediate = 40,
+                          .shared_intermediate = 56, .norm_topk = true, .sparse_step = 1};
+  s.moe.dense_mask[0] = 1u << 1;
+  check_model("qwen3-moe E5 k3 shared, layer 1 dense", s, false, 1e-4, 13, 5);
+  check_bf16("qwen3-moe E5 k3 shared, layer 1 dense", s, 13, 5);
+  /* Qwen2-MoE-like: no q/k norms, plain top-k weights, MoE every 2nd layer, a balancing bias
+   * (set to non-zero values: it changes the choice, never the weights) */
+  s.qk_norm = false, s.layers = 4;
+  s.moe = (loom_moe_spec){.experts = 6, .top_k = 2, .intermediate = 40,
+                          .shared_intermediate = 0, .norm_topk = false, .sparse_step = 2,
+                          .bias_update_rate = 1e-3};
+  check_model("qwen2-moe E6 k2, sparse step 2, balancing bias", s, false, 1e-4, 13, 5);
   return harness_finish("test_gen_kv");
 }
