@@ -11,7 +11,12 @@
  *   all-reduce 2(p-1)/p n,  reduce-scatter (p-1)/p n (n = full input),
  *   all-gather (p-1)/p n (n = full output),  all-to-all (p-1)/p n,  send n.
  * Double-precision all-reduces carry scalars (loss sums, token counts, norms) and broadcasts
- * carry control data; neither is counted. */
+ * carry control data; neither is counted.
+ *
+ * Bytes are also split by communicator (axis) and by where they go (src/comm/comm_bytes.c):
+ * a ring sends everything to the next rank of the communicator, an all-to-all spreads it
+ * evenly over the others, a send goes to its peer; bytes to a rank on another node (another
+ * host, loom_dist_node_of) are inter-node, the rest intra-node. */
 #ifndef LOOM_COMM_H
 #define LOOM_COMM_H
 #include <stdbool.h>
@@ -32,16 +37,27 @@ typedef struct {
   int size, rank;
   const char *name; /* "tp", "dp", ... for messages */
   double timeout_s;
+  int *members;     /* (size) world rank of each rank of the communicator; NULL without MPI */
 } loom_comm;
+
+/* The communicators bytes are counted by (loom_comm.name), the last one for any other name. */
+#define LOOM_COMM_AXES 10
+const char *loom_comm_axis_name(int axis);
 
 /* Per-process traffic counters (bytes this rank sent, ring-algorithm accounting). */
 typedef struct {
   double bytes[LOOM_COLL_COUNT];
   long calls[LOOM_COLL_COUNT];
+  double intra[LOOM_COMM_AXES]; /* by communicator: bytes to ranks on this rank's node */
+  double inter[LOOM_COMM_AXES]; /* ... and to ranks on other nodes */
 } loom_comm_stats;
 extern loom_comm_stats loom_comm_counters;
 void loom_comm_stats_reset(void);
 const char *loom_coll_name(loom_coll_kind k);
+/* comm.json's text (malloc'd, on rank 0 of `world`; NULL on the others): the bytes every rank
+ * of `world` sent per step over `steps` steps, by kind of collective, by communicator and
+ * intra-/inter-node, with the node of each rank. Every rank of `world` calls it. */
+char *loom_comm_report_json(const loom_comm *world, long steps, size_t *len);
 
 typedef enum { LOOM_OP_SUM = 0, LOOM_OP_MAX } loom_reduce_op;
 

@@ -42,6 +42,12 @@ void loom_dist_abort(const char *fmt, ...) __attribute__((noreturn, format(print
 /* Take every rank down with exit code `code`, printing nothing (the caller reported). */
 void loom_dist_abort_quiet(int code) __attribute__((noreturn));
 
+/* Where the ranks run (src/comm/nodes.c): the host name of every world rank, gathered when
+ * MPI starts; nodes are numbered in the order of their lowest rank. One node without MPI. */
+int loom_dist_nodes(void);
+int loom_dist_node_of(int world_rank);
+const char *loom_dist_node_name(int node);
+
 /* Build the mesh for config.parallel on the current world; checks the product of the axes
  * against the world size. */
 int loom_mesh_create(loom_mesh *m, const loom_config_parallel *p, double timeout_s);
@@ -50,6 +56,11 @@ int loom_mesh_create(loom_mesh *m, const loom_config_parallel *p, double timeout
 int loom_mesh_create_on(loom_mesh *m, int pp, int dp, int cp, int sp, int tp, double timeout_s,
                         int first);
 void loom_mesh_free(loom_mesh *m);
+/* Where the mesh's ranks run, as one line: "nodes: loom-node0: ranks 0-1 (tp), loom-node1:
+ * ranks 2-3 (tp)" (in brackets, the axes whose groups there stay inside the node); NULL when
+ * they all run on one node. *warnings: lines (malloc'd, NULL if none) for tp, sp or cp groups
+ * that span nodes: their traffic, the heaviest, then crosses the network. */
+char *loom_mesh_placement(const loom_mesh *m, char **warnings);
 /* Every model/layout mismatch that makes the layout impossible, with the numbers: tp not
  * dividing heads / kv heads / intermediate, sp not dividing heads / kv heads / seq_len (or
  * seq_len/cp), seq_len not divisible by 2cp, pp larger than layers, Megatron SP without tp, ... */

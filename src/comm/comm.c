@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm_internal.h"
 #include "loom/comm.h"
 #include "loom/core.h"
 #include "loom/mesh.h"
@@ -21,12 +22,25 @@ const char *loom_coll_name(loom_coll_kind k) {
   return k < LOOM_COLL_COUNT ? names[k] : "?";
 }
 
-static void count(loom_coll_kind k, double bytes) {
-  loom_comm_counters.bytes[k] += bytes;
-  loom_comm_counters.calls[k]++;
-}
-
 static MPI_Comm mpi(const loom_comm *c) { return (MPI_Comm)c->handle; }
+
+/* The timeout: this rank (world rank and node) and, when the communicator spans nodes, its
+ * ranks on the other nodes, the likely culprits (a node or the network to it). */
+static void timed_out(const loom_comm *c, const char *what) {
+  int me = loom_dist_rank();
+  char *far = loom_nodes_remote_peers(c);
+  if (far)
+    loom_dist_abort("rank %d on %s: no progress for %.0f s in %s on the '%s' communicator (%d "
+                    "ranks) with %s; that node or the network to it has probably failed (or a "
+                    "rank there is stuck). Aborting all ranks (raise parallel.timeout_s if steps "
+                    "are legitimately this slow).",
+                    me, loom_dist_node_name(loom_dist_node_of(me)), c->timeout_s, what, c->name,
+                    c->size, far);
+  loom_dist_abort("rank %d: no progress for %.0f s in %s on the '%s' communicator (%d ranks); "
+                  "another rank has probably failed or is stuck. Aborting all ranks (raise "
+                  "parallel.timeout_s if steps are legitimately this slow).", me, c->timeout_s,
+                  what, c->name, c->size);
+}
 
 /* Wait for a request, polling; abort every rank after the communicator's timeout. */
 static void wait_request(MPI_Request *req, const loom_comm *c, const char *what) {
@@ -38,10 +52,7 @@ static void wait_request(MPI_Request *req, const loom_comm *c, const char *what)
     if (done) return;
     if (spins > 200) nanosleep(&nap, NULL);
     if ((spins & 255) == 0 && c->timeout_s > 0 && loom_now() - start > c->timeout_s)
-      loom_dist_abort("rank %d: no progress for %.0f s in %s on the '%s' communicator "
-                      "(%d ranks); another rank has probably failed or is stuck. Aborting all "
-                      "ranks (raise parallel.timeout_s if steps are legitimately this slow).",
-                      c->rank, c->timeout_s, what, c->name, c->size);
+      timed_out(c, what);
   }
 }
 
@@ -52,7 +63,7 @@ void loom_comm_allreduce_f32(const loom_comm *c, float *x, size_t n, loom_reduce
   MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, op == LOOM_OP_MAX ? MPI_MAX : MPI_SUM,
                  mpi(c), &req);
   wait_request(&req, c, "all-reduce");
-  count(LOOM_COLL_ALLREDUCE, bytes);
+  loom_comm_count(c, LOOM_COLL_ALLREDUCE, bytes, LOOM_PEER_RING);
   loom_trace_record(LOOM_TRACE_COMM, "all-reduce", c->name, t0, loom_now(), bytes);
 }
 
@@ -73,7 +84,7 @@ void loom_comm_reduce_scatter_f32(const loom_comm *c, const float *in, float *ou
   double t0 = loom_now(), bytes = (double)(c->size - 1) * (double)n * sizeof(float);
   MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, mpi(c), &req);
   wait_request(&req, c, "reduce-scatter");
-  count(LOOM_COLL_REDUCE_SCATTER, bytes);
+  loom_comm_count(c, LOOM_COLL_REDUCE_SCATTER, bytes, LOOM_PEER_RING);
   loom_trace_record(LOOM_TRACE_COMM, "reduce-scatter", c->name, t0, loom_now(), bytes);
 }
 
@@ -87,7 +98,7 @@ void loom_comm_allgather_f32(const loom_comm *c, const float *in, float *out, si
   const void *src = in == out + (size_t)c->rank * n ? MPI_IN_PLACE : (const void *)in;
   MPI_Iallgather(src, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mpi(c), &req);
   wait_request(&req, c, "all-gather");
-  count(LOOM_COLL_ALLGATHER, bytes);
+  loom_comm_count(c, LOOM_COLL_ALLGATHER, bytes, LOOM_PEER_RING);
   loom_trace_record(LOOM_TRACE_COMM, "all-gather", c->name, t0, loom_now(), bytes);
 }
 
@@ -103,7 +114,7 @@ void loom_comm_reduce_scatter_v_f32(const loom_comm *c, const float *in, float *
   double t0 = loom_now(), bytes = (double)(c->size - 1) / c->size * total * sizeof(float);
   MPI_Ireduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, mpi(c), &req);
   wait_request(&req, c, "reduce-scatter");
-  count(LOOM_COLL_REDUCE_SCATTER, bytes);
+  loom_comm_count(c, LOOM_COLL_REDUCE_SCATTER, bytes, LOOM_PEER_RING);
   loom_trace_record(LOOM_TRACE_COMM, "reduce-scatter", c->name, t0, loom_now(), bytes);
 }
 
@@ -121,7 +132,7 @@ void loom_comm_allgather_v_f32(const loom_comm *c, float *inout, const int *coun
   MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, inout, counts, displs, MPI_FLOAT, mpi(c),
                   &req);
   wait_request(&req, c, "all-gather");
-  count(LOOM_COLL_ALLGATHER, bytes);
+  loom_comm_count(c, LOOM_COLL_ALLGATHER, bytes, LOOM_PEER_RING);
   loom_trace_record(LOOM_TRACE_COMM, "all-gather", c->name, t0, loom_now(), bytes);
 }
 
@@ -134,7 +145,7 @@ void loom_comm_alltoall_f32(const loom_comm *c, const float *in, float *out, siz
   double t0 = loom_now(), bytes = (double)(c->size - 1) * (double)n * sizeof(float);
   MPI_Ialltoall(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mpi(c), &req);
   wait_request(&req, c, "all-to-all");
-  count(LOOM_COLL_ALLTOALL, bytes);
+  loom_comm_count(c, LOOM_COLL_ALLTOALL, bytes, LOOM_PEER_ALL);
   loom_trace_record(LOOM_TRACE_COMM, "all-to-all", c->name, t0, loom_now(), bytes);
 }
 
@@ -149,7 +160,7 @@ void loom_comm_iallreduce_f32(const loom_comm *c, float *x, size_t n, loom_comm_
   r->bytes = 2.0 * (c->size - 1) / c->size * (double)n * sizeof(float);
   MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, mpi(c), req);
   r->req = req;
-  count(LOOM_COLL_ALLREDUCE, r->bytes);
+  loom_comm_count(c, LOOM_COLL_ALLREDUCE, r->bytes, LOOM_PEER_RING);
 }
 
 void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *out, size_t n,
@@ -167,7 +178,7 @@ void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *o
   r->bytes = (double)(c->size - 1) * (double)n * sizeof(float);
   MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, mpi(c), req);
   r->req = req;
-  count(LOOM_COLL_REDUCE_SCATTER, r->bytes);
+  loom_comm_count(c, LOOM_COLL_REDUCE_SCATTER, r->bytes, LOOM_PEER_RING);
 }
 
 void loom_comm_wait(loom_comm_request *r) {
@@ -190,7 +201,7 @@ void loom_comm_isend_f32(const loom_comm *c, const float *x, size_t n, int peer,
   r->bytes = (double)n * sizeof(float);
   MPI_Isend(x, (int)n, MPI_FLOAT, peer, tag, mpi(c), req);
   r->req = req;
-  count(LOOM_COLL_SENDRECV, r->bytes);
+  loom_comm_count(c, LOOM_COLL_SENDRECV, r->bytes, peer);
 }
 
 /* Non-blocking receive (the context-parallel ring posts it before computing on the block it
@@ -255,5 +266,5 @@ void loom_comm_iallgather_v_f32(const loom_comm *c, float *inout, const int *cou
   MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, inout, counts, displs, MPI_FLOAT, mpi(c), req);
   r->req = req;
   r->extra = displs;
-  count(LOOM_COLL_ALLGATHER, r->bytes);
+  loom_comm_count(c, LOOM_COLL_ALLGATHER, r->bytes, LOOM_PEER_RING);
 }

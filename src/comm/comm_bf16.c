@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_internal.h"
 #include "loom/comm_bf16.h"
 #include "loom/kernels.h"
 
@@ -32,11 +33,6 @@ static void widen(float *x, const loom_bf16 *h, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = loom_bf16_to_f32(h[i]);
 }
 
-static void counted(loom_coll_kind k, double bytes) {
-  loom_comm_counters.bytes[k] += bytes;
-  loom_comm_counters.calls[k]++;
-}
-
 void loom_comm_iallreduce_bf16(const loom_comm *c, float *x, size_t n, loom_comm_request *r,
                                loom_bf16 **buf) {
   r->comm = c;
@@ -52,7 +48,7 @@ void loom_comm_iallreduce_bf16(const loom_comm *c, float *x, size_t n, loom_comm
   MPI_Iallreduce(MPI_IN_PLACE, *buf, (int)n, MPI_UINT16_T, bf16_sum_op(), (MPI_Comm)c->handle,
                  req);
   r->req = req;
-  counted(LOOM_COLL_ALLREDUCE, r->bytes);
+  loom_comm_count(c, LOOM_COLL_ALLREDUCE, r->bytes, LOOM_PEER_RING);
 }
 
 void loom_comm_wait_bf16(loom_comm_request *r, float *x, size_t n, loom_bf16 **buf) {
@@ -89,7 +85,7 @@ void loom_comm_reduce_scatter_v_bf16(const loom_comm *c, const float *in, float 
   r.bytes = (double)(c->size - 1) / c->size * (double)total * sizeof(loom_bf16);
   MPI_Ireduce_scatter(send, recv, counts, MPI_UINT16_T, bf16_sum_op(), (MPI_Comm)c->handle, req);
   r.req = req;
-  counted(LOOM_COLL_REDUCE_SCATTER, r.bytes);
+  loom_comm_count(c, LOOM_COLL_REDUCE_SCATTER, r.bytes, LOOM_PEER_RING);
   loom_comm_wait(&r);
   widen(out, recv, mine);
   loom_free(send);

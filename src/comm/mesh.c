@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "comm/comm_internal.h"
 #include "loom/core.h"
 #include "loom/mesh.h"
 
@@ -29,6 +30,7 @@ int loom_dist_init(int *argc, char ***argv) {
     return loom_err("MPI_Init failed; is this process started by mpirun or srun?");
   mpi_started = true;
   loom_set_rank(loom_dist_rank(), loom_dist_world());
+  loom_nodes_gather(); /* where every rank runs (comm.json, placement, timeout messages) */
   loom_set_oom_handler(oom_abort_job);
   return 0;
 }
@@ -80,6 +82,7 @@ static void make_comm(loom_comm *c, MPI_Comm parent, int color, int key, const c
                       double timeout) {
   c->name = name;
   c->timeout_s = timeout;
+  c->members = NULL;
   if (!mpi_started) {
     c->handle = NULL;
     c->size = 1;
@@ -97,6 +100,17 @@ static void make_comm(loom_comm *c, MPI_Comm parent, int color, int key, const c
   c->handle = (void *)out;
   MPI_Comm_size(out, &c->size);
   MPI_Comm_rank(out, &c->rank);
+  /* the world rank of each rank of the communicator (which node its bytes go to) */
+  MPI_Group group, world;
+  MPI_Comm_group(out, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  int *ranks = loom_calloc((size_t)c->size, sizeof(int));
+  c->members = loom_calloc((size_t)c->size, sizeof(int));
+  for (int i = 0; i < c->size; i++) ranks[i] = i;
+  MPI_Group_translate_ranks(group, c->size, ranks, world, c->members);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  free(ranks);
 }
 
 /* The mesh over world ranks [first, first + count); every world rank takes part in the
@@ -177,6 +191,8 @@ void loom_mesh_free(loom_mesh *m) {
     MPI_Comm c = (MPI_Comm)all[i]->handle;
     if (c != MPI_COMM_NULL && c != NULL) MPI_Comm_free(&c);
     all[i]->handle = NULL;
+    free(all[i]->members);
+    all[i]->members = NULL;
   }
 }
 

@@ -253,41 +253,18 @@ void loom_run_report_memory(loom_run *run) {
   free(all);
 }
 
-/* comm.json's text: bytes each rank sent per step (all: W x K), by kind of collective. */
-static char *comm_json(long steps, const double *all, int W, size_t *len) {
-  int K = LOOM_COLL_COUNT;
-  size_t cap = 256 + (size_t)W * K * 48, n = 0;
-  char *text = malloc(cap);
-  n +=
-      (size_t)snprintf(text + n, cap - n, "{\n  \"steps\": %ld,\n  \"bytes_per_step\": [\n", steps);
-  for (int r = 0; r < W; r++) {
-    n += (size_t)snprintf(text + n, cap - n, "    {\"rank\": %d", r);
-    for (int k = 0; k < K; k++)
-      n += (size_t)snprintf(text + n, cap - n, ", \"%s\": %.1f", loom_coll_name(k), all[r * K + k]);
-    n += (size_t)snprintf(text + n, cap - n, "}%s\n", r + 1 < W ? "," : "");
-  }
-  n += (size_t)snprintf(text + n, cap - n, "  ]\n}\n");
-  *len = n;
-  return text;
-}
-
-/* Every rank: comm.json (ring accounting) over this process's steps, written by the lead. */
+/* Every rank: comm.json (ring accounting: by kind, by communicator intra-/inter-node) over
+ * this process's steps, written by the lead. */
 int loom_run_report_comm(loom_run *run, long steps) {
-  int W = run->ranks.job.world, K = LOOM_COLL_COUNT;
-  double *all = calloc((size_t)W * K, sizeof(double));
-  for (int k = 0; k < K; k++)
-    all[run->ranks.job.rank * K + k] = steps > 0 ? loom_comm_counters.bytes[k] / (double)steps : 0;
-  loom_comm_allreduce_f64(&run->ranks.job.world_comm, all, (size_t)W * K, LOOM_OP_SUM);
+  size_t n = 0;
+  char *text = loom_comm_report_json(&run->ranks.job.world_comm, steps, &n);
   int rc = 0;
   if (run->ranks.lead) {
-    size_t n;
-    char *text = comm_json(steps, all, W, &n);
     char *path = loom_sprintf("%s/comm.json", run->out.dir);
     rc = loom_write_file_atomic(path, text, n);
     free(path);
-    free(text);
   }
-  free(all);
+  free(text);
   return rc;
 }
 

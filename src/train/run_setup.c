@@ -177,6 +177,10 @@ static void note_layout(loom_run *run) {
                            ? " (megatron sequence parallel)"
                            : "",
                        cfg->parallel.zero, loom_exec_schedule(run->exec)->name);
+  char *warnings, *nodes = loom_mesh_placement(m, &warnings); /* NULL on one node */
+  if (nodes) loom_progress_note(p, "%s", nodes);
+  if (warnings) loom_progress_note(p, "%s", warnings);
+  free(nodes), free(warnings);
   loom_vmod *vm = loom_exec_vision(run->exec);
   if (!vm) return;
   const loom_vmod_plan *vp = loom_vmod_get_plan(vm);

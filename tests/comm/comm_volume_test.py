@@ -31,6 +31,8 @@ def layout_total(tp=1):
     t += L * sum(r16(x) for x in per_layer)
     return t + r16(C) + r16(C)
 
+KINDS = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all", "send/recv")
+
 def ring_allreduce(n, p): return 2 * (p - 1) / p * n * F
 def ring_part(n, p): return (p - 1) / p * n * F  # reduce-scatter / all-gather / all-to-all
 
@@ -155,7 +157,19 @@ def main():
                     failed += 1
                     print(f"FAIL {case['kind']} rank {r} {k}: counted {g[k]:.0f} bytes/step, "
                           f"analytic {v:.0f}")
-        print(f"{case['kind']:9s} rank 0: " + ", ".join(f"{k} {int(v)}" for k, v in got[0].items() if v))
+        # the split by communicator and node adds up to the bytes by kind; one node: all intra
+        for r, g in enumerate(got):
+            kinds = sum(g[k] for k in KINDS)
+            axes = sum(a["intra_node"] + a["inter_node"] for a in g["axes"].values())
+            if abs(g["intra_node"] + g["inter_node"] - kinds) <= 0.5 * len(KINDS) and \
+               abs(axes - kinds) <= 0.5 * len(KINDS) and g["inter_node"] == 0:
+                passed += 1
+            else:
+                failed += 1
+                print(f"FAIL {case['kind']} rank {r}: intra {g['intra_node']:.0f} + inter "
+                      f"{g['inter_node']:.0f} (axes {axes:.0f}) != {kinds:.0f} bytes/step by kind")
+        print(f"{case['kind']:9s} rank 0: " + ", ".join(f"{k} {int(got[0][k])}" for k in KINDS if got[0][k])
+              + "; " + ", ".join(f"{a} {int(v['intra_node'])}" for a, v in got[0]["axes"].items()))
     print(f"comm_volume_test: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

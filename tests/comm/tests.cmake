@@ -14,3 +14,10 @@ foreach(np 2 3 4)
   set_tests_properties(comm_ring_attention_cp${np} PROPERTIES TIMEOUT 300
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
 endforeach()
+# Multi-node on one machine (root only: scripts/nodes.sh makes network namespaces; elsewhere the
+# tests print "skipped: ..." and exit 77): dp2 x tp2, pp2 x dp2 and ZeRO-3 dp4 over 2 nodes x 2
+# ranks equal one process, comm.json's inter-node bytes only on dp/pp, TCP between the nodes.
+# The nodes have fixed names: the multi-node tests take the same lock.
+add_test(NAME comm_multinode COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/multinode_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(comm_multinode PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+  RESOURCE_LOCK loom_nodes ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")

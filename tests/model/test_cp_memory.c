@@ -21,7 +21,7 @@ static size_t arena(const loom_model_spec *s, int T, int cp, size_t *fixed) {
   loom_shard sh;
   loom_shard_full(&sh, s);
   sh.cp = cp, sh.cp_rank = cp - 1;
-  loom_comm ring = {NULL, cp, cp - 1, "cp", 0};
+  loom_comm ring = {NULL, cp, cp - 1, "cp", 0, NULL};
   loom_decoder *d;
   LOOM_ASSERT(loom_decoder_create_shard(&d, s, &sh, 1, T, false, false, 1, NULL, NULL,
                                         cp > 1 ? &ring : NULL) == 0);

@@ -35,8 +35,8 @@ static void check_case(const mcase *k) {
   sh.chunk_embed[0] = k->embed, sh.chunk_head[0] = k->head;
   loom_decoder *d;
   /* a tp > 1 shard needs a communicator only to run, not to be built */
-  loom_comm fake = {NULL, k->tp, 0, "tp", 0}, fake_cp = {NULL, cp, 0, "cp", 0};
-  loom_comm fake_sp = {NULL, sp, 0, "sp", 0};
+  loom_comm fake = {NULL, k->tp, 0, "tp", 0, NULL}, fake_cp = {NULL, cp, 0, "cp", 0, NULL};
+  loom_comm fake_sp = {NULL, sp, 0, "sp", 0, NULL};
   CHECK(loom_decoder_create_shard(&d, &s, &sh, k->B, k->T, k->bf16, k->recompute, k->slots,
                                   k->tp > 1 ? &fake : NULL, sp > 1 ? &fake_sp : NULL,
                                   cp > 1 ? &fake_cp : NULL) == 0,

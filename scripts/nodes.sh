@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Several "nodes" on this one machine, for multi-node runs and tests of loom without a cluster.
+#
+#   scripts/nodes.sh up N [SLOTS]  make nodes loom-node0 .. loom-node(N-1) (idempotent), with
+#                                  SLOTS ranks each in their hostfile (default 2)
+#   scripts/nodes.sh down          remove every node, the bridge and the namespace files
+#   scripts/nodes.sh exec NODE CMD...   run CMD inside NODE (its network and its hostname)
+#   scripts/nodes.sh hostfile      print the Open MPI hostfile of the nodes
+#   scripts/nodes.sh mpirun-args   print the mpirun options of a run across the nodes
+#   scripts/nodes.sh env           the same as OMPI_MCA_* variables, hostfile included, for
+#                                  `env $(scripts/nodes.sh env) loom train --nproc 4 ...`
+#   scripts/nodes.sh list          the nodes that are up, with their addresses and links
+#
+# A node is two namespaces of this kernel, kept by bind mounts so that they outlive the
+# commands run in them:
+# - a network namespace (`ip netns add loom-nodeI`, /run/netns/loom-nodeI) with its loopback
+#   up and an interface `eth0` (10.233.0.(I+1)/24), one end of a veth pair whose other end,
+#   `loom-vethI` in the root namespace, is a port of the bridge `loom-br0` (10.233.0.254/24).
+#   The 10.233.0.0/24 range exists only on the bridge and in the nodes; nodes reach each other
+#   through the bridge, and `ip link set loom-vethI down` cuts node I off (the fault tests).
+# - a UTS namespace with the hostname loom-nodeI (/run/loom-nodes/loom-nodeI.uts, made by
+#   `unshare --uts=FILE` on a private bind mount). A persistent UTS namespace is what lets every
+#   process of a node, started at any time, share its hostname: Open MPI and loom see the node's
+#   name in gethostname(), which is how a multi-node job tells its nodes apart. (The other way,
+#   `ip netns exec` + `unshare --uts sh -c 'hostname ...; exec ...'` for each command, gives a
+#   fresh namespace to every command and works too; one file per node is simpler to enter.)
+#
+# `exec` enters both with nsenter (scripts/node_agent.sh does the same for mpirun, in place of
+# ssh). Shared memory, files and processes stay common to all nodes: a node is a network and a
+# name, which is what the tests need (Open MPI's shared memory transport is only used between
+# ranks of one node: the hostnames differ).
+#
+# Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and iproute2, util-linux (unshare, nsenter).
+set -euo pipefail
+
+PREFIX=loom-node
+BRIDGE=loom-br0
+VETH=loom-veth
+NET=10.233.0
+BRIDGE_ADDR=$NET.254
+UTS_DIR=/run/loom-nodes
+HOSTFILE=$UTS_DIR/hostfile
+
+die() { echo "nodes.sh: $*" >&2; exit 1; }
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "needs root (network and UTS namespaces); run it as root or with sudo"
+  command -v ip >/dev/null || die "needs iproute2 (ip); install iproute2"
+  command -v nsenter >/dev/null && command -v unshare >/dev/null ||
+    die "needs util-linux (nsenter, unshare); install util-linux"
+}
+
+node_ns() { echo "$PREFIX$1"; }
+
+nodes_up() { # the indices of the nodes that exist, in order
+  ip netns list 2>/dev/null | awk '{print $1}' | sed -n "s/^$PREFIX\([0-9][0-9]*\)$/\1/p" | sort -n
+}
+
+# The UTS directory is a private bind mount: a namespace file can be bind-mounted only where
+# mounts do not propagate (/run itself may be shared).
+uts_dir_ready() {
+  mkdir -p "$UTS_DIR"
+  if ! grep -q " $UTS_DIR " /proc/self/mountinfo; then
+    mount --bind "$UTS_DIR" "$UTS_DIR"
+    mount --make-private "$UTS_DIR"
+  fi
+}
+
+up_bridge() {
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge
+  fi
+  ip addr replace "$BRIDGE_ADDR/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+}
+
+up_node() {
+  local i=$1 ns; ns=$(node_ns "$i")
+  ip netns list | awk '{print $1}' | grep -qx "$ns" || ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  if ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then
+    ip link del "$VETH$i" 2>/dev/null || true
+    ip link add "$VETH$i" type veth peer name "loom-tmp$i"
+    ip link set "loom-tmp$i" netns "$ns"
+    ip -n "$ns" link set "loom-tmp$i" name eth0
+  fi
+  ip link set "$VETH$i" master "$BRIDGE"
+  ip link set "$VETH$i" up
+  ip -n "$ns" addr replace "$NET.$((i + 1))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  local uts=$UTS_DIR/$ns.uts
+  if ! grep -q " $uts " /proc/self/mountinfo; then
+    touch "$uts"
+    unshare --uts="$uts" hostname "$ns"
+  fi
+}
+
+down_node() {
+  local i=$1 ns; ns=$(node_ns "$i")
+  ip link del "$VETH$i" 2>/dev/null || true
+  ip netns del "$ns" 2>/dev/null || true
+  local uts=$UTS_DIR/$ns.uts
+  if grep -q " $uts " /proc/self/mountinfo; then umount "$uts"; fi
+  rm -f "$uts"
+}
+
+cmd_up() {
+  local n=${1:-} slots=${2:-2}
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 250 ] ||
+    die "up needs the number of nodes (1..250), e.g. 'nodes.sh up 2'"
+  [[ "$slots" =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] ||
+    die "the slots of a node (ranks it runs) are a whole number >= 1, not '$slots'"
+  need_root
+  uts_dir_ready
+  up_bridge
+  for ((i = 0; i < n; i++)); do up_node "$i"; done
+  for i in $(nodes_up); do [ "$i" -lt "$n" ] || down_node "$i"; done # fewer than before
+  # every node's link is up at both ends (a new veth takes a moment to report carrier)
+  for ((i = 0; i < n; i++)); do
+    local ok=0
+    for _ in $(seq 20); do
+      if [ "$(cat "/sys/class/net/$VETH$i/operstate" 2>/dev/null)" = up ] &&
+         ip -n "$(node_ns "$i")" -br link show eth0 | grep -qw UP; then
+        ok=1; break
+      fi
+      sleep 0.2
+    done
+    [ $ok = 1 ] || die "the link of node $i ($VETH$i <-> eth0 in $(node_ns "$i")) is not up"
+  done
+  for ((i = 0; i < n; i++)); do echo "$(node_ns "$i") slots=$slots"; done >"$HOSTFILE"
+  cmd_list
+}
+
+cmd_down() {
+  need_root
+  for i in $(nodes_up); do down_node "$i"; done
+  rm -f "$HOSTFILE"
+  for f in "$UTS_DIR"/*.uts; do # namespace files left by an interrupted 'up'
+    [ -e "$f" ] || continue
+    grep -q " $f " /proc/self/mountinfo && umount "$f"
+    rm -f "$f"
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  if grep -q " $UTS_DIR " /proc/self/mountinfo; then umount "$UTS_DIR"; fi
+  rmdir "$UTS_DIR" 2>/dev/null || true
+}
+
+# NODE: loom-nodeI, I, or the node's address
+node_index() {
+  local a=$1
+  case $a in
+    "$PREFIX"*) a=${a#"$PREFIX"} ;;
+    "$NET".*) a=$((${a#"$NET".} - 1)) ;;
+  esac
+  [[ "$a" =~ ^[0-9]+$ ]] || die "no such node '$1' (names are ${PREFIX}0, ${PREFIX}1, ...)"
+  echo "$a"
+}
+
+cmd_exec() {
+  [ $# -ge 2 ] || die "exec needs a node and a command, e.g. 'nodes.sh exec ${PREFIX}0 hostname'"
+  need_root
+  local i ns; i=$(node_index "$1"); ns=$(node_ns "$i"); shift
+  [ -e "/run/netns/$ns" ] || die "node $ns is not up ('nodes.sh up N' first)"
+  exec nsenter --net="/run/netns/$ns" --uts="$UTS_DIR/$ns.uts" -- "$@"
+}
+
+cmd_hostfile() {
+  [ -s "$HOSTFILE" ] || die "no nodes are up ('nodes.sh up N' first)"
+  cat "$HOSTFILE"
+}
+
+# What mpirun needs to start ranks inside the nodes, as MCA parameters:
+# - the agent instead of ssh, called by mpirun for every node (no tree spawn: a daemon does not
+#   launch the next one);
+# - TCP between nodes, shared memory (vader) inside one (Open MPI uses vader only between ranks
+#   of one host name), over the nodes' network only (btl and oob if_include: the addresses
+#   ranks and daemons advertise and connect to); no IPv6 for the btl;
+# - TCP keepalive on the daemons' connections (5 s idle, then 3 probes 2 s apart), so that
+#   mpirun notices a node it lost in about 11 s and ends the job, instead of after Linux's
+#   default two hours (Open MPI's own default: 8 minutes).
+mca_params() {
+  local here; here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  printf '%s %s\n' plm_rsh_agent "$here/node_agent.sh" plm_rsh_no_tree_spawn 1 \
+    btl tcp,self,vader btl_tcp_if_include "$NET.0/24" btl_tcp_disable_family 6 \
+    oob_tcp_if_include "$NET.0/24" oob_tcp_keepalive_time 5 oob_tcp_keepalive_intvl 2 \
+    oob_tcp_keepalive_probes 3
+}
+
+cmd_mpirun_args() {
+  mca_params | while read -r k v; do printf -- '--mca %s %s ' "$k" "$v"; done
+  echo
+}
+
+cmd_env() {
+  [ -s "$HOSTFILE" ] || die "no nodes are up ('nodes.sh up N' first)"
+  mca_params | while read -r k v; do echo "OMPI_MCA_$k=$v"; done
+  echo "OMPI_MCA_orte_default_hostfile=$HOSTFILE"
+}
+
+cmd_list() {
+  for i in $(nodes_up); do
+    local ns; ns=$(node_ns "$i")
+    local state; state=$(cat "/sys/class/net/$VETH$i/operstate" 2>/dev/null || echo missing)
+    echo "$ns $NET.$((i + 1)) link $VETH$i $state"
+  done
+}
+
+case ${1:-} in
+  up) shift; cmd_up "$@" ;;
+  env) cmd_env ;;
+  down) cmd_down ;;
+  exec) shift; cmd_exec "$@" ;;
+  hostfile) shift; cmd_hostfile "$@" ;;
+  mpirun-args) cmd_mpirun_args ;;
+  list) cmd_list ;;
+  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac

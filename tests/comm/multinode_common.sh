@@ -1,0 +1,34 @@
+# Shared by the multi-node tests: two "nodes" of scripts/nodes.sh (network and UTS namespaces
+# joined by a bridge) brought up for the test and always taken down after it (also when the test
+# fails or is interrupted), and runs of `loom train` whose ranks start inside the nodes.
+# Needs root: elsewhere, or where namespaces cannot be made, the test prints "skipped: ..." and
+# exits 77 (CTest's SKIP_RETURN_CODE).
+. "$(dirname "${BASH_SOURCE[0]}")/../train/parallel_common.sh"
+NODES=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../scripts" && pwd)/nodes.sh
+HOSTFILE=/run/loom-nodes/hostfile
+
+skip() { echo "skipped: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root (the nodes are network namespaces)"
+for tool in ip nsenter unshare ss; do
+  command -v $tool >/dev/null || skip "needs $tool (iproute2, util-linux)"
+done
+# can this machine make a network namespace at all? (a container without CAP_SYS_ADMIN cannot)
+probe=loom-probe$$
+if ! ip netns add $probe 2>/dev/null; then skip "cannot create network namespaces here"; fi
+ip netns del $probe
+trap '"$NODES" down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+trap 'exit 130' INT TERM
+if ! "$NODES" up 2 2 >"$WORK/nodes.log" 2>&1; then
+  echo "FAIL: nodes.sh up 2:"; cat "$WORK/nodes.log"; exit 1
+fi
+
+# mpirun on loom-node0 (the head node), 4 ranks over the two nodes' hostfile (2 slots each)
+MPI_NODES=("$NODES" exec loom-node0 timeout 300 mpirun --bind-to none -np 4 --hostfile "$HOSTFILE")
+
+# train_nodes NAME overrides... : one run across the nodes, output in $WORK/runs
+train_nodes() {
+  local name=$1; shift
+  "${MPI_NODES[@]}" $("$NODES" mpirun-args) "$LOOM" train "$@" run.name="$name" \
+    run.output_dir="$WORK/runs" --quiet >"$WORK/$name.log" 2>&1 ||
+    { fail "$name: training across the nodes failed"; tail -5 "$WORK/$name.log" >&2; return 1; }
+}

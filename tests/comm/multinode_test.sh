@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Training across two nodes (scripts/nodes.sh: network namespaces with their own address and
+# hostname, joined by a bridge; 2 ranks each, started by mpirun through scripts/node_agent.sh)
+# computes what one process computes, and its traffic goes where the mesh says:
+# - dp2 x tp2, pp2 x dp2 and ZeRO-3 dp4 across the nodes: every per-step loss of 20 steps within
+#   1e-5 relative of one process's (fp32; the strategies only reorder sums: see
+#   tests/train/parallel_equivalence_test.sh);
+# - train.log's placement line names the nodes and the axes kept inside them;
+# - comm.json: inter-node bytes only on the data-parallel and pipeline communicators (dp, the
+#   gradient communicator "dp x cp x sp", pp and the tied-embedding "embed"), never on tp; and
+#   some on each layout (the nodes really are apart);
+# - the ranks talk over TCP between the nodes' addresses (ss shows a rank's connection from
+#   10.233.0.1 to 10.233.0.2 while a run is going), and cannot without TCP: with shared memory
+#   (vader) and self only, Open MPI finds no way between the nodes and the job fails.
+# Root only (skipped with a plain message elsewhere); the nodes are removed whatever happens.
+. "$(dirname "$0")/multinode_common.sh"
+make_data || { echo "could not make test data"; exit 1; }
+
+GPT2=(model.preset=tiny-gpt2 model.vocab_size=300 model.layers=2 model.hidden=64
+  model.intermediate=128 training.seq_len=32 training.steps=20 training.warmup_steps=2
+  training.grad_accum=2 data.train_shards="$WORK/train.bin" checkpoint.every=0
+  data.val_fraction=0)
+FP32=1e-5
+
+echo "one process"
+train single 1 "${GPT2[@]}" training.micro_batch_size=4
+
+# comm_axes NAME TP_INTRA: comm.json's split: inter-node bytes only on dp/pp communicators,
+# some inter-node bytes, and (TP_INTRA=1) tp bytes all inside a node
+comm_axes() {
+  python3 - "$(run_dir "$1")/comm.json" "$2" <<'EOF'
+import json, sys
+ranks = json.load(open(sys.argv[1]))["bytes_per_step"]
+across = {"dp", "dp x cp x sp", "pp", "embed"}
+bad = [f"rank {r['rank']}: {a} sends {v['inter_node']:.0f} B/step to another node"
+       for r in ranks for a, v in r["axes"].items() if v["inter_node"] > 0 and a not in across]
+total = sum(r["inter_node"] for r in ranks)
+if total <= 0: bad.append("no inter-node bytes at all")
+if sys.argv[2] == "1" and not all(r["axes"].get("tp", {}).get("intra_node", 0) > 0 for r in ranks):
+    bad.append("a rank has no intra-node tp bytes")
+nodes = sorted({r["node"] for r in ranks})
+print(f"  inter-node {total / 1e6:.2f} MB/step over {len(ranks)} ranks on {', '.join(nodes)}; "
+      + ("; ".join(bad) if bad else "only on dp/pp communicators"))
+sys.exit(1 if bad or nodes != ["loom-node0", "loom-node1"] else 0)
+EOF
+}
+
+# case NAME PLACEMENT TP_INTRA overrides...
+case_nodes() {
+  local name=$1 placement=$2 tp_intra=$3; shift 3
+  echo "$name across 2 nodes x 2 ranks"
+  train_nodes "$name" "${GPT2[@]}" "$@" || return
+  close_losses single "$name" $FP32
+  check "$name: placement line '$placement'" grep -qF "$placement" "$(run_dir "$name")/train.log"
+  check "$name: comm.json inter-node bytes on dp/pp only" comm_axes "$name" "$tp_intra"
+}
+case_nodes dp2_tp2 "nodes: loom-node0: ranks 0-1 (tp), loom-node1: ranks 2-3 (tp)" 1 \
+  training.micro_batch_size=2 parallel.dp=2 parallel.tp=2
+case_nodes pp2_dp2 "nodes: loom-node0: ranks 0-1 (dp), loom-node1: ranks 2-3 (dp)" 0 \
+  training.micro_batch_size=2 parallel.pp=2 parallel.dp=2 parallel.schedule=1f1b
+
+# ZeRO-3 over all four ranks, watching the connections while it runs
+echo "zero3_dp4 across 2 nodes x 2 ranks (and the TCP connections between the nodes)"
+train_nodes zero3_dp4 "${GPT2[@]}" training.micro_batch_size=1 parallel.dp=4 parallel.zero=3 &
+job=$!
+seen=0
+while kill -0 $job 2>/dev/null; do
+  if "$NODES" exec loom-node0 ss -tnp 2>/dev/null |
+     grep -E '10\.233\.0\.1:[0-9]+ +10\.233\.0\.2:[0-9]+ .*"loom"' >"$WORK/ss.txt"; then
+    seen=1
+  fi
+  [ $seen = 1 ] && break
+  sleep 0.2
+done
+if wait $job; then
+  close_losses single zero3_dp4 $FP32
+  check "zero3_dp4: comm.json inter-node bytes on dp/pp only" comm_axes zero3_dp4 0
+else
+  fail "zero3_dp4: training across the nodes failed"; tail -5 "$WORK/zero3_dp4.log" >&2
+fi
+check "a rank on loom-node0 has a TCP connection to 10.233.0.2" test $seen = 1
+[ $seen = 1 ] && echo "  $(head -1 "$WORK/ss.txt" | awk '{print $4, "->", $5, $6}')"
+
+echo "without TCP (shared memory and self only) the nodes cannot reach each other"
+no_tcp=$("$NODES" mpirun-args | sed 's/btl tcp,self,vader/btl self,vader/')
+"${MPI_NODES[@]}" $no_tcp "$LOOM" train "${GPT2[@]}" training.micro_batch_size=2 \
+  parallel.dp=4 training.steps=1 run.name=no_tcp run.output_dir="$WORK/runs" --quiet \
+  >"$WORK/no_tcp.log" 2>&1
+rc=$?
+check "vader and self only: the job fails (rc $rc)" test $rc != 0
+check "vader and self only: Open MPI says the nodes cannot reach each other" \
+  grep -q "unable to reach each other" "$WORK/no_tcp.log"
+finish
