@@ -24,3 +24,9 @@ set_tests_properties(e2e_experiment_walkthrough PROPERTIES TIMEOUT 300 ENVIRONME
 add_test(NAME e2e_architecture
   COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/architecture_test.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(e2e_architecture PROPERTIES TIMEOUT 60)
+# Docs that run: every `loom ...` command of README.md and docs/*.md run on small demo data
+# (placeholders filled, sizes cut; skipped ones named with their reason, never passed), usage
+# synopses checked against the parsers' options.
+add_test(NAME e2e_docs_commands
+  COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/docs_commands_test.py $<TARGET_FILE:loom> ${CMAKE_SOURCE_DIR})
+set_tests_properties(e2e_docs_commands PROPERTIES TIMEOUT 600 ENVIRONMENT "${LOOM_E2E_ENV}")
