@@ -233,6 +233,12 @@ int loom_config_validate(const loom_config *c);
 int loom_config_resolve_grad_accum(loom_config *c);
 /* Resolved config as YAML text (malloc'd), every key present. */
 char *loom_config_to_yaml(const loom_config *c);
+/* The YAML of c where the keys whose value in resolved differs (the model dimensions a preset
+ * fills in for 0 and "") say so: show_resolved prints resolved's value and "# origin"
+ * ("hidden: 768  # from model.preset gpt2-124m"); otherwise c's value stays, so that the text
+ * loads back to c, and the comment gives the other ("hidden: 0  # 768: from ..."). */
+char *loom_config_to_yaml_resolved(const loom_config *c, const loom_config *resolved,
+                                   const char *origin, bool show_resolved);
 /* Write the YAML atomically. */
 int loom_config_save(const loom_config *c, const char *path);
 /* Stable hash of the resolved YAML (stored in checkpoints to detect mismatched resumes). */

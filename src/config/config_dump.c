@@ -1,7 +1,8 @@
 /* The resolved config as YAML: every key, grouped by section in schema order, each value
  * formatted so that loading the text back gives bit-identical values; then the user keys as
  * top-level "+name: "value"" lines (the loader reads them back as user keys). Also the atomic save
- * and the config hash (loom_hash64 of that text). */
+ * and the config hash (loom_hash64 of that text), and the same text with the values a model
+ * preset fills in said in comments (`loom config show`). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,10 @@ static bool same_section(const char *a, const char *b) {
   return la == loom_config_section_len(b) && !strncmp(a, b, la);
 }
 
-char *loom_config_to_yaml(const loom_config *c) {
+/* The YAML of c; with resolved, each key whose value there differs from c's carries a comment
+ * saying where its value comes from (see loom_config_to_yaml_resolved). */
+static char *to_yaml(const loom_config *c, const loom_config *resolved, const char *origin,
+                     bool show_resolved) {
   strbuf b = {0};
   sb_add(&b, "");
   const char *prev = NULL;
@@ -41,10 +45,18 @@ char *loom_config_to_yaml(const loom_config *c) {
       free(head);
     }
     char *val = loom_config_key_format(c, k);
-    char *line = loom_sprintf("  %s: %s\n", loom_config_key_last(k->name), val);
+    char *res = resolved && !loom_config_key_equal(c, resolved, k)
+                    ? loom_config_key_format(resolved, k)
+                    : NULL;
+    char *line = !res           ? loom_sprintf("  %s: %s\n", loom_config_key_last(k->name), val)
+                 : show_resolved ? loom_sprintf("  %s: %s  # %s\n", loom_config_key_last(k->name),
+                                                res, origin)
+                                 : loom_sprintf("  %s: %s  # %s: %s\n",
+                                                loom_config_key_last(k->name), val, res, origin);
     sb_add(&b, line);
     free(line);
     free(val);
+    free(res);
     prev = k->name;
   }
   for (int i = 0; i < c->nuser; i++) { /* user keys (+key=value), quoted: always text */
@@ -55,6 +67,13 @@ char *loom_config_to_yaml(const loom_config *c) {
     free(q);
   }
   return b.data;
+}
+
+char *loom_config_to_yaml(const loom_config *c) { return to_yaml(c, NULL, NULL, false); }
+
+char *loom_config_to_yaml_resolved(const loom_config *c, const loom_config *resolved,
+                                   const char *origin, bool show_resolved) {
+  return to_yaml(c, resolved, origin, show_resolved);
 }
 
 int loom_config_save(const loom_config *c, const char *path) {

@@ -114,8 +114,10 @@ static char *joined(char **l, int n) {
   return s;
 }
 
+/* An unknown group (group NULL; value: the option given, NULL if none) or an unknown option of
+ * group, with the nearest name and, for a group named like a key ("lr"), that key. */
 static int not_found(const loom_group_ctx *g, const char *where, const char *what,
-                     const char *word, const char *group) {
+                     const char *word, const char *group, const char *value) {
   int n;
   char **names = list_names(g, group, &n);
   const char *near = names ? loom_config_nearest_of(word, (const char *const *)names) : NULL;
@@ -126,14 +128,23 @@ static int not_found(const loom_group_ctx *g, const char *where, const char *wha
                   "(files %s/*.yaml in the search path: %s)", where, word, group,
                   near ? "; did you mean '" : "", near ? near : "", near ? "'" : "", list, group,
                   loom_group_search_path(g));
-  else
-    rc = loom_err("%s: unknown %s '%s'%s%s%s; the groups are: %s (directories in the search "
-                  "path: %s)%s", where, what, word, near ? "; did you mean '" : "",
+  else {
+    /* "lr=1e-3": a key's last name without its section, not a group */
+    const char *key = loom_config_is_section(word, strlen(word)) ? NULL
+                                                                  : loom_config_nearest_key(word);
+    char *as_key = key ? loom_sprintf("; did you mean the config key '%s' (%s=%s)?", key, key,
+                                      value ? value : "...")
+                       : loom_strdup("");
+    if (key) near = NULL; /* the key is the likelier meaning */
+    rc = loom_err("%s: unknown %s '%s'%s%s%s%s; the groups are: %s (directories in the search "
+                  "path: %s)%s", where, what, word, as_key, near ? "; did you mean '" : "",
                   near ? near : "", near ? "'" : "", n ? list : "(none)",
                   loom_group_search_path(g),
                   loom_config_is_section(word, strlen(word))
                       ? "; to set a key of that section, write the full key (e.g. "
                         "training.lr=1e-3)" : "");
+    free(as_key);
+  }
   free(list);
   free_names(names, n);
   return rc;
@@ -167,8 +178,8 @@ int loom_group_find(const loom_group_ctx *g, const char *group, const char *opti
     }
     free(file);
   }
-  if (group_known) return not_found(g, where, "option", option, group);
-  return not_found(g, where, "config group", group, NULL);
+  if (group_known) return not_found(g, where, "option", option, group, NULL);
+  return not_found(g, where, "config group", group, NULL, option);
 }
 
 bool loom_group_file_is_global(const char *text) {
