@@ -42,11 +42,14 @@ void loom_runs_print(FILE *out, const loom_runs_table *t, const loom_runs_view *
 /* Width in characters of column c of the view in the text table (run_id and name are never
  * cut; other text is cut at 48 characters). */
 int loom_runs_column_width(const loom_runs_table *t, const loom_runs_view *v, int c);
-/* Fit the text table into width characters (0: no limit) by dropping the lowest-priority
- * columns (never run_id or status; name first when the ids start with it) from v; note gets a line naming them and how to show
- * them ("" when none). Returns how many were hidden. */
-int loom_runs_fit(const loom_runs_table *t, loom_runs_view *v, int width, char *note,
-                  size_t note_size);
+/* Fit the text table into width characters (0: no limit) by dropping from v the columns that
+ * say least about the listed rows: first those with one value in every row, last the config
+ * keys and results that differ between them; never run_id or q's --sort-by column (q may be
+ * NULL), nor name unless the ids start with it, nor status while it differs. note gets the
+ * values of the dropped same-in-every-row columns and the names of the others, wrapped to
+ * width ("" when none). Returns how many were dropped. */
+int loom_runs_fit(const loom_runs_table *t, loom_runs_view *v, int width,
+                  const loom_runs_query *q, char *note, size_t note_size);
 /* Every column with its kind, for --list-columns. */
 void loom_runs_list_columns(FILE *out, const loom_runs_table *t);
 

@@ -40,8 +40,9 @@ static const char list_help[] =
 static const char columns_help[] =
     "Default columns: run fields and metrics that are set, custom metrics, and the\n"
     "config keys whose values differ between the listed runs; the table fits the\n"
-    "terminal ($COLUMNS, else its width, else 100 characters): low-priority columns are\n"
-    "hidden and named in a note. Run ids and names are never cut.\n";
+    "terminal ($COLUMNS, else its width, else 100 characters): columns with the same value\n"
+    "in every row go first (their value said in a note), the keys and results that differ\n"
+    "last; run_id and the --sort-by column always stay. Run ids and names are never cut.\n";
 static const char id_help[] = "ID: a run id, a unique prefix of one, or a unique run name.\n\n";
 
 static void usage(FILE *out) {
@@ -55,7 +56,7 @@ static void usage(FILE *out) {
           "       loom runs gc [--dry-run]  drop the rows of runs whose run directory is gone\n"
           "                        (shown with status 'missing'); --dry-run: only list them\n"
           "       loom runs export --csv FILE [list options]   the table for pandas\n"
-          "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--out F.svg|F.png]\n"
+          "       loom runs plot ID... [--metric loss] [--x step|time|tokens] [--out F.svg|.png]\n"
           "                        [--log-y] [--title TEXT]   curves of several runs (SVG or PNG)\n"
           "       loom runs serve [--port 8765] [--host 127.0.0.1] [--sweeps-dir DIR] [list options]\n"
           "                        live web dashboard of the registry (--port 0: any free port;\n"
@@ -388,7 +389,7 @@ static int do_list(runs_args *a, loom_registry *r, loom_runs_table *t) {
     char note[1400] = "";
     /* the default columns fit the terminal; --show / --all-columns print what was asked */
     if (a->format == LOOM_FMT_TABLE && !a->q.nshow && !a->q.all_columns)
-      loom_runs_fit(t, &v, loom_cli_terminal_width(), note, sizeof note);
+      loom_runs_fit(t, &v, loom_cli_terminal_width(), &a->q, note, sizeof note);
     loom_runs_print(stdout, t, &v, a->format);
     if (note[0]) printf("%s\n", note);
   }

@@ -7,8 +7,8 @@
  * loom_mfu over the run's training time; the registry holds the same), absent when
  * the run recorded none; or the simulator's (summary.json's mfu_percent) for points of the
  * sim launcher, whose peak memory is the simulated device memory per rank. Validation losses
- * (final_valid_loss, final_valid_perplexity, min_valid_loss) get CSV columns when a point of
- * the sweep had validation. */
+ * (final_valid_loss, final_valid_perplexity, min_valid_loss) get columns in both files when a
+ * point of the sweep had validation (the last columns of summary.txt's table). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,6 +226,14 @@ static const char *assigned(const loom_sweep_point *p, const char *key) {
   return NULL;
 }
 
+/* A point had validation: summary.csv and summary.txt get its columns. */
+static bool has_validation(const loom_sweep_plan *plan, const point_metrics *m) {
+  bool valid = false;
+  for (int i = 0; i < plan->n; i++)
+    for (int k = 0; k < 3; k++) valid |= isfinite(m[i].valid[k]);
+  return valid;
+}
+
 static int write_csv(const loom_sweep_info *info, const loom_sweep_plan *plan,
                      const loom_point_result *res, const point_metrics *m) {
   char *path = loom_sprintf("%s/summary.csv", info->log_dir), *tmp = loom_tmp_path(path);
@@ -237,9 +245,7 @@ static int write_csv(const loom_sweep_info *info, const loom_sweep_plan *plan,
   }
   char **keys;
   int nkeys = swept_keys(plan, &keys);
-  bool valid = false; /* validation columns when a point had validation */
-  for (int i = 0; i < plan->n; i++)
-    for (int k = 0; k < 3; k++) valid |= isfinite(m[i].valid[k]);
+  bool valid = has_validation(plan, m);
   fputs("name,status,ranks,exit_code,wall_s,steps,avg_iter_time_s,iters_per_s,tokens_per_s,"
         "mfu_percent,final_loss,min_loss,peak_mem_mb_per_rank,peak_mem_gib_per_rank,tokens,"
         "run_dir,log,job_id,note,error", f);
@@ -280,15 +286,19 @@ static int write_csv(const loom_sweep_info *info, const loom_sweep_plan *plan,
 
 static void text_table(FILE *f, const loom_sweep_plan *plan, const loom_point_result *res,
                        const point_metrics *m) {
+  /* the validation columns (summary.csv's final_valid_loss, final_valid_perplexity,
+   * min_valid_loss) come last when a point had validation */
   static const char *const heads[] = {"Configuration", "Status", "Ranks", "Avg Iter Time (s)",
                                       "Iters/s", "Tokens/s", "MFU (%)", "Final Loss",
-                                      "Peak Mem/Rank (GiB)"};
+                                      "Peak Mem/Rank (GiB)", "Final Val Loss", "Final Val PPL",
+                                      "Min Val Loss"};
   int w0 = (int)strlen(heads[0]);
   for (int i = 0; i < plan->n; i++)
     if ((int)strlen(plan->points[i].name) > w0) w0 = (int)strlen(plan->points[i].name);
-  int w[9] = {w0, 9, 5, 17, 9, 10, 7, 10, 19};
+  int w[12] = {w0, 9, 5, 17, 9, 10, 7, 10, 19, 14, 13, 12};
+  int ncols = has_validation(plan, m) ? 12 : 9;
   int total = 0;
-  for (int c = 0; c < 9; c++) {
+  for (int c = 0; c < ncols; c++) {
     fprintf(f, "%s%-*s", c ? " | " : "", w[c], heads[c]);
     total += w[c] + (c ? 3 : 0);
   }
@@ -306,6 +316,11 @@ static void text_table(FILE *f, const loom_sweep_plan *plan, const loom_point_re
     fprintf(f, "%-*s | %-*s | %*d | %*s | %*s | %*s | %*s | %*s | %*s", w[0],
             plan->points[i].name, w[1], shown_status(&res[i], &m[i]), w[2], plan->points[i].ranks,
             w[3], v[0], w[4], v[1], w[5], v[2], w[6], v[3], w[7], v[4], w[8], v[5]);
+    for (int c = 9; c < ncols; c++) {
+      char val[32];
+      fmt(val, sizeof val, c == 10 ? "%.4f" : "%.6f", m[i].valid[c - 9]);
+      fprintf(f, " | %*s", w[c], val);
+    }
     if (m[i].error[0]) fprintf(f, "  error: %s", m[i].error); /* a failed point: why */
     fputc('\n', f);
   }

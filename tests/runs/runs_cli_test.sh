@@ -3,7 +3,8 @@
 # nothing with exit 0 and says where it looked (table, CSV, JSON); plot and diff take the plot
 # file as --out, --output or -o alike; the subcommands' --help is their own; `runs show` never
 # prints "(default )"; the default columns are chosen by what varies across the listed rows and
-# what was asked (--sort-by), so a swept key and final_valid_loss survive a 100-column terminal.
+# what was asked (--sort-by, --filter), so the swept keys and final_valid_loss of a sweep survive
+# a 100-column terminal; a sweep's summary.txt has summary.csv's validation columns.
 . "$(dirname "$0")/../experiments.sh"
 make_data || { echo "could not make test data"; exit 1; }
 cd "$WORK"
@@ -57,5 +58,47 @@ run_loom runs "${R[@]}" show lr1e-3
 expect_rc "runs show" 0
 check "runs show never prints '(default )'" bash -c "! grep -q '(default )' '$RUN_DIR/out'"
 expect_out "an empty default said in words" "(default: empty)"
+
+# ---- columns by what varies: a sweep's swept keys and final_valid_loss at 100 columns ---------
+cat > sweep.yaml <<YAML
+name: cols
+base: $WORK/base.yaml
+overrides: [data.val_fraction=0.1, training.eval_every=3, training.eval_batches=1]
+parameters:
+  training.lr: {values: [1e-3, 3e-3]}
+  training.warmup_steps: {values: [1, 2]}
+strategy: grid
+YAML
+"$LOOM" sweep run sweep.yaml > sweep.out 2>&1 || { cat sweep.out; fail "sweep run"; }
+S=(--runs-dir "$WORK/runs" --sweep cols)
+out=$(COLUMNS=100 "$LOOM" runs "${S[@]}")
+head1=$(head -1 <<< "$out")
+for c in run_id final_valid_loss training.lr training.warmup_steps; do
+  check "COLUMNS=100: $c shown (header: $head1)" grep -qw -- "$c" <<< "$head1"
+done
+check "COLUMNS=100: every line fits" awk 'length($0) > 100 { exit 1 }' <<< "$out"
+check "COLUMNS=100: status and steps, the same in every row, in a note" \
+  grep -q "(same in every row: .*steps 6.*status finished" <<< "$(tr '\n' ' ' <<< "$out")"
+out=$(COLUMNS=80 "$LOOM" runs "${S[@]}" --sort-by min_loss)
+check "COLUMNS=80 --sort-by min_loss: the sort column is shown" grep -qw min_loss <<< "$(head -1 <<< "$out")"
+check "COLUMNS=80: every line fits" awk 'length($0) > 80 { exit 1 }' <<< "$out"
+out=$(COLUMNS=70 "$LOOM" runs "${S[@]}")
+check "COLUMNS=70: final_valid_loss before a swept key" \
+  test "$(head -1 <<< "$out" | tr -s ' ')" = "run_id final_valid_loss"
+out=$(COLUMNS=70 "$LOOM" runs "${S[@]}" --filter "training.warmup_steps >= 1")
+check "COLUMNS=70: a key named in --filter before the rest" \
+  test "$(head -1 <<< "$out" | tr -s ' ')" = "run_id training.warmup_steps"
+
+# ---- sweep summary.txt: the validation columns of summary.csv ---------------------------------
+dir=$(sed -n 's/.*summary: \(.*\)\/summary.txt.*/\1/p' sweep.out)
+check "summary.txt has the validation columns" grep -q "Final Val Loss | Final Val PPL | Min Val Loss" "$dir/summary.txt"
+for name in $(awk -F, 'NR > 1 { print $1 }' "$dir/summary.csv"); do
+  row=$(grep "^$name " "$dir/summary.txt" | tr -d ' ')
+  for k in 10:final_valid_loss 11:final_valid_perplexity 12:min_valid_loss; do
+    csv=$(csv_row "$dir/summary.csv" name "$name" "${k#*:}")
+    check "$name: summary.txt ${k#*:} = summary.csv's ($csv)" \
+      close_to "$(cut -d'|' -f"${k%%:*}" <<< "$row")" "$csv" 1e-4
+  done
+done
 
 finish
