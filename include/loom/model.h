@@ -61,8 +61,8 @@ typedef struct {
 } loom_vision_spec;
 
 /* Mixture-of-Experts MLP layers, as Hugging Face's Qwen2-MoE / Qwen3-MoE / Mixtral define them
- * (docs/MOE.md): a router `gate` (E, C) without bias, softmax over all experts in fp32, the
- * top k, renormalised to sum 1 when norm_topk, each chosen expert's bias-free SwiGLU of inner
+ * (docs/TRAINING.md, "Mixture-of-Experts"): a router `gate` (E, C) without bias, softmax over
+ * all experts in fp32, the top k, renormalised to sum 1 when norm_topk, each chosen expert's bias-free SwiGLU of inner
  * size `intermediate`, weighted and summed; with shared_intermediate > 0 a shared SwiGLU expert
  * gated by sigmoid(shared_gate(x)) (shared_gate: (1, C)) is added. Layer l is an MoE layer
  * when experts > 0, l is not dense[l], and (l+1) % sparse_step == 0; the others keep the dense
