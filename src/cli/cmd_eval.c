@@ -14,16 +14,19 @@
 #include "loom/config.h"
 #include "loom/core.h"
 #include "loom/hf.h"
-#include "loom/mesh.h"
 #include "loom/eval_ckpt.h"
+#include "loom/mesh.h"
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: loom eval CKPT [--data PATH] [--batches N] [--json] [--nproc N] [KEY=VALUE ...]\n\n"
           "Score a checkpoint on validation data: val loss (token-mean cross-entropy over every\n"
           "scored target), perplexity = exp(val loss), and the number of target tokens.\n\n"
-          "  CKPT             runs/<id>/checkpoint_<step> or final_checkpoint (any layout), a\n"
-          "                   'loom ckpt import' directory, or a Hugging Face directory\n"
+          "  CKPT             runs/<id>/checkpoint_<step> or final_checkpoint (any layout: a\n"
+          "                   multi-rank checkpoint loads into one process unless parallel.*\n"
+          "                   or --nproc say otherwise), a run directory runs/<id> (its newest\n"
+          "                   complete checkpoint, as --resume takes), a 'loom ckpt import'\n"
+          "                   directory, or a Hugging Face directory\n"
           "                   (config.json + model.safetensors or shards; imported into a\n"
           "                   temporary directory under $TMPDIR, removed afterwards)\n"
           "  --data PATH      validation data: token shards (file, directory or glob) or, with\n"
@@ -136,6 +139,38 @@ static int resolve_checkpoint(const char *ckpt, const loom_mesh *world, char **d
   return 0;
 }
 
+/* The overrides set the layout (parallel.*, vision.parallel.*, the micro-batch): kept as given. */
+static bool layout_given(const eval_args *a) {
+  static const char *const keys[] = {"parallel.", "vision.parallel.", "training.micro_batch_size",
+                                     "training.global_batch_size", "training.grad_accum", NULL};
+  for (int i = 0; i < a->noverrides; i++) {
+    const char *o = a->overrides[i] + strspn(a->overrides[i], "~+");
+    for (int k = 0; keys[k]; k++)
+      if (!strncmp(o, keys[k], strlen(keys[k]))) return true;
+  }
+  return false;
+}
+
+/* The checkpoint's multi-rank layout in one process: every parallel.* and vision.parallel.* key
+ * at its default, the data-parallel ranks' micro-batches in one (micro_batch_size x dp), so
+ * that the same batches are scored; said on stderr. */
+static void one_process(loom_config *cfg) {
+  loom_config d;
+  loom_config_defaults(&d);
+  const loom_config_parallel *p = &cfg->parallel;
+  fprintf(stderr, "loom eval: the checkpoint's layout (pp %ld, dp %ld, cp %ld, sp %ld, tp %ld, "
+          "ZeRO %ld%s) evaluated in one process: parallel.* at their defaults, "
+          "training.micro_batch_size %ld x dp %ld = %ld (give parallel.* or --nproc for "
+          "another layout)\n", p->pp, p->dp, p->cp, p->sp, p->tp, p->zero,
+          strcmp(cfg->vision_parallel.placement, "separate") ? "" : ", a separate vision encoder",
+          cfg->training.micro_batch_size, p->dp, cfg->training.micro_batch_size * p->dp);
+  cfg->training.micro_batch_size *= p->dp;
+  double timeout = cfg->parallel.timeout_s;
+  cfg->parallel = d.parallel;
+  cfg->parallel.timeout_s = timeout;
+  cfg->vision_parallel = d.vision_parallel;
+}
+
 static int load_config(loom_config *cfg, const char *dir, const eval_args *a) {
   loom_config_defaults(cfg);
   char *path = loom_sprintf("%s/config.yaml", dir);
@@ -149,9 +184,13 @@ static int load_config(loom_config *cfg, const char *dir, const eval_args *a) {
     cfg->data.val_fraction = 0;
   }
   if (!rc && a->batches) cfg->training.eval_batches = atol(a->batches);
-  if (!rc) rc = loom_config_validate(cfg);
   const loom_config_parallel *p = &cfg->parallel;
   long ranks = p->pp * p->dp * p->cp * p->sp * p->tp;
+  bool separate = !strcmp(cfg->vision_parallel.placement, "separate");
+  if (!rc && (ranks > 1 || separate) && loom_dist_world() == 1 && !layout_given(a))
+    one_process(cfg); /* a multi-rank checkpoint loads into one process (as generate's does) */
+  ranks = p->pp * p->dp * p->cp * p->sp * p->tp;
+  if (!rc) rc = loom_config_validate(cfg);
   if (!rc && ranks > 1 && loom_dist_world() == 1 &&
       strcmp(cfg->vision_parallel.placement, "separate"))
     rc = loom_err("the layout (the checkpoint's config.yaml and the overrides) is "
@@ -206,7 +245,10 @@ int loom_cmd_eval(int argc, char **argv) {
   char *dir = NULL, *tmp = NULL, data[LOOM_STR_MAX + 200] = "";
   loom_config cfg;
   loom_eval_loss_result r;
+  char *given = NULL; /* CKPT, or the checkpoint of a run directory */
   int rc = loom_mesh_create_on(&world, 1, loom_dist_world(), 1, 1, 1, defaults.parallel.timeout_s, 0);
+  if (!rc) rc = loom_cli_checkpoint_arg(a.ckpt, &given);
+  if (!rc) a.ckpt = given;
   if (!rc) rc = resolve_checkpoint(a.ckpt, &world, &dir, &tmp);
   if (!rc) rc = load_config(&cfg, dir, &a);
   free(a.overrides);
@@ -217,6 +259,7 @@ int loom_cmd_eval(int argc, char **argv) {
     if (loom_dist_world() > 1) /* other ranks may wait in a collective: take them down */
       loom_dist_abort("eval: rank %d: error: %s", loom_dist_rank(), loom_errmsg());
     fprintf(stderr, "loom eval: error: %s\n", loom_errmsg());
+    free(given);
     return 1;
   }
   loom_comm_barrier(&world.world_comm); /* every rank has read the import */
@@ -224,6 +267,7 @@ int loom_cmd_eval(int argc, char **argv) {
   if (lead) print_result(&a, &r, data);
   free(dir);
   free(tmp);
+  free(given);
   loom_mesh_free(&world);
   loom_dist_finalize();
   return 0;

@@ -21,7 +21,8 @@ static void usage(FILE *out) {
       "                     [--top-k K] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos]\n"
       "                     [--tokenizer tokenizer.json] [--dtype fp32|bf16] [--json]\n\n"
       "Generate from a loom checkpoint directory (single-file or multi-rank pieces, loaded\n"
-      "whole into this process) or a Hugging Face directory (config.json + safetensors).\n"
+      "whole into this process), a run directory runs/<id> (its newest complete checkpoint,\n"
+      "as --resume takes it) or a Hugging Face directory (config.json + safetensors).\n"
       "The prompt is run once (prefill) and every new token reuses the cached keys/values.\n"
       "Text is decoded with the run's tokenizer (data.tokenizer of the checkpoint's\n"
       "config.yaml, tokenizer.json of a Hugging Face directory) unless --tokenizer is given.\n"
@@ -173,11 +174,13 @@ int loom_cmd_generate(int argc, char **argv) {
   int32_t **ids = NULL;
   loom_vlm_prompt vp = {0};
   loom_gen_output *out = NULL;
-  if (loom_gen_model_load(&m, ckpt)) {
+  char *resolved = NULL; /* CKPT, or the checkpoint of a run directory */
+  if (loom_cli_checkpoint_arg(ckpt, &resolved) || loom_gen_model_load(&m, resolved)) {
     fprintf(stderr, "loom generate: %s\n", loom_errmsg());
-    free(stops);
+    free(stops), free(resolved);
     return 1;
   }
+  free(resolved);
   m.bf16 = !strcmp(dtype, "bf16");
   char *why = NULL;
   tok_path = find_tokenizer(&m, tok_flag, &why);

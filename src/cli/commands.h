@@ -33,6 +33,12 @@ const char *loom_cli_did_you_mean(const char *word, const char *const *names);
 /* "loom <command> argv..." with every argument shell-quoted where needed: pasted into a shell
  * it runs the same command (malloc'd). */
 char *loom_cli_command_line(const char *command, int argc, char **argv);
+/* What `loom eval` / `loom generate` read for CKPT: a run directory (config.yaml with its
+ * train.log or metrics.jsonl, no COMPLETE marker: runs/<id>) stands for its newest complete
+ * checkpoint (final_checkpoint of a finished run), found as --resume finds it
+ * (loom_run_dir_newest_checkpoint); anything else is itself. *ckpt is malloc'd; error when a
+ * run directory has no complete checkpoint yet. */
+int loom_cli_checkpoint_arg(const char *arg, char **ckpt);
 /* Width of the output: $COLUMNS, else the terminal's (TIOCGWINSZ), else 100. */
 int loom_cli_terminal_width(void);
 /* loom train --nproc/--max-restarts: run the job under a supervising launcher that reports

@@ -8,9 +8,11 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "loom/checkpoint.h"
 #include "loom/config_schema.h"
 #include "loom/core.h"
 #include "loom/mpi_env.h"
+#include "loom/run_dir.h"
 
 int loom_cli_exec_mpirun(const char *command, const loom_cli_opt *opts, int argc, char **argv,
                          const char *nproc, bool single_threaded_ranks) {
@@ -77,6 +79,27 @@ char *loom_cli_command_line(const char *command, int argc, char **argv) {
   }
   *p = 0;
   return s;
+}
+
+int loom_cli_checkpoint_arg(const char *arg, char **ckpt) {
+  *ckpt = NULL;
+  const char *marks[] = {"config.yaml", "train.log", "metrics.jsonl", LOOM_CKPT_MARKER};
+  bool has[4];
+  for (int i = 0; i < 4; i++) {
+    char *p = loom_sprintf("%s/%s", arg, marks[i]);
+    has[i] = loom_path_exists(p);
+    free(p);
+  }
+  if (!loom_is_dir(arg) || !has[0] || !(has[1] || has[2]) || has[3]) {
+    *ckpt = loom_strdup(arg); /* a checkpoint, an import, a Hugging Face directory, or wrong */
+    return 0;
+  }
+  long step;
+  if (loom_run_dir_newest_checkpoint(arg, ckpt, &step)) return LOOM_ERR;
+  if (!*ckpt)
+    return loom_err("run directory '%s' has no complete checkpoint (checkpoint_<step>/ or "
+                    "final_checkpoint/ with a COMPLETE marker) yet", arg);
+  return 0;
 }
 
 int loom_cli_terminal_width(void) {

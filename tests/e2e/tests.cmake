@@ -30,3 +30,8 @@ set_tests_properties(e2e_architecture PROPERTIES TIMEOUT 60)
 add_test(NAME e2e_docs_commands
   COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/docs_commands_test.py $<TARGET_FILE:loom> ${CMAKE_SOURCE_DIR})
 set_tests_properties(e2e_docs_commands PROPERTIES TIMEOUT 600 ENVIRONMENT "${LOOM_E2E_ENV}")
+# loom eval / generate of multi-rank checkpoints (tp=2, pp=2, dp=2 ZeRO-1) in one process: the
+# val loss of their own layout; runs/<id> stands for its final (or newest complete) checkpoint.
+add_test(NAME e2e_eval_any_layout
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/eval_any_layout_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(e2e_eval_any_layout PROPERTIES TIMEOUT 300 ENVIRONMENT "${LOOM_E2E_ENV}")

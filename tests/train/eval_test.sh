@@ -238,7 +238,8 @@ expect_fail "loom eval without validation data" "no validation data: give --data
   "$LOOM" eval "$(run_dir plain_single)/final_checkpoint"
 expect_fail "loom eval with missing --data" "no token shard matches" "$LOOM" eval "$d/final_checkpoint" --data "$WORK/none.bin"
 expect_fail "loom eval --batches beyond the data" "training.eval_batches = 999" "$LOOM" eval "$d/final_checkpoint" --batches 999
-expect_fail "loom eval of a 2-rank checkpoint's layout in one process" "give --nproc 2, or evaluate in one process with" \
-  "$LOOM" eval "$(run_dir eval_zero3)/final_checkpoint"
+# (without parallel.* a multi-rank checkpoint is evaluated in one process: tests/e2e/eval_any_layout_test.sh)
+expect_fail "loom eval of a 2-rank layout given in one process" "give --nproc 2, or evaluate in one process with" \
+  "$LOOM" eval "$(run_dir eval_zero3)/final_checkpoint" parallel.dp=2
 expect_fail "loom eval --batches not a number" "not a count" "$LOOM" eval "$d/final_checkpoint" --batches x
 finish
