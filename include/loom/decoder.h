@@ -284,7 +284,8 @@ void loom_decoder_moe_end_step(loom_decoder *d, const loom_comm *dp, float *owne
 const loom_moe_step_stats *loom_decoder_moe_stats(const loom_decoder *d);
 
 /* Model FLOPs per token for a training step (forward+backward, no recompute), as in
- * Megatron: 6 * matmul params + the causal attention term 6 * L * T * Hq * D. MoE layers
- * count what a token uses: the router, its k experts and the shared expert. */
+ * Megatron: 6 * matmul params + the causal attention term 6 * L * T * Hq * D. Every layer is
+ * counted with the dense MLP of model.intermediate; loom_sim_flops_per_token (sim.h) puts an
+ * MoE layer's routed and shared experts in its place. */
 double loom_decoder_flops_per_token(const loom_model_spec *spec, int T);
 #endif

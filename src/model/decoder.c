@@ -93,11 +93,5 @@ double loom_decoder_flops_per_token(const loom_model_spec *s, int T) {
   double I = s->intermediate;
   double per_layer = C * QD * 2 + C * KD * 2 + I * C * (s->arch == LOOM_ARCH_GPT2 ? 2 : 3);
   double matmul_params = s->layers * per_layer + (double)s->padded_vocab * C;
-  const loom_moe_spec *m = &s->moe;
-  /* an MoE layer: the router, k routed experts and the shared expert with its gate, in place
-   * of the dense MLP */
-  double moe = (double)m->experts * C + 3.0 * m->top_k * m->intermediate * C +
-               (m->shared_intermediate ? 3.0 * m->shared_intermediate * C + C : 0);
-  matmul_params += loom_model_moe_layers(s) * (moe - 3 * I * C);
   return 6.0 * matmul_params + 6.0 * s->layers * (double)T * QD;
 }

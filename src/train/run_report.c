@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 
 #include "loom/hw.h"
+#include "loom/sim.h"
 #include "loom/kernels.h"
 #include "loom/vision_module.h"
 #include "train/run_internal.h"
@@ -74,7 +75,7 @@ static void summary_time_mfu_lineage(const loom_run *run, char *out, size_t n) {
   const loom_config *cfg = run->cfg;
   int world = run->ranks.job.world;
   size_t len = 0;
-  double fpt = loom_decoder_flops_per_token(&run->spec, (int)cfg->training.seq_len);
+  double fpt = loom_sim_flops_per_token(&run->spec, (int)cfg->training.seq_len); /* MoE too */
   double secs = run->state.elapsed, peak = run->out.progress.peak_flops;
   double tokens = (double)run->state.tokens_seen, mfu = loom_mfu(tokens, secs, fpt / world, peak);
   len += (size_t)snprintf(out + len, n - len,

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "loom/hw.h"
+#include "loom/sim.h"
 #include "loom/registry.h"
 #include "loom/vision_module.h"
 #include "loom/run_dir.h"
@@ -144,8 +145,8 @@ static void configure_progress(loom_run *run, const loom_train_opts *o) {
   p->quiet = o->quiet || !run->ranks.lead;
   p->total_steps = t->steps;
   p->log_every = t->log_every;
-  p->flops_per_token =
-      loom_decoder_flops_per_token(&run->spec, (int)t->seq_len) / run->ranks.job.world;
+  p->flops_per_token = /* MoE layers: the experts a token uses (a dense model: the same) */
+      loom_sim_flops_per_token(&run->spec, (int)t->seq_len) / run->ranks.job.world;
   p->peak_flops = run->ranks.lead ? loom_mfu_peak_from(t->dtype, omp_get_max_threads(),
                                                        run->mfu.profile, sizeof run->mfu.profile,
                                                        run->mfu.why, sizeof run->mfu.why)
