@@ -66,8 +66,8 @@ void dec_moe_plan_scratch(loom_decoder *d, dec_carver *c) {
   size_t C = (size_t)d->spec.hidden, Is = (size_t)ms->shared_intermediate;
   st->d_logits = dec_carve(c, N * E);
   st->d_w = dec_carve(c, N * k);
-  st->work = dec_carve(c, loom_moe_experts_work_floats((int)(N * k), (int)C, ms->intermediate,
-                                                       d->bf16));
+  st->work =
+      dec_carve(c, loom_moe_experts_work_floats((int)(N * k), (int)C, ms->intermediate, d->bf16));
   st->d_sh = Is ? dec_carve(c, N * C + N) : NULL;
   st->d_inner = Is ? dec_carve(c, 3 * N * Is) : NULL;
   st->aux_grad = dec_carve_bytes(c, E * sizeof(double));
@@ -87,8 +87,11 @@ dec_moe_state *dec_moe_state_create(const loom_decoder *d) {
   m->load = loom_calloc((size_t)m->n * s->moe.experts, sizeof(int64_t));
   m->dropped = loom_calloc((size_t)m->n, sizeof(int64_t));
   m->micro_batches = 1;
-  m->stats = (loom_moe_step_stats){.layers = m->n, .experts = s->moe.experts,
-                                   .layer = m->layer, .load = m->load, .dropped = m->dropped};
+  m->stats = (loom_moe_step_stats){.layers = m->n,
+                                   .experts = s->moe.experts,
+                                   .layer = m->layer,
+                                   .load = m->load,
+                                   .dropped = m->dropped};
   return m;
 }
 
@@ -219,8 +222,8 @@ void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, 
   float *G = d->grads;
   loom_moe_expert_acts ea = {m->hg, m->hu, m->act};
   loom_moe_experts_backward_fast_f32(m->xp, G + o->eg, G + o->eu, G + o->ed, m->yp, &ea, m->xp,
-                                     W + o->eg, W + o->eu, W + o->ed, o->ews, m->plan.count, E,
-                                     C, Ie, d->bf16, st->work);
+                                     W + o->eg, W + o->eu, W + o->ed, o->ews, m->plan.count, E, C,
+                                     Ie, d->bf16, st->work);
   loom_moe_gather_backward_f32(dh, m->xp, &m->plan, C);
   /* router: d logits from the weights' gradient and the aux and z terms, then the linear */
   memset(st->d_logits, 0, (size_t)N * E * sizeof(float));
