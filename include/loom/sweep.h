@@ -107,6 +107,8 @@ typedef struct {
   int ranks;                /* dp * tp * pp * sp */
   char *config_path;        /* set once written / when read back from a directory */
   bool skip;                /* run_sweep.sh skip flag / --skip */
+  char *resume_dir;         /* a continued sweep: the run directory this point's stopped run
+                               resumes in (`loom train --resume DIR`), NULL: start it afresh */
 } loom_sweep_point;
 
 typedef struct {
@@ -152,6 +154,9 @@ typedef struct {
   loom_slurm_opts slurm;    /* merged over the sweep file's slurm: */
   const char *hardware;     /* sim: profile name or file (NULL: the sweep file's, else
                                h100-sxm) */
+  int resume;               /* 1: continue the newest unfinished execution of this sweep (error
+                               when none), -1: continue one if there is, 0: a new execution */
+  const char *resume_hint;  /* the command that continues this sweep, printed when stopped */
 } loom_sweep_run_opts;
 
 /* Status of one point after the runner is done with it. */
@@ -164,12 +169,22 @@ typedef enum {
   LOOM_PT_DRY_RUN,    /* --dry-run: command or script shown/written, nothing run */
   LOOM_PT_OOM,        /* sim: the point does not fit in the device's memory (not a failure
                          of the sweep) */
+  LOOM_PT_STOPPED,    /* stopped by a signal to the runner (its run saved a checkpoint and
+                         says "stopped"): continued by the next `loom sweep run --resume` */
 } loom_point_status;
 
 /* Run every point; writes <log_root>/sweep_<timestamp>/ (<name>.log, summary.txt,
  * summary.csv, state.tsv) and returns its path in *log_dir (malloc'd). Returns 0 when
  * every run that was started succeeded (or was submitted, or was simulated, out of memory
- * included), 1 when some failed, -1 on error. */
+ * included), 1 when some failed, -1 on error, 128 + the signal when a signal stopped it.
+ * SIGINT, SIGTERM or SIGUSR1 to the runner is passed to its running `loom train` points
+ * (through LOOM_STOP_FILE, as the train supervisor does: each finishes its step, saves a
+ * checkpoint and ends "stopped"), no further point starts, and state.tsv records them
+ * STOPPED, the others PENDING; a second signal kills the running points at once.
+ * With o->resume (1, or -1 when there is one) the newest execution of this sweep under
+ * log_root that did not finish (points PENDING or STOPPED, the same point names) is continued
+ * in its directory: a stopped point resumes its run from its newest complete checkpoint
+ * (`loom train --resume RUN_DIR`), or starts again when it has none; finished points stay. */
 int loom_sweep_run(loom_sweep_plan *plan, const loom_sweep_run_opts *o, char **log_dir);
 /* Rebuild summary.txt / summary.csv of a sweep log directory (e.g. once Slurm jobs end). */
 int loom_sweep_summarize_dir(const char *log_dir);

@@ -72,6 +72,13 @@ static void usage_run(FILE *out) {
           "  --skip NAME                skip a point (repeatable; run_sweep.sh passes its flags)\n"
           "  --dry-run                  local/sim: print the commands; slurm: write, not submit\n"
           "  --log-dir DIR              parent of sweep_<timestamp>/ (default logs)\n"
+          "  --resume                   continue the newest execution of this sweep that did\n"
+          "                             not finish (stopped by a signal, or its runner killed):\n"
+          "                             in its directory, finished points kept, stopped ones\n"
+          "                             resumed from their runs' newest complete checkpoint\n"
+          "                             (loom train --resume RUN_DIR), the rest started; a\n"
+          "                             rerun without options does the same when there is one\n"
+          "  --new                      a new execution even when the last one did not finish\n"
           "  --mpirun PATH              MPI launcher (default mpirun)\n"
           "  --mpirun-args \"ARGS\"       extra mpirun arguments, e.g. \"--bind-to none\"\n"
           "  --color auto|always|never  coloured status (default: auto, on a terminal)\n"
@@ -81,8 +88,11 @@ static void usage_run(FILE *out) {
           "  --srun-args \"ARGS\"  --sbatch PATH\n\n"
           "Each trained run registers in the run registry with the sweep's name ('loom runs\n"
           "--sweep'); simulated points keep their results under LOGDIR/sim/<name>/.\n"
+          "SIGINT (Ctrl-C), SIGTERM or SIGUSR1 stops the sweep: the running points finish\n"
+          "their step and save a checkpoint (a second signal kills them at once), no more\n"
+          "start, state.tsv says STOPPED / PENDING, and the command to continue is printed.\n"
           "exit status: 0 all runs succeeded (or were simulated, OOM included), 1 some\n"
-          "failed, 2 bad usage or setup\n");
+          "failed, 2 bad usage or setup, 128 + the signal when stopped by one (130 Ctrl-C)\n");
 }
 
 static void usage_summary(FILE *out) {
@@ -283,7 +293,9 @@ static int take_skip(const char *v, void *ctx) {
 }
 
 static int cmd_run(int argc, char **argv) {
-  loom_sweep_run_opts o = {.launcher = "local", .parallel = 1, .log_root = "logs", .color = -1};
+  loom_sweep_run_opts o = {.launcher = "local", .parallel = 1, .log_root = "logs", .color = -1,
+                           .resume = -1};
+  bool resume = false, fresh = false;
   loom_slurm_opts cli = {0};
   slurm_args sa = {0};
   const char *src = NULL, *parallel = NULL, *color = NULL;
@@ -296,6 +308,7 @@ static int cmd_run(int argc, char **argv) {
       LOOM_OPT_VALUE("--sbatch", &o.sbatch),       LOOM_OPT_EACH("--skip", take_skip),
       LOOM_OPT_VALUE("--color", &color),           LOOM_OPT_FLAG("--dry-run", &o.dry_run),
       LOOM_OPT_FLAG("--stop-on-failure", &o.stop_on_failure), /* the last of the two wins */
+      LOOM_OPT_FLAG("--resume", &resume),          LOOM_OPT_FLAG("--new", &fresh),
       LOOM_OPT_OFF("--continue-on-failure", &o.stop_on_failure),
       LOOM_OPT_VALUE("--partition", &sa.partition), LOOM_OPT_VALUE("--account", &sa.account),
       LOOM_OPT_VALUE("--qos", &sa.qos),            LOOM_OPT_VALUE("--time", &sa.time),
@@ -313,6 +326,9 @@ static int cmd_run(int argc, char **argv) {
     return usage_run(stdout), 0;
   }
   if (!rc) rc = slurm_opts_take(&sa, &cli);
+  if (!rc && resume && fresh)
+    rc = (fprintf(stderr, "loom sweep run: --resume and --new exclude each other\n"), 2);
+  o.resume = resume ? 1 : fresh ? 0 : -1;
   if (!rc && parallel) rc = int_opt(&o.parallel, parallel, "--parallel");
   if (!rc && color) {
     o.color = !strcmp(color, "always") ? 1 : !strcmp(color, "never") ? 0 : !strcmp(color, "auto") ? -1 : -2;
@@ -327,8 +343,11 @@ static int cmd_run(int argc, char **argv) {
     char *exe = self_exe();
     o.loom_bin = exe;
     merge_slurm(&o.slurm, &plan.slurm, &cli);
-    char *log_dir = NULL;
+    char *log_dir = NULL, *again = loom_cli_command_line("sweep run", argc - 1, argv + 1);
+    char *hint = resume ? loom_strdup(again) : loom_sprintf("%s --resume", again);
+    o.resume_hint = hint;
     rc = loom_sweep_run(&plan, &o, &log_dir);
+    free(again), free(hint);
     if (rc < 0) {
       fprintf(stderr, "loom sweep run: %s\n", loom_errmsg());
       rc = 2;

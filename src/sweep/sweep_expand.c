@@ -128,6 +128,7 @@ static void free_point(loom_sweep_point *p) {
   free(p->assign);
   free(p->name);
   free(p->config_path);
+  free(p->resume_dir);
   memset(p, 0, sizeof *p);
 }
 

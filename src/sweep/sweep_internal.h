@@ -52,6 +52,11 @@ void loom_point_results_free(loom_point_result *res, int n);
  * 64 KiB. */
 void loom_sweep_log_error(const char *log_path, char *out, size_t n);
 
+/* The run directory of a point's run (malloc'd), NULL when it has none yet: the registry's run
+ * of the sweep execution with the point's name, else the last "run directory:" line of its log. */
+char *loom_sweep_point_run_dir(const loom_sweep_info *info, const loom_sweep_point *p,
+                               const loom_point_result *r);
+
 /* summary.txt and summary.csv from each run's summary.json / metrics.jsonl. */
 int loom_sweep_write_summary(const loom_sweep_info *info, const loom_sweep_plan *plan,
                              const loom_point_result *res);

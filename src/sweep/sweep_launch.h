@@ -14,6 +14,9 @@ typedef struct {
   const char *sweep_id;     /* basename of log_dir */
   const char *cwd;          /* directory the sweep was started from */
   const char *hardware;     /* sim: the hardware profile (name or file) */
+  const char *stop_file;    /* local: LOOM_STOP_FILE of the points (the runner writes the
+                               signal's number there to stop them cleanly) */
+  bool append;              /* a continued sweep: points' logs are appended to */
 } loom_launch_ctx;
 
 typedef struct {

@@ -1,8 +1,11 @@
 /* Local launcher: each point is a child process, `loom train CONFIG` for one rank or
- * `mpirun -np RANKS [args] loom train CONFIG` for several, with stdout and stderr in the
- * point's log and LOOM_SWEEP / LOOM_SWEEP_ID in its environment (so the run registers under
- * the sweep). Multi-rank points get what `loom train --nproc` gives mpirun (loom/mpi_env.h:
- * Open MPI's root consent, oversubscription past the core count). */
+ * `mpirun -np RANKS [args] loom train CONFIG` for several (`loom train --resume RUN_DIR` for a
+ * stopped point of a continued sweep), with stdout and stderr in the point's log and
+ * LOOM_SWEEP / LOOM_SWEEP_ID in its environment (so the run registers under the sweep).
+ * Multi-rank points get what `loom train --nproc` gives mpirun (loom/mpi_env.h: Open MPI's
+ * root consent, oversubscription past the core count). Each point runs in a process group of
+ * its own, out of reach of a terminal's Ctrl-C, and reads LOOM_STOP_FILE: the runner stops it
+ * cleanly through that file (mpirun would turn a SIGINT into a kill of every rank). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -46,7 +49,12 @@ static void build_argv(const loom_launch_ctx *c, const loom_sweep_point *p, argv
   }
   arg(a, o->loom_bin);
   arg(a, "train");
-  arg(a, p->config_path);
+  if (p->resume_dir) { /* its config.yaml is the point's config */
+    arg(a, "--resume");
+    arg(a, p->resume_dir);
+  } else {
+    arg(a, p->config_path);
+  }
 }
 
 static char *command_text(const argv_list *a) {
@@ -66,16 +74,19 @@ static char *command_text(const argv_list *a) {
 /* In the child: environment, log as stdout/stderr, exec. Never returns. */
 static void child(const loom_launch_ctx *c, const loom_sweep_point *p, const char *log_path,
                   const argv_list *a, const char *cmd) {
-  int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  setpgid(0, 0); /* Ctrl-C reaches the runner only, which stops the point through the file */
+  int fd = open(log_path, O_WRONLY | O_CREAT | (c->append ? O_APPEND : O_TRUNC), 0644);
   if (fd < 0) _exit(126);
-  dprintf(fd, "# loom sweep %s (%s), point %s, %d rank%s\n# command: %s\n# cwd: %s\n",
-          c->sweep_name, c->sweep_id, p->name, p->ranks, p->ranks == 1 ? "" : "s", cmd, c->cwd);
+  dprintf(fd, "# loom sweep %s (%s), point %s, %d rank%s%s\n# command: %s\n# cwd: %s\n",
+          c->sweep_name, c->sweep_id, p->name, p->ranks, p->ranks == 1 ? "" : "s",
+          c->append ? ", continued" : "", cmd, c->cwd);
   int null = open("/dev/null", O_RDONLY);
   if (null >= 0) dup2(null, STDIN_FILENO);
   dup2(fd, STDOUT_FILENO);
   dup2(fd, STDERR_FILENO);
   setenv("LOOM_SWEEP", c->sweep_name, 1);
   setenv("LOOM_SWEEP_ID", c->sweep_id, 1);
+  if (c->stop_file) setenv("LOOM_STOP_FILE", c->stop_file, 1);
   if (p->ranks > 1) loom_mpi_env_set(p->ranks, false);
   execvp(a->v[0], a->v);
   dprintf(STDERR_FILENO, "loom sweep: cannot run '%s': %s\n", a->v[0], strerror(errno));
@@ -96,7 +107,10 @@ static int start_local(const loom_launch_ctx *c, const loom_sweep_point *p, cons
     pid_t pid = fork();
     if (pid < 0) rc = loom_err("cannot start '%s': %s", p->name, strerror(errno));
     else if (pid == 0) child(c, p, log_path, &a, cmd);
-    else r->pid = pid;
+    else {
+      setpgid(pid, pid); /* (both sides: whichever runs first) */
+      r->pid = pid;
+    }
   }
   free(cmd);
   free_args(&a);

@@ -10,7 +10,7 @@
 #include "loom/core.h"
 
 static const char *const labels[] = {"PENDING", "SUCCESS", "FAILED", "SKIPPED", "SUBMITTED",
-                                     "DRY-RUN", "OOM"};
+                                     "DRY-RUN", "OOM", "STOPPED"};
 
 const char *loom_point_status_label(loom_point_status s) {
   return (unsigned)s < sizeof labels / sizeof labels[0] ? labels[s] : "?";

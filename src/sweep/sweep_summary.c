@@ -75,6 +75,15 @@ static void find_run(const loom_sweep_info *info, const loom_sweep_point *p,
   if (!m->run_dir) m->run_dir = run_dir_from_log(r->log_path);
 }
 
+char *loom_sweep_point_run_dir(const loom_sweep_info *info, const loom_sweep_point *p,
+                               const loom_point_result *r) {
+  point_metrics m;
+  memset(&m, 0, sizeof m);
+  find_run(info, p, r, &m);
+  free(m.run_status);
+  return m.run_dir;
+}
+
 /* Numbers from metrics.jsonl: the fallback when there is no summary.json. */
 static void from_metrics(const char *run_dir, point_metrics *m, bool have_summary) {
   char *path = loom_sprintf("%s/metrics.jsonl", run_dir);

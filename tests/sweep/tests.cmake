@@ -13,6 +13,10 @@
 #                         registry columns, run.tags / run.notes
 #   sweep_mfu_valid_test  the sweep summary's MFU is each run's own; validation-loss columns
 #                         (equal to summary.json and the registry) when the runs had validation
+#   sweep_signal_test     a sweep stopped with SIGINT/SIGTERM (a 2-rank point among the running
+#                         ones): the points stop with a checkpoint, state.tsv STOPPED/PENDING,
+#                         exit 128+sig; --resume (or a rerun) continues them bitwise; a second
+#                         signal kills at once
 #   sweep_slurm_test      the Slurm launcher against a real slurmctld + slurmd (slurm-wlm, munge)
 #                         started by the test; SKIP (exit 77) where they cannot run
 foreach(t sweep_test sweep_multirank_test sweep_sim_test sweep_vl_real_test sweep_env_test
@@ -26,4 +30,7 @@ add_test(NAME sweep_slurm_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sweep/swee
 # its points run under srun and mpirun: Open MPI's start-up allocations are reported as leaks by
 # LeakSanitizer in the sanitizer build
 set_tests_properties(sweep_slurm_test PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
+add_test(NAME sweep_signal_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sweep/sweep_signal_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(sweep_signal_test PROPERTIES TIMEOUT 180
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
