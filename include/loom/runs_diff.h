@@ -36,7 +36,8 @@ bool loom_runs_diff_ok(const loom_runs_diff *d, bool common_only);
 void loom_runs_diff_print(FILE *out, const loom_runs_diff *d, const char *metric,
                           const char *name_a, const char *name_b, const loom_runs_diff_tol *tol,
                           bool common_only, int worst);
-/* Overlay plot (SVG, or PNG when path ends in .png): A's and B's curves and B - A. */
+/* Plot (SVG, or PNG when path ends in .png) in two panels on one step axis: A's and B's
+ * curves, and below them |B - A| per step on a log scale (a note when it is 0 everywhere). */
 int loom_runs_diff_plot(const char *path, const loom_runs_diff *d, const char *metric,
                         const char *name_a, const char *name_b);
 void loom_runs_diff_free(loom_runs_diff *d);

@@ -10,10 +10,17 @@
 #include "loom/plot.h"
 
 int loom_plot_png(const char *path, const loom_plot_curve *curves, int n, const loom_plot_opts *o) {
-  int w = o && o->width > 0 ? o->width : 900, h = o && o->height > 0 ? o->height : 540;
+  loom_plot_panel one = {curves, n, o->y_label, o->log_y, NULL, 1};
+  return loom_plot_png_panels(path, &one, 1, o);
+}
+
+int loom_plot_png_panels(const char *path, const loom_plot_panel *p, int np,
+                         const loom_plot_opts *o) {
+  int w = o->width > 0 ? o->width : 900;
+  int h = o->height > 0 ? o->height : np == 1 ? 540 : 540 + 220 * (np - 1);
   char *svg = loom_sprintf("%s.tmp.%ld.svg", path, (long)getpid());
   char *tmp = loom_tmp_path(path);
-  int rc = loom_plot_svg(svg, curves, n, o);
+  int rc = loom_plot_svg_panels(svg, p, np, o);
   GError *err = NULL;
   RsvgHandle *handle = rc ? NULL : rsvg_handle_new_from_file(svg, &err);
   if (!rc && !handle) rc = loom_err("rendering the plot: %s", err ? err->message : "librsvg failed");

@@ -155,18 +155,24 @@ void loom_runs_diff_print(FILE *out, const loom_runs_diff *d, const char *metric
 
 int loom_runs_diff_plot(const char *path, const loom_runs_diff *d, const char *metric,
                         const char *name_a, const char *name_b) {
+  /* the difference in a panel of its own on a log scale: on the curves' axis two runs that
+   * agree to 1e-7 draw a flat line at 0; log |B - A| shows where and how they drift apart */
   double *delta = loom_malloc(sizeof(double) * (size_t)(d->n + 1));
-  for (int k = 0; k < d->n; k++) delta[k] = d->b[k] - d->a[k];
+  for (int k = 0; k < d->n; k++) delta[k] = fabs(d->b[k] - d->a[k]);
   char *la = loom_sprintf("A: %s", name_a), *lb = loom_sprintf("B: %s", name_b);
-  loom_plot_curve curves[3] = {{la, d->step, d->a, d->n},
-                               {lb, d->step, d->b, d->n},
-                               {"B - A", d->step, delta, d->n}};
-  char *title = loom_sprintf("%s per step: A, B and B - A", metric);
-  loom_plot_opts o = {.title = title, .x_label = "step", .y_label = metric};
+  char *dy = loom_sprintf("|B - A| of %s", metric);
+  loom_plot_curve curves[2] = {{la, d->step, d->a, d->n}, {lb, d->step, d->b, d->n}};
+  loom_plot_curve diff = {"|B - A|", d->step, delta, d->n};
+  loom_plot_panel panels[2] = {
+      {curves, 2, metric, false, NULL, 1.6},
+      {&diff, 1, dy, true, "|B - A| = 0 at every step: A and B are equal", 1}};
+  char *title = loom_sprintf("%s per step: A and B; below, |B - A| (log scale)", metric);
+  loom_plot_opts o = {.title = title, .x_label = "step"};
   size_t len = strlen(path);
   bool png = len > 4 && !strcasecmp(path + len - 4, ".png");
-  int rc = png ? loom_plot_png(path, curves, 3, &o) : loom_plot_svg(path, curves, 3, &o);
-  free(delta), free(la), free(lb), free(title);
+  int rc = png ? loom_plot_png_panels(path, panels, 2, &o)
+               : loom_plot_svg_panels(path, panels, 2, &o);
+  free(delta), free(la), free(lb), free(dy), free(title);
   return rc;
 }
 

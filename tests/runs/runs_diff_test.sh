@@ -77,7 +77,30 @@ check "lr2: result DIFFERENT" grep -q "^result: DIFFERENT: .* steps beyond toler
 check "lr2: worst-steps table marks steps beyond" grep -q "  beyond$" "$WORK/d.txt"
 echo "  one vs lr2: $(printed)"
 check "plot written" test -s "$WORK/lr.svg"
-check "plot: SVG with A, B and B - A" grep -q "B - A" "$WORK/lr.svg"
+check "plot: SVG with A, B and |B - A|" grep -q "|B - A|" "$WORK/lr.svg"
+check "plot: two panels (two frames), |B - A| on a log scale below" \
+  test "$(grep -c 'class="frame"' "$WORK/lr.svg")" = 2 -a "$(grep -c 'rotate(-90).*(log scale)' "$WORK/lr.svg")" = 1
+# the |B - A| curve is the per-step |b - a| of the two runs' losses (points on a log axis: the
+# ratio of two differences is the pixel distance; checked through the python reader below)
+python3 - "$WORK/lr.svg" "$(dir one)/metrics.jsonl" "$(dir lr2)/metrics.jsonl" <<'PY' || fail "plot: |B - A| panel points"
+import json, math, re, sys
+svg = open(sys.argv[1]).read()
+lines = re.findall(r'<polyline class="curve" stroke="[^"]*" points="([^"]*)"', svg)
+assert len(lines) == 3, "3 curves: A, B, |B - A| (got %d)" % len(lines)
+a = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l}
+b = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[3]) if '"loss"' in l}
+d = [abs(b[s] - a[s]) for s in sorted(a) if s in b and b[s] != a[s]]
+ys = [float(p.split(",")[1]) for p in lines[2].split()]
+assert len(ys) == len(d), "one point per step with a difference (%d vs %d)" % (len(ys), len(d))
+# pixel y is linear in log10 |B - A|: the first two distinct points fix the scale
+i, j = 0, next(k for k in range(len(d)) if abs(math.log10(d[k] / d[0])) > 0.1)
+scale = (ys[j] - ys[i]) / (math.log10(d[j]) - math.log10(d[i]))
+for k in range(len(d)):
+    want = ys[i] + scale * (math.log10(d[k]) - math.log10(d[i]))
+    assert abs(ys[k] - want) < 0.05, "point %d at %.2f, log scale says %.2f" % (k, ys[k], want)
+PY
+diff_rc 0 tp2 tp2 "${R[@]}" --out "$WORK/same.svg"
+check "plot of equal runs: the |B - A| panel says so" grep -q "|B - A| = 0 at every step" "$WORK/same.svg"
 check "plot: curves named after the runs" grep -q "A: $(basename "$(dir one)")" "$WORK/lr.svg"
 diff_rc 1 one lr2 "${R[@]}" --out "$WORK/lr.png"
 check "PNG plot written" test "$(head -c 4 "$WORK/lr.png" | tail -c 3)" = PNG
