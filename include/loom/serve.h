@@ -9,6 +9,8 @@
  *   GET /api/sweeps              sweep directories found under the runs dir (and --sweeps-dir)
  *   GET /api/sweep?dir=NAME      one sweep's summary.csv as a table, summary.txt, its runs
  *   GET /api/trace?run=ID | ?sweep=NAME   a Chrome trace file of that run / sweep (download)
+ *   GET /api/boot.js?<as /api/runs>  the same table as a script, window.loomBoot = {status,
+ *       reply}: loaded ahead of the page's own scripts, it is drawn before the load event
  *
  * The API is a pure function of (path, query) so tests call it without a socket. */
 #ifndef LOOM_SERVE_H

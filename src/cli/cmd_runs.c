@@ -115,7 +115,7 @@ static void usage_serve(FILE *out) {
           "  --port N                the port (default 8765; 0: any free port, printed)\n"
           "  --host ADDR             the address to bind (default 127.0.0.1)\n"
           "  --sweeps-dir DIR        another directory holding sweep_<time>/ directories\n"
-          "                          (e.g. logs)\n%s%s",
+          "                          (default: ./logs, where 'loom sweep run' writes)\n%s%s",
           registry_help, list_help);
 }
 static void usage_delete(FILE *out) {
@@ -517,6 +517,7 @@ static int do_serve(runs_args *a, loom_registry *r, loom_runs_table *t) {
     if (slash) *slash = 0;
     else strcpy(runs_dir, ".");
   }
+  if (!a->sweeps_dir && loom_is_dir("logs")) a->sweeps_dir = "logs"; /* where sweep run writes */
   if (a->sweeps_dir && !loom_is_dir(a->sweeps_dir)) {
     free(db), free(runs_dir);
     return loom_err("--sweeps-dir '%s' is not a directory", a->sweeps_dir);

@@ -1,7 +1,8 @@
 /* The dashboard's JSON API over the run registry: the run table (the CLI's loom_runs_select:
- * same filter language, sort, show/hide, default columns), one run's fields and traces, and
- * the config diff of two runs; dispatch of every /api/ path. Each request reloads the
- * registry (and marks silent runs crashed) so the page sees live state. */
+ * same filter language, sort, show/hide, default columns; also as the page's boot script), one
+ * run's fields and traces, and the config diff of two runs; dispatch of every /api/ path.
+ * Each request reloads the registry (and marks silent runs crashed) so the page sees live
+ * state. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,24 @@ static void api_diff(const loom_serve_opts *o, loom_serve_arg_fn arg, void *ctx,
   serve_reply_json(out, 200, j);
 }
 
+/* GET /api/boot.js?<the /api/runs query>: the run table as a script the page loads ahead of its
+ * own (window.loomBoot = {"status": S, "reply": <the /api/runs reply>}): scripts hold back the
+ * load event, so the table is drawn before it and a screenshot taken at load (chromium
+ * --headless --screenshot) shows it. */
+static void api_boot(const loom_serve_opts *o, loom_serve_arg_fn arg, void *ctx,
+                     loom_serve_reply *out) {
+  loom_serve_reply runs;
+  memset(&runs, 0, sizeof runs);
+  api_runs(o, arg, ctx, &runs);
+  char *js = loom_sprintf("window.loomBoot = {\"status\": %d, \"reply\": %.*s};\n", runs.status,
+                          (int)runs.len, runs.body ? runs.body : "null");
+  loom_serve_reply_free(&runs);
+  out->status = 200;
+  out->content_type = "application/javascript; charset=utf-8";
+  out->body = js;
+  out->len = strlen(js);
+}
+
 void loom_serve_api(const loom_serve_opts *o, const char *path, loom_serve_arg_fn arg,
                     void *arg_ctx, loom_serve_reply *out) {
   static const struct {
@@ -217,7 +236,7 @@ void loom_serve_api(const loom_serve_opts *o, const char *path, loom_serve_arg_f
   } routes[] = {{"/api/runs", api_runs},         {"/api/run", api_run},
                 {"/api/diff", api_diff},         {"/api/metrics", serve_api_metrics},
                 {"/api/sweeps", serve_api_sweeps}, {"/api/sweep", serve_api_sweep},
-                {"/api/trace", serve_api_trace}};
+                {"/api/trace", serve_api_trace}, {"/api/boot.js", api_boot}};
   memset(out, 0, sizeof *out);
   for (size_t k = 0; k < sizeof routes / sizeof routes[0]; k++)
     if (!strcmp(path, routes[k].path)) {

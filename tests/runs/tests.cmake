@@ -18,3 +18,12 @@ set_tests_properties(runs_diff_test PROPERTIES TIMEOUT 120
 add_test(NAME runs_cli_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runs/runs_cli_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(runs_cli_test PROPERTIES TIMEOUT 120
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
+#   runs_dashboard_metrics  the dashboard in headless Chromium at 1400 px: the table in a
+#                   screenshot / DOM dump taken at load with Chromium's defaults, every run in
+#                   view plotted without ticking, the metric picker (lr, grad_norm, aux_loss, ...)
+#                   draws the metrics.jsonl points, metric columns in sight, a loading state,
+#                   sweeps under ./logs found by default; screenshot in the build directory
+add_test(NAME runs_dashboard_metrics COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runs/dashboard_metrics_test.sh
+         $<TARGET_FILE:loom> ${CMAKE_BINARY_DIR}/runs_dashboard_metrics_screenshot.png)
+set_tests_properties(runs_dashboard_metrics PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive")

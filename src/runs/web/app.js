@@ -1,14 +1,22 @@
 /* app.js: the dashboard's behaviour. The run table comes from /api/runs with the query the
  * form holds (filter, sweep, sort, show, hide, all columns, limit: the `loom runs` options,
- * evaluated by the server's C code); ticked runs get their metrics.jsonl from /api/metrics and
- * are overlaid per metric (loss, val_loss, grad_norm) on LoomPlot charts. While "live" is on,
- * the table and the curves of running runs are re-read every POLL_MS. The view (query,
- * selection, x, log y) is kept in the URL's #fragment. window.loomDashboard exposes state for
- * tests (rows shown, points plotted). */
+ * evaluated by the server's C code; the first one ahead of this script, /api/boot.js). The
+ * plotted runs are the ticked ones, or while none is ticked the runs in the table (the first
+ * AUTO_MAX); their metrics.jsonl comes from /api/metrics, and every numeric field in it can be
+ * charted: the metric picker lists the fields the plotted runs have (loss, val_loss,
+ * grad_norm charted by default; lr, tokens_per_s, step_time, aux losses, user metrics on a
+ * tick), one LoomPlot chart each. While "live" is on, the table and the curves of running
+ * runs are re-read every POLL_MS. The view (query, selection, metrics, x, log y) is kept in the
+ * URL's #fragment. window.loomDashboard exposes state for tests (rows shown, points plotted,
+ * metrics offered, loading). */
 'use strict';
 
 const POLL_MS = 2000;
-const METRICS = [['loss', 'loss'], ['val_loss', 'validation loss'], ['grad_norm', 'gradient norm']];
+const AUTO_MAX = 20;       /* runs plotted while none is ticked: the table's first ones */
+const DEFAULT_METRICS = ['loss', 'val_loss', 'grad_norm'];
+const X_KEYS = ['step', 'tokens'];
+const TITLES = { loss: 'loss', val_loss: 'validation loss', grad_norm: 'gradient norm', lr: 'learning rate',
+                 tokens_per_s: 'tokens/s', step_time: 'step time (s)', val_perplexity: 'validation perplexity' };
 const PALETTE = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#ca8a04',
                  '#db2777', '#4b5563', '#65a30d', '#7c3aed', '#0d9488'];
 
@@ -27,7 +35,9 @@ const el = (tag, props, ...kids) => {
 
 const state = {
   query: { filter: '', sweep: '', sort: '', desc: false, show: '', hide: '', all: false, limit: '' },
-  selected: [],            /* run ids, in the order ticked */
+  selected: [],            /* run ids, in the order ticked (none: the table's runs are plotted) */
+  shown: DEFAULT_METRICS.slice(), /* metrics charted, in order */
+  loading: 0,              /* requests in flight that the page waits for */
   colors: {},              /* run id -> colour */
   metrics: {},             /* run id -> /api/metrics reply */
   names: {},               /* run id -> name (for labels) */
@@ -53,6 +63,14 @@ function fmt(v) {
 }
 function trimZeros(s) { return s.indexOf('.') >= 0 ? s.replace(/0+$/, '').replace(/\.$/, '') : s; }
 
+/* A request the user waits for: "loading" shows while any is in flight. */
+async function waited(promise) {
+  state.loading++;
+  showLoading();
+  try { return await promise; } finally { state.loading--; showLoading(); }
+}
+function showLoading() { $('curves-loading').hidden = state.loading === 0; }
+
 async function api(path, params) {
   const qs = new URLSearchParams();
   for (const [k, v] of Object.entries(params || {})) if (v !== '' && v !== false && v !== null) qs.set(k, v === true ? '1' : v);
@@ -70,6 +88,7 @@ function saveHash() {
   const q = state.query, p = new URLSearchParams();
   for (const k of Object.keys(q)) if (q[k]) p.set(k, q[k] === true ? '1' : q[k]);
   if (state.selected.length) p.set('runs', state.selected.join(','));
+  if (state.shown.join() !== DEFAULT_METRICS.join()) p.set('metrics', state.shown.join(','));
   if (state.xKey !== 'step') p.set('x', state.xKey);
   if (state.logY) p.set('logy', '1');
   if (state.smoothing) p.set('smooth', String(state.smoothing));
@@ -79,6 +98,7 @@ function loadHash() {
   const p = new URLSearchParams(location.hash.slice(1)), q = state.query;
   for (const k of Object.keys(q)) if (p.has(k)) q[k] = typeof q[k] === 'boolean' ? p.get(k) === '1' : p.get(k);
   if (p.get('runs')) for (const id of p.get('runs').split(',')) select(id, true);
+  if (p.has('metrics')) state.shown = p.get('metrics').split(',').filter(Boolean);
   if (p.get('x')) state.xKey = p.get('x');
   state.logY = p.get('logy') === '1';
   state.smoothing = Math.min(0.99, Math.max(0, Number(p.get('smooth')) || 0));
@@ -97,11 +117,16 @@ function showError(msg) {
 
 async function loadRuns() {
   const q = state.query;
-  const r = await api('/api/runs', { filter: q.filter, sweep: q.sweep, sort: q.sort, desc: q.desc,
-                                     show: q.show, hide: q.hide, all: q.all, limit: q.limit });
+  return tableReply(await api('/api/runs', { filter: q.filter, sweep: q.sweep, sort: q.sort, desc: q.desc,
+                                             show: q.show, hide: q.hide, all: q.all, limit: q.limit }));
+}
+
+/* An /api/runs reply (or the boot script's): the table, or the error above the last good one. */
+function tableReply(r) {
   if (!r.ok) {
     showError(r.data.error || ('HTTP ' + r.status));
-    $('count').textContent = 'the table above is from the last query that worked';
+    if (!state.table) $('runs').tBodies[0].replaceChildren(); /* no "loading" left behind */
+    $('count').textContent = state.table ? 'the table above is from the last query that worked' : '';
     return false;
   }
   showError(null);
@@ -129,9 +154,35 @@ function fillSweepOptions(names) {
   sel.value = keep;
 }
 
+/* Columns in display order (indices into t.columns): as asked with show / all columns; the
+   default set puts the results next to the run's identity, so that the metrics are in sight
+   on a laptop screen: run_id, name, status, steps, the metrics and custom metrics, the config
+   keys that differ, then the other run fields (start time, ranks, ...). */
+function displayOrder(t) {
+  const idx = t.columns.map((c, i) => i);
+  if (state.query.show || state.query.all) return idx;
+  const rank = c => ['run_id', 'name', 'status', 'steps'].includes(c.name) ? ['run_id', 'name', 'status', 'steps'].indexOf(c.name)
+    : c.kind === 'metric' || c.kind === 'custom' ? 10 : c.kind === 'config' ? 20 : 30;
+  return idx.sort((a, b) => rank(t.columns[a]) - rank(t.columns[b]) || a - b);
+}
+
+/* The runs plotted: the ticked ones, else the first AUTO_MAX of the table. */
+function plottedIds() {
+  if (state.selected.length) return state.selected;
+  return state.table ? state.table.run_ids.filter(Boolean).slice(0, AUTO_MAX) : [];
+}
+function colorOf(id) {
+  if (!state.colors[id]) {
+    const used = new Set(Object.values(state.colors));
+    state.colors[id] = PALETTE.find(c => !used.has(c)) || PALETTE[Object.keys(state.colors).length % PALETTE.length];
+  }
+  return state.colors[id];
+}
+
 function renderTable(t) {
-  const head = el('tr', null, el('th', { title: 'plot these runs' }, 'plot'));
-  t.columns.forEach(c => {
+  const head = el('tr', null, el('th', { title: 'tick runs to plot only those (none ticked: the runs in the table)' }, 'plot'));
+  const order = displayOrder(t), plotted = new Set(plottedIds());
+  order.map(j => t.columns[j]).forEach(c => {
     const arrow = state.query.sort === c.name ? (state.query.desc ? ' \u25be' : ' \u25b4') : '';
     head.append(el('th', { title: c.kind + ' column; click to sort', onclick: () => sortBy(c.name) },
                    c.name + arrow, el('span', { class: 'kind', text: c.kind === 'run' ? '' : c.kind[0] })));
@@ -144,13 +195,13 @@ function renderTable(t) {
     const on = state.selected.includes(id);
     const box = el('input', { type: 'checkbox', 'data-run': id, onchange: e => { select(id, e.target.checked); refreshCurves(); } });
     box.checked = on;
-    const sw = on ? el('span', { class: 'swatch', style: 'background:' + state.colors[id] }) : null;
+    const sw = plotted.has(id) ? el('span', { class: 'swatch', style: 'background:' + colorOf(id) }) : null;
     const tr = el('tr', { class: on ? 'selected' : '', 'data-run': id }, el('td', null, box, sw));
-    row.forEach((v, j) => {
-      const c = t.columns[j].name;
+    order.forEach(j => {
+      const v = row[j], c = t.columns[j].name;
       if (c === 'run_id') tr.append(el('td', null, el('a', { class: 'runid', text: v, onclick: () => showRun(id) })));
       else if (c === 'status' && v) tr.append(el('td', null, el('span', { class: 'status ' + v, text: v })));
-      else tr.append(el('td', { class: v === null ? 'null' : typeof v === 'number' ? 'num' : '', text: fmt(v), title: v === null ? '' : String(v) }));
+      else tr.append(el('td', { class: v === null ? 'null' : typeof v === 'number' ? 'num' : 'text', text: fmt(v), title: v === null ? '' : String(v) }));
     });
     return tr;
   });
@@ -172,8 +223,7 @@ function select(id, on) {
   const i = state.selected.indexOf(id);
   if (on && i < 0) {
     state.selected.push(id);
-    const used = new Set(state.selected.map(s => state.colors[s]));
-    state.colors[id] = state.colors[id] || PALETTE.find(c => !used.has(c)) || PALETTE[state.selected.length % PALETTE.length];
+    colorOf(id);
   } else if (!on && i >= 0) state.selected.splice(i, 1);
   saveHash();
 }
@@ -183,7 +233,7 @@ function select(id, on) {
    reply's next_offset); a reply read from offset 0 (first time, or the file was rewritten)
    replaces what the page had. */
 async function loadMetrics(ids) {
-  await Promise.all(ids.map(async id => {
+  await waited(Promise.all(ids.map(async id => {
     const old = state.metrics[id], from = old && old.fields && !old.error ? old.next_offset || 0 : 0;
     const r = await api('/api/metrics', { run: id, offset: from ? String(from) : '' });
     if (!r.ok) { state.metrics[id] = { error: r.data.error, fields: {} }; return; }
@@ -194,38 +244,74 @@ async function loadMetrics(ids) {
     old.lines += d.lines;
     state.appends++;
     for (const k of ['status', 'next_offset', 'partial_last_line', 'missing']) old[k] = d[k];
-  }));
+  })));
 }
 
 async function refreshCurves() {
   if (state.table) renderTable(state.table);
-  const missing = state.selected.filter(id => !state.metrics[id]);
+  const missing = plottedIds().filter(id => !state.metrics[id]);
   if (missing.length) await loadMetrics(missing);
   renderCharts();
 }
 
+/* Every numeric field of the plotted runs' metrics.jsonl but the x axes: the metric picker's
+   entries, the charted ones first (in their order), then the rest by name. */
+function metricsOffered() {
+  const keys = new Set();
+  for (const id of plottedIds()) {
+    const m = state.metrics[id];
+    if (m && m.fields) for (const k of Object.keys(m.fields)) if (!X_KEYS.includes(k)) keys.add(k);
+  }
+  const rest = [...keys].filter(k => !state.shown.includes(k)).sort();
+  return [...state.shown.filter(k => keys.has(k) || k === 'loss'), ...rest];
+}
+
+function renderPicker() {
+  const offered = metricsOffered(), box = $('metric-picker');
+  const now = [...box.querySelectorAll('input')].map(i => i.dataset.metric + (i.checked ? '+' : '-')).join();
+  if (now === offered.map(k => k + (state.shown.includes(k) ? '+' : '-')).join()) return;
+  box.replaceChildren(el('span', { class: 'muted', text: 'metrics:' }), ...offered.map(k => {
+    const cb = el('input', { type: 'checkbox', 'data-metric': k, onchange: e => {
+      if (e.target.checked && !state.shown.includes(k)) state.shown.push(k);
+      if (!e.target.checked) state.shown = state.shown.filter(x => x !== k);
+      saveHash();
+      renderCharts();
+    } });
+    cb.checked = state.shown.includes(k);
+    return el('label', { title: TITLES[k] || k }, cb, k);
+  }));
+}
+
 function renderCharts() {
-  const sel = state.selected;
-  $('selection').textContent = sel.length ? sel.length + ' run' + (sel.length === 1 ? '' : 's') + ' plotted' : 'tick runs in the table to plot them';
+  const sel = plottedIds(), auto = !state.selected.length;
+  const total = state.table ? state.table.run_ids.length : 0;
+  $('selection').textContent = !sel.length ? 'no runs in the table' : auto
+    ? 'the ' + (total > sel.length ? 'first ' + sel.length + ' of the ' + total : sel.length) + ' run' + (sel.length === 1 ? '' : 's') +
+      ' in the table ' + (sel.length === 1 ? 'is' : 'are') + ' plotted; tick runs to plot only those'
+    : sel.length + ' ticked run' + (sel.length === 1 ? '' : 's') + ' plotted (untick all: the runs in the table)';
   $('legend').replaceChildren(...sel.map(id => {
     const m = state.metrics[id] || {}, live = m.status === 'running' ? ' (running)' : '';
     const err = m.error ? ' \u2014 ' + m.error : m.missing ? ' \u2014 no ' + m.path + ' (yet)' : '';
-    return el('span', null, el('span', { class: 'swatch', style: 'background:' + state.colors[id] }),
+    return el('span', null, el('span', { class: 'swatch', style: 'background:' + colorOf(id) }),
               label(id) + live + err);
   }));
-  for (const [key, title] of METRICS) {
+  renderPicker();
+  for (const key of Object.keys(charts)) /* metrics unticked */
+    if (!state.shown.includes(key)) { charts[key].remove(); delete charts[key]; }
+  for (const key of state.shown) {
     const has = key === 'loss' || sel.some(id => state.metrics[id] && state.metrics[id].fields[key]);
     if (!has) { if (charts[key]) { charts[key].remove(); delete charts[key]; } continue; }
-    if (!charts[key]) charts[key] = new LoomPlot.Chart($('charts'), title);
-    const series = sel.filter(id => state.metrics[id]).map(id => {
+    if (!charts[key]) charts[key] = new LoomPlot.Chart($('charts'), TITLES[key] && TITLES[key] !== key ? TITLES[key] + ' (' + key + ')' : key);
+    /* the runs that logged this metric (every plotted run on the loss chart) */
+    const series = sel.filter(id => state.metrics[id] && (key === 'loss' || state.metrics[id].fields[key])).map(id => {
       const f = state.metrics[id].fields;
-      return { id, label: label(id), color: state.colors[id], x: f[state.xKey] || [], y: f[key] || [] };
+      return { id, label: label(id), color: colorOf(id), x: f[state.xKey] || [], y: f[key] || [] };
     });
     charts[key].set(series, { logY: state.logY, xLabel: state.xKey, xRange: state.zoom, smoothing: state.smoothing,
                               onZoom: r => { state.zoom = r; renderCharts(); } });
   }
-  /* keep the charts in the METRICS order */
-  for (const [key] of METRICS) if (charts[key]) $('charts').appendChild(charts[key].box);
+  /* keep the charts in the order they were ticked (loss first) */
+  for (const key of state.shown) if (charts[key]) $('charts').appendChild(charts[key].box);
 }
 
 function label(id) { return state.names[id] && state.names[id] !== id ? state.names[id] + ' (' + id + ')' : id; }
@@ -288,7 +374,7 @@ async function loadSweeps() {
   const r = await api('/api/sweeps');
   if (!r.ok) return;
   const list = r.data.sweeps;
-  $('sweeps-note').textContent = list.length ? '' : 'no sweep directories under the runs dir (loom runs serve --sweeps-dir logs)';
+  $('sweeps-note').textContent = list.length ? '' : 'no sweep directories under the runs dir or ./logs (loom runs serve --sweeps-dir DIR for another)';
   if (!list.length) { $('sweeps').replaceChildren(); return; }
   const rows = list.map(s => el('tr', null,
     el('td', null, el('a', { class: 'runid', text: s.id, onclick: () => showSweep(s.id) })),
@@ -331,7 +417,7 @@ async function poll() {
   state.busy = true;
   try {
     await loadRuns();
-    const live = state.selected.filter(id => !state.metrics[id] || state.metrics[id].status === 'running' || state.metrics[id].missing);
+    const live = plottedIds().filter(id => !state.metrics[id] || state.metrics[id].status === 'running' || state.metrics[id].missing);
     if (live.length) { await loadMetrics(live); renderCharts(); }
     if (state.polls % 5 === 0) await loadSweeps();
     state.polls++;
@@ -363,8 +449,11 @@ async function start() {
   $('reset-zoom').addEventListener('click', () => { state.zoom = null; renderCharts(); });
   $('diff-go').addEventListener('click', showDiff);
   window.addEventListener('resize', renderCharts);
-  await loadSweeps();
-  await loadRuns();
+  /* the table of this view came with the page (/api/boot.js): drawn now, before the load event */
+  const boot = window.loomBoot;
+  const booted = boot && boot.reply && tableReply({ ok: boot.status === 200, status: boot.status, data: boot.reply });
+  await waited(loadSweeps());
+  if (!booted) await waited(loadRuns());
   await refreshCurves();
   window.loomDashboard.ready = true;
   schedule();
@@ -374,7 +463,10 @@ async function start() {
 window.loomDashboard = {
   ready: false,
   state,
-  rowCount: () => $('runs').tBodies[0].rows.length,
+  rowCount: () => $('runs').tBodies[0].querySelectorAll('tr[data-run]').length,
+  offered: () => [...$('metric-picker').querySelectorAll('input')].map(i => i.dataset.metric),
+  loading: () => state.loading > 0,
+  plottedRuns: () => plottedIds().slice(),
   plotted: key => charts[key] ? charts[key].plotted.map(s => ({ id: s.id, x: s.x.slice(), y: s.y.slice() })) : null,
   chart: key => charts[key] || null,
   polls: () => state.polls,
