@@ -33,6 +33,12 @@ typedef struct {
  * on which signal) or -1 with loom_errmsg() set. */
 int loom_train_run(const loom_config *cfg, const loom_train_opts *opts);
 
+/* *out = cfg with the model keys a preset fills in (0, "", -1 in the config) set to the values
+ * spec (built from cfg->model) has, and origin = "from model.preset X" (or "the llama
+ * default" without a preset): for loom_config_to_yaml_resolved (src/train/config_resolved.c). */
+void loom_train_config_resolved(const loom_config *cfg, const loom_model_spec *spec,
+                                loom_config *out, char *origin, size_t n);
+
 /* Stop signals (src/train/run_stop.c): SIGINT, SIGTERM and SIGUSR1 make loom_train_run finish
  * the step it is in, agree with the other ranks, save a checkpoint and return stopped; a
  * second signal ends the process at once. SIGPIPE is ignored (a closed stdout or stderr stops

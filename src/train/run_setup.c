@@ -88,9 +88,17 @@ static int open_run_dir_lead(loom_run *run, const loom_train_opts *o) {
                  : 0;
   free(summary);
   if (gone) return LOOM_ERR;
+  /* the run's config as given (it loads back to the same config: resume and lineage compare
+   * with it), the values the preset fills in said in comments ("hidden: 0  # 768: from ...") */
+  loom_config *resolved = loom_malloc(sizeof *resolved);
+  char origin[128];
+  loom_train_config_resolved(run->cfg, &run->spec, resolved, origin, sizeof origin);
   char *cfg_path = loom_sprintf("%s/config.yaml", run->out.dir);
-  int rc = loom_config_save(run->cfg, cfg_path);
-  free(cfg_path);
+  char *yaml = loom_config_to_yaml_resolved(run->cfg, resolved, origin, false);
+  int rc = loom_write_file_atomic(cfg_path, yaml, strlen(yaml))
+               ? loom_err_prefix("saving the config: ")
+               : 0;
+  free(yaml), free(cfg_path), free(resolved);
   char *line = loom_sprintf("run %s", run->out.dir);
   loom_run_report_supervisor(line);
   free(line);

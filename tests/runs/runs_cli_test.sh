@@ -40,6 +40,14 @@ for lr in 1e-3 3e-3; do
     training.eval_every=3 training.eval_batches=1 --quiet > /dev/null || { echo "training failed"; exit 1; }
 done
 
+# ---- a run's config.yaml: the values the preset fills in, in comments ---------------------------
+cfg=$("$LOOM" runs "${R[@]}" --filter "name = 'lr1e-3'" --show run_dir --format csv | tail -1)/config.yaml
+check "config.yaml keeps hidden as given (32)" grep -qx "  hidden: 32" "$cfg"
+check "config.yaml: head_dim 0 with the resolved 8 in a comment" grep -qx "  head_dim: 0  # 8: from model.preset tiny-gpt2" "$cfg"
+check "config.yaml: arch from the preset in a comment" grep -qx '  arch: ""  # gpt2: from model.preset tiny-gpt2' "$cfg"
+run_loom config show "$cfg"
+check "config show of it: the same model, resolved" grep -qx "  head_dim: 8  # from model.preset tiny-gpt2" "$RUN_DIR/out"
+
 # ---- plot / diff: --out, --output and -o -------------------------------------------------------
 for opt in --out --output -o; do
   rm -f p.svg d.svg
