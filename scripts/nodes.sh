@@ -3,21 +3,29 @@
 #
 #   scripts/nodes.sh up N [SLOTS]  make nodes loom-node0 .. loom-node(N-1) (idempotent), with
 #                                  SLOTS ranks each in their hostfile (default 2)
-#   scripts/nodes.sh down          remove every node, the bridge and the namespace files
+#   scripts/nodes.sh down          remove the nodes, their bridge and namespace files
 #   scripts/nodes.sh exec NODE CMD...   run CMD inside NODE (its network and its hostname)
 #   scripts/nodes.sh hostfile      print the Open MPI hostfile of the nodes
 #   scripts/nodes.sh mpirun-args   print the mpirun options of a run across the nodes
 #   scripts/nodes.sh env           the same as OMPI_MCA_* variables, hostfile included, for
 #                                  `env $(scripts/nodes.sh env) loom train --nproc 4 ...`
 #   scripts/nodes.sh list          the nodes that are up, with their addresses and links
+#   scripts/nodes.sh link NODE up|down   connect or cut a node (its veth on the bridge)
+#
+# LOOM_NODES=SET (default "loom": a letter, then up to 8 letters or digits) names a set of
+# nodes, so that sets can coexist (the tests make their own): nodes SET-node0.., the bridge
+# SET-br, veths SET-veth0.., the hostfile /run/loom-nodes/SET.hosts. The set "loom" uses the
+# network 10.233.0.0/24; another set takes the first free 10.233.X.0/24 (X = 1..250) when it
+# comes up; LOOM_NODES_NET=10.233.7 chooses.
 #
 # A node is two namespaces of this kernel, kept by bind mounts so that they outlive the
 # commands run in them:
 # - a network namespace (`ip netns add loom-nodeI`, /run/netns/loom-nodeI) with its loopback
 #   up and an interface `eth0` (10.233.0.(I+1)/24), one end of a veth pair whose other end,
-#   `loom-vethI` in the root namespace, is a port of the bridge `loom-br0` (10.233.0.254/24).
-#   The 10.233.0.0/24 range exists only on the bridge and in the nodes; nodes reach each other
-#   through the bridge, and `ip link set loom-vethI down` cuts node I off (the fault tests).
+#   `loom-vethI` in the root namespace, is a port of the bridge `loom-br` (10.233.0.254/24).
+#   The range exists only on the bridge and in the nodes; nodes reach each other through the
+#   bridge, and `ip link set loom-vethI down` (`nodes.sh link loom-nodeI down`) cuts node I
+#   off (the fault tests).
 # - a UTS namespace with the hostname loom-nodeI (/run/loom-nodes/loom-nodeI.uts, made by
 #   `unshare --uts=FILE` on a private bind mount). A persistent UTS namespace is what lets every
 #   process of a node, started at any time, share its hostname: Open MPI and loom see the node's
@@ -28,18 +36,20 @@
 # `exec` enters both with nsenter (scripts/node_agent.sh does the same for mpirun, in place of
 # ssh). Shared memory, files and processes stay common to all nodes: a node is a network and a
 # name, which is what the tests need (Open MPI's shared memory transport is only used between
-# ranks of one node: the hostnames differ).
+# ranks of one host name).
 #
 # Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and iproute2, util-linux (unshare, nsenter).
 set -euo pipefail
 
-PREFIX=loom-node
-BRIDGE=loom-br0
-VETH=loom-veth
-NET=10.233.0
-BRIDGE_ADDR=$NET.254
+SET=${LOOM_NODES:-loom}
+[[ "$SET" =~ ^[a-z][a-z0-9]{0,8}$ ]] ||
+  { echo "nodes.sh: LOOM_NODES is a letter and up to 8 letters or digits, not '$SET'" >&2; exit 1; }
+PREFIX=$SET-node
+BRIDGE=$SET-br
+VETH=$SET-veth
 UTS_DIR=/run/loom-nodes
-HOSTFILE=$UTS_DIR/hostfile
+HOSTFILE=$UTS_DIR/$SET.hosts
+NETFILE=$UTS_DIR/$SET.net # the set's network, written by 'up'
 
 die() { echo "nodes.sh: $*" >&2; exit 1; }
 
@@ -52,8 +62,24 @@ need_root() {
 
 node_ns() { echo "$PREFIX$1"; }
 
-nodes_up() { # the indices of the nodes that exist, in order
+nodes_up() { # the indices of the set's nodes that exist, in order
   ip netns list 2>/dev/null | awk '{print $1}' | sed -n "s/^$PREFIX\([0-9][0-9]*\)$/\1/p" | sort -n
+}
+
+net_of_set() { # the set's 10.233.X (after 'up')
+  [ -s "$NETFILE" ] || die "the nodes of set '$SET' are not up ('nodes.sh up N' first)"
+  cat "$NETFILE"
+}
+
+# A free 10.233.X for a new set: none of this machine's addresses in it (under the lock).
+pick_net() {
+  if [ -n "${LOOM_NODES_NET:-}" ]; then echo "$LOOM_NODES_NET"; return; fi
+  if [ "$SET" = loom ]; then echo 10.233.0; return; fi
+  local used; used=$(ip -4 -o addr show | awk '{print $4}')
+  for x in $(seq 1 250); do
+    grep -q "^10\.233\.$x\." <<<"$used" || { echo "10.233.$x"; return; }
+  done
+  die "no free network 10.233.X.0/24 left for set '$SET'"
 }
 
 # The UTS directory is a private bind mount: a namespace file can be bind-mounted only where
@@ -67,26 +93,25 @@ uts_dir_ready() {
 }
 
 up_bridge() {
-  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
-    ip link add "$BRIDGE" type bridge
-  fi
-  ip addr replace "$BRIDGE_ADDR/24" dev "$BRIDGE"
+  local net=$1
+  ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+  ip addr replace "$net.254/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
 }
 
 up_node() {
-  local i=$1 ns; ns=$(node_ns "$i")
+  local i=$1 net=$2 ns; ns=$(node_ns "$i")
   ip netns list | awk '{print $1}' | grep -qx "$ns" || ip netns add "$ns"
   ip -n "$ns" link set lo up
   if ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then
     ip link del "$VETH$i" 2>/dev/null || true
-    ip link add "$VETH$i" type veth peer name "loom-tmp$i"
-    ip link set "loom-tmp$i" netns "$ns"
-    ip -n "$ns" link set "loom-tmp$i" name eth0
+    ip link add "$VETH$i" type veth peer name "$SET-tmp$i"
+    ip link set "$SET-tmp$i" netns "$ns"
+    ip -n "$ns" link set "$SET-tmp$i" name eth0
   fi
   ip link set "$VETH$i" master "$BRIDGE"
   ip link set "$VETH$i" up
-  ip -n "$ns" addr replace "$NET.$((i + 1))/24" dev eth0
+  ip -n "$ns" addr replace "$net.$((i + 1))/24" dev eth0
   ip -n "$ns" link set eth0 up
   local uts=$UTS_DIR/$ns.uts
   if ! grep -q " $uts " /proc/self/mountinfo; then
@@ -104,18 +129,9 @@ down_node() {
   rm -f "$uts"
 }
 
-cmd_up() {
-  local n=${1:-} slots=${2:-2}
-  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 250 ] ||
-    die "up needs the number of nodes (1..250), e.g. 'nodes.sh up 2'"
-  [[ "$slots" =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] ||
-    die "the slots of a node (ranks it runs) are a whole number >= 1, not '$slots'"
-  need_root
-  uts_dir_ready
-  up_bridge
-  for ((i = 0; i < n; i++)); do up_node "$i"; done
-  for i in $(nodes_up); do [ "$i" -lt "$n" ] || down_node "$i"; done # fewer than before
-  # every node's link is up at both ends (a new veth takes a moment to report carrier)
+# every node's link is up at both ends (a new veth takes a moment to report carrier)
+wait_links() {
+  local n=$1
   for ((i = 0; i < n; i++)); do
     local ok=0
     for _ in $(seq 20); do
@@ -127,6 +143,28 @@ cmd_up() {
     done
     [ $ok = 1 ] || die "the link of node $i ($VETH$i <-> eth0 in $(node_ns "$i")) is not up"
   done
+}
+
+cmd_up() {
+  local n=${1:-} slots=${2:-2}
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 250 ] ||
+    die "up needs the number of nodes (1..250), e.g. 'nodes.sh up 2'"
+  [[ "$slots" =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] ||
+    die "the slots of a node (ranks it runs) are a whole number >= 1, not '$slots'"
+  need_root
+  uts_dir_ready
+  local net
+  exec 9>"$UTS_DIR/.lock" # sets coming up together pick different networks
+  flock 9
+  if [ -s "$NETFILE" ]; then net=$(cat "$NETFILE"); else net=$(pick_net); fi
+  [[ "$net" =~ ^10\.233\.[0-9]+$ ]] || [[ "$net" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+    die "LOOM_NODES_NET is the first three numbers of a /24 network (10.233.7), not '$net'"
+  up_bridge "$net"
+  echo "$net" >"$NETFILE"
+  flock -u 9
+  for ((i = 0; i < n; i++)); do up_node "$i" "$net"; done
+  for i in $(nodes_up); do [ "$i" -lt "$n" ] || down_node "$i"; done # fewer than before
+  wait_links "$n"
   for ((i = 0; i < n; i++)); do echo "$(node_ns "$i") slots=$slots"; done >"$HOSTFILE"
   cmd_list
 }
@@ -134,25 +172,26 @@ cmd_up() {
 cmd_down() {
   need_root
   for i in $(nodes_up); do down_node "$i"; done
-  rm -f "$HOSTFILE"
-  for f in "$UTS_DIR"/*.uts; do # namespace files left by an interrupted 'up'
+  for f in "$UTS_DIR/$PREFIX"*.uts; do # namespace files left by an interrupted 'up'
     [ -e "$f" ] || continue
-    grep -q " $f " /proc/self/mountinfo && umount "$f"
+    if grep -q " $f " /proc/self/mountinfo; then umount "$f"; fi
     rm -f "$f"
   done
+  rm -f "$HOSTFILE" "$NETFILE"
   ip link del "$BRIDGE" 2>/dev/null || true
-  if grep -q " $UTS_DIR " /proc/self/mountinfo; then umount "$UTS_DIR"; fi
-  rmdir "$UTS_DIR" 2>/dev/null || true
+  # the directory goes with the last set
+  if [ -d "$UTS_DIR" ] && [ -z "$(ls "$UTS_DIR")" ]; then
+    if grep -q " $UTS_DIR " /proc/self/mountinfo; then umount "$UTS_DIR"; fi
+    rm -f "$UTS_DIR/.lock"
+    rmdir "$UTS_DIR" 2>/dev/null || true
+  fi
 }
 
-# NODE: loom-nodeI, I, or the node's address
+# NODE: SET-nodeI or I
 node_index() {
-  local a=$1
-  case $a in
-    "$PREFIX"*) a=${a#"$PREFIX"} ;;
-    "$NET".*) a=$((${a#"$NET".} - 1)) ;;
-  esac
-  [[ "$a" =~ ^[0-9]+$ ]] || die "no such node '$1' (names are ${PREFIX}0, ${PREFIX}1, ...)"
+  local a=${1#"$PREFIX"}
+  [[ "$a" =~ ^[0-9]+$ ]] ||
+    die "no node '$1' in set '$SET' (its nodes are ${PREFIX}0, ${PREFIX}1, ...)"
   echo "$a"
 }
 
@@ -164,8 +203,16 @@ cmd_exec() {
   exec nsenter --net="/run/netns/$ns" --uts="$UTS_DIR/$ns.uts" -- "$@"
 }
 
+cmd_link() {
+  [ $# = 2 ] && { [ "$2" = up ] || [ "$2" = down ]; } ||
+    die "link needs a node and up or down, e.g. 'nodes.sh link ${PREFIX}1 down'"
+  need_root
+  local i; i=$(node_index "$1")
+  ip link set "$VETH$i" "$2"
+}
+
 cmd_hostfile() {
-  [ -s "$HOSTFILE" ] || die "no nodes are up ('nodes.sh up N' first)"
+  [ -s "$HOSTFILE" ] || die "the nodes of set '$SET' are not up ('nodes.sh up N' first)"
   cat "$HOSTFILE"
 }
 
@@ -176,42 +223,45 @@ cmd_hostfile() {
 #   of one host name), over the nodes' network only (btl and oob if_include: the addresses
 #   ranks and daemons advertise and connect to); no IPv6 for the btl;
 # - TCP keepalive on the daemons' connections (5 s idle, then 3 probes 2 s apart), so that
-#   mpirun notices a node it lost in about 11 s and ends the job, instead of after Linux's
-#   default two hours (Open MPI's own default: 8 minutes).
+#   mpirun notices a node it lost in about 11 s and ends the job, instead of after Open MPI's
+#   default 8 minutes.
 mca_params() {
-  local here; here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  local here net; here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd); net=$(net_of_set)
   printf '%s %s\n' plm_rsh_agent "$here/node_agent.sh" plm_rsh_no_tree_spawn 1 \
-    btl tcp,self,vader btl_tcp_if_include "$NET.0/24" btl_tcp_disable_family 6 \
-    oob_tcp_if_include "$NET.0/24" oob_tcp_keepalive_time 5 oob_tcp_keepalive_intvl 2 \
+    btl tcp,self,vader btl_tcp_if_include "$net.0/24" btl_tcp_disable_family 6 \
+    oob_tcp_if_include "$net.0/24" oob_tcp_keepalive_time 5 oob_tcp_keepalive_intvl 2 \
     oob_tcp_keepalive_probes 3
 }
 
 cmd_mpirun_args() {
-  mca_params | while read -r k v; do printf -- '--mca %s %s ' "$k" "$v"; done
+  local params; params=$(mca_params)
+  while read -r k v; do printf -- '--mca %s %s ' "$k" "$v"; done <<<"$params"
   echo
 }
 
 cmd_env() {
-  [ -s "$HOSTFILE" ] || die "no nodes are up ('nodes.sh up N' first)"
-  mca_params | while read -r k v; do echo "OMPI_MCA_$k=$v"; done
-  echo "OMPI_MCA_orte_default_hostfile=$HOSTFILE"
+  local params; params=$(mca_params)
+  while read -r k v; do echo "OMPI_MCA_$k=$v"; done <<<"$params"
+  echo "OMPI_MCA_orte_default_hostfile=$(cmd_hostfile >/dev/null && echo "$HOSTFILE")"
 }
 
 cmd_list() {
+  local net=?
+  [ -s "$NETFILE" ] && net=$(cat "$NETFILE")
   for i in $(nodes_up); do
-    local ns; ns=$(node_ns "$i")
     local state; state=$(cat "/sys/class/net/$VETH$i/operstate" 2>/dev/null || echo missing)
-    echo "$ns $NET.$((i + 1)) link $VETH$i $state"
+    echo "$(node_ns "$i") $net.$((i + 1)) link $VETH$i $state"
   done
 }
 
 case ${1:-} in
   up) shift; cmd_up "$@" ;;
-  env) cmd_env ;;
   down) cmd_down ;;
   exec) shift; cmd_exec "$@" ;;
-  hostfile) shift; cmd_hostfile "$@" ;;
+  link) shift; cmd_link "$@" ;;
+  hostfile) cmd_hostfile ;;
   mpirun-args) cmd_mpirun_args ;;
+  env) cmd_env ;;
   list) cmd_list ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 /* Fault injection for the crash tests: LOOM_FAULT=kill-<where>:RANK:STEP makes that rank
- * SIGKILL itself at the named point (src/comm/fault.c: it knows the rank); other LOOM_FAULT
- * kinds are the run driver's (src/train/run.c). */
+ * SIGKILL itself at the named point, LOOM_FAULT=pause-<where>:RANK:STEP makes it sleep there
+ * (LOOM_FAULT_PAUSE_S, default 5 s) (src/comm/fault.c: it knows the rank); other LOOM_FAULT
+ * kinds are the run driver's (src/train/run_step.c). */
 #ifndef LOOM_FAULT_H
 #define LOOM_FAULT_H
 #include <stdbool.h>

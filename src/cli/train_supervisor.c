@@ -7,6 +7,12 @@
  * K times, logging each restart. Rank 0 tells it the run directory, a failure it reported and
  * a clean stop through LOOM_REPORT_FILE.
  *
+ * Across nodes (docs/MULTINODE.md) a rank's abort may leave mpirun waiting on a node it cannot
+ * reach (its kill order stuck in TCP): once the job is failing (a rank aborted, a collective
+ * timed out, Open MPI lost a node's daemon), mpirun gets ABORT_GRACE_S to end, then it is
+ * killed (SIGKILL to its process group: a SIGTERM finds it already aborting), and the failure
+ * is recorded as usual, naming the node.
+ *
  * Stopping: SIGINT, SIGTERM, SIGUSR1 or SIGHUP to the launcher are written to the job's
  * LOOM_STOP_FILE, which every rank reads at the end of each step (mpirun itself would turn
  * SIGINT/SIGTERM into a kill of every rank one second later: the job's own process group keeps
@@ -15,6 +21,7 @@
  * at once (mpirun is sent SIGTERM, a lone rank SIGKILL); the run is then recorded stopped. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +45,13 @@ typedef struct {
   char reason[512];/* what ended the job, when loom did not report it */
   int exited_rank; /* from Open MPI's "Process name: [[job,1],RANK]" line, -1 if none */
   char rank_error[512]; /* the last "loom train: error: ..." line of a rank ("" if none) */
+  char timeout_error[512]; /* the first "loom: rank N...: no progress ..." line ("" if none) */
+  char lost_node[256];     /* the node whose daemon Open MPI lost ("" if none) */
+  double failing_since;    /* when the first sign of a failing job came (0: none) */
 } attempt_result;
+
+/* Seconds mpirun gets to end a failing job before it is killed. */
+#define ABORT_GRACE_S 15.0
 
 static void log_line(const char *run_dir, const char *text) {
   char *path = loom_sprintf("%s/train.log", run_dir);
@@ -63,8 +76,27 @@ static bool is_dashes(const char *s) {
   return n >= 20 && (s[n] == '\n' || s[n] == 0);
 }
 
+/* Signs of a failing job: a rank's collective timed out (its line names the rank, its node and
+ * the ranks it waited for), a rank called MPI_Abort, Open MPI lost the daemon of a node. */
+static void note_failing(const char *line, attempt_result *res) {
+  bool timeout = !strncmp(line, "loom: rank ", 11) && strstr(line, ": no progress for ");
+  if (timeout && !res->timeout_error[0]) {
+    snprintf(res->timeout_error, sizeof res->timeout_error, "%s", line + 6);
+    res->timeout_error[strcspn(res->timeout_error, "\n")] = 0;
+  }
+  const char *q = strstr(line, "Remote daemon: ");
+  if (q && (q = strstr(q, " on node ")) && !res->lost_node[0]) {
+    snprintf(res->lost_node, sizeof res->lost_node, "%s", q + 9);
+    res->lost_node[strcspn(res->lost_node, " \n")] = 0;
+  }
+  if ((timeout || q || strstr(line, "MPI_ABORT was invoked") ||
+       strstr(line, "ORTE has lost communication")) && res->failing_since == 0)
+    res->failing_since = loom_now();
+}
+
 static void note_reason(const char *line, attempt_result *res) {
   int rank, sig, code;
+  note_failing(line, res);
   const char *q = strstr(line, "Process name: [[");
   if (q && (q = strchr(q + 16, ',')) && (q = strchr(q + 1, ',')) && sscanf(q + 1, "%d", &rank) == 1)
     res->exited_rank = rank;
@@ -113,7 +145,7 @@ static void handle_line(const char *line, filter_state *st, attempt_result *res)
       st->in_block = false;
       bool mpi = strstr(st->block, "mpirun") || strstr(st->block, "prterun") ||
                  strstr(st->block, "MPI_ABORT") || strstr(st->block, "MPI_COMM_WORLD") ||
-                 strstr(st->block, "Primary job");
+                 strstr(st->block, "Primary job") || strstr(st->block, "lost communication");
       if (!mpi) fputs(st->block, stderr);
     }
     return;
@@ -122,14 +154,46 @@ static void handle_line(const char *line, filter_state *st, attempt_result *res)
   fputs(line, stderr);
 }
 
+/* The job's stop file and what the signal handler needs (async-signal-safe state only). */
+static char stop_path[64];
+static volatile pid_t running_child = 0;
+static volatile sig_atomic_t child_is_mpirun = 0;
+static volatile sig_atomic_t stop_signal = 0; /* the first stop signal: no restart after it */
+static volatile sig_atomic_t killed_by = 0;   /* a second one: the job was killed at once */
+
+/* A failing job that mpirun has not ended within ABORT_GRACE_S: SIGKILL to its process group
+ * (mpirun and what it started on this host). Returns true once it was killed. */
+static bool hurry_mpirun(pid_t pid, const attempt_result *res, bool killed) {
+  if (killed || !child_is_mpirun || res->failing_since == 0 ||
+      loom_now() - res->failing_since <= ABORT_GRACE_S)
+    return killed;
+  fprintf(stderr, "loom train: mpirun has not ended the failing job %.0f s after its first "
+          "error (a node it cannot reach?); killing it\n", ABORT_GRACE_S);
+  kill(-pid, SIGKILL);
+  return true;
+}
+
 /* Forward the job's stderr line by line through the filter; a live progress line (redrawn
- * with "\r", no newline) goes through at once. */
-static void forward_output(int fd, attempt_result *res) {
+ * with "\r", no newline) goes through at once. Returns true when it reaped the job (*status)
+ * after killing it (processes it left on other nodes may hold the pipe open). */
+static bool forward_output(int fd, attempt_result *res, pid_t pid, int *status) {
   filter_state st = {0};
   char buf[4096], *line = NULL;
   size_t len = 0, cap = 0;
   bool live = false; /* the current line is a live progress line: passed straight through */
+  bool reaped = false, killed = false;
   for (;;) {
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int ready = poll(&pfd, 1, 1000);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      if (killed && waitpid(pid, status, WNOHANG) == pid) {
+        reaped = true;
+        break;
+      }
+      killed = hurry_mpirun(pid, res, killed);
+      continue;
+    }
     ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -167,6 +231,7 @@ static void forward_output(int fd, attempt_result *res) {
   free(line);
   free(st.block);
   close(fd);
+  return reaped;
 }
 
 static void read_report(const char *path, attempt_result *res) {
@@ -187,12 +252,6 @@ static void read_report(const char *path, attempt_result *res) {
   fclose(f);
 }
 
-/* The job's stop file and what the signal handler needs (async-signal-safe state only). */
-static char stop_path[64];
-static volatile pid_t running_child = 0;
-static volatile sig_atomic_t child_is_mpirun = 0;
-static volatile sig_atomic_t stop_signal = 0; /* the first stop signal: no restart after it */
-static volatile sig_atomic_t killed_by = 0;   /* a second one: the job was killed at once */
 
 /* SIGINT, SIGTERM, SIGUSR1, SIGHUP: the first asks every rank to stop after its step (the
  * stop file), a second kills the job at once. */
@@ -258,10 +317,10 @@ static int launch(char **args, const char *report, bool restart, attempt_result 
   child_is_mpirun = !strcmp(args[0], "mpirun");
   running_child = pid;
   if (killed_by) kill(pid, child_is_mpirun ? SIGTERM : SIGKILL); /* asked before it began */
-  forward_output(pipefd[0], res);
   int status;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  if (!forward_output(pipefd[0], res, pid, &status))
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
   running_child = 0;
   read_report(report, res);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -317,8 +376,14 @@ static char *fork_start(const char *run_dir) {
  * alone prints it, then aborts the job), else the lone process's signal, else the status. */
 static void unreported_reason(attempt_result *res, int status) {
   bool aborted = !strncmp(res->reason, "rank ", 5) && strstr(res->reason, "aborted the job");
-  if (res->rank_error[0] && (!res->reason[0] || aborted))
+  bool open = !res->reason[0] || aborted; /* rank errors, then timeouts, then a lost node */
+  if (open && res->rank_error[0])
     snprintf(res->reason, sizeof res->reason, "%s", res->rank_error);
+  else if (open && res->timeout_error[0])
+    snprintf(res->reason, sizeof res->reason, "%s", res->timeout_error);
+  else if (open && res->lost_node[0])
+    snprintf(res->reason, sizeof res->reason, "Open MPI lost its connection to node %s (the "
+             "network to it failed, or the node or its daemon died)", res->lost_node);
   if (!res->reason[0] && status > 128) /* one process (no mpirun), killed by a signal */
     snprintf(res->reason, sizeof res->reason, "the process was killed by signal %d (%s)",
              status - 128, strsignal(status - 128));

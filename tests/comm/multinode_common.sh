@@ -1,11 +1,15 @@
 # Shared by the multi-node tests: two "nodes" of scripts/nodes.sh (network and UTS namespaces
 # joined by a bridge) brought up for the test and always taken down after it (also when the test
-# fails or is interrupted), and runs of `loom train` whose ranks start inside the nodes.
+# fails or is interrupted), and runs of `loom train` whose ranks start inside the nodes. Each
+# test has a set of nodes of its own (LOOM_NODES=t<pid>: nodes $N0 and $N1, on a network of
+# their own), so that tests of several checkouts can run at once.
 # Needs root: elsewhere, or where namespaces cannot be made, the test prints "skipped: ..." and
 # exits 77 (CTest's SKIP_RETURN_CODE).
 . "$(dirname "${BASH_SOURCE[0]}")/../train/parallel_common.sh"
 NODES=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../scripts" && pwd)/nodes.sh
-HOSTFILE=/run/loom-nodes/hostfile
+export LOOM_NODES=t$$
+N0=$LOOM_NODES-node0 N1=$LOOM_NODES-node1
+HOSTFILE=/run/loom-nodes/$LOOM_NODES.hosts
 
 skip() { echo "skipped: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root (the nodes are network namespaces)"
@@ -21,9 +25,10 @@ trap 'exit 130' INT TERM
 if ! "$NODES" up 2 2 >"$WORK/nodes.log" 2>&1; then
   echo "FAIL: nodes.sh up 2:"; cat "$WORK/nodes.log"; exit 1
 fi
+NET=$(cat /run/loom-nodes/$LOOM_NODES.net) # 10.233.X: node I is $NET.(I+1)
 
-# mpirun on loom-node0 (the head node), 4 ranks over the two nodes' hostfile (2 slots each)
-MPI_NODES=("$NODES" exec loom-node0 timeout 300 mpirun --bind-to none -np 4 --hostfile "$HOSTFILE")
+# mpirun on node 0 (the head node), 4 ranks over the two nodes' hostfile (2 slots each)
+MPI_NODES=("$NODES" exec "$N0" timeout 300 mpirun --bind-to none -np 4 --hostfile "$HOSTFILE")
 
 # train_nodes NAME overrides... : one run across the nodes, output in $WORK/runs
 train_nodes() {

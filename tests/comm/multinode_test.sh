@@ -6,11 +6,12 @@
 #   1e-5 relative of one process's (fp32; the strategies only reorder sums: see
 #   tests/train/parallel_equivalence_test.sh);
 # - train.log's placement line names the nodes and the axes kept inside them;
+# (the nodes are t<pid>-node0 and t<pid>-node1 on 10.233.X.0/24: multinode_common.sh)
 # - comm.json: inter-node bytes only on the data-parallel and pipeline communicators (dp, the
 #   gradient communicator "dp x cp x sp", pp and the tied-embedding "embed"), never on tp; and
 #   some on each layout (the nodes really are apart);
 # - the ranks talk over TCP between the nodes' addresses (ss shows a rank's connection from
-#   10.233.0.1 to 10.233.0.2 while a run is going), and cannot without TCP: with shared memory
+#   node 0's address to node 1's while a run is going), and cannot without TCP: with shared memory
 #   (vader) and self only, Open MPI finds no way between the nodes and the job fails.
 # Root only (skipped with a plain message elsewhere); the nodes are removed whatever happens.
 . "$(dirname "$0")/multinode_common.sh"
@@ -28,7 +29,7 @@ train single 1 "${GPT2[@]}" training.micro_batch_size=4
 # comm_axes NAME TP_INTRA: comm.json's split: inter-node bytes only on dp/pp communicators,
 # some inter-node bytes, and (TP_INTRA=1) tp bytes all inside a node
 comm_axes() {
-  python3 - "$(run_dir "$1")/comm.json" "$2" <<'EOF'
+  python3 - "$(run_dir "$1")/comm.json" "$2" "$N0" "$N1" <<'EOF'
 import json, sys
 ranks = json.load(open(sys.argv[1]))["bytes_per_step"]
 across = {"dp", "dp x cp x sp", "pp", "embed"}
@@ -41,7 +42,7 @@ if sys.argv[2] == "1" and not all(r["axes"].get("tp", {}).get("intra_node", 0) >
 nodes = sorted({r["node"] for r in ranks})
 print(f"  inter-node {total / 1e6:.2f} MB/step over {len(ranks)} ranks on {', '.join(nodes)}; "
       + ("; ".join(bad) if bad else "only on dp/pp communicators"))
-sys.exit(1 if bad or nodes != ["loom-node0", "loom-node1"] else 0)
+sys.exit(1 if bad or nodes != sorted(sys.argv[3:5]) else 0)
 EOF
 }
 
@@ -54,9 +55,9 @@ case_nodes() {
   check "$name: placement line '$placement'" grep -qF "$placement" "$(run_dir "$name")/train.log"
   check "$name: comm.json inter-node bytes on dp/pp only" comm_axes "$name" "$tp_intra"
 }
-case_nodes dp2_tp2 "nodes: loom-node0: ranks 0-1 (tp), loom-node1: ranks 2-3 (tp)" 1 \
+case_nodes dp2_tp2 "nodes: $N0: ranks 0-1 (tp), $N1: ranks 2-3 (tp)" 1 \
   training.micro_batch_size=2 parallel.dp=2 parallel.tp=2
-case_nodes pp2_dp2 "nodes: loom-node0: ranks 0-1 (dp), loom-node1: ranks 2-3 (dp)" 0 \
+case_nodes pp2_dp2 "nodes: $N0: ranks 0-1 (dp), $N1: ranks 2-3 (dp)" 0 \
   training.micro_batch_size=2 parallel.pp=2 parallel.dp=2 parallel.schedule=1f1b
 
 # ZeRO-3 over all four ranks, watching the connections while it runs
@@ -65,8 +66,8 @@ train_nodes zero3_dp4 "${GPT2[@]}" training.micro_batch_size=1 parallel.dp=4 par
 job=$!
 seen=0
 while kill -0 $job 2>/dev/null; do
-  if "$NODES" exec loom-node0 ss -tnp 2>/dev/null |
-     grep -E '10\.233\.0\.1:[0-9]+ +10\.233\.0\.2:[0-9]+ .*"loom"' >"$WORK/ss.txt"; then
+  if "$NODES" exec "$N0" ss -tnp 2>/dev/null |
+     grep -E "${NET//./\\.}\\.1:[0-9]+ +${NET//./\\.}\\.2:[0-9]+ .*\"loom\"" >"$WORK/ss.txt"; then
     seen=1
   fi
   [ $seen = 1 ] && break
@@ -78,7 +79,7 @@ if wait $job; then
 else
   fail "zero3_dp4: training across the nodes failed"; tail -5 "$WORK/zero3_dp4.log" >&2
 fi
-check "a rank on loom-node0 has a TCP connection to 10.233.0.2" test $seen = 1
+check "a rank on $N0 has a TCP connection to $NET.2 ($N1)" test $seen = 1
 [ $seen = 1 ] && echo "  $(head -1 "$WORK/ss.txt" | awk '{print $4, "->", $5, $6}')"
 
 echo "without TCP (shared memory and self only) the nodes cannot reach each other"

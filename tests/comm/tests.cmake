@@ -17,7 +17,13 @@ endforeach()
 # Multi-node on one machine (root only: scripts/nodes.sh makes network namespaces; elsewhere the
 # tests print "skipped: ..." and exit 77): dp2 x tp2, pp2 x dp2 and ZeRO-3 dp4 over 2 nodes x 2
 # ranks equal one process, comm.json's inter-node bytes only on dp/pp, TCP between the nodes.
-# The nodes have fixed names: the multi-node tests take the same lock.
+# Each test makes a set of nodes of its own (LOOM_NODES=t<pid>); the lock only spares the cores.
 add_test(NAME comm_multinode COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/multinode_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(comm_multinode PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+  RESOURCE_LOCK loom_nodes ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+# A link cut under a job across the nodes (root only): during a step and during a checkpoint
+# write; every rank stops within parallel.timeout_s, one error names the node, the run
+# directory stays sound, and --max-restarts brings the job back to the same final loss, bitwise.
+add_test(NAME comm_multinode_fault COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/multinode_fault_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(comm_multinode_fault PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
   RESOURCE_LOCK loom_nodes ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
