@@ -11,6 +11,10 @@
 #                                  `env $(scripts/nodes.sh env) loom train --nproc 4 ...`
 #   scripts/nodes.sh list          the nodes that are up, with their addresses and links
 #   scripts/nodes.sh link NODE up|down   connect or cut a node (its veth on the bridge)
+#   scripts/nodes.sh shape NODE [rate R] [delay D] [loss P] | off
+#                                  shape a node's link both ways: tc tbf at rate R (1gbit,
+#                                  500mbit), netem delay D (2ms) / loss P (1%) where the kernel
+#                                  has sch_netem; off removes it
 #
 # LOOM_NODES=SET (default "loom": a letter, then up to 8 letters or digits) names a set of
 # nodes, so that sets can coexist (the tests make their own): nodes SET-node0.., the bridge
@@ -211,6 +215,48 @@ cmd_link() {
   ip link set "$VETH$i" "$2"
 }
 
+# tc on both ends of node I's link: the veth in the root namespace (traffic to the node) and
+# eth0 in the node (traffic from it). netem (delay, loss) with tbf (rate) as its child.
+cmd_shape() {
+  [ $# -ge 2 ] || die "shape needs a node and 'rate R', 'delay D', 'loss P' or 'off'"
+  need_root
+  command -v tc >/dev/null || die "needs tc (iproute2)"
+  local i ns; i=$(node_index "$1"); ns=$(node_ns "$i"); shift
+  local rate='' delay='' loss=''
+  while [ $# -gt 0 ]; do
+    case $1 in
+      off) for dev in "root $VETH$i" "$ns eth0"; do
+             set -- $dev
+             if [ "$1" = root ]; then tc qdisc del dev "$2" root 2>/dev/null || true
+             else ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null || true; fi
+           done
+           return ;;
+      rate) rate=$2; shift 2 ;;
+      delay) delay=$2; shift 2 ;;
+      loss) loss=$2; shift 2 ;;
+      *) die "shape: '$1' is not rate, delay, loss or off" ;;
+    esac
+  done
+  local where
+  for where in root "$ns"; do
+    local dev=eth0 run=(ip netns exec "$ns" tc)
+    [ "$where" = root ] && dev=$VETH$i run=(tc)
+    "${run[@]}" qdisc del dev "$dev" root 2>/dev/null || true
+    local parent=root
+    if [ -n "$delay$loss" ]; then
+      "${run[@]}" qdisc add dev "$dev" root handle 1: netem ${delay:+delay $delay} \
+        ${loss:+loss $loss} 2>/dev/null ||
+        die "tc netem is not available here (the kernel lacks sch_netem): only 'rate' works"
+      parent="parent 1:1"
+    fi
+    if [ -n "$rate" ]; then
+      # bursts of up to 256 KB, packets queued up to 50 ms
+      "${run[@]}" qdisc add dev "$dev" $parent handle 10: tbf rate "$rate" burst 256kb \
+        latency 50ms || die "tc tbf refused rate '$rate' on $dev"
+    fi
+  done
+}
+
 cmd_hostfile() {
   [ -s "$HOSTFILE" ] || die "the nodes of set '$SET' are not up ('nodes.sh up N' first)"
   cat "$HOSTFILE"
@@ -221,14 +267,15 @@ cmd_hostfile() {
 #   launch the next one);
 # - TCP between nodes, shared memory (vader) inside one (Open MPI uses vader only between ranks
 #   of one host name), over the nodes' network only (btl and oob if_include: the addresses
-#   ranks and daemons advertise and connect to); no IPv6 for the btl;
+#   ranks and daemons advertise and connect to; Open MPI 4.1 still binds its listening sockets
+#   to the wildcard address: inside a node that is its eth0 and loopback only);
 # - TCP keepalive on the daemons' connections (5 s idle, then 3 probes 2 s apart), so that
 #   mpirun notices a node it lost in about 11 s and ends the job, instead of after Open MPI's
 #   default 8 minutes.
 mca_params() {
   local here net; here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd); net=$(net_of_set)
   printf '%s %s\n' plm_rsh_agent "$here/node_agent.sh" plm_rsh_no_tree_spawn 1 \
-    btl tcp,self,vader btl_tcp_if_include "$net.0/24" btl_tcp_disable_family 6 \
+    btl tcp,self,vader btl_tcp_if_include "$net.0/24" \
     oob_tcp_if_include "$net.0/24" oob_tcp_keepalive_time 5 oob_tcp_keepalive_intvl 2 \
     oob_tcp_keepalive_probes 3
 }
@@ -259,9 +306,10 @@ case ${1:-} in
   down) cmd_down ;;
   exec) shift; cmd_exec "$@" ;;
   link) shift; cmd_link "$@" ;;
+  shape) shift; cmd_shape "$@" ;;
   hostfile) cmd_hostfile ;;
   mpirun-args) cmd_mpirun_args ;;
   env) cmd_env ;;
   list) cmd_list ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

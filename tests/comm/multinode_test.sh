@@ -10,6 +10,8 @@
 # - comm.json: inter-node bytes only on the data-parallel and pipeline communicators (dp, the
 #   gradient communicator "dp x cp x sp", pp and the tied-embedding "embed"), never on tp; and
 #   some on each layout (the nodes really are apart);
+# - over a slow link (node 1's link shaped to 200 Mbit/s both ways by tc tbf) and, where the
+#   kernel has netem, a lossy one with delay (2 ms, 1% loss): the same losses, only slower;
 # - the ranks talk over TCP between the nodes' addresses (ss shows a rank's connection from
 #   node 0's address to node 1's while a run is going), and cannot without TCP: with shared memory
 #   (vader) and self only, Open MPI finds no way between the nodes and the job fails.
@@ -59,6 +61,23 @@ case_nodes dp2_tp2 "nodes: $N0: ranks 0-1 (tp), $N1: ranks 2-3 (tp)" 1 \
   training.micro_batch_size=2 parallel.dp=2 parallel.tp=2
 case_nodes pp2_dp2 "nodes: $N0: ranks 0-1 (dp), $N1: ranks 2-3 (dp)" 0 \
   training.micro_batch_size=2 parallel.pp=2 parallel.dp=2 parallel.schedule=1f1b
+
+shaped() { # NAME SHAPE...: dp2 x tp2 with node 1's link shaped
+  local name=$1; shift
+  "$NODES" shape "$N1" "$@" || return 1
+  local t0=$SECONDS
+  case_nodes "$name" "nodes: $N0: ranks 0-1 (tp), $N1: ranks 2-3 (tp)" 1 \
+    training.micro_batch_size=2 parallel.dp=2 parallel.tp=2
+  echo "  $name: $((SECONDS - t0)) s"
+  "$NODES" shape "$N1" off
+}
+shaped dp2_tp2_200mbit rate 200mbit
+if "$NODES" shape "$N1" delay 2ms loss 1% 2>/dev/null; then
+  shaped dp2_tp2_lossy rate 200mbit delay 2ms loss 1%
+else
+  "$NODES" shape "$N1" off
+  echo "  (tc netem is not available in this kernel: the delay/loss case is left out)"
+fi
 
 # ZeRO-3 over all four ranks, watching the connections while it runs
 echo "zero3_dp4 across 2 nodes x 2 ranks (and the TCP connections between the nodes)"
