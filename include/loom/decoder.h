@@ -82,6 +82,7 @@ typedef struct {
   bool param_bf16;          /* training.param_dtype=bf16: params and grads hold bf16 values */
   const loom_comm *tp_comm, *sp_comm; /* NULL when not parallel */
   const loom_comm *cp_comm; /* the context-parallel ring (NULL when shard.cp == 1) */
+  const loom_comm *ep_comm; /* expert-parallel peers (shard.ep ranks; NULL: experts local) */
 
   float *params;            /* (layout.total) fp32 master weights */
   float *grads;             /* (layout.total) accumulated gradients */

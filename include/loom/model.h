@@ -160,6 +160,9 @@ typedef struct {
   int n_chunks;
   int chunk_first[LOOM_MAX_CHUNKS], chunk_last[LOOM_MAX_CHUNKS]; /* layers [first, last) */
   bool chunk_embed[LOOM_MAX_CHUNKS], chunk_head[LOOM_MAX_CHUNKS];
+  int ep, ep_rank;             /* expert parallelism: MoE layers run the routed experts
+                                  [ep_rank*E/ep, (ep_rank+1)*E/ep) for the ep ranks' tokens
+                                  (their weights are still held whole); 0 is read as 1 */
 } loom_shard;
 
 /* The whole model on one rank. */

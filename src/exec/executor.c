@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "loom/vision_module.h"
+#include "loom/comm_ep.h"
 #include "loom/exec.h"
 #include "loom/kernels.h"
 #include "loom/vision.h"
@@ -29,6 +30,7 @@ struct loom_executor {
   loom_vmod *vision;
   const loom_vqa_batch *const *vqa; /* (A) this step's micro-batches */
   int *inject_slot;            /* (A, B*T) row of the vision tokens replacing each token */
+  loom_comm ep_comm;           /* expert parallelism: ep consecutive dp ranks (parallel.ep) */
 };
 
 void loom_exec_set_vision_batches(loom_executor *ex, const void *const *vqa_batches) {
@@ -130,29 +132,44 @@ static void plan_last_backward(loom_executor *ex) {
   }
 }
 
-/* What the trainer does not run yet, refused before anything is built: expert parallelism
- * (parallel.ep), and Mixture-of-Experts layers with a tensor, sequence, context or pipeline
- * split or inside a vision-language model. */
+/* What the trainer does not run yet, refused before anything is built: Mixture-of-Experts
+ * layers with a tensor, sequence, context or pipeline split or inside a vision-language model;
+ * expert parallelism (parallel.ep) needs ep to divide parallel.dp (its groups are ep
+ * consecutive data-parallel ranks) and runs with data parallelism only. */
 static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
   const loom_config_parallel *p = &cfg->parallel;
   const char *works = "MoE models train today with data parallelism (parallel.dp, ZeRO 0-3 by "
-                      "parallel.zero), gradient accumulation and activation checkpointing";
+                      "parallel.zero), expert parallelism over the dp ranks (parallel.ep), "
+                      "gradient accumulation and activation checkpointing";
   if (p->ep > 1 && spec->moe.experts == 0)
     return loom_err("parallel.ep = %ld: expert parallelism applies to Mixture-of-Experts models "
                     "(model.moe.experts > 0) and this model is dense: set parallel.ep=1",
                     p->ep);
   if (spec->moe.experts == 0) return 0;
+  if (p->ep > 1 && spec->moe.experts % p->ep)
+    return loom_err("parallel.ep = %ld does not divide model.moe.experts = %d: each expert-"
+                    "parallel rank runs E/ep of the experts; choose an ep that divides %d",
+                    p->ep, spec->moe.experts, spec->moe.experts);
+  if (p->ep > 1 && p->dp % p->ep)
+    return loom_err("parallel.ep = %ld does not divide parallel.dp = %ld: expert parallelism "
+                    "groups ep consecutive data-parallel ranks (each holding E/ep experts' "
+                    "work); set parallel.dp to a multiple of parallel.ep",
+                    p->ep, p->dp);
   const struct {
     long value;
     const char *key, *what;
-  } axes[] = {{p->ep, "parallel.ep", "expert parallelism is not in the trainer yet"},
-              {p->tp, "parallel.tp", "tensor parallelism"},
+  } axes[] = {{p->tp, "parallel.tp", "tensor parallelism"},
               {p->sp, "parallel.sp", "Ulysses sequence parallelism"},
               {p->cp, "parallel.cp", "context parallelism"},
               {p->pp, "parallel.pp", "pipeline parallelism"},
               {p->vpp, "parallel.vpp", "virtual pipeline chunks"}};
   for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
-    if (axes[i].value > 1)
+    if (axes[i].value > 1 && p->ep > 1)
+      return loom_err("%s = %ld with expert parallelism (parallel.ep = %ld): expert "
+                      "parallelism runs over the data-parallel ranks only, not combined with %s "
+                      "yet; set %s=1",
+                      axes[i].key, axes[i].value, p->ep, axes[i].what, axes[i].key);
+    else if (axes[i].value > 1)
       return loom_err("%s = %ld with Mixture-of-Experts layers (model.moe.experts = %d): %s "
                       "does not run with MoE layers yet; set %s=1 (%s)",
                       axes[i].key, axes[i].value, spec->moe.experts, axes[i].what, axes[i].key,
@@ -199,6 +216,10 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
   sh.module = spec->vision.arch != LOOM_VISION_NONE ? LOOM_MODULE_TEXT : LOOM_MODULE_ALL;
   sh.tp = m->tp, sh.tp_rank = m->tp_rank, sh.sp = m->sp, sh.sp_rank = m->sp_rank;
   sh.cp = m->cp, sh.cp_rank = m->cp_rank;
+  if (p->ep > 1 && spec->moe.experts > 0) { /* ep consecutive dp ranks: dp_rank = g*ep + r */
+    loom_comm_split(&ex->ep_comm, &m->dp_comm, m->dp_rank / (int)p->ep, m->dp_rank, "ep");
+    sh.ep = ex->ep_comm.size, sh.ep_rank = ex->ep_comm.rank;
+  }
   sh.seq_parallel = m->tp > 1 && !strcmp(p->sp_mode, "megatron");
   sh.n_chunks = ex->vpp;
   for (int c = 0; c < ex->vpp; c++) {
@@ -217,6 +238,7 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
     loom_exec_free(ex);
     return LOOM_ERR;
   }
+  if (sh.ep > 1) ex->d->ep_comm = &ex->ep_comm;
   for (int i = 0; i < ex->d->layout.count; i++) /* training.freeze_lm (the encoder: its module) */
     ex->d->layout.params[i].frozen |= t->freeze_lm; /* (the MoE balancing bias is frozen) */
   if (spec->vision.arch != LOOM_VISION_NONE && create_vision(ex, cfg, spec)) {
@@ -252,6 +274,7 @@ void loom_exec_free(loom_executor *ex) {
   free(ex->inject_slot);
   free(ex->reqs);
   free(ex->last_backward);
+  if (ex->ep_comm.name) loom_comm_split_free(&ex->ep_comm);
   free(ex);
 }
 

@@ -23,6 +23,12 @@ typedef struct dec_moe_acts {
   float *sh_y;                 /* (N, C) its output before the gate */
   float *sh_s;                 /* (N) the shared gate's logit */
   bool dropless;               /* no capacity whatever model.moe.capacity_factor (generation) */
+  /* expert parallelism (shard.ep > 1): the rows this rank's El = E/ep experts received from
+   * the ep ranks, expert-major (expert, source rank, token), up to ep*N*k of them */
+  int *rc;                     /* (ep, El) rows received from each rank for each local expert */
+  int *lcount;                 /* (El) rows of each local expert */
+  int lrows;                   /* rows received in all */
+  float *xl, *yl;              /* (ep*N*k, C) local rows into and out of the experts */
 } dec_moe_acts;
 
 struct loom_layer_acts {
@@ -106,6 +112,7 @@ typedef struct dec_moe_state {
   float *d_sh;            /* (N, C) then (N): the shared expert's output and gate gradients */
   float *d_inner;         /* (3, N, Is) */
   double *aux_grad;       /* (E) d(aux term)/d probs of the micro-batch in its backward */
+  float *a2a;             /* (ep*N*k, C) expert parallelism: rows in exchange order */
   /* the optimizer step's statistics (loom_decoder_moe_begin_step .. _end_step) */
   bool collecting;
   double micro_batches;   /* the aux and z terms are means over this many micro-batches */

@@ -12,20 +12,34 @@
  * The backward reuses the layer's own activations as its scratch where the kernels allow it
  * (the permuted output rows become their gradient, the permuted input rows theirs), so it needs
  * only the router's and the shared expert's gradients besides.
+ * Expert parallelism (shard.ep > 1, d->ep_comm): the router and the plan run on this rank's
+ * tokens with all E experts; the plan's rows for the El = E/ep experts of each ep rank (a
+ * contiguous range, expert-major) go to that rank with one uneven all-to-all (the row counts
+ * per expert exchanged first), arriving by source rank, then expert, then token; they are
+ * reordered expert-major (expert, source rank, token), run through this rank's experts in one
+ * grouped pass, reordered back and returned with a second all-to-all, and combined here. The
+ * backward sends the output rows' gradients the same way and returns the input rows'.
  * Shapes: N tokens (rows of the residual stream: no tensor or sequence split), E experts, k
- * per token, C hidden, Ie / Is the routed / shared inner size, R = kept (token, slot) pairs. */
+ * per token, C hidden, Ie / Is the routed / shared inner size, R = kept (token, slot) pairs,
+ * RL = ep*N*k the most rows this rank's experts may receive. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "loom/comm_ep.h"
 #include "loom/kernels.h"
 #include "loom/kernels_moe.h"
 #include "model/decoder_internal.h"
+
+/* ep ranks the experts are spread over (1: every expert local) */
+static int ep_ranks(const loom_decoder *d) { return d->shard.ep > 1 ? d->shard.ep : 1; }
 
 dec_moe_acts *dec_moe_plan_acts(const loom_decoder *d, dec_carver *c, size_t N,
                                 loom_moe_plan *cand) {
   const loom_moe_spec *ms = &d->spec.moe;
   size_t E = (size_t)ms->experts, k = (size_t)ms->top_k, C = (size_t)d->spec.hidden;
   size_t Ie = (size_t)ms->intermediate, Is = (size_t)ms->shared_intermediate, NK = N * k;
+  size_t P = (size_t)ep_ranks(d), RL = P * NK;
   dec_moe_acts *m = dec_carve_bytes(c, sizeof *m), a;
   memset(&a, 0, sizeof a);
   a.logits = dec_carve(c, N * E);
@@ -45,9 +59,15 @@ dec_moe_acts *dec_moe_plan_acts(const loom_decoder *d, dec_carver *c, size_t N,
   p->scratch = cand->scratch;
   a.xp = dec_carve(c, NK * C);
   a.yp = dec_carve(c, NK * C);
-  a.hg = dec_carve(c, NK * Ie);
-  a.hu = dec_carve(c, NK * Ie);
-  a.act = dec_carve(c, NK * Ie);
+  a.hg = dec_carve(c, RL * Ie); /* the experts' rows: this rank's (RL) with ep */
+  a.hu = dec_carve(c, RL * Ie);
+  a.act = dec_carve(c, RL * Ie);
+  if (P > 1) {
+    a.rc = dec_carve_bytes(c, E * sizeof(int));
+    a.lcount = dec_carve_bytes(c, E / P * sizeof(int));
+    a.xl = dec_carve(c, RL * C);
+    a.yl = dec_carve(c, RL * C);
+  }
   if (Is) {
     a.sh_g = dec_carve(c, N * Is);
     a.sh_u = dec_carve(c, N * Is);
@@ -66,8 +86,10 @@ void dec_moe_plan_scratch(loom_decoder *d, dec_carver *c) {
   size_t C = (size_t)d->spec.hidden, Is = (size_t)ms->shared_intermediate;
   st->d_logits = dec_carve(c, N * E);
   st->d_w = dec_carve(c, N * k);
-  st->work =
-      dec_carve(c, loom_moe_experts_work_floats((int)(N * k), (int)C, ms->intermediate, d->bf16));
+  size_t P = (size_t)ep_ranks(d);
+  st->work = dec_carve(
+      c, loom_moe_experts_work_floats((int)(P * N * k), (int)C, ms->intermediate, d->bf16));
+  st->a2a = P > 1 ? dec_carve(c, P * N * k * C) : NULL;
   st->d_sh = Is ? dec_carve(c, N * C + N) : NULL;
   st->d_inner = Is ? dec_carve(c, 3 * N * Is) : NULL;
   st->aux_grad = dec_carve_bytes(c, E * sizeof(double));
@@ -149,6 +171,77 @@ static const float *expert_weights(loom_decoder *d) {
   return d->bf16 ? loom_decoder_params_lp(d) : d->params;
 }
 
+/* ---- expert parallelism: the exchange of permuted rows ------------------------------------ */
+static bool ep_active(const loom_decoder *d) { return d->ep_comm && d->ep_comm->size > 1; }
+
+/* Rows to (out: send) and from (in: recv) each ep rank, from the plan and m->rc; v (2P) */
+static void ep_rows(const loom_decoder *d, const dec_moe_acts *m, int *out, int *in) {
+  int P = d->ep_comm->size, El = m->plan.E / P;
+  for (int p = 0; p < P; p++) {
+    out[p] = m->plan.offset[(p + 1) * El] - m->plan.offset[p * El];
+    in[p] = 0;
+    for (int j = 0; j < El; j++) in[p] += m->rc[p * El + j];
+  }
+}
+
+/* Reorder the received rows between exchange order (source rank, expert, token) and this
+ * rank's experts' order (expert, source rank, token): to_local from a to l, else back. */
+static void ep_reorder(const loom_decoder *d, const dec_moe_acts *m, float *a, float *l,
+                       bool to_local, int C) {
+  int P = d->ep_comm->size, El = m->plan.E / P;
+  size_t lo = 0;
+  for (int j = 0; j < El; j++)
+    for (int p = 0; p < P; p++) {
+      size_t so = 0; /* the rows from ranks before p, then p's for experts before j */
+      for (int q = 0; q < p; q++)
+        for (int i = 0; i < El; i++) so += (size_t)m->rc[q * El + i];
+      for (int i = 0; i < j; i++) so += (size_t)m->rc[p * El + i];
+      size_t n = (size_t)m->rc[p * El + j] * C;
+      if (to_local) memcpy(l + lo * C, a + so * C, n * sizeof(float));
+      else memcpy(a + so * C, l + lo * C, n * sizeof(float));
+      lo += (size_t)m->rc[p * El + j];
+    }
+}
+
+/* The plan's rows (R,C) of this rank to the experts' ranks, arriving in l (lrows,C) in local
+ * expert order (the forward's inputs, the backward's output gradients) */
+static void ep_send(loom_decoder *d, dec_moe_acts *m, const float *rows, float *l, int C) {
+  int P = d->ep_comm->size;
+  int *v = loom_malloc(2 * (size_t)P * sizeof(int));
+  ep_rows(d, m, v, v + P);
+  float *a = d->s->moe->a2a;
+  loom_comm_alltoallv_rows_f32(d->ep_comm, rows, v, a, v + P, (size_t)C);
+  ep_reorder(d, m, a, l, true, C);
+  free(v);
+}
+
+/* The local experts' rows l (lrows,C) back to the ranks they came from, into rows (R,C) in
+ * this rank's plan order (the forward's outputs, the backward's input gradients) */
+static void ep_return(loom_decoder *d, dec_moe_acts *m, float *l, float *rows, int C) {
+  int P = d->ep_comm->size;
+  int *v = loom_malloc(2 * (size_t)P * sizeof(int));
+  ep_rows(d, m, v, v + P);
+  float *a = d->s->moe->a2a;
+  ep_reorder(d, m, a, l, false, C);
+  loom_comm_alltoallv_rows_f32(d->ep_comm, a, v + P, rows, v, (size_t)C);
+  free(v);
+}
+
+/* Forward dispatch: the counts per expert exchanged (rc), the plan's rows xp sent to the
+ * ranks holding their experts, received rows reordered into xl (lcount per local expert). */
+static void ep_dispatch(loom_decoder *d, dec_moe_acts *m, int C) {
+  const loom_comm *c = d->ep_comm;
+  int P = c->size, El = m->plan.E / P;
+  loom_comm_alltoall_i32(c, m->plan.count, m->rc, El);
+  m->lrows = 0;
+  for (int j = 0; j < El; j++) {
+    m->lcount[j] = 0;
+    for (int p = 0; p < P; p++) m->lcount[j] += m->rc[p * El + j];
+    m->lrows += m->lcount[j];
+  }
+  ep_send(d, m, m->xp, m->xl, C);
+}
+
 void dec_moe_forward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, const float *h,
                      uint16_t *h16, float *y, int N) {
   const loom_moe_spec *ms = &d->spec.moe;
@@ -167,8 +260,17 @@ void dec_moe_forward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, c
   if (d->bf16) loom_round_bf16_f32(m->xp, m->xp, R * C);
   const float *W = expert_weights(d);
   loom_moe_expert_acts ea = {m->hg, m->hu, m->act};
-  loom_moe_experts_forward_fast_f32(m->yp, &ea, m->xp, W + o->eg, W + o->eu, W + o->ed, o->ews,
-                                    m->plan.count, E, C, Ie, d->bf16);
+  if (ep_active(d)) {
+    int El = E / d->ep_comm->size;
+    size_t e0 = (size_t)d->ep_comm->rank * El * o->ews;
+    ep_dispatch(d, m, C);
+    loom_moe_experts_forward_fast_f32(m->yl, &ea, m->xl, W + o->eg + e0, W + o->eu + e0,
+                                      W + o->ed + e0, o->ews, m->lcount, El, C, Ie, d->bf16);
+    ep_return(d, m, m->yl, m->yp, C);
+  } else {
+    loom_moe_experts_forward_fast_f32(m->yp, &ea, m->xp, W + o->eg, W + o->eu, W + o->ed,
+                                      o->ews, m->plan.count, E, C, Ie, d->bf16);
+  }
   loom_moe_combine_f32(y, m->yp, m->w, &m->plan, C); /* y (N,C) = sum_j w_j yp[row of j] */
   if (!Is) return;
   /* shared expert, gated per token: y += sigmoid(h . Wsg) * down(silu(gate h) * up h) */
@@ -221,9 +323,20 @@ void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, 
   const float *W = expert_weights(d);
   float *G = d->grads;
   loom_moe_expert_acts ea = {m->hg, m->hu, m->act};
-  loom_moe_experts_backward_fast_f32(m->xp, G + o->eg, G + o->eu, G + o->ed, m->yp, &ea, m->xp,
-                                     W + o->eg, W + o->eu, W + o->ed, o->ews, m->plan.count, E, C,
-                                     Ie, d->bf16, st->work);
+  if (ep_active(d)) { /* dyp to the experts' ranks (into yl), dxl (in xl) back into xp */
+    int El = E / d->ep_comm->size;
+    size_t e0 = (size_t)d->ep_comm->rank * El * o->ews;
+    ep_send(d, m, m->yp, m->yl, C);
+    loom_moe_experts_backward_fast_f32(m->xl, G + o->eg + e0, G + o->eu + e0, G + o->ed + e0,
+                                       m->yl, &ea, m->xl, W + o->eg + e0, W + o->eu + e0,
+                                       W + o->ed + e0, o->ews, m->lcount, El, C, Ie, d->bf16,
+                                       st->work);
+    ep_return(d, m, m->xl, m->xp, C);
+  } else {
+    loom_moe_experts_backward_fast_f32(m->xp, G + o->eg, G + o->eu, G + o->ed, m->yp, &ea,
+                                       m->xp, W + o->eg, W + o->eu, W + o->ed, o->ews,
+                                       m->plan.count, E, C, Ie, d->bf16, st->work);
+  }
   loom_moe_gather_backward_f32(dh, m->xp, &m->plan, C);
   /* router: d logits from the weights' gradient and the aux and z terms, then the linear */
   memset(st->d_logits, 0, (size_t)N * E * sizeof(float));

@@ -76,7 +76,7 @@ refused() { # np key expected-text overrides...
   else fail "$key: not refused as expected ($want): $(echo "$out" | tail -2)"; fi
 }
 SHORT=("${MOE[@]}" training.steps=2)
-refused 1 parallel.ep "expert parallelism is not in the trainer yet" "${SHORT[@]}" parallel.ep=2
+refused 1 parallel.ep "does not divide parallel.dp" "${SHORT[@]}" parallel.ep=2
 refused 2 parallel.tp "tensor parallelism does not run with MoE layers" "${SHORT[@]}" parallel.tp=2
 refused 2 parallel.sp "Ulysses sequence parallelism" "${SHORT[@]}" parallel.sp=2
 refused 2 parallel.cp "context parallelism" "${SHORT[@]}" parallel.cp=2

@@ -43,10 +43,10 @@ set_tests_properties(train_precision_test PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE
   ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
 # Every parallel layout against one process (tests/train/parallel_*_test.sh, under mpirun
 # --oversubscribe): the strategies and their combinations, resharding resume, global batch,
-# packed documents, failure paths and the kill -9 campaign, long-context memory.
+# packed documents, failure paths and the kill -9 campaign, long-context memory, expert parallelism.
 set(LOOM_PARALLEL_SCRIPT_TESTS equivalence_test cp_equivalence_test vlm_equivalence_test
     ulysses_tp_test reshard_test failure_test init_from_test global_batch_test crash_test
-    packed_test)
+    packed_test ep_test)
 # cp_long_test measures memory under a 256 MB per-process limit (RLIMIT_DATA): the sanitizers'
 # shadow memory cannot live under it, so the sanitizer build does not run it
 if(NOT LOOM_SANITIZE)

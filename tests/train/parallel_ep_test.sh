@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Expert parallelism (parallel.ep) through `loom train`: the routed experts of every MoE layer
+# are spread over ep consecutive data-parallel ranks, the permuted token rows exchanged with
+# uneven all-to-alls (src/model/decoder_moe.c). Every layout equals one process on the same
+# micro-batches (tiny-qwen3-moe, 4 experts, 3 layers with the middle one dense, aux + z-loss,
+# balancing bias, fp32, 20 steps, one sequence per micro-batch: per-step loss within 1e-5
+# relative, final weights within 1e-4, as tests/model/moe_train_test.sh checks dp):
+#  - ep=2 (dp=2), ep=2 with dp=4 (two expert groups), ep=4 (dp=4), ep=2 with ZeRO 1, 2, 3;
+#  - capacity dropping (by position) with ep=2 equals one process with the same capacity;
+#  - validation with ep=2 equals dp=2; activation checkpointing with ep=2 is bitwise the same;
+#  - bf16 with ep=2 against bf16 dp=2 (the same micro-batches) within the bf16 tolerance
+#    (2e-3, tests/train/parallel_equivalence_test.sh's);
+#  - a checkpoint written with ep=2 loads in one process with its parameters exactly (ckpt
+#    compare --rtol 0 against what one process loaded), resumes there the same bit for bit
+#    twice and continues like the ep=2 run (losses 1e-5, final weights 1e-4);
+#  - refusals: ep not dividing dp or the experts, ep with tp / pp / cp, naming the keys.
+. "$(dirname "$0")/parallel_common.sh"
+make_data || { echo "could not make test data"; exit 1; }
+
+MOE=(model.preset=tiny-qwen3-moe model.vocab_size=300 model.layers=3 model.moe.mlp_only_layers=1
+  model.moe.experts=4 model.moe.top_k=2
+  model.moe.z_loss_coef=0.001 model.moe.bias_update_rate=0.001 training.seq_len=32
+  training.micro_batch_size=1 training.steps=20 training.warmup_steps=2 training.log_every=5
+  data.train_shards="$WORK/train.bin" checkpoint.every=0)
+FP32=1e-5 W32=1e-4
+
+echo "expert parallelism against one process (4 micro-batches of one sequence a step)"
+train e_single 1 "${MOE[@]}" training.grad_accum=4
+train e_ep2 2 "${MOE[@]}" training.grad_accum=2 parallel.dp=2 parallel.ep=2 &&
+  { close_losses e_single e_ep2 $FP32; close_weights e_single e_ep2 $W32; }
+for z in 1 2 3; do
+  train e_ep2_zero$z 2 "${MOE[@]}" training.grad_accum=2 parallel.dp=2 parallel.ep=2 parallel.zero=$z &&
+    { close_losses e_single e_ep2_zero$z $FP32; close_weights e_single e_ep2_zero$z $W32; }
+done
+train e_ep2_dp4 4 "${MOE[@]}" parallel.dp=4 parallel.ep=2 &&
+  { close_losses e_single e_ep2_dp4 $FP32; close_weights e_single e_ep2_dp4 $W32; }
+train e_ep4 4 "${MOE[@]}" parallel.dp=4 parallel.ep=4 &&
+  { close_losses e_single e_ep4 $FP32; close_weights e_single e_ep4 $W32; }
+check "ep=2: the all-to-alls ran (comm bytes of all-to-all)" \
+  grep -q '"all-to-all"' "$(run_dir e_ep2)/comm.json"
+
+echo "capacity dropping with expert parallelism: the plan is the token's own rank's"
+CAP=(model.moe.capacity_factor=1.0 model.moe.drop_policy=position)
+train e_cap_single 1 "${MOE[@]}" training.grad_accum=4 "${CAP[@]}"
+train e_cap_ep2 2 "${MOE[@]}" training.grad_accum=2 parallel.dp=2 parallel.ep=2 "${CAP[@]}" &&
+  close_losses e_cap_single e_cap_ep2 $FP32
+check "capacity: pairs were dropped" grep -q '"moe_dropped": \[[1-9]' "$(run_dir e_cap_ep2)/metrics.jsonl"
+
+echo "validation and activation checkpointing with ep=2 (every rank evaluates its batches)"
+V=("${MOE[@]}" training.steps=6 data.val_fraction=0.1 training.eval_every=3 training.grad_accum=2 parallel.dp=2)
+train e_val_dp2 2 "${V[@]}"
+train e_val_ep2 2 "${V[@]}" parallel.ep=2 && close_val_losses e_val_dp2 e_val_ep2 $FP32
+train e_val_ep2_rc 2 "${V[@]}" parallel.ep=2 training.activation_checkpointing=true
+check "ep=2: activation checkpointing gives the same losses bit for bit" \
+  test "$(losses "$(run_dir e_val_ep2)")" = "$(losses "$(run_dir e_val_ep2_rc)")"
+
+echo "bf16: ep=2 against dp=2 on the same micro-batches"
+BF=(training.dtype=bf16 training.grad_accum=2 parallel.dp=2)
+train e_bf16_dp2 2 "${MOE[@]}" "${BF[@]}"
+train e_bf16_ep2 2 "${MOE[@]}" "${BF[@]}" parallel.ep=2 && close_losses e_bf16_dp2 e_bf16_ep2 2e-3
+
+echo "a checkpoint written with ep=2 loads and resumes in one process"
+R=(run.output_dir="$WORK/resume" "${MOE[@]}" training.steps=12 checkpoint.every=6)
+timeout 300 "${MPIRUN[@]}" -np 2 "$LOOM" train "${R[@]}" training.grad_accum=2 parallel.dp=2 \
+  parallel.ep=2 run.name=ep2 --quiet >"$WORK/resume_ep2.log" 2>&1
+E2=$(ls -d "$WORK"/resume/ep2_* | head -1)
+check "ep=2 wrote checkpoint_6" test -f "$E2/checkpoint_6/COMPLETE"
+# its parameters as one process loads them (no step: the final checkpoint is what was loaded)
+"$LOOM" train "${MOE[@]}" checkpoint.init_from="$E2/checkpoint_6" training.steps=0 \
+  run.output_dir="$WORK/loaded" --quiet >"$WORK/loaded.log" 2>&1
+out=$("$LOOM" ckpt compare "$E2/checkpoint_6" "$(ls -d "$WORK"/loaded/*/ | head -1)final_checkpoint" --rtol 0 2>&1)
+check "loaded in one process: parameters equal exactly ($(echo "$out" | tail -1 | cut -c1-60))" \
+  test -n "$out" -a "$(echo "$out" | tail -1 | grep -c '0 tensors beyond')" = 1
+for i in 1 2; do
+  "$LOOM" train --resume "$E2/checkpoint_6" training.grad_accum=4 parallel.dp=1 parallel.ep=1 \
+    run.output_dir="$WORK/resume$i" --quiet >"$WORK/resume$i.log" 2>&1
+done
+a=$(ls -d "$WORK"/resume1/*/ | head -1) b=$(ls -d "$WORK"/resume2/*/ | head -1)
+check "resumed in one process: 6 losses" test "$(losses "$a" | wc -l)" = 6
+check "resumed in one process twice: the same losses bit for bit" \
+  test "$(losses "$a")" = "$(losses "$b")"
+worst=$(paste <(losses "$E2" | tail -6) <(losses "$a") | awk '
+  { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r } END { printf "%.2e", w; exit (w > 1e-5) }')
+check "resumed in one process: steps 7-12 = the ep=2 run's within 1e-5 (worst $worst)" test $? = 0
+out=$("$LOOM" ckpt compare "$E2/final_checkpoint" "${a}final_checkpoint" --rtol 1e-4 --ignore attn.k.bias 2>&1)
+check "resumed in one process: final weights = the ep=2 run's ($(echo "$out" | tail -1 | cut -c1-70))" \
+  test "$(echo "$out" | tail -1 | grep -c ' 0 tensors beyond')" = 1
+
+echo "refusals"
+refused() { # np key expected-text overrides...
+  local np=$1 key=$2 want=$3; shift 3
+  local out
+  if [ "$np" = 1 ]; then out=$("$LOOM" train "$@" run.output_dir="$WORK/refused" --quiet 2>&1)
+  else out=$(timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train "$@" run.output_dir="$WORK/refused" --quiet 2>&1); fi
+  if [ $? != 0 ] && echo "$out" | grep -q "$key" && echo "$out" | grep -q "$want"; then pass
+  else fail "$key: not refused as expected ($want): $(echo "$out" | tail -2)"; fi
+}
+SHORT=("${MOE[@]}" training.steps=2)
+refused 1 parallel.dp "parallel.ep = 2 does not divide parallel.dp = 1" "${SHORT[@]}" parallel.ep=2
+refused 3 model.moe.experts "parallel.ep = 3 does not divide model.moe.experts = 4" "${SHORT[@]}" parallel.ep=3 parallel.dp=3
+refused 4 parallel.tp "not combined with tensor parallelism" "${SHORT[@]}" parallel.ep=2 parallel.dp=2 parallel.tp=2
+refused 4 parallel.pp "not combined with pipeline parallelism" "${SHORT[@]}" parallel.ep=2 parallel.dp=2 parallel.pp=2
+refused 4 parallel.cp "not combined with context parallelism" "${SHORT[@]}" parallel.ep=2 parallel.dp=2 parallel.cp=2
+finish
