@@ -3,12 +3,20 @@
  * each at several sizes. A line t = latency_total + bytes_moved / bandwidth is fitted per
  * collective (bytes moved per rank under comm.h's ring accounting); the profile's one network
  * tier gets the send/recv bandwidth, an efficiency per collective (its bandwidth over that)
- * and the median latency per algorithm step. Runs on every rank; rank 0 keeps the result. */
+ * and the median latency per algorithm step. Runs on every rank; rank 0 keeps the result.
+ *
+ * Across nodes (ranks on several hosts, the same number r >= 2 on each, consecutive: what
+ * `mpirun --hostfile` with slots=r places) the profile gets two tiers instead: shared memory
+ * over the r ranks of a node (domain r), measured inside every node at once, and the network
+ * between nodes (domain 0), measured between the ranks of the same local index on every node,
+ * all of them at once (as a data-parallel reduction loads the link). With one rank per node
+ * the one tier is the network's. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "loom/comm.h"
 #include "loom/core.h"
+#include "loom/mesh.h"
 #include "loom/sim_bench.h"
 
 static const size_t sizes[] = {2048, 32768, 262144, 1048576}; /* floats per rank */
@@ -79,13 +87,13 @@ static int by_value(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-int loom_bench_mpi(loom_hw_profile *hw, const loom_bench_ctx *b) {
-  const loom_comm *c = b->comm;
+/* The line t = latency + bytes / bandwidth of every collective on c: bw, lat (per step). */
+static void measure(const loom_comm *c, const loom_bench_ctx *b, const char *what, double *bw,
+                    double *lat) {
   int p = c->size;
   size_t maxn = sizes[NS - 1];
   mjob j = {c, 0, 0, loom_alloc(maxn * sizeof(float)), loom_alloc(maxn * sizeof(float))};
   for (size_t i = 0; i < maxn; i++) j.in[i] = 1e-3f * (float)(i % 1000);
-  double bw[LOOM_COLL_COUNT], lat[LOOM_COLL_COUNT];
   for (int k = 0; k < LOOM_COLL_COUNT; k++) {
     double x[NS], y[NS], sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (int s = 0; s < NS; s++) {
@@ -103,16 +111,20 @@ int loom_bench_mpi(loom_hw_profile *hw, const loom_bench_ctx *b) {
     bw[k] = 1 / slope;
     lat[k] = icpt / steps((loom_coll_kind)k, p);
     if (b->log && b->rank == 0) {
-      fprintf(b->log, "mpi %-15s (%d ranks):", loom_coll_name((loom_coll_kind)k), p);
+      fprintf(b->log, "mpi %s%-15s (%d ranks):", what, loom_coll_name((loom_coll_kind)k), p);
       for (int s = 0; s < NS; s++) fprintf(b->log, " %zu B %.1f us,", sizes[s] * 4, y[s] * 1e6);
       fprintf(b->log, " -> %.2f GB/s, %.2f us per step\n", bw[k] / 1e9, lat[k] * 1e6);
     }
   }
   loom_free(j.in), loom_free(j.out);
-  loom_hw_tier *t = &hw->tier[0];
-  hw->n_tiers = 1;
-  snprintf(t->name, sizeof t->name, "shared-memory-mpi");
-  t->domain = 0;
+}
+
+/* A tier from a measurement: the send/recv bandwidth, each collective's efficiency over it,
+ * the median latency per step. */
+static void fill_tier(loom_hw_tier *t, const char *name, int domain, const double *bw,
+                      const double *lat) {
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->domain = domain;
   t->algo = LOOM_ALGO_RING;
   t->bandwidth = bw[LOOM_COLL_SENDRECV];
   for (int k = 0; k < LOOM_COLL_COUNT; k++) {
@@ -120,8 +132,39 @@ int loom_bench_mpi(loom_hw_profile *hw, const loom_bench_ctx *b) {
     t->efficiency[k] = e > 1.5 ? 1.5 : e;
   }
   double sorted[LOOM_COLL_COUNT];
-  memcpy(sorted, lat, sizeof lat);
+  memcpy(sorted, lat, sizeof sorted);
   qsort(sorted, LOOM_COLL_COUNT, sizeof(double), by_value);
   t->latency = sorted[LOOM_COLL_COUNT / 2];
+}
+
+/* Ranks per node when the ranks are on several nodes, the same number on each, consecutive;
+ * 0 otherwise (one node, or an irregular placement: measured as one tier). */
+static int ranks_per_node(int world) {
+  int nodes = loom_dist_nodes();
+  if (nodes < 2 || world % nodes) return 0;
+  int r = world / nodes;
+  for (int i = 0; i < world; i++)
+    if (loom_dist_node_of(i) != i / r) return 0;
+  return r;
+}
+
+int loom_bench_mpi(loom_hw_profile *hw, const loom_bench_ctx *b) {
+  const loom_comm *c = b->comm;
+  double bw[LOOM_COLL_COUNT], lat[LOOM_COLL_COUNT];
+  int r = ranks_per_node(c->size);
+  if (r == 0 || r == 1) {
+    measure(c, b, "", bw, lat);
+    hw->n_tiers = 1;
+    fill_tier(&hw->tier[0], r ? "network" : "shared-memory-mpi", 0, bw, lat);
+    return 0;
+  }
+  loom_mesh m; /* tp: the r ranks of a node, dp: one rank of every node */
+  if (loom_mesh_create_on(&m, 1, c->size / r, 1, 1, r, 120, 0)) return -1;
+  measure(&m.tp_comm, b, "inside a node: ", bw, lat);
+  fill_tier(&hw->tier[0], "shared-memory-mpi", r, bw, lat);
+  measure(&m.dp_comm, b, "between nodes: ", bw, lat);
+  fill_tier(&hw->tier[1], "network", 0, bw, lat);
+  hw->n_tiers = 2;
+  loom_mesh_free(&m);
   return 0;
 }

@@ -12,6 +12,8 @@
 #   some on each layout (the nodes really are apart);
 # - over a slow link (node 1's link shaped to 200 Mbit/s both ways by tc tbf) and, where the
 #   kernel has netem, a lossy one with delay (2 ms, 1% loss): the same losses, only slower;
+# - `loom bench --only mpi` across the nodes writes two network tiers: shared memory over a
+#   node's 2 ranks (domain 2) and the network between nodes (domain 0), both measured;
 # - the ranks talk over TCP between the nodes' addresses (ss shows a rank's connection from
 #   node 0's address to node 1's while a run is going), and cannot without TCP: with shared memory
 #   (vader) and self only, Open MPI finds no way between the nodes and the job fails.
@@ -100,6 +102,24 @@ else
 fi
 check "a rank on $N0 has a TCP connection to $NET.2 ($N1)" test $seen = 1
 [ $seen = 1 ] && echo "  $(head -1 "$WORK/ss.txt" | awk '{print $4, "->", $5, $6}')"
+
+echo "loom bench across the nodes: the link between them as the profile's outer tier"
+if "${MPI_NODES[@]}" $("$NODES" mpirun-args) "$LOOM" bench --only mpi --quick --quiet \
+  --out "$WORK/hw.yaml" >"$WORK/bench.log" 2>&1; then
+  tiers=$(python3 - "$WORK/hw.yaml" <<'EOF'
+import re, sys
+t = open(sys.argv[1]).read()
+print(" ".join(f"{n}:{d}:{float(b) > 0}" for n, d, b in re.findall(
+    r"- name: (\S+)\s+domain: (\d+)\s+bandwidth_gbs: ([0-9.e+-]+)", t)))
+EOF
+)
+  check "bench: tiers shared-memory-mpi (domain 2) and network (domain 0): $tiers" \
+    test "$tiers" = "shared-memory-mpi:2:True network:0:True"
+  link=$(grep -A3 'name: network' "$WORK/hw.yaml" | grep -E 'bandwidth|latency' | tr -s ' \n' ' ')
+  echo "  the link:$link"
+else
+  fail "bench across the nodes failed"; tail -5 "$WORK/bench.log" >&2
+fi
 
 echo "without TCP (shared memory and self only) the nodes cannot reach each other"
 no_tcp=$("$NODES" mpirun-args | sed 's/btl tcp,self,vader/btl self,vader/')
