@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "loom/config_schema.h"
 #include "loom/core.h"
 #include "loom/model.h"
 #include "model/spec_internal.h"
@@ -97,8 +98,14 @@ int loom_model_preset(loom_model_spec *spec, const char *name) {
     strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
     strncat(list, presets[i].name, sizeof list - strlen(list) - 1);
   }
-  return loom_err("unknown model preset '%s'; known presets: %s (or set model.preset: \"\" and "
-                  "give every dimension)", name, list);
+  const char *names[N_PRESETS + 1];
+  for (int i = 0; i < N_PRESETS; i++) names[i] = presets[i].name;
+  names[N_PRESETS] = NULL;
+  const char *near = loom_config_nearest_of(name, names);
+  char hint[96] = "";
+  if (near) snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
+  return loom_err("unknown model preset '%s'%s; known presets: %s (or set model.preset: \"\" "
+                  "and give every dimension)", name, hint, list);
 }
 
 const char *loom_model_preset_name(int i) {

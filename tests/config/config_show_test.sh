@@ -47,6 +47,8 @@ expect_rc "a model not complete yet: still shown" 0
 expect_err "... with a note saying why it cannot be built" "note: the model cannot be built yet"
 expect_out "... its values as given" "  hidden: 0"$'\n'
 expect_fail "a near-miss preset" "did you mean 'gpt2-124m'?" "$LOOM" config show model.preset=gpt2-125m
+expect_fail "loom train: a near-miss preset" "did you mean 'gpt2-124m'?" \
+  "$LOOM" train model.preset=gpt2-125m training.steps=1
 expect_fail "lr=1e-3: the key, not a group" "did you mean the config key 'training.lr' (training.lr=1e-3)?" \
   "$LOOM" config show lr=1e-3
 expect_fail "steps=5: the key" "did you mean the config key 'training.steps'" "$LOOM" config show steps=5
