@@ -9,8 +9,7 @@
 # deterministic: instruction order, bytes per collective, memory). Takes ~15 minutes on 2 cores.
 # The "long llama" cases are the step-time half of tests/sim/sim_vs_train_cp_test.py (context
 # parallelism on 2048-token sequences); the "moe" cases compare loom's own MoE runs (expert
-# parallelism over MPI) once `loom train` runs parallel.ep: until then they are reported as
-# reported as failed with the trainer's message, like any other case.
+# parallelism over MPI; a case the trainer refuses is reported as failed with its message).
 #
 # usage: bench/sim_vs_train.sh [path/to/loom] [--repeat R] [--steps S] [--only REGEX]
 # env:   PROFILE=FILE  use this profile instead of calibrating (loom bench --nproc 2)
