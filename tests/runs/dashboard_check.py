@@ -258,7 +258,10 @@ def main():
         run_dir = {r["run_id"]: r for r in loom_json(a.loom, a.runs_dir, "--show", "run_id,run_dir")}
         fin = metrics_columns(run_dir[a.finished]["run_dir"])
         b.js("document.querySelector('input[data-run=\"%s\"]').click()" % a.finished)
-        b.wait("(loomDashboard.plotted('loss') || []).length === 1 && loomDashboard.plotted('loss')[0].x.length > 0",
+        # (while nothing is ticked the table's runs are plotted: wait for the ticked run's own
+        # curve, not any single one that loaded first)
+        b.wait("(loomDashboard.plotted('loss') || []).length === 1 && loomDashboard.plotted('loss')[0].id === %s"
+               " && loomDashboard.plotted('loss')[0].x.length > 0" % json.dumps(a.finished),
                10, "loss curve drawn")
         for key in ("loss", "grad_norm"):
             p = b.js("loomDashboard.plotted('%s')" % key)
