@@ -274,11 +274,12 @@ static void test_plan(void) {
   run_done(&r);
 }
 
-/* the seed's MoE study shape, simulated: every point either runs or is out of memory with its
+/* the seed's MoE study shape, simulated (--new: a fresh execution even where an earlier one of
+ * the test left its state): every point either runs or is out of memory with its
  * remedies (the experts folded or split further among them) */
 static void test_sweep(void) {
   char *cmd = loom_sprintf("sweep run '%s/configs/sweeps/qwen3_vl_moe_grid.yaml' --launcher sim "
-                           "--log-dir sim-moe-sweep.tmp --color never", source_dir());
+                           "--log-dir sim-moe-sweep.tmp --color never --new", source_dir());
   run_result r = run_loom(cmd);
   free(cmd);
   CHECK(r.status == 0 && HAS(r.out, "72 points", "succeeded", "out of memory", "0 failed"),
