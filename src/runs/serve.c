@@ -127,6 +127,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                      NULL, false);
 }
 
+/* 127.0.0.0/8, ::1 or localhost: only this machine reaches it. */
+static bool is_loopback(const char *host) {
+  struct in_addr a4;
+  struct in6_addr a6;
+  if (!strcmp(host, "localhost")) return true;
+  if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
 /* A listening TCP socket on host:port (IPv4 or IPv6 literal); *bound gets the port. */
 static int listen_on(const char *host, int port, int *bound) {
   if (!strcmp(host, "localhost")) host = "127.0.0.1";
@@ -182,6 +191,10 @@ int loom_serve_run(const loom_serve_opts *o) {
   bool v6 = strchr(o->host, ':') != NULL;
   printf("loom runs serve: http://%s%s%s:%d/  (registry %s; Ctrl-C stops)\n", v6 ? "[" : "",
          o->host, v6 ? "]" : "", port, o->db_path);
+  if (!is_loopback(o->host))
+    fprintf(stderr, "loom runs serve: warning: listening on %s exposes the registry (every run's "
+            "config, metrics and paths, without authentication) to whoever can reach this "
+            "address; the default --host 127.0.0.1 keeps it on this machine\n", o->host);
   if (o->view)
     printf("  the view of this command line: http://%s%s%s:%d/#%s\n", v6 ? "[" : "", o->host,
            v6 ? "]" : "", port, o->view);

@@ -174,6 +174,15 @@ rm -f "$WORK"/copy.db*
 code=$(http "${V6URL}api/runs" "$WORK/body")
 check "registry deleted while serving: 500 saying so" test "$code:$(jq_py "'is gone' in d['error']")" = "500:True"
 kill -TERM $V6
+check "--host ::1: no exposure warning" test -z "$(grep 'exposes the registry' "$WORK/v6.out")"
+# any other address: said on stderr that the registry is exposed
+"$LOOM" runs serve --runs-dir "$RUNS" --host 0.0.0.0 --port 0 > "$WORK/any.out" 2> "$WORK/any.err" &
+ANY=$!
+PIDS+=($ANY)
+for _ in $(seq 100); do grep -q "^loom runs serve: http://" "$WORK/any.out" && break; sleep 0.1; done
+check "--host 0.0.0.0: warns that it exposes the registry" \
+  grep -q "warning: listening on 0.0.0.0 exposes the registry" "$WORK/any.err"
+kill -TERM $ANY
 "$LOOM" runs serve --runs-dir "$RUNS" --port 0 --filter "training.lr >> 1" > /dev/null 2> "$WORK/bf.err"
 check "serve --filter with a bad filter: exit 1 before serving" test $? = 1
 check "serve --filter with a bad filter: the parser's message" grep -q "loom runs serve: --filter: column 14: expected a value" "$WORK/bf.err"
