@@ -96,7 +96,7 @@ static int cmd_show(int argc, char **argv) {
   int i = 0;
   const char *path = NULL;
   if (i < p.npos && !is_override(p.pos[i])) path = p.pos[i++];
-  char **choices = calloc((size_t)p.npos + 1, sizeof *choices);
+  char **choices = loom_calloc((size_t)p.npos + 1, sizeof *choices);
   int nchoices = 0;
   for (int j = i; j < p.npos; j++)
     if (loom_config_is_group_choice(p.pos[j])) choices[nchoices++] = p.pos[j];

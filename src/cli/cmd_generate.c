@@ -124,7 +124,7 @@ static int take_top_p(const char *v, void *ctx) {
 int loom_cmd_generate(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *prompts_file = NULL, *prompt_ids = NULL;
   const char *image = NULL, *tok_flag = NULL, *dtype = "fp32";
-  gen_opts g = {calloc((size_t)argc + 1, sizeof(char *)), 0, 64, 0, 0, 0, 1};
+  gen_opts g = {loom_calloc((size_t)argc + 1, sizeof(char *)), 0, 64, 0, 0, 0, 1};
   bool json = false, ignore_eos = false;
   const loom_cli_opt opts[] = {
       LOOM_OPT_VALUE("--prompt", &prompt),       LOOM_OPT_VALUE("--prompts", &prompts_file),
@@ -205,9 +205,8 @@ int loom_cmd_generate(int argc, char **argv) {
     } else {
       n = prompts_file ? n_lines : 1;
     }
-    prompts = calloc((size_t)n, sizeof *prompts);
-    ids = calloc((size_t)n, sizeof *ids);
-    LOOM_ASSERT(prompts && ids);
+    prompts = loom_calloc((size_t)n, sizeof *prompts);
+    ids = loom_calloc((size_t)n, sizeof *ids);
   }
   if (!rc && image) {
     rc = loom_vlm_prompt_build(&m, tok, image, prompt, &vp);
@@ -243,12 +242,12 @@ int loom_cmd_generate(int argc, char **argv) {
   if (!rc && n_stops && !tok) rc = loom_err("--stop needs a tokenizer (--tokenizer)");
   loom_gen_streamer st = {tok, stops, n_stops, !json && n == 1, NULL, NULL, NULL, NULL, NULL};
   if (!rc) {
-    st.buf = calloc((size_t)n, sizeof *st.buf);
-    st.len = calloc((size_t)n, sizeof *st.len);
-    st.cap = calloc((size_t)n, sizeof *st.cap);
-    st.printed = calloc((size_t)n, sizeof *st.printed);
-    st.cut = calloc((size_t)n, sizeof *st.cut);
-    out = calloc((size_t)n, sizeof *out);
+    st.buf = loom_calloc((size_t)n, sizeof *st.buf);
+    st.len = loom_calloc((size_t)n, sizeof *st.len);
+    st.cap = loom_calloc((size_t)n, sizeof *st.cap);
+    st.printed = loom_calloc((size_t)n, sizeof *st.printed);
+    st.cut = loom_calloc((size_t)n, sizeof *st.cut);
+    out = loom_calloc((size_t)n, sizeof *out);
     loom_gen_options o = {{temperature, (int)top_k, top_p}, (uint64_t)seed, (int)max_new,
                           stop_ids, n_stop_ids, stops, n_stops, tok,
                           tok ? loom_gen_cli_on_token : NULL, &st};

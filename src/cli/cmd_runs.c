@@ -161,7 +161,7 @@ static int bad(const char *fmt, const char *a) {
 }
 
 static void push(char ***list, int *n, char *s) {
-  *list = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
+  *list = loom_realloc(*list, (size_t)(*n + 1), sizeof(char *));
   (*list)[(*n)++] = s;
 }
 
@@ -407,7 +407,7 @@ static int do_show(runs_args *a, loom_registry *r, loom_runs_table *t) {
 
 static int do_compare(runs_args *a, loom_registry *r, loom_runs_table *t) {
   if (a->nids < 2) return loom_err("compare takes two or more run ids");
-  int *rows = malloc(sizeof(int) * (size_t)a->nids), rc = 0;
+  int *rows = loom_malloc(sizeof(int) * (size_t)a->nids), rc = 0;
   for (int i = 0; i < a->nids && !rc; i++)
     if ((rows[i] = find_row(r, t, a->ids[i])) < 0) rc = -1;
   if (!rc) loom_runs_compare(stdout, t, rows, a->nids);
@@ -437,9 +437,9 @@ static int do_set_metric(runs_args *a, loom_registry *r, loom_runs_table *t) {
 
 static int do_plot(runs_args *a, loom_registry *r, loom_runs_table *t) {
   if (a->nids < 1) return loom_err("plot takes one or more run ids");
-  loom_plot_curve *curves = calloc((size_t)a->nids, sizeof *curves);
-  loom_series *series = calloc((size_t)a->nids, sizeof *series);
-  char **names = calloc((size_t)a->nids, sizeof *names);
+  loom_plot_curve *curves = loom_calloc((size_t)a->nids, sizeof *curves);
+  loom_series *series = loom_calloc((size_t)a->nids, sizeof *series);
+  char **names = loom_calloc((size_t)a->nids, sizeof *names);
   int rc = 0, dir_col = loom_runs_find_column(t, "run_dir"), name_col = loom_runs_find_column(t, "name");
   int id_col = loom_runs_find_column(t, "run_id");
   for (int i = 0; i < a->nids && !rc; i++) {
@@ -477,7 +477,7 @@ static int do_plot(runs_args *a, loom_registry *r, loom_runs_table *t) {
 static int do_delete(runs_args *a, loom_registry *r, loom_runs_table *t) {
   (void)t;
   if (a->nids < 1) return loom_err("usage: loom runs delete ID... [--files]");
-  char **ids = calloc((size_t)a->nids, sizeof *ids);
+  char **ids = loom_calloc((size_t)a->nids, sizeof *ids);
   int rc = 0;
   for (int i = 0; i < a->nids && !rc; i++) /* every id resolves before anything is deleted */
     rc = loom_registry_resolve(r, a->ids[i], &ids[i]);
@@ -651,7 +651,7 @@ int loom_cmd_runs(int argc, char **argv) {
   int at = loom_cli_first_positional(any, argc, argv, 1), sub = -1;
   for (int k = 0; at > 0 && k < NSUB && sub < 0; k++)
     if (!strcmp(argv[at], subs[k].name)) sub = k;
-  char **args = calloc((size_t)argc + 1, sizeof *args);
+  char **args = loom_calloc((size_t)argc + 1, sizeof *args);
   int nargs = 0;
   for (int i = 0; i < argc; i++)
     if (sub < 0 || i != at) args[nargs++] = argv[i];

@@ -151,7 +151,7 @@ static int split_positional(const char *command, const loom_cli_parser *p, const
 static int cmd_generate(int argc, char **argv) {
   const char *src = NULL, *out = NULL;
   bool force = false;
-  char **ov = calloc((size_t)argc, sizeof *ov);
+  char **ov = loom_calloc((size_t)argc, sizeof *ov);
   int nov = 0;
   const loom_cli_opt opts[] = {LOOM_OPT_VALUE("--output-dir", &out),
                                LOOM_OPT_FLAG("--force", &force), {0}};
@@ -191,7 +191,7 @@ static int cmd_generate(int argc, char **argv) {
 
 static int cmd_show(int argc, char **argv) {
   const char *src = NULL;
-  char **ov = calloc((size_t)argc, sizeof *ov);
+  char **ov = loom_calloc((size_t)argc, sizeof *ov);
   int nov = 0;
   const loom_cli_opt opts[] = {{0}};
   loom_cli_parser p = {.command = "sweep show", .opts = opts};
@@ -285,8 +285,7 @@ static char *self_exe(void) {
 /* --skip NAME (repeatable) */
 static int take_skip(const char *v, void *ctx) {
   loom_sweep_run_opts *o = ctx;
-  char **skip = realloc((char **)o->skip, sizeof(char *) * (size_t)(o->nskip + 1));
-  if (!skip) abort();
+  char **skip = loom_realloc((char **)o->skip, (size_t)(o->nskip + 1), sizeof(char *));
   skip[o->nskip++] = (char *)v;
   o->skip = skip;
   return 0;
@@ -299,7 +298,7 @@ static int cmd_run(int argc, char **argv) {
   loom_slurm_opts cli = {0};
   slurm_args sa = {0};
   const char *src = NULL, *parallel = NULL, *color = NULL;
-  char **ov = calloc((size_t)argc, sizeof *ov);
+  char **ov = loom_calloc((size_t)argc, sizeof *ov);
   int rc = 0, nov = 0;
   const loom_cli_opt opts[] = {
       LOOM_OPT_VALUE("--launcher", &o.launcher),   LOOM_OPT_VALUE("--hardware", &o.hardware),

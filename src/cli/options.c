@@ -41,7 +41,7 @@ static bool is_option(const char *a) { return a[0] == '-' && a[1]; }
 static int unknown(const loom_cli_parser *p, const char *arg) {
   int n = 1;
   for (const loom_cli_opt *o = p->opts; o->name; o++) n++;
-  const char **names = calloc((size_t)n + 1, sizeof *names);
+  const char **names = loom_calloc((size_t)n + 1, sizeof *names);
   int k = 0;
   for (const loom_cli_opt *o = p->opts; o->name; o++) names[k++] = o->name;
   names[k] = "--help";
@@ -91,7 +91,7 @@ int loom_cli_parse(loom_cli_parser *p, int argc, char **argv, int first) {
       list_options(p);
       exit(0);
     }
-  p->pos = calloc((size_t)argc + 1, sizeof *p->pos);
+  p->pos = loom_calloc((size_t)argc + 1, sizeof *p->pos);
   p->npos = 0;
   bool options = true;
   for (int i = first; i < argc; i++) {

@@ -18,8 +18,7 @@ static void sb_add(strbuf *b, const char *s) {
   size_t n = strlen(s);
   if (b->len + n + 1 > b->cap) {
     b->cap = (b->len + n + 1) * 2;
-    b->data = realloc(b->data, b->cap);
-    if (!b->data) abort();
+    b->data = loom_realloc(b->data, b->cap, 1);
   }
   memcpy(b->data + b->len, s, n + 1);
   b->len += n;

@@ -179,8 +179,8 @@ static void weight_copies(loom_decoder *d) {
    * ZeRO-3 run (which never uses them) does not hold them */
   if (d->bf16 && loom_gemm_bf16_native()) {
     size_t bytes = (P * sizeof(uint16_t) + 63) & ~(size_t)63;
-    d->s->w16 = aligned_alloc(64, bytes ? bytes : 64);
-    LOOM_ASSERT(d->s->w16);
+    d->s->w16 = aligned_alloc(64, bytes ? bytes : 64); /* not zeroed: loom_alloc would touch it */
+    if (!d->s->w16) loom_oom(bytes, 1, "bf16 weights of the decoder", __FILE__, __LINE__);
   }
   /* the rounded fp32 copy: the matmuls read it without native bf16 GEMMs; with them nothing
    * does (ZeRO-3 and the vision encoder reserve it themselves) and it is never allocated,
@@ -224,8 +224,8 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
                     "context split (tp %d, sp %d, cp %d); data parallelism, ZeRO, gradient "
                     "accumulation and activation checkpointing work with them",
                     shard->tp, shard->sp, shard->cp);
-  loom_decoder *d = calloc(1, sizeof *d);
-  LOOM_ASSERT(d && slots >= 1);
+  loom_decoder *d = loom_calloc(1, sizeof *d);
+  LOOM_ASSERT(slots >= 1);
   d->spec = *spec;
   d->shard = *shard;
   d->B = B;
@@ -254,13 +254,13 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   /* bf16: the rounded copy exists only where something reads it (below) */
   d->params_lp = bf16 ? NULL : d->params;
   d->n_slots = slots;
-  d->slots = calloc((size_t)slots, sizeof *d->slots);
+  d->slots = loom_calloc((size_t)slots, sizeof *d->slots);
   int nl = max_chunk_layers(d);
   for (int i = 0; i < slots; i++) {
     d->slots[i].chunk = -1;
-    d->slots[i].layer = recompute ? NULL : calloc((size_t)(nl > 0 ? nl : 1), sizeof(loom_layer_acts));
+    d->slots[i].layer = recompute ? NULL : loom_calloc((size_t)(nl > 0 ? nl : 1), sizeof(loom_layer_acts));
   }
-  d->s = calloc(1, sizeof *d->s);
+  d->s = loom_calloc(1, sizeof *d->s);
   /* fused head: its softmax statistics are complete on this rank (tp == 1) and one activation
    * slot holds the only micro-batch whose gradient the head precomputes */
   d->s->head_fused = has_head(d) && tp == 1 && slots == 1;
@@ -479,8 +479,7 @@ void loom_decoder_set_doc_eod(loom_decoder *d, int32_t eod) {
   for (int i = 0; i < d->n_slots; i++) {
     loom_acts *a = &d->slots[i];
     if (eod < 0 || a->seg_lo) continue;
-    a->seg_lo = malloc((3 * BT + (size_t)d->N) * sizeof(int)); /* one block, freed as seg_lo */
-    LOOM_ASSERT(a->seg_lo);
+    a->seg_lo = loom_malloc((3 * BT + (size_t)d->N) * sizeof(int)); /* one block, freed as seg_lo */
     a->seg_hi = a->seg_lo + BT;
     a->doc_pos = a->seg_hi + BT;
     a->row_pos = a->doc_pos + BT;

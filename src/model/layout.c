@@ -35,8 +35,7 @@ static void add(builder *b, const char *name, int rows, int cols, bool decay, in
   loom_param_layout *lay = b->lay;
   if (lay->count == b->cap) {
     b->cap = b->cap ? 2 * b->cap : 64;
-    lay->params = realloc(lay->params, (size_t)b->cap * sizeof *lay->params);
-    LOOM_ASSERT(lay->params);
+    lay->params = loom_realloc(lay->params, (size_t)b->cap, sizeof *lay->params);
   }
   loom_param *p = &lay->params[lay->count++];
   memset(p, 0, sizeof *p);

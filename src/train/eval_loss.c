@@ -58,16 +58,14 @@ int loom_evaluator_open(loom_evaluator **out, const loom_config *cfg, const loom
     loom_data_close(data);
     return LOOM_ERR;
   }
-  loom_evaluator *e = calloc(1, sizeof *e);
-  if (!e) abort();
+  loom_evaluator *e = loom_calloc(1, sizeof *e);
   e->ex = ex;
   e->data = data;
   e->batches = want;
   size_t n = (size_t)t->grad_accum * t->micro_batch_size * t->seq_len;
-  e->tokens = malloc(n * sizeof(int32_t));
-  e->targets = malloc(n * sizeof(int32_t));
-  e->vqa = calloc((size_t)t->grad_accum, sizeof *e->vqa);
-  if (!e->tokens || !e->targets || !e->vqa) abort();
+  e->tokens = loom_malloc(n * sizeof(int32_t));
+  e->targets = loom_malloc(n * sizeof(int32_t));
+  e->vqa = loom_calloc((size_t)t->grad_accum, sizeof *e->vqa);
   snprintf(e->describe, sizeof e->describe, "%s; %ld batch%s of %ld x %ld tokens",
            loom_data_describe(data), want, want == 1 ? "" : "es", seqs, t->seq_len);
   *out = e;

@@ -238,7 +238,7 @@ void loom_run_report_memory(loom_run *run) {
   decoder_share(run, mine);
   encoder_share(run, mine);
   int W = run->ranks.job.world;
-  float *all = calloc((size_t)W * 4, sizeof(float));
+  float *all = loom_calloc((size_t)W * 4, sizeof(float));
   loom_comm_allgather_f32(&run->ranks.job.world_comm, mine, all, 4);
   loom_comm_stats_reset(); /* start-up traffic is not part of any step */
   if (run->ranks.lead) {
