@@ -44,6 +44,10 @@ void loom_train_config_resolved(const loom_config *cfg, const loom_model_spec *s
  * second signal ends the process at once. SIGPIPE is ignored (a closed stdout or stderr stops
  * the printing only). Call before anything long (MPI start-up, loading) begins. */
 void loom_train_signals_install(void);
+/* Ask a run to stop as that signal would, from outside its processes: write the signal's
+ * number to the file its LOOM_STOP_FILE names (the `--nproc` supervisor and the sweep runner
+ * do, from their signal handlers: async-signal-safe, open/write/close only). */
+void loom_train_request_stop(const char *stop_file, int sig);
 
 /* A run's summary.json at an end the trainer could not report with its figures (status
  * "failed" or "stopped"; stopped_by and error may be NULL): steps, final and lowest loss and

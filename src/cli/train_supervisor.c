@@ -262,13 +262,7 @@ static void on_stop_signal(int sig) {
     return;
   }
   stop_signal = sig;
-  char num[4] = {(char)('0' + sig / 10 % 10), (char)('0' + sig % 10), '\n', 0};
-  int fd = open(stop_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) {
-    ssize_t w = write(fd, sig >= 10 ? num : num + 1, sig >= 10 ? 3 : 2);
-    close(fd);
-    (void)w;
-  }
+  loom_train_request_stop(stop_path, sig);
   static const char note[] = "\nloom train: stopping: every rank finishes its step and saves a "
                              "checkpoint (send the signal again to stop at once)\n";
   ssize_t w = write(STDERR_FILENO, note, sizeof note - 1);

@@ -32,6 +32,7 @@
 #include "loom/core.h"
 #include "loom/hw.h"
 #include "loom/run_dir.h"
+#include "loom/train.h"
 
 typedef struct {
   const loom_sweep_run_opts *o;
@@ -64,15 +65,7 @@ static void on_stop_signal(int sig) {
     return;
   }
   stop_signal = sig;
-  if (stop_path[0]) {
-    char num[4] = {(char)('0' + sig / 10 % 10), (char)('0' + sig % 10), '\n', 0};
-    int fd = open(stop_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ssize_t w = write(fd, sig >= 10 ? num : num + 1, sig >= 10 ? 3 : 2);
-      close(fd);
-      (void)w;
-    }
-  }
+  if (stop_path[0]) loom_train_request_stop(stop_path, sig);
   static const char note[] = "\nloom sweep: stopping: the running points finish their step and "
                              "save a checkpoint, no more start (send the signal again to kill "
                              "them at once)\n";

@@ -9,6 +9,7 @@
  * the signal's number): mpirun turns its own SIGINT/SIGTERM into a kill of every rank one
  * second later, so the job is kept out of their reach. SIGPIPE is ignored: a closed stdout or
  * stderr (`loom train ... | head`) stops the printing, never the training. */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,15 @@ const char *loom_signal_name(int sig) {
     case SIGHUP: return "SIGHUP";
     default: return "a signal";
   }
+}
+
+void loom_train_request_stop(const char *stop_file, int sig) {
+  char num[4] = {(char)('0' + sig / 10 % 10), (char)('0' + sig % 10), '\n', 0};
+  int fd = open(stop_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return;
+  ssize_t w = write(fd, sig >= 10 ? num : num + 1, sig >= 10 ? 3 : 2);
+  close(fd);
+  (void)w;
 }
 
 /* The signal asked for through LOOM_STOP_FILE (its first number), 0 when it does not exist. */
