@@ -76,6 +76,7 @@ int loom_moe_spec_from_config(loom_model_spec *s, const loom_config_model *mc) {
     return LOOM_ERR;
   if (c->sparse_step && int_key("model.moe.sparse_step", c->sparse_step, 1, &m->sparse_step))
     return LOOM_ERR;
+  if (m->experts > 0 && m->sparse_step == 0) m->sparse_step = 1; /* HF's decoder_sparse_step */
   if (c->norm_topk[0]) m->norm_topk = !strcmp(c->norm_topk, "true");
   if (c->mlp_only_layers[0] && parse_dense_layers(c->mlp_only_layers, m)) return LOOM_ERR;
   const struct {

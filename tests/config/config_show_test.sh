@@ -46,6 +46,11 @@ run_loom config show model.preset="" model.arch=llama
 expect_rc "a model not complete yet: still shown" 0
 expect_err "... with a note saying why it cannot be built" "note: the model cannot be built yet"
 expect_out "... its values as given" "  hidden: 0"$'\n'
+run_loom config show model.preset="" model.arch=llama model.vocab_size=64 model.hidden=32 \
+  model.layers=2 model.heads=2 model.intermediate=64 model.max_seq=64 model.moe.experts=4 \
+  model.moe.top_k=2 model.moe.intermediate=16
+expect_rc "an MoE model without a preset" 0
+expect_out "... every layer MoE as Hugging Face's default decoder_sparse_step" "  sparse_step: 1  #"
 expect_fail "a near-miss preset" "did you mean 'gpt2-124m'?" "$LOOM" config show model.preset=gpt2-125m
 expect_fail "loom train: a near-miss preset" "did you mean 'gpt2-124m'?" \
   "$LOOM" train model.preset=gpt2-125m training.steps=1
