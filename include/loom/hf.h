@@ -81,7 +81,9 @@ void loom_hf_scatter(const loom_hf_tensor *t, const float *src, float *params);
 bool loom_hf_is_ignorable(const char *hf_name);
 
 /* ---- config.json (src/ckpt/hf_config.c) -------------------------------------------------- */
-/* config.json text (malloc'd) with the HF architecture fields of spec; torch_dtype from dt. */
+/* config.json text (malloc'd) with the HF architecture fields of spec; torch_dtype from dt.
+ * NULL with an error when no Hugging Face class computes the text model (loom_hf_plan says the
+ * same when exporting). */
 char *loom_hf_config_json(const loom_model_spec *spec, loom_dtype dt);
 /* Special tokens of a vision-language model's tokenizer (-1: unknown, left out of
  * config.json): <|image_pad|>, <|vision_start|>, <|vision_end|>. */

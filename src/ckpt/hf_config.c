@@ -133,6 +133,8 @@ char *loom_hf_config_json_ids(const loom_model_spec *s, loom_dtype dt,
                               const loom_hf_token_ids *ids) {
   loom_hf_token_ids none = {-1, -1, -1};
   json_t *o;
+  hf_family f;
+  if (s->vision.arch == LOOM_VISION_NONE && hf_family_of(s, &f)) return NULL; /* no HF class */
   switch (s->vision.arch) {
   case LOOM_VISION_QWEN: o = hf_json_qwen_vl(s, ids ? ids : &none); break;
   case LOOM_VISION_LLAVA: o = hf_json_llava(s, ids ? ids : &none); break;

@@ -198,6 +198,10 @@ int hf_config_load_qwen2_moe(const jcfg *j, loom_config_model *m) {
   if (hf_json_load_llama_with(j, m, &d, false) ||
       hf_json_int(j, "shared_expert_intermediate_size", false, 5632, &m->moe.shared_intermediate))
     return LOOM_ERR;
+  if (m->head_dim && m->heads && m->head_dim * m->heads != m->hidden)
+    return loom_err("%s: \"head_dim\" = %ld, but Qwen2-MoE computes it as hidden_size / "
+                    "num_attention_heads = %ld / %ld; remove head_dim or fix it", j->path,
+                    m->head_dim, m->hidden, m->heads);
   snprintf(m->qk_norm, sizeof m->qk_norm, "false");
   return moe_qwen(j, m, 60, 1408, 4);
 }

@@ -166,6 +166,7 @@ static int write_index(const char *dir, const loom_hf_tensor *t, int n, const in
 static int write_config(const char *dir, const loom_model_spec *spec, loom_dtype dt,
                         const loom_hf_token_ids *ids) {
   char *json = loom_hf_config_json_ids(spec, dt, ids);
+  if (!json) return LOOM_ERR; /* the model maps to no Hugging Face class (the plan says why) */
   char *text = loom_sprintf("%s\n", json);
   char *path = loom_sprintf("%s/config.json", dir);
   int rc = loom_write_file_atomic(path, text, strlen(text));
