@@ -48,6 +48,13 @@ int loom_dist_nodes(void);
 int loom_dist_node_of(int world_rank);
 const char *loom_dist_node_name(int node);
 
+/* Before the mesh (collective over the world): every rank belongs to one launch and runs one
+ * loom with one config. Each rank's own count from its launcher (OMPI_COMM_WORLD_SIZE,
+ * SLURM_STEP_NUM_TASKS, PMI_SIZE, read before MPI_Init) must be MPI's world size; every rank's
+ * launch (Open MPI job id, else PMIx namespace, else Slurm job.step; and LOOM_LAUNCH_ID when
+ * set), loom version and executable contents, and config_hash must be rank 0's. The error
+ * names the first rank that disagrees, its node and both values; every rank fails alike. */
+int loom_mesh_check_job(uint64_t config_hash);
 /* Build the mesh for config.parallel on the current world; checks the product of the axes
  * against the world size. */
 int loom_mesh_create(loom_mesh *m, const loom_config_parallel *p, double timeout_s);

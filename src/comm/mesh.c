@@ -1,9 +1,12 @@
-/* MPI start-up and the device mesh: axis communicators split from MPI_COMM_WORLD, and the
- * layout checks that must fail before any work starts. */
+/* MPI start-up and the device mesh: axis communicators split from MPI_COMM_WORLD, the check
+ * that every rank belongs to one launch of one loom with one config, and the layout checks
+ * that must fail before any work starts. */
 #include <mpi.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
@@ -11,6 +14,7 @@
 #include "loom/mesh.h"
 
 static bool mpi_started = false;
+static long launch_world = -1; /* the ranks the launcher says it started (-1: it does not say) */
 
 static bool launched_by_mpi(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK") ||
@@ -25,6 +29,11 @@ static void oom_abort_job(int exit_status) {
 
 int loom_dist_init(int *argc, char ***argv) {
   if (mpi_started || !launched_by_mpi()) return 0;
+  /* read before MPI_Init, which may set these itself (a singleton says 1) */
+  const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!n) n = getenv("SLURM_STEP_NUM_TASKS");
+  if (!n) n = getenv("PMI_SIZE");
+  launch_world = n ? atol(n) : -1;
   int provided;
   if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
     return loom_err("MPI_Init failed; is this process started by mpirun or srun?");
@@ -76,6 +85,81 @@ void loom_dist_abort_quiet(int code) {
   fflush(stderr);
   if (mpi_started) MPI_Abort(MPI_COMM_WORLD, code);
   exit(code);
+}
+
+/* What a rank says about the job it belongs to (loom_mesh_check_job). */
+typedef struct {
+  int32_t mpi_world, launch_world; /* MPI_Comm_size; the launcher's count (-1: unknown) */
+  uint64_t config_hash, exe_hash;  /* the resolved config; this rank's loom executable */
+  char version[32];                /* LOOM_VERSION_STRING */
+  char job[96];                    /* the launch: Open MPI job id, else PMIx namespace, else
+                                      Slurm job.step */
+  char launch[96];                 /* LOOM_LAUNCH_ID ("" when unset) */
+} job_identity;
+
+static void job_identity_fill(job_identity *id, uint64_t config_hash) {
+  memset(id, 0, sizeof *id);
+  MPI_Comm_size(MPI_COMM_WORLD, &id->mpi_world);
+  id->launch_world = (int32_t)launch_world;
+  id->config_hash = config_hash;
+  char *exe = NULL;
+  size_t len = 0;
+  if (loom_read_file("/proc/self/exe", &exe, &len) == 0) id->exe_hash = loom_hash64(exe, len, 0);
+  loom_err_clear(); /* unreadable: 0, compared like any other value */
+  free(exe);
+  snprintf(id->version, sizeof id->version, "%s", LOOM_VERSION_STRING);
+  const char *ompi = getenv("OMPI_MCA_ess_base_jobid"), *ns = getenv("PMIX_NAMESPACE");
+  const char *sj = getenv("SLURM_JOB_ID"), *ss = getenv("SLURM_STEP_ID");
+  if (ompi)
+    snprintf(id->job, sizeof id->job, "Open MPI job %s", ompi);
+  else if (ns)
+    snprintf(id->job, sizeof id->job, "PMIx namespace %s", ns);
+  else if (sj)
+    snprintf(id->job, sizeof id->job, "Slurm job %s.%s", sj, ss ? ss : "?");
+  const char *l = getenv("LOOM_LAUNCH_ID");
+  snprintf(id->launch, sizeof id->launch, "%s", l ? l : "");
+}
+
+int loom_mesh_check_job(uint64_t config_hash) {
+  if (!mpi_started) return 0;
+  job_identity mine;
+  job_identity_fill(&mine, config_hash);
+  int world = mine.mpi_world;
+  job_identity *all = loom_calloc((size_t)world, sizeof *all); /* (world) */
+  MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
+                MPI_COMM_WORLD);
+  int rc = 0;
+  const job_identity *a = &all[0];
+  const char *n0 = loom_dist_node_name(loom_dist_node_of(0));
+  /* every rank runs the same test on the same table: all fail alike, naming the same rank */
+  for (int r = 0; r < world && !rc; r++) {
+    const job_identity *b = &all[r];
+    const char *nr = loom_dist_node_name(loom_dist_node_of(r));
+    if (b->launch_world >= 0 && b->launch_world != b->mpi_world)
+      rc = loom_err("rank %d on %s was started as one of %d ranks, but MPI joined %d: the ranks "
+                    "did not start as one MPI job (srun without a PMI plugin Open MPI can use "
+                    "starts one-rank jobs: use srun --mpi=pmix, or mpirun)", r, nr,
+                    b->launch_world, b->mpi_world);
+    else if (r == 0)
+      continue;
+    else if (strcmp(a->job, b->job) || strcmp(a->launch, b->launch))
+      rc = loom_err("rank %d on %s belongs to another launch (%s%s%s) than rank 0 on %s (%s%s%s); "
+                    "start every rank of a job with one mpirun or srun and one environment",
+                    r, nr, b->job, b->launch[0] ? ", LOOM_LAUNCH_ID " : "", b->launch, n0,
+                    a->job, a->launch[0] ? ", LOOM_LAUNCH_ID " : "", a->launch);
+    else if (strcmp(a->version, b->version) || a->exe_hash != b->exe_hash)
+      rc = loom_err("rank %d on %s runs another loom executable (%s, contents %016llx) than "
+                    "rank 0 on %s (%s, %016llx); install the same build on every node", r, nr,
+                    b->version, (unsigned long long)b->exe_hash, n0, a->version,
+                    (unsigned long long)a->exe_hash);
+    else if (a->config_hash != b->config_hash)
+      rc = loom_err("rank %d on %s was given another config (hash %016llx) than rank 0 on %s "
+                    "(%016llx); give every rank the same config file and overrides (a file "
+                    "that differs between nodes, or an MPMD launch 'mpirun A : B')", r, nr,
+                    (unsigned long long)b->config_hash, n0, (unsigned long long)a->config_hash);
+  }
+  free(all);
+  return rc;
 }
 
 static void make_comm(loom_comm *c, MPI_Comm parent, int color, int key, const char *name,

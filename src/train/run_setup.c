@@ -31,6 +31,7 @@ static int create_meshes(loom_run *run) {
                     "vision.parallel keys or pick a vision-language preset",
                     cfg->model.preset[0] ? cfg->model.preset : cfg->model.arch);
   int world = loom_dist_world();
+  if (loom_mesh_check_job(loom_config_hash(cfg))) return LOOM_ERR; /* one launch, loom, config */
   if (loom_mesh_create_on(&run->ranks.job, 1, world, 1, 1, 1, p->timeout_s, 0)) return LOOM_ERR;
   run->ranks.job_ready = true;
   run->ranks.lead = run->ranks.job.rank == 0;

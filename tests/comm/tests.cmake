@@ -27,3 +27,8 @@ set_tests_properties(comm_multinode PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
 add_test(NAME comm_multinode_fault COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/multinode_fault_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(comm_multinode_fault PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
   RESOURCE_LOCK loom_nodes ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+# loom's check of the job at mesh start: ranks of one MPI world given different configs or
+# launch ids (an MPMD launch), or a rank started as one of N that MPI joined alone, are
+# refused before any work with one error naming the rank (runs anywhere mpirun runs).
+add_test(NAME comm_job_check COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/job_check_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(comm_job_check PROPERTIES TIMEOUT 300 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
