@@ -42,6 +42,14 @@ add_test(NAME ckpt_hf_moe_python
   COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/hf_moe_check.py $<TARGET_FILE:loom>
           $<TARGET_FILE:ckpt_hf_helper>)
 set_tests_properties(ckpt_hf_moe_python PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120)
+# ... and their logits: tests/ckpt/hf_moe_logits.py runs float64 forwards written from
+# transformers' modeling files (hf_models_moe.py) on exported random and trained checkpoints
+# and compares them with loom's fp32 logits (tolerance and tie guard in its docstring).
+add_test(NAME ckpt_hf_moe_logits
+  COMMAND ${LOOM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/hf_moe_logits.py $<TARGET_FILE:loom>
+          $<TARGET_FILE:ckpt_hf_helper>)
+set_tests_properties(ckpt_hf_moe_logits PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1" TIMEOUT 180)
 # checkpoint.init_from=HF_DIR without model keys: the directory's model (dense and MoE), the
 # model keys a run sets laid over it, contradicting ones refused naming both values.
 add_test(NAME ckpt_hf_init_from
