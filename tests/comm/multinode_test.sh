@@ -10,8 +10,10 @@
 # - comm.json: inter-node bytes only on the data-parallel and pipeline communicators (dp, the
 #   gradient communicator "dp x cp x sp", pp and the tied-embedding "embed"), never on tp; and
 #   some on each layout (the nodes really are apart);
-# - over a slow link (node 1's link shaped to 200 Mbit/s both ways by tc tbf) and, where the
-#   kernel has netem, a lossy one with delay (2 ms, 1% loss): the same losses, only slower;
+# - over a slow link (node 1's link shaped to 20 Mbit/s both ways by tc tbf) and, where the
+#   kernel has netem, a lossy one with delay (2 ms, 1% loss): the losses of the same layout on
+#   the unshaped link, bitwise (the link changes timing, never the order of a sum), and a
+#   longer average step;
 # - `loom bench --only mpi` across the nodes writes two network tiers: shared memory over a
 #   node's 2 ranks (domain 2) and the network between nodes (domain 0), both measured;
 # - the ranks talk over TCP between the nodes' addresses (ss shows a rank's connection from
@@ -70,12 +72,19 @@ shaped() { # NAME SHAPE...: dp2 x tp2 with node 1's link shaped
   local t0=$SECONDS
   case_nodes "$name" "nodes: $N0: ranks 0-1 (tp), $N1: ranks 2-3 (tp)" 1 \
     training.micro_batch_size=2 parallel.dp=2 parallel.tp=2
-  echo "  $name: $((SECONDS - t0)) s"
   "$NODES" shape "$N1" off
+  local a b fast slow
+  a=$(losses "$(run_dir dp2_tp2)") b=$(losses "$(run_dir "$name")")
+  check "$name: the losses of dp2_tp2 on the unshaped link, bitwise" test -n "$a" -a "$a" = "$b"
+  fast=$(step_time dp2_tp2) slow=$(step_time "$name")
+  check "$name: slower, $slow s a step against $fast s unshaped ($((SECONDS - t0)) s in all)" \
+    python3 -c "import sys; sys.exit(not float('$slow') > float('$fast'))"
+  echo "  $name: losses bitwise those unshaped; $slow s a step against $fast s unshaped"
 }
-shaped dp2_tp2_200mbit rate 200mbit
+step_time() { sed -n 's/.*"avg_step_time": \([0-9.]*\).*/\1/p' "$(run_dir "$1")/summary.json"; }
+shaped dp2_tp2_20mbit rate 20mbit
 if "$NODES" shape "$N1" delay 2ms loss 1% 2>/dev/null; then
-  shaped dp2_tp2_lossy rate 200mbit delay 2ms loss 1%
+  shaped dp2_tp2_lossy rate 20mbit delay 2ms loss 1%
 else
   "$NODES" shape "$N1" off
   echo "  (tc netem is not available in this kernel: the delay/loss case is left out)"

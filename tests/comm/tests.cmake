@@ -32,3 +32,10 @@ set_tests_properties(comm_multinode_fault PROPERTIES TIMEOUT 900 SKIP_RETURN_COD
 # refused before any work with one error naming the rank (runs anywhere mpirun runs).
 add_test(NAME comm_job_check COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/job_check_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(comm_job_check PROPERTIES TIMEOUT 300 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+# A stray job beside a running one across the nodes (root only): a second mpirun on the same
+# nodes, handshakes from a stray peer, a --resume of the running run and a launch with another
+# LOOM_LAUNCH_ID cannot join it or are refused, and it ends bitwise as alone; the jobs listen
+# on the wildcard (Open MPI 4.1) or loopback inside the node namespaces only.
+add_test(NAME comm_multinode_stray COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/multinode_stray_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(comm_multinode_stray PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+  RESOURCE_LOCK loom_nodes ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
