@@ -17,7 +17,9 @@ typedef enum {
   LOOM_PART_FC1_FWD, LOOM_PART_FC1_DGRAD, LOOM_PART_FC1_WGRAD,
   LOOM_PART_FC2_FWD, LOOM_PART_FC2_DGRAD, LOOM_PART_FC2_WGRAD,
   LOOM_PART_HEAD_FWD, LOOM_PART_HEAD_DGRAD, LOOM_PART_HEAD_WGRAD,
+  LOOM_PART_ROUTER_FWD, LOOM_PART_ROUTER_DGRAD, LOOM_PART_ROUTER_WGRAD, /* MoE router (H -> E) */
   LOOM_PART_ATTN_FWD, LOOM_PART_ATTN_BWD,
+  LOOM_PART_EXPERTS_FWD, LOOM_PART_EXPERTS_BWD, /* MoE: the routed experts' grouped GEMMs */
   LOOM_PART_NORM,     /* residual add + norm forward, norm backward */
   LOOM_PART_ACT,      /* bias + activation and backward, residual add, bias grads, scale, rotary */
   LOOM_PART_XENT,     /* cross-entropy statistics and gradient of the head */
@@ -26,18 +28,29 @@ typedef enum {
   LOOM_PART_CLIP,     /* the global gradient norm for clipping */
   LOOM_PART_ADAMW,    /* the optimizer pass (clip factor folded in) */
   LOOM_PART_BF16_CVT, /* fp32 -> bf16 conversions (weights once per update, activations) */
+  LOOM_PART_MOE_ROUTE,   /* MoE: softmax + top-k, router statistics, router backward */
+  LOOM_PART_MOE_PERMUTE, /* MoE: the dispatch plan, gathering token rows and its backward */
+  LOOM_PART_MOE_COMBINE, /* MoE: the weighted combine of expert rows and its backward */
   LOOM_PART_DATA,     /* data loading */
   LOOM_PART_N
 } loom_part;
 
 /* GEMM roles and phases for loom_prof_gemm_part */
-enum { LOOM_GEMM_QKV, LOOM_GEMM_PROJ, LOOM_GEMM_FC1, LOOM_GEMM_FC2, LOOM_GEMM_HEAD };
+enum {
+  LOOM_GEMM_QKV,
+  LOOM_GEMM_PROJ,
+  LOOM_GEMM_FC1,
+  LOOM_GEMM_FC2,
+  LOOM_GEMM_HEAD,
+  LOOM_GEMM_ROUTER
+};
 enum { LOOM_PHASE_FWD, LOOM_PHASE_DGRAD, LOOM_PHASE_WGRAD };
 static inline loom_part loom_prof_gemm_part(int role, int phase) {
   return (loom_part)(LOOM_PART_QKV_FWD + 3 * role + phase);
 }
-/* role of a linear layer from its weight's name ("layers.3.attn.q.weight" -> LOOM_GEMM_QKV);
- * -1 when the name is none of q/k/v/o/gate/up/down or the head's */
+/* role of a linear layer from its weight's name ("layers.3.attn.q.weight" -> LOOM_GEMM_QKV;
+ * an MoE layer's shared expert counts as the MLP's fc1/fc2, its router as LOOM_GEMM_ROUTER);
+ * -1 when the name is none of q/k/v/o/gate/up/down, the router's or the head's */
 int loom_prof_gemm_role(const char *param_name);
 
 typedef struct {

@@ -20,6 +20,7 @@
 #include "loom/core.h"
 #include "loom/kernels.h"
 #include "loom/kernels_moe.h"
+#include "loom/prof.h"
 
 typedef struct {
   float *yp, *dxp, *dwg, *dwu, *dwd, *work;
@@ -141,6 +142,13 @@ static void run(experts_pass *x, void (*fn)(const experts_pass *, int, size_t)) 
   if (blas_threads != 1) openblas_set_num_threads(blas_threads);
 }
 
+/* rows of the pass: the experts' counts summed (the profiler's work) */
+static double rows_of(const int *count, int n_exp) {
+  double rows = 0;
+  for (int j = 0; j < n_exp; j++) rows += count[j];
+  return rows;
+}
+
 void loom_moe_experts_forward_fast_f32(float *yp, const loom_moe_expert_acts *a,
                                        const float *xp, const float *wg, const float *wu,
                                        const float *wd, size_t ws, const int *count, int n_exp,
@@ -148,7 +156,9 @@ void loom_moe_experts_forward_fast_f32(float *yp, const loom_moe_expert_acts *a,
   // yp (rows,C), a->hg, a->hu, a->act (rows,Ie), xp (rows,C)
   experts_pass x = {.yp = yp, .xp = xp, .wg = wg, .wu = wu, .wd = wd, .a = a, .ws = ws,
                     .count = count, .n_exp = n_exp, .C = C, .Ie = Ie, .bf16 = bf16};
+  LOOM_PROF_PUSH(LOOM_PART_EXPERTS_FWD);
   run(&x, expert_fwd);
+  LOOM_PROF_POP(6.0 * rows_of(count, n_exp) * C * Ie, 0); /* gate, up, down: 2 rows C Ie each */
 }
 
 size_t loom_moe_experts_work_floats(int rows, int C, int Ie, bool bf16) {
@@ -164,5 +174,7 @@ void loom_moe_experts_backward_fast_f32(float *dxp, float *dwg, float *dwu, floa
   experts_pass x = {.dxp = dxp, .dwg = dwg, .dwu = dwu, .dwd = dwd, .work = work, .xp = xp,
                     .dyp = dyp, .wg = wg, .wu = wu, .wd = wd, .a = a, .ws = ws,
                     .count = count, .n_exp = n_exp, .C = C, .Ie = Ie, .bf16 = bf16};
+  LOOM_PROF_PUSH(LOOM_PART_EXPERTS_BWD);
   run(&x, expert_bwd);
+  LOOM_PROF_POP(12.0 * rows_of(count, n_exp) * C * Ie, 0); /* a data and a weight gradient each */
 }

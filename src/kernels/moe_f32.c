@@ -7,6 +7,7 @@
 #include "loom/core.h"
 #include "loom/kernels.h"
 #include "loom/kernels_moe.h"
+#include "loom/prof.h"
 
 #define T float
 #define S(name) name##_f32

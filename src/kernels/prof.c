@@ -64,7 +64,12 @@ int loom_prof_gemm_role(const char *name) {
              {"attn.v.weight", LOOM_GEMM_QKV},   {"attn.o.weight", LOOM_GEMM_PROJ},
              {"mlp.gate.weight", LOOM_GEMM_FC1}, {"mlp.up.weight", LOOM_GEMM_FC1},
              {"mlp.down.weight", LOOM_GEMM_FC2}, {"lm_head.weight", LOOM_GEMM_HEAD},
-             {"embed.weight", LOOM_GEMM_HEAD}};
+             {"embed.weight", LOOM_GEMM_HEAD},
+             /* Mixture-of-Experts layers: the router, the shared expert (an MLP) */
+             {"moe.router.weight", LOOM_GEMM_ROUTER},
+             {"moe.shared.gate.weight", LOOM_GEMM_FC1},
+             {"moe.shared.up.weight", LOOM_GEMM_FC1},
+             {"moe.shared.down.weight", LOOM_GEMM_FC2}};
   size_t n = strlen(name);
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
     size_t m = strlen(map[i].suffix);
@@ -74,12 +79,14 @@ int loom_prof_gemm_role(const char *name) {
 }
 
 const char *loom_prof_part_name(loom_part p) {
-  static const char *const names[LOOM_PART_N] = {
+  static const char *const names[] = {
       "unattributed", "qkv fwd",      "qkv dgrad",     "qkv wgrad",     "proj fwd",
       "proj dgrad",   "proj wgrad",   "fc1 fwd",       "fc1 dgrad",     "fc1 wgrad",
       "fc2 fwd",      "fc2 dgrad",    "fc2 wgrad",     "lm head fwd",   "lm head dgrad",
-      "lm head wgrad", "attention fwd", "attention bwd", "norms",        "activations",
-      "cross-entropy", "embeddings",  "zero grads",    "grad clip norm", "adamw",
-      "bf16 convert", "data loading"};
+      "lm head wgrad", "router fwd",   "router dgrad",  "router wgrad",  "attention fwd",
+      "attention bwd", "experts fwd",  "experts bwd",   "norms",         "activations",
+      "cross-entropy", "embeddings",   "zero grads",    "grad clip norm", "adamw",
+      "bf16 convert",  "moe route",    "moe permute",   "moe combine",   "data loading"};
+  _Static_assert(sizeof names / sizeof names[0] == LOOM_PART_N, "one name per part");
   return p >= 0 && p < LOOM_PART_N ? names[p] : "?";
 }

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 static int is_compute(loom_part p) {
-  return (p >= LOOM_PART_QKV_FWD && p <= LOOM_PART_HEAD_WGRAD) || p == LOOM_PART_ATTN_FWD ||
-         p == LOOM_PART_ATTN_BWD;
+  return (p >= LOOM_PART_QKV_FWD && p <= LOOM_PART_ROUTER_WGRAD) || p == LOOM_PART_ATTN_FWD ||
+         p == LOOM_PART_ATTN_BWD || p == LOOM_PART_EXPERTS_FWD || p == LOOM_PART_EXPERTS_BWD;
 }
 
 static int by_time(const void *a, const void *b) {

@@ -1,7 +1,10 @@
 /* The step profiler behind `loom bench model --roofline` (loom/prof.h, loom/roofline.h):
- *  - on a real loom_train_step (tiny GPT-2 and tiny Llama, fp32 and bf16) the parts add up to
- *    the wall time measured around the step, and the unattributed remainder is small (the
- *    instrumentation covers the step);
+ *  - on a real loom_train_step (tiny GPT-2 and tiny Llama, fp32 and bf16; tiny Qwen3-MoE and
+ *    Qwen2-MoE with its shared expert) the parts add up to the wall time measured around the
+ *    step, and the unattributed remainder is small (the instrumentation covers the step);
+ *  - MoE layers: the router GEMMs, the routed experts' grouped GEMMs (forward and backward) and
+ *    the shared expert (as fc1/fc2) do the work of their closed forms; routing, permuting and
+ *    combining are recorded;
  *  - the work of every GEMM role and phase, attention, AdamW, zeroing, clipping and the
  *    embeddings equals its closed form written here from the model dimensions (not from the
  *    instrumented code);
@@ -21,41 +24,46 @@
 /* relative equality of two work figures (both are sums of products of integers below 2^53) */
 static int same_work(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(b); }
 
-static void check_step(const char *preset, int bf16) {
-  const int B = 2, T = 48;
-  loom_model_spec s;
-  CHECK(loom_model_preset(&s, preset) == 0, "%s", loom_errmsg());
+enum { B = 2, T = 48 };
+
+/* A decoder of the preset (B x T tokens) after a warm-up step, stepped three more times with
+ * the profiler on; the report with the least unattributed time, its wall time in *wall. */
+static loom_prof_report profiled_step(const loom_model_spec *s, int bf16, loom_decoder **dp,
+                                      loom_adamw_state *opt, double *wall) {
   loom_decoder *d;
-  CHECK(loom_decoder_create(&d, &s, B, T, bf16, false) == 0, "%s", loom_errmsg());
+  CHECK(loom_decoder_create(&d, s, B, T, bf16, false) == 0, "%s", loom_errmsg());
   loom_decoder_init_params(d, 5);
   loom_config cfg;
   loom_config_defaults(&cfg);
   loom_config_training t = cfg.training;
   t.steps = 10, t.warmup_steps = 1;
-  loom_adamw_state opt;
-  loom_adamw_state_init(&opt, d->layout.total);
+  loom_adamw_state_init(opt, d->layout.total);
   int32_t tok[B * T + 1];
-  for (int i = 0; i <= B * T; i++) tok[i] = (i * 7919) % s.vocab_size;
+  for (int i = 0; i <= B * T; i++) tok[i] = (i * 7919) % s->vocab_size;
   loom_step_result sr;
-  loom_train_step(d, &opt, &t, tok, tok + 1, 1, &sr); /* warm-up: first-call set-up */
+  loom_train_step(d, opt, &t, tok, tok + 1, 1, &sr); /* warm-up: first-call set-up */
   /* three profiled steps, the one with the least unattributed time kept: on this shared
    * machine a step of a few milliseconds can lose the CPU inside decoder glue */
   loom_prof_report r = {0};
-  double wall = 0;
   for (int rep = 0; rep < 3; rep++) {
     loom_prof_report x;
     double w0 = loom_now();
     loom_prof_start();
-    loom_train_step(d, &opt, &t, tok, tok + 1, 1, &sr);
+    loom_train_step(d, opt, &t, tok, tok + 1, 1, &sr);
     loom_prof_stop(&x);
     double w = loom_now() - w0;
     CHECK(!loom_prof_on, "profiler still on after stop");
     if (rep == 0 || x.seconds[LOOM_PART_OTHER] / x.total < r.seconds[LOOM_PART_OTHER] / r.total)
-      r = x, wall = w;
+      r = x, *wall = w;
   }
+  *dp = d;
+  return r;
+}
 
-  char what[64];
-  snprintf(what, sizeof what, "%s %s", preset, bf16 ? "bf16" : "fp32");
+/* The parts sum to the profiled time, which is the wall time around the step; what is left
+ * unattributed is under 10% of it. */
+static void check_sums(const char *what, const loom_prof_report *rp, double wall) {
+  const loom_prof_report r = *rp;
   double sum = 0;
   for (int p = 0; p < LOOM_PART_N; p++) sum += r.seconds[p];
   printf("%s: step %.4f s wall, profiler %.4f s, parts %.4f s, unattributed %.2f%%\n", what,
@@ -70,6 +78,18 @@ static void check_step(const char *preset, int bf16) {
    * 10% even on this tiny model, where the kernels are shortest */
   CHECK(r.seconds[LOOM_PART_OTHER] <= 0.10 * r.total, "%s: unattributed %.1f%% of the step",
         what, 100 * r.seconds[LOOM_PART_OTHER] / r.total);
+}
+
+static void check_step(const char *preset, int bf16) {
+  loom_model_spec s;
+  CHECK(loom_model_preset(&s, preset) == 0, "%s", loom_errmsg());
+  loom_decoder *d;
+  loom_adamw_state opt;
+  double wall = 0;
+  loom_prof_report r = profiled_step(&s, bf16, &d, &opt, &wall);
+  char what[64];
+  snprintf(what, sizeof what, "%s %s", preset, bf16 ? "bf16" : "fp32");
+  check_sums(what, &r, wall);
 
   /* closed forms from the dimensions */
   double N = (double)B * T, C = s.hidden, L = s.layers, I = s.intermediate;
@@ -134,6 +154,54 @@ static void check_step(const char *preset, int bf16) {
   loom_decoder_free(d);
 }
 
+/* Mixture-of-Experts presets (every layer MoE): the router and the experts' GEMMs and the
+ * shared expert against closed forms from the dimensions (dropless: N k rows reach the
+ * experts), the routing, permuting and combining recorded, no dense MLP GEMM but the shared
+ * expert's. */
+static void check_moe_step(const char *preset, int bf16) {
+  loom_model_spec s;
+  CHECK(loom_model_preset(&s, preset) == 0, "%s", loom_errmsg());
+  loom_decoder *d;
+  loom_adamw_state opt;
+  double wall = 0;
+  loom_prof_report r = profiled_step(&s, bf16, &d, &opt, &wall);
+  char what[64];
+  snprintf(what, sizeof what, "%s %s", preset, bf16 ? "bf16" : "fp32");
+  check_sums(what, &r, wall);
+  double N = (double)B * T, C = s.hidden, L = s.layers, E = s.moe.experts;
+  double k = s.moe.top_k, Ie = s.moe.intermediate, Is = s.moe.shared_intermediate;
+  CHECK(loom_model_moe_layers(&s) == s.layers, "%s: every layer an MoE layer", what);
+  for (int ph = 0; ph < 3; ph++) {
+    loom_part router = loom_prof_gemm_part(LOOM_GEMM_ROUTER, ph);
+    loom_part fc1 = loom_prof_gemm_part(LOOM_GEMM_FC1, ph),
+              fc2 = loom_prof_gemm_part(LOOM_GEMM_FC2, ph);
+    CHECK(same_work(r.flops[router], L * 2 * N * C * E), "%s: %s %.6g FLOPs", what,
+          loom_prof_part_name(router), r.flops[router]);
+    CHECK(same_work(r.flops[fc1], L * 2 * N * C * Is * 2) &&
+              same_work(r.flops[fc2], L * 2 * N * Is * C),
+          "%s: shared expert %s %.6g, %s %.6g FLOPs", what, loom_prof_part_name(fc1), r.flops[fc1],
+          loom_prof_part_name(fc2), r.flops[fc2]);
+  }
+  /* gate, up and down over the N k permuted rows; the backward a data and a weight gradient */
+  CHECK(same_work(r.flops[LOOM_PART_EXPERTS_FWD], L * 6 * N * k * C * Ie), "%s: experts fwd %.6g",
+        what, r.flops[LOOM_PART_EXPERTS_FWD]);
+  CHECK(same_work(r.flops[LOOM_PART_EXPERTS_BWD], L * 12 * N * k * C * Ie), "%s: experts bwd %.6g",
+        what, r.flops[LOOM_PART_EXPERTS_BWD]);
+  CHECK(r.calls[LOOM_PART_EXPERTS_FWD] == s.layers && r.calls[LOOM_PART_EXPERTS_BWD] == s.layers,
+        "%s: %ld / %ld expert passes, want one each per layer", what,
+        r.calls[LOOM_PART_EXPERTS_FWD], r.calls[LOOM_PART_EXPERTS_BWD]);
+  /* router forward, statistics and backward; plan, gather and its backward; combine and its
+   * backward: each a call per layer, with traffic */
+  CHECK(r.calls[LOOM_PART_MOE_ROUTE] == 3 * s.layers && r.bytes[LOOM_PART_MOE_ROUTE] > 0,
+        "%s: %ld routing calls", what, r.calls[LOOM_PART_MOE_ROUTE]);
+  CHECK(r.calls[LOOM_PART_MOE_PERMUTE] == 3 * s.layers && r.bytes[LOOM_PART_MOE_PERMUTE] > 0,
+        "%s: %ld permuting calls", what, r.calls[LOOM_PART_MOE_PERMUTE]);
+  CHECK(r.calls[LOOM_PART_MOE_COMBINE] == 2 * s.layers && r.bytes[LOOM_PART_MOE_COMBINE] > 0,
+        "%s: %ld combining calls", what, r.calls[LOOM_PART_MOE_COMBINE]);
+  loom_adamw_state_free(&opt);
+  loom_decoder_free(d);
+}
+
 /* fractions and lost time on a made-up report */
 static void check_table(void) {
   loom_prof_report r = {0};
@@ -175,5 +243,8 @@ int main(void) {
   check_step("tiny-gpt2", 1);
   check_step("tiny-llama", 0);
   check_step("tiny-llama", 1);
+  check_moe_step("tiny-qwen3-moe", 0);
+  check_moe_step("tiny-qwen2-moe", 0);
+  check_moe_step("tiny-qwen3-moe", 1);
   return harness_finish("test_roofline");
 }
