@@ -5,7 +5,9 @@
  * hardware profile calibrated as `loom bench` calibrates (one thread per core: the devices of a
  * CPU profile) with this run's figures as its notes, and optionally JSON for
  * bench/vs_pytorch.sh. The step is loom_train_step (forward, backward, clip, AdamW) on random
- * tokens, so it is exactly what `loom train` runs per micro-batch on one process. */
+ * tokens, so it is exactly what `loom train` runs per micro-batch on one process. model.KEY=VALUE
+ * arguments change the preset as in `loom train` (bench/moe_vs_pytorch.sh: a dense model of the
+ * MoE model's active parameters). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +31,8 @@ typedef struct {
   const char *model, *dtype, *gemm, *json, *out;
   int B, T, steps, warmup;
   bool no_gemm, quiet, roofline;
+  const char *sets[64]; /* model.KEY=VALUE arguments (argv's strings), nsets of them */
+  int nsets;
 } opts;
 
 static void usage(FILE *f) {
@@ -36,14 +40,15 @@ static void usage(FILE *f) {
           "usage: loom bench model [--model PRESET] [--batch B] [--seq T] [--dtype fp32|bf16]\n"
           "                        [--steps N] [--warmup W] [--gemm onednn|openblas]\n"
           "                        [--no-gemm] [--json FILE] [--out PROFILE] [--quiet]\n"
-          "                        [--roofline]\n\n"
+          "                        [--roofline] [model.KEY=VALUE ...]\n\n"
           "Time training steps of a model preset on this process (OMP_NUM_THREADS threads):\n"
           "tokens/s, model FLOP/s (6 x matmul params + causal attention per token), MFU against\n"
           "the GEMM peak measured here for the step's dtype, peak resident memory. Then the GEMM\n"
           "peak per dtype/backend and the memory bandwidth with every thread, and a hardware\n"
           "profile for loom sim (calibrated like 'loom bench', one thread per core) with these\n"
           "figures as notes (default configs/hardware/this-machine-step.yaml).\n\n"
-          "  --model PRESET  default gpt2-124m (loom model list)\n"
+          "  --model PRESET  default gpt2-124m (loom model list); model.KEY=VALUE changes it as\n"
+          "                  in loom train (model.hidden=512 model.moe.experts=16 ...)\n"
           "  --batch B       micro-batch, default 4;   --seq T  sequence length, default 64\n"
           "  --dtype D       fp32 (default) or bf16 (bf16 matmul inputs, fp32 accumulation)\n"
           "  --steps N       timed steps, default 5 (median reported); --warmup W default 1\n"
@@ -73,7 +78,7 @@ static int take_warmup(const char *v, void *ctx) { return whole(v, &((opts *)ctx
 /* LOOM_CLI_OK, LOOM_CLI_HELP, LOOM_CLI_BAD (printed), or -1 with loom_err set. */
 static int parse(opts *o, int argc, char **argv) {
   *o = (opts){"gpt2-124m", "fp32", NULL, NULL, "configs/hardware/this-machine-step.yaml", 4, 64,
-              5, 1, false, false, false};
+              5, 1, false, false, false, {NULL}, 0};
   const loom_cli_opt table[] = {
       LOOM_OPT_VALUE("--model", &o->model), LOOM_OPT_VALUE("--dtype", &o->dtype),
       LOOM_OPT_VALUE("--gemm", &o->gemm),   LOOM_OPT_VALUE("--json", &o->json),
@@ -84,10 +89,16 @@ static int parse(opts *o, int argc, char **argv) {
       {0}};
   loom_cli_parser p = {.command = "bench model", .opts = table, .ctx = o};
   int rc = loom_cli_parse(&p, argc, argv, 1);
-  if (rc == LOOM_CLI_OK && p.npos) {
-    fprintf(stderr, "loom bench model: unexpected argument '%s' (see loom bench model --help)\n",
-            p.pos[0]);
-    rc = LOOM_CLI_BAD;
+  for (int i = 0; rc == LOOM_CLI_OK && i < p.npos; i++) {
+    if (strncmp(p.pos[i], "model.", 6) || !strchr(p.pos[i], '=') || i >= 64) {
+      fprintf(stderr,
+              "loom bench model: unexpected argument '%s' (up to 64 model.KEY=VALUE; see "
+              "loom bench model --help)\n",
+              p.pos[i]);
+      rc = LOOM_CLI_BAD;
+    } else {
+      o->sets[o->nsets++] = p.pos[i];
+    }
   }
   free(p.pos);
   if (rc) return rc;
@@ -215,23 +226,38 @@ typedef struct {
   int M, N, K;
 } shape;
 
+/* The model: the preset, changed by the model.KEY=VALUE arguments as `loom train` changes it
+ * (the same overrides and resolution, so the errors name the key). */
+static int model_spec(const opts *o, loom_model_spec *spec) {
+  if (!o->nsets) return loom_model_preset(spec, o->model);
+  loom_config cfg;
+  loom_config_defaults(&cfg);
+  char *preset = loom_sprintf("model.preset=%s", o->model);
+  int rc = loom_config_override(&cfg, preset);
+  free(preset);
+  for (int i = 0; !rc && i < o->nsets; i++) rc = loom_config_override(&cfg, o->sets[i]);
+  return rc ? rc : loom_model_spec_from_config(spec, &cfg.model);
+}
+
 int loom_cmd_bench_model(int argc, char **argv) {
   opts o;
   loom_model_spec spec;
   int prc = parse(&o, argc, argv);
   if (prc == LOOM_CLI_HELP) return usage(stdout), 0;
   if (prc == LOOM_CLI_BAD) return 2;
-  if (prc || loom_model_preset(&spec, o.model)) {
+  if (prc || model_spec(&o, &spec)) {
     fprintf(stderr, "loom bench model: %s\n", loom_errmsg());
     return 2;
   }
   FILE *log = o.quiet ? NULL : stdout;
   int threads = omp_get_max_threads();
   bool bf16 = !strcmp(o.dtype, "bf16");
-  if (log)
-    printf("loom bench model: %s B=%d T=%d %s, %d threads, GEMM %s (%s), kernels %s\n", o.model,
-           o.B, o.T, o.dtype, threads, loom_gemm_backend_name(loom_gemm_get_backend()),
-           loom_gemm_isa(), loom_kernels_simd());
+  if (log) {
+    printf("loom bench model: %s", o.model);
+    for (int i = 0; i < o.nsets; i++) printf(" %s", o.sets[i]);
+    printf(" B=%d T=%d %s, %d threads, GEMM %s (%s), kernels %s\n", o.B, o.T, o.dtype, threads,
+           loom_gemm_backend_name(loom_gemm_get_backend()), loom_gemm_isa(), loom_kernels_simd());
+  }
   step_result r = {0};
   if (run_steps(&o, &spec, &r, log)) {
     fprintf(stderr, "loom bench model: %s\n", loom_errmsg());

@@ -4,7 +4,9 @@
 # JSON's roofline rows cover the GEMM roles, attention, norms, AdamW (and bf16 conversions in
 # bf16 only), sum to the profiled step, carry no fraction (nothing measured) but a note each;
 # no MFU is printed (none measured: null in the JSON, not 0%); a misspelt option is refused
-# with a suggestion and exit 2, and so is a LOOM_GEMM_PACK that is not 0 or 1.
+# with a suggestion and exit 2, and so is a LOOM_GEMM_PACK that is not 0 or 1. An MoE preset
+# changed by model.KEY=VALUE arguments profiles its MoE kernels as parts of their own; other
+# keys and misspelt ones are refused with exit 2.
 # usage: bench_roofline_test.sh LOOM
 . "$(dirname "$0")/../assert.sh"
 LOOM=$1
@@ -43,6 +45,34 @@ for r in j["roofline"]:
 assert rows["qkv fwd"]["flops"] == 4 * 2 * 64 * 128 * 384, rows["qkv fwd"]["flops"]
 PY
 done
+# an MoE model changed by model.KEY=VALUE: the banner names the changes, the MoE kernels have
+# rows of their own (router GEMMs, the experts' grouped GEMMs, routing, permuting, combining)
+if "$LOOM" bench model --model tiny-qwen3-moe model.layers=2 model.moe.experts=6 --batch 2 --seq 32 \
+  --steps 1 --warmup 1 --no-gemm --roofline --json "$WORK/moe.json" >"$WORK/moe.txt" 2>&1; then
+  check "moe: the banner names the overrides" \
+    grep -q "tiny-qwen3-moe model.layers=2 model.moe.experts=6 B=2" "$WORK/moe.txt"
+  check "moe: JSON rows of the MoE kernels" /usr/bin/python3 - "$WORK/moe.json" <<'PY'
+import json, sys
+rows = {r["part"]: r for r in json.load(open(sys.argv[1]))["roofline"]}
+need = ["router fwd", "router dgrad", "router wgrad", "experts fwd", "experts bwd", "moe route",
+        "moe permute", "moe combine"]
+missing = [p for p in need if p not in rows]
+assert not missing, f"missing parts {missing}"
+# 2 layers, 2 x 32 tokens, hidden 128, 6 experts: the router forward 2 N C E each layer; the
+# experts' forward gate, up and down over the N k = 128 rows, 2 rows C Ie each (Ie 96)
+assert rows["router fwd"]["flops"] == 2 * 2 * 64 * 128 * 6, rows["router fwd"]["flops"]
+assert rows["experts fwd"]["flops"] == 2 * 6 * 128 * 128 * 96, rows["experts fwd"]["flops"]
+assert "fc1 fwd" not in rows, "no dense MLP in an MoE model without a shared expert"
+PY
+else
+  fail "bench model on an MoE model with overrides"; tail -5 "$WORK/moe.txt" >&2
+fi
+out=$("$LOOM" bench model --model tiny-gpt2 training.lr=1 --no-gemm 2>&1); rc=$?
+check "a non-model key exits 2" [ "$rc" = 2 ]
+check "a non-model key is named" grep -q "unexpected argument 'training.lr=1'" <<<"$out"
+out=$("$LOOM" bench model --model tiny-gpt2 model.hiden=64 --no-gemm 2>&1); rc=$?
+check "a misspelt model key exits 2 with a suggestion" \
+  bash -c '[ "$1" = 2 ] && grep -q "model.hidden" <<<"$2"' _ "$rc" "$out"
 out=$(LOOM_GEMM_PACK=yes "$LOOM" bench model --model tiny-gpt2 --batch 2 --seq 32 --steps 1 \
   --dtype bf16 --no-gemm 2>&1); rc=$?
 check "LOOM_GEMM_PACK=yes exits 2" [ "$rc" = 2 ]
