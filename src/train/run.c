@@ -130,6 +130,8 @@ static int finish(loom_run *run) {
     loom_eval_vqa_final_note(run->exec, cfg, &run->spec, &run->ranks.mesh,
                              &run->ranks.job.world_comm, run->out.dir, &run->out.progress,
                              &run->eval.vqa);
+  /* a Mixture-of-Experts model's expert load at the last step */
+  loom_run_note_moe_load(run);
   /* summary.json */
   return loom_run_agree(run, loom_run_report_summary(run, "finished", NULL, NULL));
 }

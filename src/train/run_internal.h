@@ -111,6 +111,8 @@ void loom_run_skip_set_optimizer(loom_run *run);
 void loom_run_count_step(loom_run *run, const loom_step_result *res, double dt);
 /* metrics.jsonl, the registry's heartbeat, the progress line; the metrics write's status */
 int loom_run_record_step(loom_run *run, const loom_step_result *res, double dt);
+/* MoE models, at the end of the run (lead): each MoE layer's expert load of the last step */
+void loom_run_note_moe_load(loom_run *run);
 /* every rank agrees the step went well (rc, the last pruning, a finite loss) */
 int loom_run_agree_step(loom_run *run, const loom_step_result *res, int rc);
 /* every rank: the validation loss now, recorded and agreed on */

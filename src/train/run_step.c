@@ -161,6 +161,36 @@ static char *moe_figures(loom_run *run, bool json) {
   return out;
 }
 
+/* Mixture-of-Experts models, at the end of the run (lead): the last step's expert load of
+ * each MoE layer, from the router's counts (summed over the step's micro-batches and data-
+ * parallel ranks, as metrics.jsonl's moe_load): the most, mean and fewest tokens an expert
+ * received, max/mean (1 = balanced) and the tokens the capacity dropped. Nothing for a dense
+ * model. */
+void loom_run_note_moe_load(loom_run *run) {
+  loom_decoder *d = loom_exec_decoder(run->exec);
+  const loom_moe_step_stats *m = d ? loom_decoder_moe_stats(d) : NULL;
+  if (!run->ranks.lead || !m || !m->layers || m->experts <= 0) return;
+  loom_progress_note(&run->out.progress,
+                     "expert load at step %ld (tokens routed to each of %d experts, top %d; "
+                     "max/mean 1.00 = balanced):",
+                     run->state.step, m->experts, d->spec.moe.top_k);
+  for (int i = 0; i < m->layers; i++) {
+    const int64_t *load = m->load + (size_t)i * m->experts; // (E)
+    int64_t total = 0, max = load[0], min = load[0];
+    for (int e = 0; e < m->experts; e++) {
+      total += load[e];
+      max = load[e] > max ? load[e] : max;
+      min = load[e] < min ? load[e] : min;
+    }
+    double mean = (double)total / m->experts;
+    loom_progress_note(&run->out.progress,
+                       "  layer %d: max %lld, mean %.1f, min %lld tokens (max/mean %.2f); "
+                       "dropped %lld",
+                       m->layer[i], (long long)max, mean, (long long)min,
+                       mean > 0 ? (double)max / mean : 0.0, (long long)m->dropped[i]);
+  }
+}
+
 /* Lead: the step's line of metrics.jsonl (a checked append: an error when the disk is full). */
 static int write_metrics(loom_run *run, const loom_step_result *r, double dt) {
   if (!run->ranks.lead) return 0;
