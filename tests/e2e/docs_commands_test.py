@@ -379,7 +379,8 @@ def small(cmd):
     for pat, rep in SIZES:
         cmd = re.sub(pat, rep, cmd)
     m = re.search(r"\bloom (train|sweep run) (?:-m )?"
-                  r"(configs/(demo|demo_groups|vqa_demo)\.yaml|configs/sweeps/\w+\.yaml)", cmd)
+                  r"(configs/(demo|demo_groups|vqa_demo|moe_demo)\.yaml|"
+                  r"configs/sweeps/\w+\.yaml)", cmd)
     if m and "--launcher sim" not in cmd:
         extra = SMALL_VQA if "vqa" in m.group(2) else SMALL_TEXT
         add = [kv for kv in extra if kv.split("=")[0] + "=" not in cmd]
@@ -521,7 +522,8 @@ def main():
         print("small sizes (the docs' values -> these):")
         for pat, rep in SIZES:
             print("  %-50s -> %s" % (pat, rep))
-        print("  loom train/sweep run of configs/demo*.yaml, vqa_demo.yaml: + " + " ".join(SMALL_TEXT))
+        print("  loom train/sweep run of configs/demo*.yaml, moe_demo.yaml, vqa_demo.yaml: + " +
+              " ".join(SMALL_TEXT))
         for where, lines in blocks():
             run_block(work, where, lines)
     finally:
