@@ -11,8 +11,16 @@
  *    all-gather the updated parameters;
  *  - ZeRO-3 (zero3.c): parameters partitioned too, gathered per layer just before use with
  *    the next layer prefetched, released after; gradients reduce-scattered per layer;
+ *  - expert parallelism: the routed experts a rank holds (the layout's expert region, after
+ *    every other tensor) are outside the dense buckets and partitions: their gradients are
+ *    summed over the expert-data-parallel group (edp: the dp ranks holding the same experts)
+ *    once per step — all-reduced and updated in place on every rank of it, or under ZeRO 1-3
+ *    reduce-scattered, each rank updating its share and the weights all-gathered over edp
+ *    (the experts' weights stay whole on every rank); their moments follow the owned
+ *    range's in the optimizer state;
  *  - global gradient-norm clipping with every element counted once (tp-replicated tensors on
- *    tp rank 0 only, the tied embedding on the first stage only). */
+ *    tp rank 0 only, the tied embedding on the first stage only, each expert on the first
+ *    rank of its expert-data-parallel group only). */
 #ifndef LOOM_GRAD_SYNC_H
 #define LOOM_GRAD_SYNC_H
 #include "loom/comm.h"
@@ -32,8 +40,23 @@ void loom_grad_sync_free(loom_grad_sync *g);
 void loom_grad_sync_set_reduce_bf16(loom_grad_sync *g, bool bf16);
 /* The ZeRO stage this synchroniser runs. */
 int loom_grad_sync_zero(const loom_grad_sync *g);
-/* Flat range [begin, end) of the buffer this rank's optimizer owns (everything without ZeRO). */
+/* Flat range [begin, end) of the dense region this rank's optimizer owns (the whole dense
+ * region without ZeRO; everything without expert parallelism). */
 void loom_grad_sync_owned(const loom_grad_sync *g, size_t *begin, size_t *end);
+/* Expert parallelism: the expert region [begin, end) (this rank's routed experts, owned by
+ * every rank of its expert-data-parallel group; empty, begin = end, without ep), and edp, the
+ * communicator of that group (NULL: no other rank holds them). Set edp before the first step. */
+void loom_grad_sync_experts(const loom_grad_sync *g, size_t *begin, size_t *end);
+void loom_grad_sync_set_experts(loom_grad_sync *g, const loom_comm *edp);
+/* The part [begin, end) of the expert region whose AdamW moments and reduced gradients this
+ * rank keeps: under ZeRO 1-3 its share of the region over edp, else the whole region. */
+void loom_grad_sync_experts_owned(const loom_grad_sync *g, size_t *begin, size_t *end);
+/* The experts' reduced gradients of that part: element of flat index i at [i - begin]. */
+float *loom_grad_sync_expert_grads(loom_grad_sync *g);
+/* Whether this rank writes the expert region to checkpoints (the first rank of its group). */
+bool loom_grad_sync_writes_experts(const loom_grad_sync *g);
+/* Elements of the optimizer state: the owned range, then the expert region. */
+size_t loom_grad_sync_owned_count(const loom_grad_sync *g);
 /* Parameters as the optimizer owns them: under ZeRO-3 the owned shard (element of flat index
  * i at [i - begin]), otherwise the whole flat buffer (index i at [i]). */
 float *loom_grad_sync_owned_params(loom_grad_sync *g);

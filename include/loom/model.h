@@ -143,6 +143,8 @@ typedef struct {
                          sets itself): no update, not in the gradient norm */
   bool seq_partial;   /* gradient partial per tp rank under Megatron sequence parallelism (the
                          text model's tp-replicated tensors; not the vision encoder's) */
+  bool expert;        /* a routed expert held by this expert-parallel rank only (shard ep > 1):
+                         in the expert region, reduced over the expert-data-parallel group */
 } loom_param;
 
 /* What one rank holds of the model: tensor-parallel slice, sequence parallelism, and the
@@ -162,7 +164,7 @@ typedef struct {
   bool chunk_embed[LOOM_MAX_CHUNKS], chunk_head[LOOM_MAX_CHUNKS];
   int ep, ep_rank;             /* expert parallelism: MoE layers run the routed experts
                                   [ep_rank*E/ep, (ep_rank+1)*E/ep) for the ep ranks' tokens
-                                  (their weights are still held whole); 0 is read as 1 */
+                                  and hold only those experts' weights; 0 is read as 1 */
 } loom_shard;
 
 /* The whole model on one rank. */
@@ -175,6 +177,7 @@ typedef struct {
   int count;
   loom_param *params;
   size_t total;    /* floats */
+  size_t expert_begin; /* start of the expert region (tensors flagged expert); total without */
 } loom_param_layout;
 
 int loom_param_layout_build(loom_param_layout *lay, const loom_model_spec *spec);

@@ -127,16 +127,19 @@ typedef struct {
   loom_grad_sync *gs;
   const loom_mesh *m;
   int zero;
+  int ep;                     /* expert parallelism: ep consecutive dp ranks hold different
+                                 experts, written by the first group (dp rank < ep); else 1 */
 } module;
 
 static int modules_of(loom_executor *ex, const loom_mesh *m, module out[2]) {
   loom_grad_sync *gs = loom_exec_grad_sync(ex); /* NULL on ranks of the encoder only */
-  out[0] = (module){"", loom_exec_decoder(ex), loom_exec_optimizer(ex), gs, m,
-                    gs ? loom_grad_sync_zero(gs) : 0};
+  loom_decoder *d = loom_exec_decoder(ex);
+  out[0] = (module){"", d, loom_exec_optimizer(ex), gs, m, gs ? loom_grad_sync_zero(gs) : 0,
+                    d && d->shard.ep > 1 ? d->shard.ep : 1};
   loom_vmod *vm = loom_exec_vision(ex);
   if (!vm) return 1;
   out[1] = (module){"vision-", loom_vmod_decoder(vm), loom_vmod_optimizer(vm),
-                    loom_vmod_grad_sync(vm), loom_vmod_mesh(vm), loom_vmod_get_plan(vm)->zero};
+                    loom_vmod_grad_sync(vm), loom_vmod_mesh(vm), loom_vmod_get_plan(vm)->zero, 1};
   return 2;
 }
 
@@ -156,12 +159,14 @@ static void list_files(const module *mo, bool grads, json_t *model, json_t *opt,
   for (int r = 0; r < m->world; r++) {
     /* replica index (dp, cp, sp) of mesh rank r; 0: the replica that writes parameters */
     int replica = r / m->tp % (m->sp * m->cp * m->dp);
+    /* expert parallelism (dp only): the first ep replicas also write their experts */
+    bool experts = mo->ep > 1 && replica < mo->ep;
     char name[96];
-    if (replica == 0 || mo->zero == 3) {
+    if (replica == 0 || mo->zero == 3 || experts) {
       snprintf(name, sizeof name, "%smodel-r%05d.safetensors", mo->name, r);
       json_array_append_new(model, json_string(name));
     }
-    if (mo->zero > 0 || replica == 0) {
+    if (mo->zero > 0 || replica == 0 || experts) {
       snprintf(name, sizeof name, "%soptimizer-r%05d.safetensors", mo->name, r);
       json_array_append_new(opt, json_string(name));
       snprintf(name, sizeof name, "%sgradients-r%05d.safetensors", mo->name, r);
@@ -192,41 +197,59 @@ static int write_index(const char *dir, const module *mods, int nmod, bool grads
   return rc;
 }
 
+/* Write one kind of file of this rank from its sections (none: no file). */
+static int write_kind(const char *tmp, const module *mo, bool indexed, const char *kind,
+                      const section *secs, int n, long step) {
+  if (n == 0) return 0;
+  char *p = file_name(tmp, mo->name, kind, indexed, mo->m->rank);
+  int rc = write_sections(p, &mo->d->layout, secs, n, step);
+  free(p);
+  return rc;
+}
+
+/* This rank's files: the parameters (one replica's, or under ZeRO-3 every replica's owned
+ * shard), the AdamW moments and the gradients of what its optimizer owns (one replica's, or
+ * every replica's under ZeRO), and with expert parallelism its experts from the first rank of
+ * their expert-data-parallel group (the moments after the owned range's, layout.c). */
 static int save_module_files(const char *tmp, const module *mo, bool indexed, long step,
                              bool save_gradients) {
   const loom_mesh *m = mo->m;
   if (!m->member) return 0;
   loom_decoder *d = mo->d;
-  size_t b, e;
+  size_t b, e, xb, xe, ob, oe;
   loom_grad_sync_owned(mo->gs, &b, &e);
-  bool zero = mo->zero > 0;
-  int rc = 0;
-  if (mo->zero == 3) { /* every replica writes the parameter shard it owns */
-    section own = {"", loom_grad_sync_owned_params(mo->gs), b, e, NULL, d->param_bf16};
-    char *p = file_name(tmp, mo->name, "model", indexed, m->rank);
-    rc = write_sections(p, &d->layout, &own, 1, step);
-    free(p);
-  } else if (writes_params(m)) {
-    section all = {"", d->params, 0, d->layout.total, NULL, d->param_bf16};
-    char *p = file_name(tmp, mo->name, "model", indexed, m->rank);
-    rc = write_sections(p, &d->layout, &all, 1, step);
-    free(p);
+  loom_grad_sync_experts(mo->gs, &xb, &xe);
+  loom_grad_sync_experts_owned(mo->gs, &ob, &oe); /* the experts' moments this rank keeps */
+  bool experts = loom_grad_sync_writes_experts(mo->gs), dense = mo->zero > 0 || writes_params(m);
+  bool xstate = ob < oe && (mo->zero > 0 || experts); /* (under ZeRO every rank its share) */
+  size_t own = e - b; /* the expert region's moments start here */
+  const loom_adamw_state *o = mo->opt;
+  section sec[4];
+  int n = 0, rc = 0;
+  if (mo->zero == 3) /* every replica writes the parameter shard it owns */
+    sec[n++] = (section){"", loom_grad_sync_owned_params(mo->gs), b, e, NULL, d->param_bf16};
+  else if (writes_params(m))
+    sec[n++] = (section){"", d->params, 0, xb, NULL, d->param_bf16};
+  if (experts) sec[n++] = (section){"", d->params + xb, xb, xe, NULL, d->param_bf16};
+  rc = write_kind(tmp, mo, indexed, "model", sec, n, step);
+  n = 0;
+  if (dense) {
+    sec[n++] = (section){"exp_avg.", o->m, b, e, o->m16, false};
+    sec[n++] = (section){"exp_avg_sq.", o->v, b, e, o->v16, false};
   }
-  if (!rc && (zero || writes_params(m))) {
-    const loom_adamw_state *o = mo->opt;
-    section mv[2] = {{"exp_avg.", o->m, b, e, o->m16, false},
-                     {"exp_avg_sq.", o->v, b, e, o->v16, false}};
-    char *p = file_name(tmp, mo->name, "optimizer", indexed, m->rank);
-    rc = write_sections(p, &d->layout, mv, 2, step);
-    free(p);
+  if (xstate) {
+    sec[n++] = (section){"exp_avg.", o->m ? o->m + own : NULL, ob, oe,
+                         o->m16 ? o->m16 + own : NULL, false};
+    sec[n++] = (section){"exp_avg_sq.", o->v ? o->v + own : NULL, ob, oe,
+                         o->v16 ? o->v16 + own : NULL, false};
   }
-  if (!rc && save_gradients && (zero || writes_params(m))) {
-    /* the last step's reduced (and clipped) gradients of the owned range */
-    section g = {"", loom_grad_sync_owned_grads(mo->gs), b, e, NULL, d->param_bf16};
-    char *p = file_name(tmp, mo->name, "gradients", indexed, m->rank);
-    rc = write_sections(p, &d->layout, &g, 1, step);
-    free(p);
-  }
+  if (!rc) rc = write_kind(tmp, mo, indexed, "optimizer", sec, n, step);
+  n = 0;
+  if (dense) /* the last step's reduced (and clipped) gradients of the owned range */
+    sec[n++] = (section){"", loom_grad_sync_owned_grads(mo->gs), b, e, NULL, d->param_bf16};
+  if (xstate)
+    sec[n++] = (section){"", loom_grad_sync_expert_grads(mo->gs), ob, oe, NULL, d->param_bf16};
+  if (!rc && save_gradients) rc = write_kind(tmp, mo, indexed, "gradients", sec, n, step);
   return rc;
 }
 
@@ -619,8 +642,9 @@ int loom_ckpt_load_params(const char *dir, loom_decoder *d) {
 
 static int load_module(const char *dir, const module *mo) {
   if (!mo->m->member) return 0;
-  size_t b, e;
+  size_t b, e, xb, xe;
   loom_grad_sync_owned(mo->gs, &b, &e);
+  loom_grad_sync_experts_owned(mo->gs, &xb, &xe);
   int rc = loom_ckpt_load_params(dir, mo->d);
   file_set fs;
   if (!rc && !(rc = open_set(dir, "optimizer", &fs))) {
@@ -629,8 +653,12 @@ static int load_module(const char *dir, const module *mo) {
     float *mv = mo->opt->m16 ? loom_alloc_for(2 * (n + 1) * sizeof(float),
                                               "fp32 copy of the AdamW moments being loaded")
                               : mo->opt->m;
+    /* the owned range, then (expert parallelism) this rank's experts */
+    size_t own = e - b;
     rc = assemble(&fs, "exp_avg.", mo->d, mv, b, e, dir);
     if (!rc) rc = assemble(&fs, "exp_avg_sq.", mo->d, mv + n, b, e, dir);
+    if (!rc) rc = assemble(&fs, "exp_avg.", mo->d, mv + own, xb, xe, dir);
+    if (!rc) rc = assemble(&fs, "exp_avg_sq.", mo->d, mv + n + own, xb, xe, dir);
     if (!rc && mo->opt->m16) loom_adamw_state_set(mo->opt, mv);
     if (mo->opt->m16) loom_free(mv);
     close_set(&fs);

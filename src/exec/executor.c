@@ -31,6 +31,7 @@ struct loom_executor {
   const loom_vqa_batch *const *vqa; /* (A) this step's micro-batches */
   int *inject_slot;            /* (A, B*T) row of the vision tokens replacing each token */
   loom_comm ep_comm;           /* expert parallelism: ep consecutive dp ranks (parallel.ep) */
+  loom_comm edp_comm;          /* the dp ranks holding the same experts (dp_rank mod ep) */
 };
 
 void loom_exec_set_vision_batches(loom_executor *ex, const void *const *vqa_batches) {
@@ -218,6 +219,7 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
   sh.cp = m->cp, sh.cp_rank = m->cp_rank;
   if (p->ep > 1 && spec->moe.experts > 0) { /* ep consecutive dp ranks: dp_rank = g*ep + r */
     loom_comm_split(&ex->ep_comm, &m->dp_comm, m->dp_rank / (int)p->ep, m->dp_rank, "ep");
+    loom_comm_split(&ex->edp_comm, &m->dp_comm, m->dp_rank % (int)p->ep, m->dp_rank, "edp");
     sh.ep = ex->ep_comm.size, sh.ep_rank = ex->ep_comm.rank;
   }
   sh.seq_parallel = m->tp > 1 && !strcmp(p->sp_mode, "megatron");
@@ -247,9 +249,9 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
   }
   loom_grad_sync_create(&ex->gs, ex->d, m, p);
   loom_grad_sync_set_reduce_bf16(ex->gs, !strcmp(t->reduce_dtype, "bf16"));
-  size_t b, e;
-  loom_grad_sync_owned(ex->gs, &b, &e);
-  loom_adamw_state_init_dtype(&ex->opt, e - b + 1, !strcmp(t->optim_dtype, "bf16"));
+  if (sh.ep > 1) loom_grad_sync_set_experts(ex->gs, &ex->edp_comm);
+  loom_adamw_state_init_dtype(&ex->opt, loom_grad_sync_owned_count(ex->gs) + 1,
+                              !strcmp(t->optim_dtype, "bf16"));
   ex->rows = (size_t)ex->d->Nr * spec->hidden;
   size_t per = (size_t)ex->vpp * ex->A * ex->rows;
   if (m->pp > 1 || ex->vpp > 1) {
@@ -275,6 +277,7 @@ void loom_exec_free(loom_executor *ex) {
   free(ex->reqs);
   free(ex->last_backward);
   if (ex->ep_comm.name) loom_comm_split_free(&ex->ep_comm);
+  if (ex->edp_comm.name) loom_comm_split_free(&ex->edp_comm);
   free(ex);
 }
 

@@ -12,7 +12,8 @@
  * The backward reuses the layer's own activations as its scratch where the kernels allow it
  * (the permuted output rows become their gradient, the permuted input rows theirs), so it needs
  * only the router's and the shared expert's gradients besides.
- * Expert parallelism (shard.ep > 1, d->ep_comm): the router and the plan run on this rank's
+ * Expert parallelism (shard.ep > 1, d->ep_comm; this rank holds only its experts' weights,
+ * layout.c): the router and the plan run on this rank's
  * tokens with all E experts; the plan's rows for the El = E/ep experts of each ep rank (a
  * contiguous range, expert-major) go to that rank with one uneven all-to-all (the row counts
  * per expert exchanged first), arriving by source rank, then expert, then token; they are
@@ -261,11 +262,10 @@ void dec_moe_forward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, c
   const float *W = expert_weights(d);
   loom_moe_expert_acts ea = {m->hg, m->hu, m->act};
   if (ep_active(d)) {
-    int El = E / d->ep_comm->size;
-    size_t e0 = (size_t)d->ep_comm->rank * El * o->ews;
+    int El = E / d->ep_comm->size; /* this rank holds experts [rank*El, (rank+1)*El) only */
     ep_dispatch(d, m, C);
-    loom_moe_experts_forward_fast_f32(m->yl, &ea, m->xl, W + o->eg + e0, W + o->eu + e0,
-                                      W + o->ed + e0, o->ews, m->lcount, El, C, Ie, d->bf16);
+    loom_moe_experts_forward_fast_f32(m->yl, &ea, m->xl, W + o->eg, W + o->eu, W + o->ed,
+                                      o->ews, m->lcount, El, C, Ie, d->bf16);
     ep_return(d, m, m->yl, m->yp, C);
   } else {
     loom_moe_experts_forward_fast_f32(m->yp, &ea, m->xp, W + o->eg, W + o->eu, W + o->ed,
@@ -325,12 +325,10 @@ void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, 
   loom_moe_expert_acts ea = {m->hg, m->hu, m->act};
   if (ep_active(d)) { /* dyp to the experts' ranks (into yl), dxl (in xl) back into xp */
     int El = E / d->ep_comm->size;
-    size_t e0 = (size_t)d->ep_comm->rank * El * o->ews;
     ep_send(d, m, m->yp, m->yl, C);
-    loom_moe_experts_backward_fast_f32(m->xl, G + o->eg + e0, G + o->eu + e0, G + o->ed + e0,
-                                       m->yl, &ea, m->xl, W + o->eg + e0, W + o->eu + e0,
-                                       W + o->ed + e0, o->ews, m->lcount, El, C, Ie, d->bf16,
-                                       st->work);
+    loom_moe_experts_backward_fast_f32(m->xl, G + o->eg, G + o->eu, G + o->ed, m->yl, &ea,
+                                       m->xl, W + o->eg, W + o->eu, W + o->ed, o->ews,
+                                       m->lcount, El, C, Ie, d->bf16, st->work);
     ep_return(d, m, m->xl, m->xp, C);
   } else {
     loom_moe_experts_backward_fast_f32(m->xp, G + o->eg, G + o->eu, G + o->ed, m->yp, &ea,

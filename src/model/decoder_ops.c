@@ -45,11 +45,16 @@ block_offsets loom_block_offsets(const loom_decoder *d, int l) {
   o.rb = o.eg = o.eu = o.ed = o.ews = o.sg = o.su = o.sd = o.sgate = NONE;
   if (o.rw == NONE) return o;
   o.rb = off_of(d, l, "moe.router.bias");
-  o.eg = off_of(d, l, "moe.experts.0.gate.weight");
-  o.eu = off_of(d, l, "moe.experts.0.up.weight");
-  o.ed = off_of(d, l, "moe.experts.0.down.weight");
+  /* the first expert this rank holds (expert parallelism: its E/ep experts, layout.c) */
+  int e0 = d->shard.ep > 1 ? d->shard.ep_rank * (d->spec.moe.experts / d->shard.ep) : 0;
+  char name[40];
+#define EXPERT(e, part) (snprintf(name, sizeof name, "moe.experts.%d." part ".weight", e), name)
+  o.eg = off_of(d, l, EXPERT(e0, "gate"));
+  o.eu = off_of(d, l, EXPERT(e0, "up"));
+  o.ed = off_of(d, l, EXPERT(e0, "down"));
   /* the experts' matrices of one kind follow each other, ews floats apart (layout.c) */
-  size_t e1 = off_of(d, l, "moe.experts.1.gate.weight");
+  size_t e1 = off_of(d, l, EXPERT(e0 + 1, "gate"));
+#undef EXPERT
   o.ews = e1 != NONE ? e1 - o.eg : o.eu - o.eg;
   o.sg = off_of(d, l, "moe.shared.gate.weight");
   o.su = off_of(d, l, "moe.shared.up.weight");

@@ -15,8 +15,15 @@
  * moe.shared_gate.weight (1, C). With auxiliary-loss-free balancing (bias_update_rate > 0)
  * moe.router.bias (E) follows the router: a state the decoder moves after each step
  * (loom_decoder_moe_end_step), flagged frozen so that the optimizer neither updates it nor
- * counts it in the gradient norm, and saved in checkpoints like every tensor. Qwen3's attn.q_norm.weight and attn.k_norm.weight (D) are
- * replicated. */
+ * counts it in the gradient norm, and saved in checkpoints like every tensor. Qwen3's
+ * attn.q_norm.weight and attn.k_norm.weight (D) are replicated.
+ *
+ * Expert parallelism (shard ep > 1): a rank holds only its routed experts [ep_rank*E/ep,
+ * (ep_rank+1)*E/ep) (global expert numbers in the names), and all of them, layer by layer,
+ * after every other tensor: the flat buffer is the dense region [0, expert_begin), the same
+ * tensors on every data-parallel rank, then the expert region [expert_begin, total), the same
+ * experts only on the ranks of one expert-data-parallel group (param flag `expert`). Every ep
+ * rank's layout has the same offsets; with ep = 1 the order is the one above. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -64,9 +71,27 @@ static void add(builder *b, const char *name, int rows, int cols, bool decay, in
   lay->total += (p->numel + 15) & ~(size_t)15;
 }
 
+static bool ep_sliced(const builder *b) { return b->sh->ep > 1; }
+
+/* The routed experts of layer l this rank holds: all gates, then all ups, then all downs. */
+static void add_experts(builder *b, const loom_model_spec *s, int l) {
+  const loom_moe_spec *m = &s->moe;
+  int C = s->hidden, Ie = m->intermediate, El = m->experts, e0 = 0;
+  if (ep_sliced(b)) El = m->experts / b->sh->ep, e0 = b->sh->ep_rank * El;
+  static const char *const part[3] = {"gate", "up", "down"};
+  char n[64];
+  for (int p = 0; p < 3; p++)
+    for (int e = e0; e < e0 + El; e++) {
+      snprintf(n, sizeof n, "layers.%d.moe.experts.%d.%s.weight", l, e, part[p]);
+      if (p < 2) add(b, n, Ie, C, true, 0, 0);
+      else add(b, n, C, Ie, true, 1, 0);
+      b->lay->params[b->lay->count - 1].expert = ep_sliced(b);
+    }
+}
+
 static void add_moe(builder *b, const loom_model_spec *s, int l) {
   const loom_moe_spec *m = &s->moe;
-  int C = s->hidden, Ie = m->intermediate, Is = m->shared_intermediate;
+  int C = s->hidden, Is = m->shared_intermediate;
   char n[64];
   snprintf(n, sizeof n, "layers.%d.moe.router.weight", l);
   add(b, n, m->experts, C, true, -1, 0);
@@ -75,13 +100,8 @@ static void add_moe(builder *b, const loom_model_spec *s, int l) {
     add(b, n, m->experts, 0, false, -1, 0);
     b->lay->params[b->lay->count - 1].frozen = true;
   }
+  if (!ep_sliced(b)) add_experts(b, s, l); /* else after every other tensor */
   static const char *const part[3] = {"gate", "up", "down"};
-  for (int p = 0; p < 3; p++)
-    for (int e = 0; e < m->experts; e++) {
-      snprintf(n, sizeof n, "layers.%d.moe.experts.%d.%s.weight", l, e, part[p]);
-      if (p < 2) add(b, n, Ie, C, true, 0, 0);
-      else add(b, n, C, Ie, true, 1, 0);
-    }
   if (Is > 0) {
     for (int p = 0; p < 3; p++) {
       snprintf(n, sizeof n, "layers.%d.moe.shared.%s.weight", l, part[p]);
@@ -221,6 +241,7 @@ int loom_param_layout_build_shard(loom_param_layout *lay, const loom_model_spec 
   bool gpt2 = s->arch == LOOM_ARCH_GPT2;
   if (sh->module == LOOM_MODULE_VISION) {
     if (s->vision.arch != LOOM_VISION_NONE) add_vision(&b, s);
+    lay->expert_begin = lay->total;
     return 0;
   }
   bool embed = false, head = false;
@@ -239,6 +260,11 @@ int loom_param_layout_build_shard(loom_param_layout *lay, const loom_model_spec 
     if (!s->tied_embeddings)
       add(&b, "lm_head.weight", s->padded_vocab, C, true, 0, sh->tp > 1 ? vloc : 0);
   }
+  lay->expert_begin = lay->total;
+  if (ep_sliced(&b)) /* the expert region */
+    for (int c = 0; c < sh->n_chunks; c++)
+      for (int l = sh->chunk_first[c]; l < sh->chunk_last[c]; l++)
+        if (loom_model_layer_is_moe(s, l)) add_experts(&b, s, l);
   return 0;
 }
 

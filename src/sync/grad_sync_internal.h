@@ -32,7 +32,21 @@ struct loom_grad_sync {
   int nb;
   bucket *b;
   int *layer_bucket;      /* (spec.layers) bucket of each global layer held, -1 otherwise */
-  int *param_layer;       /* (layout.count) global layer of each tensor, -1 for the ends */
+  int *param_layer;       /* (layout.count) global layer of each tensor, -1 for the ends,
+                             LOOM_GS_EXPERT for the expert region's tensors */
+  /* expert parallelism: the expert region [xb, xe) of the flat buffer (this rank's routed
+   * experts, layout.c) is outside every bucket, ZeRO partition and ZeRO-3 unit: held whole,
+   * its gradients summed over the expert-data-parallel group (edp: the ranks holding the same
+   * experts) at the end of the step, updated in place; its AdamW moments follow the owned
+   * range's in the optimizer state. xb = xe = layout.total without ep. */
+  size_t xb, xe;
+  const loom_comm *edp;   /* NULL: no other rank holds these experts */
+  /* ZeRO 1-3 over edp: the part [exb, exe) of the expert region whose moments this rank keeps
+   * (reduce-scattered gradients in gx, the updated weights all-gathered over edp); without
+   * ZeRO or edp the whole region, gx NULL (the gradients reduced in place in the buffer) */
+  size_t exb, exe;
+  float *gx;              /* (exe - exb) or NULL */
+  int *ecounts;           /* (edp size) owned expert floats per edp rank */
   /* ZeRO */
   int *counts;            /* (grad_comm.size) owned floats per replica */
   size_t own_begin, own_end;
@@ -43,6 +57,7 @@ struct loom_grad_sync {
   size_t *rank_begin;     /* (grad_comm.size + 1) flat start of each replica's owned range */
 };
 
+#define LOOM_GS_EXPERT (-2)
 int loom_gs_layer_of(const char *name);
 /* zero3.c */
 void loom_z3_setup(loom_grad_sync *g);

@@ -173,8 +173,8 @@ void loom_z3_setup(loom_grad_sync *g) {
   }
   z3_unit *ends = &g->units[L];
   if (first > 0) ends->range[ends->nranges][0] = 0, ends->range[ends->nranges++][1] = first;
-  if (last < d->layout.total && last > 0)
-    ends->range[ends->nranges][0] = last, ends->range[ends->nranges++][1] = d->layout.total;
+  if (last < g->xb && last > 0) /* (the expert region after it stays resident) */
+    ends->range[ends->nranges][0] = last, ends->range[ends->nranges++][1] = g->xb;
   /* the rounded copy the matmuls read, written range by range as layers are gathered */
   if (d->bf16) loom_decoder_params_lp_reserve(d);
   d->param_hook = loom_z3_hook;

@@ -198,11 +198,13 @@ static const double MiB = 1048576.0;
 static void decoder_share(const loom_run *run, float mine[4]) {
   loom_decoder *d = loom_exec_decoder(run->exec);
   if (!d) return;
-  size_t b, e;
-  loom_grad_sync_owned(loom_exec_grad_sync(run->exec), &b, &e);
   bool zero3 = run->cfg->parallel.zero == 3;
-  /* ZeRO-3 keeps the owned shard plus the layers gathered at a time (not counted here) */
-  size_t resident = zero3 ? e - b : d->layout.total;
+  /* ZeRO-3 keeps the owned shard (and this rank's experts: resident) plus the layers gathered
+   * at a time (not counted here) */
+  size_t b, e, xb, xe;
+  loom_grad_sync_owned(loom_exec_grad_sync(run->exec), &b, &e);
+  loom_grad_sync_experts(loom_exec_grad_sync(run->exec), &xb, &xe);
+  size_t resident = zero3 ? (e - b) + (xe - xb) : d->layout.total;
   /* allocated bytes: the fp32 words, the rounded copy (not with bf16 parameters) and the
    * native GEMMs' bf16 weights; the moments in training.optim_dtype */
   mine[0] =

@@ -187,6 +187,13 @@ static void note_layout(loom_run *run) {
                            ? " (megatron sequence parallel)"
                            : "",
                        cfg->parallel.zero, loom_exec_schedule(run->exec)->name);
+  if (cfg->parallel.ep > 1 && s->moe.experts > 0)
+    loom_progress_note(p,
+                       "experts: ep %ld (groups of %ld consecutive dp ranks), %d of the %d "
+                       "experts of each MoE layer per rank, reduced over %ld rank(s) holding "
+                       "the same experts",
+                       cfg->parallel.ep, cfg->parallel.ep, s->moe.experts / (int)cfg->parallel.ep,
+                       s->moe.experts, m->dp / cfg->parallel.ep);
   char *warnings, *nodes = loom_mesh_placement(m, &warnings); /* NULL on one node */
   if (nodes) loom_progress_note(p, "%s", nodes);
   if (warnings) loom_progress_note(p, "%s", warnings);

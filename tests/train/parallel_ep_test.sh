@@ -5,7 +5,8 @@
 # micro-batches (tiny-qwen3-moe, 4 experts, 3 layers with the middle one dense, aux + z-loss,
 # balancing bias, fp32, 20 steps, one sequence per micro-batch: per-step loss within 1e-5
 # relative, final weights within 1e-4, as tests/model/moe_train_test.sh checks dp):
-#  - ep=2 (dp=2), ep=2 with dp=4 (two expert groups), ep=4 (dp=4), ep=2 with ZeRO 1, 2, 3;
+#  - ep=2 (dp=2), ep=2 with dp=4 (two expert groups; also ZeRO-1 and 3, the experts' moments
+#    sharded over the groups), ep=4 (dp=4), ep=2 with ZeRO 1, 2, 3;
 #  - capacity dropping (by position) with ep=2 equals one process with the same capacity;
 #  - validation with ep=2 equals dp=2; activation checkpointing with ep=2 is bitwise the same;
 #  - bf16 with ep=2 against bf16 dp=2 (the same micro-batches) within the bf16 tolerance
@@ -13,6 +14,15 @@
 #  - a checkpoint written with ep=2 loads in one process with its parameters exactly (ckpt
 #    compare --rtol 0 against what one process loaded), resumes there the same bit for bit
 #    twice and continues like the ep=2 run (losses 1e-5, final weights 1e-4);
+#  - each rank holds only its experts: the checkpoint files of ep=2 x dp=4 and ep=2 ZeRO-3
+#    hold every tensor exactly once (dense on dp rank 0 or sharded, experts 0-1 on rank 0,
+#    2-3 on rank 1, nothing of them on ranks 2-3), and the ep=4 ranks' parameters are smaller
+#    than dp=4's (the memory table);
+#  - reshard: the ep=2 checkpoint resumes under ep=4 x dp=4, ep=2 ZeRO-2 and ep=2 x dp=4
+#    ZeRO-1 like the ep=2 run continues (losses 1e-5, final weights 1e-4);
+#  - kill -9 of the rank writing only experts during a checkpoint save: no checkpoint_<N> is
+#    left incomplete, and `--resume latest` finishes with the uninterrupted run's losses bit for
+#    bit and byte-identical final weights;
 #  - refusals: ep not dividing dp or the experts, ep with tp / pp / cp, naming the keys.
 . "$(dirname "$0")/parallel_common.sh"
 make_data || { echo "could not make test data"; exit 1; }
@@ -34,6 +44,10 @@ for z in 1 2 3; do
 done
 train e_ep2_dp4 4 "${MOE[@]}" parallel.dp=4 parallel.ep=2 &&
   { close_losses e_single e_ep2_dp4 $FP32; close_weights e_single e_ep2_dp4 $W32; }
+for z in 1 3; do # two expert groups: the experts' moments sharded over them (edp = 2)
+  train e_ep2_dp4_zero$z 4 "${MOE[@]}" parallel.dp=4 parallel.ep=2 parallel.zero=$z &&
+    { close_losses e_single e_ep2_dp4_zero$z $FP32; close_weights e_single e_ep2_dp4_zero$z $W32; }
+done
 train e_ep4 4 "${MOE[@]}" parallel.dp=4 parallel.ep=4 &&
   { close_losses e_single e_ep4 $FP32; close_weights e_single e_ep4 $W32; }
 check "ep=2: the all-to-alls ran (comm bytes of all-to-all)" \
@@ -85,6 +99,99 @@ check "resumed in one process: steps 7-12 = the ep=2 run's within 1e-5 (worst $w
 out=$("$LOOM" ckpt compare "$E2/final_checkpoint" "${a}final_checkpoint" --rtol 1e-4 --ignore attn.k.bias 2>&1)
 check "resumed in one process: final weights = the ep=2 run's ($(echo "$out" | tail -1 | cut -c1-70))" \
   test "$(echo "$out" | tail -1 | grep -c ' 0 tensors beyond')" = 1
+
+echo "each rank holds only its experts (checkpoint files, memory)"
+held() { # checkpoint: every tensor's file(s), as 'name rank' lines (pieces: the tensor's name)
+  python3 - "$1" <<'PY'
+import json, os, re, struct, sys
+d = sys.argv[1]
+for f in sorted(os.listdir(d)):
+    m = re.match(r"(model|optimizer)(?:-r(\d+))?\.safetensors$", f)
+    if not m: continue
+    with open(os.path.join(d, f), "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        h = json.loads(fh.read(n))
+    pieces = json.loads(h.get("__metadata__", {}).get("loom.pieces", "{}"))
+    for k in h:
+        if k != "__metadata__":
+            kind, name = m.group(1), pieces.get(k, {}).get("tensor", k)
+            for pre in ("exp_avg_sq.", "exp_avg."):  # the moments: one kind each
+                if k.startswith(pre):
+                    kind, name = pre[:-1], name[len(pre):] if name.startswith(pre) else name
+            print(kind, name, int(m.group(2) or 0))
+PY
+}
+once() { # what, held-lines: every (kind, tensor) at most once per rank, experts on their rank
+  local bad
+  bad=$(echo "$2" | awk '{ n[$1" "$2" "$3]++ } $2 ~ /experts/ { split($2, a, "."); e = a[5]
+    if ($3 % 2 != int(e / 2)) print "expert " e " on rank " $3 }
+    END { for (k in n) if (n[k] > 1) print k " twice" }')
+  if [ -z "$bad" ]; then pass; else fail "$1: $(echo "$bad" | head -3 | tr '\n' ';')"; fi
+}
+H=$(held "$(run_dir e_ep2_dp4)/final_checkpoint")
+once "ep=2 x dp=4: experts 0-1 on rank 0, 2-3 on rank 1, each tensor once" "$H"
+check "ep=2 x dp=4: ranks 2-3 (the second expert group) write nothing" \
+  test "$(echo "$H" | awk '$3 >= 2' | wc -l)" = 0
+check "ep=2 x dp=4: rank 1 writes its experts only (no dense tensor)" \
+  test "$(echo "$H" | awk '$3 == 1 && $2 !~ /experts/' | wc -l)" = 0
+n_ep=$(echo "$H" | awk '$1 == "model" { print $2 }' | sort -u | wc -l)
+n_one=$(held "$(run_dir e_single)/final_checkpoint" | awk '$1 == "model"' | wc -l)
+check "ep=2 x dp=4: the checkpoint holds every tensor of the model ($n_ep of $n_one)" \
+  test "$n_ep" = "$n_one" -a "$n_one" -gt 0
+H=$(held "$(run_dir e_ep2_dp4_zero1)/final_checkpoint")
+once "ep=2 x dp=4 ZeRO-1: experts' weights and moment shards on their expert group only" "$H"
+check "ep=2 x dp=4 ZeRO-1: the experts' moments are sharded over both groups" \
+  test "$(echo "$H" | awk '$1 == "exp_avg" && $2 ~ /experts/ { print $3 }' | sort -u | tr -d '\n')" = 0123
+check "ep=2 x dp=4 ZeRO-1: the experts' weights come from the first group only" \
+  test "$(echo "$H" | awk '$1 == "model" && $2 ~ /experts/ { print $3 }' | sort -u | tr -d '\n')" = 01
+H=$(held "$(run_dir e_ep2_zero3)/final_checkpoint")
+once "ep=2 ZeRO-3: experts on their rank only" "$H"
+check "ep=2 ZeRO-3: both ranks hold a dense shard" \
+  test "$(echo "$H" | awk '$1 == "model" && $2 !~ /experts/ { print $3 }' | sort -u | wc -l)" = 2
+mem() { # params MiB of rank 0 in the memory table of a run (4 ranks, 8 experts)
+  timeout 300 "${MPIRUN[@]}" -np 4 "$LOOM" train "${MOE[@]}" model.moe.experts=8 training.steps=1 \
+    parallel.dp=4 "$@" run.output_dir="$WORK/mem" 2>&1 | awk '/^memory per rank/ { t = 1; next } t && $1 == 0 { print $2; exit }'
+}
+m_dp=$(mem parallel.ep=1) m_ep=$(mem parallel.ep=4)
+check "ep=4 holds fewer parameters per rank than dp=4 ($m_ep vs $m_dp MiB)" \
+  awk -v a="$m_ep" -v b="$m_dp" 'BEGIN { exit !(a > 0 && a < b) }'
+
+echo "reshard: the ep=2 checkpoint resumes under other layouts like the ep=2 run continues"
+reshard() { # name np overrides...
+  local name=$1 np=$2; shift 2
+  timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train --resume "$E2/checkpoint_6" "$@" \
+    run.output_dir="$WORK/$name" --quiet >"$WORK/$name.log" 2>&1 ||
+    { fail "$name: resume failed: $(tail -2 "$WORK/$name.log")"; return; }
+  local r worst
+  r=$(ls -d "$WORK/$name"/*/ | head -1)
+  worst=$(paste <(losses "$E2" | tail -6) <(losses "$r") | awk '
+    { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r } END { printf "%.2e", w; exit (w > 1e-5 || NR != 6) }')
+  check "$name: steps 7-12 = the ep=2 run's within 1e-5 (worst $worst)" test $? = 0
+  out=$("$LOOM" ckpt compare "$E2/final_checkpoint" "${r}final_checkpoint" --rtol 1e-4 --ignore attn.k.bias 2>&1)
+  check "$name: final weights = the ep=2 run's ($(echo "$out" | tail -1 | cut -c1-60))" \
+    test "$(echo "$out" | tail -1 | grep -c ' 0 tensors beyond')" = 1
+}
+reshard ep4_dp4 4 parallel.dp=4 parallel.ep=4 training.grad_accum=1
+reshard ep2_zero2 2 parallel.dp=2 parallel.ep=2 parallel.zero=2 training.grad_accum=2
+reshard ep2_dp4_zero1 4 parallel.dp=4 parallel.ep=2 parallel.zero=1 training.grad_accum=1
+
+echo "kill -9 while the rank holding only experts writes a checkpoint"
+K=("${MOE[@]}" training.steps=9 checkpoint.every=3 training.grad_accum=2 parallel.dp=2 parallel.ep=2 parallel.zero=1)
+kjob() { timeout 300 "${MPIRUN[@]}" -np 2 "$LOOM" train "${K[@]}" "$@" --quiet; }
+kjob run.output_dir="$WORK/k_ref" >"$WORK/k_ref.log" 2>&1
+LOOM_FAULT=kill-save:1:6 kjob run.output_dir="$WORK/k" >"$WORK/k1.log" 2>&1
+check "the killed job failed" test $? != 0
+KD=$(ls -d "$WORK"/k/*/ | head -1)
+check "after the kill: checkpoint_3 complete, no checkpoint_6 (only its .tmp at most)" \
+  test -f "$KD/checkpoint_3/COMPLETE" -a ! -e "$KD/checkpoint_6"
+kjob run.output_dir="$WORK/k" --resume latest >"$WORK/k2.log" 2>&1
+check "--resume latest finished ($(tail -1 "$WORK/k2.log" | cut -c1-60))" test $? = 0
+RD=$(ls -d "$WORK"/k_ref/*/ | head -1)
+check "resumed after the kill: the uninterrupted losses bit for bit" \
+  test "$(losses "$RD")" = "$(losses "$KD")" -a -n "$(losses "$KD")"
+same=1
+for f in "$RD"/final_checkpoint/*.safetensors; do cmp -s "$f" "$KD/final_checkpoint/$(basename "$f")" || same=0; done
+check "resumed after the kill: final checkpoint files byte-identical" test $same = 1
 
 echo "refusals"
 refused() { # np key expected-text overrides...
