@@ -11,6 +11,9 @@
 #                                  `env $(scripts/nodes.sh env) loom train --nproc 4 ...`
 #   scripts/nodes.sh list          the nodes that are up, with their addresses and links
 #   scripts/nodes.sh link NODE up|down   connect or cut a node (its veth on the bridge)
+#   scripts/nodes.sh remove NODE   the node fails for good, as on a power loss: its processes
+#                                  stopped (killed by 'down'), its link and namespaces removed;
+#                                  the hostfile still names it (as a job's allocation would)
 #   scripts/nodes.sh shape NODE [rate R] [delay D] [loss P] | off
 #                                  shape a node's link both ways: tc tbf at rate R (1gbit,
 #                                  500mbit), netem delay D (2ms) / loss P (1%) where the kernel
@@ -181,6 +184,12 @@ cmd_down() {
     if grep -q " $f " /proc/self/mountinfo; then umount "$f"; fi
     rm -f "$f"
   done
+  for f in "$UTS_DIR/$PREFIX"*.gone; do # the stopped processes of removed nodes
+    [ -e "$f" ] || continue
+    local p
+    for p in $(cat "$f"); do kill -KILL "$p" 2>/dev/null || true; done
+    rm -f "$f"
+  done
   rm -f "$HOSTFILE" "$NETFILE"
   ip link del "$BRIDGE" 2>/dev/null || true
   # the directory goes with the last set
@@ -213,6 +222,21 @@ cmd_link() {
   need_root
   local i; i=$(node_index "$1")
   ip link set "$VETH$i" "$2"
+}
+
+# A node that fails for good, as a machine that loses power: its processes stop where they are
+# (SIGSTOP: no FIN or RST leaves the node, nothing of it answers again), its link goes, then
+# its namespaces. The stopped processes are killed by 'down' (their pids in SET-nodeI.gone);
+# until then the kernel keeps the namespaces they hold, unreachable.
+cmd_remove() {
+  [ $# = 1 ] || die "remove needs a node, e.g. 'nodes.sh remove ${PREFIX}1'"
+  need_root
+  local i ns; i=$(node_index "$1"); ns=$(node_ns "$i")
+  [ -e "/run/netns/$ns" ] || die "node $ns is not up"
+  local pids; pids=$(ip netns pids "$ns" 2>/dev/null || true)
+  [ -z "$pids" ] || kill -STOP $pids 2>/dev/null || true
+  echo $pids >>"$UTS_DIR/$ns.gone"
+  down_node "$i"
 }
 
 # tc on both ends of node I's link: the veth in the root namespace (traffic to the node) and
@@ -306,10 +330,11 @@ case ${1:-} in
   down) cmd_down ;;
   exec) shift; cmd_exec "$@" ;;
   link) shift; cmd_link "$@" ;;
+  remove) shift; cmd_remove "$@" ;;
   shape) shift; cmd_shape "$@" ;;
   hostfile) cmd_hostfile ;;
   mpirun-args) cmd_mpirun_args ;;
   env) cmd_env ;;
   list) cmd_list ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -11,7 +11,9 @@
  * reach (its kill order stuck in TCP): once the job is failing (a rank aborted, a collective
  * timed out, Open MPI lost a node's daemon), mpirun gets ABORT_GRACE_S to end, then it is
  * killed (SIGKILL to its process group: a SIGTERM finds it already aborting), and the failure
- * is recorded as usual, naming the node.
+ * is recorded as usual, naming the node. A relaunch whose launch agent cannot reach a node (ssh,
+ * scripts/node_agent.sh) names it; when the restarts are spent on such a node, or one Open MPI
+ * lost, the last message names it and says how to go on without it (resume on the nodes left).
  *
  * Stopping: SIGINT, SIGTERM, SIGUSR1 or SIGHUP to the launcher are written to the job's
  * LOOM_STOP_FILE, which every rank reads at the end of each step (mpirun itself would turn
@@ -47,6 +49,10 @@ typedef struct {
   char rank_error[512]; /* the last "loom train: error: ..." line of a rank ("" if none) */
   char timeout_error[512]; /* the first "loom: rank N...: no progress ..." line ("" if none) */
   char lost_node[256];     /* the node whose daemon Open MPI lost ("" if none) */
+  char unreachable[512];   /* the launch agent's line for a node it could not start a daemon
+                              on (ssh, scripts/node_agent.sh), "" if none */
+  char agent_node[256];    /* that node */
+  int signal;              /* the signal that killed the launched process (0: it exited) */
   double failing_since;    /* when the first sign of a failing job came (0: none) */
 } attempt_result;
 
@@ -94,9 +100,30 @@ static void note_failing(const char *line, attempt_result *res) {
     res->failing_since = loom_now();
 }
 
+/* The launch agent could not reach a node (mpirun then says only that a daemon did not start):
+ * ssh's "ssh: connect to host X port 22: ...", "ssh: Could not resolve hostname X: ...", the
+ * node agent's "node_agent.sh: node X is not up ..." / "... cannot reach mpirun ...". */
+static void note_agent(const char *line, attempt_result *res) {
+  static const char *const pre[] = {"ssh: connect to host ", "ssh: Could not resolve hostname ",
+                                     "node_agent.sh: node ", NULL};
+  if (res->unreachable[0]) return;
+  for (int i = 0; pre[i]; i++) {
+    const char *q = strstr(line, pre[i]);
+    if (!q) continue;
+    q += strlen(pre[i]);
+    size_t n = strcspn(q, " :\n");
+    if (!n || (i == 2 && !strstr(q, " is not up") && !strstr(q, " cannot reach mpirun"))) continue;
+    snprintf(res->agent_node, sizeof res->agent_node, "%.*s", (int)n, q);
+    snprintf(res->unreachable, sizeof res->unreachable, "%s", line);
+    res->unreachable[strcspn(res->unreachable, "\n")] = 0;
+    return;
+  }
+}
+
 static void note_reason(const char *line, attempt_result *res) {
   int rank, sig, code;
   note_failing(line, res);
+  note_agent(line, res);
   const char *q = strstr(line, "Process name: [[");
   if (q && (q = strchr(q + 16, ',')) && (q = strchr(q + 1, ',')) && sscanf(q + 1, "%d", &rank) == 1)
     res->exited_rank = rank;
@@ -317,6 +344,7 @@ static int launch(char **args, const char *report, bool restart, attempt_result 
     }
   running_child = 0;
   read_report(report, res);
+  if (WIFSIGNALED(status)) res->signal = WTERMSIG(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WEXITSTATUS(status);
 }
@@ -378,9 +406,12 @@ static void unreported_reason(attempt_result *res, int status) {
   else if (open && res->lost_node[0])
     snprintf(res->reason, sizeof res->reason, "Open MPI lost its connection to node %s (the "
              "network to it failed, or the node or its daemon died)", res->lost_node);
-  if (!res->reason[0] && status > 128) /* one process (no mpirun), killed by a signal */
-    snprintf(res->reason, sizeof res->reason, "the process was killed by signal %d (%s)",
-             status - 128, strsignal(status - 128));
+  else if (open && res->unreachable[0])
+    snprintf(res->reason, sizeof res->reason, "mpirun could not start its daemon on node %.64s "
+             "(%.380s)", res->agent_node, res->unreachable);
+  if (!res->reason[0] && res->signal) /* killed by a signal (one process, or mpirun itself) */
+    snprintf(res->reason, sizeof res->reason, "the %s was killed by signal %d (%s)",
+             child_is_mpirun ? "mpirun" : "process", res->signal, strsignal(res->signal));
   if (!res->reason[0])
     snprintf(res->reason, sizeof res->reason, "the job exited with status %d and no rank "
              "printed an error", status);
@@ -449,6 +480,24 @@ static bool after_unreported(const char *output_dir, const char *run_dir, attemp
   return false;
 }
 
+/* The restarts are spent: say so with the last failure, in train.log too; a node that could not
+ * be reached (its daemon did not start, or Open MPI lost it) is named, with the way on without
+ * it: resume on the nodes left, in a layout for their ranks. */
+static void give_up(const char *run_dir, long max_restarts, const attempt_result *res) {
+  const char *node = res->agent_node[0] ? res->agent_node : res->lost_node;
+  const char *s = max_restarts == 1 ? "" : "s";
+  char *line = node[0] ? loom_sprintf("giving up after %ld restart%s: %s; to go on without node "
+                                      "%s, resume the run on the nodes left with a layout for "
+                                      "their ranks (loom train --resume %s parallel.dp=...)",
+                                      max_restarts, s, res->reason, node,
+                                      run_dir ? run_dir : "<run directory>")
+                       : loom_sprintf("giving up after %ld restart%s; the last failure: %s",
+                                      max_restarts, s, res->reason);
+  fprintf(stderr, "loom train: %s\n", line);
+  if (run_dir) log_line(run_dir, line);
+  free(line);
+}
+
 static void install_handlers(void) {
   snprintf(stop_path, sizeof stop_path, "/tmp/loom-stop.%ld", (long)getpid());
   unlink(stop_path);
@@ -514,8 +563,7 @@ int loom_cli_train_supervise(const loom_cli_opt *opts, int argc, char **argv, co
     if (!after_unreported(output_dir, run_dir, &res, status, &rc)) break;
     if (attempt >= max_restarts) {
       if (max_restarts > 0)
-        fprintf(stderr, "loom train: giving up after %ld restart%s\n", max_restarts,
-                max_restarts == 1 ? "" : "s");
+        give_up(run_dir, max_restarts, &res);
       break;
     }
     note_restart(output_dir, run_dir, attempt, max_restarts, res.reason);
