@@ -5,7 +5,8 @@
  *
  * loom's CPU executor keeps fp32 parameters, gradients (and a bf16-rounded fp32 copy of the
  * parameters in bf16 mode), AdamW moments of the owned range, and carves the activations of
- * src/model/decoder_memory.c; the GPU engine is mixed precision (16-bit parameters and
+ * src/model/decoder_memory.c (an MoE layer's router, dispatch plan, expert rows and shared expert
+ * as src/model/decoder_moe.c carves them); the GPU engine is mixed precision (16-bit parameters and
  * gradients, fp32 master weights and moments: 16 bytes per parameter, ZeRO's K = 12, by
  * default; the precision policy changes the parts: a model cast to bf16 has no master weights,
  * bf16 AdamW moments halve them) with activations itemised as in Korthikanti et al. 2022,
@@ -42,27 +43,57 @@ static double moe_elems(const loom_sim_ctx *c, double e, bool fp8) {
          rows * (c->spec->hidden * (in + 1) + lie * (2 + in));
 }
 
+/* loom's CPU executor: an MoE layer's activations as src/model/decoder_moe.c carves them
+ * (dec_moe_plan_acts), in 4-byte elements (fp32 values and int32 indices). N tokens (the
+ * decoder runs MoE layers without a tensor, sequence or context split), E experts, k per
+ * token, ep ranks, RL = ep N k the rows this rank's experts may receive (whatever the routing
+ * or capacity: the buffers are carved for the most). */
+static double cpu_moe_acts(const loom_sim_ctx *c) {
+  const loom_moe_spec *m = &c->spec->moe;
+  double N = c->N, E = m->experts, k = m->top_k, C = c->spec->hidden;
+  double Ie = m->intermediate, Is = m->shared_intermediate, P = sim_ep(c->st);
+  double NK = N * k, RL = P * NK;
+  double f = 2 * N * E + N;      /* router: logits, probs (N,E), lse (N) */
+  f += 2 * NK;                   /* idx, w (N,k): the top k and their weights */
+  f += 3 * E + 1 + 3 * NK;       /* plan: selected, count, offset (E+1); row_token, row_pair,
+                                    pair_row (N k) */
+  f += 2 * NK * C;               /* xp, yp: the plan's gathered input and output rows */
+  f += 3 * RL * Ie;              /* hg, hu, act: the experts' gate, up and SwiGLU rows */
+  if (P > 1) f += E + E / P + 2 * RL * C; /* rc, lcount; xl, yl: the rows received */
+  if (Is > 0) f += 3 * N * Is + N * C + N; /* shared expert: sh_g, sh_u, sh_act, sh_y, sh_s */
+  return f;
+}
+
+/* loom's CPU executor: what src/model/decoder_memory.c's plan_layer carves for one layer, in
+ * bytes: the dense MLP's buffers (`dense`), the MoE layer's (`moe`), or both (the one set
+ * activation checkpointing recomputes into, in a model with both kinds of layer). */
+static double cpu_layer(const loom_sim_ctx *c, const dims *d, bool dense, bool moe, bool stats) {
+  double b = 0, I = c->li; /* the dense MLP's inner size (the MoE layer's d->li is Is) */
+  b += d->Nr * d->C * 4;                                   /* x, ln1, mid, ln2 */
+  if (d->seqpar) b += 2 * d->N * d->C;                     /* gathered ln1, ln2 */
+  b += d->N * (2 * d->QD + 2 * d->KD) * (d->uly ? 2 : 1); /* q, k, v, att (+ head layout) */
+  if (c->spec->qk_norm) /* q_pre, k_pre before the per-head norms, q_rstd, k_rstd */
+    b += d->N * (d->QD + d->KD + c->lh + c->lkv);
+  if (dense) b += d->N * I * (d->llama ? 3 : 2);           /* gate, up, act | up, act */
+  if (moe) b += cpu_moe_acts(c);
+  b *= d->e;
+  /* bf16: the forward's bf16 copies of the GEMM inputs (gathered ln1, att, gathered ln2, and
+   * the dense MLP's act), kept for the weight gradients */
+  if (c->st->dtype == LOOM_DT_BF16) b += d->N * (2 * d->C + d->QD + (dense ? I : 0)) * 2;
+  if (stats) b += 4 * d->Nr * 4 + d->B * d->heads_att * d->T * 4;
+  return b;
+}
+
 /* everything the layer saves when nothing is recomputed (or, with `selective`, all but the
  * attention core's T x T tensors). FP8 (GPU engine): the inputs of the linears (the two norms'
  * outputs, the attention output, the MLP's activation) are kept in FP8, 1 byte. */
 static double layer_full(const loom_sim_ctx *c, const dims *d, bool selective, bool stats) {
+  if (c->loom_cpu) return cpu_layer(c, d, !c->moe_layer, c->moe_layer, stats);
   const loom_sim_strategy *st = c->st;
   double e = d->e, b = 0;
   double mlp = d->N * d->li * (d->llama ? 3 : 2);           /* gate, up, act | up, act */
-  bool fp8 = st->fp8 && !c->loom_cpu;
+  bool fp8 = st->fp8;
   if (c->moe_layer) mlp += moe_elems(c, e, fp8);
-  if (c->loom_cpu) {
-    b += d->Nr * d->C * 4;                                   /* x, ln1, mid, ln2 */
-    if (d->seqpar) b += 2 * d->N * d->C;                     /* gathered ln1, ln2 */
-    b += d->N * (2 * d->QD + 2 * d->KD) * (d->uly ? 2 : 1); /* q, k, v, att (+ head layout) */
-    b += mlp;
-    b *= e;
-    /* bf16: the forward's bf16 copies of the four GEMM inputs (gathered ln1, att, gathered
-     * ln2, act), kept for the weight gradients */
-    if (c->st->dtype == LOOM_DT_BF16) b += d->N * (2 * d->C + d->QD + d->li) * 2;
-    if (stats) b += 4 * d->Nr * 4 + d->B * d->heads_att * d->T * 4;
-    return b;
-  }
   double drop = st->dropout ? 1 : 0;
   b += d->Nr * d->C * 4 * e;                                 /* x, ln1, mid, ln2 */
   b += d->Nr * d->C * 2 * drop;                              /* two dropout masks */
@@ -95,12 +126,33 @@ static double head_acts(const loom_sim_ctx *c, const dims *d) {
   return b + d->N * c->vloc * 4; /* logits (fp32 for the softmax) */
 }
 
+/* loom's CPU executor: the MoE layers' backward scratch, once per decoder
+ * (dec_moe_plan_scratch), in 4-byte elements */
+static double cpu_moe_scratch(const loom_sim_ctx *c) {
+  const loom_moe_spec *m = &c->spec->moe;
+  double N = c->N, E = m->experts, k = m->top_k, C = c->spec->hidden;
+  double Ie = m->intermediate, Is = m->shared_intermediate, RL = sim_ep(c->st) * N * k;
+  double f = N * E + N * k; /* d_logits (N,E), d_w (N,k) */
+  /* work: the grouped experts' backward (loom_moe_experts_work_floats over RL rows) */
+  f += RL * (3 * Ie + (c->st->dtype == LOOM_DT_BF16 ? C : 0));
+  if (sim_ep(c->st) > 1) f += RL * C;       /* a2a: the all-to-all's rows */
+  if (Is > 0) f += N * C + N + 3 * N * Is;  /* d_sh, d_inner: the shared expert's gradients */
+  return f + 2 * E;                         /* aux_grad (E doubles) */
+}
+
 /* backward scratch and the recompute buffer */
 static double workspace(const loom_sim_ctx *c, const dims *d, bool head, int inflight) {
   double f = 0, e = d->e;
   if (c->loom_cpu) {
+    /* a model with MoE layers carves their scratch (and their set in the recompute buffer)
+     * on every rank, whichever layers the rank holds */
+    int moe_layers = loom_model_moe_layers(c->spec);
+    double I = c->li; /* the dense MLP's scratch is carved in MoE models too */
     f += 2 * d->Nr * d->C + fmax(d->N * d->C, 2 * d->N) + d->N * d->C;
-    f += d->N * (2 * d->QD + 2 * d->KD) * (d->uly ? 2 : 1) + 3 * d->N * d->li;
+    f += d->N * (2 * d->QD + 2 * d->KD) * (d->uly ? 2 : 1) + 3 * d->N * I;
+    if (c->spec->qk_norm) /* d_qn, d_kn, qk_dw: the per-head q/k norms' gradients */
+      f += d->N * (d->QD + d->KD) + 2 * c->spec->head_dim;
+    if (moe_layers > 0) f += cpu_moe_scratch(c);
     if (sim_cp(c->st) == 1) f += d->B * d->heads_att * d->T; /* flash backward scratch; the
                                                                 ring has its own (cost_cp.c) */
     if (head) f += d->N; /* targets */
@@ -111,16 +163,28 @@ static double workspace(const loom_sim_ctx *c, const dims *d, bool head, int inf
            d->N * d->C + c->vloc * d->C;
     else if (head)
       f += d->N * c->vloc;
+    /* bf16: round_x, round_dy (a GEMM's input and its output gradient rounded) */
     if (c->st->dtype == LOOM_DT_BF16) {
       bool fused = head && c->st->tp == 1 && inflight == 1;
-      double in = fmax(fmax(d->C, d->li), d->QD);
-      f += d->N * in + d->N * fmax(fmax(in, d->KD), head && !fused ? c->vloc : 0);
+      double in = fmax(fmax(d->C, I), d->QD);
+      double out = fmax(fmax(in, d->KD), head && !fused ? c->vloc : 0);
+      if (moe_layers > 0) { /* the shared expert's down projection in; router, shared out */
+        double Is = c->spec->moe.shared_intermediate;
+        in = fmax(in, Is);
+        out = fmax(out, fmax(Is, c->spec->moe.experts));
+      }
+      f += d->N * in + d->N * out;
     }
     if (d->uly) f += 2 * d->N * d->QD;
     f *= 4;
-  } else {
-    f = d->N * (d->C + 2 * d->li) * e * 2 + (head ? d->N * c->vloc * 4 : 0);
+    /* the set recomputed into (S->rec), less the layer's input x: that stays in the slot's
+     * residual stream, counted with the activations */
+    if (c->st->recompute == LOOM_RECOMPUTE_FULL)
+      f += cpu_layer(c, d, moe_layers < c->spec->layers, moe_layers > 0, true) -
+           d->Nr * d->C * d->e;
+    return f + sim_cp_workspace_bytes(c);
   }
+  f = d->N * (d->C + 2 * d->li) * e * 2 + (head ? d->N * c->vloc * 4 : 0);
   if (c->moe_layer) { /* the dispatch buffers (the permuted rows sent, the rows received and
                          gathered over etp) and the experts' backward scratch */
     double rows = sim_moe_rows(c), lie = (double)c->spec->moe.intermediate / sim_etp(c->st);
@@ -171,11 +235,13 @@ static void state(const loom_sim_ctx *c, double P, double Pl, double Pe, double 
       m->grads = 4 * fmin(all, layer + ends) + 4 * owned;
     } else {
       /* beside the fp32 words: the native GEMMs' 2-byte weights, or the rounded copy (which
-       * bf16 parameters are themselves) */
-      double extra = !bf16                           ? 0
-                     : c->hw->bf16_native            ? 2
-                     : st->param_dtype == LOOM_DT_BF16 ? 0
-                                                     : 4;
+       * bf16 parameters are themselves); with native GEMMs an MoE model keeps the rounded copy
+       * too (its grouped experts multiply bf16 values held in fp32) */
+      bool lp = st->param_dtype != LOOM_DT_BF16;
+      double extra = !bf16               ? 0
+                     : c->hw->bf16_native ? 2 + (lp && loom_model_moe_layers(c->spec) > 0 ? 4 : 0)
+                     : lp                 ? 4
+                                          : 0;
       m->weights = (4 + extra) * all;
       m->grads = 4 * all + (st->zero > 0 ? 4 * owned : 0);
     }
@@ -255,6 +321,9 @@ void loom_sim_memory_rank_of(const loom_sim_ctx *c, int layers, int moe, int chu
   double chunk = chunk_moe * m->per_layer + (chunk_layers - chunk_moe) * dense +
                  d.Nr * d.C * d.e; /* + the chunk's output */
   if (embed && st->dropout) chunk += d.Nr * d.C;
+  /* loom's CPU executor: a slot's router statistics in a model with MoE layers
+   * (dec_moe_plan_mb: pairs per expert as int64, probabilities summed as double) */
+  if (c->loom_cpu && loom_model_moe_layers(c->spec) > 0) chunk += 16.0 * c->spec->moe.experts;
   if (embed && st->vision_patches > 0 && c->spec->vision.arch != LOOM_VISION_NONE &&
       !st->freeze_vision) {
     /* the encoder's saved activations per block: by patch x, norms, mid (4 x hidden) and

@@ -5,8 +5,9 @@
  * whichever this machine's GEMMs read), for GPT-2 and Llama shapes, bf16, recomputation, pipeline
  * chunks with several slots, the head on the last stage, tensor parallelism with Megatron
  * sequence parallelism, context parallelism (T/cp tokens, the ring's buffers; also inside
- * Ulysses), Ulysses x TP; and the
- * in-flight count the executor sizes its slots with. */
+ * Ulysses), Ulysses x TP, Mixture-of-Experts layers (router, dispatch plan, the rows an
+ * expert-parallel rank's experts may receive, the shared expert, dense layers between MoE
+ * layers, recomputation); and the in-flight count the executor sizes its slots with. */
 #include <math.h>
 
 #include "loom/decoder.h"
@@ -20,16 +21,20 @@ typedef struct {
   bool head, embed, bf16, recompute, seqpar;
   int cp, sp; /* 0: none */
   bool param_bf16; /* training.param_dtype=bf16 */
+  int ep;          /* expert parallelism (an MoE preset): this rank holds E/ep experts */
+  int sparse_step; /* an MoE preset's model.moe.sparse_step (0: the preset's): dense layers too */
 } mcase;
 
 static void check_case(const mcase *k) {
   loom_model_spec s;
   CHECK(loom_model_preset(&s, k->preset) == 0, "%s", loom_errmsg());
+  if (k->sparse_step > 0) s.moe.sparse_step = k->sparse_step;
   loom_shard sh;
   memset(&sh, 0, sizeof sh);
   int cp = k->cp > 1 ? k->cp : 1, sp = k->sp > 1 ? k->sp : 1;
   sh.tp = k->tp, sh.sp = sp, sh.n_chunks = 1, sh.seq_parallel = k->seqpar;
   sh.cp = cp;
+  sh.ep = k->ep > 1 ? k->ep : 1, sh.ep_rank = sh.ep - 1;
   sh.chunk_first[0] = k->embed ? 0 : 1;
   sh.chunk_last[0] = sh.chunk_first[0] + k->layers_held;
   sh.chunk_embed[0] = k->embed, sh.chunk_head[0] = k->head;
@@ -51,6 +56,7 @@ static void check_case(const mcase *k) {
   st.recompute = k->recompute ? LOOM_RECOMPUTE_FULL : LOOM_RECOMPUTE_NONE;
   st.seq_par = k->seqpar;
   st.cp = cp, st.sp = sp;
+  if (k->ep > 1) st.ep = k->ep, st.dp = k->ep; /* one expert group over the dp ranks */
   loom_sim_ctx c;
   loom_sim_ctx_init(&c, &s, &hw, &st);
   loom_sim_memory m;
@@ -72,26 +78,40 @@ static void check_case(const mcase *k) {
 
 int main(void) {
   const mcase cases[] = {
-      {"tiny-gpt2", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0, false},
-      {"tiny-gpt2", 8, 128, 1, 2, 3, false, true, false, false, false, 0, 0, false},
-      {"tiny-gpt2", 4, 64, 1, 4, 2, true, false, true, false, false, 0, 0, false},
-      {"tiny-gpt2", 4, 64, 1, 4, 2, true, true, false, true, false, 0, 0, false},
-      {"tiny-llama", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0, false},
-      {"tiny-llama", 2, 128, 1, 3, 4, false, false, true, true, false, 0, 0, false},
-      {"tiny-gpt2", 4, 64, 2, 4, 1, true, true, false, false, false, 0, 0, false},
-      {"tiny-gpt2", 4, 64, 2, 4, 2, true, true, false, false, true, 0, 0, false},
-      {"gpt2-124m", 1, 256, 1, 2, 2, true, false, false, false, false, 0, 0, false},
+      {"tiny-gpt2", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0, false, 0, 0},
+      {"tiny-gpt2", 8, 128, 1, 2, 3, false, true, false, false, false, 0, 0, false, 0, 0},
+      {"tiny-gpt2", 4, 64, 1, 4, 2, true, false, true, false, false, 0, 0, false, 0, 0},
+      {"tiny-gpt2", 4, 64, 1, 4, 2, true, true, false, true, false, 0, 0, false, 0, 0},
+      {"tiny-llama", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0, false, 0, 0},
+      {"tiny-llama", 2, 128, 1, 3, 4, false, false, true, true, false, 0, 0, false, 0, 0},
+      {"tiny-gpt2", 4, 64, 2, 4, 1, true, true, false, false, false, 0, 0, false, 0, 0},
+      {"tiny-gpt2", 4, 64, 2, 4, 2, true, true, false, false, true, 0, 0, false, 0, 0},
+      {"gpt2-124m", 1, 256, 1, 2, 2, true, false, false, false, false, 0, 0, false, 0, 0},
       /* context parallelism: T/cp tokens per rank and the ring's scratch */
-      {"tiny-llama", 2, 256, 1, 4, 1, true, true, false, false, false, 2, 0, false},
-      {"tiny-gpt2", 4, 256, 2, 4, 2, true, true, false, false, false, 4, 0, false},
-      {"tiny-llama", 2, 256, 1, 3, 2, false, false, true, true, false, 4, 0, false},
-      {"gpt2-124m", 1, 1024, 1, 2, 1, true, true, false, false, false, 8, 0, false},
+      {"tiny-llama", 2, 256, 1, 4, 1, true, true, false, false, false, 2, 0, false, 0, 0},
+      {"tiny-gpt2", 4, 256, 2, 4, 2, true, true, false, false, false, 4, 0, false, 0, 0},
+      {"tiny-llama", 2, 256, 1, 3, 2, false, false, true, true, false, 4, 0, false, 0, 0},
+      {"gpt2-124m", 1, 1024, 1, 2, 1, true, true, false, false, false, 8, 0, false, 0, 0},
       /* Ulysses inside cp (the ring in the attention layout), and Ulysses x TP */
-      {"tiny-llama", 2, 256, 1, 4, 1, true, true, false, false, false, 2, 2, false},
-      {"tiny-gpt2", 4, 256, 2, 4, 2, true, true, true, false, false, 2, 2, false},
-      {"tiny-gpt2", 4, 128, 2, 4, 1, true, true, false, false, false, 0, 2, false},
+      {"tiny-llama", 2, 256, 1, 4, 1, true, true, false, false, false, 2, 2, false, 0, 0},
+      {"tiny-gpt2", 4, 256, 2, 4, 2, true, true, true, false, false, 2, 2, false, 0, 0},
+      {"tiny-gpt2", 4, 128, 2, 4, 1, true, true, false, false, false, 0, 2, false, 0, 0},
       /* bf16 parameters: no rounded copy beside them */
-      {"tiny-llama", 4, 64, 1, 4, 1, true, true, true, false, false, 0, 0, true},
+      {"tiny-llama", 4, 64, 1, 4, 1, true, true, true, false, false, 0, 0, true, 0, 0},
+      /* MoE layers; with expert parallelism the rank holds only its E/ep experts and carves
+       * the rows it may receive (ep N k) */
+      {"tiny-qwen3-moe", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0, false, 1, 0},
+      {"tiny-qwen3-moe", 4, 64, 1, 4, 1, true, true, false, false, false, 0, 0, false, 2, 0},
+      {"tiny-qwen3-moe", 2, 128, 1, 4, 1, true, true, true, false, false, 0, 0, false, 4, 0},
+      /* a shared expert (its buffers, gradients and bf16 rounding widths) */
+      {"tiny-qwen2-moe", 4, 64, 1, 4, 1, true, true, true, false, false, 0, 0, false, 2, 0},
+      {"tiny-qwen2-moe", 2, 64, 1, 4, 3, false, true, false, false, false, 0, 0, false, 1, 0},
+      /* dense layers between MoE layers (sparse_step 2) */
+      {"tiny-qwen3-moe", 4, 64, 1, 4, 2, true, true, false, false, false, 0, 0, false, 2, 2},
+      /* recomputation: the slots keep the layers' inputs, one layer's set is recomputed into
+       * (with dense layers in the model, the dense MLP's and the MoE layer's buffers both) */
+      {"tiny-qwen3-moe", 2, 128, 1, 4, 2, true, true, true, true, false, 0, 0, false, 2, 0},
+      {"tiny-qwen2-moe", 4, 64, 1, 4, 1, true, true, false, true, false, 0, 0, false, 4, 2},
   };
   /* both GEMM backends: bf16 with native GEMMs (2-byte weights) and without (rounded copy) */
   const loom_gemm_backend backends[] = {LOOM_GEMM_ONEDNN, LOOM_GEMM_OPENBLAS};
