@@ -134,14 +134,16 @@ static void plan_last_backward(loom_executor *ex) {
 }
 
 /* What the trainer does not run yet, refused before anything is built: Mixture-of-Experts
- * layers with a tensor, sequence, context or pipeline split or inside a vision-language model;
- * expert parallelism (parallel.ep) needs ep to divide parallel.dp (its groups are ep
- * consecutive data-parallel ranks) and runs with data parallelism only. */
+ * layers with a tensor, sequence, context or pipeline split of the text decoder (a vision
+ * encoder beside an MoE text decoder splits its own way); expert parallelism (parallel.ep)
+ * needs ep to divide parallel.dp (its groups are ep consecutive data-parallel ranks) and runs
+ * with data parallelism only. */
 static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
   const loom_config_parallel *p = &cfg->parallel;
   const char *works = "MoE models train today with data parallelism (parallel.dp, ZeRO 0-3 by "
                       "parallel.zero), expert parallelism over the dp ranks (parallel.ep), "
-                      "gradient accumulation and activation checkpointing";
+                      "gradient accumulation and activation checkpointing, also under a vision "
+                      "encoder with its own vision.parallel.*";
   if (p->ep > 1 && spec->moe.experts == 0)
     return loom_err("parallel.ep = %ld: expert parallelism applies to Mixture-of-Experts models "
                     "(model.moe.experts > 0) and this model is dense: set parallel.ep=1",
@@ -175,11 +177,6 @@ static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
                       "does not run with MoE layers yet; set %s=1 (%s)",
                       axes[i].key, axes[i].value, spec->moe.experts, axes[i].what, axes[i].key,
                       works);
-  if (spec->vision.arch != LOOM_VISION_NONE)
-    return loom_err("model.moe.experts = %d in a vision-language model (model.preset=%s): an "
-                    "MoE text decoder under a vision encoder does not train yet; use a "
-                    "text-only preset (e.g. tiny-qwen3-moe) or model.moe.experts=0",
-                    spec->moe.experts, cfg->model.preset);
   return 0;
 }
 

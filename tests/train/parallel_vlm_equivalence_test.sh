@@ -5,6 +5,9 @@
 # and their gradients handed back. Same per-step losses and same final weights (every tensor
 # of both modules) as the single-process run, from the same initial weights and data.
 #
+# An MoE text decoder (model.moe.*) trains the same way, its routed experts split over
+# parallel.ep of the text dp ranks, the encoder collocated or on ranks of its own.
+#
 # The validation loss on the val split (every 2 steps and at the end; forward-only, the encoder
 # on its ranks handing tokens over as in training) equals one process's too.
 #
@@ -79,6 +82,18 @@ check_case v_separate_sp2_zero1__text_pp2 4 "${VLM[@]}" training.micro_batch_siz
   parallel.pp=2 vision.parallel.placement=separate vision.parallel.sp=2 vision.parallel.zero=1
 check_case v_separate_dp2_zero3__text_dp2_zero1 4 "${VLM[@]}" training.micro_batch_size=2 training.grad_accum=2 \
   parallel.dp=2 parallel.zero=1 vision.parallel.placement=separate vision.parallel.zero=3
+
+echo "an MoE text decoder (4 experts, top 2) under the encoder, its experts split over ep=2"
+MOEV=("${VLM[@]}" model.moe.experts=4 model.moe.top_k=2 model.moe.intermediate=64 training.micro_batch_size=2)
+train m_single 1 "${MOEV[@]}" training.grad_accum=4
+for c in "m_dp2_zero1__text_ep2_zero1|parallel.dp=2 parallel.ep=2 parallel.zero=1 vision.parallel.zero=1" \
+    "m_separate_dp2__text_ep2|parallel.dp=2 parallel.ep=2 vision.parallel.placement=separate vision.parallel.zero=2"; do
+  name=${c%%|*} np=2
+  case $name in *separate*) np=4 ;; esac
+  # shellcheck disable=SC2086
+  train "$name" $np "${MOEV[@]}" training.grad_accum=2 ${c#*|} && { close_losses m_single "$name" 1e-5
+    close_weights m_single "$name" 1e-4; close_val_losses m_single "$name" 1e-5; }
+done
 
 echo "tiny LLaVA (learned positions, projector, fixed 112 px images, 1D positions)"
 LLAVA=("${VLM[@]}" model.preset=tiny-llava training.seq_len=96 training.micro_batch_size=4
