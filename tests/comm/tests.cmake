@@ -45,3 +45,8 @@ set_tests_properties(comm_multinode_stray PROPERTIES TIMEOUT 600 SKIP_RETURN_COD
 add_test(NAME comm_multinode_node_lost COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/multinode_node_lost_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(comm_multinode_node_lost PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
   RESOURCE_LOCK loom_nodes ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+# loom sweep --launcher slurm through a slurmctld and one slurmd per node namespace (root, with
+# slurm-wlm and munge): a dp4 point across both nodes via srun/PMIx, bitwise the same as mpirun.
+add_test(NAME comm_multinode_slurm COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/multinode_slurm_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(comm_multinode_slurm PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+  RESOURCE_LOCK loom_nodes ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
