@@ -3,9 +3,10 @@
  * holds: tensor-parallel slices, Megatron or Ulysses sequence parallelism, pipeline chunks),
  * with forward, backward, activation checkpointing and bf16 mixed-precision matmuls; and the
  * same layers' forward over a KV cache for generation (loom_decoder_forward_cached).
- * MoE layers run on one process's shard without a tensor, sequence, context or pipeline split
- * (loom_decoder_create_shard refuses one); their router losses and balancing are described
- * with loom_decoder_moe_begin_step below.
+ * MoE layers run without a sequence or context split (every token of the tensor-parallel
+ * group routed on each tp rank, the experts' inner dimension split over tp; expert
+ * parallelism over ep_comm; loom_decoder_create_shard refuses the others); their router
+ * losses and balancing are described with loom_decoder_moe_begin_step below.
  *
  * Memory is planned once in loom_decoder_create: the flat parameter and gradient buffers
  * (layout in model.h), `slots` activation sets (one per micro-batch chunk in flight, as the
@@ -74,6 +75,7 @@ typedef struct {
                                parallelism: B*T/cp local tokens) */
   int Nr;                   /* rows of the residual stream (N/tp with Megatron SP) */
   int lh, lkv, li, vloc;    /* local heads, kv heads, intermediate, vocabulary rows */
+  int lie, lis;             /* local routed / shared expert inner size (MoE; split over tp) */
   int v0;                   /* first global vocabulary row of this rank */
   int pos0;                 /* position of this rank's first token (Ulysses) */
   int32_t doc_eod;          /* packed documents: the end-of-document token; -1: none (a window

@@ -291,6 +291,11 @@ int loom_mesh_check_model(const loom_config_parallel *p, const loom_model_spec *
                     "split across tensor-parallel ranks)", tp, s->kv_heads);
   if (s->intermediate % tp)
     return loom_err("parallel.tp (%ld) must divide model.intermediate (%d)", tp, s->intermediate);
+  if (s->moe.experts > 0 && (s->moe.intermediate % tp || s->moe.shared_intermediate % tp))
+    return loom_err("parallel.tp (%ld) must divide model.moe.intermediate (%d) and "
+                    "model.moe.shared_intermediate (%d): every expert's inner dimension is "
+                    "split over the tensor-parallel ranks", tp, s->moe.intermediate,
+                    s->moe.shared_intermediate);
   if (p->cp > 1) {
     long cp = p->cp;
     if (T % (2 * cp))

@@ -134,16 +134,18 @@ static void plan_last_backward(loom_executor *ex) {
 }
 
 /* What the trainer does not run yet, refused before anything is built: Mixture-of-Experts
- * layers with a tensor, sequence, context or pipeline split of the text decoder (a vision
- * encoder beside an MoE text decoder splits its own way); expert parallelism (parallel.ep)
- * needs ep to divide parallel.dp (its groups are ep consecutive data-parallel ranks) and runs
- * with data parallelism only. */
+ * layers with a sequence, context or pipeline split of the text decoder, or with Megatron
+ * sequence parallelism over tp (a vision encoder beside an MoE text decoder splits its own
+ * way); expert parallelism (parallel.ep) needs ep to divide parallel.dp (its groups are ep
+ * consecutive data-parallel ranks of one tp position: ep x tp folds the experts' tensor split
+ * inside them). */
 static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
   const loom_config_parallel *p = &cfg->parallel;
   const char *works = "MoE models train today with data parallelism (parallel.dp, ZeRO 0-3 by "
                       "parallel.zero), expert parallelism over the dp ranks (parallel.ep), "
-                      "gradient accumulation and activation checkpointing, also under a vision "
-                      "encoder with its own vision.parallel.*";
+                      "tensor parallelism (parallel.tp, sp_mode=ulysses), gradient "
+                      "accumulation and activation checkpointing, also under a vision encoder "
+                      "with its own vision.parallel.*";
   if (p->ep > 1 && spec->moe.experts == 0)
     return loom_err("parallel.ep = %ld: expert parallelism applies to Mixture-of-Experts models "
                     "(model.moe.experts > 0) and this model is dense: set parallel.ep=1",
@@ -158,11 +160,19 @@ static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
                     "groups ep consecutive data-parallel ranks (each holding E/ep experts' "
                     "work); set parallel.dp to a multiple of parallel.ep",
                     p->ep, p->dp);
+  if (p->etp > 0 && p->etp != p->tp)
+    return loom_err("parallel.etp = %ld: loom train splits every expert over the tensor-"
+                    "parallel ranks (etp = tp = %ld); a separate expert tensor split is for "
+                    "loom sim and loom plan; set parallel.etp=0", p->etp, p->tp);
+  if (p->tp > 1 && !strcmp(p->sp_mode, "megatron"))
+    return loom_err("parallel.sp_mode = megatron with Mixture-of-Experts layers (parallel.tp = "
+                    "%ld): the router and experts need every token of the tp group, which "
+                    "Megatron sequence parallelism splits; set parallel.sp_mode=ulysses (%s)",
+                    p->tp, works);
   const struct {
     long value;
     const char *key, *what;
-  } axes[] = {{p->tp, "parallel.tp", "tensor parallelism"},
-              {p->sp, "parallel.sp", "Ulysses sequence parallelism"},
+  } axes[] = {{p->sp, "parallel.sp", "Ulysses sequence parallelism"},
               {p->cp, "parallel.cp", "context parallelism"},
               {p->pp, "parallel.pp", "pipeline parallelism"},
               {p->vpp, "parallel.vpp", "virtual pipeline chunks"}};

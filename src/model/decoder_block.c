@@ -169,8 +169,10 @@ void dec_block_mlp(loom_decoder *d, loom_layer_acts *L, const block_offsets *o, 
   /* MLP: mid = x + attention + bias and its norm, one pass */
   dec_residual_norm_fwd(d, L->mid, L->ln2, L->ln2_mean, L->ln2_rstd, x, L->mid, o->ob, o->n2w,
                         o->n2b, Nr);
-  if (L->moe && o->rw != NONE) { /* a Mixture-of-Experts layer (no tp split: N == Nr) */
-    dec_moe_forward(d, L->moe, o, L->ln2, L->ln2_16, out, N);
+  if (L->moe && o->rw != NONE) { /* a Mixture-of-Experts layer (tp: partial sums, N == Nr) */
+    proj = d->shard.tp > 1 ? full : out;
+    dec_moe_forward(d, L->moe, o, L->ln2, L->ln2_16, proj, N);
+    if (d->shard.tp > 1) dec_reduce_rows(d, proj, out);
     loom_residual_add_f32(out, out, L->mid, NULL, Nr, C);
     return;
   }

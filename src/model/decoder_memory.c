@@ -163,7 +163,7 @@ static void plan(loom_decoder *d, carver *c) {
   /* the fused head converts its logit gradient to bf16 in place: round_dy never holds it */
   size_t in = maxz(maxz(C, I), QD), out = maxz(maxz(in, KD), head && !fused ? V : 0);
   if (S->moe) { /* the shared expert's down projection in, the router and shared expert out */
-    size_t Is = (size_t)d->spec.moe.shared_intermediate;
+    size_t Is = (size_t)d->lis;
     in = maxz(in, Is);
     out = maxz(out, maxz(Is, (size_t)d->spec.moe.experts));
   }
@@ -219,11 +219,12 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   if (T > spec->max_seq)
     return loom_err("training.seq_len (%d) exceeds model.max_seq (%d); lower seq_len or raise "
                     "max_seq", T, spec->max_seq);
-  if (spec->moe.experts > 0 && (shard->tp > 1 || shard->sp > 1 || shard->cp > 1))
-    return loom_err("the decoder's Mixture-of-Experts layers run without a tensor, sequence or "
-                    "context split (tp %d, sp %d, cp %d); data parallelism, ZeRO, gradient "
-                    "accumulation and activation checkpointing work with them",
-                    shard->tp, shard->sp, shard->cp);
+  if (spec->moe.experts > 0 && (shard->seq_parallel || shard->sp > 1 || shard->cp > 1))
+    return loom_err("the decoder's Mixture-of-Experts layers run without a sequence or "
+                    "context split (Megatron sequence parallelism %s, sp %d, cp %d); data and "
+                    "tensor parallelism, ZeRO, gradient accumulation and activation "
+                    "checkpointing work with them",
+                    shard->seq_parallel ? "on" : "off", shard->sp, shard->cp);
   loom_decoder *d = loom_calloc(1, sizeof *d);
   LOOM_ASSERT(slots >= 1);
   d->spec = *spec;
@@ -243,6 +244,8 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   d->lh = spec->heads / tp;
   d->lkv = spec->kv_heads / tp;
   d->li = spec->intermediate / tp;
+  d->lie = spec->moe.intermediate / tp;
+  d->lis = spec->moe.shared_intermediate / tp;
   d->vloc = loom_shard_vocab_local(shard, spec);
   d->v0 = shard->tp_rank * d->vloc;
   d->pos0 = shard->sp_rank * (T / sp);

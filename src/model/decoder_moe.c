@@ -20,8 +20,8 @@
  * reordered expert-major (expert, source rank, token), run through this rank's experts in one
  * grouped pass, reordered back and returned with a second all-to-all, and combined here. The
  * backward sends the output rows' gradients the same way and returns the input rows'.
- * Shapes: N tokens (rows of the residual stream: no tensor or sequence split), E experts, k
- * per token, C hidden, Ie / Is the routed / shared inner size, R = kept (token, slot) pairs,
+ * Shapes: N tokens (rows of the residual stream: no sequence split), E experts, k per token,
+ * C hidden, Ie / Is the routed / shared inner size this rank holds (d->lie, d->lis: /tp), R = kept (token, slot) pairs,
  * RL = ep*N*k the most rows this rank's experts may receive. */
 #include <math.h>
 #include <stdlib.h>
@@ -39,7 +39,7 @@ dec_moe_acts *dec_moe_plan_acts(const loom_decoder *d, dec_carver *c, size_t N,
                                 loom_moe_plan *cand) {
   const loom_moe_spec *ms = &d->spec.moe;
   size_t E = (size_t)ms->experts, k = (size_t)ms->top_k, C = (size_t)d->spec.hidden;
-  size_t Ie = (size_t)ms->intermediate, Is = (size_t)ms->shared_intermediate, NK = N * k;
+  size_t Ie = (size_t)d->lie, Is = (size_t)d->lis, NK = N * k;
   size_t P = (size_t)ep_ranks(d), RL = P * NK;
   dec_moe_acts *m = dec_carve_bytes(c, sizeof *m), a;
   memset(&a, 0, sizeof a);
@@ -84,12 +84,12 @@ void dec_moe_plan_scratch(loom_decoder *d, dec_carver *c) {
   const loom_moe_spec *ms = &d->spec.moe;
   dec_moe_state *st = d->s->moe;
   size_t N = (size_t)d->N, E = (size_t)ms->experts, k = (size_t)ms->top_k;
-  size_t C = (size_t)d->spec.hidden, Is = (size_t)ms->shared_intermediate;
+  size_t C = (size_t)d->spec.hidden, Is = (size_t)d->lis;
   st->d_logits = dec_carve(c, N * E);
   st->d_w = dec_carve(c, N * k);
   size_t P = (size_t)ep_ranks(d);
   st->work = dec_carve(
-      c, loom_moe_experts_work_floats((int)(P * N * k), (int)C, ms->intermediate, d->bf16));
+      c, loom_moe_experts_work_floats((int)(P * N * k), (int)C, d->lie, d->bf16));
   st->a2a = P > 1 ? dec_carve(c, P * N * k * C) : NULL;
   st->d_sh = Is ? dec_carve(c, N * C + N) : NULL;
   st->d_inner = Is ? dec_carve(c, 3 * N * Is) : NULL;
@@ -145,13 +145,14 @@ static void gate_forward(const loom_decoder *d, float *s, const float *h, const 
   }
 }
 
-/* dh (N,C) += ds w, dw (C) += sum_t ds_t h_t (tokens in order), ds rounded in bf16 runs */
+/* dh (N,C) += ds w (when dh is given), dw (C) += sum_t ds_t h_t (tokens in order), ds rounded
+ * in bf16 runs */
 static void gate_backward(const loom_decoder *d, float *dh, float *dw, const float *ds,
                           const float *h, const float *w, int N) {
   int C = d->spec.hidden;
   bool r = d->bf16;
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= 65536)
-  for (int t = 0; t < N; t++) {
+#pragma omp parallel for schedule(static) if (dh && (size_t)N * C >= 65536)
+  for (int t = 0; t < (dh ? N : 0); t++) {
     float g = r ? loom_bf16_round(ds[t]) : ds[t];
     float *o = dh + (size_t)t * C;
     for (int c = 0; c < C; c++) o[c] += g * (r ? loom_bf16_round(w[c]) : w[c]);
@@ -166,6 +167,17 @@ static void gate_backward(const loom_decoder *d, float *dh, float *dw, const flo
     dw[c] += acc;
   }
 }
+
+/* Tensor parallelism (shard.tp > 1, without Megatron sequence parallelism): every tp rank
+ * routes the same tokens with the whole (replicated) router and runs its slice of every
+ * expert's inner dimension (Ie/tp, and Is/tp of the shared expert), so its expert and shared
+ * outputs are partial sums the block reduces over tp like the dense MLP's. In the backward the
+ * quantities the replicated parts need from those outputs (the combine weights' and the shared
+ * gate's gradients: dot products with the partial rows) are summed over tp first, and the
+ * input gradient of the replicated router and gate is added on tp rank 0 only (the block
+ * sums the partial input gradients over tp). */
+static bool tp_split(const loom_decoder *d) { return d->shard.tp > 1; }
+static bool tp_follower(const loom_decoder *d) { return d->shard.tp > 1 && d->shard.tp_rank; }
 
 /* The weights the routed experts multiply: fp32, or bf16 values (the rounded copy) */
 static const float *expert_weights(loom_decoder *d) {
@@ -246,8 +258,7 @@ static void ep_dispatch(loom_decoder *d, dec_moe_acts *m, int C) {
 void dec_moe_forward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, const float *h,
                      uint16_t *h16, float *y, int N) {
   const loom_moe_spec *ms = &d->spec.moe;
-  int C = d->spec.hidden, E = ms->experts, k = ms->top_k, Ie = ms->intermediate;
-  int Is = ms->shared_intermediate;
+  int C = d->spec.hidden, E = ms->experts, k = ms->top_k, Ie = d->lie, Is = d->lis;
   /* router: logits (N,E) = h Wr^T; probs, lse, idx, w (N,k) */
   dec_linear_fwd_keep(d, m->logits, h, h16, o->rw, NONE, N, C, E, 0);
   const float *bias = o->rb == NONE ? NULL : d->params + o->rb; /* (E) choosing only */
@@ -293,8 +304,7 @@ void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, 
                       const double *aux_grad, double z_grad) {
   const loom_moe_spec *ms = &d->spec.moe;
   dec_moe_state *st = d->s->moe;
-  int C = d->spec.hidden, E = ms->experts, k = ms->top_k, Ie = ms->intermediate;
-  int Is = ms->shared_intermediate;
+  int C = d->spec.hidden, E = ms->experts, k = ms->top_k, Ie = d->lie, Is = d->lis;
   if (Is) {
     /* y += sig * sh_y: d sh_y = sig dy, d sh_s = <dy, sh_y> sig (1 - sig) */
     float *dshy = st->d_sh, *ds = st->d_sh + (size_t)N * C; // (N,C), (N)
@@ -306,13 +316,15 @@ void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, 
       for (int c = 0; c < C; c++) dot += dyt[c] * sy[c], g[c] = sig * dyt[c];
       ds[t] = dot * sig * (1.0f - sig);
     }
+    if (tp_split(d)) loom_comm_allreduce_f32(d->tp_comm, ds, (size_t)N, LOOM_OP_SUM);
     size_t NI = (size_t)N * Is;
     float *dact = st->d_inner, *dg = st->d_inner + NI, *du = st->d_inner + 2 * NI; // (N,Is)
     dec_linear_bwd_ex(d, dact, o->sd, NONE, dshy, m->sh_act, N, Is, C, LIN_DX_OVERWRITE);
     loom_swiglu_backward_fast_f32(dg, du, dact, m->sh_g, m->sh_u, NI);
     dec_linear_bwd_kept(d, dh, o->sg, NONE, dg, h, h16, N, C, Is, LIN_DX_OVERWRITE);
     dec_linear_bwd_kept(d, dh, o->su, NONE, du, h, h16, N, C, Is, LIN_SAME_X);
-    gate_backward(d, dh, d->grads + o->sgate, ds, h, d->params + o->sgate, N);
+    gate_backward(d, tp_follower(d) ? NULL : dh, d->grads + o->sgate, ds, h,
+                  d->params + o->sgate, N);
   } else {
     memset(dh, 0, (size_t)N * C * sizeof(float));
   }
@@ -320,6 +332,7 @@ void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, 
    * experts' into xp's rows (after their weight gradients), then back to the tokens */
   memset(st->d_w, 0, (size_t)N * k * sizeof(float));
   loom_moe_combine_backward_f32(m->yp, st->d_w, dy, m->yp, m->w, &m->plan, C);
+  if (tp_split(d)) loom_comm_allreduce_f32(d->tp_comm, st->d_w, (size_t)N * k, LOOM_OP_SUM);
   const float *W = expert_weights(d);
   float *G = d->grads;
   loom_moe_expert_acts ea = {m->hg, m->hu, m->act};
@@ -340,5 +353,9 @@ void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, 
   memset(st->d_logits, 0, (size_t)N * E * sizeof(float));
   loom_moe_router_backward_f32(st->d_logits, st->d_w, m->probs, m->lse, m->idx, m->w, aux_grad,
                                z_grad, N, E, k, ms->norm_topk);
-  dec_linear_bwd_kept(d, dh, o->rw, NONE, st->d_logits, h, h16, N, C, E, 0);
+  if (tp_follower(d)) /* the weight's gradient only: the input's comes from tp rank 0 */
+    dec_linear_bwd_kept(d, d->s->full, o->rw, NONE, st->d_logits, h, h16, N, C, E,
+                        LIN_DX_OVERWRITE);
+  else
+    dec_linear_bwd_kept(d, dh, o->rw, NONE, st->d_logits, h, h16, N, C, E, 0);
 }

@@ -45,13 +45,14 @@ static double moe_elems(const loom_sim_ctx *c, double e, bool fp8) {
 
 /* loom's CPU executor: an MoE layer's activations as src/model/decoder_moe.c carves them
  * (dec_moe_plan_acts), in 4-byte elements (fp32 values and int32 indices). N tokens (the
- * decoder runs MoE layers without a tensor, sequence or context split), E experts, k per
- * token, ep ranks, RL = ep N k the rows this rank's experts may receive (whatever the routing
+ * decoder runs MoE layers without a sequence or context split; each tp rank holds Ie/tp and
+ * Is/tp of every expert's inner dimension: etp = tp), E experts, k per token, ep ranks, RL = ep N k the rows this rank's experts may receive (whatever the routing
  * or capacity: the buffers are carved for the most). */
 static double cpu_moe_acts(const loom_sim_ctx *c) {
   const loom_moe_spec *m = &c->spec->moe;
   double N = c->N, E = m->experts, k = m->top_k, C = c->spec->hidden;
-  double Ie = m->intermediate, Is = m->shared_intermediate, P = sim_ep(c->st);
+  double Ie = m->intermediate / sim_etp(c->st), Is = m->shared_intermediate / sim_etp(c->st);
+  double P = sim_ep(c->st);
   double NK = N * k, RL = P * NK;
   double f = 2 * N * E + N;      /* router: logits, probs (N,E), lse (N) */
   f += 2 * NK;                   /* idx, w (N,k): the top k and their weights */
@@ -131,7 +132,8 @@ static double head_acts(const loom_sim_ctx *c, const dims *d) {
 static double cpu_moe_scratch(const loom_sim_ctx *c) {
   const loom_moe_spec *m = &c->spec->moe;
   double N = c->N, E = m->experts, k = m->top_k, C = c->spec->hidden;
-  double Ie = m->intermediate, Is = m->shared_intermediate, RL = sim_ep(c->st) * N * k;
+  double Ie = m->intermediate / sim_etp(c->st), Is = m->shared_intermediate / sim_etp(c->st);
+  double RL = sim_ep(c->st) * N * k;
   double f = N * E + N * k; /* d_logits (N,E), d_w (N,k) */
   /* work: the grouped experts' backward (loom_moe_experts_work_floats over RL rows) */
   f += RL * (3 * Ie + (c->st->dtype == LOOM_DT_BF16 ? C : 0));
@@ -169,7 +171,7 @@ static double workspace(const loom_sim_ctx *c, const dims *d, bool head, int inf
       double in = fmax(fmax(d->C, I), d->QD);
       double out = fmax(fmax(in, d->KD), head && !fused ? c->vloc : 0);
       if (moe_layers > 0) { /* the shared expert's down projection in; router, shared out */
-        double Is = c->spec->moe.shared_intermediate;
+        double Is = c->spec->moe.shared_intermediate / sim_etp(c->st);
         in = fmax(in, Is);
         out = fmax(out, fmax(Is, c->spec->moe.experts));
       }

@@ -77,17 +77,13 @@ refused() { # np key expected-text overrides...
 }
 SHORT=("${MOE[@]}" training.steps=2)
 refused 1 parallel.ep "does not divide parallel.dp" "${SHORT[@]}" parallel.ep=2
-refused 2 parallel.tp "tensor parallelism does not run with MoE layers" "${SHORT[@]}" parallel.tp=2
+refused 2 parallel.sp_mode "parallel.sp_mode = megatron with Mixture-of-Experts" "${SHORT[@]}" parallel.tp=2 parallel.sp_mode=megatron
+refused 2 parallel.etp "splits every expert over the tensor-parallel ranks" "${SHORT[@]}" parallel.tp=2 parallel.etp=1
 refused 2 parallel.sp "Ulysses sequence parallelism" "${SHORT[@]}" parallel.sp=2
 refused 2 parallel.cp "context parallelism" "${SHORT[@]}" parallel.cp=2
 refused 2 parallel.pp "pipeline parallelism" "${SHORT[@]}" parallel.pp=2
 refused 1 parallel.ep "this model is dense" model.preset=tiny-qwen3 model.vocab_size=300 \
   training.seq_len=32 training.steps=2 data.train_shards="$WORK/train.bin" parallel.ep=2
-"$LOOM" data synth-vqa --out "$WORK/vqa" --samples 40 --shard-size 20 >/dev/null
-refused 1 model.moe.experts "vision-language model" model.preset=tiny-qwen2.5-vl \
-  model.moe.experts=4 model.moe.top_k=2 model.moe.intermediate=32 model.moe.sparse_step=1 \
-  data.format=vqa data.vqa_path="$WORK/vqa" data.tokenizer="$WORK/vqa/tokenizer.json" \
-  training.steps=2 training.micro_batch_size=2
 test -z "$(ls "$WORK/refused" 2>/dev/null)" && pass || fail "a refused run left a run directory"
 
 echo "dense Qwen3 (q/k norms): every layout against one process"

@@ -209,11 +209,12 @@ static void check_refused(void) {
   loom_model_spec s = moe_spec(0, 0);
   loom_shard sh;
   loom_shard_full(&sh, &s);
-  sh.tp = 2;
+  sh.tp = 2, sh.seq_parallel = true; /* Megatron sequence parallelism splits the tokens */
   loom_decoder *d = NULL;
   CHECK(loom_decoder_create_shard(&d, &s, &sh, 2, 16, false, false, 1, NULL, NULL, NULL) != 0 &&
-            strstr(loom_errmsg(), "Mixture-of-Experts") && strstr(loom_errmsg(), "tp 2"),
-        "an MoE shard split over tp was not refused: %s", loom_errmsg());
+            strstr(loom_errmsg(), "Mixture-of-Experts") &&
+            strstr(loom_errmsg(), "sequence parallelism on"),
+        "an MoE shard with Megatron sequence parallelism was not refused: %s", loom_errmsg());
 }
 
 int main(void) {

@@ -112,6 +112,9 @@ int main(void) {
        * (with dense layers in the model, the dense MLP's and the MoE layer's buffers both) */
       {"tiny-qwen3-moe", 2, 128, 1, 4, 2, true, true, true, true, false, 0, 0, false, 2, 0},
       {"tiny-qwen2-moe", 4, 64, 1, 4, 1, true, true, false, true, false, 0, 0, false, 4, 2},
+      /* tensor parallelism: every expert's (and the shared expert's) inner dimension / tp */
+      {"tiny-qwen2-moe", 4, 64, 2, 4, 1, true, true, false, false, false, 0, 0, false, 2, 0},
+      {"tiny-qwen3-moe", 2, 128, 2, 4, 2, true, true, true, true, false, 0, 0, false, 1, 0},
   };
   /* both GEMM backends: bf16 with native GEMMs (2-byte weights) and without (rounded copy) */
   const loom_gemm_backend backends[] = {LOOM_GEMM_ONEDNN, LOOM_GEMM_OPENBLAS};

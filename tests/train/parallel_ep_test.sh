@@ -23,7 +23,11 @@
 #  - kill -9 of the rank writing only experts during a checkpoint save: no checkpoint_<N> is
 #    left incomplete, and `--resume latest` finishes with the uninterrupted run's losses bit for
 #    bit and byte-identical final weights;
-#  - refusals: ep not dividing dp or the experts, ep with tp / pp / cp, naming the keys.
+#  - tensor parallelism: the experts' inner dimension split over tp (router replicated):
+#    tp=2, tp=2 with a shared expert, ep=2 x tp=2 x dp=2 (also ZeRO-1) equal one process, and
+#    their gradient norms too (every expert counted once: Megatron PR #5916); bf16 tp=2;
+#  - refusals: ep not dividing dp or the experts, tp not dividing the experts' inner size,
+#    Megatron sequence parallelism / pp / cp with MoE layers, naming the keys.
 . "$(dirname "$0")/parallel_common.sh"
 make_data || { echo "could not make test data"; exit 1; }
 
@@ -52,6 +56,29 @@ train e_ep4 4 "${MOE[@]}" parallel.dp=4 parallel.ep=4 &&
   { close_losses e_single e_ep4 $FP32; close_weights e_single e_ep4 $W32; }
 check "ep=2: the all-to-alls ran (comm bytes of all-to-all)" \
   grep -q '"all-to-all"' "$(run_dir e_ep2)/comm.json"
+
+echo "tensor parallelism: each tp rank a slice of every expert, ep folded over the dp ranks"
+norms() { sed -n 's/.*"grad_norm": \([^,}]*\).*/\1/p' "$(run_dir "$1")/metrics.jsonl"; }
+close_norms() { # A B RTOL: every step's gradient norm (before clipping) within RTOL relative
+  local worst
+  worst=$(paste <(norms "$1") <(norms "$2") | awk -v t="$3" '
+    { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r } END { printf "%.2e", w; exit (w > t || NR == 0) }')
+  check "$2: gradient norms = one process's within $3 (worst $worst)" test $? = 0
+}
+train e_tp2 2 "${MOE[@]}" training.grad_accum=4 parallel.tp=2 &&
+  { close_losses e_single e_tp2 $FP32; close_weights e_single e_tp2 $W32; close_norms e_single e_tp2 $FP32; }
+for z in 0 1; do
+  train e_ep2_tp2_dp2_zero$z 4 "${MOE[@]}" training.grad_accum=2 parallel.tp=2 parallel.dp=2 parallel.ep=2 parallel.zero=$z &&
+    { close_losses e_single e_ep2_tp2_dp2_zero$z $FP32; close_weights e_single e_ep2_tp2_dp2_zero$z $W32
+      close_norms e_single e_ep2_tp2_dp2_zero$z $FP32; }
+done
+SH=(model.moe.shared_intermediate=48)
+train e_shared_single 1 "${MOE[@]}" "${SH[@]}" training.grad_accum=4
+train e_shared_tp2 2 "${MOE[@]}" "${SH[@]}" training.grad_accum=4 parallel.tp=2 &&
+  { close_losses e_shared_single e_shared_tp2 $FP32; close_weights e_shared_single e_shared_tp2 $W32; }
+train e_bf16_single 1 "${MOE[@]}" training.dtype=bf16 training.grad_accum=4
+train e_bf16_tp2 2 "${MOE[@]}" training.dtype=bf16 training.grad_accum=4 parallel.tp=2 &&
+  close_losses e_bf16_single e_bf16_tp2 2e-3
 
 echo "capacity dropping with expert parallelism: the plan is the token's own rank's"
 CAP=(model.moe.capacity_factor=1.0 model.moe.drop_policy=position)
@@ -205,7 +232,8 @@ refused() { # np key expected-text overrides...
 SHORT=("${MOE[@]}" training.steps=2)
 refused 1 parallel.dp "parallel.ep = 2 does not divide parallel.dp = 1" "${SHORT[@]}" parallel.ep=2
 refused 3 model.moe.experts "parallel.ep = 3 does not divide model.moe.experts = 4" "${SHORT[@]}" parallel.ep=3 parallel.dp=3
-refused 4 parallel.tp "not combined with tensor parallelism" "${SHORT[@]}" parallel.ep=2 parallel.dp=2 parallel.tp=2
+refused 2 parallel.sp_mode "parallel.sp_mode = megatron with Mixture-of-Experts" "${SHORT[@]}" parallel.tp=2 parallel.sp_mode=megatron
+refused 2 model.moe.intermediate "must divide model.moe.intermediate" "${SHORT[@]}" parallel.tp=2 model.moe.shared_intermediate=33
 refused 4 parallel.pp "not combined with pipeline parallelism" "${SHORT[@]}" parallel.ep=2 parallel.dp=2 parallel.pp=2
 refused 4 parallel.cp "not combined with context parallelism" "${SHORT[@]}" parallel.ep=2 parallel.dp=2 parallel.cp=2
 finish
