@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -114,6 +115,19 @@ static int parse(opts *o, int argc, char **argv) {
   return 0;
 }
 
+/* CPU time of the process, every thread, in seconds: with one thread the step's own time,
+ * whatever other processes take of the core (a shared machine stretches wall time only) */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the median of n sorted values */
+static double median_sorted(const double *x, int n) {
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -121,6 +135,7 @@ static int cmp_double(const void *a, const void *b) {
 
 typedef struct {
   double step_s, tokens_s, flops_s, rss_gib, loss_first, loss_last, min_s, max_s;
+  double cpu_s, cpu_min_s;    /* the same steps in CPU time of the process (every thread) */
   double fwd_s, bwd_s, opt_s; /* one more step timed by part */
   loom_prof_report prof;      /* --roofline: one more step, profiled */
   double prof_wall;           /* its wall time measured around it */
@@ -144,16 +159,18 @@ static int run_steps(const opts *o, const loom_model_spec *spec, step_result *r,
   loom_rng rng;
   loom_rng_seed(&rng, 7);
   for (size_t i = 0; i <= BT; i++) tok[i] = (int32_t)loom_rng_below(&rng, (uint64_t)spec->vocab_size);
-  double *times = loom_malloc((size_t)o->steps * sizeof(double));
+  double *times = loom_malloc(2 * (size_t)o->steps * sizeof(double)), *cpu = times + o->steps;
   for (int s = 0; s < o->warmup + o->steps; s++) {
     loom_step_result sr;
-    double t0 = loom_now();
+    double t0 = loom_now(), c0 = cpu_now();
     loom_train_step(d, &opt, &t, tok, tok + 1, 1, &sr);
-    double dt = loom_now() - t0;
+    double dt = loom_now() - t0, dc = cpu_now() - c0;
     if (s == 0) r->loss_first = sr.loss;
     r->loss_last = sr.loss;
-    if (s >= o->warmup) times[s - o->warmup] = dt;
-    if (log) fprintf(log, "  step %d: %.3f s, loss %.4f%s\n", s, dt, sr.loss, s < o->warmup ? " (warm-up)" : "");
+    if (s >= o->warmup) times[s - o->warmup] = dt, cpu[s - o->warmup] = dc;
+    if (log)
+      fprintf(log, "  step %d: %.3f s (CPU %.3f s), loss %.4f%s\n", s, dt, dc, sr.loss,
+              s < o->warmup ? " (warm-up)" : "");
   }
   /* one more step by part: zero + forward, backward, clip + AdamW (what loom_train_step does) */
   double t0 = loom_now(), ls;
@@ -176,8 +193,10 @@ static int run_steps(const opts *o, const loom_model_spec *spec, step_result *r,
     r->prof_wall = loom_now() - w0;
   }
   qsort(times, (size_t)o->steps, sizeof(double), cmp_double);
-  r->step_s = times[o->steps / 2];
-  if (o->steps % 2 == 0) r->step_s = 0.5 * (times[o->steps / 2 - 1] + times[o->steps / 2]);
+  qsort(cpu, (size_t)o->steps, sizeof(double), cmp_double);
+  r->step_s = median_sorted(times, o->steps);
+  r->cpu_s = median_sorted(cpu, o->steps);
+  r->cpu_min_s = cpu[0];
   r->min_s = times[0];
   r->max_s = times[o->steps - 1];
   r->tokens_s = (double)BT / r->step_s;
@@ -298,14 +317,14 @@ int loom_cmd_bench_model(int argc, char **argv) {
              100 * mfu, o.dtype, dt_peak);
   int n = snprintf(notes, sizeof notes,
                    "loom bench model (%d threads): %s B=%d T=%d %s, GEMM %s (%s)\n"
-                   "step %.3f s median of %d (min %.3f, max %.3f), %.1f tokens/s, %.1f GFLOP/s "
-                   "model FLOPs%s, peak RSS %.2f GiB\n"
+                   "step %.3f s median of %d (min %.3f, max %.3f; CPU %.3f s), %.1f tokens/s, "
+                   "%.1f GFLOP/s model FLOPs%s, peak RSS %.2f GiB\n"
                    "one more step by part: zero + forward %.3f s, backward %.3f s, clip + AdamW "
                    "%.3f s\n",
                    threads, o.model, o.B, o.T, o.dtype,
                    loom_gemm_backend_name(loom_gemm_get_backend()), loom_gemm_isa(), r.step_s,
-                   o.steps, r.min_s, r.max_s, r.tokens_s, r.flops_s / 1e9, mfu_s, r.rss_gib,
-                   r.fwd_s, r.bwd_s, r.opt_s);
+                   o.steps, r.min_s, r.max_s, r.cpu_s, r.tokens_s, r.flops_s / 1e9, mfu_s,
+                   r.rss_gib, r.fwd_s, r.bwd_s, r.opt_s);
   if (!o.no_gemm) {
     n += snprintf(notes + n, sizeof notes - (size_t)n,
                   "GEMM GFLOP/s with %d threads (y = x W^T): shape | fp32 onednn | fp32 openblas "
@@ -353,9 +372,11 @@ int loom_cmd_bench_model(int argc, char **argv) {
     fprintf(f,
             "{\"model\": \"%s\", \"B\": %d, \"T\": %d, \"dtype\": \"%s\", \"threads\": %d, "
             "\"gemm\": \"%s\", \"isa\": \"%s\", \"step_s\": %.6f, \"step_min_s\": %.6f, "
-            "\"step_max_s\": %.6f, \"tokens_s\": %.3f, \"flops_s\": %.6g, ",
+            "\"step_max_s\": %.6f, \"cpu_step_s\": %.6f, \"cpu_step_min_s\": %.6f, "
+            "\"tokens_s\": %.3f, \"flops_s\": %.6g, ",
             o.model, o.B, o.T, o.dtype, threads, loom_gemm_backend_name(loom_gemm_get_backend()),
-            loom_gemm_isa(), r.step_s, r.min_s, r.max_s, r.tokens_s, r.flops_s);
+            loom_gemm_isa(), r.step_s, r.min_s, r.max_s, r.cpu_s, r.cpu_min_s, r.tokens_s,
+            r.flops_s);
     if (dt_peak > 0) fprintf(f, "\"mfu\": %.4f, \"gemm_peak_gflops\": %.3f, ", mfu, dt_peak);
     else fprintf(f, "\"mfu\": null, \"gemm_peak_gflops\": null, "); /* --no-gemm */
     fprintf(f, "\"peak_rss_gib\": %.4f, \"loss_first\": %.6f, \"loss_last\": %.6f, "
