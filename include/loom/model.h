@@ -165,6 +165,10 @@ typedef struct {
   int ep, ep_rank;             /* expert parallelism: MoE layers run the routed experts
                                   [ep_rank*E/ep, (ep_rank+1)*E/ep) for the ep ranks' tokens
                                   and hold only those experts' weights; 0 is read as 1 */
+  bool experts_over_tp;        /* ep folded on the tp ranks (parallel.etp = 1, ep = tp): tp
+                                  rank r holds experts [r*E/tp, (r+1)*E/tp) whole (not split
+                                  over tp, not replicated) and runs them for the tp group's
+                                  tokens, which every tp rank has */
 } loom_shard;
 
 /* The whole model on one rank. */

@@ -151,6 +151,27 @@ static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
                     "(model.moe.experts > 0) and this model is dense: set parallel.ep=1",
                     p->ep);
   if (spec->moe.experts == 0) return 0;
+  bool fold = p->etp == 1 && p->tp > 1; /* the experts spread over the tp ranks, whole */
+  if (fold && p->ep != p->tp)
+    return loom_err("parallel.etp = 1 with parallel.tp = %ld folds expert parallelism on the "
+                    "tensor-parallel ranks (each holds E/tp whole experts): set parallel.ep = "
+                    "%ld (found %ld); expert parallelism over the data-parallel ranks as well "
+                    "is not combined with it yet", p->tp, p->tp, p->ep);
+  if (fold && spec->moe.experts % p->tp)
+    return loom_err("parallel.ep = parallel.tp = %ld (parallel.etp = 1) does not divide "
+                    "model.moe.experts = %d", p->tp, spec->moe.experts);
+  if (p->etp > 0 && !fold && p->etp != p->tp)
+    return loom_err("parallel.etp = %ld: loom train splits every expert over the tensor-"
+                    "parallel ranks (etp = tp = %ld) or folds whole experts on them "
+                    "(etp = 1, ep = tp); other expert tensor splits are for loom sim and loom "
+                    "plan; set parallel.etp=0", p->etp, p->tp);
+  if (fold && !strcmp(p->sp_mode, "megatron"))
+    return loom_err("parallel.sp_mode = megatron with Mixture-of-Experts layers: the router "
+                    "and experts need every token of the tp group; set parallel.sp_mode=ulysses");
+  if (fold) return p->sp > 1 || p->cp > 1 || p->pp > 1 || p->vpp > 1
+                       ? loom_err("parallel.etp = 1 (experts folded on tp) runs with tp and "
+                                  "dp only; set parallel.sp, cp, pp and vpp to 1")
+                       : 0;
   if (p->ep > 1 && spec->moe.experts % p->ep)
     return loom_err("parallel.ep = %ld does not divide model.moe.experts = %d: each expert-"
                     "parallel rank runs E/ep of the experts; choose an ep that divides %d",
@@ -160,10 +181,6 @@ static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
                     "groups ep consecutive data-parallel ranks (each holding E/ep experts' "
                     "work); set parallel.dp to a multiple of parallel.ep",
                     p->ep, p->dp);
-  if (p->etp > 0 && p->etp != p->tp)
-    return loom_err("parallel.etp = %ld: loom train splits every expert over the tensor-"
-                    "parallel ranks (etp = tp = %ld); a separate expert tensor split is for "
-                    "loom sim and loom plan; set parallel.etp=0", p->etp, p->tp);
   if (p->tp > 1 && !strcmp(p->sp_mode, "megatron"))
     return loom_err("parallel.sp_mode = megatron with Mixture-of-Experts layers (parallel.tp = "
                     "%ld): the router and experts need every token of the tp group, which "
@@ -224,7 +241,8 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
   sh.module = spec->vision.arch != LOOM_VISION_NONE ? LOOM_MODULE_TEXT : LOOM_MODULE_ALL;
   sh.tp = m->tp, sh.tp_rank = m->tp_rank, sh.sp = m->sp, sh.sp_rank = m->sp_rank;
   sh.cp = m->cp, sh.cp_rank = m->cp_rank;
-  if (p->ep > 1 && spec->moe.experts > 0) { /* ep consecutive dp ranks: dp_rank = g*ep + r */
+  sh.experts_over_tp = spec->moe.experts > 0 && p->etp == 1 && p->tp > 1;
+  if (p->ep > 1 && spec->moe.experts > 0 && !sh.experts_over_tp) { /* ep consecutive dp ranks */
     loom_comm_split(&ex->ep_comm, &m->dp_comm, m->dp_rank / (int)p->ep, m->dp_rank, "ep");
     loom_comm_split(&ex->edp_comm, &m->dp_comm, m->dp_rank % (int)p->ep, m->dp_rank, "edp");
     sh.ep = ex->ep_comm.size, sh.ep_rank = ex->ep_comm.rank;

@@ -219,7 +219,8 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   if (T > spec->max_seq)
     return loom_err("training.seq_len (%d) exceeds model.max_seq (%d); lower seq_len or raise "
                     "max_seq", T, spec->max_seq);
-  if (spec->moe.experts > 0 && (shard->seq_parallel || shard->sp > 1 || shard->cp > 1))
+  if (spec->moe.experts > 0 && shard->module != LOOM_MODULE_VISION &&
+      (shard->seq_parallel || shard->sp > 1 || shard->cp > 1))
     return loom_err("the decoder's Mixture-of-Experts layers run without a sequence or "
                     "context split (Megatron sequence parallelism %s, sp %d, cp %d); data and "
                     "tensor parallelism, ZeRO, gradient accumulation and activation "
@@ -244,7 +245,7 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   d->lh = spec->heads / tp;
   d->lkv = spec->kv_heads / tp;
   d->li = spec->intermediate / tp;
-  d->lie = spec->moe.intermediate / tp;
+  d->lie = spec->moe.intermediate / (shard->experts_over_tp ? 1 : tp); /* whole experts */
   d->lis = spec->moe.shared_intermediate / tp;
   d->vloc = loom_shard_vocab_local(shard, spec);
   d->v0 = shard->tp_rank * d->vloc;

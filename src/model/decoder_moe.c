@@ -177,6 +177,22 @@ static void gate_backward(const loom_decoder *d, float *dh, float *dw, const flo
  * input gradient of the replicated router and gate is added on tp rank 0 only (the block
  * sums the partial input gradients over tp). */
 static bool tp_split(const loom_decoder *d) { return d->shard.tp > 1; }
+/* Experts folded on the tp ranks (shard experts_over_tp): the same partial sums, this rank
+ * running its E/tp whole experts on their rows of the plan (the others' rows left zero). */
+static bool over_tp(const loom_decoder *d) { return d->shard.experts_over_tp && d->shard.tp > 1; }
+
+/* The plan rows [r0, r1) of this rank's experts [e0, e0 + El) when they are folded on tp */
+static void local_rows(const loom_decoder *d, const dec_moe_acts *m, int *e0, int *El, size_t *r0,
+                       size_t *r1) {
+  *El = m->plan.E / d->shard.tp, *e0 = d->shard.tp_rank * *El;
+  *r0 = (size_t)m->plan.offset[*e0], *r1 = (size_t)m->plan.offset[*e0 + *El];
+}
+
+/* Zero rows [0, r0) and [r1, R) of x (R,C): the rows of experts another rank runs */
+static void zero_other_rows(float *x, size_t r0, size_t r1, size_t R, int C) {
+  memset(x, 0, r0 * C * sizeof(float));
+  memset(x + r1 * C, 0, (R - r1) * C * sizeof(float));
+}
 static bool tp_follower(const loom_decoder *d) { return d->shard.tp > 1 && d->shard.tp_rank; }
 
 /* The weights the routed experts multiply: fp32, or bf16 values (the rounded copy) */
@@ -278,6 +294,15 @@ void dec_moe_forward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, c
     loom_moe_experts_forward_fast_f32(m->yl, &ea, m->xl, W + o->eg, W + o->eu, W + o->ed,
                                       o->ews, m->lcount, El, C, Ie, d->bf16);
     ep_return(d, m, m->yl, m->yp, C);
+  } else if (over_tp(d)) {
+    int e0, El;
+    size_t r0, r1;
+    local_rows(d, m, &e0, &El, &r0, &r1);
+    loom_moe_expert_acts la = {m->hg + r0 * Ie, m->hu + r0 * Ie, m->act + r0 * Ie};
+    zero_other_rows(m->yp, r0, r1, R, C);
+    loom_moe_experts_forward_fast_f32(m->yp + r0 * C, &la, m->xp + r0 * C, W + o->eg,
+                                      W + o->eu, W + o->ed, o->ews, m->plan.count + e0, El, C,
+                                      Ie, d->bf16);
   } else {
     loom_moe_experts_forward_fast_f32(m->yp, &ea, m->xp, W + o->eg, W + o->eu, W + o->ed,
                                       o->ews, m->plan.count, E, C, Ie, d->bf16);
@@ -343,6 +368,16 @@ void dec_moe_backward(loom_decoder *d, dec_moe_acts *m, const block_offsets *o, 
                                        m->xl, W + o->eg, W + o->eu, W + o->ed, o->ews,
                                        m->lcount, El, C, Ie, d->bf16, st->work);
     ep_return(d, m, m->xl, m->xp, C);
+  } else if (over_tp(d)) { /* this rank's rows; the others' input gradients are zero here */
+    int e0, El;
+    size_t r0, r1;
+    local_rows(d, m, &e0, &El, &r0, &r1);
+    loom_moe_expert_acts la = {m->hg + r0 * Ie, m->hu + r0 * Ie, m->act + r0 * Ie};
+    loom_moe_experts_backward_fast_f32(m->xp + r0 * C, G + o->eg, G + o->eu, G + o->ed,
+                                       m->yp + r0 * C, &la, m->xp + r0 * C, W + o->eg,
+                                       W + o->eu, W + o->ed, o->ews, m->plan.count + e0, El, C,
+                                       Ie, d->bf16, st->work);
+    zero_other_rows(m->xp, r0, r1, (size_t)m->plan.rows, C);
   } else {
     loom_moe_experts_backward_fast_f32(m->xp, G + o->eg, G + o->eu, G + o->ed, m->yp, &ea,
                                        m->xp, W + o->eg, W + o->eu, W + o->ed, o->ews,

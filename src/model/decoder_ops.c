@@ -47,6 +47,8 @@ block_offsets loom_block_offsets(const loom_decoder *d, int l) {
   o.rb = off_of(d, l, "moe.router.bias");
   /* the first expert this rank holds (expert parallelism: its E/ep experts, layout.c) */
   int e0 = d->shard.ep > 1 ? d->shard.ep_rank * (d->spec.moe.experts / d->shard.ep) : 0;
+  if (d->shard.experts_over_tp && d->shard.tp > 1)
+    e0 = d->shard.tp_rank * (d->spec.moe.experts / d->shard.tp);
   char name[40];
 #define EXPERT(e, part) (snprintf(name, sizeof name, "moe.experts.%d." part ".weight", e), name)
   o.eg = off_of(d, l, EXPERT(e0, "gate"));

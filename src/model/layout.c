@@ -23,7 +23,10 @@
  * after every other tensor: the flat buffer is the dense region [0, expert_begin), the same
  * tensors on every data-parallel rank, then the expert region [expert_begin, total), the same
  * experts only on the ranks of one expert-data-parallel group (param flag `expert`). Every ep
- * rank's layout has the same offsets; with ep = 1 the order is the one above. */
+ * rank's layout has the same offsets; with ep = 1 the order is the one above.
+ * Experts folded on the tensor-parallel ranks (shard experts_over_tp): tp rank r holds experts
+ * [r*E/tp, (r+1)*E/tp) whole, in their usual place; they are neither split nor replicated over
+ * tp (tp_replicated false), reduced over dp like the tp-split tensors. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -77,15 +80,19 @@ static bool ep_sliced(const builder *b) { return b->sh->ep > 1; }
 static void add_experts(builder *b, const loom_model_spec *s, int l) {
   const loom_moe_spec *m = &s->moe;
   int C = s->hidden, Ie = m->intermediate, El = m->experts, e0 = 0;
+  bool over_tp = b->sh->experts_over_tp && b->sh->tp > 1;
   if (ep_sliced(b)) El = m->experts / b->sh->ep, e0 = b->sh->ep_rank * El;
+  if (over_tp) El = m->experts / b->sh->tp, e0 = b->sh->tp_rank * El;
   static const char *const part[3] = {"gate", "up", "down"};
   char n[64];
   for (int p = 0; p < 3; p++)
     for (int e = e0; e < e0 + El; e++) {
       snprintf(n, sizeof n, "layers.%d.moe.experts.%d.%s.weight", l, e, part[p]);
-      if (p < 2) add(b, n, Ie, C, true, 0, 0);
-      else add(b, n, C, Ie, true, 1, 0);
-      b->lay->params[b->lay->count - 1].expert = ep_sliced(b);
+      if (p < 2) add(b, n, Ie, C, true, over_tp ? -1 : 0, 0);
+      else add(b, n, C, Ie, true, over_tp ? -1 : 1, 0);
+      loom_param *t = &b->lay->params[b->lay->count - 1];
+      t->expert = ep_sliced(b);
+      if (over_tp) t->tp_replicated = t->seq_partial = false; /* this tp rank's own experts */
     }
 }
 

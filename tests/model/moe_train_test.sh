@@ -78,7 +78,8 @@ refused() { # np key expected-text overrides...
 SHORT=("${MOE[@]}" training.steps=2)
 refused 1 parallel.ep "does not divide parallel.dp" "${SHORT[@]}" parallel.ep=2
 refused 2 parallel.sp_mode "parallel.sp_mode = megatron with Mixture-of-Experts" "${SHORT[@]}" parallel.tp=2 parallel.sp_mode=megatron
-refused 2 parallel.etp "splits every expert over the tensor-parallel ranks" "${SHORT[@]}" parallel.tp=2 parallel.etp=1
+refused 2 parallel.ep "folds expert parallelism on the tensor-parallel ranks" "${SHORT[@]}" parallel.tp=2 parallel.etp=1
+refused 2 parallel.etp "other expert tensor splits are for loom sim" "${SHORT[@]}" parallel.tp=2 parallel.etp=4
 refused 2 parallel.sp "Ulysses sequence parallelism" "${SHORT[@]}" parallel.sp=2
 refused 2 parallel.cp "context parallelism" "${SHORT[@]}" parallel.cp=2
 refused 2 parallel.pp "pipeline parallelism" "${SHORT[@]}" parallel.pp=2

@@ -26,6 +26,7 @@
 #  - tensor parallelism: the experts' inner dimension split over tp (router replicated):
 #    tp=2, tp=2 with a shared expert, ep=2 x tp=2 x dp=2 (also ZeRO-1) equal one process, and
 #    their gradient norms too (every expert counted once: Megatron PR #5916); bf16 tp=2;
+#    experts folded whole on the tp ranks (etp=1, ep=tp=2; also x dp=2 ZeRO-1) likewise;
 #  - refusals: ep not dividing dp or the experts, tp not dividing the experts' inner size,
 #    Megatron sequence parallelism / pp / cp with MoE layers, naming the keys.
 . "$(dirname "$0")/parallel_common.sh"
@@ -71,6 +72,12 @@ for z in 0 1; do
   train e_ep2_tp2_dp2_zero$z 4 "${MOE[@]}" training.grad_accum=2 parallel.tp=2 parallel.dp=2 parallel.ep=2 parallel.zero=$z &&
     { close_losses e_single e_ep2_tp2_dp2_zero$z $FP32; close_weights e_single e_ep2_tp2_dp2_zero$z $W32
       close_norms e_single e_ep2_tp2_dp2_zero$z $FP32; }
+done
+for c in "e_fold_tp2|2|4|" "e_fold_tp2_dp2_zero1|4|2|parallel.dp=2 parallel.zero=1"; do
+  IFS='|' read -r name np ga extra <<<"$c"
+  # shellcheck disable=SC2086
+  train "$name" "$np" "${MOE[@]}" training.grad_accum=$ga parallel.tp=2 parallel.etp=1 parallel.ep=2 $extra &&
+    { close_losses e_single "$name" $FP32; close_weights e_single "$name" $W32; close_norms e_single "$name" $FP32; }
 done
 SH=(model.moe.shared_intermediate=48)
 train e_shared_single 1 "${MOE[@]}" "${SH[@]}" training.grad_accum=4
