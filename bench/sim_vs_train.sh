@@ -121,6 +121,9 @@ CASES=(
   "moe ep2|2|MOE|parallel.dp=2 parallel.ep=2"
   "moe ep4|4|MOE|parallel.dp=4 parallel.ep=4"
   "moe ep2 zero1|2|MOE|parallel.dp=2 parallel.ep=2 parallel.zero=1"
+  "moe tp2|2|MOE|parallel.tp=2"
+  "moe tp2 folded ep2|2|MOE|parallel.tp=2 parallel.etp=1 parallel.ep=2"
+  "moe ep2 tp2|4|MOE|parallel.dp=2 parallel.ep=2 parallel.tp=2"
 )
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -159,8 +159,9 @@ static void list_files(const module *mo, bool grads, json_t *model, json_t *opt,
   for (int r = 0; r < m->world; r++) {
     /* replica index (dp, cp, sp) of mesh rank r; 0: the replica that writes parameters */
     int replica = r / m->tp % (m->sp * m->cp * m->dp);
-    /* expert parallelism (dp only): the first ep replicas also write their experts */
-    bool experts = mo->ep > 1 && replica < mo->ep;
+    /* expert parallelism: the first ep dp ranks (sp, cp rank 0) also write their experts */
+    int split = m->sp * m->cp;
+    bool experts = mo->ep > 1 && replica % split == 0 && replica / split < mo->ep;
     char name[96];
     if (replica == 0 || mo->zero == 3 || experts) {
       snprintf(name, sizeof name, "%smodel-r%05d.safetensors", mo->name, r);

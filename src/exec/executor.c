@@ -31,7 +31,7 @@ struct loom_executor {
   const loom_vqa_batch *const *vqa; /* (A) this step's micro-batches */
   int *inject_slot;            /* (A, B*T) row of the vision tokens replacing each token */
   loom_comm ep_comm;           /* expert parallelism: ep consecutive dp ranks (parallel.ep) */
-  loom_comm edp_comm;          /* the dp ranks holding the same experts (dp_rank mod ep) */
+  loom_comm edp_comm;          /* the replicas holding the same experts (dp_rank mod ep) */
 };
 
 void loom_exec_set_vision_batches(loom_executor *ex, const void *const *vqa_batches) {
@@ -134,18 +134,18 @@ static void plan_last_backward(loom_executor *ex) {
 }
 
 /* What the trainer does not run yet, refused before anything is built: Mixture-of-Experts
- * layers with a sequence, context or pipeline split of the text decoder, or with Megatron
- * sequence parallelism over tp (a vision encoder beside an MoE text decoder splits its own
- * way); expert parallelism (parallel.ep) needs ep to divide parallel.dp (its groups are ep
- * consecutive data-parallel ranks of one tp position: ep x tp folds the experts' tensor split
- * inside them). */
+ * layers with a pipeline split of the text decoder, or with Megatron sequence parallelism over
+ * tp (a vision encoder beside an MoE text decoder splits its own way); expert parallelism
+ * (parallel.ep) needs ep to divide parallel.dp (its groups are ep consecutive data-parallel
+ * ranks of one tp, sp and cp position), or folds on the tp ranks (etp = 1, ep = tp). */
 static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
   const loom_config_parallel *p = &cfg->parallel;
   const char *works = "MoE models train today with data parallelism (parallel.dp, ZeRO 0-3 by "
                       "parallel.zero), expert parallelism over the dp ranks (parallel.ep), "
-                      "tensor parallelism (parallel.tp, sp_mode=ulysses), gradient "
-                      "accumulation and activation checkpointing, also under a vision encoder "
-                      "with its own vision.parallel.*";
+                      "tensor parallelism (parallel.tp, sp_mode=ulysses), Ulysses and context "
+                      "parallelism (parallel.sp, parallel.cp), gradient accumulation and "
+                      "activation checkpointing, also under a vision encoder with its own "
+                      "vision.parallel.*";
   if (p->ep > 1 && spec->moe.experts == 0)
     return loom_err("parallel.ep = %ld: expert parallelism applies to Mixture-of-Experts models "
                     "(model.moe.experts > 0) and this model is dense: set parallel.ep=1",
@@ -189,15 +189,12 @@ static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
   const struct {
     long value;
     const char *key, *what;
-  } axes[] = {{p->sp, "parallel.sp", "Ulysses sequence parallelism"},
-              {p->cp, "parallel.cp", "context parallelism"},
-              {p->pp, "parallel.pp", "pipeline parallelism"},
+  } axes[] = {{p->pp, "parallel.pp", "pipeline parallelism"},
               {p->vpp, "parallel.vpp", "virtual pipeline chunks"}};
   for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
     if (axes[i].value > 1 && p->ep > 1)
       return loom_err("%s = %ld with expert parallelism (parallel.ep = %ld): expert "
-                      "parallelism runs over the data-parallel ranks only, not combined with %s "
-                      "yet; set %s=1",
+                      "parallelism is not combined with %s yet; set %s=1",
                       axes[i].key, axes[i].value, p->ep, axes[i].what, axes[i].key);
     else if (axes[i].value > 1)
       return loom_err("%s = %ld with Mixture-of-Experts layers (model.moe.experts = %d): %s "
@@ -244,7 +241,10 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
   sh.experts_over_tp = spec->moe.experts > 0 && p->etp == 1 && p->tp > 1;
   if (p->ep > 1 && spec->moe.experts > 0 && !sh.experts_over_tp) { /* ep consecutive dp ranks */
     loom_comm_split(&ex->ep_comm, &m->dp_comm, m->dp_rank / (int)p->ep, m->dp_rank, "ep");
-    loom_comm_split(&ex->edp_comm, &m->dp_comm, m->dp_rank % (int)p->ep, m->dp_rank, "edp");
+    /* the ranks holding the same experts: every dp x sp x cp replica at this ep position (the
+     * sp and cp ranks route different tokens through the same experts) */
+    loom_comm_split(&ex->edp_comm, &m->grad_comm, m->dp_rank % (int)p->ep, m->grad_comm.rank,
+                    "edp");
     sh.ep = ex->ep_comm.size, sh.ep_rank = ex->ep_comm.rank;
   }
   sh.seq_parallel = m->tp > 1 && !strcmp(p->sp_mode, "megatron");
@@ -506,11 +506,11 @@ void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *tar
   }
   for (int i = 0; i < ex->n_reqs; i++) loom_comm_wait(&ex->reqs[i]);
   ex->n_reqs = 0;
-  /* MoE: the step's router statistics over the dp ranks, the balancing bias moved in the
+  /* MoE: the step's router statistics over the dp x sp x cp ranks, the balancing bias moved in the
    * parameters this rank's optimizer owns (ZeRO-3: its shard; else the whole buffer) */
   size_t ob = 0, oe = d->layout.total;
   if (loom_grad_sync_zero(ex->gs) == 3) loom_grad_sync_owned(ex->gs, &ob, &oe);
-  loom_decoder_moe_end_step(d, &m->dp_comm, loom_grad_sync_owned_params(ex->gs), ob, oe);
+  loom_decoder_moe_end_step(d, &m->grad_comm, loom_grad_sync_owned_params(ex->gs), ob, oe);
   /* the loss: summed over the dp x sp replicas on the last stage, then shared along the pipe */
   double loss[1] = {sc.loss_sum};
   loom_comm_allreduce_f64(&m->grad_comm, loss, 1, LOOM_OP_SUM);

@@ -219,13 +219,11 @@ int loom_decoder_create_shard(loom_decoder **out, const loom_model_spec *spec,
   if (T > spec->max_seq)
     return loom_err("training.seq_len (%d) exceeds model.max_seq (%d); lower seq_len or raise "
                     "max_seq", T, spec->max_seq);
-  if (spec->moe.experts > 0 && shard->module != LOOM_MODULE_VISION &&
-      (shard->seq_parallel || shard->sp > 1 || shard->cp > 1))
-    return loom_err("the decoder's Mixture-of-Experts layers run without a sequence or "
-                    "context split (Megatron sequence parallelism %s, sp %d, cp %d); data and "
-                    "tensor parallelism, ZeRO, gradient accumulation and activation "
-                    "checkpointing work with them",
-                    shard->seq_parallel ? "on" : "off", shard->sp, shard->cp);
+  if (spec->moe.experts > 0 && shard->module != LOOM_MODULE_VISION && shard->seq_parallel)
+    return loom_err("the decoder's Mixture-of-Experts layers run without Megatron sequence "
+                    "parallelism (every tp rank routes the group's tokens); data, tensor, "
+                    "Ulysses and context parallelism, ZeRO, gradient accumulation and "
+                    "activation checkpointing work with them");
   loom_decoder *d = loom_calloc(1, sizeof *d);
   LOOM_ASSERT(slots >= 1);
   d->spec = *spec;

@@ -44,15 +44,40 @@ void dec_moe_record(loom_decoder *d, loom_acts *a, int layer, const dec_moe_acts
   st->dropped[i] += l->plan.dropped;
 }
 
-/* rows pooled by the aux loss of micro-batch m: its tokens in every MoE layer */
+/* Ranks a micro-batch's tokens are split over (Ulysses sp x context parallelism): each routes
+ * its own N tokens, and the aux and z terms are those of the whole micro-batch */
+static int token_split(const loom_decoder *d) {
+  return (d->shard.sp > 1 ? d->shard.sp : 1) * (d->shard.cp > 1 ? d->shard.cp : 1);
+}
+
+/* rows pooled by the aux loss of micro-batch m: its tokens (on every rank of the split) in
+ * every MoE layer */
 static int64_t pooled_rows(const loom_decoder *d, const struct loom_moe_mb *m) {
-  return (int64_t)d->N * m->layers;
+  return (int64_t)d->N * token_split(d) * m->layers;
+}
+
+/* The micro-batch's selections, probabilities and z terms summed over the ranks its tokens
+ * are split over (counts below 2^53 are exact in doubles); z, a mean over each layer's tokens,
+ * becomes the mean of the ranks' equal-sized means. */
+static void pool_split(loom_decoder *d, struct loom_moe_mb *m) {
+  int split = token_split(d);
+  if (split == 1) return;
+  size_t E = (size_t)d->spec.moe.experts;
+  double *v = loom_alloc((2 * E + 1) * sizeof(double));
+  for (size_t e = 0; e < E; e++) v[e] = (double)m->selected[e], v[E + e] = m->prob_sum[e];
+  v[2 * E] = m->z;
+  if (d->shard.sp > 1) loom_comm_allreduce_f64(d->sp_comm, v, 2 * E + 1, LOOM_OP_SUM);
+  if (d->shard.cp > 1) loom_comm_allreduce_f64(d->cp_comm, v, 2 * E + 1, LOOM_OP_SUM);
+  for (size_t e = 0; e < E; e++) m->selected[e] = (int64_t)v[e], m->prob_sum[e] = v[E + e];
+  m->z = v[2 * E] / split;
+  loom_free(v);
 }
 
 void dec_moe_mb_done(loom_decoder *d, loom_acts *a) {
   dec_moe_state *st = d->s->moe;
   struct loom_moe_mb *m = a->moe;
   if (!st->collecting || !m) return;
+  pool_split(d, m);
   st->aux_sum += loom_moe_aux_loss(NULL, m->selected, m->prob_sum, d->spec.moe.experts,
                                    pooled_rows(d, m), 1.0);
   st->z_sum += m->z;
@@ -63,7 +88,7 @@ const double *dec_moe_loss_grads(loom_decoder *d, const loom_acts *a, double *z_
   dec_moe_state *st = d->s->moe;
   const loom_moe_spec *ms = &d->spec.moe;
   /* each micro-batch's terms weigh 1/micro_batches in the step's objective */
-  loom_moe_z_loss(z_grad, 0, d->N, ms->z_loss_coef / st->micro_batches);
+  loom_moe_z_loss(z_grad, 0, (int64_t)d->N * token_split(d), ms->z_loss_coef / st->micro_batches);
   if (!(ms->aux_loss_coef > 0)) return NULL;
   loom_moe_aux_loss(st->aux_grad, a->moe->selected, a->moe->prob_sum, ms->experts,
                     pooled_rows(d, a->moe), ms->aux_loss_coef / st->micro_batches);
@@ -82,15 +107,17 @@ void loom_decoder_moe_begin_step(loom_decoder *d, int micro_batches) {
   memset(st->dropped, 0, (size_t)st->n * sizeof(int64_t));
 }
 
-/* The step's sums over the data-parallel ranks (counts below 2^53 are exact in doubles). */
-static void reduce_stats(dec_moe_state *st, int E, const loom_comm *dp) {
+/* The step's sums over the data-parallel ranks, or over every replica rank (dp x sp x cp):
+ * the loads then count every token once, and the per-micro-batch terms, the same on the ranks
+ * of a split, are divided back by it (counts below 2^53 are exact in doubles). */
+static void reduce_stats(dec_moe_state *st, int E, const loom_comm *dp, int split) {
   size_t nl = (size_t)st->n * E, n = 3 + nl + (size_t)st->n;
   double *v = loom_alloc(n * sizeof(double));
   v[0] = st->aux_sum, v[1] = st->z_sum, v[2] = (double)st->mbs;
   for (size_t i = 0; i < nl; i++) v[3 + i] = (double)st->load[i];
   for (int i = 0; i < st->n; i++) v[3 + nl + i] = (double)st->dropped[i];
   loom_comm_allreduce_f64(dp, v, n, LOOM_OP_SUM);
-  st->aux_sum = v[0], st->z_sum = v[1], st->mbs = (long)v[2];
+  st->aux_sum = v[0] / split, st->z_sum = v[1] / split, st->mbs = (long)v[2] / split;
   for (size_t i = 0; i < nl; i++) st->load[i] = (int64_t)v[3 + i];
   for (int i = 0; i < st->n; i++) st->dropped[i] = (int64_t)v[3 + nl + i];
   loom_free(v);
@@ -124,7 +151,7 @@ void loom_decoder_moe_end_step(loom_decoder *d, const loom_comm *dp, float *owne
   dec_moe_state *st = d->s->moe;
   if (!st) return;
   st->collecting = false;
-  if (dp && dp->size > 1) reduce_stats(st, d->spec.moe.experts, dp);
+  if (dp && dp->size > 1) reduce_stats(st, d->spec.moe.experts, dp, token_split(d));
   st->stats.micro_batches = st->mbs;
   st->stats.aux_loss = st->mbs ? st->aux_sum / (double)st->mbs : 0;
   st->stats.z_loss = st->mbs ? st->z_sum / (double)st->mbs : 0;

@@ -17,7 +17,19 @@
 
 #include "sim/sim_internal.h"
 
-double sim_moe_tokens(const loom_sim_ctx *c) { return c->st->tp > 1 ? c->N / c->st->tp : c->N; }
+/* loom's CPU executor with tp > 1 (it runs MoE layers without Megatron sequence parallelism):
+ * every tp rank routes all N tokens with the replicated router and runs its slice of every
+ * expert (etp = tp: Ie/tp) on all their rows, or its E/tp whole experts on their rows of the
+ * plan (etp = 1, ep = tp: folded, no all-to-all); the partial outputs are all-reduced over tp,
+ * and in the backward the combine weights' gradients (N k) and the input gradient (N C). */
+static bool cpu_tp(const loom_sim_ctx *c) { return c->loom_cpu && c->st->tp > 1; }
+static bool cpu_fold(const loom_sim_ctx *c) {
+  return cpu_tp(c) && sim_etp(c->st) == 1 && sim_ep(c->st) == c->st->tp;
+}
+
+double sim_moe_tokens(const loom_sim_ctx *c) {
+  return c->st->tp > 1 && !cpu_tp(c) ? c->N / c->st->tp : c->N;
+}
 
 double sim_moe_load(const loom_sim_ctx *c) {
   double f = sim_imbalance(c->st), cf = c->spec->moe.capacity_factor;
@@ -30,6 +42,9 @@ double sim_moe_kept(const loom_sim_ctx *c) {
 }
 
 double sim_moe_rows(const loom_sim_ctx *c) {
+  if (cpu_tp(c)) /* this rank's rows: all of them, or its experts' share when folded */
+    return sim_moe_tokens(c) * c->spec->moe.top_k * sim_moe_load(c) /
+           (cpu_fold(c) ? c->st->tp : 1);
   return sim_moe_tokens(c) * c->spec->moe.top_k * sim_etp(c->st) * sim_moe_load(c);
 }
 
@@ -56,6 +71,11 @@ static moe_shape shape_of(const loom_sim_ctx *c) {
   x.routed = x.t * x.k * sim_moe_kept(c); /* rows this rank dispatches */
   x.stretch = sim_moe_load(c) / sim_moe_kept(c);
   x.cpu_bf16 = c->loom_cpu && c->st->dtype == LOOM_DT_BF16;
+  if (cpu_tp(c)) { /* no expert-tensor collectives; folded: no all-to-all either */
+    x.etp = 1;
+    x.ep = cpu_fold(c) ? 1 : x.ep;
+    x.eps = c->st->tp; /* ep groups: dp ranks of one tp position */
+  }
   x.unsort = x.ep > 1 && x.local > 1; /* (source rank, expert) -> expert-major order */
   return x;
 }
@@ -121,7 +141,11 @@ void sim_moe_forward(sim_ops *b) {
     sim_gemm(b, "shared expert gate", LOOM_GEMM_FWD, x.t, 1, x.C, 1);
     sim_vec(b, "shared expert gating", LOOM_VOP_ADD, x.t * x.C, 3 * x.e, 3);
   }
-  if (st->tp > 1 && !(st->seq_par && st->tp > 1)) /* the tp slices back together */
+  if (cpu_tp(c) && c->spec->moe.shared_intermediate == 0) { /* (else the shared MLP's) */
+    sim_comm(b, "tp all-reduce (moe)", LOOM_COLL_ALLREDUCE, c->N * x.C * x.e, sim_tp_stride(st),
+             st->tp, 0);
+    sim_vec(b, "copy", LOOM_VOP_COPY, c->N * x.C, 2 * x.e, 0);
+  } else if (st->tp > 1 && !cpu_tp(c) && !(st->seq_par && st->tp > 1)) /* tp slices together */
     sim_comm(b, "tp all-gather (moe)", LOOM_COLL_ALLGATHER, c->N * x.C * x.e, sim_tp_stride(st),
              st->tp, 0);
   b->fp8 = fp8;
@@ -139,6 +163,9 @@ void sim_moe_backward(sim_ops *b) {
   }
   /* the gradient to each routed row (and each probability's: a dot product per row) */
   sim_vec(b, "unpermute bwd", LOOM_VOP_ADD, x.routed * x.C, 3 * x.e, 2);
+  if (cpu_tp(c)) /* the combine weights' gradients: dot products with partial rows */
+    sim_comm(b, "tp all-reduce (moe weights)", LOOM_COLL_ALLREDUCE, x.t * x.k * 4,
+             sim_tp_stride(c->st), c->st->tp, 0);
   a2a(b, &x, "ep combine all-to-all (bwd)", SIM_A2A_COMBINE_BWD);
   if (x.etp > 1)
     sim_comm(b, "etp all-gather", LOOM_COLL_ALLGATHER, x.rows * x.C * x.e, 1, x.etp, 0);
@@ -168,5 +195,8 @@ void sim_moe_backward(sim_ops *b) {
   b->phase = LOOM_PHASE_BWD_W;
   sim_gemm(b, "router wgrad", LOOM_GEMM_WGRAD, x.E, x.C, x.t, 1);
   b->phase = keep;
+  if (cpu_tp(c) && c->spec->moe.shared_intermediate == 0) /* the partial input gradient */
+    sim_comm(b, "tp all-reduce (moe dgrad)", LOOM_COLL_ALLREDUCE, c->N * x.C * x.e,
+             sim_tp_stride(c->st), c->st->tp, 0);
   b->fp8 = fp8;
 }

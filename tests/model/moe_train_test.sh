@@ -80,8 +80,6 @@ refused 1 parallel.ep "does not divide parallel.dp" "${SHORT[@]}" parallel.ep=2
 refused 2 parallel.sp_mode "parallel.sp_mode = megatron with Mixture-of-Experts" "${SHORT[@]}" parallel.tp=2 parallel.sp_mode=megatron
 refused 2 parallel.ep "folds expert parallelism on the tensor-parallel ranks" "${SHORT[@]}" parallel.tp=2 parallel.etp=1
 refused 2 parallel.etp "other expert tensor splits are for loom sim" "${SHORT[@]}" parallel.tp=2 parallel.etp=4
-refused 2 parallel.sp "Ulysses sequence parallelism" "${SHORT[@]}" parallel.sp=2
-refused 2 parallel.cp "context parallelism" "${SHORT[@]}" parallel.cp=2
 refused 2 parallel.pp "pipeline parallelism" "${SHORT[@]}" parallel.pp=2
 refused 1 parallel.ep "this model is dense" model.preset=tiny-qwen3 model.vocab_size=300 \
   training.seq_len=32 training.steps=2 data.train_shards="$WORK/train.bin" parallel.ep=2

@@ -27,6 +27,9 @@
 #    tp=2, tp=2 with a shared expert, ep=2 x tp=2 x dp=2 (also ZeRO-1) equal one process, and
 #    their gradient norms too (every expert counted once: Megatron PR #5916); bf16 tp=2;
 #    experts folded whole on the tp ranks (etp=1, ep=tp=2; also x dp=2 ZeRO-1) likewise;
+#  - tokens split over Ulysses sp or context parallelism (the aux and z terms pooled over the
+#    split, the experts' gradients reduced over it): sp=2, cp=2, ep=2 x sp=2 x dp=2,
+#    ep=2 x cp=2 x dp=2 ZeRO-1 equal one process;
 #  - refusals: ep not dividing dp or the experts, tp not dividing the experts' inner size,
 #    Megatron sequence parallelism / pp / cp with MoE layers, naming the keys.
 . "$(dirname "$0")/parallel_common.sh"
@@ -77,6 +80,15 @@ for c in "e_fold_tp2|2|4|" "e_fold_tp2_dp2_zero1|4|2|parallel.dp=2 parallel.zero
   IFS='|' read -r name np ga extra <<<"$c"
   # shellcheck disable=SC2086
   train "$name" "$np" "${MOE[@]}" training.grad_accum=$ga parallel.tp=2 parallel.etp=1 parallel.ep=2 $extra &&
+    { close_losses e_single "$name" $FP32; close_weights e_single "$name" $W32; close_norms e_single "$name" $FP32; }
+done
+echo "sequence splits: Ulysses sp and context parallelism, alone and with ep"
+for c in "e_sp2|2|4|parallel.sp=2" "e_cp2|2|4|parallel.cp=2" \
+    "e_ep2_sp2_dp2|4|2|parallel.sp=2 parallel.dp=2 parallel.ep=2" \
+    "e_ep2_cp2_dp2_zero1|4|2|parallel.cp=2 parallel.dp=2 parallel.ep=2 parallel.zero=1"; do
+  IFS='|' read -r name np ga extra <<<"$c"
+  # shellcheck disable=SC2086
+  train "$name" "$np" "${MOE[@]}" training.grad_accum=$ga $extra &&
     { close_losses e_single "$name" $FP32; close_weights e_single "$name" $W32; close_norms e_single "$name" $FP32; }
 done
 SH=(model.moe.shared_intermediate=48)
@@ -242,5 +254,4 @@ refused 3 model.moe.experts "parallel.ep = 3 does not divide model.moe.experts =
 refused 2 parallel.sp_mode "parallel.sp_mode = megatron with Mixture-of-Experts" "${SHORT[@]}" parallel.tp=2 parallel.sp_mode=megatron
 refused 2 model.moe.intermediate "must divide model.moe.intermediate" "${SHORT[@]}" parallel.tp=2 model.moe.shared_intermediate=33
 refused 4 parallel.pp "not combined with pipeline parallelism" "${SHORT[@]}" parallel.ep=2 parallel.dp=2 parallel.pp=2
-refused 4 parallel.cp "not combined with context parallelism" "${SHORT[@]}" parallel.ep=2 parallel.dp=2 parallel.cp=2
 finish
