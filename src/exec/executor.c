@@ -506,8 +506,8 @@ void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *tar
   }
   for (int i = 0; i < ex->n_reqs; i++) loom_comm_wait(&ex->reqs[i]);
   ex->n_reqs = 0;
-  /* MoE: the step's router statistics over the dp x sp x cp ranks, the balancing bias moved in the
-   * parameters this rank's optimizer owns (ZeRO-3: its shard; else the whole buffer) */
+  /* MoE: the step's router statistics over the dp x sp x cp ranks, the balancing bias moved in
+   * the parameters this rank's optimizer owns (ZeRO-3: its shard; else the whole buffer) */
   size_t ob = 0, oe = d->layout.total;
   if (loom_grad_sync_zero(ex->gs) == 3) loom_grad_sync_owned(ex->gs, &ob, &oe);
   loom_decoder_moe_end_step(d, &m->grad_comm, loom_grad_sync_owned_params(ex->gs), ob, oe);

@@ -187,13 +187,18 @@ static void note_layout(loom_run *run) {
                            ? " (megatron sequence parallel)"
                            : "",
                        cfg->parallel.zero, loom_exec_schedule(run->exec)->name);
-  if (cfg->parallel.ep > 1 && s->moe.experts > 0)
+  if (cfg->parallel.ep > 1 && s->moe.experts > 0 && cfg->parallel.etp == 1 && m->tp > 1)
+    loom_progress_note(p,
+                       "experts: folded on the tp ranks (etp 1, ep %ld): %d whole experts of "
+                       "the %d of each MoE layer per rank, routed on every tp rank",
+                       cfg->parallel.ep, s->moe.experts / m->tp, s->moe.experts);
+  else if (cfg->parallel.ep > 1 && s->moe.experts > 0)
     loom_progress_note(p,
                        "experts: ep %ld (groups of %ld consecutive dp ranks), %d of the %d "
                        "experts of each MoE layer per rank, reduced over %ld rank(s) holding "
                        "the same experts",
                        cfg->parallel.ep, cfg->parallel.ep, s->moe.experts / (int)cfg->parallel.ep,
-                       s->moe.experts, m->dp / cfg->parallel.ep);
+                       s->moe.experts, m->dp / cfg->parallel.ep * m->sp * m->cp);
   char *warnings, *nodes = loom_mesh_placement(m, &warnings); /* NULL on one node */
   if (nodes) loom_progress_note(p, "%s", nodes);
   if (warnings) loom_progress_note(p, "%s", warnings);

@@ -37,3 +37,15 @@ train_nodes() {
     run.output_dir="$WORK/runs" --quiet >"$WORK/$name.log" 2>&1 ||
     { fail "$name: training across the nodes failed"; tail -5 "$WORK/$name.log" >&2; return 1; }
 }
+
+# wait_for WHAT SECONDS COMMAND...: poll until COMMAND succeeds (fails the check after SECONDS)
+wait_for() {
+  local what=$1 secs=$2; shift 2
+  local end=$((SECONDS + secs))
+  until "$@"; do
+    [ $SECONDS -lt $end ] || { fail "$what: not within $secs s"; return 1; }
+    sleep 0.2
+  done
+}
+# at_step NAME STEP: run NAME has logged STEP
+at_step() { grep -q "\"step\": $2," "$(run_dir "$1" 2>/dev/null)/metrics.jsonl" 2>/dev/null; }

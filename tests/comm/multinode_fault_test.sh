@@ -44,16 +44,6 @@ supervised() {
     >"$WORK/$name.out" 2>"$WORK/$name.err" &
   SUP=$!
 }
-# wait_for WHAT SECONDS COMMAND...: poll until COMMAND succeeds
-wait_for() {
-  local what=$1 secs=$2; shift 2
-  local end=$((SECONDS + secs))
-  until "$@"; do
-    [ $SECONDS -lt $end ] || { fail "$what: not within $secs s"; return 1; }
-    sleep 0.2
-  done
-}
-at_step() { grep -q "\"step\": $2," "$(run_dir "$1" 2>/dev/null)/metrics.jsonl" 2>/dev/null; }
 # the ranks of run NAME (not the launcher: its command line has --nproc; not mpirun)
 ranks_alive() { pgrep -f "^[^ ]*loom train model\.preset=.* run\.name=$1 " >/dev/null; }
 final_loss() { losses "$(run_dir "$1")" | tail -1; }

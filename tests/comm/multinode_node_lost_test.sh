@@ -26,15 +26,6 @@ GPT2=(model.preset=tiny-gpt2 model.vocab_size=300 model.layers=2 model.hidden=64
   training.micro_batch_size=1 training.grad_accum=2 parallel.dp=4
   data.train_shards="$WORK/train.bin" data.val_fraction=0 checkpoint.every=10
   parallel.timeout_s=$TIMEOUT_S)
-wait_for() { # WHAT SECONDS COMMAND...: poll until COMMAND succeeds
-  local what=$1 secs=$2; shift 2
-  local end=$((SECONDS + secs))
-  until "$@"; do
-    [ $SECONDS -lt $end ] || { fail "$what: not within $secs s"; return 1; }
-    sleep 0.2
-  done
-}
-at_step() { grep -q "\"step\": $2," "$(run_dir "$1" 2>/dev/null)/metrics.jsonl" 2>/dev/null; }
 
 echo "uninterrupted, dp4 across the nodes"
 train_nodes ref "${GPT2[@]}" || { finish; exit 1; }

@@ -32,15 +32,6 @@ MCA=$("$NODES" mpirun-args)
 envof() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n "s/^$2=//p"; }
 ranks_of() { pgrep -f "^$LOOM train .* run\.name=$1 "; }
 running() { ranks_of "$1" >/dev/null; }
-# wait_for WHAT SECONDS COMMAND...: poll until COMMAND succeeds
-wait_for() {
-  local what=$1 secs=$2; shift 2
-  local end=$((SECONDS + secs))
-  until "$@"; do
-    [ $SECONDS -lt $end ] || { fail "$what: not within $secs s"; return 1; }
-    sleep 0.3
-  done
-}
 listening_in_both() { # every rank of run $1 listens (its TCP transport is up on both nodes)
   [ "$(for n in "$N0" "$N1"; do "$NODES" exec "$n" ss -ltnpH; done |
        grep -c '"loom"')" -ge 8 ] && [ "$(ranks_of "$1" | wc -l)" = 4 ]
