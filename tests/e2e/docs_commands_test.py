@@ -44,6 +44,9 @@ SKIP = [
     (r"qwen_vl_grid\.yaml --launcher local", "96 real VLM trainings, minutes even at 3 steps "
      "(tests/sweep/sweep_vl_real_test.sh trains this sweep file at small size)"),
     (r"tests/e2e/experiment_walkthrough_test\.sh", "a test of its own (CTest e2e_experiment_walkthrough)"),
+    (r"scripts/nodes(_slurm)?\.sh|^sinfo\b|--launcher slurm --ntasks-per-node",
+     "network namespaces (root) and Slurm daemons inside them: the walkthrough of "
+     "docs/MULTINODE.md is CTest comm_multinode_slurm's"),
 ]
 
 # Small sizes: (regular expression, replacement), applied to every command line in order.
