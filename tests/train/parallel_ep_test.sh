@@ -18,8 +18,9 @@
 #    hold every tensor exactly once (dense on dp rank 0 or sharded, experts 0-1 on rank 0,
 #    2-3 on rank 1, nothing of them on ranks 2-3), and the ep=4 ranks' parameters are smaller
 #    than dp=4's (the memory table);
-#  - reshard: the ep=2 checkpoint resumes under ep=4 x dp=4, ep=2 ZeRO-2 and ep=2 x dp=4
-#    ZeRO-1 like the ep=2 run continues (losses 1e-5, final weights 1e-4);
+#  - reshard: the ep=2 checkpoint resumes under ep=4 x dp=4, ep=2 ZeRO-2, ep=2 x dp=4 ZeRO-1,
+#    tp=2 (experts split) and tp=2 with the experts folded like the ep=2 run continues (losses
+#    1e-5, final weights 1e-4);
 #  - kill -9 of the rank writing only experts during a checkpoint save: no checkpoint_<N> is
 #    left incomplete, and `--resume latest` finishes with the uninterrupted run's losses bit for
 #    bit and byte-identical final weights;
@@ -220,6 +221,8 @@ reshard() { # name np overrides...
 reshard ep4_dp4 4 parallel.dp=4 parallel.ep=4 training.grad_accum=1
 reshard ep2_zero2 2 parallel.dp=2 parallel.ep=2 parallel.zero=2 training.grad_accum=2
 reshard ep2_dp4_zero1 4 parallel.dp=4 parallel.ep=2 parallel.zero=1 training.grad_accum=1
+reshard tp2_experts_split 2 parallel.dp=1 parallel.ep=1 parallel.tp=2 training.grad_accum=4
+reshard tp2_experts_folded 2 parallel.dp=1 parallel.tp=2 parallel.etp=1 parallel.ep=2 training.grad_accum=4
 
 echo "kill -9 while the rank holding only experts writes a checkpoint"
 K=("${MOE[@]}" training.steps=9 checkpoint.every=3 training.grad_accum=2 parallel.dp=2 parallel.ep=2 parallel.zero=1)
