@@ -40,22 +40,7 @@ trap '"$NODES" down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 "$NODES" up 2 2 >/dev/null || exit 1
-idle_fraction() { # idle share of all CPUs over 2 s, from /proc/stat
-  local a b
-  a=($(head -1 /proc/stat)); sleep 2; b=($(head -1 /proc/stat))
-  local total=0 i
-  for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
-  python3 -c "print(($((b[4] - a[4])) + $((b[5] - a[5]))) / max(1, $total))"
-}
-wait_quiet() {
-  [ -n "${QUIET:-}" ] || return 0
-  local waited=0
-  while [ "$waited" -lt 1800 ]; do
-    python3 -c "import sys; sys.exit(0 if $(idle_fraction) >= 0.9 else 1)" && return 0
-    sleep 5; waited=$((waited + 7))
-  done
-  echo "(the machine stayed busy: timings below are inflated)" >&2
-}
+. "$(dirname "$0")/quiet.sh" # wait_quiet: QUIET=1 waits for an idle machine
 HOSTS=/run/loom-nodes/$LOOM_NODES.hosts
 ACROSS=("$NODES" exec "$N0" mpirun --bind-to none -np 4 --hostfile "$HOSTS")
 ONE=("$NODES" exec "$N0" mpirun --bind-to none --oversubscribe -np 4)

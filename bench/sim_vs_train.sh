@@ -38,22 +38,7 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 PRIO=()
 [ -n "${NICE:-}" ] && PRIO=(nice -n "$NICE")
-idle_fraction() { # idle share of all CPUs over 2 s, from /proc/stat
-  local a b
-  a=($(head -1 /proc/stat)); sleep 2; b=($(head -1 /proc/stat))
-  local total=0 i
-  for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
-  python3 -c "print(($((b[4] - a[4])) + $((b[5] - a[5]))) / max(1, $total))"
-}
-wait_quiet() {
-  [ -n "${QUIET:-}" ] || return 0
-  local waited=0
-  while [ "$waited" -lt 1800 ]; do
-    python3 -c "import sys; sys.exit(0 if $(idle_fraction) >= 0.9 else 1)" && return 0
-    sleep 5; waited=$((waited + 7))
-  done
-  echo "(the machine stayed busy: timings below are inflated)" >&2
-}
+. "$(dirname "$0")/quiet.sh" # wait_quiet: QUIET=1 waits for an idle machine
 
 "$LOOM" data synth-text --out "$WORK/corpus.txt" --bytes 400000 --seed 3 >/dev/null &&
 "$LOOM" data train-tokenizer --vocab-size 512 --out "$WORK/tok.json" "$WORK/corpus.txt" >/dev/null &&

@@ -67,14 +67,6 @@ check "resume: final checkpoint (biases included) byte for byte" \
   cmp -s "$a/final_checkpoint/model.safetensors" "$b/final_checkpoint/model.safetensors"
 
 echo "MoE: layouts not run yet are refused, naming the key"
-refused() { # np key expected-text overrides...
-  local np=$1 key=$2 want=$3; shift 3
-  local out
-  if [ "$np" = 1 ]; then out=$("$LOOM" train "$@" run.output_dir="$WORK/refused" --quiet 2>&1)
-  else out=$(timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train "$@" run.output_dir="$WORK/refused" --quiet 2>&1); fi
-  if [ $? != 0 ] && echo "$out" | grep -q "$key" && echo "$out" | grep -q "$want"; then pass
-  else fail "$key: not refused as expected ($want): $(echo "$out" | tail -2)"; fi
-}
 SHORT=("${MOE[@]}" training.steps=2)
 refused 1 parallel.ep "does not divide parallel.dp" "${SHORT[@]}" parallel.ep=2
 refused 2 parallel.sp_mode "parallel.sp_mode = megatron with Mixture-of-Experts" "${SHORT[@]}" parallel.tp=2 parallel.sp_mode=megatron

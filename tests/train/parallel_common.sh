@@ -55,3 +55,13 @@ close_weights() {
     pass; echo "  $2: final weights $(echo "$out" | tail -1)";
   else fail "$2: final weights differ from $1: $(echo "$out" | tail -1)"; fi
 }
+# refused NP KEY TEXT overrides...: `loom train` (NP ranks; 1: without mpirun) exits non-zero
+# and its message names KEY and holds TEXT (output under $WORK/refused)
+refused() { # np key expected-text overrides...
+  local np=$1 key=$2 want=$3; shift 3
+  local out
+  if [ "$np" = 1 ]; then out=$("$LOOM" train "$@" run.output_dir="$WORK/refused" --quiet 2>&1)
+  else out=$(timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train "$@" run.output_dir="$WORK/refused" --quiet 2>&1); fi
+  if [ $? != 0 ] && echo "$out" | grep -q "$key" && echo "$out" | grep -q "$want"; then pass
+  else fail "$key: not refused as expected ($want): $(echo "$out" | tail -2)"; fi
+}

@@ -243,14 +243,6 @@ for f in "$RD"/final_checkpoint/*.safetensors; do cmp -s "$f" "$KD/final_checkpo
 check "resumed after the kill: final checkpoint files byte-identical" test $same = 1
 
 echo "refusals"
-refused() { # np key expected-text overrides...
-  local np=$1 key=$2 want=$3; shift 3
-  local out
-  if [ "$np" = 1 ]; then out=$("$LOOM" train "$@" run.output_dir="$WORK/refused" --quiet 2>&1)
-  else out=$(timeout 300 "${MPIRUN[@]}" -np "$np" "$LOOM" train "$@" run.output_dir="$WORK/refused" --quiet 2>&1); fi
-  if [ $? != 0 ] && echo "$out" | grep -q "$key" && echo "$out" | grep -q "$want"; then pass
-  else fail "$key: not refused as expected ($want): $(echo "$out" | tail -2)"; fi
-}
 SHORT=("${MOE[@]}" training.steps=2)
 refused 1 parallel.dp "parallel.ep = 2 does not divide parallel.dp = 1" "${SHORT[@]}" parallel.ep=2
 refused 3 model.moe.experts "parallel.ep = 3 does not divide model.moe.experts = 4" "${SHORT[@]}" parallel.ep=3 parallel.dp=3
