@@ -179,6 +179,16 @@ float *loom_acts_input(loom_acts *a);
 /* Output rows of a chunk (Nr, C): what send-act sends for a non-last chunk. */
 float *loom_acts_output(loom_decoder *d, loom_acts *a);
 
+/* Mixture-of-Experts models under a pipeline split: a micro-batch's router statistics (its
+ * selections and probabilities pooled over every MoE layer, which the aux loss's gradient in
+ * each layer needs) travel with it, as loom_decoder_moe_mb_doubles() doubles (0 for a dense
+ * model). A chunk that does not embed continues the statistics of the chunk before it (load
+ * them into its slot before its forward); the head chunk's forward completes them, and every
+ * other chunk's backward needs those totals in its slot (load them before its backward). */
+size_t loom_decoder_moe_mb_doubles(const loom_decoder *d);
+void loom_decoder_moe_mb_save(const loom_decoder *d, const loom_acts *a, double *out);
+void loom_decoder_moe_mb_load(const loom_decoder *d, loom_acts *a, const double *in);
+
 /* Forward of local chunk c over micro-batch (tokens, targets) whole sequences (B,T): the
  * first chunk embeds tokens, others start from loom_acts_input(a). The head chunk computes
  * the loss when targets != NULL: *loss_sum (sum over this rank's tokens) and *count. */
@@ -274,15 +284,16 @@ typedef struct {
  * dense model. */
 void loom_decoder_moe_begin_step(loom_decoder *d, int micro_batches);
 /* After the step's optimizer update: the statistics summed over the data-parallel ranks (dp,
- * NULL: this process alone) and recording stopped; with model.moe.bias_update_rate > 0 each
+ * NULL: this process alone), then over the pipeline stages (pp, NULL: one stage; each holds
+ * its own layers' loads, the head stage the aux and z terms) and recording stopped; with model.moe.bias_update_rate > 0 each
  * MoE layer's balancing bias (layers.{l}.moe.router.bias, used for choosing experts only, not
  * trained by the optimizer) moves by -rate * sign(load_e - mean load) over the step's loads,
  * DeepSeek-V3's auxiliary-loss-free balancing: in `owned`, the parameters this rank's
  * optimizer updates (flat index i at owned[i - begin] for i in [begin, end): the whole buffer
  * d->params, 0, layout.total, or ZeRO-3's owned shard). Bias values are rounded to bf16 with
  * bf16 parameters. No-op for a dense model. */
-void loom_decoder_moe_end_step(loom_decoder *d, const loom_comm *dp, float *owned, size_t begin,
-                               size_t end);
+void loom_decoder_moe_end_step(loom_decoder *d, const loom_comm *dp, const loom_comm *pp,
+                               float *owned, size_t begin, size_t end);
 /* The last step's statistics (layers == 0 for a dense model). */
 const loom_moe_step_stats *loom_decoder_moe_stats(const loom_decoder *d);
 

@@ -21,6 +21,11 @@ struct loom_executor {
   int A, K, vpp;               /* micro-batches, virtual stages, chunks per rank */
   size_t rows;                 /* Nr * C floats of one activation */
   float *act_send, *grad_in, *dx; /* (vpp, A, Nr, C) each */
+  /* MoE under a pipeline split: each micro-batch's router statistics (loom_decoder_moe_mb_*,
+   * D doubles) go forward with its activations and come back, complete, with its gradients */
+  size_t moe_n;                /* D (0: dense, or no split) */
+  double *moe_fwd, *moe_back;  /* (vpp, A, D) each: after a chunk's forward / backward */
+  double *moe_tmp;             /* (D) a received message or a local hand-over */
   loom_comm_request *reqs;
   int n_reqs, cap_reqs;
   int *last_backward;          /* (vpp) index of the last backward of each chunk */
@@ -134,16 +139,17 @@ static void plan_last_backward(loom_executor *ex) {
 }
 
 /* What the trainer does not run yet, refused before anything is built: Mixture-of-Experts
- * layers with a pipeline split of the text decoder, or with Megatron sequence parallelism over
- * tp (a vision encoder beside an MoE text decoder splits its own way); expert parallelism
- * (parallel.ep) needs ep to divide parallel.dp (its groups are ep consecutive data-parallel
- * ranks of one tp, sp and cp position), or folds on the tp ranks (etp = 1, ep = tp). */
+ * layers with Megatron sequence parallelism over tp (a vision encoder beside an MoE text
+ * decoder splits its own way); expert parallelism (parallel.ep) needs ep to divide
+ * parallel.dp (its groups are ep consecutive data-parallel ranks of one tp, sp, cp and pp
+ * position), or folds on the tp ranks (etp = 1, ep = tp). */
 static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
   const loom_config_parallel *p = &cfg->parallel;
   const char *works = "MoE models train today with data parallelism (parallel.dp, ZeRO 0-3 by "
                       "parallel.zero), expert parallelism over the dp ranks (parallel.ep), "
                       "tensor parallelism (parallel.tp, sp_mode=ulysses), Ulysses and context "
-                      "parallelism (parallel.sp, parallel.cp), gradient accumulation and "
+                      "parallelism (parallel.sp, parallel.cp), pipeline parallelism "
+                      "(parallel.pp, parallel.vpp), gradient accumulation and "
                       "activation checkpointing, also under a vision encoder with its own "
                       "vision.parallel.*";
   if (p->ep > 1 && spec->moe.experts == 0)
@@ -168,9 +174,9 @@ static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
   if (fold && !strcmp(p->sp_mode, "megatron"))
     return loom_err("parallel.sp_mode = megatron with Mixture-of-Experts layers: the router "
                     "and experts need every token of the tp group; set parallel.sp_mode=ulysses");
-  if (fold) return p->sp > 1 || p->cp > 1 || p->pp > 1 || p->vpp > 1
-                       ? loom_err("parallel.etp = 1 (experts folded on tp) runs with tp and "
-                                  "dp only; set parallel.sp, cp, pp and vpp to 1")
+  if (fold) return p->sp > 1 || p->cp > 1
+                       ? loom_err("parallel.etp = 1 (experts folded on tp) runs with tp, dp "
+                                  "and pp only; set parallel.sp and parallel.cp to 1")
                        : 0;
   if (p->ep > 1 && spec->moe.experts % p->ep)
     return loom_err("parallel.ep = %ld does not divide model.moe.experts = %d: each expert-"
@@ -186,21 +192,6 @@ static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
                     "%ld): the router and experts need every token of the tp group, which "
                     "Megatron sequence parallelism splits; set parallel.sp_mode=ulysses (%s)",
                     p->tp, works);
-  const struct {
-    long value;
-    const char *key, *what;
-  } axes[] = {{p->pp, "parallel.pp", "pipeline parallelism"},
-              {p->vpp, "parallel.vpp", "virtual pipeline chunks"}};
-  for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
-    if (axes[i].value > 1 && p->ep > 1)
-      return loom_err("%s = %ld with expert parallelism (parallel.ep = %ld): expert "
-                      "parallelism is not combined with %s yet; set %s=1",
-                      axes[i].key, axes[i].value, p->ep, axes[i].what, axes[i].key);
-    else if (axes[i].value > 1)
-      return loom_err("%s = %ld with Mixture-of-Experts layers (model.moe.experts = %d): %s "
-                      "does not run with MoE layers yet; set %s=1 (%s)",
-                      axes[i].key, axes[i].value, spec->moe.experts, axes[i].what, axes[i].key,
-                      works);
   return 0;
 }
 
@@ -283,6 +274,14 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
     ex->act_send = loom_alloc_for(3 * per * sizeof(float), "pipeline activation buffers");
     ex->grad_in = ex->act_send + per;
     ex->dx = ex->grad_in + per;
+    ex->moe_n = loom_decoder_moe_mb_doubles(ex->d);
+  }
+  if (ex->moe_n) {
+    size_t all = (size_t)ex->vpp * ex->A * ex->moe_n;
+    ex->moe_fwd = loom_alloc_for((2 * all + ex->moe_n) * sizeof(double),
+                                 "pipeline router statistics");
+    ex->moe_back = ex->moe_fwd + all;
+    ex->moe_tmp = ex->moe_back + all;
   }
   plan_last_backward(ex);
   *out = ex;
@@ -298,6 +297,7 @@ void loom_exec_free(loom_executor *ex) {
   loom_decoder_free(ex->d);
   loom_adamw_state_free(&ex->opt);
   loom_free(ex->act_send);
+  loom_free(ex->moe_fwd);
   free(ex->inject_slot);
   free(ex->reqs);
   free(ex->last_backward);
@@ -321,9 +321,15 @@ static float *buf(loom_executor *ex, float *base, int chunk, int mb) {
   return base + ((size_t)chunk * ex->A + mb) * ex->rows;
 }
 
-/* message tag of the boundary after virtual stage v for micro-batch mb (dir 0: act, 1: grad) */
+/* a micro-batch's router statistics after a chunk (moe_fwd or moe_back) */
+static double *moe_buf(loom_executor *ex, double *base, int chunk, int mb) {
+  return base + ((size_t)chunk * ex->A + mb) * ex->moe_n;
+}
+
+/* message tag of the boundary after virtual stage v for micro-batch mb (dir 0: act, 1: grad;
+ * 2, 3: the router statistics going with them) */
 static int tag_of(const loom_executor *ex, int v, int mb, int dir) {
-  return ((mb * ex->K) + v) * 2 + dir;
+  return ((mb * ex->K) + v) * 4 + dir;
 }
 
 static loom_comm_request *new_request(loom_executor *ex) {
@@ -332,6 +338,18 @@ static loom_comm_request *new_request(loom_executor *ex) {
     ex->reqs = loom_realloc(ex->reqs, (size_t)ex->cap_reqs, sizeof *ex->reqs);
   }
   return &ex->reqs[ex->n_reqs++];
+}
+
+/* the router statistics of a received message into the slot of (chunk, mb) */
+static void moe_recv(loom_executor *ex, int chunk, int mb, int peer, int tag) {
+  loom_comm_recv_f32(&ex->mesh->pp_comm, (float *)ex->moe_tmp, 2 * ex->moe_n, peer, tag);
+  loom_decoder_moe_mb_load(ex->d, loom_decoder_slot_find(ex->d, chunk, mb), ex->moe_tmp);
+}
+
+/* send the statistics in a moe_buf (as floats: the bits travel unchanged) */
+static void moe_send(loom_executor *ex, const double *stats, int peer, int tag) {
+  loom_comm_isend_f32(&ex->mesh->pp_comm, (const float *)stats, 2 * ex->moe_n, peer, tag,
+                      new_request(ex));
 }
 
 typedef struct {
@@ -350,6 +368,10 @@ static void run_forward(loom_executor *ex, const loom_instr *in, step_ctx *sc) {
     loom_acts *prev = loom_decoder_slot_find(d, in->chunk - 1, in->mb);
     LOOM_ASSERT(prev);
     memcpy(loom_acts_input(a), loom_acts_output(d, prev), ex->rows * sizeof(float));
+    if (ex->moe_n) { /* the router statistics so far */
+      loom_decoder_moe_mb_save(d, prev, ex->moe_tmp);
+      loom_decoder_moe_mb_load(d, a, ex->moe_tmp);
+    }
   }
   double part = 0;
   size_t off = (size_t)in->mb * sc->mb_size;
@@ -360,9 +382,11 @@ static void run_forward(loom_executor *ex, const loom_instr *in, step_ctx *sc) {
   }
   loom_decoder_forward_chunk(d, a, sc->tokens + off, sc->targets + off, &part, NULL);
   if (d->shard.chunk_head[in->chunk]) sc->loss_sum += part;
-  if (pp > 1 && v < ex->K - 1) /* keep a copy for the non-blocking send */
+  if (pp > 1 && v < ex->K - 1) { /* keep a copy for the non-blocking send */
     memcpy(buf(ex, ex->act_send, in->chunk, in->mb), loom_acts_output(d, a),
            ex->rows * sizeof(float));
+    if (ex->moe_n) loom_decoder_moe_mb_save(d, a, moe_buf(ex, ex->moe_fwd, in->chunk, in->mb));
+  }
 }
 
 static void run_backward(loom_executor *ex, const loom_instr *in, int index, step_ctx *sc) {
@@ -373,6 +397,10 @@ static void run_backward(loom_executor *ex, const loom_instr *in, int index, ste
   const float *dout = NULL;
   if (v < ex->K - 1) dout = pp == 1 ? buf(ex, ex->dx, in->chunk + 1, in->mb)
                                     : buf(ex, ex->grad_in, in->chunk, in->mb);
+  /* the micro-batch's complete router statistics: from the chunk after on this rank (pp 1),
+   * else loaded in a by recv-grad */
+  if (ex->moe_n && v < ex->K - 1 && pp == 1)
+    loom_decoder_moe_mb_load(d, a, moe_buf(ex, ex->moe_back, in->chunk + 1, in->mb));
   bool last = index == ex->last_backward[in->chunk];
   d->on_layer_grads = last ? loom_grad_sync_layer_done : NULL;
   d->on_layer_grads_ctx = ex->gs;
@@ -384,6 +412,8 @@ static void run_backward(loom_executor *ex, const loom_instr *in, int index, ste
   if (ex->vision && vision_trains && d->shard.chunk_embed[in->chunk])
     loom_vmod_backward(ex->vision, ex->vqa[in->mb], in->mb);
   d->on_layer_grads = NULL;
+  if (ex->moe_n && v > 0) /* the totals, for the chunk before */
+    loom_decoder_moe_mb_save(d, a, moe_buf(ex, ex->moe_back, in->chunk, in->mb));
   loom_decoder_slot_release(d, a);
   if (pp == 1 && in->chunk == 0) loom_grad_sync_microbatch_done(ex->gs);
 }
@@ -406,18 +436,25 @@ static void run_instr(loom_executor *ex, const loom_instr *in, int index, step_c
   case LOOM_INSTR_SEND_ACT:
     loom_comm_isend_f32(pc, buf(ex, ex->act_send, in->chunk, in->mb), ex->rows, in->peer,
                         tag_of(ex, v, in->mb, 0), new_request(ex));
+    if (ex->moe_n)
+      moe_send(ex, moe_buf(ex, ex->moe_fwd, in->chunk, in->mb), in->peer, tag_of(ex, v, in->mb, 2));
     break;
   case LOOM_INSTR_RECV_ACT:
     loom_comm_recv_f32(pc, loom_acts_input(loom_decoder_slot_get(ex->d, in->chunk, in->mb)),
                        ex->rows, in->peer, tag_of(ex, v - 1, in->mb, 0));
+    if (ex->moe_n) moe_recv(ex, in->chunk, in->mb, in->peer, tag_of(ex, v - 1, in->mb, 2));
     break;
   case LOOM_INSTR_SEND_GRAD:
     loom_comm_isend_f32(pc, buf(ex, ex->dx, in->chunk, in->mb), ex->rows, in->peer,
                         tag_of(ex, v - 1, in->mb, 1), new_request(ex));
+    if (ex->moe_n)
+      moe_send(ex, moe_buf(ex, ex->moe_back, in->chunk, in->mb), in->peer,
+               tag_of(ex, v - 1, in->mb, 3));
     break;
   case LOOM_INSTR_RECV_GRAD:
     loom_comm_recv_f32(pc, buf(ex, ex->grad_in, in->chunk, in->mb), ex->rows, in->peer,
                        tag_of(ex, v, in->mb, 1));
+    if (ex->moe_n) moe_recv(ex, in->chunk, in->mb, in->peer, tag_of(ex, v, in->mb, 3));
     break;
   case LOOM_INSTR_REDUCE_GRADS:
     loom_grad_sync_reduce(ex->gs);
@@ -510,7 +547,8 @@ void loom_exec_step(loom_executor *ex, const int32_t *tokens, const int32_t *tar
    * the parameters this rank's optimizer owns (ZeRO-3: its shard; else the whole buffer) */
   size_t ob = 0, oe = d->layout.total;
   if (loom_grad_sync_zero(ex->gs) == 3) loom_grad_sync_owned(ex->gs, &ob, &oe);
-  loom_decoder_moe_end_step(d, &m->grad_comm, loom_grad_sync_owned_params(ex->gs), ob, oe);
+  loom_decoder_moe_end_step(d, &m->grad_comm, &m->pp_comm, loom_grad_sync_owned_params(ex->gs),
+                            ob, oe);
   /* the loss: summed over the dp x sp replicas on the last stage, then shared along the pipe */
   double loss[1] = {sc.loss_sum};
   loom_comm_allreduce_f64(&m->grad_comm, loss, 1, LOOM_OP_SUM);

@@ -44,6 +44,30 @@ void dec_moe_record(loom_decoder *d, loom_acts *a, int layer, const dec_moe_acts
   st->dropped[i] += l->plan.dropped;
 }
 
+/* Pipeline hand-over: [selected (E), prob_sum (E), z, layers] as doubles (counts below 2^53
+ * are exact) */
+size_t loom_decoder_moe_mb_doubles(const loom_decoder *d) {
+  return d->s->moe ? 2 * (size_t)d->spec.moe.experts + 2 : 0;
+}
+
+void loom_decoder_moe_mb_save(const loom_decoder *d, const loom_acts *a, double *out) {
+  const struct loom_moe_mb *m = a->moe;
+  if (!m) return;
+  size_t E = (size_t)d->spec.moe.experts;
+  for (size_t e = 0; e < E; e++) out[e] = (double)m->selected[e], out[E + e] = m->prob_sum[e];
+  out[2 * E] = m->z;
+  out[2 * E + 1] = m->layers;
+}
+
+void loom_decoder_moe_mb_load(const loom_decoder *d, loom_acts *a, const double *in) {
+  struct loom_moe_mb *m = a->moe;
+  if (!m) return;
+  size_t E = (size_t)d->spec.moe.experts;
+  for (size_t e = 0; e < E; e++) m->selected[e] = (int64_t)in[e], m->prob_sum[e] = in[E + e];
+  m->z = in[2 * E];
+  m->layers = (int)in[2 * E + 1];
+}
+
 /* Ranks a micro-batch's tokens are split over (Ulysses sp x context parallelism): each routes
  * its own N tokens, and the aux and z terms are those of the whole micro-batch */
 static int token_split(const loom_decoder *d) {
@@ -110,14 +134,18 @@ void loom_decoder_moe_begin_step(loom_decoder *d, int micro_batches) {
 /* The step's sums over the data-parallel ranks, or over every replica rank (dp x sp x cp):
  * the loads then count every token once, and the per-micro-batch terms, the same on the ranks
  * of a split, are divided back by it (counts below 2^53 are exact in doubles). */
-static void reduce_stats(dec_moe_state *st, int E, const loom_comm *dp, int split) {
+static void reduce_stats(dec_moe_state *st, int E, const loom_comm *dp, int split,
+                         const loom_comm *pp) {
   size_t nl = (size_t)st->n * E, n = 3 + nl + (size_t)st->n;
   double *v = loom_alloc(n * sizeof(double));
   v[0] = st->aux_sum, v[1] = st->z_sum, v[2] = (double)st->mbs;
   for (size_t i = 0; i < nl; i++) v[3 + i] = (double)st->load[i];
   for (int i = 0; i < st->n; i++) v[3 + nl + i] = (double)st->dropped[i];
-  loom_comm_allreduce_f64(dp, v, n, LOOM_OP_SUM);
-  st->aux_sum = v[0] / split, st->z_sum = v[1] / split, st->mbs = (long)v[2] / split;
+  if (dp && dp->size > 1) loom_comm_allreduce_f64(dp, v, n, LOOM_OP_SUM);
+  v[0] /= split, v[1] /= split, v[2] = (double)((long)v[2] / split);
+  /* every layer's loads are on one stage, the per-micro-batch terms on the head stage */
+  if (pp && pp->size > 1) loom_comm_allreduce_f64(pp, v, n, LOOM_OP_SUM);
+  st->aux_sum = v[0], st->z_sum = v[1], st->mbs = (long)v[2];
   for (size_t i = 0; i < nl; i++) st->load[i] = (int64_t)v[3 + i];
   for (int i = 0; i < st->n; i++) st->dropped[i] = (int64_t)v[3 + nl + i];
   loom_free(v);
@@ -146,12 +174,13 @@ static void update_bias(loom_decoder *d, float *owned, size_t begin, size_t end)
   }
 }
 
-void loom_decoder_moe_end_step(loom_decoder *d, const loom_comm *dp, float *owned, size_t begin,
-                               size_t end) {
+void loom_decoder_moe_end_step(loom_decoder *d, const loom_comm *dp, const loom_comm *pp,
+                               float *owned, size_t begin, size_t end) {
   dec_moe_state *st = d->s->moe;
   if (!st) return;
   st->collecting = false;
-  if (dp && dp->size > 1) reduce_stats(st, d->spec.moe.experts, dp, token_split(d));
+  if ((dp && dp->size > 1) || (pp && pp->size > 1))
+    reduce_stats(st, d->spec.moe.experts, dp, token_split(d), pp);
   st->stats.micro_batches = st->mbs;
   st->stats.aux_loss = st->mbs ? st->aux_sum / (double)st->mbs : 0;
   st->stats.z_loss = st->mbs ? st->z_sum / (double)st->mbs : 0;

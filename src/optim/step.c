@@ -33,5 +33,5 @@ void loom_train_step(loom_decoder *d, loom_adamw_state *opt, const loom_config_t
   r->grad_norm = norm;
   r->lr = loom_lr_at(t, opt->step);
   loom_adamw_apply_clipped(opt, d, t, r->lr, coef < 1.0f ? coef : 1.0f);
-  loom_decoder_moe_end_step(d, NULL, d->params, 0, d->layout.total); /* MoE balancing bias */
+  loom_decoder_moe_end_step(d, NULL, NULL, d->params, 0, d->layout.total); /* MoE balancing bias */
 }

@@ -345,7 +345,13 @@ void loom_sim_memory_rank_of(const loom_sim_ctx *c, int layers, int moe, int chu
   m->workspace = workspace(c, &d, head, inflight);
   double msg = d.Nr * d.C * d.e;
   if (c->loom_cpu) {
-    if (st->pp > 1 || st->vpp > 1) m->comm_buffers = 3.0 * st->vpp * st->microbatches * msg;
+    if (st->pp > 1 || st->vpp > 1) {
+      m->comm_buffers = 3.0 * st->vpp * st->microbatches * msg;
+      /* MoE: each micro-batch's router statistics going forward and back (2E + 2 doubles) */
+      if (loom_model_moe_layers(c->spec) > 0)
+        m->comm_buffers += 8.0 * (2 * c->spec->moe.experts + 2) *
+                           (2.0 * st->vpp * st->microbatches + 1);
+    }
     if (st->zero > 0) m->comm_buffers += 4 * owned; /* reduce-scatter receive buffer */
   } else {
     if (st->pp > 1) m->comm_buffers = 2 * msg;

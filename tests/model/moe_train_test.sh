@@ -10,7 +10,8 @@
 #  - activation checkpointing gives the same losses bit for bit;
 #  - resume of an MoE run with bias balancing continues bitwise (losses, final checkpoint);
 #  - metrics.jsonl carries aux_loss, z_loss, moe_load, moe_dropped; train.log the load line;
-#  - every layout MoE layers do not run in yet is refused before training, with its key;
+#  - every layout MoE layers do not run in yet is refused before training, with its key
+#    (pipeline parallelism runs: tests/train/parallel_ep_test.sh);
 #  - dense Qwen3 (q/k norms) in every layout equals one process (tp, Megatron sp, Ulysses,
 #    context and pipeline parallelism, ZeRO-3), 4 steps, 1e-5 / 1e-4 as above;
 #  - `loom generate` on the MoE checkpoint: each greedy id equals what a prefill of the whole
@@ -72,7 +73,6 @@ refused 1 parallel.ep "does not divide parallel.dp" "${SHORT[@]}" parallel.ep=2
 refused 2 parallel.sp_mode "parallel.sp_mode = megatron with Mixture-of-Experts" "${SHORT[@]}" parallel.tp=2 parallel.sp_mode=megatron
 refused 2 parallel.ep "folds expert parallelism on the tensor-parallel ranks" "${SHORT[@]}" parallel.tp=2 parallel.etp=1
 refused 2 parallel.etp "other expert tensor splits are for loom sim" "${SHORT[@]}" parallel.tp=2 parallel.etp=4
-refused 2 parallel.pp "pipeline parallelism" "${SHORT[@]}" parallel.pp=2
 refused 1 parallel.ep "this model is dense" model.preset=tiny-qwen3 model.vocab_size=300 \
   training.seq_len=32 training.steps=2 data.train_shards="$WORK/train.bin" parallel.ep=2
 test -z "$(ls "$WORK/refused" 2>/dev/null)" && pass || fail "a refused run left a run directory"

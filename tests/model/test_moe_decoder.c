@@ -63,8 +63,8 @@ static void check_recompute(const char *what, loom_model_spec s, bool bf16) {
     loom_decoder_backward(b, 1.0f / (float)(A * n));
     la += pa, lb += pb;
   }
-  loom_decoder_moe_end_step(a, NULL, a->params, 0, a->layout.total);
-  loom_decoder_moe_end_step(b, NULL, b->params, 0, b->layout.total);
+  loom_decoder_moe_end_step(a, NULL, NULL, a->params, 0, a->layout.total);
+  loom_decoder_moe_end_step(b, NULL, NULL, b->params, 0, b->layout.total);
   CHECK(la == lb, "%s: loss differs with recompute: %.17g vs %.17g", what, la, lb);
   CHECK(!memcmp(a->grads, b->grads, a->layout.total * sizeof(float)),
         "%s: recompute changes gradients", what);
@@ -139,7 +139,7 @@ static void check_stats(void) {
   loom_decoder_params_updated(d);
   loom_decoder_moe_begin_step(d, 1);
   loom_decoder_forward(d, tok, tgt, NULL, NULL);
-  loom_decoder_moe_end_step(d, NULL, d->params, 0, d->layout.total);
+  loom_decoder_moe_end_step(d, NULL, NULL, d->params, 0, d->layout.total);
   const loom_moe_step_stats *st = loom_decoder_moe_stats(d);
   CHECK(st->layers == 2 && st->layer[0] == 0 && st->layer[1] == 2, "MoE layers %d: %d %d",
         st->layers, st->layer[0], st->layer[1]);

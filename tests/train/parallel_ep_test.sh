@@ -31,8 +31,15 @@
 #  - tokens split over Ulysses sp or context parallelism (the aux and z terms pooled over the
 #    split, the experts' gradients reduced over it): sp=2, cp=2, ep=2 x sp=2 x dp=2,
 #    ep=2 x cp=2 x dp=2 ZeRO-1 equal one process;
+#  - pipeline parallelism (each micro-batch's router statistics go forward with its
+#    activations and come back complete with its gradients, the aux loss pooling layers of
+#    both stages): pp=2 (1F1B, GPipe), pp=2 x ep=2 x dp=2 with ZeRO-1 and activation
+#    checkpointing and with ZeRO-3, pp=2 x tp=2, pp=2 with experts folded on tp=2, and virtual
+#    stages (vpp=2 on one rank and on two) equal one process, gradient norms too; the step's
+#    aux loss and every layer's load are the whole model's; the pp=2 x ep=2 checkpoint holds
+#    every tensor once, and the ep=2 checkpoint resumes under pp=2 x ep=2;
 #  - refusals: ep not dividing dp or the experts, tp not dividing the experts' inner size,
-#    Megatron sequence parallelism / pp / cp with MoE layers, naming the keys.
+#    Megatron sequence parallelism with MoE layers, folded experts with cp, naming the keys.
 . "$(dirname "$0")/parallel_common.sh"
 make_data || { echo "could not make test data"; exit 1; }
 
@@ -203,6 +210,40 @@ m_dp=$(mem parallel.ep=1) m_ep=$(mem parallel.ep=4)
 check "ep=4 holds fewer parameters per rank than dp=4 ($m_ep vs $m_dp MiB)" \
   awk -v a="$m_ep" -v b="$m_dp" 'BEGIN { exit !(a > 0 && a < b) }'
 
+echo "pipeline parallelism: each micro-batch's router statistics travel with it between stages"
+# The aux loss pools every MoE layer of a micro-batch (HF), so a stage's backward needs the
+# totals of stages it does not run: layers 0 and 2 are MoE layers, on different stages.
+for c in "e_pp2|2|4|parallel.pp=2" "e_pp2_gpipe|2|4|parallel.pp=2 parallel.schedule=gpipe" \
+    "e_pp2_ep2_dp2_zero1_ac|4|2|parallel.pp=2 parallel.dp=2 parallel.ep=2 parallel.zero=1 training.activation_checkpointing=true" \
+    "e_pp2_ep2_dp2_zero3|4|2|parallel.pp=2 parallel.dp=2 parallel.ep=2 parallel.zero=3" \
+    "e_pp2_tp2|4|4|parallel.pp=2 parallel.tp=2" \
+    "e_pp2_fold_tp2|4|4|parallel.pp=2 parallel.tp=2 parallel.etp=1 parallel.ep=2"; do
+  IFS='|' read -r name np ga extra <<<"$c"
+  # shellcheck disable=SC2086
+  train "$name" "$np" "${MOE[@]}" training.grad_accum=$ga $extra &&
+    { close_losses e_single "$name" $FP32; close_weights e_single "$name" $W32; close_norms e_single "$name" $FP32; }
+done
+check "pp=2: the step's aux loss is the whole model's (every stage's layers: 1e-5 of one process)" \
+  awk -v a="$(sed -n 's/.*"aux_loss": \([^,]*\),.*/\1/p' "$(run_dir e_single)/metrics.jsonl" | tail -1)" \
+    -v b="$(sed -n 's/.*"aux_loss": \([^,]*\),.*/\1/p' "$(run_dir e_pp2_ep2_dp2_zero3)/metrics.jsonl" | tail -1)" \
+    'BEGIN { r = (a - b) / a; if (r < 0) r = -r; exit !(a > 0 && r < 1e-5) }'
+check "pp=2: every MoE layer's load reported (one stage holds each)" \
+  test "$(grep -o '"moe_load": [^]]*]' "$(run_dir e_pp2_ep2_dp2_zero3)/metrics.jsonl" | tail -1)" = \
+       "$(grep -o '"moe_load": [^]]*]' "$(run_dir e_single)/metrics.jsonl" | tail -1)"
+# virtual stages: 4 layers (0, 2, 3 MoE), two chunks a rank, on one rank and on two
+M4=("${MOE[@]}" model.layers=4 training.grad_accum=4)
+train e4_single 1 "${M4[@]}"
+for c in "e4_vpp2|1|parallel.vpp=2 parallel.schedule=interleaved" \
+    "e4_pp2_vpp2|2|parallel.pp=2 parallel.vpp=2 parallel.schedule=interleaved"; do
+  IFS='|' read -r name np extra <<<"$c"
+  # shellcheck disable=SC2086
+  train "$name" "$np" "${M4[@]}" $extra &&
+    { close_losses e4_single "$name" $FP32; close_weights e4_single "$name" $W32; }
+done
+H=$(held "$(run_dir e_pp2_ep2_dp2_zero1_ac)/final_checkpoint")
+check "pp=2 x ep=2 x dp=2: the checkpoint holds every tensor of the model once" \
+  test "$(echo "$H" | awk '$1 == "model" { print $2 }' | sort | uniq -c | awk '$1 == 1' | wc -l)" = "$n_one"
+
 echo "reshard: the ep=2 checkpoint resumes under other layouts like the ep=2 run continues"
 reshard() { # name np overrides...
   local name=$1 np=$2; shift 2
@@ -223,6 +264,7 @@ reshard ep2_zero2 2 parallel.dp=2 parallel.ep=2 parallel.zero=2 training.grad_ac
 reshard ep2_dp4_zero1 4 parallel.dp=4 parallel.ep=2 parallel.zero=1 training.grad_accum=1
 reshard tp2_experts_split 2 parallel.dp=1 parallel.ep=1 parallel.tp=2 training.grad_accum=4
 reshard tp2_experts_folded 2 parallel.dp=1 parallel.tp=2 parallel.etp=1 parallel.ep=2 training.grad_accum=4
+reshard pp2_ep2_dp2 4 parallel.pp=2 parallel.dp=2 parallel.ep=2 training.grad_accum=2
 
 echo "kill -9 while the rank holding only experts writes a checkpoint"
 K=("${MOE[@]}" training.steps=9 checkpoint.every=3 training.grad_accum=2 parallel.dp=2 parallel.ep=2 parallel.zero=1)
@@ -248,5 +290,5 @@ refused 1 parallel.dp "parallel.ep = 2 does not divide parallel.dp = 1" "${SHORT
 refused 3 model.moe.experts "parallel.ep = 3 does not divide model.moe.experts = 4" "${SHORT[@]}" parallel.ep=3 parallel.dp=3
 refused 2 parallel.sp_mode "parallel.sp_mode = megatron with Mixture-of-Experts" "${SHORT[@]}" parallel.tp=2 parallel.sp_mode=megatron
 refused 2 model.moe.intermediate "must divide model.moe.intermediate" "${SHORT[@]}" parallel.tp=2 model.moe.shared_intermediate=33
-refused 4 parallel.pp "not combined with pipeline parallelism" "${SHORT[@]}" parallel.ep=2 parallel.dp=2 parallel.pp=2
+refused 4 parallel.cp "runs with tp, dp and pp only" "${SHORT[@]}" parallel.tp=2 parallel.etp=1 parallel.ep=2 parallel.cp=2
 finish
