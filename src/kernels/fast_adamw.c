@@ -132,7 +132,79 @@ static void range16_avx512(float *p, const float *g, loom_bf16 *m16, loom_bf16 *
 }
 #pragma GCC pop_options
 
-/* LOOM_ADAMW_GENERIC=1: the portable loops even on AVX-512 (tests compare the two bitwise) */
+/* AVX2 without FMA (machines without AVX-512): 8 lanes of the same float operations, the
+ * remainder by the portable loop */
+#pragma GCC push_options
+#pragma GCC target("avx2")
+static inline __m256 round_bf16_8(__m256 x) {
+  __m256i u = _mm256_castps_si256(x);
+  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                   _mm256_set1_epi32(0x7f800000));
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+  return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+static inline __m256 load_bf16_8(const loom_bf16 *x) {
+  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)x));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+static inline void store_bf16_8(loom_bf16 *x, __m256 f) {
+  __m256i r = _mm256_srli_epi32(_mm256_castps_si256(round_bf16_8(f)), 16); /* 8 x [0, 65535] */
+  __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  _mm_storeu_si128((__m128i *)x, _mm256_castsi256_si128(packed));
+}
+
+/* one 8-lane step of loom_adamw_f32's update: p, m, v in, updated in place */
+static inline void adam8(__m256 *p, __m256 *m, __m256 *v, __m256 g, const adam_k *k,
+                         int decay_on, float decay) {
+  if (k->clip != 1.0f) g = _mm256_mul_ps(g, _mm256_set1_ps(k->clip));
+  if (decay_on) *p = _mm256_mul_ps(*p, _mm256_set1_ps(decay));
+  *m = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(k->b1), *m),
+                     _mm256_mul_ps(_mm256_set1_ps(k->one_m_b1), g));
+  *v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(k->b2), *v),
+                     _mm256_mul_ps(_mm256_set1_ps(k->one_m_b2), _mm256_mul_ps(g, g)));
+  __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(*v), _mm256_set1_ps(k->bc2_sqrt)),
+                               _mm256_set1_ps(k->eps));
+  *p = _mm256_sub_ps(*p, _mm256_mul_ps(_mm256_set1_ps(k->step_size), _mm256_div_ps(*m, denom)));
+}
+
+static void range_avx2(float *p, const float *g, float *m, float *v, float *p_lp,
+                       uint16_t *p16, size_t n, const adam_k *k, int decay_on, float decay) {
+  size_t n8 = n / 8 * 8;
+  for (size_t i = 0; i < n8; i += 8) {
+    __m256 pi = _mm256_loadu_ps(p + i), mi = _mm256_loadu_ps(m + i), vi = _mm256_loadu_ps(v + i);
+    adam8(&pi, &mi, &vi, _mm256_loadu_ps(g + i), k, decay_on, decay);
+    _mm256_storeu_ps(p + i, pi);
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    if (p_lp) _mm256_storeu_ps(p_lp + i, round_bf16_8(pi));
+    if (p16) store_bf16_8(p16 + i, pi);
+  }
+  range_generic(p + n8, g + n8, m + n8, v + n8, p_lp ? p_lp + n8 : NULL, p16 ? p16 + n8 : NULL,
+                n - n8, k, decay_on, decay);
+}
+
+static void range16_avx2(float *p, const float *g, loom_bf16 *m16, loom_bf16 *v16, int round_p,
+                         uint16_t *p16, size_t n, const adam_k *k, int decay_on, float decay) {
+  size_t n8 = n / 8 * 8;
+  for (size_t i = 0; i < n8; i += 8) {
+    __m256 pi = _mm256_loadu_ps(p + i), mi = load_bf16_8(m16 + i), vi = load_bf16_8(v16 + i);
+    adam8(&pi, &mi, &vi, _mm256_loadu_ps(g + i), k, decay_on, decay);
+    _mm256_storeu_ps(p + i, round_p ? round_bf16_8(pi) : pi);
+    if (p16) store_bf16_8(p16 + i, pi);
+    store_bf16_8(m16 + i, mi);
+    store_bf16_8(v16 + i, vi);
+  }
+  range16_generic(p + n8, g + n8, m16 + n8, v16 + n8, round_p, p16 ? p16 + n8 : NULL, n - n8, k,
+                  decay_on, decay);
+}
+#pragma GCC pop_options
+
+/* LOOM_ADAMW_GENERIC=1: the portable loops even on AVX-512 or AVX2 (tests compare them
+ * bitwise) */
 static int getenv_generic(void) {
   const char *e = getenv("LOOM_ADAMW_GENERIC");
   return e && *e == '1';
@@ -167,7 +239,8 @@ static void adamw_flat(float *p, const float *g, float *m, float *v, float *p_lp
   const size_t lo = seg[0].begin, hi = seg[n_seg - 1].end;
   enum { CH = 1 << 14 };
   const size_t nch = (hi - lo + CH - 1) / CH;
-  int simd = fast_avx512() && !getenv_generic();
+  int generic = getenv_generic(), simd = fast_avx512() && !generic;
+  int avx2 = !simd && !generic && fast_avx2();
 #pragma omp parallel for schedule(static) if (hi - lo >= FAST_PAR_MIN)
   for (size_t c = 0; c < nch; c++) {
     size_t a = lo + c * CH, b = a + CH < hi ? a + CH : hi;
@@ -181,12 +254,15 @@ static void adamw_flat(float *p, const float *g, float *m, float *v, float *p_lp
       if (m16) {
         if (simd)
           range16_avx512(p + o, g + o, m16 + o, v16 + o, round_p, q16, n, &k, wd != 0.0, decay);
+        else if (avx2)
+          range16_avx2(p + o, g + o, m16 + o, v16 + o, round_p, q16, n, &k, wd != 0.0, decay);
         else
           range16_generic(p + o, g + o, m16 + o, v16 + o, round_p, q16, n, &k, wd != 0.0, decay);
         continue;
       }
       float *plp = p_lp ? p_lp + o : NULL;
       if (simd) range_avx512(p + o, g + o, m + o, v + o, plp, q16, n, &k, wd != 0.0, decay);
+      else if (avx2) range_avx2(p + o, g + o, m + o, v + o, plp, q16, n, &k, wd != 0.0, decay);
       else range_generic(p + o, g + o, m + o, v + o, plp, q16, n, &k, wd != 0.0, decay);
     }
   }

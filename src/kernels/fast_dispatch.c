@@ -1,5 +1,6 @@
 /* Run-time choice of the fast kernels' code path: AVX-512 when the CPU has it, else portable C;
- * for the bf16 products of flash attention also whether AVX512-BF16 (vdpbf16ps) is there.
+ * for the bf16 products of flash attention also whether AVX512-BF16 (vdpbf16ps) is there; for
+ * the few AVX2 loops (AdamW) whether AVX2 is.
  * LOOM_SIMD=generic in the environment, or loom_kernels_force_generic(1), forces the portable
  * path; LOOM_SIMD=avx512 or loom_kernels_force_no_bf16(1) AVX-512 without AVX512-BF16 (the
  * tests run every path). */
@@ -10,6 +11,7 @@
 #include "loom/kernels.h"
 
 static int state = -1;      /* -1: not probed */
+static int avx2_state = -1; /* -1: not probed */
 static int bf16_state = -1; /* -1: not probed */
 static int no_bf16_forced;
 
@@ -24,8 +26,18 @@ int fast_avx512(void) {
   return state;
 }
 
+int fast_avx2(void) {
+  if (avx2_state < 0) {
+    const char *e = getenv("LOOM_SIMD");
+    __builtin_cpu_init();
+    avx2_state = !(e && !strcmp(e, "generic")) && __builtin_cpu_supports("avx2");
+  }
+  return avx2_state;
+}
+
 void loom_kernels_force_generic(int on) {
   state = -1;
+  avx2_state = on ? 0 : -1;
   if (!on) (void)fast_avx512();
   else state = 0;
 }

@@ -10,6 +10,9 @@
 
 /* 1 when the CPU has AVX-512 F/BW/DQ/VL (and LOOM_SIMD is not "generic"). */
 int fast_avx512(void);
+/* 1 when the CPU has AVX2 (and LOOM_SIMD is not "generic"): the AVX2 loops of machines
+ * without AVX-512 */
+int fast_avx2(void);
 /* 1 when fast_avx512() and the CPU has AVX512-BF16 (and LOOM_SIMD is not "avx512"). */
 int fast_avx512_bf16(void);
 /* dst(n) = bf16(src(n)) exactly as loom_f32_to_bf16, on this thread (fast_bf16.c) */

@@ -109,7 +109,7 @@ static void test_policy(bool bf16_moments, bool round_p) {
   bool same = !memcmp(a.p, b.p, total * 4) && !memcmp(a.p16, b.p16, total * 2) &&
               (bf16_moments ? !memcmp(a.m16, b.m16, 2 * total * sizeof(loom_bf16))
                             : !memcmp(a.m, b.m, total * 4) && !memcmp(a.v, b.v, total * 4));
-  CHECK(same, "AVX-512 and portable loops differ (moments %s, round_p %d)",
+  CHECK(same, "SIMD (AVX-512 or AVX2) and portable loops differ (moments %s, round_p %d)",
         bf16_moments ? "bf16" : "fp32", round_p);
   /* against AdamW in double from the same stored inputs (orig): a stored bf16 parameter may
    * differ by half a bf16 ulp of the result (at most 2^-8 relative: 8 significant bits) plus
