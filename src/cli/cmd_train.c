@@ -79,11 +79,12 @@ static char *recorded_command(int argc, char **argv) {
 }
 
 /* defaults, the config file (if any), then the KEY=VALUE overrides in order; validated
- * unless only run.output_dir is wanted (to find `--resume latest`). argv[1..argc): the
+ * unless only run.output_dir is wanted (to find `--resume latest`). run_config: the file is
+ * the config.yaml of the run being resumed. argv[1..argc): the
  * positional arguments (options already taken out by the parser; Hydra-style KEY=VALUE and
  * GROUP=OPTION are positional by design, told apart here). */
 static int load_config(loom_config *cfg, const char *path, int argc, char **argv,
-                       bool validate) {
+                       bool validate, bool run_config) {
   loom_config_defaults(cfg);
   loom_hf_init_model_mark(cfg); /* did the run name its model? (checkpoint.init_from=HF_DIR) */
   char **choices = loom_calloc((size_t)argc + 1, sizeof *choices); /* GROUP=OPTION */
@@ -92,6 +93,9 @@ static int load_config(loom_config *cfg, const char *path, int argc, char **argv
     if (loom_config_is_group_choice(argv[i])) choices[nchoices++] = argv[i];
   int rc = path || nchoices ? loom_config_load_composed(cfg, path, choices, nchoices) : 0;
   free(choices);
+  /* a resumed run's config.yaml records the grad_accum its global batch gave under its dp:
+   * the global batch decides again under the dp of this resume (unless grad_accum is given) */
+  if (!rc && run_config && cfg->training.global_batch_size > 0) cfg->training.grad_accum = 1;
   for (int i = 1; i < argc && !rc; i++) {
     if (loom_config_is_group_choice(argv[i])) continue;
     if (strchr(argv[i], '=') || argv[i][0] == '~') rc = loom_config_override(cfg, argv[i]);
@@ -241,13 +245,13 @@ int loom_cmd_train(int argc, char **argv) {
   int rc = 0;
   char *run_dir = NULL, *ckpt = NULL, *cfg_file = NULL;
   if (opts.resume) { /* which run and checkpoint; "latest" needs run.output_dir first */
-    rc = load_config(&cfg, config_path, npos, pos, false);
+    rc = load_config(&cfg, config_path, npos, pos, false, false);
     if (!rc) rc = loom_run_dir_resolve(opts.resume, cfg.run.output_dir,
                                        getenv("LOOM_RESTART") != NULL, &run_dir, &ckpt);
     if (!rc && !config_path) /* the checkpoint's config (or the run's, before any checkpoint) */
       config_path = cfg_file = loom_sprintf("%s/config.yaml", ckpt ? ckpt : run_dir);
   }
-  if (!rc) rc = load_config(&cfg, config_path, npos, pos, true);
+  if (!rc) rc = load_config(&cfg, config_path, npos, pos, true, cfg_file != NULL);
   free(pos);
   if (rc) {
     if (!quiet_rank) report_error(loom_errmsg());

@@ -3,8 +3,10 @@
 # (micro_batch_size x dp), printed in the model line and written to the run's config.yaml;
 # the run is the same run as one with that grad_accum given explicitly (bitwise, same layout)
 # and, over 2 data-parallel ranks, the one-process run of the same global batch (1e-5
-# relative per-step loss, the tolerance of equivalence_test.sh). A global batch that does not
-# divide, or a grad_accum that disagrees, is refused with the arithmetic and leaves no run.
+# relative per-step loss, the tolerance of equivalence_test.sh). A resume under another dp
+# derives grad_accum again from the global batch (its config.yaml holds the old dp's). A global
+# batch that does not divide, or a grad_accum that disagrees, is refused with the arithmetic and
+# leaves no run.
 . "$(dirname "$0")/parallel_common.sh"
 make_data || { echo "could not make test data"; exit 1; }
 M=(model.preset=tiny-gpt2 model.vocab_size=300 model.layers=2 model.hidden=64 model.intermediate=128
@@ -32,6 +34,23 @@ check "model line shows grad_accum 2 over dp 2" grep -q "grad_accum=2, global ba
 train g2_explicit 2 "${M[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2
 same_losses g2_explicit g2
 close_losses g1 g2 1e-5
+
+echo "a resume on another dp: the global batch decides grad_accum again"
+# config.yaml of g2 records grad_accum 2 (8 over dp 2): resumed in one process the global batch
+# gives grad_accum 4, with no grad_accum on the command line (it was refused before)
+train gr 2 "${M[@]}" training.micro_batch_size=2 training.global_batch_size=8 parallel.dp=2 \
+  checkpoint.every=2
+run_loom train --resume "$(run_dir gr)/checkpoint_2" parallel.dp=1 run.output_dir="$WORK/fork" --quiet
+expect_rc "resume of the dp=2 run in one process (parallel.dp=1 only)" 0
+F=$(ls -d "$WORK"/fork/*/ | head -1)
+check "the fork's model line: grad_accum 4, the same global batch" \
+  grep -q "grad_accum=4, global batch 8 sequences (training.global_batch_size)" "${F}train.log"
+worst=$(paste <(losses "$(run_dir g1)" | tail -1) <(losses "$F") | awk '
+  { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r } END { printf "%.2e", w; exit (w > 1e-5 || NR != 1) }')
+check "the fork's step 3 = the one-process run's within 1e-5 (worst $worst)" test $? = 0
+expect_fail "a grad_accum given beside the global batch must still agree" \
+  "training.global_batch_size = 8 gives grad_accum = 8 / (micro_batch_size 2 x dp 1) = 4, but training.grad_accum = 2" \
+  "$LOOM" train --resume "$(run_dir gr)/checkpoint_2" parallel.dp=1 training.grad_accum=2 run.output_dir="$WORK/fork2" --quiet
 
 RUNS="$WORK/bad_runs"
 refused() { # what np expected-substring overrides...
