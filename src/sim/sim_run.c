@@ -189,6 +189,10 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
   } else {
     R->msg_bytes = rows;
   }
+  /* loom's executor with MoE layers: each micro-batch's router statistics (2E + 2 doubles) go
+   * with it, a message of their own beside the rows (counted in the same send here) */
+  if (c->loom_cpu && loom_model_moe_layers(c->spec) > 0)
+    R->msg_bytes += 8.0 * (2 * c->spec->moe.experts + 2);
   R->t_p2p = st->pp > 1 ? loom_hw_coll_time(c->hw, LOOM_COLL_SENDRECV, R->msg_bytes, pps, 2) : 0;
   return 0;
 }

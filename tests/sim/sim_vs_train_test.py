@@ -7,6 +7,8 @@ schedule text via parallel.schedule_file / --schedule), then:
   * the instruction order on every rank's compute row is the same in both Chrome traces;
   * the bytes each rank sends per step, by kind of collective, equal the trainer's comm.json
     (both count comm.h's ring accounting; within 0.5% for the flat buffer's 16-float alignment).
+Cases: dp2 (ZeRO 0, 2, 3), tp2 Megatron sp, Ulysses sp2, a Llama tp2, pp2 interleaved and a
+custom zero-bubble schedule, and an MoE model with ep2 and with pp2.
 
 usage: sim_vs_train_test.py path/to/loom
 """
@@ -46,6 +48,8 @@ def main():
     llama = ["model.preset=tiny-llama", "model.vocab_size=301", "model.vocab_pad_multiple=1",
              "model.layers=3", "model.hidden=64", "model.heads=4", "model.kv_heads=2",
              "model.intermediate=96"] + gpt[5:]
+    moe = ["model.preset=tiny-qwen3-moe", "model.vocab_size=300", "model.layers=2",
+           "model.moe.experts=64", "model.moe.intermediate=16"] + gpt[5:]
     zb = os.path.join(SRC, "tests", "sched", "fixtures", "custom_zb.txt")
     cases = [
         ("dp2", gpt + ["parallel.dp=2"], None),
@@ -57,6 +61,11 @@ def main():
         ("pp2 vpp2 interleaved", gpt + ["parallel.pp=2", "parallel.vpp=2",
                                         "parallel.schedule=interleaved"], None),
         ("pp2 custom zero-bubble schedule", gpt + ["parallel.pp=2"], zb),
+        # MoE layers: the experts' all-to-alls (ep2), and under pp2 each micro-batch's router
+        # statistics going with its activations and gradients (64 experts: 1 KiB a message,
+        # beyond the byte check's slack)
+        ("moe ep2", moe + ["parallel.dp=2", "parallel.ep=2"], None),
+        ("moe pp2", moe + ["parallel.pp=2"], None),
     ]
     for name, over, sched in cases:
         out = os.path.join(work, name.replace(" ", "_"))
@@ -86,7 +95,11 @@ def main():
         for rank in range(2):
             got, want = stages[rank // per_stage], train_bytes[rank]
             for k in KINDS:
-                ok = abs(got[k] - want[k]) <= 0.005 * want[k] + 256
+                # the experts' all-to-alls carry the rows routed to the other rank's experts:
+                # the sim prices balanced routing (N k / ep rows each way), the trainer sends what
+                # its router chose (measured 0.6% apart here): 5%
+                rel = 0.05 if k == "all-to-all" and name.startswith("moe") else 0.005
+                ok = abs(got[k] - want[k]) <= rel * want[k] + 256
                 check(ok, f"{name}: rank {rank} {k}: simulated {got[k]:.0f} bytes, trainer {want[k]:.0f}")
         print(f"{name}: instruction order and bytes per collective match")
     return check.summary("sim_vs_train_test")
