@@ -8,7 +8,8 @@
 # An MoE text decoder (model.moe.*) trains the same way, its routed experts split over
 # parallel.ep of the text dp ranks, the encoder collocated or on ranks of its own, or (the
 # seed's Qwen3-VL-MoE shape) the encoder in Ulysses sp=2 and the text in tp=2 with the experts
-# folded whole on the same two ranks (etp=1, ep=2).
+# folded whole on the same two ranks (etp=1, ep=2), or the text in pp=2 x dp=2 with ep=2 (the
+# router statistics travelling between the stages).
 #
 # The validation loss on the val split (every 2 steps and at the end; forward-only, the encoder
 # on its ranks handing tokens over as in training) equals one process's too.
@@ -90,9 +91,10 @@ MOEV=("${VLM[@]}" model.moe.experts=4 model.moe.top_k=2 model.moe.intermediate=6
 train m_single 1 "${MOEV[@]}" training.grad_accum=4
 for c in "m_dp2_zero1__text_ep2_zero1|parallel.dp=2 parallel.ep=2 parallel.zero=1 vision.parallel.zero=1" \
     "m_sp2_zero1__text_tp2_ep2_folded|parallel.tp=2 parallel.etp=1 parallel.ep=2 vision.parallel.sp=2 vision.parallel.zero=1" \
-    "m_separate_dp2__text_ep2|parallel.dp=2 parallel.ep=2 vision.parallel.placement=separate vision.parallel.zero=2"; do
+    "m_separate_dp2__text_ep2|parallel.dp=2 parallel.ep=2 vision.parallel.placement=separate vision.parallel.zero=2" \
+    "m_dp2__text_pp2_ep2|parallel.pp=2 parallel.dp=2 parallel.ep=2"; do
   name=${c%%|*} np=2 ga=2 # text dp=2: 2 micro-batches each (tp=2, dp=1: 4)
-  case $name in *separate*) np=4 ;; *folded*) ga=4 ;; esac
+  case $name in *separate* | *pp2*) np=4 ;; *folded*) ga=4 ;; esac
   # shellcheck disable=SC2086
   train "$name" $np "${MOEV[@]}" training.grad_accum=$ga ${c#*|} && { close_losses m_single "$name" 1e-5
     close_weights m_single "$name" 1e-4; close_val_losses m_single "$name" 1e-5; }
