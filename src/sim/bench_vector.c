@@ -53,7 +53,11 @@ static void run(void *p) {
   case LOOM_VOP_XENT_BWD:
     loom_xent_grad_f32(j->y, j->x, j->v, j->v + ROWS, targets_of(ROWS), ROWS, COLS, COLS, 1e-3f);
     break;
-  case LOOM_VOP_ADAMW: loom_adamw_f32(j->x, j->y, j->z, j->u, n, 1e-4, 0.9, 0.95, 1e-8, 0.1, 10); break;
+  case LOOM_VOP_ADAMW: { /* the one-pass AdamW the trainer's optimizer step runs */
+    loom_adamw_segment seg = {0, n, 0.1};
+    loom_adamw_flat_f32(j->x, j->y, j->z, j->u, NULL, 0, &seg, 1, 1.0f, 1e-4, 0.9, 0.95, 1e-8, 10);
+    break;
+  }
   case LOOM_VOP_ADD: loom_residual_add_f32(j->y, j->x, j->z, NULL, ROWS, COLS); break;
   case LOOM_VOP_COPY: memcpy(j->y, j->x, n * sizeof(float)); break;
   case LOOM_VOP_ROUND: /* what the bf16 path does to every matmul input */
