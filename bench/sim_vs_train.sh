@@ -109,6 +109,7 @@ CASES=(
   "moe tp2|2|MOE|parallel.tp=2"
   "moe tp2 folded ep2|2|MOE|parallel.tp=2 parallel.etp=1 parallel.ep=2"
   "moe ep2 tp2|4|MOE|parallel.dp=2 parallel.ep=2 parallel.tp=2"
+  "moe pp2 ep2|4|MOE|parallel.pp=2 parallel.dp=2 parallel.ep=2"
 )
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
