@@ -285,9 +285,10 @@ typedef struct {
 void loom_decoder_moe_begin_step(loom_decoder *d, int micro_batches);
 /* After the step's optimizer update: the statistics summed over the data-parallel ranks (dp,
  * NULL: this process alone), then over the pipeline stages (pp, NULL: one stage; each holds
- * its own layers' loads, the head stage the aux and z terms) and recording stopped; with model.moe.bias_update_rate > 0 each
- * MoE layer's balancing bias (layers.{l}.moe.router.bias, used for choosing experts only, not
- * trained by the optimizer) moves by -rate * sign(load_e - mean load) over the step's loads,
+ * its own layers' loads, the head stage the aux and z terms) and recording stopped; with
+ * model.moe.bias_update_rate > 0 each MoE layer's balancing bias (layers.{l}.moe.router.bias,
+ * used for choosing experts only, not trained by the optimizer) moves by -rate * sign(load_e -
+ * mean load) over the step's loads,
  * DeepSeek-V3's auxiliary-loss-free balancing: in `owned`, the parameters this rank's
  * optimizer updates (flat index i at owned[i - begin] for i in [begin, end): the whole buffer
  * d->params, 0, layout.total, or ZeRO-3's owned shard). Bias values are rounded to bf16 with

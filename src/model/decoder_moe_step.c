@@ -1,7 +1,8 @@
 /* The Mixture-of-Experts bookkeeping of the decoder (include/loom/decoder.h, "Mixture-of-
  * Experts"): each micro-batch's router statistics (selections and probabilities pooled over its
  * MoE layers, the z-loss), recorded by the forward of each MoE layer but not by activation
- * checkpointing's second forward; the gradients of the aux and z terms its backward adds; the
+ * checkpointing's second forward, and handed between pipeline stages with the micro-batch
+ * (loom_decoder_moe_mb_save/_load); the gradients of the aux and z terms its backward adds; the
  * step's sums (losses, per-layer loads, dropped pairs) and their reduction over the data-
  * parallel ranks; and DeepSeek-V3's auxiliary-loss-free balancing of the router bias after
  * the optimizer step. */
