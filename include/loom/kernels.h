@@ -135,6 +135,11 @@ const char *loom_gemm_isa(void);
  * (ta=0, tb=1), its input gradient (0,0) and its weight gradient (1,0). */
 void loom_gemm_f32(int ta, int tb, int M, int N, int K, const float *A, int lda,
                    const float *B, int ldb, const float *bias, float beta, float *C, int ldc);
+/* loom_gemm_f32 without bias for products whose M and K change from call to call (the routed
+ * experts' rows): oneDNN runs one primitive with M and K given at run time for them all, not
+ * one per shape (creating a primitive costs ~0.2 ms). */
+void loom_gemm_f32_ragged(int ta, int tb, int M, int N, int K, const float *A, int lda,
+                          const float *B, int ldb, float beta, float *C, int ldc);
 /* Same with bf16 operands (uint16 bit patterns) and fp32 C; only when loom_gemm_bf16_native. */
 void loom_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                     const uint16_t *B, int ldb, const float *bias, float beta, float *C,

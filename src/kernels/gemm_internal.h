@@ -11,6 +11,11 @@ void gemm_onednn(int bf16, int ta, int tb, int M, int N, int K, const void *A, i
  * measurement at first use (gemm_onednn.c). */
 void gemm_onednn_w(int bf16, int ta, int tb, int M, int N, int K, const void *A, int lda,
                    const void *B, int ldb, const float *bias, float beta, float *C, int ldc);
+/* fp32 C (M,N) = op(A) op(B) + beta C where M and K change from call to call (no bias): one
+ * primitive with runtime M and K for every call of the same transposes, N, leading dimensions
+ * and beta (gemm_onednn when oneDNN cannot build it). */
+void gemm_onednn_ragged(int ta, int tb, int M, int N, int K, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc);
 /* Packed copies of weights in [base, base + bytes): marked stale (release = 0) or freed. */
 void gemm_onednn_weights_changed(const void *base, size_t bytes, int release);
 /* Every weights call plain (0), packed where a packed layout exists (1), or measured (-1). */

@@ -36,8 +36,8 @@ typedef struct {
 /* C (M,N) = op(A) op(B) + beta C, the product of the pass's schedule */
 static void gemm(const experts_pass *x, int ta, int tb, int M, int N, int K, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  if (!x->serial) {
-    loom_gemm_f32(ta, tb, M, N, K, A, lda, B, ldb, NULL, beta, C, ldc);
+  if (!x->serial) { /* rows differ per expert and step: one primitive for every row count */
+    loom_gemm_f32_ragged(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,

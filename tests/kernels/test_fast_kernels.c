@@ -2,6 +2,8 @@
  * against the reference kernels:
  *  - GEMM fp32 (every transpose, bias, beta 0/1, both backends) vs a double GEMM: 1e-5 rel.
  *    norm (sums of K <= 200 float products: ~sqrt(K) u = 1e-6);
+ *  - ragged GEMM (loom_gemm_f32_ragged: M and K changing call to call) vs the double GEMM,
+ *    1e-5, with one oneDNN primitive per kind of call, not per shape;
  *  - GEMM bf16 vs the double GEMM of the bf16-rounded inputs: 1e-5 (products of bf16 values
  *    are exact in fp32, so only the fp32 accumulation differs — what the PyTorch bf16 check
  *    emulates);
@@ -84,6 +86,45 @@ static void test_gemm(void) {
   loom_gemm_set_backend(LOOM_GEMM_ONEDNN);
   printf("  oneDNN ISA %s, bf16 native %d, %d cached primitives\n", loom_gemm_isa(),
          loom_gemm_bf16_native(), loom_gemm_cache_entries());
+}
+
+/* ---- ragged GEMM (the routed experts' products) --------------------------------------------- */
+
+/* loom_gemm_f32_ragged over row counts that change call to call (M and K: 1 to 161, as the
+ * experts' rows and the weight gradients' sums over them): every call within TOL of the double
+ * GEMM, and oneDNN keeps one primitive per (transposes, beta) with N and the leading
+ * dimensions fixed, not one per shape: 8 (4 transposes x 2 betas) for the 5 row counts. */
+static void test_gemm_ragged(void) {
+  const int rows[5] = {1, 37, 128, 161, 64}, N = 48, LD = 200;
+  loom_gemm_set_backend(LOOM_GEMM_ONEDNN);
+  int before = loom_gemm_cache_entries();
+  for (int i = 0; i < 5; i++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (int beta = 0; beta < 2; beta++) {
+          int M = rows[i], K = rows[(i + 2) % 5]; /* both vary */
+          /* fixed leading dimensions (LD >= every M and K), as in the experts' buffers */
+          size_t na = (size_t)(ta ? K : M) * LD, nb = (size_t)(tb ? N : K) * (tb ? LD : N);
+          float *Af, *Bf, *Cf;
+          double *A = dpair(&Af, na, 1), *B = dpair(&Bf, nb, 1), *C = dpair(&Cf, (size_t)M * N, 1);
+          double *Ad = dalloc((size_t)M * K), *Bd = dalloc((size_t)K * N);
+          for (int m = 0; m < M; m++) /* the (M,K) / (K,N) operands the strides describe */
+            for (int k = 0; k < K; k++)
+              Ad[ta ? (size_t)k * M + m : (size_t)m * K + k] = ta ? A[(size_t)k * LD + m] : A[(size_t)m * LD + k];
+          for (int k = 0; k < K; k++)
+            for (int n = 0; n < N; n++)
+              Bd[tb ? (size_t)n * K + k : (size_t)k * N + n] = tb ? B[(size_t)n * LD + k] : B[(size_t)k * N + n];
+          gemm_ref(ta, tb, M, N, K, Ad, Bd, NULL, beta, C);
+          loom_gemm_f32_ragged(ta, tb, M, N, K, Af, LD, Bf, tb ? LD : N, (float)beta, Cf, N);
+          CHECK_REL(rel_err_fd(Cf, C, (size_t)M * N), TOL, "ragged gemm M=%d K=%d ta=%d tb=%d beta=%d",
+                    M, K, ta, tb, beta);
+          loom_free(A), loom_free(B), loom_free(C), loom_free(Ad), loom_free(Bd);
+          loom_free(Af), loom_free(Bf), loom_free(Cf);
+        }
+  int made = loom_gemm_cache_entries() - before;
+  CHECK(made == 8, "ragged gemm: %d primitives for 5 row counts x 8 kinds (want 8: one per kind)",
+        made);
+  printf("  ragged GEMM: %d primitives for 40 calls of 5 row counts\n", made);
 }
 
 /* ---- bf16 GEMM on weights ------------------------------------------------------------------ */
@@ -535,6 +576,7 @@ int main(void) {
   loom_rng_seed(&ktest_rng, 99);
   printf("GEMM backends\n");
   test_gemm();
+  test_gemm_ragged();
   test_gemm_weights();
   test_gemm_weights_both_ways();
   printf("fast kernels, %s path\n", loom_kernels_simd());
