@@ -91,9 +91,10 @@ static void test_gemm(void) {
 /* ---- ragged GEMM (the routed experts' products) --------------------------------------------- */
 
 /* loom_gemm_f32_ragged over row counts that change call to call (M and K: 1 to 161, as the
- * experts' rows and the weight gradients' sums over them): every call within TOL of the double
- * GEMM, and oneDNN keeps one primitive per (transposes, beta) with N and the leading
- * dimensions fixed, not one per shape: 8 (4 transposes x 2 betas) for the 5 row counts. */
+ * experts' rows and the weight gradients' sums over them, then 3000 rows and a sum over 2500):
+ * every call within TOL of the double GEMM (sums of K <= 2500 products: ~sqrt(K) u = 3e-6),
+ * and oneDNN keeps one primitive per (transposes, beta) with N and the leading dimensions
+ * fixed, not one per shape: 8 (4 transposes x 2 betas) for all of them. */
 static void test_gemm_ragged(void) {
   const int rows[5] = {1, 37, 128, 161, 64}, N = 48, LD = 200;
   loom_gemm_set_backend(LOOM_GEMM_ONEDNN);
@@ -121,10 +122,26 @@ static void test_gemm_ragged(void) {
           loom_free(A), loom_free(B), loom_free(C), loom_free(Ad), loom_free(Bd);
           loom_free(Af), loom_free(Bf), loom_free(Cf);
         }
+  /* large row counts through the primitives made for the small ones (the scratchpad oneDNN
+   * sized at their creation must serve them): M = 3000 rows (ta = 0), a sum over K = 2500 rows
+   * (ta = 1, the weight gradients' form) */
+  for (int ta = 0; ta < 2; ta++) {
+    int M = ta ? 150 : 3000, K = ta ? 2500 : 150;
+    float *Af, *Bf, *Cf;
+    double *A = dpair(&Af, (size_t)(ta ? K : M) * LD, 1), *B = dpair(&Bf, (size_t)K * N, 1);
+    double *C = dpair(&Cf, (size_t)M * N, 1), *Ad = dalloc((size_t)M * K);
+    for (int m = 0; m < M; m++)
+      for (int k = 0; k < K; k++)
+        Ad[ta ? (size_t)k * M + m : (size_t)m * K + k] = ta ? A[(size_t)k * LD + m] : A[(size_t)m * LD + k];
+    gemm_ref(ta, 0, M, N, K, Ad, B, NULL, 1, C);
+    loom_gemm_f32_ragged(ta, 0, M, N, K, Af, LD, Bf, N, 1.0f, Cf, N);
+    CHECK_REL(rel_err_fd(Cf, C, (size_t)M * N), TOL, "ragged gemm M=%d K=%d ta=%d (large)", M, K, ta);
+    loom_free(A), loom_free(B), loom_free(C), loom_free(Ad), loom_free(Af), loom_free(Bf), loom_free(Cf);
+  }
   int made = loom_gemm_cache_entries() - before;
-  CHECK(made == 8, "ragged gemm: %d primitives for 5 row counts x 8 kinds (want 8: one per kind)",
-        made);
-  printf("  ragged GEMM: %d primitives for 40 calls of 5 row counts\n", made);
+  CHECK(made == 8, "ragged gemm: %d primitives for 42 calls of 7 row counts (want 8: one per "
+        "kind of call)", made);
+  printf("  ragged GEMM: %d primitives for 42 calls of 7 row counts\n", made);
 }
 
 /* ---- bf16 GEMM on weights ------------------------------------------------------------------ */
