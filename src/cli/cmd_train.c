@@ -80,9 +80,9 @@ static char *recorded_command(int argc, char **argv) {
 
 /* defaults, the config file (if any), then the KEY=VALUE overrides in order; validated
  * unless only run.output_dir is wanted (to find `--resume latest`). run_config: the file is
- * the config.yaml of the run being resumed. argv[1..argc): the
- * positional arguments (options already taken out by the parser; Hydra-style KEY=VALUE and
- * GROUP=OPTION are positional by design, told apart here). */
+ * the config.yaml of the run being resumed. argv[1..argc): the positional arguments (options
+ * already taken out by the parser; Hydra-style KEY=VALUE and GROUP=OPTION are positional by
+ * design, told apart here). */
 static int load_config(loom_config *cfg, const char *path, int argc, char **argv,
                        bool validate, bool run_config) {
   loom_config_defaults(cfg);
