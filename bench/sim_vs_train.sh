@@ -14,6 +14,9 @@
 # usage: bench/sim_vs_train.sh [path/to/loom] [--repeat R] [--steps S] [--only REGEX]
 # env:   PROFILE=FILE  use this profile instead of calibrating (loom bench --nproc 2)
 #        NICE=N        run bench and training at this niceness
+#        RECAL=1       calibrate again before each case (into the same profile): where the
+#                      machine's speed drifts over the minutes a run of cases takes (shared
+#                      vCPUs), each case is predicted from a profile of the minutes it runs in
 #        QUIET=1       before calibrating and before each run, wait (up to 30 min) until the
 #                      machine is idle (>= 90% idle over 2 s): on a shared machine other
 #                      work otherwise inflates the measured times (the "load" column shows
@@ -46,11 +49,14 @@ PRIO=()
   { echo "could not make the data" >&2; exit 1; }
 
 PROFILE=${PROFILE:-}
+calibrate() {
+  wait_quiet
+  "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$PROFILE" --quiet || exit 1
+}
 if [ -z "$PROFILE" ]; then
   PROFILE=$WORK/this-machine.yaml
   echo "calibrating: loom bench --nproc 2 --out $PROFILE"
-  wait_quiet
-  "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$PROFILE" --quiet || exit 1
+  calibrate
 fi
 
 # GPT-2 style, 4 layers of width 256 (4 heads of 64), 128 tokens, 4 micro-batches of 4
@@ -125,6 +131,7 @@ for c in "${CASES[@]}"; do
     MOE) M=("${MOE[@]}") ;;
   esac
   read -r -a O <<<"$over"
+  [ -n "${RECAL:-}" ] && calibrate >/dev/null
   steps=""
   for r in $(seq "$REPEAT"); do
     wait_quiet
