@@ -77,28 +77,26 @@ close_norms() { # A B RTOL: every step's gradient norm (before clipping) within 
     { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r } END { printf "%.2e", w; exit (w > t || NR == 0) }')
   check "$2: gradient norms = one process's within $3 (worst $worst)" test $? = 0
 }
-train e_tp2 2 "${MOE[@]}" training.grad_accum=4 parallel.tp=2 &&
-  { close_losses e_single e_tp2 $FP32; close_weights e_single e_tp2 $W32; close_norms e_single e_tp2 $FP32; }
-for z in 0 1; do
-  train e_ep2_tp2_dp2_zero$z 4 "${MOE[@]}" training.grad_accum=2 parallel.tp=2 parallel.dp=2 parallel.ep=2 parallel.zero=$z &&
-    { close_losses e_single e_ep2_tp2_dp2_zero$z $FP32; close_weights e_single e_ep2_tp2_dp2_zero$z $W32
-      close_norms e_single e_ep2_tp2_dp2_zero$z $FP32; }
-done
-for c in "e_fold_tp2|2|4|" "e_fold_tp2_dp2_zero1|4|2|parallel.dp=2 parallel.zero=1"; do
-  IFS='|' read -r name np ga extra <<<"$c"
-  # shellcheck disable=SC2086
-  train "$name" "$np" "${MOE[@]}" training.grad_accum=$ga parallel.tp=2 parallel.etp=1 parallel.ep=2 $extra &&
-    { close_losses e_single "$name" $FP32; close_weights e_single "$name" $W32; close_norms e_single "$name" $FP32; }
-done
+# like_one_process REF CASE...: each CASE "name|ranks|grad_accum|overrides" trained on MOE,
+# its losses, final weights and gradient norms compared with run REF's
+like_one_process() {
+  local ref=$1 c name np ga extra
+  shift
+  for c in "$@"; do
+    IFS='|' read -r name np ga extra <<<"$c"
+    # shellcheck disable=SC2086
+    train "$name" "$np" "${MOE[@]}" training.grad_accum=$ga $extra &&
+      { close_losses "$ref" "$name" $FP32; close_weights "$ref" "$name" $W32; close_norms "$ref" "$name" $FP32; }
+  done
+}
+EP2TP2="parallel.tp=2 parallel.dp=2 parallel.ep=2" FOLD="parallel.tp=2 parallel.etp=1 parallel.ep=2"
+like_one_process e_single "e_tp2|2|4|parallel.tp=2" \
+  "e_ep2_tp2_dp2_zero0|4|2|$EP2TP2 parallel.zero=0" "e_ep2_tp2_dp2_zero1|4|2|$EP2TP2 parallel.zero=1" \
+  "e_fold_tp2|2|4|$FOLD" "e_fold_tp2_dp2_zero1|4|2|$FOLD parallel.dp=2 parallel.zero=1"
 echo "sequence splits: Ulysses sp and context parallelism, alone and with ep"
-for c in "e_sp2|2|4|parallel.sp=2" "e_cp2|2|4|parallel.cp=2" \
-    "e_ep2_sp2_dp2|4|2|parallel.sp=2 parallel.dp=2 parallel.ep=2" \
-    "e_ep2_cp2_dp2_zero1|4|2|parallel.cp=2 parallel.dp=2 parallel.ep=2 parallel.zero=1"; do
-  IFS='|' read -r name np ga extra <<<"$c"
-  # shellcheck disable=SC2086
-  train "$name" "$np" "${MOE[@]}" training.grad_accum=$ga $extra &&
-    { close_losses e_single "$name" $FP32; close_weights e_single "$name" $W32; close_norms e_single "$name" $FP32; }
-done
+like_one_process e_single "e_sp2|2|4|parallel.sp=2" "e_cp2|2|4|parallel.cp=2" \
+  "e_ep2_sp2_dp2|4|2|parallel.sp=2 parallel.dp=2 parallel.ep=2" \
+  "e_ep2_cp2_dp2_zero1|4|2|parallel.cp=2 parallel.dp=2 parallel.ep=2 parallel.zero=1"
 SH=(model.moe.shared_intermediate=48)
 train e_shared_single 1 "${MOE[@]}" "${SH[@]}" training.grad_accum=4
 train e_shared_tp2 2 "${MOE[@]}" "${SH[@]}" training.grad_accum=4 parallel.tp=2 &&
@@ -213,16 +211,10 @@ check "ep=4 holds fewer parameters per rank than dp=4 ($m_ep vs $m_dp MiB)" \
 echo "pipeline parallelism: each micro-batch's router statistics travel with it between stages"
 # The aux loss pools every MoE layer of a micro-batch (HF), so a stage's backward needs the
 # totals of stages it does not run: layers 0 and 2 are MoE layers, on different stages.
-for c in "e_pp2|2|4|parallel.pp=2" "e_pp2_gpipe|2|4|parallel.pp=2 parallel.schedule=gpipe" \
-    "e_pp2_ep2_dp2_zero1_ac|4|2|parallel.pp=2 parallel.dp=2 parallel.ep=2 parallel.zero=1 training.activation_checkpointing=true" \
-    "e_pp2_ep2_dp2_zero3|4|2|parallel.pp=2 parallel.dp=2 parallel.ep=2 parallel.zero=3" \
-    "e_pp2_tp2|4|4|parallel.pp=2 parallel.tp=2" \
-    "e_pp2_fold_tp2|4|4|parallel.pp=2 parallel.tp=2 parallel.etp=1 parallel.ep=2"; do
-  IFS='|' read -r name np ga extra <<<"$c"
-  # shellcheck disable=SC2086
-  train "$name" "$np" "${MOE[@]}" training.grad_accum=$ga $extra &&
-    { close_losses e_single "$name" $FP32; close_weights e_single "$name" $W32; close_norms e_single "$name" $FP32; }
-done
+like_one_process e_single "e_pp2|2|4|parallel.pp=2" "e_pp2_gpipe|2|4|parallel.pp=2 parallel.schedule=gpipe" \
+  "e_pp2_ep2_dp2_zero1_ac|4|2|parallel.pp=2 parallel.dp=2 parallel.ep=2 parallel.zero=1 training.activation_checkpointing=true" \
+  "e_pp2_ep2_dp2_zero3|4|2|parallel.pp=2 parallel.dp=2 parallel.ep=2 parallel.zero=3" \
+  "e_pp2_tp2|4|4|parallel.pp=2 parallel.tp=2" "e_pp2_fold_tp2|4|4|parallel.pp=2 $FOLD"
 check "pp=2: the step's aux loss is the whole model's (every stage's layers: 1e-5 of one process)" \
   awk -v a="$(sed -n 's/.*"aux_loss": \([^,]*\),.*/\1/p' "$(run_dir e_single)/metrics.jsonl" | tail -1)" \
     -v b="$(sed -n 's/.*"aux_loss": \([^,]*\),.*/\1/p' "$(run_dir e_pp2_ep2_dp2_zero3)/metrics.jsonl" | tail -1)" \
