@@ -45,12 +45,7 @@ static void fill_bias(float *C, int ldc, const float *bias, int M, int N) {
 
 void loom_gemm_f32_ragged(int ta, int tb, int M, int N, int K, const float *A, int lda,
                           const float *B, int ldb, float beta, float *C, int ldc) {
-  static int ragged = -1; /* LOOM_GEMM_RAGGED=0: a primitive per shape, as loom_gemm_f32 */
-  if (ragged < 0) {
-    const char *e = getenv("LOOM_GEMM_RAGGED");
-    ragged = !(e && !strcmp(e, "0"));
-  }
-  if (!ragged || loom_gemm_get_backend() != LOOM_GEMM_ONEDNN || M <= 0 || N <= 0 || K <= 0 ||
+  if (loom_gemm_get_backend() != LOOM_GEMM_ONEDNN || M <= 0 || N <= 0 || K <= 0 ||
       K > 16384) { /* (long sums: loom_gemm_f32 blocks them) */
     loom_gemm_f32(ta, tb, M, N, K, A, lda, B, ldb, NULL, beta, C, ldc);
     return;

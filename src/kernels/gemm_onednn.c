@@ -19,7 +19,8 @@
  * Ragged products (gemm_onednn_ragged: the routed experts', whose rows change with the routing
  * every step): one primitive per (transposes, N, leading dimensions, beta) with M and K given at
  * run time (oneDNN's runtime dimensions), instead of a primitive per shape: creating one costs
- * ~0.2 ms, and a step of 32 experts in 4 layers met ~1000 new shapes. */
+ * ~0.2 ms, and a step of 32 experts in 4 layers met ~1000 new shapes. LOOM_GEMM_RAGGED=0 goes
+ * back to a primitive per shape (other values than 0 and 1 are refused). */
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,7 @@ static struct {
   wpack *packs;
   int npacks, cap_packs;
   int force; /* WM_PLAIN / WM_PACKED for every weights call, or WM_DECIDE: measure */
+  int ragged; /* runtime-dimension primitives for ragged products (LOOM_GEMM_RAGGED, default 1) */
 } G = {.bf16_ok = -1, .force = WM_DECIDE};
 
 #define DNNL_CHECK(call)                                                                     \
@@ -110,6 +112,13 @@ static void init(void) {
     exit(2);
   }
   if (force && G.force == WM_DECIDE) G.force = force[0] == '1' ? WM_PACKED : WM_PLAIN;
+  const char *ragged = getenv("LOOM_GEMM_RAGGED");
+  if (ragged && strcmp(ragged, "0") && strcmp(ragged, "1")) {
+    fprintf(stderr, "loom: LOOM_GEMM_RAGGED=%s is not 0 or 1: use 0 for a oneDNN primitive per "
+            "shape of the routed experts' products, 1 (the default) for one per kind\n", ragged);
+    exit(2);
+  }
+  G.ragged = !ragged || ragged[0] == '1';
   G.ready = 1;
 }
 
@@ -311,8 +320,8 @@ void gemm_onednn_ragged(int ta, int tb, int M, int N, int K, const float *A, int
   init();
   entry key = {.ta = ta, .tb = tb, .M = DNNL_RUNTIME_DIM_VAL, .N = N, .K = DNNL_RUNTIME_DIM_VAL,
                .lda = lda, .ldb = ldb, .ldc = ldc, .beta = beta, .ragged = 1};
-  entry *e = lookup(&key);
-  if (!e) { /* no runtime-dimension matmul here: a primitive of this shape */
+  entry *e = G.ragged ? lookup(&key) : NULL;
+  if (!e) { /* LOOM_GEMM_RAGGED=0, or no runtime-dimension matmul here: this shape's */
     gemm_onednn(0, ta, tb, M, N, K, A, lda, B, ldb, NULL, beta, C, ldc);
     return;
   }

@@ -4,8 +4,8 @@
 # JSON's roofline rows cover the GEMM roles, attention, norms, AdamW (and bf16 conversions in
 # bf16 only), sum to the profiled step, carry no fraction (nothing measured) but a note each;
 # no MFU is printed (none measured: null in the JSON, not 0%); a misspelt option is refused
-# with a suggestion and exit 2, and so is a LOOM_GEMM_PACK that is not 0 or 1. An MoE preset
-# changed by model.KEY=VALUE arguments profiles its MoE kernels as parts of their own; other
+# with a suggestion and exit 2, and so is a LOOM_GEMM_PACK or LOOM_GEMM_RAGGED that is not 0
+# or 1. An MoE preset changed by model.KEY=VALUE arguments profiles its MoE kernels as parts of their own; other
 # keys and misspelt ones are refused with exit 2.
 # usage: bench_roofline_test.sh LOOM
 . "$(dirname "$0")/../assert.sh"
@@ -77,6 +77,10 @@ out=$(LOOM_GEMM_PACK=yes "$LOOM" bench model --model tiny-gpt2 --batch 2 --seq 3
   --dtype bf16 --no-gemm 2>&1); rc=$?
 check "LOOM_GEMM_PACK=yes exits 2" [ "$rc" = 2 ]
 check "LOOM_GEMM_PACK=yes is named with what to use" grep -q "LOOM_GEMM_PACK=yes is not 0 or 1" <<<"$out"
+out=$(LOOM_GEMM_RAGGED=yes "$LOOM" bench model --model tiny-gpt2 --batch 2 --seq 32 --steps 1 \
+  --no-gemm 2>&1); rc=$?
+check "LOOM_GEMM_RAGGED=yes exits 2 (a dense model too)" [ "$rc" = 2 ]
+check "LOOM_GEMM_RAGGED=yes is named with what to use" grep -q "LOOM_GEMM_RAGGED=yes is not 0 or 1" <<<"$out"
 out=$("$LOOM" bench model --rooflin 2>&1); rc=$?
 check "misspelt option exits 2" [ "$rc" = 2 ]
 check "misspelt option suggests --roofline" grep -q "roofline" <<<"$out"
