@@ -5,8 +5,8 @@
 # bf16 only), sum to the profiled step, carry no fraction (nothing measured) but a note each;
 # no MFU is printed (none measured: null in the JSON, not 0%); a misspelt option is refused
 # with a suggestion and exit 2, and so is a LOOM_GEMM_PACK or LOOM_GEMM_RAGGED that is not 0
-# or 1. An MoE preset changed by model.KEY=VALUE arguments profiles its MoE kernels as parts of their own; other
-# keys and misspelt ones are refused with exit 2.
+# or 1. An MoE preset changed by model.KEY=VALUE arguments profiles its MoE kernels as parts
+# of their own; other keys and misspelt ones are refused with exit 2.
 # usage: bench_roofline_test.sh LOOM
 . "$(dirname "$0")/../assert.sh"
 LOOM=$1
