@@ -1,6 +1,7 @@
 /* Run-time choice of the fast kernels' code path: AVX-512 when the CPU has it, else portable C;
  * for the bf16 products of flash attention also whether AVX512-BF16 (vdpbf16ps) is there; for
- * the few AVX2 loops (AdamW) whether AVX2 is.
+ * the AVX2 loops of machines without AVX-512 (AdamW; flash attention's fp32 tiles, which also
+ * need FMA) whether AVX2 is.
  * LOOM_SIMD=generic in the environment, or loom_kernels_force_generic(1), forces the portable
  * path; LOOM_SIMD=avx512 or loom_kernels_force_no_bf16(1) AVX-512 without AVX512-BF16 (the
  * tests run every path). */
@@ -35,6 +36,8 @@ int fast_avx2(void) {
   return avx2_state;
 }
 
+int fast_avx2_fma(void) { return fast_avx2() && __builtin_cpu_supports("fma"); }
+
 void loom_kernels_force_generic(int on) {
   state = -1;
   avx2_state = on ? 0 : -1;
@@ -42,7 +45,9 @@ void loom_kernels_force_generic(int on) {
   else state = 0;
 }
 
-const char *loom_kernels_simd(void) { return fast_avx512() ? "avx512" : "generic"; }
+const char *loom_kernels_simd(void) {
+  return fast_avx512() ? "avx512" : fast_avx2() ? "avx2" : "generic";
+}
 
 int fast_avx512_bf16(void) {
   if (bf16_state < 0) {

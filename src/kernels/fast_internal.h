@@ -13,6 +13,8 @@ int fast_avx512(void);
 /* 1 when the CPU has AVX2 (and LOOM_SIMD is not "generic"): the AVX2 loops of machines
  * without AVX-512 */
 int fast_avx2(void);
+/* 1 when fast_avx2() and the CPU has FMA: flash attention's AVX2 tiles */
+int fast_avx2_fma(void);
 /* 1 when fast_avx512() and the CPU has AVX512-BF16 (and LOOM_SIMD is not "avx512"). */
 int fast_avx512_bf16(void);
 /* dst(n) = bf16(src(n)) exactly as loom_f32_to_bf16, on this thread (fast_bf16.c) */

@@ -83,8 +83,7 @@ void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const fl
   const int par = (size_t)B * Hq * T * T * D >= FAST_PAR_MIN;
   /* delta (B,Hq,T) = rowsum(dout * out) */
   ftile_delta(work, out, dout, B, T, Hq, D, 0, par);
-  bwd_args a = {dq, dout, lse, q, k, v, work, T, Hq, Hkv, D, mask,
-                fast_avx512() && D % 16 == 0};
+  bwd_args a = {dq, dout, lse, q, k, v, work, T, Hq, Hkv, D, mask, ftile_simd(D)};
   ftile_bwd_items(B, T, Hkv, D, dk, dv, par, 0, item, &a);
   LOOM_PROF_POP(10.0 * D * Hq * flash_visible_pairs(mask, B, T), 0);
 }

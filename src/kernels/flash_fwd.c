@@ -49,7 +49,7 @@ void loom_flash_attention_forward_f32(float *out, float *lse, const float *q, co
   LOOM_ASSERT(Hkv > 0 && Hq % Hkv == 0 && D > 0 && D <= 256);
   if (B <= 0 || T <= 0 || Hq <= 0) return;
   LOOM_PROF_PUSH(LOOM_PART_ATTN_FWD);
-  const int simd = fast_avx512() && D % 16 == 0, nqt = (T + BQ - 1) / BQ;
+  const int simd = ftile_simd(D), nqt = (T + BQ - 1) / BQ;
   const long items = (long)B * Hq * nqt;
 #pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * Hq * T * T * D >= FAST_PAR_MIN)
   for (long it = 0; it < items; it++) {

@@ -268,6 +268,12 @@ static void delta_avx512(float *work, const float *out, const float *dout, int B
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
+int ftile_simd(int D) {
+  if (fast_avx512() && D % 16 == 0) return FTILE_AVX512;
+  if (fast_avx2_fma() && D % 8 == 0) return FTILE_AVX2;
+  return FTILE_GENERIC;
+}
+
 void ftile_transpose_in(float *Xt, const float *src, long ld, int nrows, int D) {
   if (D % 16 == 0 && fast_avx512()) transpose_avx512(Xt, src, ld, nrows, D);
   else transpose_generic(Xt, src, ld, nrows, D);
@@ -304,19 +310,25 @@ void ftile_store_out(float *out, long ld, const float *Ot, const float *l, int n
 
 void ftile_mm(int simd, float *C, int ldc, const float *A, long ai, long ap, const float *B,
               long ldb, int m, int n, int k, int acc) {
-  if (simd) mm_avx512(C, ldc, A, ai, ap, B, ldb, m, n, k, acc);
+  if (simd == FTILE_AVX512) mm_avx512(C, ldc, A, ai, ap, B, ldb, m, n, k, acc);
+  else if (simd == FTILE_AVX2) ftile_mm_avx2(C, ldc, A, ai, ap, B, ldb, m, n, k, acc);
   else mm_generic(C, ldc, A, ai, ap, B, ldb, m, n, k, acc);
 }
 
 void ftile_softmax_step(int simd, float *St, int nk, int nq, const ftile_vis *vis, float scale,
                         float *m, float *l, float *alpha) {
-  if (simd) softmax_avx512(St, nk, nq, vis, scale, m, l, alpha);
+  if (simd == FTILE_AVX512) softmax_avx512(St, nk, nq, vis, scale, m, l, alpha);
+  else if (simd == FTILE_AVX2) ftile_softmax_avx2(St, nk, nq, vis, scale, m, l, alpha);
   else softmax_generic(St, nk, nq, vis, scale, m, l, alpha);
 }
 
 void ftile_scale_cols(int simd, float *Ot, int D, const float *alpha) {
-  if (simd) {
+  if (simd == FTILE_AVX512) {
     scale_cols_avx512(Ot, D, alpha);
+    return;
+  }
+  if (simd == FTILE_AVX2) {
+    ftile_scale_cols_avx2(Ot, D, alpha);
     return;
   }
   for (int d = 0; d < D; d++)
@@ -325,6 +337,7 @@ void ftile_scale_cols(int simd, float *Ot, int D, const float *alpha) {
 
 void ftile_bwd_p_ds(int simd, float *St, float *dPt, int nk, int nq, const ftile_vis *vis,
                     float scale, const float *lse, const float *delta) {
-  if (simd) bwd_avx512(St, dPt, nk, nq, vis, scale, lse, delta);
+  if (simd == FTILE_AVX512) bwd_avx512(St, dPt, nk, nq, vis, scale, lse, delta);
+  else if (simd == FTILE_AVX2) ftile_bwd_avx2(St, dPt, nk, nq, vis, scale, lse, delta);
   else bwd_generic(St, dPt, nk, nq, vis, scale, lse, delta);
 }

@@ -1,5 +1,5 @@
 /* Private to flash attention: the per-tile operations of the forward and backward passes, in
- * an AVX-512 and a portable version (simd = 0/1). Tiles hold BQ query columns: a "transposed"
+ * an AVX-512, an AVX2 + FMA (flash_tile_avx2.c) and a portable version (simd = FTILE_*). Tiles hold BQ query columns: a "transposed"
  * tile Xt (rows, BQ) has one row per key (or per head-dim index) and one column per query, so
  * that the softmax over keys is a vertical operation across rows, vectorised over queries. */
 #ifndef LOOM_FLASH_TILE_H
@@ -9,8 +9,15 @@
 #define BQ 64 /* queries per tile (columns of a transposed tile) */
 #define BK 64 /* keys per tile */
 
+/* The code path of the tile operations (the `simd` argument below) */
+enum { FTILE_GENERIC = 0, FTILE_AVX512 = 1, FTILE_AVX2 = 2 };
+/* The fp32 tiles' path for head dimension D: AVX-512 when the CPU has it and D % 16 == 0, else
+ * AVX2 + FMA when the CPU has those and D % 8 == 0, else portable (LOOM_SIMD=generic: portable) */
+int ftile_simd(int D);
+
 /* C (m, n) (+)= A (m, k) B (k, n): A(i,p) = A[i*ai + p*ap] (broadcast scalars, any strides),
- * B row p at B + p*ldb, C row i at C + i*ldc; n a multiple of 16 on the AVX-512 path.
+ * B row p at B + p*ldb, C row i at C + i*ldc; n a multiple of 16 on the AVX-512 path, of 8
+ * on the AVX2 path.
  * acc = 0 overwrites C. */
 void ftile_mm(int simd, float *C, int ldc, const float *A, long ai, long ap, const float *B,
               long ldb, int m, int n, int k, int acc);
@@ -86,6 +93,14 @@ typedef struct {
  * first row in dk, dv of shape (B, T, Hkv, D)), which are then copied out. */
 typedef void (*ftile_bwd_item_fn)(void *ctx, void *scratch, int b, int kh, size_t off,
                                   const ftile_kv_acc *acc);
+/* The AVX2 + FMA versions (flash_tile_avx2.c): n and D multiples of 8 */
+void ftile_mm_avx2(float *C, int ldc, const float *A, long ai, long ap, const float *B, long ldb,
+                   int m, int n, int k, int acc);
+void ftile_softmax_avx2(float *St, int nk, int nq, const ftile_vis *vis, float scale, float *m,
+                        float *l, float *alpha);
+void ftile_scale_cols_avx2(float *Ot, int D, const float *alpha);
+void ftile_bwd_avx2(float *St, float *dPt, int nk, int nq, const ftile_vis *vis, float scale,
+                    const float *lse, const float *delta);
 void ftile_bwd_items(int B, int T, int Hkv, int D, float *dk, float *dv, int par,
                      size_t scratch_bytes, ftile_bwd_item_fn fn, void *ctx);
 /* (query, key) pairs of one sequence and head that mask m leaves visible (flash_work.c). The

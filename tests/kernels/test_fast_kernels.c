@@ -424,8 +424,22 @@ static void test_flash(int B, int T, int Hq, int Hkv, int D, loom_attn_mask mask
            mask.window, B, T, Hq, Hkv, D);
   CHECK_REL(rel_err_fd(of, out, nq), TOL, "%s out", what);
   CHECK_REL(rel_err_fd(lf, lse, nl), TOL, "%s lse", what);
-  CHECK_REL(rel_err_fd(dqf, dq, nq), TOL, "%s dq", what);
-  CHECK_REL(rel_err_fd(dkf, dk, nk), TOL, "%s dk", what);
+  if (mask.window == 1) {
+    /* each query sees only itself: every probability is 1, dS = P (dP - delta) = 0, so dq and
+     * dk are 0 exactly and a path's rounding of dP - delta (FMA sums against delta's plain
+     * ones) shows as an error relative to nothing. Measured instead against the norm of the
+     * attention gradients' scale, dv's (the same rounding on a value of that size is ~1e-7) */
+    double dvn = 0, eq = 0, ek = 0;
+    for (size_t i = 0; i < nk; i++) dvn += dv[i] * dv[i];
+    for (size_t i = 0; i < nq; i++) eq += ((double)dqf[i] - dq[i]) * ((double)dqf[i] - dq[i]);
+    for (size_t i = 0; i < nk; i++) ek += ((double)dkf[i] - dk[i]) * ((double)dkf[i] - dk[i]);
+    CHECK(dvn > 1e-6, "%s: dv is not a scale (%g)", what, sqrt(dvn));
+    CHECK_REL(sqrt(eq / dvn), TOL, "%s dq (error over |dv|)", what);
+    CHECK_REL(sqrt(ek / dvn), TOL, "%s dk (error over |dv|)", what);
+  } else {
+    CHECK_REL(rel_err_fd(dqf, dq, nq), TOL, "%s dq", what);
+    CHECK_REL(rel_err_fd(dkf, dk, nk), TOL, "%s dk", what);
+  }
   CHECK_REL(rel_err_fd(dvf, dv, nk), TOL, "%s dv", what);
   loom_free(q), loom_free(k), loom_free(v), loom_free(dout), loom_free(out), loom_free(lse);
   loom_free(dq), loom_free(dk), loom_free(dv), loom_free(qf), loom_free(kf), loom_free(vf);
@@ -559,7 +573,9 @@ static void run_all(void) {
   test_flash(2, 70, 3, 1, 32, full);
   test_flash(1, 190, 2, 1, 64, cw);
   test_flash(1, 130, 2, 2, 80, bw);
-  test_flash(1, 40, 2, 1, 24, w1); /* D not a multiple of 16: portable tiles */
+  test_flash(1, 40, 2, 1, 24, w1); /* D not a multiple of 16: AVX2 (or portable) tiles */
+  test_flash(2, 130, 4, 2, 48, causal); /* tiny-qwen3's head dim: AVX2 tiles, portable on AVX-512 */
+  test_flash(1, 70, 2, 1, 20, causal);  /* not a multiple of 8: portable tiles everywhere */
 }
 
 /* every fast kernel except the GEMMs, bitwise, 1 vs 3 threads */
@@ -598,7 +614,7 @@ int main(void) {
   test_gemm_weights_both_ways();
   printf("fast kernels, %s path\n", loom_kernels_simd());
   run_all();
-  if (!strcmp(loom_kernels_simd(), "avx512")) {
+  if (strcmp(loom_kernels_simd(), "generic")) { /* avx512 or avx2: the portable path too */
     loom_kernels_force_generic(1);
     printf("fast kernels, %s path\n", loom_kernels_simd());
     run_all();
