@@ -218,8 +218,9 @@ void loom_flash_attention_backward_f32(float *dq, float *dk, float *dv, const fl
  * one when T <= 64) before it weights v and divides by the row sum after; the backward rounds
  * P = exp(s - lse) and dS = P (dP - delta) / sqrt(D) as operands of dV, dK and dQ; delta =
  * rowsum(bf16(dout) out); scores, softmax statistics (lse) and outputs are fp32.
- * Without AVX512-BF16 the same arithmetic runs on AVX-512F (or portable C: D % 16 != 0 or no
- * AVX-512); loom_kernels_attn_bf16_path() names the path. */
+ * Without AVX512-BF16 the same arithmetic runs on AVX-512F, or without AVX-512 (or D % 16
+ * != 0) on AVX2 + FMA (D % 8 == 0; the products and packs bitwise the portable ones, exp the
+ * vectorised one), else portable C; loom_kernels_attn_bf16_path() names the path. */
 void loom_flash_attention_forward_bf16(float *out, float *lse, const float *q, const float *k,
                                        const float *v, int B, int T, int Hq, int Hkv, int D,
                                        loom_attn_mask mask);
@@ -228,7 +229,7 @@ void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const f
                                         const float *k, const float *v, int B, int T, int Hq,
                                         int Hkv, int D, loom_attn_mask mask, float *work);
 /* "avx512_bf16" (vdpbf16ps), "avx512" (emulated on AVX-512F: no AVX512-BF16 on this CPU, or
- * LOOM_SIMD=avx512) or "generic". loom_kernels_force_no_bf16(1) takes the AVX-512F path even
+ * LOOM_SIMD=avx512), "avx2" (no AVX-512) or "generic". loom_kernels_force_no_bf16(1) takes the AVX-512F path even
  * where AVX512-BF16 exists (tests), (0) back to detection. */
 const char *loom_kernels_attn_bf16_path(void);
 void loom_kernels_force_no_bf16(int on);

@@ -31,7 +31,7 @@ static void query_tile(const bwd_args *a, int b, int h, int kh, int i, const uin
                        const uint32_t *Vall, const uint32_t *Kvall,
                        const ftile_kv_acc *acc) {
   const int T = a->T, D = a->D, t0 = i * BQ, nq = T - t0 < BQ ? T - t0 : BQ;
-  const int DP = (D + 1) / 2, nqp = (nq + 1) / 2, path = a->path, simd = path != FB_GENERIC;
+  const int DP = (D + 1) / 2, nqp = (nq + 1) / 2, path = a->path, simd = fb_ftile_simd(path);
   const float scale = (float)(1.0 / sqrt((double)D));
   const long ldq = (long)a->Hq * D;
   const size_t qoff = (((size_t)b * T + t0) * a->Hq + h) * D;

@@ -22,7 +22,7 @@ static void query_tile(float *out, float *lse, const float *q, const uint32_t *K
                        const uint32_t *Vall, int b, int h, int i, int T, int Hq, int D,
                        loom_attn_mask mask, int path) {
   const int t0 = i * BQ, nq = T - t0 < BQ ? T - t0 : BQ;
-  const int DP = (D + 1) / 2, simd = path != FB_GENERIC;
+  const int DP = (D + 1) / 2, simd = fb_ftile_simd(path);
   const float scale = (float)(1.0 / sqrt((double)D));
   const long ldq = (long)Hq * D;
   float Qt[D * BQ], Ot[D * BQ], St[BK * BQ];             /* (D,BQ) (D,BQ) (BK,BQ) fp32 */

@@ -1,7 +1,7 @@
 /* Tiles of bf16 pairs for flash attention (see flash_tile_bf16.h): packing fp32 tiles into
  * bf16 pairs (plain rows and the VNNI interleave of two rows), and the register-blocked pair
  * GEMM (6 rows x 64 columns of fp32 accumulators) on vdpbf16ps, on AVX-512F emulating it
- * operation for operation, or in portable C. */
+ * operation for operation, or in portable C (AVX2: flash_tile_bf16_avx2.c). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -10,8 +10,8 @@
 #include "loom/core.h"
 
 int fb_path(int D) {
-  if (D % 16 != 0 || !fast_avx512()) return FB_GENERIC;
-  return fast_avx512_bf16() ? FB_BF16 : FB_AVX512;
+  if (D % 16 == 0 && fast_avx512()) return fast_avx512_bf16() ? FB_BF16 : FB_AVX512;
+  return D % 8 == 0 && fast_avx2_fma() ? FB_AVX2 : FB_GENERIC;
 }
 
 /* ---- portable ------------------------------------------------------------------------------ */
@@ -272,6 +272,10 @@ static BF16_FN void mm_bf16(float *C, int ldc, const uint32_t *A, long ai, long 
 void fb_pack_rows(int path, uint32_t *dst, int lddst, const float *src, long ld, int nrows,
                   int ncols, int nrows_pad) {
   int np = (ncols + 1) / 2;
+  if (path == FB_AVX2) {
+    fb_pack_rows_avx2(dst, lddst, src, ld, nrows, ncols, nrows_pad);
+    return;
+  }
   if (path == FB_BF16) {
     rows_bf16(dst, lddst, src, ld, nrows, ncols);
     for (int r = nrows; r < nrows_pad; r++)
@@ -298,6 +302,7 @@ void fb_pack_vnni(int path, uint32_t *dst, int lddst, const float *src, long ld,
                   int ncols, int npairs) {
   if (path == FB_GENERIC) vnni_generic(dst, lddst, src, ld, nrows, ncols, npairs);
   else if (path == FB_BF16) vnni_bf16(dst, lddst, src, ld, nrows, ncols, npairs);
+  else if (path == FB_AVX2) fb_pack_vnni_avx2(dst, lddst, src, ld, nrows, ncols, npairs);
   else vnni_avx512(dst, lddst, src, ld, nrows, ncols, npairs);
 }
 
@@ -305,5 +310,6 @@ void fb_mm(int path, float *C, int ldc, const uint32_t *A, long ai, long ap, con
            long ldb, int m, int n, int kp, int acc) {
   if (path == FB_BF16) mm_bf16(C, ldc, A, ai, ap, B, ldb, m, n, kp, acc);
   else if (path == FB_AVX512) mm_emu(C, ldc, A, ai, ap, B, ldb, m, n, kp, acc);
+  else if (path == FB_AVX2) fb_mm_avx2(C, ldc, A, ai, ap, B, ldb, m, n, kp, acc);
   else mm_generic(C, ldc, A, ai, ap, B, ldb, m, n, kp, acc);
 }

@@ -1,5 +1,5 @@
 /* bf16 flash attention (loom_flash_attention_{forward,backward}_bf16) on every code path this
- * CPU has (vdpbf16ps, its AVX-512F emulation, portable C), for causal, GQA, odd T (partial
+ * CPU has (vdpbf16ps, its AVX-512F emulation, AVX2, portable C), for causal, GQA, odd T (partial
  * tiles), full, causal-window and the vision encoder's bidirectional-window masks:
  *  - against the masked double reference (itself checked by finite differences in
  *    test_fast_kernels) evaluated on the bf16-rounded inputs, i.e. exact attention of what the
@@ -7,12 +7,15 @@
  *  - against the fp32 flash kernel on the unrounded inputs (what bf16 training changes);
  *  - inputs holding bf16 values give bitwise the same results as the unrounded ones (the
  *    rounding happens on load), and the results differ from fp32 (the rounding is applied);
- *  - the emulated path equals vdpbf16ps bitwise, the portable one within fp32 round-off;
+ *  - the emulated path equals vdpbf16ps bitwise, the AVX2 and portable ones within fp32
+ *    round-off (their exp differs; the AVX2 pair GEMM and packs are the portable ones bit for
+ *    bit: test_pair_tiles);
  *  - 1 and 3 threads bitwise;
  *  - dK, dV summed in private rows or in the output rows, bitwise the same (bf16 and fp32). */
 #include <omp.h>
 #include <string.h>
 
+#include "kernels/flash_tile_bf16.h"
 #include "ktest.h"
 #include "loom/kernels.h"
 
@@ -82,12 +85,21 @@ static double rel_ff(const float *a, const float *b, size_t n) {
   return sqrt(num) / (sqrt(den) > 1e-8 ? sqrt(den) : 1e-8);
 }
 
-/* force one code path: 2 vdpbf16ps, 1 AVX-512F emulation, 0 portable */
+/* force one code path: 2 vdpbf16ps, 1 AVX-512F emulation, 0 portable; 3 AVX2 is detection's
+ * own pick where there is no AVX-512, or for D % 16 != 0 where there is */
 static void force_path(int p) {
   loom_kernels_force_generic(p == 0);
   loom_kernels_force_no_bf16(p == 1);
 }
-static const char *const path_name[3] = {"generic", "avx512", "avx512_bf16"};
+static const char *const path_name[4] = {"generic", "avx512", "avx512_bf16", "avx2"};
+/* whether path p runs head dim D on this CPU once forced */
+static int path_runs(int p, int D) {
+  const char *cpu = loom_kernels_attn_bf16_path();
+  if (p == 1 || p == 2) return D % 16 == 0 && !strcmp(cpu, path_name[p]);
+  if (p == 3)
+    return D % 8 == 0 && (!strcmp(cpu, "avx2") || (D % 16 != 0 && !strncmp(cpu, "avx512", 6)));
+  return 1;
+}
 
 static void test_case(int B, int T, int Hq, int Hkv, int D, loom_attn_mask mask, double qscale) {
   size_t nq = (size_t)B * T * Hq * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * Hq * T;
@@ -126,11 +138,12 @@ static void test_case(int B, int T, int Hq, int Hkv, int D, loom_attn_mask mask,
            mask.window, B, T, Hq, Hkv, D);
   outputs first = {0};
   int first_path = -1;
-  for (int p = 2; p >= 0; p--) {
+  static const int order[4] = {2, 1, 3, 0};
+  for (int oi = 0; oi < 4; oi++) {
+    const int p = order[oi];
     force_path(p);
-    if (p && D % 16) continue; /* AVX-512 tiles need D % 16 == 0: only the portable path */
-    if (strcmp(loom_kernels_attn_bf16_path(), path_name[p])) {
-      printf("  (%s path not available on this CPU)\n", path_name[p]);
+    if (!path_runs(p, D)) { /* AVX-512 tiles need D % 16 == 0, AVX2 tiles D % 8 == 0 */
+      printf("  (%s path not available for D=%d on this CPU)\n", path_name[p], D);
       continue;
     }
     outputs o = alloc_out(nq, nk, nl), r = alloc_out(nq, nk, nl);
@@ -213,6 +226,49 @@ static void test_threads(void) {
   loom_free(work);
 }
 
+/* The AVX2 pair GEMM and packs against the portable ones, bit for bit: packs of odd row counts
+ * (a zero-padded pair), rows padded past nrows, NaN, infinities and subnormals among the values;
+ * products with strided A operands (as the tiles use them), accumulating and not */
+static void test_pair_tiles(void) {
+  if (fb_path(48) != FB_AVX2) {
+    printf("  (AVX2 pair tiles not on this CPU's path for D=48)\n");
+    return;
+  }
+  enum { R = 37, C = 48, NP = (R + 1) / 2, PAD = 40 };
+  float src[R * C];
+  for (int i = 0; i < R * C; i++) src[i] = (float)loom_rng_normal(&ktest_rng);
+  src[5] = NAN, src[77] = INFINITY, src[90] = -INFINITY, src[101] = 1e-40f, src[200] = -3e-39f;
+  src[300] = 1.00390625f; /* a tie: rounds to even */
+  uint32_t g[NP * C], x[NP * C], gr[PAD * (C / 2)], xr[PAD * (C / 2)];
+  memset(g, 0xab, sizeof g), memset(x, 0xab, sizeof x);
+  force_path(0);
+  fb_pack_vnni(FB_GENERIC, g, C, src, C, R, C, NP);
+  fb_pack_rows(FB_GENERIC, gr, C / 2, src, C, R, C, PAD);
+  force_path(3);
+  fb_pack_vnni(FB_AVX2, x, C, src, C, R, C, NP);
+  fb_pack_rows(FB_AVX2, xr, C / 2, src, C, R, C, PAD);
+  CHECK(!memcmp(g, x, sizeof g), "AVX2 VNNI pack differs from the portable one");
+  CHECK(!memcmp(gr, xr, sizeof gr), "AVX2 row pack differs from the portable one");
+  /* finite operands for the products */
+  for (int i = 0; i < R * C; i++) src[i] = (float)loom_rng_normal(&ktest_rng);
+  fb_pack_vnni(FB_GENERIC, g, C, src, C, R, C, NP);
+  fb_pack_rows(FB_GENERIC, gr, C / 2, src, C, R, C, PAD);
+  for (int acc = 0; acc < 2; acc++) {
+    float cg[R * C], cx[R * C];
+    for (int i = 0; i < R * C; i++) cg[i] = cx[i] = (float)loom_rng_normal(&ktest_rng);
+    /* C (13, 48) (+)= A (13 rows of 24 pairs, row-major) . B (24 pairs, 48) */
+    fb_mm(FB_GENERIC, cg, C, gr, C / 2, 1, g, C, 13, C, 18, acc);
+    fb_mm(FB_AVX2, cx, C, gr, C / 2, 1, g, C, 13, C, 18, acc);
+    CHECK(!memcmp(cg, cx, sizeof cg), "AVX2 pair GEMM differs from the portable one (acc=%d)", acc);
+    /* A read down columns (ai = 1, ap = row stride): C (19, 24) over 9 pairs */
+    fb_mm(FB_GENERIC, cg, C, g, 1, C, g, C, 19, 24, 9, acc);
+    fb_mm(FB_AVX2, cx, C, g, 1, C, g, C, 19, 24, 9, acc);
+    CHECK(!memcmp(cg, cx, sizeof cg), "AVX2 pair GEMM (strided A) differs (acc=%d)", acc);
+  }
+  force_path(-1);
+  printf("  AVX2 pair GEMM and packs: bitwise the portable ones\n");
+}
+
 int main(void) {
   loom_rng_seed(&ktest_rng, 1515);
   printf("bf16 flash attention, default path on this CPU: %s\n", loom_kernels_attn_bf16_path());
@@ -226,9 +282,11 @@ int main(void) {
   test_case(1, 130, 2, 2, 80, bw, 1.0);  /* vision: bidirectional window, head dim 80 */
   test_case(1, 97, 2, 1, 64, bw, 1.0);   /* odd T under a window */
   test_case(1, 40, 2, 1, 64, w1, 1.0);   /* one key per query */
-  test_case(1, 40, 2, 1, 24, cw, 1.0);   /* D % 16 != 0: portable tiles only */
+  test_case(1, 40, 2, 1, 24, cw, 1.0);   /* D % 16 != 0: AVX2 and portable tiles */
+  test_case(2, 130, 4, 2, 48, causal, 1.0); /* tiny-qwen3's head dim */
   test_case(1, 33, 2, 2, 7, causal, 1.0); /* odd D: padded pairs */
   test_threads();
+  test_pair_tiles();
   ktest_report_worst();
   return harness_finish("test_flash_bf16");
 }
