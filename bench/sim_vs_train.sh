@@ -9,7 +9,9 @@
 # deterministic: instruction order, bytes per collective, memory). Takes ~15 minutes on 2 cores.
 # The "long llama" cases are the step-time half of tests/sim/sim_vs_train_cp_test.py (context
 # parallelism on 2048-token sequences); the "moe" cases compare loom's own MoE runs (expert
-# parallelism over MPI; a case the trainer refuses is reported as failed with its message).
+# parallelism over MPI; a case the trainer refuses is reported as failed with its message;
+# with the experts split over ranks the simulation gets the routing the runs had: "ep load",
+# the busiest rank's routed pairs over the mean rank's from metrics.jsonl, as --moe-imbalance).
 #
 # usage: bench/sim_vs_train.sh [path/to/loom] [--repeat R] [--steps S] [--only REGEX]
 # env:   PROFILE=FILE  use this profile instead of calibrating (loom bench --nproc 2)
@@ -119,7 +121,7 @@ CASES=(
 )
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-26s %5s %12s %12s %12s %8s %6s\n" "strategy" "ranks" "measured s" "(median)" "predicted s" "error" "load"
+printf "%-26s %5s %12s %12s %12s %8s %6s %s\n" "strategy" "ranks" "measured s" "(median)" "predicted s" "error" "load" "ep load"
 n=0 within=0
 for c in "${CASES[@]}"; do
   IFS='|' read -r name np model over <<<"$c"
@@ -132,7 +134,7 @@ for c in "${CASES[@]}"; do
   esac
   read -r -a O <<<"$over"
   [ -n "${RECAL:-}" ] && calibrate >/dev/null
-  steps=""
+  steps="" loads=""
   for r in $(seq "$REPEAT"); do
     wait_quiet
     rm -rf "$WORK/runs"
@@ -141,14 +143,25 @@ for c in "${CASES[@]}"; do
       echo "$name: training failed:" >&2; tail -3 "$WORK/train.log" >&2; continue 2
     fi
     steps="$steps $(sed -n '2,$s/.*"step_time": \([0-9.e+-]*\),.*/\1/p' "$WORK"/runs/bench_*/metrics.jsonl)"
+    # experts split over ranks: the busiest rank's routed pairs over the mean rank's, per MoE
+    # layer and timed step (metrics.jsonl's moe_ep_load)
+    loads="$loads $(python3 -c "import json, sys
+for line in list(open(sys.argv[1]))[1:]:
+    print(*json.loads(line).get('moe_ep_load', []))" "$WORK"/runs/bench_*/metrics.jsonl)"
   done
+  # the routing the runs had (loom sim --moe-imbalance: one factor, the mean over layers and
+  # steps, as the stretched costs are linear in it); none without expert parallelism
+  imb=()
+  if [ -n "${loads// /}" ]; then
+    imb=(--moe-imbalance "$(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print('%.4f' % (sum(a) / len(a)))" $loads)")
+  fi
   read -r best median <<<"$(python3 -c "import sys, statistics as s; a=[float(x) for x in sys.argv[1:]]; print(min(a), s.median(a))" $steps)"
-  pred=$("$LOOM" sim "${M[@]}" "${COMMON[@]}" "${O[@]}" --hardware "$PROFILE" --gpus "$np" |
+  pred=$("$LOOM" sim "${M[@]}" "${COMMON[@]}" "${O[@]}" --hardware "$PROFILE" --gpus "$np" "${imb[@]}" |
          sed -n 's/^step time *\([0-9.]*\) s/\1/p')
   err=$(python3 -c "print('%+.1f%%' % (100 * ($pred / $best - 1)))")
   ok=$(python3 -c "print(int(abs($pred / $best - 1) <= 0.15))")
   n=$((n + 1)) within=$((within + ok))
-  printf "%-26s %5s %12.4f %12.4f %12.4f %8s %6s\n" "$name" "$np" "$best" "$median" "$pred" "$err" \
-    "$(cut -d' ' -f1 /proc/loadavg)"
+  printf "%-26s %5s %12.4f %12.4f %12.4f %8s %6s %s\n" "$name" "$np" "$best" "$median" "$pred" "$err" \
+    "$(cut -d' ' -f1 /proc/loadavg)" "${imb[1]:-}"
 done
 echo "$within of $n strategies within 15% (profile: $PROFILE; fastest of $REPEAT runs x $((STEPS - 1)) timed steps)"

@@ -125,14 +125,24 @@ static const char *json_num(char *buf, size_t n, double x) {
   return buf;
 }
 
+/* The ranks the routed experts are split over: ep, or tp when they are folded on it (each
+ * holding E / groups consecutive experts); 1: every rank runs every expert */
+static int expert_groups(const loom_decoder *d) {
+  if (d->shard.experts_over_tp && d->shard.tp > 1) return d->shard.tp;
+  return d->shard.ep > 1 ? d->shard.ep : 1;
+}
+
 /* Mixture-of-Experts models: the step's router figures, for metrics.jsonl (json) or train.log
  * (a short line), malloc'd; NULL for a dense model. Loads are max/mean (token, slot) pairs per
- * expert of each MoE layer (1 = balanced), summed over the step's micro-batches and ranks. */
+ * expert of each MoE layer (1 = balanced), summed over the step's micro-batches and ranks; with
+ * the experts split over ranks also per rank: the busiest rank's pairs over the mean rank's
+ * (what its expert GEMMs and all-to-alls wait on; loom sim's --moe-imbalance). */
 static char *moe_figures(loom_run *run, bool json) {
   loom_decoder *d = loom_exec_decoder(run->exec);
   const loom_moe_step_stats *m = d ? loom_decoder_moe_stats(d) : NULL;
   if (!m || !m->layers) return NULL;
-  size_t cap = 160 + (size_t)m->layers * 48, n = 0;
+  const int groups = expert_groups(d);
+  size_t cap = 200 + (size_t)m->layers * 96, n = 0;
   char *out = loom_malloc(cap);
   n += (size_t)snprintf(out + n, cap - n, json ? ", \"aux_loss\": %.9g" : "moe: aux %.4f",
                         m->aux_loss);
@@ -149,6 +159,22 @@ static char *moe_figures(loom_run *run, bool json) {
     n += (size_t)snprintf(out + n, cap - n, json ? "%s%.6g" : "%s %.2f", i && json ? ", " : "",
                           ratio);
     dropped += m->dropped[i];
+  }
+  if (groups > 1 && m->experts % groups == 0) {
+    n += (size_t)snprintf(out + n, cap - n, json ? "], \"moe_ep_load\": [" : " | ep load");
+    for (int i = 0; i < m->layers; i++) {
+      const int64_t *load = m->load + (size_t)i * m->experts; // (E)
+      const int per = m->experts / groups;
+      int64_t total = 0, max = 0;
+      for (int g = 0; g < groups; g++) {
+        int64_t sum = 0;
+        for (int e = g * per; e < (g + 1) * per; e++) sum += load[e];
+        total += sum, max = sum > max ? sum : max;
+      }
+      double ratio = total ? (double)max * groups / (double)total : 0;
+      n += (size_t)snprintf(out + n, cap - n, json ? "%s%.6g" : "%s %.2f", i && json ? ", " : "",
+                            ratio);
+    }
   }
   if (json) {
     n += (size_t)snprintf(out + n, cap - n, "], \"moe_dropped\": [");

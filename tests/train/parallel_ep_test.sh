@@ -38,6 +38,9 @@
 #    stages (vpp=2 on one rank and on two) equal one process, gradient norms too; the step's
 #    aux loss and every layer's load are the whole model's; the pp=2 x ep=2 checkpoint holds
 #    every tensor once, and the ep=2 checkpoint resumes under pp=2 x ep=2;
+#  - metrics.jsonl's moe_ep_load (the busiest expert rank's routed pairs over the mean rank's):
+#    equal to moe_load with one expert a rank (ep=4, 4 experts), within [1, min(ep, moe_load)]
+#    at ep=2, absent on one process;
 #  - refusals: ep not dividing dp or the experts, tp not dividing the experts' inner size,
 #    Megatron sequence parallelism with MoE layers, folded experts with cp, naming the keys.
 . "$(dirname "$0")/parallel_common.sh"
@@ -68,6 +71,17 @@ train e_ep4 4 "${MOE[@]}" parallel.dp=4 parallel.ep=4 &&
   { close_losses e_single e_ep4 $FP32; close_weights e_single e_ep4 $W32; }
 check "ep=2: the all-to-alls ran (comm bytes of all-to-all)" \
   grep -q '"all-to-all"' "$(run_dir e_ep2)/comm.json"
+# moe_ep_load: per MoE layer the busiest expert-parallel rank's routed pairs over the mean rank's
+ep_loads() { grep -o "\"$2\": \[[^]]*\]" "$(run_dir "$1")/metrics.jsonl" | sed 's/.*\[//; s/\]//; s/,//g'; }
+check "ep=4 with 4 experts (one a rank): every step's rank loads = its expert loads" \
+  test "$(ep_loads e_ep4 moe_ep_load)" = "$(ep_loads e_ep4 moe_load)" -a -n "$(ep_loads e_ep4 moe_ep_load)"
+check "ep=2: 1 <= rank load <= min(2, expert load max/mean), every layer and step" \
+  awk 'NR == FNR { a[NR] = $0; next } { n = split(a[FNR], e, " "); m = split($0, r, " ")
+    if (n != m || n == 0) bad = 1
+    for (i = 1; i <= n; i++) if (r[i] < 1 || r[i] > 2 || r[i] > e[i] + 1e-9) bad = 1
+    k++ } END { exit bad || k != 20 }' <(ep_loads e_ep2 moe_load) <(ep_loads e_ep2 moe_ep_load)
+check "one process: no rank loads (the experts are not split)" \
+  test -z "$(ep_loads e_single moe_ep_load)"
 
 echo "tensor parallelism: each tp rank a slice of every expert, ep folded over the dp ranks"
 norms() { sed -n 's/.*"grad_norm": \([^,}]*\).*/\1/p' "$(run_dir "$1")/metrics.jsonl"; }
