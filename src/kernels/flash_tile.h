@@ -1,7 +1,8 @@
 /* Private to flash attention: the per-tile operations of the forward and backward passes, in
- * an AVX-512, an AVX2 + FMA (flash_tile_avx2.c) and a portable version (simd = FTILE_*). Tiles hold BQ query columns: a "transposed"
- * tile Xt (rows, BQ) has one row per key (or per head-dim index) and one column per query, so
- * that the softmax over keys is a vertical operation across rows, vectorised over queries. */
+ * an AVX-512, an AVX2 + FMA (flash_tile_avx2.c) and a portable version (simd = FTILE_*). Tiles
+ * hold BQ query columns: a "transposed" tile Xt (rows, BQ) has one row per key (or per head-dim
+ * index) and one column per query, so that the softmax over keys is a vertical operation across
+ * rows, vectorised over queries. */
 #ifndef LOOM_FLASH_TILE_H
 #define LOOM_FLASH_TILE_H
 #include <stddef.h>

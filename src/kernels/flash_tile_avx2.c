@@ -74,7 +74,8 @@ void ftile_softmax_avx2(float *St, int nk, int nq, const ftile_vis *vis, float s
     __m256 mx = _mm256_loadu_ps(m + 8 * g);
     for (int c = 0; c < nk; c++) { /* scale, mask, column max */
       float *row = St + c * BQ + 8 * g;
-      __m256 s = _mm256_blendv_ps(ninf, _mm256_mul_ps(_mm256_loadu_ps(row), vs), vis8(vis, c, g, nq));
+      __m256 s = _mm256_mul_ps(_mm256_loadu_ps(row), vs);
+      s = _mm256_blendv_ps(ninf, s, vis8(vis, c, g, nq));
       _mm256_storeu_ps(row, s);
       mx = _mm256_max_ps(mx, s);
     }
