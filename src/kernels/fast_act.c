@@ -1,6 +1,6 @@
 /* Elementwise kernels of the MLP and the residual stream, vectorised with AVX-512: bias + GELU
  * (tanh form, computed as x * sigmoid(2u), the same function), GELU backward, SwiGLU forward
- * and backward, residual adds, scaling and bias gradients. Every output element is written by
+ * and backward (also AVX2 + FMA: fast_act_avx2.c), residual adds, scaling and bias gradients. Every output element is written by
  * one thread; the bias gradient sums fixed row ranges, then the ranges in order. Portable path: plain
  * loops with libm. Shapes: u, act (N,C) or n values; bias (C). */
 #include <immintrin.h>
@@ -245,6 +245,7 @@ void loom_gelu_backward_fast_f32(float *du, const float *dact, const float *u, s
 
 static void loom_swiglu_forward_fast_f32_run(float *y, const float *gate, const float *up, size_t n) {
   if (fast_avx512()) swiglu_fwd_avx512(y, NULL, gate, up, n);
+  else if (fast_avx2_fma()) fast_swiglu_fwd_avx2(y, gate, up, n);
   else loom_swiglu_forward_f32(y, gate, up, n);
 }
 
@@ -256,7 +257,8 @@ void loom_swiglu_forward_bf16_out(uint16_t *y16, const float *gate, const float 
     float blk[1024];
     for (size_t i = 0; i < n; i += 1024) {
       size_t k = n - i < 1024 ? n - i : 1024;
-      loom_swiglu_forward_f32(blk, gate + i, up + i, k);
+      if (fast_avx2_fma()) fast_swiglu_fwd_avx2(blk, gate + i, up + i, k);
+      else loom_swiglu_forward_f32(blk, gate + i, up + i, k);
       for (size_t j = 0; j < k; j++) y16[i + j] = loom_f32_to_bf16(blk[j]);
     }
   }
@@ -275,6 +277,10 @@ static void loom_swiglu_backward_fast_f32_run(float *dgate, float *dup, const fl
     swiglu_bwd_avx512(dgate, dup, NULL, NULL, dy, gate, up, n);
     return;
   }
+  if (fast_avx2_fma()) {
+    fast_swiglu_bwd_avx2(dgate, dup, dy, gate, up, n);
+    return;
+  }
   if (dgate) memset(dgate, 0, n * sizeof(float));
   if (dup) memset(dup, 0, n * sizeof(float));
   loom_swiglu_backward_f32(dgate, dup, dy, gate, up, n);
@@ -290,7 +296,8 @@ void loom_swiglu_backward_bf16_out(uint16_t *dgate16, uint16_t *dup16, const flo
     for (size_t i = 0; i < n; i += 512) {
       size_t k = n - i < 512 ? n - i : 512;
       memset(bg, 0, sizeof bg), memset(bu, 0, sizeof bu);
-      loom_swiglu_backward_f32(bg, bu, dy + i, gate + i, up + i, k);
+      if (fast_avx2_fma()) fast_swiglu_bwd_avx2(bg, bu, dy + i, gate + i, up + i, k);
+      else loom_swiglu_backward_f32(bg, bu, dy + i, gate + i, up + i, k);
       for (size_t j = 0; j < k; j++)
         dgate16[i + j] = loom_f32_to_bf16(bg[j]), dup16[i + j] = loom_f32_to_bf16(bu[j]);
     }

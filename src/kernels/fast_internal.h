@@ -17,6 +17,11 @@ int fast_avx2(void);
 int fast_avx2_fma(void);
 /* 1 when fast_avx512() and the CPU has AVX512-BF16 (and LOOM_SIMD is not "avx512"). */
 int fast_avx512_bf16(void);
+/* SwiGLU on AVX2 + FMA (fast_act_avx2.c; fast_avx2_fma() machines): y = silu(gate) up; the
+ * backward writes dgate, dup (either NULL: not computed) */
+void fast_swiglu_fwd_avx2(float *y, const float *gate, const float *up, size_t n);
+void fast_swiglu_bwd_avx2(float *dgate, float *dup, const float *dy, const float *gate,
+                          const float *up, size_t n);
 /* dst(n) = bf16(src(n)) exactly as loom_f32_to_bf16, on this thread (fast_bf16.c) */
 void fast_f32_to_bf16_row(uint16_t *dst, const float *src, size_t n);
 /* out (C) += the partial rows part (nch, C) summed in row order (AVX-512 only; fast_act.c): the

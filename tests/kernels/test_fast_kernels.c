@@ -552,6 +552,7 @@ static void run_all(void) {
   test_norm(130, 200, 0);
   test_norm(3, 768, 1);
   test_act(65, 300);
+  test_act(1, 5); /* fewer values than a vector: the AVX2 SwiGLU's scalar tail alone */
   test_bias_grad_bf16_out(130, 200);
   test_bias_grad_bf16_out(1000, 768); /* more rows than the 64 fixed ranges */
   test_bias_grad_bf16_out(3, 17);

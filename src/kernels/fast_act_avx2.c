@@ -1,0 +1,52 @@
+/* SwiGLU forward and backward on AVX2 + FMA (machines without AVX-512; fast_act.c holds the
+ * AVX-512 and portable paths): y = silu(gate) up, and dgate = dy up sig (1 + g (1 - sig)),
+ * dup = dy g sig, with sig = 1 / (1 + exp(-g)) from the 8-lane Cephes exp (vmath_avx2.h; libm's
+ * expf on the portable path, <= 2 ulp apart). The same operations as the AVX-512 loop, in 8
+ * lanes; a tail of n % 8 values by the same expressions with libm. Every output element is
+ * written by one thread. Shapes: n values each. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/fast_internal.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#include "kernels/vmath_avx2.h"
+
+static inline __m256 sigmoid8(__m256 x) {
+  __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, v8_exp(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+static inline float sigmoid1(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void fast_swiglu_fwd_avx2(float *y, const float *gate, const float *up, size_t n) {
+  const size_t n8 = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= FAST_PAR_MIN)
+  for (size_t i = 0; i < n8; i += 8) {
+    __m256 g = _mm256_loadu_ps(gate + i);
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid8(g)), _mm256_loadu_ps(up + i)));
+  }
+  for (size_t i = n8; i < n; i++) y[i] = gate[i] * sigmoid1(gate[i]) * up[i];
+}
+
+void fast_swiglu_bwd_avx2(float *dgate, float *dup, const float *dy, const float *gate,
+                          const float *up, size_t n) {
+  const size_t n8 = n / 8 * 8;
+#pragma omp parallel for schedule(static) if (n >= FAST_PAR_MIN)
+  for (size_t i = 0; i < n8; i += 8) {
+    __m256 g = _mm256_loadu_ps(gate + i), d = _mm256_loadu_ps(dy + i);
+    __m256 s = sigmoid8(g), one = _mm256_set1_ps(1.0f);
+    if (dgate) { /* dy up sig (1 + g (1 - sig)) */
+      __m256 ds = _mm256_mul_ps(s, _mm256_fmadd_ps(g, _mm256_sub_ps(one, s), one));
+      _mm256_storeu_ps(dgate + i, _mm256_mul_ps(_mm256_mul_ps(d, _mm256_loadu_ps(up + i)), ds));
+    }
+    if (dup) _mm256_storeu_ps(dup + i, _mm256_mul_ps(d, _mm256_mul_ps(g, s)));
+  }
+  for (size_t i = n8; i < n; i++) {
+    float g = gate[i], s = sigmoid1(g);
+    if (dgate) dgate[i] = dy[i] * up[i] * (s * (1.0f + g * (1.0f - s)));
+    if (dup) dup[i] = dy[i] * (g * s);
+  }
+}
+#pragma GCC pop_options
