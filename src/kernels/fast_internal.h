@@ -22,6 +22,13 @@ int fast_avx512_bf16(void);
 void fast_swiglu_fwd_avx2(float *y, const float *gate, const float *up, size_t n);
 void fast_swiglu_bwd_avx2(float *dgate, float *dup, const float *dy, const float *gate,
                           const float *up, size_t n);
+/* Cross-entropy rows on AVX2 + FMA (fast_xent_avx2.c): max and sum of exp over the real
+ * columns; the gradient scale * softmax (fp32; bf16 with the target's -scale, g may overlay l) */
+void fast_xent_row_stats_avx2(const float *l, int real, float *mx_out, float *sum_out);
+void fast_xent_row_grad_avx2(float *g, const float *l, int V, int real, float mx, float inv,
+                             float scale);
+void fast_xent_row_grad16_avx2(uint16_t *g, const float *l, int V, int real, float mx, float inv,
+                               float scale, int t);
 /* dst(n) = bf16(src(n)) exactly as loom_f32_to_bf16, on this thread (fast_bf16.c) */
 void fast_f32_to_bf16_row(uint16_t *dst, const float *src, size_t n);
 /* out (C) += the partial rows part (nch, C) summed in row order (AVX-512 only; fast_act.c): the

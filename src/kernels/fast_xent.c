@@ -2,8 +2,9 @@
  * (max and sum of exp over the real vocabulary columns, the loss of the target) and the
  * unscaled logit gradient softmax - onehot, written in place over the logits so that a chunk
  * of R rows needs one (R, V) buffer and the (B*T, V) probabilities never exist. Rows are
- * independent (parallel over rows). Shapes: l, g (R,V) with the first `real` columns real;
- * targets, row_max, row_sumexp, losses (R). */
+ * independent (parallel over rows). Rows on AVX-512, AVX2 + FMA (fast_xent_avx2.c) or portable
+ * C. Shapes: l, g (R,V) with the first `real` columns real; targets, row_max, row_sumexp,
+ * losses (R). */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -99,14 +100,18 @@ static void row_grad16_avx512(uint16_t *g, const float *l, int V, int real, floa
 }
 #pragma GCC pop_options
 
+/* 1: AVX-512, 2: AVX2 + FMA (fast_xent_avx2.c), 0: portable */
+static int xent_path(void) { return fast_avx512() ? 1 : fast_avx2_fma() ? 2 : 0; }
+
 static void loom_xent_stats_f32_run(float *row_max, float *row_sumexp, float *losses, const float *l,
                          const int32_t *targets, int R, int V, int real) {
-  int simd = fast_avx512();
+  int simd = xent_path();
 #pragma omp parallel for schedule(static) if ((size_t)R * V >= FAST_PAR_MIN)
   for (int r = 0; r < R; r++) {
     const float *row = l + (size_t)r * V;
     float mx, sum;
-    if (simd) row_stats_avx512(row, real, &mx, &sum);
+    if (simd == 1) row_stats_avx512(row, real, &mx, &sum);
+    else if (simd == 2) fast_xent_row_stats_avx2(row, real, &mx, &sum);
     else row_stats_generic(row, real, &mx, &sum);
     if (row_max) row_max[r] = mx;
     if (row_sumexp) row_sumexp[r] = sum;
@@ -128,7 +133,7 @@ void loom_xent_stats_f32(float *row_max, float *row_sumexp, float *losses, const
 static void loom_xent_grad_f32_run(float *g, const float *l, const float *row_max,
                         const float *row_sumexp, const int32_t *targets, int R, int V, int real,
                         float scale) {
-  int simd = fast_avx512();
+  int simd = xent_path();
 #pragma omp parallel for schedule(static) if ((size_t)R * V >= FAST_PAR_MIN)
   for (int r = 0; r < R; r++) {
     float *gr = g + (size_t)r * V;
@@ -139,7 +144,8 @@ static void loom_xent_grad_f32_run(float *g, const float *l, const float *row_ma
       continue;
     }
     float inv = 1.0f / row_sumexp[r];
-    if (simd) row_grad_avx512(gr, lr, V, real, row_max[r], inv, scale);
+    if (simd == 1) row_grad_avx512(gr, lr, V, real, row_max[r], inv, scale);
+    else if (simd == 2) fast_xent_row_grad_avx2(gr, lr, V, real, row_max[r], inv, scale);
     else row_grad_generic(gr, lr, V, real, row_max[r], inv, scale);
     if (t >= 0) gr[t] -= scale;
   }
@@ -159,7 +165,7 @@ void loom_xent_grad_f32(float *g, const float *l, const float *row_max,
 static void loom_xent_grad_bf16_run(uint16_t *g, size_t ldg, const float *l,
                                     const float *row_max, const float *row_sumexp,
                                     const int32_t *targets, int R, int V, int real, float scale) {
-  int simd = fast_avx512();
+  int simd = xent_path();
 #pragma omp parallel for schedule(static) if ((size_t)R * V >= FAST_PAR_MIN)
   for (int r = 0; r < R; r++) {
     uint16_t *gr = g + (size_t)r * ldg;
@@ -170,7 +176,8 @@ static void loom_xent_grad_bf16_run(uint16_t *g, size_t ldg, const float *l,
       continue;
     }
     float inv = 1.0f / row_sumexp[r];
-    if (simd) row_grad16_avx512(gr, lr, V, real, row_max[r], inv, scale, t);
+    if (simd == 1) row_grad16_avx512(gr, lr, V, real, row_max[r], inv, scale, t);
+    else if (simd == 2) fast_xent_row_grad16_avx2(gr, lr, V, real, row_max[r], inv, scale, t);
     else row_grad16_generic(gr, lr, V, real, row_max[r], inv, scale, t);
   }
 }

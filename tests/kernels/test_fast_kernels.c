@@ -563,6 +563,7 @@ static void run_all(void) {
   test_bf16_transpose(5, 3, 0);
   test_act_bf16_out(3, 1031); /* more than one portable block (1024, 512), a tail */
   test_xent(37, 1000, 1024);
+  test_xent(9, 1003, 1010); /* real columns past the last whole vector: the AVX2 rows' tail */
   test_xent_bf16(37, 1000, 1024);
   test_xent_bf16(5, 33, 35); /* short rows, odd widths */
   test_adamw();
