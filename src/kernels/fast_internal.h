@@ -29,6 +29,14 @@ void fast_xent_row_grad_avx2(float *g, const float *l, int V, int real, float mx
                              float scale);
 void fast_xent_row_grad16_avx2(uint16_t *g, const float *l, int V, int real, float mx, float inv,
                                float scale, int t);
+/* Norms on AVX2 + FMA (fast_norm_avx2.c): one row of residual + norm (orow NULL: r not written;
+ * mean_n NULL: RMSNorm), and rows [r0, r1) of the backward (dx +=; partial rows qw, qb +=) */
+void fast_add_norm_row_avx2(float *orow, float *yr, float *mean_n, float *rstd_n,
+                            const float *xr, const float *rr, const float *bias, const float *w,
+                            const float *b, int C, float eps);
+void fast_norm_bwd_rows_avx2(float *dx, float *qw, float *qb, const float *dy, const float *x,
+                             const float *w, const float *mean, const float *rstd, int r0,
+                             int r1, int C);
 /* dst(n) = bf16(src(n)) exactly as loom_f32_to_bf16, on this thread (fast_bf16.c) */
 void fast_f32_to_bf16_row(uint16_t *dst, const float *src, size_t n);
 /* out (C) += the partial rows part (nch, C) summed in row order (AVX-512 only; fast_act.c): the

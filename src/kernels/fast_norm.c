@@ -1,4 +1,5 @@
-/* Residual + norm forward and norm backward (LayerNorm and RMSNorm), vectorised with AVX-512.
+/* Residual + norm forward and norm backward (LayerNorm and RMSNorm), vectorised with AVX-512
+ * (and AVX2 + FMA: fast_norm_avx2.c).
  * Forward, per row of C: r = x + res (+ bias), then the norm of r — one pass over memory (the
  * row stays in L1 between the statistics and the output). Backward: one pass, dx per row and
  * dw/db summed over fixed row ranges then the ranges in order, so no result depends on the
@@ -96,8 +97,74 @@ static void add_norm_avx512(float *r, float *y, float *mean, float *rstd, const 
  * order. (A second pass per block of columns read dy and x a row's stride apart: the norms
  * ran at 43-46% of the streaming bandwidth.) */
 enum { NB_CHUNKS = 64 };
-static void norm_bwd_avx512(float *dx, float *dw, float *db, const float *dy, const float *x,
-                            const float *w, const float *mean, const float *rstd, int N, int C) {
+/* rows [r0, r1): dx (+)=, the range's partial rows qw, qb += (either NULL: not asked for) */
+static void norm_bwd_rows_avx512(float *dx, float *qw, float *qb, const float *dy,
+                                 const float *x, const float *w, const float *mean,
+                                 const float *rstd, int r0, int r1, int C) {
+  for (int n = r0; n < r1; n++) {
+    const float *xr = x + (size_t)n * C, *dyr = dy + (size_t)n * C;
+    float *dxr = dx ? dx + (size_t)n * C : NULL;
+    const float rs = rstd[n];
+    const __m512 vrs = _mm512_set1_ps(rs), vmu = _mm512_set1_ps(mean ? mean[n] : 0.0f);
+    __m512 k1 = _mm512_setzero_ps(), k2 = _mm512_setzero_ps(); /* dx's row coefficients */
+    if (dxr && mean) { /* dx += rs (g - mean(g) - xhat mean(g xhat)), g = dy w */
+      __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps();
+      for (int c = 0; c < C; c += 16) {
+        __mmask16 m = v_tail((size_t)(C - c));
+        __m512 xh = _mm512_mul_ps(_mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, xr + c), vmu), vrs);
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + c), _mm512_maskz_loadu_ps(m, w + c));
+        sg = _mm512_add_ps(sg, g);
+        sgx = _mm512_fmadd_ps(g, xh, sgx);
+      }
+      k1 = _mm512_set1_ps(_mm512_reduce_add_ps(sg) / (float)C);
+      k2 = _mm512_set1_ps(_mm512_reduce_add_ps(sgx) / (float)C);
+    } else if (dxr) { /* dx += rs dy w - x rs^3 (sum dy w x) / C */
+      __m512 dot = _mm512_setzero_ps();
+      for (int c = 0; c < C; c += 16) {
+        __mmask16 m = v_tail((size_t)(C - c));
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + c), _mm512_maskz_loadu_ps(m, w + c));
+        dot = _mm512_fmadd_ps(g, _mm512_maskz_loadu_ps(m, xr + c), dot);
+      }
+      k1 = _mm512_set1_ps(rs * rs * rs * _mm512_reduce_add_ps(dot) / (float)C);
+    }
+    for (int c = 0; c < C; c += 16) {
+      __mmask16 m = v_tail((size_t)(C - c));
+      __m512 d = _mm512_maskz_loadu_ps(m, dyr + c), xv = _mm512_maskz_loadu_ps(m, xr + c);
+      if (dxr) {
+        __m512 g = _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, w + c)), o = _mm512_maskz_loadu_ps(m, dxr + c);
+        if (mean) {
+          __m512 xh = _mm512_mul_ps(_mm512_sub_ps(xv, vmu), vrs);
+          __m512 t = _mm512_sub_ps(_mm512_sub_ps(g, k1), _mm512_mul_ps(xh, k2));
+          o = _mm512_fmadd_ps(vrs, t, o);
+        } else {
+          o = _mm512_add_ps(o, _mm512_fnmadd_ps(xv, k1, _mm512_mul_ps(vrs, g)));
+        }
+        _mm512_mask_storeu_ps(dxr + c, m, o);
+      }
+      if (qw) {
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(xv, vmu), vrs);
+        _mm512_mask_storeu_ps(qw + c, m, _mm512_fmadd_ps(d, xh, _mm512_maskz_loadu_ps(m, qw + c)));
+      }
+      if (qb) _mm512_mask_storeu_ps(qb + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, qb + c), d));
+    }
+  }
+}
+#pragma GCC pop_options
+
+/* out (C) += the partial rows part (nch, C) summed in row order (fast_add_partials' order) */
+static void add_partials_generic(float *out, const float *part, int nch, int C) {
+  for (int c = 0; c < C; c++) {
+    float acc = part[c];
+    for (int ch = 1; ch < nch; ch++) acc += part[(size_t)ch * C + c];
+    out[c] += acc;
+  }
+}
+
+/* The vectorised backward (avx512: 1, AVX2 + FMA: 0): rows cut into fixed ranges, each range's
+ * rows in order on one thread with its partial rows of dw and db, the ranges added in order */
+static void norm_bwd_ranges(int avx512, float *dx, float *dw, float *db, const float *dy,
+                            const float *x, const float *w, const float *mean, const float *rstd,
+                            int N, int C) {
   if (N <= 0) return;
   const int want_b = db && mean, nch = N < NB_CHUNKS ? N : NB_CHUNKS;
   /* partial rows (nch, C) of dw and of db, each only when asked for */
@@ -109,67 +176,36 @@ static void norm_bwd_avx512(float *dx, float *dw, float *db, const float *dy, co
     float *qw = pw ? pw + (size_t)ch * C : NULL, *qb = pb ? pb + (size_t)ch * C : NULL;
     if (qw) memset(qw, 0, (size_t)C * sizeof(float));
     if (qb) memset(qb, 0, (size_t)C * sizeof(float));
-    for (int n = r0; n < r1; n++) {
-      const float *xr = x + (size_t)n * C, *dyr = dy + (size_t)n * C;
-      float *dxr = dx ? dx + (size_t)n * C : NULL;
-      const float rs = rstd[n];
-      const __m512 vrs = _mm512_set1_ps(rs), vmu = _mm512_set1_ps(mean ? mean[n] : 0.0f);
-      __m512 k1 = _mm512_setzero_ps(), k2 = _mm512_setzero_ps(); /* dx's row coefficients */
-      if (dxr && mean) { /* dx += rs (g - mean(g) - xhat mean(g xhat)), g = dy w */
-        __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps();
-        for (int c = 0; c < C; c += 16) {
-          __mmask16 m = v_tail((size_t)(C - c));
-          __m512 xh = _mm512_mul_ps(_mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, xr + c), vmu), vrs);
-          __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + c), _mm512_maskz_loadu_ps(m, w + c));
-          sg = _mm512_add_ps(sg, g);
-          sgx = _mm512_fmadd_ps(g, xh, sgx);
-        }
-        k1 = _mm512_set1_ps(_mm512_reduce_add_ps(sg) / (float)C);
-        k2 = _mm512_set1_ps(_mm512_reduce_add_ps(sgx) / (float)C);
-      } else if (dxr) { /* dx += rs dy w - x rs^3 (sum dy w x) / C */
-        __m512 dot = _mm512_setzero_ps();
-        for (int c = 0; c < C; c += 16) {
-          __mmask16 m = v_tail((size_t)(C - c));
-          __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + c), _mm512_maskz_loadu_ps(m, w + c));
-          dot = _mm512_fmadd_ps(g, _mm512_maskz_loadu_ps(m, xr + c), dot);
-        }
-        k1 = _mm512_set1_ps(rs * rs * rs * _mm512_reduce_add_ps(dot) / (float)C);
-      }
-      for (int c = 0; c < C; c += 16) {
-        __mmask16 m = v_tail((size_t)(C - c));
-        __m512 d = _mm512_maskz_loadu_ps(m, dyr + c), xv = _mm512_maskz_loadu_ps(m, xr + c);
-        if (dxr) {
-          __m512 g = _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, w + c)), o = _mm512_maskz_loadu_ps(m, dxr + c);
-          if (mean) {
-            __m512 xh = _mm512_mul_ps(_mm512_sub_ps(xv, vmu), vrs);
-            __m512 t = _mm512_sub_ps(_mm512_sub_ps(g, k1), _mm512_mul_ps(xh, k2));
-            o = _mm512_fmadd_ps(vrs, t, o);
-          } else {
-            o = _mm512_add_ps(o, _mm512_fnmadd_ps(xv, k1, _mm512_mul_ps(vrs, g)));
-          }
-          _mm512_mask_storeu_ps(dxr + c, m, o);
-        }
-        if (qw) {
-          __m512 xh = _mm512_mul_ps(_mm512_sub_ps(xv, vmu), vrs);
-          _mm512_mask_storeu_ps(qw + c, m, _mm512_fmadd_ps(d, xh, _mm512_maskz_loadu_ps(m, qw + c)));
-        }
-        if (qb) _mm512_mask_storeu_ps(qb + c, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, qb + c), d));
-      }
-    }
+    if (avx512) norm_bwd_rows_avx512(dx, qw, qb, dy, x, w, mean, rstd, r0, r1, C);
+    else fast_norm_bwd_rows_avx2(dx, qw, qb, dy, x, w, mean, rstd, r0, r1, C);
   }
   const int par = (size_t)N * C >= FAST_PAR_MIN;
-  if (pw) fast_add_partials(dw, pw, nch, C, par);
-  if (pb) fast_add_partials(db, pb, nch, C, par);
+  if (avx512) {
+    if (pw) fast_add_partials(dw, pw, nch, C, par);
+    if (pb) fast_add_partials(db, pb, nch, C, par);
+  } else {
+    if (pw) add_partials_generic(dw, pw, nch, C);
+    if (pb) add_partials_generic(db, pb, nch, C);
+  }
   loom_free(pw);
   loom_free(pb);
 }
-#pragma GCC pop_options
 
 static void loom_add_norm_forward_f32_run(float *r, float *y, float *mean, float *rstd, const float *x,
                                const float *res, const float *bias, const float *w,
                                const float *b, int N, int C, float eps) {
-  if (fast_avx512()) add_norm_avx512(r, y, mean, rstd, x, res, bias, w, b, N, C, eps);
-  else add_norm_generic(r, y, mean, rstd, x, res, bias, w, b, N, C, eps);
+  if (fast_avx512()) {
+    add_norm_avx512(r, y, mean, rstd, x, res, bias, w, b, N, C, eps);
+  } else if (fast_avx2_fma()) {
+    const int write_r = res || bias;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
+    for (int n = 0; n < N; n++)
+      fast_add_norm_row_avx2(write_r ? r + (size_t)n * C : NULL, y + (size_t)n * C,
+                             mean ? mean + n : NULL, rstd + n, x + (size_t)n * C,
+                             res ? res + (size_t)n * C : NULL, bias, w, b, C, eps);
+  } else {
+    add_norm_generic(r, y, mean, rstd, x, res, bias, w, b, N, C, eps);
+  }
 }
 
 void loom_add_norm_forward_f32(float *r, float *y, float *mean, float *rstd, const float *x,
@@ -183,12 +219,12 @@ void loom_add_norm_forward_f32(float *r, float *y, float *mean, float *rstd, con
 static void loom_norm_backward_fast_f32_run(float *dx, float *dw, float *db, const float *dy, const float *x,
                                  const float *w, const float *mean, const float *rstd, int N,
                                  int C) {
-  if (!fast_avx512()) {
+  if (!fast_avx512() && !fast_avx2_fma()) {
     if (mean) loom_layernorm_backward_f32(dx, dw, db, dy, x, w, mean, rstd, N, C);
     else loom_rmsnorm_backward_f32(dx, dw, dy, x, w, rstd, N, C);
     return;
   }
-  norm_bwd_avx512(dx, dw, db, dy, x, w, mean, rstd, N, C);
+  norm_bwd_ranges(fast_avx512(), dx, dw, db, dy, x, w, mean, rstd, N, C);
 }
 
 void loom_norm_backward_fast_f32(float *dx, float *dw, float *db, const float *dy, const float *x,

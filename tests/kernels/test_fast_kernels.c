@@ -551,6 +551,8 @@ static void run_all(void) {
   test_norm(130, 200, 1);
   test_norm(130, 200, 0);
   test_norm(3, 768, 1);
+  test_norm(7, 45, 1); /* C % 8 != 0: the AVX2 rows' masked last vector */
+  test_norm(7, 45, 0);
   test_act(65, 300);
   test_act(1, 5); /* fewer values than a vector: the AVX2 SwiGLU's scalar tail alone */
   test_bias_grad_bf16_out(130, 200);
