@@ -1,8 +1,9 @@
 /* Elementwise kernels of the MLP and the residual stream, vectorised with AVX-512: bias + GELU
  * (tanh form, computed as x * sigmoid(2u), the same function), GELU backward, SwiGLU forward
- * and backward (also AVX2 + FMA: fast_act_avx2.c), residual adds, scaling and bias gradients. Every output element is written by
- * one thread; the bias gradient sums fixed row ranges, then the ranges in order. Portable path: plain
- * loops with libm. Shapes: u, act (N,C) or n values; bias (C). */
+ * and backward (those four also AVX2 + FMA: fast_act_avx2.c), residual adds, scaling and bias
+ * gradients. Every output element is written by one thread; the bias gradient sums fixed row
+ * ranges, then the ranges in order. Portable path: plain loops with libm. Shapes: u, act (N,C)
+ * or n values; bias (C). */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -203,8 +204,12 @@ static void loom_bias_gelu_forward_f32_run(float *u, float *act, const float *bi
     bias_gelu_avx512(u, act, NULL, bias, N, C);
     return;
   }
+  const int avx2 = fast_avx2_fma();
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= FAST_PAR_MIN)
-  for (int n = 0; n < N; n++) bias_gelu_generic(u, act + (size_t)n * C, bias, n, n + 1, C);
+  for (int n = 0; n < N; n++) {
+    if (avx2) fast_bias_gelu_row_avx2(u + (size_t)n * C, act + (size_t)n * C, bias, C);
+    else bias_gelu_generic(u, act + (size_t)n * C, bias, n, n + 1, C);
+  }
 }
 
 void loom_bias_gelu_forward_bf16_out(float *u, uint16_t *act16, const float *bias, int N, int C) {
@@ -214,7 +219,8 @@ void loom_bias_gelu_forward_bf16_out(float *u, uint16_t *act16, const float *bia
   } else { /* the portable values a row at a time, then rounded */
     float *row = loom_alloc((size_t)(C > 0 ? C : 1) * sizeof(float));
     for (int n = 0; n < N; n++) {
-      bias_gelu_generic(u, row, bias, n, n + 1, C);
+      if (fast_avx2_fma()) fast_bias_gelu_row_avx2(u + (size_t)n * C, row, bias, C);
+      else bias_gelu_generic(u, row, bias, n, n + 1, C);
       for (int c = 0; c < C; c++) act16[(size_t)n * C + c] = loom_f32_to_bf16(row[c]);
     }
     loom_free(row);
@@ -231,6 +237,10 @@ void loom_bias_gelu_forward_f32(float *u, float *act, const float *bias, int N, 
 static void loom_gelu_backward_fast_f32_run(float *du, const float *dact, const float *u, size_t n) {
   if (fast_avx512()) {
     gelu_bwd_avx512(du, dact, u, n);
+    return;
+  }
+  if (fast_avx2_fma()) {
+    fast_gelu_bwd_avx2(du, dact, u, n);
     return;
   }
   memset(du, 0, n * sizeof(float));

@@ -22,6 +22,10 @@ int fast_avx512_bf16(void);
 void fast_swiglu_fwd_avx2(float *y, const float *gate, const float *up, size_t n);
 void fast_swiglu_bwd_avx2(float *dgate, float *dup, const float *dy, const float *gate,
                           const float *up, size_t n);
+/* bias + GELU of one row of C on AVX2 + FMA (ur += bias when bias; act = gelu(ur)), and GELU's
+ * backward du = dact gelu'(u) (written) */
+void fast_bias_gelu_row_avx2(float *ur, float *act, const float *bias, int C);
+void fast_gelu_bwd_avx2(float *du, const float *dact, const float *u, size_t n);
 /* Cross-entropy rows on AVX2 + FMA (fast_xent_avx2.c): max and sum of exp over the real
  * columns; the gradient scale * softmax (fp32; bf16 with the target's -scale, g may overlay l) */
 void fast_xent_row_stats_avx2(const float *l, int real, float *mx_out, float *sum_out);
