@@ -103,14 +103,16 @@ double loom_sumsq_f32(const float *x, size_t n);
 
 /* ======== Fast paths: what the decoder runs ==================================================
  * Each is checked against the reference instantiation above (tests/kernels/test_fast_*.c).
- * Vectorised with AVX-512 where the CPU has it (chosen at run time), some (AdamW, flash
- * attention's fp32 tiles) with AVX2 on machines without it, portable C otherwise;
+ * Vectorised with AVX-512 where the CPU has it (chosen at run time), with AVX2 + FMA on
+ * machines without it (norms, GELU, SwiGLU, cross-entropy, AdamW, flash attention's tiles;
+ * residual adds and bias gradients stay portable there), portable C otherwise;
  * OpenMP over independent outputs in a fixed order, so results do not depend on the number
  * of threads (the GEMM libraries excepted). Unlike the reference backward functions, fast
  * kernels documented as "writes" overwrite their outputs (no zeroing pass needed). */
 
-/* Code path of the fast kernels: "avx512", "avx2" (AVX-512's absent: the AVX2 loops where there
- * are some, portable C elsewhere) or "generic" (portable C; LOOM_SIMD=generic forces it). loom_kernels_force_generic(1) switches to the portable path, (0) back to detection. */
+/* Code path of the fast kernels: "avx512", "avx2" (no AVX-512: the AVX2 loops where there are
+ * some, portable C elsewhere) or "generic" (portable C; LOOM_SIMD=generic forces it).
+ * loom_kernels_force_generic(1) switches to the portable path, (0) back to detection. */
 const char *loom_kernels_simd(void);
 void loom_kernels_force_generic(int on);
 
