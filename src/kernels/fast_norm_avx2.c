@@ -13,6 +13,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#include "kernels/vmath_avx2.h"
 
 /* lanes [0, n) of a vector, n >= 8: all */
 static inline __m256i tail8(int n) {
@@ -20,13 +21,6 @@ static inline __m256i tail8(int n) {
 }
 static inline __m256 ld(const float *p, __m256i m) { return _mm256_maskload_ps(p, m); }
 static inline void st(float *p, __m256i m, __m256 v) { _mm256_maskstore_ps(p, m, v); }
-
-static inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
 
 void fast_add_norm_row_avx2(float *orow, float *yr, float *mean_n, float *rstd_n,
                             const float *xr, const float *rr, const float *bias, const float *w,
@@ -43,14 +37,14 @@ void fast_add_norm_row_avx2(float *orow, float *yr, float *mean_n, float *rstd_n
   }
   const float *in = orow ? orow : xr;
   if (mean_n) {
-    float mu = hsum8(s) / (float)C;
+    float mu = v8_hsum(s) / (float)C;
     __m256 vmu = _mm256_set1_ps(mu), var = _mm256_setzero_ps();
     for (int c = 0; c < C; c += 8) {
       __m256i m = tail8(C - c);
       __m256 d = _mm256_and_ps(_mm256_castsi256_ps(m), _mm256_sub_ps(ld(in + c, m), vmu));
       var = _mm256_fmadd_ps(d, d, var);
     }
-    float rs = 1.0f / sqrtf(hsum8(var) / (float)C + eps);
+    float rs = 1.0f / sqrtf(v8_hsum(var) / (float)C + eps);
     __m256 vrs = _mm256_set1_ps(rs);
     for (int c = 0; c < C; c += 8) {
       __m256i m = tail8(C - c);
@@ -61,7 +55,7 @@ void fast_add_norm_row_avx2(float *orow, float *yr, float *mean_n, float *rstd_n
     *mean_n = mu;
     *rstd_n = rs;
   } else {
-    float rs = 1.0f / sqrtf(hsum8(ss) / (float)C + eps);
+    float rs = 1.0f / sqrtf(v8_hsum(ss) / (float)C + eps);
     __m256 vrs = _mm256_set1_ps(rs);
     for (int c = 0; c < C; c += 8) {
       __m256i m = tail8(C - c);
@@ -89,8 +83,8 @@ void fast_norm_bwd_rows_avx2(float *dx, float *qw, float *qb, const float *dy, c
         sg = _mm256_add_ps(sg, g);
         sgx = _mm256_fmadd_ps(g, xh, sgx);
       }
-      k1 = _mm256_set1_ps(hsum8(sg) / (float)C);
-      k2 = _mm256_set1_ps(hsum8(sgx) / (float)C);
+      k1 = _mm256_set1_ps(v8_hsum(sg) / (float)C);
+      k2 = _mm256_set1_ps(v8_hsum(sgx) / (float)C);
     } else if (dxr) { /* dx += rs dy w - x rs^3 (sum dy w x) / C */
       __m256 dot = _mm256_setzero_ps();
       for (int c = 0; c < C; c += 8) {
@@ -98,7 +92,7 @@ void fast_norm_bwd_rows_avx2(float *dx, float *qw, float *qb, const float *dy, c
         __m256 g = _mm256_mul_ps(ld(dyr + c, m), ld(w + c, m));
         dot = _mm256_fmadd_ps(g, ld(xr + c, m), dot);
       }
-      k1 = _mm256_set1_ps(rs * rs * rs * hsum8(dot) / (float)C);
+      k1 = _mm256_set1_ps(rs * rs * rs * v8_hsum(dot) / (float)C);
     }
     for (int c = 0; c < C; c += 8) {
       __m256i m = tail8(C - c);

@@ -14,20 +14,6 @@
 #pragma GCC target("avx2,fma")
 #include "kernels/vmath_avx2.h"
 
-static inline float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-  return _mm_cvtss_f32(m);
-}
-
-static inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
 void fast_xent_row_stats_avx2(const float *l, int real, float *mx_out, float *sum_out) {
   __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
   int j = 0;
@@ -36,7 +22,7 @@ void fast_xent_row_stats_avx2(const float *l, int real, float *mx_out, float *su
     m1 = _mm256_max_ps(m1, _mm256_loadu_ps(l + j + 8));
   }
   for (; j + 8 <= real; j += 8) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(l + j));
-  float mx = hmax8(_mm256_max_ps(m0, m1));
+  float mx = v8_hmax(_mm256_max_ps(m0, m1));
   for (; j < real; j++) mx = l[j] > mx ? l[j] : mx;
   __m256 vm = _mm256_set1_ps(mx), s0 = _mm256_setzero_ps(), s1 = s0;
   for (j = 0; j + 16 <= real; j += 16) {
@@ -44,7 +30,7 @@ void fast_xent_row_stats_avx2(const float *l, int real, float *mx_out, float *su
     s1 = _mm256_add_ps(s1, v8_exp(_mm256_sub_ps(_mm256_loadu_ps(l + j + 8), vm)));
   }
   for (; j + 8 <= real; j += 8) s0 = _mm256_add_ps(s0, v8_exp(_mm256_sub_ps(_mm256_loadu_ps(l + j), vm)));
-  float sum = hsum8(_mm256_add_ps(s0, s1));
+  float sum = v8_hsum(_mm256_add_ps(s0, s1));
   for (; j < real; j++) sum += expf(l[j] - mx);
   *mx_out = mx;
   *sum_out = sum;
@@ -62,18 +48,6 @@ void fast_xent_row_grad_avx2(float *g, const float *l, int V, int real, float mx
   for (j = real; j < V; j++) g[j] = 0;
 }
 
-/* bf16 bits of 8 floats in the low halves of the lanes: loom_f32_to_bf16 */
-static inline __m256i rnd8(__m256 x) {
-  __m256i u = _mm256_castps_si256(x);
-  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                   _mm256_set1_epi32(0x7f800000));
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(
-      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
-  __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  return _mm256_blendv_epi8(r, q, nan);
-}
-
 /* g may overlay l's row: each 16-byte write lands on values read before it */
 void fast_xent_row_grad16_avx2(uint16_t *g, const float *l, int V, int real, float mx, float inv,
                                float scale, int t) {
@@ -86,9 +60,7 @@ void fast_xent_row_grad16_avx2(uint16_t *g, const float *l, int V, int real, flo
       __m256 at = _mm256_castsi256_ps(_mm256_cmpeq_epi32(lane, _mm256_set1_epi32(t - j)));
       p = _mm256_sub_ps(p, _mm256_and_ps(at, vs));
     }
-    __m256i b = rnd8(p); /* 8 x [0, 65535] */
-    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
-    _mm_storeu_si128((__m128i *)(g + j), _mm256_castsi256_si128(packed));
+    v8_store_bf16(g + j, p);
   }
   for (; j < real; j++) {
     float x = scale * (expf(l[j] - mx) * inv);

@@ -13,6 +13,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#include "kernels/vmath_avx2.h"
 
 /* C (MR, 8 NV) block; MR and NV are compile-time constants at every call site */
 static inline __attribute__((always_inline)) void kern(int MR, int NV, float *C, int ldc,
@@ -70,18 +71,6 @@ void fb_mm_avx2(float *C, int ldc, const uint32_t *A, long ai, long ap, const ui
   }
 }
 
-/* bf16 bits of 8 floats in the low halves of the lanes: loom_f32_to_bf16 */
-static inline __m256i rnd8(__m256 x) {
-  __m256i u = _mm256_castps_si256(x);
-  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                   _mm256_set1_epi32(0x7f800000));
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(
-      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
-  __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  return _mm256_blendv_epi8(r, q, nan);
-}
-
 void fb_pack_vnni_avx2(uint32_t *dst, int lddst, const float *src, long ld, int nrows,
                        int ncols, int npairs) {
   const __m256 zero = _mm256_setzero_ps();
@@ -91,8 +80,8 @@ void fb_pack_vnni_avx2(uint32_t *dst, int lddst, const float *src, long ld, int 
     uint32_t *d = dst + (size_t)p * lddst;
     int j = 0;
     for (; j + 8 <= ncols; j += 8) {
-      __m256i re = rnd8(he ? _mm256_loadu_ps(e + j) : zero);
-      __m256i ro = rnd8(ho ? _mm256_loadu_ps(o + j) : zero);
+      __m256i re = v8_bf16_bits(he ? _mm256_loadu_ps(e + j) : zero);
+      __m256i ro = v8_bf16_bits(ho ? _mm256_loadu_ps(o + j) : zero);
       _mm256_storeu_si256((__m256i *)(d + j), _mm256_or_si256(re, _mm256_slli_epi32(ro, 16)));
     }
     for (; j < ncols; j++)
@@ -114,9 +103,7 @@ void fb_pack_rows_avx2(uint32_t *dst, int lddst, const float *src, long ld, int 
     uint16_t *h = (uint16_t *)d; /* consecutive bf16 values are the pairs (little-endian) */
     int j = 0;
     for (; j + 8 <= ncols; j += 8) {
-      __m256i b = rnd8(_mm256_loadu_ps(x + j)); /* 8 x [0, 65535] */
-      __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
-      _mm_storeu_si128((__m128i *)(h + j), _mm256_castsi256_si128(packed));
+      v8_store_bf16(h + j, _mm256_loadu_ps(x + j));
     }
     for (; j < ncols; j++) h[j] = loom_f32_to_bf16(x[j]);
     if (ncols % 2) h[ncols] = 0;
