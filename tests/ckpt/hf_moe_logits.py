@@ -95,9 +95,12 @@ CASES = [
     ("mixtral E=5 k=3 balancing bias", "mixtral", ("flat", 29),
      MIXTRAL + ["model.moe.experts=5", "model.moe.top_k=3", "model.moe.bias_update_rate=0.02"],
      []),
+    # run.seed: the trained router's margin depends on every kernel's rounding; the default
+    # seed (1337) lands on a near tie (2.1e-5) once SwiGLU, norms and cross-entropy run their
+    # AVX2 paths (Zen 3, 1 thread); seed 101 leaves 4.0e-3, 200x what the check needs
     ("qwen3_moe trained 20 steps, bias", "qwen3_moe", "train",
      ["model.preset=tiny-qwen3-moe", "model.vocab_size=300", "model.max_seq=32",
-      "model.moe.bias_update_rate=0.01"], []),
+      "model.moe.bias_update_rate=0.01", "run.seed=101"], []),
 ]
 
 
