@@ -112,9 +112,12 @@ double loom_sumsq_f32(const float *x, size_t n);
 
 /* Code path of the fast kernels: "avx512", "avx2" (no AVX-512: the AVX2 loops where there are
  * some, portable C elsewhere) or "generic" (portable C; LOOM_SIMD=generic forces it).
- * loom_kernels_force_generic(1) switches to the portable path, (0) back to detection. */
+ * loom_kernels_force_generic(1) switches to the portable path, (0) back to detection;
+ * loom_kernels_force_avx2(1) (or LOOM_SIMD=avx2) to the AVX2 paths where the CPU also has
+ * AVX-512 (tests), (0) back to detection. */
 const char *loom_kernels_simd(void);
 void loom_kernels_force_generic(int on);
+void loom_kernels_force_avx2(int on);
 
 /* ---- GEMM backends (src/kernels/gemm.c, gemm_onednn.c) ----------------------------------- */
 typedef enum { LOOM_GEMM_ONEDNN = 0, LOOM_GEMM_OPENBLAS = 1 } loom_gemm_backend;

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "loom/core.h"
+#include "loom/kernels.h"
 
 static const struct {
   const char *name;
@@ -87,6 +88,7 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  (void)loom_kernels_simd(); /* a bad LOOM_SIMD is refused now, before a command writes anything */
   const char *cmd = argv[1];
   if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
     const loom_cli_opt none[] = {{0}}; /* loom help [COMMAND]: no options */

@@ -3,13 +3,26 @@
  * the AVX2 loops of machines without AVX-512 (AdamW; flash attention's fp32 tiles, which also
  * need FMA) whether AVX2 is.
  * LOOM_SIMD=generic in the environment, or loom_kernels_force_generic(1), forces the portable
- * path; LOOM_SIMD=avx512 or loom_kernels_force_no_bf16(1) AVX-512 without AVX512-BF16 (the
- * tests run every path). */
+ * path; LOOM_SIMD=avx2 or loom_kernels_force_avx2(1) the AVX2 paths on an AVX-512 machine;
+ * LOOM_SIMD=avx512 or loom_kernels_force_no_bf16(1) AVX-512 without AVX512-BF16 (the tests run
+ * every path the CPU has). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/fast_internal.h"
 #include "loom/kernels.h"
+
+/* LOOM_SIMD, NULL when unset; any value but generic, avx2 and avx512 is refused (exit 2) */
+static const char *simd_env(void) {
+  const char *e = getenv("LOOM_SIMD");
+  if (e && strcmp(e, "generic") && strcmp(e, "avx2") && strcmp(e, "avx512")) {
+    fprintf(stderr, "loom: LOOM_SIMD=%s is not a code path: use generic (portable C), avx2 "
+            "(no AVX-512) or avx512 (no AVX512-BF16), or leave it unset to detect the CPU's\n", e);
+    exit(2);
+  }
+  return e;
+}
 
 static int state = -1;      /* -1: not probed */
 static int avx2_state = -1; /* -1: not probed */
@@ -18,8 +31,8 @@ static int no_bf16_forced;
 
 int fast_avx512(void) {
   if (state < 0) {
-    const char *e = getenv("LOOM_SIMD");
-    int forced = e && !strcmp(e, "generic");
+    const char *e = simd_env();
+    int forced = e && (!strcmp(e, "generic") || !strcmp(e, "avx2"));
     __builtin_cpu_init();
     state = !forced && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
@@ -29,7 +42,7 @@ int fast_avx512(void) {
 
 int fast_avx2(void) {
   if (avx2_state < 0) {
-    const char *e = getenv("LOOM_SIMD");
+    const char *e = simd_env();
     __builtin_cpu_init();
     avx2_state = !(e && !strcmp(e, "generic")) && __builtin_cpu_supports("avx2");
   }
@@ -45,13 +58,18 @@ void loom_kernels_force_generic(int on) {
   else state = 0;
 }
 
+void loom_kernels_force_avx2(int on) {
+  state = on ? 0 : -1;
+  avx2_state = -1;
+}
+
 const char *loom_kernels_simd(void) {
   return fast_avx512() ? "avx512" : fast_avx2() ? "avx2" : "generic";
 }
 
 int fast_avx512_bf16(void) {
   if (bf16_state < 0) {
-    const char *e = getenv("LOOM_SIMD");
+    const char *e = simd_env();
     int forced = no_bf16_forced || (e && !strcmp(e, "avx512"));
     bf16_state = !forced && fast_avx512() && __builtin_cpu_supports("avx512bf16");
   }

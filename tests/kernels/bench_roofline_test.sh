@@ -5,7 +5,7 @@
 # bf16 only), sum to the profiled step, carry no fraction (nothing measured) but a note each;
 # no MFU is printed (none measured: null in the JSON, not 0%); a misspelt option is refused
 # with a suggestion and exit 2, and so is a LOOM_GEMM_PACK or LOOM_GEMM_RAGGED that is not 0
-# or 1. An MoE preset changed by model.KEY=VALUE arguments profiles its MoE kernels as parts
+# or 1 and a LOOM_SIMD that names no code path (LOOM_SIMD=avx2 runs the AVX2 kernels). An MoE preset changed by model.KEY=VALUE arguments profiles its MoE kernels as parts
 # of their own; other keys and misspelt ones are refused with exit 2.
 # usage: bench_roofline_test.sh LOOM
 . "$(dirname "$0")/../assert.sh"
@@ -81,6 +81,17 @@ out=$(LOOM_GEMM_RAGGED=yes "$LOOM" bench model --model tiny-gpt2 --batch 2 --seq
   --no-gemm 2>&1); rc=$?
 check "LOOM_GEMM_RAGGED=yes exits 2 (a dense model too)" [ "$rc" = 2 ]
 check "LOOM_GEMM_RAGGED=yes is named with what to use" grep -q "LOOM_GEMM_RAGGED=yes is not 0 or 1" <<<"$out"
+out=$(LOOM_SIMD=avx3 "$LOOM" bench model --model tiny-gpt2 --batch 2 --seq 32 --steps 1 \
+  --no-gemm 2>&1); rc=$?
+check "LOOM_SIMD=avx3 exits 2" [ "$rc" = 2 ]
+check "LOOM_SIMD=avx3 is named with the paths to use" \
+  grep -q "LOOM_SIMD=avx3 is not a code path: use generic (portable C), avx2" <<<"$out"
+out=$(LOOM_SIMD=avx2 "$LOOM" bench model --model tiny-gpt2 --batch 2 --seq 32 --steps 1 \
+  --no-gemm 2>&1); rc=$?
+check "LOOM_SIMD=avx2 runs" [ "$rc" = 0 ]
+if grep -qw avx2 /proc/cpuinfo; then
+  check "LOOM_SIMD=avx2 runs the AVX2 kernels" grep -q "kernels avx2" <<<"$out"
+fi
 out=$("$LOOM" bench model --rooflin 2>&1); rc=$?
 check "misspelt option exits 2" [ "$rc" = 2 ]
 check "misspelt option suggests --roofline" grep -q "roofline" <<<"$out"

@@ -618,6 +618,14 @@ int main(void) {
   test_gemm_weights_both_ways();
   printf("fast kernels, %s path\n", loom_kernels_simd());
   run_all();
+  if (!strcmp(loom_kernels_simd(), "avx512")) { /* the AVX2 paths too (an AVX-512 CPU has AVX2) */
+    loom_kernels_force_avx2(1);
+    printf("fast kernels, %s path\n", loom_kernels_simd());
+    CHECK(!strcmp(loom_kernels_simd(), "avx2"), "loom_kernels_force_avx2(1) gave %s",
+          loom_kernels_simd());
+    run_all();
+    loom_kernels_force_avx2(0);
+  }
   if (strcmp(loom_kernels_simd(), "generic")) { /* avx512 or avx2: the portable path too */
     loom_kernels_force_generic(1);
     printf("fast kernels, %s path\n", loom_kernels_simd());

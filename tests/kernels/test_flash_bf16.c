@@ -85,19 +85,18 @@ static double rel_ff(const float *a, const float *b, size_t n) {
   return sqrt(num) / (sqrt(den) > 1e-8 ? sqrt(den) : 1e-8);
 }
 
-/* force one code path: 2 vdpbf16ps, 1 AVX-512F emulation, 0 portable; 3 AVX2 is detection's
- * own pick where there is no AVX-512, or for D % 16 != 0 where there is */
+/* force one code path: 2 vdpbf16ps, 1 AVX-512F emulation, 3 AVX2, 0 portable */
 static void force_path(int p) {
   loom_kernels_force_generic(p == 0);
   loom_kernels_force_no_bf16(p == 1);
+  if (p == 3) loom_kernels_force_avx2(1);
 }
 static const char *const path_name[4] = {"generic", "avx512", "avx512_bf16", "avx2"};
 /* whether path p runs head dim D on this CPU once forced */
 static int path_runs(int p, int D) {
   const char *cpu = loom_kernels_attn_bf16_path();
   if (p == 1 || p == 2) return D % 16 == 0 && !strcmp(cpu, path_name[p]);
-  if (p == 3)
-    return D % 8 == 0 && (!strcmp(cpu, "avx2") || (D % 16 != 0 && !strncmp(cpu, "avx512", 6)));
+  if (p == 3) return D % 8 == 0 && !strcmp(cpu, "avx2");
   return 1;
 }
 

@@ -302,6 +302,12 @@ int main(void) {
   test_segments_helper();
   printf("packed flash attention, %s path\n", loom_kernels_simd());
   run_all();
+  if (!strcmp(loom_kernels_simd(), "avx512")) { /* the AVX2 tiles too */
+    loom_kernels_force_avx2(1);
+    printf("packed flash attention, %s path\n", loom_kernels_simd());
+    run_all();
+    loom_kernels_force_avx2(0);
+  }
   if (strcmp(loom_kernels_simd(), "generic")) { /* avx512 or avx2: the portable path too */
     loom_kernels_force_generic(1);
     printf("packed flash attention, %s path\n", loom_kernels_simd());
