@@ -8,12 +8,24 @@
  * --nproc` supervisor and the sweep runner ask through a file instead (LOOM_STOP_FILE holding
  * the signal's number): mpirun turns its own SIGINT/SIGTERM into a kill of every rank one
  * second later, so the job is kept out of their reach. SIGPIPE is ignored: a closed stdout or
- * stderr (`loom train ... | head`) stops the printing, never the training. */
+ * stderr (`loom train ... | head`) stops the printing, never the training.
+ *
+ * Where the handler runs: oneDNN 2.6's JIT GEMM kernels (Debian 12's libdnnl2) point rsp at a
+ * heap buffer while they run (oneDNN issue #4845, fixed upstream in 3.11 by #4855). A signal
+ * delivered there has the kernel write its frame below that rsp, into the heap, and glibc
+ * aborts later in free() ("corrupted size vs. prev_size"). So the handler runs on an
+ * alternate stack (SA_ONSTACK), and the OpenMP workers, which run those kernels too, block the
+ * stop signals: the process-directed signal reaches the main thread (or a thread of MPI's,
+ * which never runs them). */
+#include <errno.h>
 #include <fcntl.h>
+#include <omp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "train/run_internal.h"
@@ -36,11 +48,42 @@ static void on_stop_signal(int sig) {
   }
 }
 
+/* The calling thread's signal frames go on a stack of their own, never where rsp points. */
+static void alt_stack_install(void) {
+  long want = sysconf(_SC_SIGSTKSZ); /* the CPU's xsave area (AMX tiles: 11 KB) included */
+  size_t size = want > 0 && (size_t)want * 4 > 65536 ? (size_t)want * 4 : 65536;
+  /* mapped, not malloc'ed: a frame on it never lies beside the heap's chunks */
+  void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  stack_t ss = {.ss_sp = mem, .ss_size = size, .ss_flags = 0};
+  if (mem != MAP_FAILED && sigaltstack(&ss, NULL) == 0) return; /* kept for the process's life */
+  int err = errno;
+  if (mem != MAP_FAILED) munmap(mem, size);
+  fprintf(stderr, "loom train: warning: no alternate signal stack (%s): a stop signal during a "
+                  "oneDNN GEMM may corrupt the heap\n", strerror(err));
+}
+
+/* The OpenMP workers (those there are and those the pool starts later: a thread inherits the
+ * mask of the one that starts it) never take the stop signals. */
+static void workers_block(const sigset_t *stop) {
+  sigset_t was;
+  pthread_sigmask(SIG_BLOCK, stop, &was); /* the workers started in the region inherit it */
+#pragma omp parallel num_threads(omp_get_max_threads())
+  if (omp_get_thread_num() != 0) pthread_sigmask(SIG_BLOCK, stop, NULL);
+  pthread_sigmask(SIG_SETMASK, &was, NULL);
+}
+
 void loom_train_signals_install(void) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGUSR1);
+  workers_block(&stop);
+  alt_stack_install();
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop_signal;
-  sa.sa_flags = SA_RESTART; /* reads, writes and waits go on: the step finishes */
+  sa.sa_flags = SA_RESTART | SA_ONSTACK; /* reads, writes, waits go on: the step finishes */
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
