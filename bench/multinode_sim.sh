@@ -18,6 +18,9 @@
 # usage: bench/multinode_sim.sh [path/to/loom] [--repeat R] [--steps S] [--rates "1gbit 5gbit"]
 # env:   QUIET=1  before each calibration and run, wait (up to 30 min) until the machine is idle
 #                 (>= 90% idle over 2 s), as bench/sim_vs_train.sh does
+#        CALS=N   calibrations (default 3; bench/sim_vs_train.sh says why): every profile (the
+#                 node's, then each link's over it) is taken N times and a prediction is the
+#                 median of the N simulations
 set -u
 LOOM=${1:-build/loom}
 shift || true
@@ -59,9 +62,12 @@ COMMON=(training.steps=$STEPS training.warmup_steps=1 data.train_shards=$WORK/tr
 LAYOUTS=("dp2 x tp2|parallel.dp=2 parallel.tp=2 training.grad_accum=1"
   "pp2 x dp2|parallel.pp=2 parallel.dp=2 parallel.schedule=1f1b training.grad_accum=2")
 
-echo "calibrating: loom bench --nproc 2 (compute, shared memory)"
-wait_quiet
-"$LOOM" bench --nproc 2 --quick --quiet --out "$WORK/base.yaml" >/dev/null || exit 1
+CALS=${CALS:-3}
+echo "calibrating $CALS times: loom bench --nproc 2 (compute, shared memory)"
+for i in $(seq "$CALS"); do
+  wait_quiet
+  "$LOOM" bench --nproc 2 --quiet --out "$WORK/base-$i.yaml" >/dev/null || exit 1
+done
 
 # measure LAUNCHER... -- overrides: the fastest timed step of REPEAT runs
 measure() {
@@ -77,10 +83,13 @@ measure() {
   done
   python3 -c "import sys; print(min(float(x) for x in sys.argv[1:]))" $steps
 }
-predict() { # PROFILE overrides...
-  local hw=$1; shift
-  "$LOOM" sim "${GPT[@]}" "${COMMON[@]}" "$@" --hardware "$hw" --gpus 4 |
-    sed -n 's/^step time *\([0-9.]*\) s/\1/p'
+predict() { # PROFILE-PREFIX overrides...: the median over PREFIX-1.yaml ... PREFIX-CALS.yaml
+  local hw=$1 preds="" i; shift
+  for i in $(seq "$CALS"); do
+    preds="$preds $("$LOOM" sim "${GPT[@]}" "${COMMON[@]}" "$@" --hardware "$hw-$i.yaml" --gpus 4 |
+                   sed -n 's/^step time *\([0-9.]*\) s/\1/p')"
+  done
+  python3 -c "import sys, statistics as s; print(s.median(float(x) for x in sys.argv[1:]))" $preds
 }
 
 declare -A T_ONE P_ONE
@@ -90,17 +99,19 @@ for l in "${LAYOUTS[@]}"; do
   IFS='|' read -r name over <<<"$l"
   read -r -a O <<<"$over"
   T_ONE[$name]=$(measure "${ONE[@]}" -- "${O[@]}")
-  P_ONE[$name]=$(predict "$WORK/base.yaml" "${O[@]}")
+  P_ONE[$name]=$(predict "$WORK/base" "${O[@]}")
   printf "%-10s %-22s %10.4f %10.4f %8s\n" "$name" "one node (shared mem.)" "${T_ONE[$name]}" \
     "${P_ONE[$name]}" "$(python3 -c "print('%+.1f%%' % (100 * (${P_ONE[$name]} / ${T_ONE[$name]} - 1)))")"
 done
 for rate in $RATES; do
   if [ "$rate" = native ]; then "$NODES" shape "$N1" off; else "$NODES" shape "$N1" rate "$rate"; fi
-  cp "$WORK/base.yaml" "$WORK/$rate.yaml"
-  wait_quiet
-  "${ACROSS[@]}" $("$NODES" mpirun-args) "$LOOM" bench --only mpi --quick --quiet \
-    --out "$WORK/$rate.yaml" >/dev/null || { echo "bench across the nodes failed" >&2; exit 1; }
-  link=$(python3 - "$WORK/$rate.yaml" <<'EOF'
+  for i in $(seq "$CALS"); do
+    cp "$WORK/base-$i.yaml" "$WORK/$rate-$i.yaml"
+    wait_quiet
+    "${ACROSS[@]}" $("$NODES" mpirun-args) "$LOOM" bench --only mpi --quick --quiet \
+      --out "$WORK/$rate-$i.yaml" >/dev/null || { echo "bench across the nodes failed" >&2; exit 1; }
+  done
+  link=$(python3 - "$WORK/$rate-1.yaml" <<'EOF'
 import re, sys
 t = open(sys.argv[1]).read()
 bw = re.findall(r"name: network\s+domain: 0\s+bandwidth_gbs: ([0-9.e+-]+)\s+latency_us: ([0-9.e+-]+)", t)
@@ -111,7 +122,7 @@ EOF
     IFS='|' read -r name over <<<"$l"
     read -r -a O <<<"$over"
     t=$(measure "${ACROSS[@]}" $("$NODES" mpirun-args) -- "${O[@]}")
-    p=$(predict "$WORK/$rate.yaml" "${O[@]}")
+    p=$(predict "$WORK/$rate" "${O[@]}")
     python3 - "$name" "$rate: $link" "$t" "$p" "${T_ONE[$name]}" "${P_ONE[$name]}" <<'EOF'
 import sys
 name, link, t, p, t1, p1 = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:])

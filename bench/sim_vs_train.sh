@@ -16,7 +16,16 @@
 # usage: bench/sim_vs_train.sh [path/to/loom] [--repeat R] [--steps S] [--only REGEX]
 # env:   PROFILE=FILE  use this profile instead of calibrating (loom bench --nproc 2)
 #        NICE=N        run bench and training at this niceness
-#        RECAL=1       calibrate again before each case (into the same profile): where the
+#        CALS=N        calibrations (default 3): each is a `loom bench --nproc 2` of ~5 s, whose
+#                      rates move 1.5-2x now and then on shared vCPUs (other tenants' memory
+#                      traffic); the prediction is the median over the N profiles' simulations
+#        PAIRED=1      calibrate before every run (one `loom bench --nproc 2`) and hold each run
+#                      against the profile taken seconds before it: the error is the median of
+#                      the runs' errors (predicted / the run's fastest step), "predicted" the
+#                      median prediction and "(range)" their spread. The machine's speed drifts
+#                      by 10-20% over minutes on shared vCPUs; pairing each run with its own
+#                      calibration takes that drift out of the comparison
+#        RECAL=1       calibrate again before each case (into the same profiles): where the
 #                      machine's speed drifts over the minutes a run of cases takes (shared
 #                      vCPUs), each case is predicted from a profile of the minutes it runs in
 #        QUIET=1       before calibrating and before each run, wait (up to 30 min) until the
@@ -51,14 +60,25 @@ PRIO=()
   { echo "could not make the data" >&2; exit 1; }
 
 PROFILE=${PROFILE:-}
+CALS=${CALS:-3}
+PROFILES=()
 calibrate() {
-  wait_quiet
-  "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$PROFILE" --quiet || exit 1
+  for p in "${PROFILES[@]}"; do
+    wait_quiet
+    "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$p" --quiet || exit 1
+  done
 }
-if [ -z "$PROFILE" ]; then
-  PROFILE=$WORK/this-machine.yaml
-  echo "calibrating: loom bench --nproc 2 --out $PROFILE"
+if [ -n "${PAIRED:-}" ]; then
+  PROFILE="one per run"
+elif [ -z "$PROFILE" ]; then
+  for i in $(seq "$CALS"); do PROFILES+=("$WORK/this-machine-$i.yaml"); done
+  PROFILE="${PROFILES[0]}"
+  [ "$CALS" -gt 1 ] && PROFILE="$WORK/this-machine-{1..$CALS}.yaml (median)"
+  echo "calibrating $CALS times: loom bench --nproc 2 --out $WORK/this-machine-N.yaml"
   calibrate
+else
+  PROFILES=("$PROFILE")
+  unset RECAL # the given profile stands
 fi
 
 # GPT-2 style, 4 layers of width 256 (4 heads of 64), 128 tokens, 4 micro-batches of 4
@@ -120,8 +140,19 @@ CASES=(
   "moe pp2 ep2|4|MOE|parallel.pp=2 parallel.dp=2 parallel.ep=2"
 )
 
+# imbalance LOADS...: the routing the runs had (loom sim --moe-imbalance: one factor, the mean
+# over layers and steps, as the stretched costs are linear in it); none without expert parallelism
+imbalance() {
+  [ $# -gt 0 ] && echo --moe-imbalance "$(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print('%.4f' % (sum(a) / len(a)))" "$@")"
+}
+# predict PROFILE LOADS...: loom sim's step time for the case in M, COMMON, O on np ranks
+predict() {
+  local hw=$1; shift
+  "$LOOM" sim "${M[@]}" "${COMMON[@]}" "${O[@]}" --hardware "$hw" --gpus "$np" $(imbalance "$@") |
+    sed -n 's/^step time *\([0-9.]*\) s/\1/p'
+}
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-26s %5s %12s %12s %12s %8s %6s %s\n" "strategy" "ranks" "measured s" "(median)" "predicted s" "error" "load" "ep load"
+printf "%-26s %5s %12s %12s %12s %13s %8s %6s %s\n" "strategy" "ranks" "measured s" "(median)" "predicted s" "(range)" "error" "load" "ep load"
 n=0 within=0
 for c in "${CASES[@]}"; do
   IFS='|' read -r name np model over <<<"$c"
@@ -134,34 +165,48 @@ for c in "${CASES[@]}"; do
   esac
   read -r -a O <<<"$over"
   [ -n "${RECAL:-}" ] && calibrate >/dev/null
-  steps="" loads=""
+  steps="" loads="" preds="" ratios=""
   for r in $(seq "$REPEAT"); do
+    if [ -n "${PAIRED:-}" ]; then
+      wait_quiet
+      "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$WORK/paired.yaml" --quiet >/dev/null || exit 1
+    fi
     wait_quiet
     rm -rf "$WORK/runs"
     if ! timeout 900 "${PRIO[@]}" "${MPIRUN[@]}" -np "$np" "$LOOM" train "${M[@]}" "${COMMON[@]}" "${O[@]}" \
         run.name=bench --quiet >"$WORK/train.log" 2>&1; then
       echo "$name: training failed:" >&2; tail -3 "$WORK/train.log" >&2; continue 2
     fi
-    steps="$steps $(sed -n '2,$s/.*"step_time": \([0-9.e+-]*\),.*/\1/p' "$WORK"/runs/bench_*/metrics.jsonl)"
+    run_steps=$(sed -n '2,$s/.*"step_time": \([0-9.e+-]*\),.*/\1/p' "$WORK"/runs/bench_*/metrics.jsonl)
     # experts split over ranks: the busiest rank's routed pairs over the mean rank's, per MoE
     # layer and timed step (metrics.jsonl's moe_ep_load)
-    loads="$loads $(python3 -c "import json, sys
+    run_loads=$(python3 -c "import json, sys
 for line in list(open(sys.argv[1]))[1:]:
-    print(*json.loads(line).get('moe_ep_load', []))" "$WORK"/runs/bench_*/metrics.jsonl)"
+    print(*json.loads(line).get('moe_ep_load', []))" "$WORK"/runs/bench_*/metrics.jsonl)
+    steps="$steps $run_steps" loads="$loads $run_loads"
+    if [ -n "${PAIRED:-}" ]; then # this run against the profile taken just before it
+      p=$(predict "$WORK/paired.yaml" $run_loads)
+      preds="$preds $p"
+      ratios="$ratios $(python3 -c "import sys; print(float(sys.argv[1]) / min(float(x) for x in sys.argv[2:]))" "$p" $run_steps)"
+    fi
   done
-  # the routing the runs had (loom sim --moe-imbalance: one factor, the mean over layers and
-  # steps, as the stretched costs are linear in it); none without expert parallelism
-  imb=()
-  if [ -n "${loads// /}" ]; then
-    imb=(--moe-imbalance "$(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print('%.4f' % (sum(a) / len(a)))" $loads)")
-  fi
+  imb=($(imbalance $loads))
   read -r best median <<<"$(python3 -c "import sys, statistics as s; a=[float(x) for x in sys.argv[1:]]; print(min(a), s.median(a))" $steps)"
-  pred=$("$LOOM" sim "${M[@]}" "${COMMON[@]}" "${O[@]}" --hardware "$PROFILE" --gpus "$np" "${imb[@]}" |
-         sed -n 's/^step time *\([0-9.]*\) s/\1/p')
-  err=$(python3 -c "print('%+.1f%%' % (100 * ($pred / $best - 1)))")
-  ok=$(python3 -c "print(int(abs($pred / $best - 1) <= 0.15))")
+  if [ -z "${PAIRED:-}" ]; then
+    for p in "${PROFILES[@]}"; do preds="$preds $(predict "$p" $loads)"; done
+    ratios=$(python3 -c "import sys, statistics as s; print(s.median(float(x) for x in sys.argv[2:]) / float(sys.argv[1]))" "$best" $preds)
+  fi
+  read -r pred spread <<<"$(python3 -c "import sys, statistics as s; a=[float(x) for x in sys.argv[1:]]
+print(s.median(a), '%.3f-%.3f' % (min(a), max(a)) if len(a) > 1 else '')" $preds)"
+  ratio=$(python3 -c "import sys, statistics as s; print(s.median(float(x) for x in sys.argv[1:]))" $ratios)
+  err=$(python3 -c "print('%+.1f%%' % (100 * ($ratio - 1)))")
+  ok=$(python3 -c "print(int(abs($ratio - 1) <= 0.15))")
   n=$((n + 1)) within=$((within + ok))
-  printf "%-26s %5s %12.4f %12.4f %12.4f %8s %6s %s\n" "$name" "$np" "$best" "$median" "$pred" "$err" \
+  printf "%-26s %5s %12.4f %12.4f %12.4f %13s %8s %6s %s\n" "$name" "$np" "$best" "$median" "$pred" "$spread" "$err" \
     "$(cut -d' ' -f1 /proc/loadavg)" "${imb[1]:-}"
 done
-echo "$within of $n strategies within 15% (profile: $PROFILE; fastest of $REPEAT runs x $((STEPS - 1)) timed steps)"
+if [ -n "${PAIRED:-}" ]; then
+  echo "$within of $n strategies within 15% (each run against a loom bench --nproc 2 taken just before it; error: the median over $REPEAT runs of predicted / the run's fastest of $((STEPS - 1)) timed steps)"
+else
+  echo "$within of $n strategies within 15% (profile: $PROFILE; fastest of $REPEAT runs x $((STEPS - 1)) timed steps)"
+fi

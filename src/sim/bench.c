@@ -1,9 +1,19 @@
 /* `loom bench`'s driver: the table of sections, the defaults of a CPU profile, the timing
- * helper every section uses. */
+ * helper every section uses, and the choice of the rank whose measurements the profile keeps.
+ *
+ * Under mpirun every rank that has a core of its own measures the device sections at once, as
+ * the ranks of a training job run at once: a rank alone on the machine would measure a core
+ * whose neighbours are idle, and on shared vCPUs one of two cores ran 1.4-2.3x slower than the
+ * other for minutes at a time (memory-bound kernels most: the host's other tenants). A
+ * synchronous step waits for its slowest rank, so the profile keeps the measurements of the
+ * slowest (the lowest geometric mean of the measured rates), and the log names it. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "loom/comm.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
 #include "loom/sim_bench.h"
@@ -78,26 +88,91 @@ static void warm_up(void) {
     for (int i = 0; i < 10000; i++) x = x * 1.0000001 + 1e-9;
 }
 
+static bool selected(const loom_bench_section *s, const char *only) {
+  if (!only) return true;
+  size_t len = strlen(s->name);
+  const char *p = strstr(only, s->name);
+  return p && (p == only || p[-1] == ',') && (!p[len] || p[len] == ',');
+}
+
+/* Whether this rank measures the device sections: rank 0 always; under mpirun every rank with
+ * a core of its own (local rank < cores: an oversubscribed bench would time-share them and
+ * halve every rate, which the simulator's time sharing then counts again). */
+static bool measures_devices(const loom_bench_ctx *b) {
+  if (b->rank == 0) return true;
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return local && atol(local) < (cores > 0 ? cores : 1);
+}
+
+/* The geometric mean of the rates the device sections measured (FLOP/s, bytes/s, elements/s):
+ * one number to tell a slow rank from a fast one. */
+static double speed_index(const loom_hw_profile *hw) {
+  double logs = 0;
+  int n = 0;
+  const double rates[] = {hw->peak_flops[LOOM_DT_FP32], hw->mem_bw, hw->attn_rate_fwd,
+                          hw->attn_rate_bwd};
+  for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
+    if (rates[i] > 0) logs += log(rates[i]), n++;
+  for (int i = 0; i < LOOM_VOP_COUNT; i++)
+    if (hw->vop_rate[i] > 0) logs += log(hw->vop_rate[i]), n++;
+  return n ? exp(logs / n) : 0;
+}
+
+/* Every rank takes the profile of the slowest measuring rank; rank 0 logs each measuring
+ * rank's index (the rates' geometric mean) and the one kept. */
+static void keep_slowest(loom_hw_profile *hw, const loom_bench_ctx *b, bool measured) {
+  const loom_comm *c = b->comm;
+  double *speed = loom_calloc((size_t)b->world, sizeof *speed); /* 0: did not measure */
+  speed[b->rank] = measured ? speed_index(hw) : 0;
+  loom_comm_allreduce_f64(c, speed, (size_t)b->world, LOOM_OP_SUM);
+  int root = 0, n = 0;
+  for (int r = 0; r < b->world; r++)
+    if (speed[r] > 0) {
+      n++;
+      if (speed[r] < speed[root]) root = r;
+    }
+  loom_comm_bcast_bytes(c, hw, sizeof *hw, root);
+  if (b->log) {
+    fprintf(b->log, "devices measured on %d ranks at once, rates' geometric mean by rank:", n);
+    for (int r = 0; r < b->world; r++)
+      if (speed[r] > 0) fprintf(b->log, " %d: %.4g", r, speed[r]);
+    fprintf(b->log, "; the profile keeps rank %d's, the slowest\n", root);
+  }
+  free(speed);
+}
+
+static int run_section(loom_hw_profile *hw, const loom_bench_ctx *b, const loom_bench_section *s) {
+  double t0 = loom_now();
+  if (s->run(hw, b)) return loom_err_prefix("bench %s: ", s->name);
+  if (b->log && b->rank == 0) fprintf(b->log, "%-9s done in %.2f s\n", s->name, loom_now() - t0);
+  return 0;
+}
+
 int loom_bench_run(loom_hw_profile *hw, const loom_bench_ctx *b, const char *only) {
   warm_up();
-  int n;
+  int n, devices = 0, rc = 0;
   const loom_bench_section *s = loom_bench_sections(&n);
+  bool measures = measures_devices(b);
+  /* the device sections: every measuring rank at once, logged by rank 0 */
   for (int i = 0; i < n; i++) {
-    if (only) {
-      size_t len = strlen(s[i].name);
-      const char *p = strstr(only, s[i].name);
-      if (!p || (p != only && p[-1] != ',') || (p[len] && p[len] != ',')) continue;
-    }
-    if (s[i].needs_mpi && b->world < 2) {
+    if (s[i].needs_mpi || !selected(&s[i], only)) continue;
+    devices++;
+    if (measures && !rc) rc = run_section(hw, b, &s[i]);
+  }
+  if (b->world > 1) rc = loom_comm_any_failed(b->comm, rc);
+  if (rc) return rc;
+  if (devices && b->world > 1) keep_slowest(hw, b, measures);
+  /* the collectives: every rank */
+  for (int i = 0; i < n; i++) {
+    if (!s[i].needs_mpi || !selected(&s[i], only)) continue;
+    if (b->world < 2) {
       if (b->log && b->rank == 0)
         fprintf(b->log, "%-9s skipped: run under mpirun with 2 or more ranks (loom bench --nproc 2)\n",
                 s[i].name);
       continue;
     }
-    if (!s[i].needs_mpi && b->rank != 0) continue; /* single-rank sections run on rank 0 */
-    double t0 = loom_now();
-    if (s[i].run(hw, b)) return loom_err_prefix("bench %s: ", s[i].name);
-    if (b->log && b->rank == 0) fprintf(b->log, "%-9s done in %.2f s\n", s[i].name, loom_now() - t0);
+    if ((rc = run_section(hw, b, &s[i]))) return rc;
   }
   return 0;
 }

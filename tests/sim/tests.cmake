@@ -8,3 +8,7 @@ set_tests_properties(sim_vs_train PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
 add_test(NAME sim_vs_train_cp COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/sim/sim_vs_train_cp_test.py $<TARGET_FILE:loom>)
 set_tests_properties(sim_vs_train_cp PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
   ENVIRONMENT "LOOM_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")
+# `loom bench --nproc N`: the devices measured on every rank with a core at once, the slowest
+# rank's profile kept
+add_test(NAME sim_bench_ranks COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sim/bench_ranks_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(sim_bench_ranks PROPERTIES TIMEOUT 300 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
