@@ -91,6 +91,11 @@ typedef struct {
   double latency;      /* seconds per message step */
   double efficiency[LOOM_COLL_COUNT]; /* achieved bus bandwidth / bandwidth, per collective */
   loom_coll_algo algo; /* all-reduce algorithm */
+  /* optional (0 points = 1): the all-reduce's bandwidth at a message of ar_size_bytes per rank
+   * times ar_size_factor, interpolated in log2 of the size and clamped at the ends (loom bench:
+   * measured against its fitted line; on CPUs it halves once the buffers leave the caches) */
+  int n_ar_size;
+  double ar_size_bytes[LOOM_HW_MAX_POINTS], ar_size_factor[LOOM_HW_MAX_POINTS];
 } loom_hw_tier;
 
 typedef struct {

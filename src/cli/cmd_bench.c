@@ -70,11 +70,12 @@ static int write_profile(loom_hw_profile *hw, const char *out, int world, double
            "thread%s per rank, the process had %d).\n"
            "Every number below is a measurement of this machine through loom's own kernels and\n"
            "MPI calls: GEMM rates by shape (cblas_sgemm as the linear layers call it), memory\n"
-           "bandwidth, the rate of each vector kernel, the reference attention%s.\n"
+           "bandwidth, the rate of each vector kernel, the reference attention%s%s.\n"
            "Re-run 'loom bench --nproc %d' after changing the machine or the BLAS.",
            date, seconds, cpu, world, world > 1 ? "s" : "", threads, threads == 1 ? "" : "s",
            threads_asked,
            world > 1 ? " and the MPI collectives between ranks" : " (no MPI: run with --nproc to measure collectives)",
+           world > 1 ? ";\nthe devices measured on every rank at once, the slowest rank's kept" : "",
            hw->devices_per_node);
   char *yaml = loom_hw_to_yaml(hw, notes);
   loom_hw_profile check;

@@ -21,6 +21,10 @@
 
 static const size_t sizes[] = {2048, 32768, 262144, 1048576}; /* floats per rank */
 enum { NS = 4 };
+/* the all-reduce past the line's sizes: gradient reductions are often larger, and on CPUs
+ * the bandwidth halves once the buffers leave the caches */
+static const size_t big[] = {2097152, 4194304}; /* floats per rank: 8 and 16 MB */
+enum { NB = 2 };
 
 typedef struct {
   const loom_comm *c;
@@ -87,11 +91,13 @@ static int by_value(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The line t = latency + bytes / bandwidth of every collective on c: bw, lat (per step). */
+/* The line t = latency + bytes / bandwidth of every collective on c: bw, lat (per step); and
+ * for the all-reduce, its bandwidth at each measured size over the line's (ar: sizes in bytes
+ * per rank, factors; NS + NB points). */
 static void measure(const loom_comm *c, const loom_bench_ctx *b, const char *what, double *bw,
-                    double *lat) {
+                    double *lat, double *ar_bytes, double *ar_factor) {
   int p = c->size;
-  size_t maxn = sizes[NS - 1];
+  size_t maxn = big[NB - 1];
   mjob j = {c, 0, 0, loom_alloc(maxn * sizeof(float)), loom_alloc(maxn * sizeof(float))};
   for (size_t i = 0; i < maxn; i++) j.in[i] = 1e-3f * (float)(i % 1000);
   for (int k = 0; k < LOOM_COLL_COUNT; k++) {
@@ -115,6 +121,28 @@ static void measure(const loom_comm *c, const loom_bench_ctx *b, const char *wha
       for (int s = 0; s < NS; s++) fprintf(b->log, " %zu B %.1f us,", sizes[s] * 4, y[s] * 1e6);
       fprintf(b->log, " -> %.2f GB/s, %.2f us per step\n", bw[k] / 1e9, lat[k] * 1e6);
     }
+    if (k != LOOM_COLL_ALLREDUCE) continue;
+    /* the bandwidth each size achieved over the line's: the line's points, then larger */
+    double t[NS + NB];
+    for (int s = 0; s < NS + NB; s++) {
+      size_t n = (s < NS ? sizes[s] : big[s - NS]) / (size_t)p * (size_t)p;
+      if (s < NS) t[s] = y[s];
+      else {
+        j.n = n;
+        t[s] = timed(&j, 0.03 * b->scale);
+      }
+      double moved = loom_hw_ring_bytes((loom_coll_kind)k, (double)n * 4, p);
+      double wire = t[s] - lat[k] * steps((loom_coll_kind)k, p); /* the bandwidth's part */
+      double f = wire > 0 ? moved / bw[k] / wire : 1;
+      ar_bytes[s] = (double)n * 4;
+      ar_factor[s] = f < 0.05 ? 0.05 : f > 20 ? 20 : f;
+    }
+    if (b->log && b->rank == 0) {
+      fprintf(b->log, "mpi %s%-15s bandwidth by size over the line's:", what, "all-reduce");
+      for (int s = 0; s < NS + NB; s++)
+        fprintf(b->log, " %.3g MB %.2f%s", ar_bytes[s] / 1e6, ar_factor[s],
+                s + 1 < NS + NB ? "," : "\n");
+    }
   }
   loom_free(j.in), loom_free(j.out);
 }
@@ -122,8 +150,11 @@ static void measure(const loom_comm *c, const loom_bench_ctx *b, const char *wha
 /* A tier from a measurement: the send/recv bandwidth, each collective's efficiency over it,
  * the median latency per step. */
 static void fill_tier(loom_hw_tier *t, const char *name, int domain, const double *bw,
-                      const double *lat) {
+                      const double *lat, const double *ar_bytes, const double *ar_factor) {
   snprintf(t->name, sizeof t->name, "%s", name);
+  t->n_ar_size = NS + NB;
+  memcpy(t->ar_size_bytes, ar_bytes, (NS + NB) * sizeof(double));
+  memcpy(t->ar_size_factor, ar_factor, (NS + NB) * sizeof(double));
   t->domain = domain;
   t->algo = LOOM_ALGO_RING;
   t->bandwidth = bw[LOOM_COLL_SENDRECV];
@@ -150,20 +181,20 @@ static int ranks_per_node(int world) {
 
 int loom_bench_mpi(loom_hw_profile *hw, const loom_bench_ctx *b) {
   const loom_comm *c = b->comm;
-  double bw[LOOM_COLL_COUNT], lat[LOOM_COLL_COUNT];
+  double bw[LOOM_COLL_COUNT], lat[LOOM_COLL_COUNT], arb[NS + NB], arf[NS + NB];
   int r = ranks_per_node(c->size);
   if (r == 0 || r == 1) {
-    measure(c, b, "", bw, lat);
+    measure(c, b, "", bw, lat, arb, arf);
     hw->n_tiers = 1;
-    fill_tier(&hw->tier[0], r ? "network" : "shared-memory-mpi", 0, bw, lat);
+    fill_tier(&hw->tier[0], r ? "network" : "shared-memory-mpi", 0, bw, lat, arb, arf);
     return 0;
   }
   loom_mesh m; /* tp: the r ranks of a node, dp: one rank of every node */
   if (loom_mesh_create_on(&m, 1, c->size / r, 1, 1, r, 120, 0)) return -1;
-  measure(&m.tp_comm, b, "inside a node: ", bw, lat);
-  fill_tier(&hw->tier[0], "shared-memory-mpi", r, bw, lat);
-  measure(&m.dp_comm, b, "between nodes: ", bw, lat);
-  fill_tier(&hw->tier[1], "network", 0, bw, lat);
+  measure(&m.tp_comm, b, "inside a node: ", bw, lat, arb, arf);
+  fill_tier(&hw->tier[0], "shared-memory-mpi", r, bw, lat, arb, arf);
+  measure(&m.dp_comm, b, "between nodes: ", bw, lat, arb, arf);
+  fill_tier(&hw->tier[1], "network", 0, bw, lat, arb, arf);
   hw->n_tiers = 2;
   loom_mesh_free(&m);
   return 0;

@@ -205,7 +205,8 @@ static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
 
 static int read_tier(loom_hw_tier *t, const loom_yaml_node *n) {
   static const char *const allowed[] = {
-      "name", "domain", "bandwidth_gbs", "latency_us", "algorithm", "efficiency", NULL};
+      "name", "domain", "bandwidth_gbs", "latency_us", "algorithm", "efficiency",
+      "all_reduce_size_factor", NULL};
   static const char *const colls[] = {"all_reduce", "reduce_scatter", "all_gather",
                                       "all_to_all", "send", NULL};
   if (loom_yaml_only(n, "a network tier", allowed)) return -1;
@@ -230,6 +231,19 @@ static int read_tier(loom_hw_tier *t, const loom_yaml_node *n) {
     if (!strcmp(s, "ring")) t->algo = LOOM_ALGO_RING;
     else if (!strcmp(s, "tree")) t->algo = LOOM_ALGO_TREE;
     else return loom_yaml_err(x, "network.algorithm must be ring or tree, found '%s'", s);
+  }
+  if ((x = loom_yaml_get(n, "all_reduce_size_factor"))) { /* [[MB per rank, factor], ...] */
+    if (read_pairs(x, "network.all_reduce_size_factor", t->ar_size_bytes, t->ar_size_factor,
+                   &t->n_ar_size))
+      return -1;
+    for (int i = 0; i < t->n_ar_size; i++) {
+      t->ar_size_bytes[i] *= 1e6; /* checked in bytes: what the cost model takes log2 of */
+      if (!(t->ar_size_bytes[i] > 0) || !isfinite(t->ar_size_bytes[i]) ||
+          (i && !(t->ar_size_bytes[i] > t->ar_size_bytes[i - 1])) ||
+          !(t->ar_size_factor[i] > 0) || !isfinite(t->ar_size_factor[i]))
+        return loom_yaml_err(x, "network.all_reduce_size_factor: point %d: sizes (MB) must be "
+                                "positive, finite and increasing, factors positive", i + 1);
+    }
   }
   if ((x = loom_yaml_get(n, "efficiency"))) {
     if (x->kind == LOOM_YAML_SCALAR) {

@@ -175,6 +175,8 @@ double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double 
   }
   const loom_hw_tier *t = &hw->tier[ti];
   double bw = t->bandwidth * t->efficiency[kind];
+  if (kind == LOOM_COLL_ALLREDUCE && t->n_ar_size > 0) /* the size's own bandwidth */
+    bw *= lerp_log2(bytes, t->ar_size_bytes, t->ar_size_factor, t->n_ar_size);
   double moved = loom_hw_ring_bytes(kind, bytes, size);
   double steps;
   switch (kind) {

@@ -152,6 +152,13 @@ static void put_network(buf *b, const loom_hw_profile *hw) {
     for (int k = 0; k < LOOM_COLL_COUNT; k++)
       put(b, "%s%s: %s", k ? ", " : "", colls[k], num(t->efficiency[k], 1));
     put(b, "}\n");
+    if (t->n_ar_size > 0) { /* [MB per rank, factor] */
+      put(b, "    all_reduce_size_factor: [");
+      for (int i = 0; i < t->n_ar_size; i++)
+        put(b, "%s[%s, %s]", i ? ", " : "", num(t->ar_size_bytes[i], 1e6),
+            num(t->ar_size_factor[i], 1));
+      put(b, "]\n");
+    }
   }
 }
 

@@ -34,7 +34,8 @@ check "the profile is written" grep -q "vector_kernel_rates\|layernorm_fwd" "$WO
 cp "$WORK/p.yaml" "$WORK/before.yaml"
 out=$("$LOOM" bench --nproc 2 --only mpi --quick --out "$WORK/p.yaml" 2>&1); rc=$?
 check "--only mpi exits 0" [ "$rc" = 0 ]
-check "--only mpi measures no device" bash -c "! grep -q 'devices measured' <<<'$out'"
+check "--only mpi measures no device" test -z "$(grep 'devices measured' <<<"$out")"
+check "--only mpi measures the all-reduce by size" grep -q "all_reduce_size_factor: \[\[" "$WORK/p.yaml"
 check "--only mpi keeps the device rates it updates" \
   test "$(grep layernorm_fwd "$WORK/p.yaml")" = "$(grep layernorm_fwd "$WORK/before.yaml")"
 finish

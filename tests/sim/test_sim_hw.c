@@ -167,6 +167,47 @@ static void test_interpolation(void) {
         "group placement on tiers");
 }
 
+/* The all-reduce's bandwidth by message size (network.all_reduce_size_factor, MB per rank):
+ * read, interpolated in log2 of the size and clamped at the ends, applied to the all-reduce
+ * only, written back as read; bad points refused. */
+static void test_allreduce_size_factor(void) {
+  const char *yaml = "name: x\nnetwork:\n  - name: shm\n    domain: 0\n    bandwidth_gbs: 2\n"
+                     "    latency_us: 10\n    all_reduce_size_factor: [[1, 1], [16, 0.5]]\n";
+  loom_hw_profile hw, b;
+  CHECK(loom_hw_parse(&hw, yaml, "f.yaml") == 0, "%s", loom_errmsg());
+  const loom_hw_tier *t = &hw.tier[0];
+  CHECK(t->n_ar_size == 2 && t->ar_size_bytes[1] == 16e6 && t->ar_size_factor[1] == 0.5,
+        "read: %d points", t->n_ar_size);
+  /* 2 ranks: the ring moves the bytes once each way (2 (p-1)/p = 1), 2 latency steps */
+  double lat = 2 * 10e-6;
+  struct {
+    double bytes, factor;
+  } at[] = {{0.5e6, 1}, {1e6, 1}, {4e6, 0.75}, {16e6, 0.5}, {64e6, 0.5}};
+  for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+    double got = loom_hw_coll_time(&hw, LOOM_COLL_ALLREDUCE, at[i].bytes, 1, 2);
+    double want = at[i].bytes / (2e9 * at[i].factor) + lat; /* 4 MB: halfway in log2 */
+    CHECK(fabs(got - want) < 1e-12, "all-reduce of %g MB: %g s, want %g", at[i].bytes / 1e6, got,
+          want);
+  }
+  CHECK(fabs(loom_hw_coll_time(&hw, LOOM_COLL_ALLGATHER, 64e6, 1, 2) - (32e6 / 2e9 + 10e-6)) <
+            1e-12,
+        "the other collectives keep the line");
+  char *text = loom_hw_to_yaml(&hw, NULL);
+  CHECK(loom_hw_parse(&b, text, "rt.yaml") == 0 && b.tier[0].n_ar_size == 2 &&
+            b.tier[0].ar_size_bytes[0] == 1e6 && b.tier[0].ar_size_factor[1] == 0.5,
+        "round trip: %s\n%s", loom_errmsg(), text);
+  free(text);
+  const char *head = "name: x\nnetwork:\n  - name: shm\n    domain: 0\n    bandwidth_gbs: 2\n"
+                     "    all_reduce_size_factor: ";
+  const char *bads[] = {"[[4, 1], [1, 0.5]]", "[[1, 0]]", "[[0, 1]]", "[[1, 1, 2]]", "[1, 2]",
+                        "[[1, 1], [1e305, 0.5]]"}; /* the last: infinite bytes */
+  for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
+    char *doc = loom_sprintf("%s%s\n", head, bads[i]);
+    bad(doc, ":6", "all_reduce_size_factor");
+    free(doc);
+  }
+}
+
 /* Found by fuzzing (tests/fuzz/regress/hw): numbers the cost model divides by or takes log2
  * of must be positive and finite, and the writer must produce a file that loads back to the
  * identical profile whatever the strings hold. */
@@ -262,5 +303,6 @@ int main(void) {
   test_roundtrip();
   test_errors();
   test_interpolation();
+  test_allreduce_size_factor();
   return harness_finish("test_sim_hw");
 }
