@@ -92,10 +92,9 @@ static int by_value(const void *a, const void *b) {
 }
 
 /* The line t = latency + bytes / bandwidth of every collective on c: bw, lat (per step); and
- * for the all-reduce, its bandwidth at each measured size over the line's (ar: sizes in bytes
- * per rank, factors; NS + NB points). */
+ * the all-reduce's time at NS + NB sizes (ar_bytes per rank, ar_time). */
 static void measure(const loom_comm *c, const loom_bench_ctx *b, const char *what, double *bw,
-                    double *lat, double *ar_bytes, double *ar_factor) {
+                    double *lat, double *ar_bytes, double *ar_time) {
   int p = c->size;
   size_t maxn = big[NB - 1];
   mjob j = {c, 0, 0, loom_alloc(maxn * sizeof(float)), loom_alloc(maxn * sizeof(float))};
@@ -122,39 +121,29 @@ static void measure(const loom_comm *c, const loom_bench_ctx *b, const char *wha
       fprintf(b->log, " -> %.2f GB/s, %.2f us per step\n", bw[k] / 1e9, lat[k] * 1e6);
     }
     if (k != LOOM_COLL_ALLREDUCE) continue;
-    /* the bandwidth each size achieved over the line's: the line's points, then larger */
-    double t[NS + NB];
+    /* the all-reduce's times at the line's sizes and larger (fill_tier: over the line's) */
     for (int s = 0; s < NS + NB; s++) {
       size_t n = (s < NS ? sizes[s] : big[s - NS]) / (size_t)p * (size_t)p;
-      if (s < NS) t[s] = y[s];
-      else {
-        j.n = n;
-        t[s] = timed(&j, 0.03 * b->scale);
-      }
-      double moved = loom_hw_ring_bytes((loom_coll_kind)k, (double)n * 4, p);
-      double wire = t[s] - lat[k] * steps((loom_coll_kind)k, p); /* the bandwidth's part */
-      double f = wire > 0 ? moved / bw[k] / wire : 1;
+      j.n = n;
       ar_bytes[s] = (double)n * 4;
-      ar_factor[s] = f < 0.05 ? 0.05 : f > 20 ? 20 : f;
+      ar_time[s] = s < NS ? y[s] : timed(&j, 0.03 * b->scale);
     }
     if (b->log && b->rank == 0) {
-      fprintf(b->log, "mpi %s%-15s bandwidth by size over the line's:", what, "all-reduce");
-      for (int s = 0; s < NS + NB; s++)
-        fprintf(b->log, " %.3g MB %.2f%s", ar_bytes[s] / 1e6, ar_factor[s],
-                s + 1 < NS + NB ? "," : "\n");
+      fprintf(b->log, "mpi %s%-15s (%d ranks):", what, "all-reduce", p);
+      for (int s = NS; s < NS + NB; s++)
+        fprintf(b->log, " %.0f B %.1f us%s", ar_bytes[s], ar_time[s] * 1e6,
+                s + 1 < NS + NB ? "," : " (the line's factors: the profile)\n");
     }
   }
   loom_free(j.in), loom_free(j.out);
 }
 
 /* A tier from a measurement: the send/recv bandwidth, each collective's efficiency over it,
- * the median latency per step. */
-static void fill_tier(loom_hw_tier *t, const char *name, int domain, const double *bw,
-                      const double *lat, const double *ar_bytes, const double *ar_factor) {
+ * the median latency per step, and the all-reduce's bandwidth at each measured size over what
+ * the tier's line gives it (the simulator's time for it then meets the measured times). */
+static void fill_tier(loom_hw_tier *t, const char *name, int domain, int p, const double *bw,
+                      const double *lat, const double *ar_bytes, const double *ar_time) {
   snprintf(t->name, sizeof t->name, "%s", name);
-  t->n_ar_size = NS + NB;
-  memcpy(t->ar_size_bytes, ar_bytes, (NS + NB) * sizeof(double));
-  memcpy(t->ar_size_factor, ar_factor, (NS + NB) * sizeof(double));
   t->domain = domain;
   t->algo = LOOM_ALGO_RING;
   t->bandwidth = bw[LOOM_COLL_SENDRECV];
@@ -166,6 +155,15 @@ static void fill_tier(loom_hw_tier *t, const char *name, int domain, const doubl
   memcpy(sorted, lat, sizeof sorted);
   qsort(sorted, LOOM_COLL_COUNT, sizeof(double), by_value);
   t->latency = sorted[LOOM_COLL_COUNT / 2];
+  double line_bw = t->bandwidth * t->efficiency[LOOM_COLL_ALLREDUCE];
+  t->n_ar_size = NS + NB;
+  for (int s = 0; s < NS + NB; s++) {
+    double moved = loom_hw_ring_bytes(LOOM_COLL_ALLREDUCE, ar_bytes[s], p);
+    double wire = ar_time[s] - t->latency * steps(LOOM_COLL_ALLREDUCE, p); /* bandwidth's part */
+    double f = wire > 0 ? moved / line_bw / wire : 20;
+    t->ar_size_bytes[s] = ar_bytes[s];
+    t->ar_size_factor[s] = f < 0.05 ? 0.05 : f > 20 ? 20 : f;
+  }
 }
 
 /* Ranks per node when the ranks are on several nodes, the same number on each, consecutive;
@@ -181,20 +179,20 @@ static int ranks_per_node(int world) {
 
 int loom_bench_mpi(loom_hw_profile *hw, const loom_bench_ctx *b) {
   const loom_comm *c = b->comm;
-  double bw[LOOM_COLL_COUNT], lat[LOOM_COLL_COUNT], arb[NS + NB], arf[NS + NB];
+  double bw[LOOM_COLL_COUNT], lat[LOOM_COLL_COUNT], arb[NS + NB], art[NS + NB];
   int r = ranks_per_node(c->size);
   if (r == 0 || r == 1) {
-    measure(c, b, "", bw, lat, arb, arf);
+    measure(c, b, "", bw, lat, arb, art);
     hw->n_tiers = 1;
-    fill_tier(&hw->tier[0], r ? "network" : "shared-memory-mpi", 0, bw, lat, arb, arf);
+    fill_tier(&hw->tier[0], r ? "network" : "shared-memory-mpi", 0, c->size, bw, lat, arb, art);
     return 0;
   }
   loom_mesh m; /* tp: the r ranks of a node, dp: one rank of every node */
   if (loom_mesh_create_on(&m, 1, c->size / r, 1, 1, r, 120, 0)) return -1;
-  measure(&m.tp_comm, b, "inside a node: ", bw, lat, arb, arf);
-  fill_tier(&hw->tier[0], "shared-memory-mpi", r, bw, lat, arb, arf);
-  measure(&m.dp_comm, b, "between nodes: ", bw, lat, arb, arf);
-  fill_tier(&hw->tier[1], "network", 0, bw, lat, arb, arf);
+  measure(&m.tp_comm, b, "inside a node: ", bw, lat, arb, art);
+  fill_tier(&hw->tier[0], "shared-memory-mpi", r, m.tp_comm.size, bw, lat, arb, art);
+  measure(&m.dp_comm, b, "between nodes: ", bw, lat, arb, art);
+  fill_tier(&hw->tier[1], "network", 0, m.dp_comm.size, bw, lat, arb, art);
   hw->n_tiers = 2;
   loom_mesh_free(&m);
   return 0;

@@ -36,6 +36,35 @@ out=$("$LOOM" bench --nproc 2 --only mpi --quick --out "$WORK/p.yaml" 2>&1); rc=
 check "--only mpi exits 0" [ "$rc" = 0 ]
 check "--only mpi measures no device" test -z "$(grep 'devices measured' <<<"$out")"
 check "--only mpi measures the all-reduce by size" grep -q "all_reduce_size_factor: \[\[" "$WORK/p.yaml"
+# the profile's all-reduce time (SIMULATOR.md: ring bytes at bandwidth x efficiency x the
+# size's factor, plus 2 (p-1) latencies) meets every time the bench logged, to its 0.1 us
+# (at least 4 of the 6 sizes: one below the latencies' floor is clamped)
+echo "$out" >"$WORK/mpi.log"
+worst=$(python3 - "$WORK/p.yaml" "$WORK/mpi.log" <<'PY'
+import re, sys
+log = open(sys.argv[2]).read()
+net = open(sys.argv[1]).read().split("\nnetwork:")[1]
+bw = float(re.search(r"\n\s+bandwidth_gbs: ([0-9.e+-]+)", net).group(1)) * 1e9
+lat = float(re.search(r"latency_us: ([0-9.e+-]+)", net).group(1)) * 1e-6
+eff = float(re.search(r"all_reduce: ([0-9.e+-]+)", net).group(1))
+pts = eval(re.search(r"all_reduce_size_factor: (\[.*\])", net).group(1))
+logged = {}
+for line in re.findall(r"mpi all-reduce +\(2 ranks\):(.*)", log):
+    for b, us in re.findall(r"(\d+) B ([0-9.]+) us", line):
+        logged[int(b)] = float(us)
+worst, n = 0, 0
+for mb, f in pts:
+    b = round(mb * 1e6)
+    if b not in logged:
+        worst = 1e9
+    elif 0.05 < f < 20:  # (clamped: a time below the latencies' floor, no factor reaches it)
+        sim = (b / (bw * eff * f) + 2 * lat) * 1e6  # 2 ranks: the ring moves b, 2 steps
+        worst, n = max(worst, abs(sim - logged[b]) - 0.05 - 1e-3 * logged[b]), n + 1
+print("%.3f %d" % (worst, n))
+PY
+)
+check "the profile's all-reduce meets the logged times (excess, sizes: $worst)" \
+  python3 -c "import sys; w, n = sys.argv[1].split(); sys.exit(not (float(w) <= 0 and int(n) >= 4))" "$worst"
 check "--only mpi keeps the device rates it updates" \
   test "$(grep layernorm_fwd "$WORK/p.yaml")" = "$(grep layernorm_fwd "$WORK/before.yaml")"
 finish
