@@ -22,6 +22,8 @@
 #                 node's, then each link's over it) is taken N times and a prediction is the
 #                 median of the N simulations
 set -u
+CALS=${CALS:-3}
+[[ $CALS =~ ^[1-9][0-9]*$ ]] || { echo "CALS=$CALS: give a number of calibrations >= 1" >&2; exit 2; }
 LOOM=${1:-build/loom}
 shift || true
 REPEAT=2 STEPS=6 RATES="1gbit 5gbit native"
@@ -62,7 +64,6 @@ COMMON=(training.steps=$STEPS training.warmup_steps=1 data.train_shards=$WORK/tr
 LAYOUTS=("dp2 x tp2|parallel.dp=2 parallel.tp=2 training.grad_accum=1"
   "pp2 x dp2|parallel.pp=2 parallel.dp=2 parallel.schedule=1f1b training.grad_accum=2")
 
-CALS=${CALS:-3}
 echo "calibrating $CALS times: loom bench --nproc 2 (compute, shared memory)"
 for i in $(seq "$CALS"); do
   wait_quiet

@@ -33,6 +33,8 @@
 #                      work otherwise inflates the measured times (the "load" column shows
 #                      the 1-minute load average after each case)
 set -u
+CALS=${CALS:-3}
+[[ $CALS =~ ^[1-9][0-9]*$ ]] || { echo "CALS=$CALS: give a number of calibrations >= 1" >&2; exit 2; }
 LOOM=${1:-build/loom}
 shift || true
 REPEAT=3 STEPS=5 ONLY=.
@@ -60,7 +62,6 @@ PRIO=()
   { echo "could not make the data" >&2; exit 1; }
 
 PROFILE=${PROFILE:-}
-CALS=${CALS:-3}
 PROFILES=()
 calibrate() {
   for p in "${PROFILES[@]}"; do

@@ -16,6 +16,7 @@
 #include "loom/comm.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "loom/mesh.h"
 #include "loom/sim_bench.h"
 
 static const loom_bench_section sections[] = {
@@ -95,14 +96,15 @@ static bool selected(const loom_bench_section *s, const char *only) {
   return p && (p == only || p[-1] == ',') && (!p[len] || p[len] == ',');
 }
 
-/* Whether this rank measures the device sections: rank 0 always; under mpirun every rank with
- * a core of its own (local rank < cores: an oversubscribed bench would time-share them and
+/* Whether this rank measures the device sections: every rank with a core of its own (its
+ * index among its node's ranks < cores: an oversubscribed bench would time-share them and
  * halve every rate, which the simulator's time sharing then counts again). */
 static bool measures_devices(const loom_bench_ctx *b) {
-  if (b->rank == 0) return true;
-  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (b->world < 2) return true;
+  int node = loom_dist_node_of(b->rank), local = 0;
+  for (int r = 0; r < b->rank; r++) local += loom_dist_node_of(r) == node;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return local && atol(local) < (cores > 0 ? cores : 1);
+  return local < (cores > 0 ? cores : 1);
 }
 
 /* The geometric mean of the rates the device sections measured (FLOP/s, bytes/s, elements/s):
