@@ -138,7 +138,7 @@ static void keep_slowest(loom_hw_profile *hw, const loom_bench_ctx *b, bool meas
   if (b->log) {
     fprintf(b->log, "devices measured on %d ranks at once, rates' geometric mean by rank:", n);
     for (int r = 0; r < b->world; r++)
-      if (speed[r] > 0) fprintf(b->log, " %d: %.4g", r, speed[r]);
+      if (speed[r] > 0) fprintf(b->log, " %d: %.6g", r, speed[r]);
     fprintf(b->log, "; the profile keeps rank %d's, the slowest\n", root);
   }
   free(speed);
