@@ -16,8 +16,9 @@
 #                                  the hostfile still names it (as a job's allocation would)
 #   scripts/nodes.sh shape NODE [rate R] [delay D] [loss P] | off
 #                                  shape a node's link both ways: tc tbf at rate R (1gbit,
-#                                  500mbit), netem delay D (2ms) / loss P (1%) where the kernel
-#                                  has sch_netem; off removes it
+#                                  500mbit), delay D (2ms) and loss P (1%) by tc netem, or where
+#                                  the kernel lacks sch_netem by iptables and loom-netdelay;
+#                                  off removes it
 #
 # LOOM_NODES=SET (default "loom": a letter, then up to 8 letters or digits) names a set of
 # nodes, so that sets can coexist (the tests make their own): nodes SET-node0.., the bridge
@@ -129,6 +130,8 @@ up_node() {
 
 down_node() {
   local i=$1 ns; ns=$(node_ns "$i")
+  unshape_netfilter "$ns"
+  rm -f "$UTS_DIR/$ns.delay.log"
   ip link del "$VETH$i" 2>/dev/null || true
   ip netns del "$ns" 2>/dev/null || true
   local uts=$UTS_DIR/$ns.uts
@@ -239,38 +242,108 @@ cmd_remove() {
   down_node "$i"
 }
 
-# tc on both ends of node I's link: the veth in the root namespace (traffic to the node) and
-# eth0 in the node (traffic from it). netem (delay, loss) with tbf (rate) as its child.
+# Shaping node I's link both ways. Rate: tc tbf on both ends of the link (the veth in the root
+# namespace for traffic to the node, eth0 in the node for traffic from it). Delay and loss: tc
+# netem there (tbf as its child) where the kernel has sch_netem; where it has not, netfilter in
+# the node's namespace does the same to eth0's packets in both directions: the iptables
+# `statistic` match drops each with probability P, and the NFQUEUE target hands the rest to
+# loom-netdelay (tools/netdelay), which lets them on D later in their order. Each direction
+# gets D and P, as netem on both ends would give.
+DELAY_QUEUE=0 # the NFQUEUE queue of a node's delay (one per network namespace)
+
+netem_available() { # tries netem on a scratch namespace's loopback
+  local probe=$SET-netem-probe ok=1
+  ip netns add "$probe" 2>/dev/null || return 1
+  ip netns exec "$probe" tc qdisc add dev lo root netem delay 1ms 2>/dev/null || ok=0
+  ip netns del "$probe" 2>/dev/null || true
+  [ $ok = 1 ]
+}
+
+netdelay_bin() {
+  local here; here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  local bin=${LOOM_NETDELAY:-$here/../build/loom-netdelay}
+  [ -x "$bin" ] || die "delay without tc netem needs loom-netdelay ('make build' makes $bin; or set LOOM_NETDELAY)"
+  echo "$bin"
+}
+
+# the node's netfilter shaping and its delay process, gone
+unshape_netfilter() {
+  local ns=$1 pidfile=$UTS_DIR/$1.delay.pid
+  if [ -e "/run/netns/$ns" ] && command -v iptables >/dev/null; then
+    ip netns exec "$ns" iptables -t mangle -F OUTPUT 2>/dev/null || true
+    ip netns exec "$ns" iptables -t mangle -F PREROUTING 2>/dev/null || true
+  fi
+  if [ -s "$pidfile" ]; then
+    local pid; pid=$(cat "$pidfile")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -f "$pidfile" "$pidfile.tmp"
+}
+
+# percent ("1%", "0.5") -> probability for iptables' statistic match
+loss_probability() {
+  local p=${1%\%}
+  [[ "$p" =~ ^[0-9]+([.][0-9]+)?$ ]] && python3 -c "import sys; sys.exit(not 0 < float('$p') < 100)" ||
+    die "shape: loss '$1' is not a percentage above 0 and below 100 (e.g. 1%)"
+  python3 -c "print(float('$p') / 100)"
+}
+
+shape_netfilter() { # NS DELAY LOSS
+  local ns=$1 delay=$2 loss=$3 ipt=(ip netns exec "$1" iptables -t mangle)
+  command -v iptables >/dev/null || die "delay and loss without tc netem need iptables"
+  if [ -n "$loss" ]; then
+    local p; p=$(loss_probability "$loss")
+    "${ipt[@]}" -A OUTPUT -o eth0 -m statistic --mode random --probability "$p" -j DROP ||
+      die "iptables refused the loss rule (the kernel's statistic match?)"
+    "${ipt[@]}" -A PREROUTING -i eth0 -m statistic --mode random --probability "$p" -j DROP
+  fi
+  if [ -n "$delay" ]; then
+    local bin pidfile=$UTS_DIR/$ns.delay.pid log=$UTS_DIR/$ns.delay.log
+    bin=$(netdelay_bin)
+    rm -f "$pidfile"
+    ip netns exec "$ns" setsid "$bin" --queue $DELAY_QUEUE --delay "$delay" --pidfile "$pidfile" \
+      </dev/null >"$log" 2>&1 &
+    for _ in $(seq 50); do [ -s "$pidfile" ] && break; kill -0 $! 2>/dev/null || break; sleep 0.1; done
+    [ -s "$pidfile" ] || { unshape_netfilter "$ns"; die "loom-netdelay did not start: $(cat "$log")"; }
+    # --queue-bypass: should the delay process end, packets pass undelayed instead of dropping
+    "${ipt[@]}" -A OUTPUT -o eth0 -j NFQUEUE --queue-num $DELAY_QUEUE --queue-bypass &&
+      "${ipt[@]}" -A PREROUTING -i eth0 -j NFQUEUE --queue-num $DELAY_QUEUE --queue-bypass ||
+      { unshape_netfilter "$ns"; die "iptables refused the NFQUEUE rule (the kernel's nfnetlink_queue?)"; }
+  fi
+  echo "$ns: ${delay:+delay $delay }${loss:+loss $loss }each way by iptables${delay:+ and loom-netdelay} (this kernel has no sch_netem)"
+}
+
 cmd_shape() {
   [ $# -ge 2 ] || die "shape needs a node and 'rate R', 'delay D', 'loss P' or 'off'"
   need_root
   command -v tc >/dev/null || die "needs tc (iproute2)"
   local i ns; i=$(node_index "$1"); ns=$(node_ns "$i"); shift
+  [ -e "/run/netns/$ns" ] || die "node $ns is not up"
   local rate='' delay='' loss=''
   while [ $# -gt 0 ]; do
     case $1 in
-      off) for dev in "root $VETH$i" "$ns eth0"; do
-             set -- $dev
-             if [ "$1" = root ]; then tc qdisc del dev "$2" root 2>/dev/null || true
-             else ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null || true; fi
-           done
+      off) tc qdisc del dev "$VETH$i" root 2>/dev/null || true
+           ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
+           unshape_netfilter "$ns"
            return ;;
-      rate) rate=$2; shift 2 ;;
-      delay) delay=$2; shift 2 ;;
-      loss) loss=$2; shift 2 ;;
+      rate|delay|loss) [ $# -ge 2 ] || die "shape: '$1' needs a value"
+           printf -v "$1" '%s' "$2"; shift 2 ;;
       *) die "shape: '$1' is not rate, delay, loss or off" ;;
     esac
   done
+  local netem=0
+  [ -z "$delay$loss" ] || ! netem_available || netem=1
+  unshape_netfilter "$ns"
   local where
   for where in root "$ns"; do
     local dev=eth0 run=(ip netns exec "$ns" tc)
     [ "$where" = root ] && dev=$VETH$i run=(tc)
     "${run[@]}" qdisc del dev "$dev" root 2>/dev/null || true
     local parent=root
-    if [ -n "$delay$loss" ]; then
+    if [ $netem = 1 ]; then
       "${run[@]}" qdisc add dev "$dev" root handle 1: netem ${delay:+delay $delay} \
-        ${loss:+loss $loss} 2>/dev/null ||
-        die "tc netem is not available here (the kernel lacks sch_netem): only 'rate' works"
+        ${loss:+loss $loss} || die "tc netem refused 'delay $delay loss $loss' on $dev"
       parent="parent 1:1"
     fi
     if [ -n "$rate" ]; then
@@ -279,6 +352,7 @@ cmd_shape() {
         latency 50ms || die "tc tbf refused rate '$rate' on $dev"
     fi
   done
+  if [ $netem = 0 ] && [ -n "$delay$loss" ]; then shape_netfilter "$ns" "$delay" "$loss"; fi
 }
 
 cmd_hostfile() {
@@ -336,5 +410,5 @@ case ${1:-} in
   mpirun-args) cmd_mpirun_args ;;
   env) cmd_env ;;
   list) cmd_list ;;
-  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -7,6 +7,8 @@
 # exits 77 (CTest's SKIP_RETURN_CODE).
 . "$(dirname "${BASH_SOURCE[0]}")/../train/parallel_common.sh"
 NODES=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../scripts" && pwd)/nodes.sh
+# a link's delay without tc netem (nodes.sh shape): the one built beside this loom
+export LOOM_NETDELAY=${LOOM_NETDELAY:-$(dirname "$LOOM")/loom-netdelay}
 export LOOM_NODES=t$$
 N0=$LOOM_NODES-node0 N1=$LOOM_NODES-node1
 HOSTFILE=/run/loom-nodes/$LOOM_NODES.hosts

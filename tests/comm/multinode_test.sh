@@ -10,10 +10,11 @@
 # - comm.json: inter-node bytes only on the data-parallel and pipeline communicators (dp, the
 #   gradient communicator "dp x cp x sp", pp and the tied-embedding "embed"), never on tp; and
 #   some on each layout (the nodes really are apart);
-# - over a slow link (node 1's link shaped to 20 Mbit/s both ways by tc tbf) and, where the
-#   kernel has netem, a lossy one with delay (2 ms, 1% loss): the losses of the same layout on
-#   the unshaped link, bitwise (the link changes timing, never the order of a sum), and a
-#   longer average step;
+# - over a slow link (node 1's link shaped to 20 Mbit/s both ways by tc tbf) and a lossy one
+#   with delay (2 ms and 1% loss each way: tc netem, or where the kernel lacks it iptables and
+#   loom-netdelay): the losses of the same layout on the unshaped link, bitwise (the link changes
+#   timing, never the order of a sum), and a longer average step; the delay is there (a TCP
+#   round trip between the nodes takes at least 4 ms) and packets were dropped;
 # - `loom bench --only mpi` across the nodes writes two network tiers: shared memory over a
 #   node's 2 ranks (domain 2) and the network between nodes (domain 0), both measured;
 # - the ranks talk over TCP between the nodes' addresses (ss shows a rank's connection from
@@ -66,12 +67,24 @@ case_nodes dp2_tp2 "nodes: $N0: ranks 0-1 (tp), $N1: ranks 2-3 (tp)" 1 \
 case_nodes pp2_dp2 "nodes: $N0: ranks 0-1 (dp), $N1: ranks 2-3 (dp)" 0 \
   training.micro_batch_size=2 parallel.pp=2 parallel.dp=2 parallel.schedule=1f1b
 
+# dropped_packets: what node 1's loss dropped so far (iptables' statistic rules, or netem's
+# qdiscs on both ends of its link where the kernel has netem)
+dropped_packets() {
+  {
+    "$NODES" exec "$N1" iptables -t mangle -L -n -v -x 2>/dev/null |
+      awk '$3 == "DROP" && /statistic/ {print $1}'
+    { tc -s qdisc show dev "$LOOM_NODES-veth1"; "$NODES" exec "$N1" tc -s qdisc show dev eth0; } \
+      2>/dev/null | awk '/^qdisc/ {netem = ($2 == "netem")} netem && /dropped/ {
+        for (i = 1; i < NF; i++) if ($i == "dropped") {sub(",", "", $(i + 1)); print $(i + 1)}}'
+  } | awk '{n += $1} END {print n + 0}'
+}
 shaped() { # NAME SHAPE...: dp2 x tp2 with node 1's link shaped
   local name=$1; shift
   "$NODES" shape "$N1" "$@" || return 1
   local t0=$SECONDS
   case_nodes "$name" "nodes: $N0: ranks 0-1 (tp), $N1: ranks 2-3 (tp)" 1 \
     training.micro_batch_size=2 parallel.dp=2 parallel.tp=2
+  LAST_DROPPED=$(dropped_packets)
   "$NODES" shape "$N1" off
   local a b fast slow
   a=$(losses "$(run_dir dp2_tp2)") b=$(losses "$(run_dir "$name")")
@@ -83,12 +96,33 @@ shaped() { # NAME SHAPE...: dp2 x tp2 with node 1's link shaped
 }
 step_time() { sed -n 's/.*"avg_step_time": \([0-9.]*\).*/\1/p' "$(run_dir "$1")/summary.json"; }
 shaped dp2_tp2_20mbit rate 20mbit
-if "$NODES" shape "$N1" delay 2ms loss 1% 2>/dev/null; then
-  shaped dp2_tp2_lossy rate 20mbit delay 2ms loss 1%
-else
-  "$NODES" shape "$N1" off
-  echo "  (tc netem is not available in this kernel: the delay/loss case is left out)"
-fi
+# rtt_ms: the median of 50 TCP round trips of one byte from node 0 to node 1, ms
+rtt_ms() {
+  "$NODES" exec "$N1" timeout 30 python3 -c "
+import socket
+s = socket.create_server(('$NET.2', 5999)); c, _ = s.accept()
+while d := c.recv(1): c.sendall(d)" &
+  local srv=$!
+  "$NODES" exec "$N0" timeout 30 python3 -c "
+import socket, time
+for _ in range(50):
+    try: c = socket.create_connection(('$NET.2', 5999)); break
+    except OSError: time.sleep(0.1)
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1); t = []
+for _ in range(50):
+    t0 = time.perf_counter(); c.sendall(b'x'); c.recv(1); t.append(time.perf_counter() - t0)
+print('%.3f' % (sorted(t)[25] * 1e3))"
+  wait $srv 2>/dev/null
+}
+"$NODES" shape "$N1" delay 2ms loss 1% >"$WORK/shape.log" 2>&1 ||
+  { fail "nodes.sh shape delay 2ms loss 1%: $(cat "$WORK/shape.log")"; }
+rtt=$(rtt_ms)
+echo "  TCP round trip node 0 -> node 1 with 2 ms each way: $rtt ms"
+check "the delay is on the link: round trip $rtt ms >= 4 ms" \
+  python3 -c "import sys; sys.exit(not float('$rtt') >= 4.0)"
+shaped dp2_tp2_lossy rate 20mbit delay 2ms loss 1%
+check "the loss is on the link: $LAST_DROPPED packets dropped" test "${LAST_DROPPED:-0}" -gt 0
+echo "  dp2_tp2_lossy: $LAST_DROPPED packets dropped by the 1% loss"
 
 # ZeRO-3 over all four ranks, watching the connections while it runs
 echo "zero3_dp4 across 2 nodes x 2 ranks (and the TCP connections between the nodes)"

@@ -50,3 +50,5 @@ set_tests_properties(comm_multinode_node_lost PROPERTIES TIMEOUT 600 SKIP_RETURN
 add_test(NAME comm_multinode_slurm COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/multinode_slurm_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(comm_multinode_slurm PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
   RESOURCE_LOCK loom_nodes ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+# loom-netdelay's refusals of bad arguments (runs anywhere; the delay itself: comm_multinode)
+add_test(NAME comm_netdelay_args COMMAND bash ${CMAKE_SOURCE_DIR}/tests/comm/netdelay_args_test.sh $<TARGET_FILE:loom-netdelay>)
