@@ -19,7 +19,7 @@ DEB_PACKAGES := build-essential cmake pkg-config libyaml-dev libpcre2-dev libjan
   libopenblas-dev libsqlite3-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy \
   libjpeg62-turbo-dev python3-pil libdnnl-dev librsvg2-dev clang libclang-rt-14-dev \
   libmicrohttpd-dev chromium python3-websocket slurm-wlm munge python3-regex zlib1g-dev \
-  libzstd-dev iproute2 libnetfilter-queue-dev iptables nftables
+  libzstd-dev iproute2 libnetfilter-queue-dev iptables
 
 .PHONY: all build deps demo demo-data demo-vqa test test-asan fuzz clean
 
