@@ -47,6 +47,10 @@ void loom_dist_abort_quiet(int code) __attribute__((noreturn));
 int loom_dist_nodes(void);
 int loom_dist_node_of(int world_rank);
 const char *loom_dist_node_name(int node);
+/* The world ranks on this rank's machine (one kernel, told by its boot id: namespaced "nodes"
+ * of one machine share it and its cores); 1 without MPI. Where they outnumber the machine's
+ * cores, waiting ranks poll every 200 us instead of 20 us (src/comm/comm.c). */
+int loom_dist_machine_ranks(void);
 
 /* Before the mesh (collective over the world): every rank belongs to one launch and runs one
  * loom with one config. Each rank's own count from its launcher (OMPI_COMM_WORLD_SIZE,

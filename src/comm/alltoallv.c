@@ -6,7 +6,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm/comm_internal.h"
 #include "loom/comm_ep.h"
@@ -15,23 +14,6 @@
 #include "loom/trace.h"
 
 static MPI_Comm mpi(const loom_comm *c) { return (MPI_Comm)c->handle; }
-
-/* Poll until done; past the communicator's timeout take every rank down with a message. */
-static void wait_done(MPI_Request *req, const loom_comm *c, const char *what) {
-  double start = loom_now();
-  struct timespec nap = {0, 20000};
-  for (long spins = 0;; spins++) {
-    int done = 0;
-    MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    if (spins > 200) nanosleep(&nap, NULL);
-    if ((spins & 255) == 0 && c->timeout_s > 0 && loom_now() - start > c->timeout_s)
-      loom_dist_abort("rank %d: no progress for %.0f s in %s on the '%s' communicator (%d ranks); "
-                      "aborting all ranks (raise parallel.timeout_s if steps are legitimately "
-                      "this slow)",
-                      loom_dist_rank(), c->timeout_s, what, c->name, c->size);
-  }
-}
 
 void loom_comm_split(loom_comm *out, const loom_comm *parent, int color, int key,
                      const char *name) {
@@ -74,7 +56,7 @@ void loom_comm_alltoall_i32(const loom_comm *c, const int *in, int *out, int n) 
   }
   MPI_Request req;
   MPI_Ialltoall(in, n, MPI_INT, out, n, MPI_INT, mpi(c), &req);
-  wait_done(&req, c, "all-to-all (expert row counts)");
+  loom_comm_poll(&req, c, "all-to-all (expert row counts)");
 }
 
 void loom_comm_alltoallv_rows_f32(const loom_comm *c, const float *send, const int *send_rows,
@@ -98,7 +80,7 @@ void loom_comm_alltoallv_rows_f32(const loom_comm *c, const float *send, const i
   double t0 = loom_now();
   MPI_Request req;
   MPI_Ialltoallv(send, sc, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, mpi(c), &req);
-  wait_done(&req, c, "all-to-all (expert rows)");
+  loom_comm_poll(&req, c, "all-to-all (expert rows)");
   loom_comm_count(c, LOOM_COLL_ALLTOALL, bytes, LOOM_PEER_ALL);
   loom_trace_record(LOOM_TRACE_COMM, "all-to-all", c->name, t0, loom_now(), bytes);
   free(v);

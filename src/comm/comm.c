@@ -42,10 +42,18 @@ static void timed_out(const loom_comm *c, const char *what) {
                   what, c->name, c->size);
 }
 
-/* Wait for a request, polling; abort every rank after the communicator's timeout. */
-static void wait_request(MPI_Request *req, const loom_comm *c, const char *what) {
+/* Between polls of a wait (once its first 200 polls found nothing): 20 us where every rank of
+ * this node has a core; 200 us where they outnumber the cores. Each poll of a TCP transfer is
+ * system calls, and a rank that wakes every 20 us takes that time from the ranks computing on
+ * its core: pp2 x dp2 across two nodes of 2 ranks each on 2 cores ran its step in 0.37 s with
+ * 20 us naps and 0.33 s with 200 us (docs/MULTINODE.md); 1 ms slowed dp2 x tp2 by 20%, its
+ * transfers progressing only when polled. Set by loom_nodes_gather. */
+long loom_comm_poll_nap_ns = 20000;
+
+void loom_comm_poll(void *request, const loom_comm *c, const char *what) {
+  MPI_Request *req = request;
   double start = loom_now();
-  struct timespec nap = {0, 20000}; /* 20 us between polls once the first spins are over */
+  struct timespec nap = {0, loom_comm_poll_nap_ns};
   for (long spins = 0;; spins++) {
     int done = 0;
     MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -62,7 +70,7 @@ void loom_comm_allreduce_f32(const loom_comm *c, float *x, size_t n, loom_reduce
   double t0 = loom_now(), bytes = 2.0 * (c->size - 1) / c->size * (double)n * sizeof(float);
   MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, op == LOOM_OP_MAX ? MPI_MAX : MPI_SUM,
                  mpi(c), &req);
-  wait_request(&req, c, "all-reduce");
+  loom_comm_poll(&req, c, "all-reduce");
   loom_comm_count(c, LOOM_COLL_ALLREDUCE, bytes, LOOM_PEER_RING);
   loom_trace_record(LOOM_TRACE_COMM, "all-reduce", c->name, t0, loom_now(), bytes);
 }
@@ -72,7 +80,7 @@ void loom_comm_allreduce_f64(const loom_comm *c, double *x, size_t n, loom_reduc
   MPI_Request req;
   MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, op == LOOM_OP_MAX ? MPI_MAX : MPI_SUM,
                  mpi(c), &req);
-  wait_request(&req, c, "all-reduce"); /* scalars (loss, counts, norms): not counted */
+  loom_comm_poll(&req, c, "all-reduce"); /* scalars (loss, counts, norms): not counted */
 }
 
 void loom_comm_reduce_scatter_f32(const loom_comm *c, const float *in, float *out, size_t n) {
@@ -83,7 +91,7 @@ void loom_comm_reduce_scatter_f32(const loom_comm *c, const float *in, float *ou
   MPI_Request req;
   double t0 = loom_now(), bytes = (double)(c->size - 1) * (double)n * sizeof(float);
   MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, mpi(c), &req);
-  wait_request(&req, c, "reduce-scatter");
+  loom_comm_poll(&req, c, "reduce-scatter");
   loom_comm_count(c, LOOM_COLL_REDUCE_SCATTER, bytes, LOOM_PEER_RING);
   loom_trace_record(LOOM_TRACE_COMM, "reduce-scatter", c->name, t0, loom_now(), bytes);
 }
@@ -97,7 +105,7 @@ void loom_comm_allgather_f32(const loom_comm *c, const float *in, float *out, si
   double t0 = loom_now(), bytes = (double)(c->size - 1) * (double)n * sizeof(float);
   const void *src = in == out + (size_t)c->rank * n ? MPI_IN_PLACE : (const void *)in;
   MPI_Iallgather(src, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mpi(c), &req);
-  wait_request(&req, c, "all-gather");
+  loom_comm_poll(&req, c, "all-gather");
   loom_comm_count(c, LOOM_COLL_ALLGATHER, bytes, LOOM_PEER_RING);
   loom_trace_record(LOOM_TRACE_COMM, "all-gather", c->name, t0, loom_now(), bytes);
 }
@@ -113,7 +121,7 @@ void loom_comm_reduce_scatter_v_f32(const loom_comm *c, const float *in, float *
   for (int i = 0; i < c->size; i++) total += counts[i];
   double t0 = loom_now(), bytes = (double)(c->size - 1) / c->size * total * sizeof(float);
   MPI_Ireduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, mpi(c), &req);
-  wait_request(&req, c, "reduce-scatter");
+  loom_comm_poll(&req, c, "reduce-scatter");
   loom_comm_count(c, LOOM_COLL_REDUCE_SCATTER, bytes, LOOM_PEER_RING);
   loom_trace_record(LOOM_TRACE_COMM, "reduce-scatter", c->name, t0, loom_now(), bytes);
 }
@@ -131,7 +139,7 @@ void loom_comm_allgather_v_f32(const loom_comm *c, float *inout, const int *coun
   double t0 = loom_now(), bytes = (double)(c->size - 1) / c->size * total * sizeof(float);
   MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, inout, counts, displs, MPI_FLOAT, mpi(c),
                   &req);
-  wait_request(&req, c, "all-gather");
+  loom_comm_poll(&req, c, "all-gather");
   loom_comm_count(c, LOOM_COLL_ALLGATHER, bytes, LOOM_PEER_RING);
   loom_trace_record(LOOM_TRACE_COMM, "all-gather", c->name, t0, loom_now(), bytes);
 }
@@ -144,7 +152,7 @@ void loom_comm_alltoall_f32(const loom_comm *c, const float *in, float *out, siz
   MPI_Request req;
   double t0 = loom_now(), bytes = (double)(c->size - 1) * (double)n * sizeof(float);
   MPI_Ialltoall(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mpi(c), &req);
-  wait_request(&req, c, "all-to-all");
+  loom_comm_poll(&req, c, "all-to-all");
   loom_comm_count(c, LOOM_COLL_ALLTOALL, bytes, LOOM_PEER_ALL);
   loom_trace_record(LOOM_TRACE_COMM, "all-to-all", c->name, t0, loom_now(), bytes);
 }
@@ -183,7 +191,7 @@ void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *o
 
 void loom_comm_wait(loom_comm_request *r) {
   if (!r->req) return;
-  wait_request((MPI_Request *)r->req, r->comm, r->what);
+  loom_comm_poll((MPI_Request *)r->req, r->comm, r->what);
   loom_trace_record(LOOM_TRACE_COMM, r->what, r->comm->name, r->t0, loom_now(), r->bytes);
   loom_free(r->req);
   loom_free(r->extra);
@@ -222,7 +230,7 @@ void loom_comm_recv_f32(const loom_comm *c, float *x, size_t n, int peer, int ta
   MPI_Request req;
   double t0 = loom_now();
   MPI_Irecv(x, (int)n, MPI_FLOAT, peer, tag, mpi(c), &req);
-  wait_request(&req, c, "receive");
+  loom_comm_poll(&req, c, "receive");
   loom_trace_record(LOOM_TRACE_COMM, "receive", c->name, t0, loom_now(), (double)n * sizeof(float));
 }
 
@@ -230,14 +238,14 @@ void loom_comm_barrier(const loom_comm *c) {
   if (c->size <= 1) return;
   MPI_Request req;
   MPI_Ibarrier(mpi(c), &req);
-  wait_request(&req, c, "barrier");
+  loom_comm_poll(&req, c, "barrier");
 }
 
 void loom_comm_bcast_bytes(const loom_comm *c, void *data, size_t n, int root) {
   if (c->size <= 1) return;
   MPI_Request req;
   MPI_Ibcast(data, (int)n, MPI_BYTE, root, mpi(c), &req);
-  wait_request(&req, c, "broadcast");
+  loom_comm_poll(&req, c, "broadcast");
 }
 
 int loom_comm_any_failed(const loom_comm *c, int rc) {

@@ -1,5 +1,5 @@
-/* Private to src/comm: the byte accounting every collective calls (comm_bytes.c), the node
- * table gathered when MPI starts and the text that names a communicator's ranks by node
+/* Private to src/comm: the byte accounting every collective calls (comm_bytes.c), the polling
+ * wait of every request (comm.c), the node table gathered when MPI starts and the text that names a communicator's ranks by node
  * (nodes.c). */
 #ifndef LOOM_COMM_INTERNAL_H
 #define LOOM_COMM_INTERNAL_H
@@ -11,6 +11,13 @@
 #define LOOM_PEER_ALL  (-2)
 /* Add `bytes` this rank sent in one collective of kind k on c to loom_comm_counters. */
 void loom_comm_count(const loom_comm *c, loom_coll_kind k, double bytes, int peer);
+
+/* Wait for an MPI request (an MPI_Request *), polling with naps of loom_comm_poll_nap_ns; past
+ * c's timeout abort every rank with a message that names `what` and c's ranks on other nodes. */
+void loom_comm_poll(void *request, const loom_comm *c, const char *what);
+/* the nap between polls, ns: 20 us, or 200 us where this node's ranks outnumber its cores
+ * (loom_nodes_gather) */
+extern long loom_comm_poll_nap_ns;
 
 /* Gather every world rank's host name (collective over MPI_COMM_WORLD; loom_dist_init). */
 void loom_nodes_gather(void);

@@ -21,6 +21,28 @@ static int n_nodes = 0; /* 0: not gathered (one process, or before MPI started) 
 static int n_ranks = 0;
 static int *rank_node = NULL;   /* (n_ranks) node of each world rank */
 static char *node_names = NULL; /* (n_nodes, NAME_MAX_LEN) */
+static int machine_ranks = 1;   /* world ranks on this rank's machine (its boot id) */
+
+/* Ranks that outnumber the cores of the machine they run on poll less often
+ * (loom_comm_poll_nap_ns). A machine is a kernel, told by its boot id: nodes made of network
+ * namespaces on one machine (scripts/nodes.sh) have host names of their own but share its
+ * cores. (Collective over MPI_COMM_WORLD.) */
+static void set_poll_nap(int world) {
+  enum { ID_LEN = 40 };
+  char mine[ID_LEN] = "", *all = loom_calloc((size_t)world, ID_LEN); /* (world, ID_LEN) */
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f || !fgets(mine, ID_LEN, f)) snprintf(mine, ID_LEN, "host:%.30s", loom_dist_node_name(0));
+  if (f) fclose(f);
+  MPI_Allgather(mine, ID_LEN, MPI_CHAR, all, ID_LEN, MPI_CHAR, MPI_COMM_WORLD);
+  int me, here = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  for (int r = 0; r < world; r++)
+    here += !strncmp(all + (size_t)r * ID_LEN, all + (size_t)me * ID_LEN, ID_LEN);
+  free(all);
+  machine_ranks = here;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  loom_comm_poll_nap_ns = here > (cores > 0 ? cores : 1) ? 200000 : 20000;
+}
 
 void loom_nodes_gather(void) {
   int world, len = 0;
@@ -44,9 +66,12 @@ void loom_nodes_gather(void) {
   }
   n_ranks = world;
   free(all);
+  set_poll_nap(world);
 }
 
 int loom_dist_nodes(void) { return n_nodes > 0 ? n_nodes : 1; }
+
+int loom_dist_machine_ranks(void) { return machine_ranks; }
 
 int loom_dist_node_of(int world_rank) {
   return n_nodes > 0 && world_rank >= 0 && world_rank < n_ranks ? rank_node[world_rank] : 0;

@@ -60,6 +60,7 @@ case_nodes() {
   train_nodes "$name" "${GPT2[@]}" "$@" || return
   close_losses single "$name" $FP32
   check "$name: placement line '$placement'" grep -qF "$placement" "$(run_dir "$name")/train.log"
+  cores_line "$name" 4 # the two nodes' ranks share this machine (one boot id)
   check "$name: comm.json inter-node bytes on dp/pp only" comm_axes "$name" "$tp_intra"
 }
 case_nodes dp2_tp2 "nodes: $N0: ranks 0-1 (tp), $N1: ranks 2-3 (tp)" 1 \

@@ -65,3 +65,15 @@ refused() { # np key expected-text overrides...
   if [ $? != 0 ] && echo "$out" | grep -q "$key" && echo "$out" | grep -q "$want"; then pass
   else fail "$key: not refused as expected ($want): $(echo "$out" | tail -2)"; fi
 }
+# cores_line NAME NP: train.log of run NAME (NP ranks on this one machine, whatever their host
+# names) says that they time-share the cores exactly when NP outnumbers them
+cores_line() {
+  local cores log; cores=$(getconf _NPROCESSORS_ONLN) log=$(run_dir "$1")/train.log
+  if [ "$2" -gt "$cores" ]; then
+    check "$1: train.log says $2 ranks time-share the $cores cores" \
+      grep -q "cores: $2 ranks share this machine's $cores cores and time-share them; a waiting rank polls every 200 us" "$log"
+  else
+    check "$1: train.log has no time-sharing line ($2 ranks, $cores cores)" \
+      bash -c "! grep -q 'ranks share this machine' '$log'"
+  fi
+}

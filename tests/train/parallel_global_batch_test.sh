@@ -31,6 +31,7 @@ same_losses g1 g1_agree
 echo "two data-parallel ranks: global 8 = micro-batch 2 x dp 2 x grad_accum 2"
 train g2 2 "${M[@]}" training.micro_batch_size=2 training.global_batch_size=8 parallel.dp=2
 check "model line shows grad_accum 2 over dp 2" grep -q "grad_accum=2, global batch 8 sequences" "$(run_dir g2)/train.log"
+cores_line g2 2
 train g2_explicit 2 "${M[@]}" training.micro_batch_size=2 training.grad_accum=2 parallel.dp=2
 same_losses g2_explicit g2
 close_losses g1 g2 1e-5
