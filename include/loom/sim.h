@@ -112,6 +112,8 @@ typedef struct {
   bool sync;             /* the host waits for the device after issuing it (.item(), .tolist()) */
   bool chained;          /* its module is one of identical copies issued back to back with no
                             synchronisation between them (a stage's text layers) */
+  double stretch;        /* the busiest rank's work over the mean rank's (an unbalanced MoE
+                            layer's routed rows: the imbalance factor); 1: balanced */
 } loom_sim_op;
 #define LOOM_SIM_MAX_OPS 320
 
@@ -133,6 +135,9 @@ typedef struct {
   double startup[LOOM_PHASE_COUNT]; /* chained modules: the first copy's wait beyond the steady
                                        state, once per run of copies (not in t) */
   double coll_bytes[LOOM_PHASE_COUNT][LOOM_COLL_COUNT]; /* bytes sent (comm.h's ring accounting) */
+  double unbalanced[LOOM_PHASE_COUNT]; /* of t: what the busiest rank of an unbalanced MoE
+                                          layer works beyond the mean rank (sum of time x
+                                          (1 - 1/stretch)), while the others wait for it */
 } loom_sim_cost;
 void loom_sim_cost_of(const loom_sim_op *ops, int n, loom_sim_cost *out);
 /* Host dispatch: the issue queue of one module's n ops replayed op by op. The CPU issues op i

@@ -10,7 +10,8 @@
  * the replicated rows, all-gathered after the layer), sends each routed row to the ep rank
  * holding its expert (ep stride etp), and the etp ranks of an expert gather each other's rows.
  * The busiest rank receives `load` times the balanced share (the imbalance factor, capped by
- * the capacity factor); its expert GEMMs and all-to-alls take that much longer. Dispatch and
+ * the capacity factor); its expert GEMMs and all-to-alls take that much longer, and their ops
+ * carry that stretch (on time-shared cores the other ranks wait meanwhile: sim_share.c). Dispatch and
  * combine overlap the compute of another micro-batch when the runtime does
  * (sim_ops.a2a_budget, cost_layer.c). */
 #include <math.h>
@@ -120,6 +121,7 @@ void sim_moe_forward(sim_ops *b) {
     sim_comm(b, "ep count exchange", LOOM_COLL_ALLTOALL, x.E * 8, x.eps, x.ep, 0);
     a2a(b, &x, "ep dispatch all-to-all", SIM_A2A_DISPATCH);
   }
+  b->stretch = x.stretch; /* the busiest rank's rows, from here to the combine */
   if (x.etp > 1)
     sim_comm(b, "etp all-gather", LOOM_COLL_ALLGATHER, x.rows * x.C * x.e, 1, x.etp, 0);
   if (x.unsort) sim_vec(b, "sort by expert", LOOM_VOP_COPY, x.rows * x.C, 2 * x.e, 0);
@@ -134,6 +136,7 @@ void sim_moe_forward(sim_ops *b) {
   if (x.unsort) sim_vec(b, "unsort", LOOM_VOP_COPY, x.rows * x.C, 2 * x.e, 0);
   if (x.etp > 1)
     sim_comm(b, "etp reduce-scatter", LOOM_COLL_REDUCE_SCATTER, x.rows * x.C * x.e, 1, x.etp, 0);
+  b->stretch = 1;
   a2a(b, &x, "ep combine all-to-all", SIM_A2A_COMBINE);
   /* each token's k rows weighted by their probabilities and summed */
   sim_vec(b, "unpermute", LOOM_VOP_ADD, x.routed * x.C, x.e + x.e / x.k + 4, 2);
@@ -167,6 +170,7 @@ void sim_moe_backward(sim_ops *b) {
     sim_comm(b, "tp all-reduce (moe weights)", LOOM_COLL_ALLREDUCE, x.t * x.k * 4,
              sim_tp_stride(c->st), c->st->tp, 0);
   a2a(b, &x, "ep combine all-to-all (bwd)", SIM_A2A_COMBINE_BWD);
+  b->stretch = x.stretch; /* the busiest rank's rows, up to the dispatch's backward */
   if (x.etp > 1)
     sim_comm(b, "etp all-gather", LOOM_COLL_ALLGATHER, x.rows * x.C * x.e, 1, x.etp, 0);
   if (x.unsort) sim_vec(b, "unsort bwd", LOOM_VOP_COPY, x.rows * x.C, 2 * x.e, 0);
@@ -187,6 +191,7 @@ void sim_moe_backward(sim_ops *b) {
   if (x.unsort) sim_vec(b, "sort bwd", LOOM_VOP_COPY, x.rows * x.C, 2 * x.e, 0);
   if (x.etp > 1)
     sim_comm(b, "etp reduce-scatter", LOOM_COLL_REDUCE_SCATTER, x.rows * x.C * x.e, 1, x.etp, 0);
+  b->stretch = 1;
   a2a(b, &x, "ep dispatch all-to-all (bwd)", SIM_A2A_DISPATCH_BWD);
   sim_vec(b, "permute bwd", LOOM_VOP_ADD, x.routed * x.C, 3 * x.e, 1); /* scatter-add */
   sim_vec(b, "router softmax top-k bwd", LOOM_VOP_SOFTMAX_BWD, x.t * x.E, 12, 4);

@@ -14,6 +14,7 @@ void sim_ops_init(sim_ops *b, const loom_sim_ctx *c, loom_sim_op *ops, int cap) 
   b->n = 0;
   b->cap = cap;
   b->phase = LOOM_PHASE_FWD;
+  b->stretch = 1;
   b->recompute = false;
   b->vision = false;
   b->module = b->modules = 0;
@@ -94,6 +95,7 @@ static loom_sim_op *add(sim_ops *b, const char *name, loom_sim_op_type type) {
   o->recompute = b->recompute;
   o->module = b->module;
   o->chained = b->chained;
+  o->stretch = b->stretch > 1 ? b->stretch : 1;
   if (!b->c->loom_cpu) o->host = b->c->hw->host_eager; /* one eager op, until sim_host says */
   return o;
 }
@@ -170,6 +172,7 @@ double sim_comm_stretched(sim_ops *b, const char *name, loom_coll_kind kind, dou
   o->size = size;
   o->bytes = bytes;
   o->time = loom_hw_coll_time(b->c->hw, kind, bytes * stretch, stride, size);
+  if (stretch > o->stretch) o->stretch = stretch;
   if (budget > 0) {
     /* overlapped: split into the hidden part and what sticks out of the compute (plus the
      * compute the concurrent collective slows down) */

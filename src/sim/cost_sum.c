@@ -41,6 +41,7 @@ void loom_sim_cost_of(const loom_sim_op *ops, int n, loom_sim_cost *out) {
       if (o->recompute) out->flops_recompute += o->flops;
     }
     if (o->recompute && !o->hidden) out->recompute += o->time;
+    if (!o->hidden && o->stretch > 1) out->unbalanced[o->phase] += o->time * (1 - 1 / o->stretch);
   }
   /* host dispatch: each module's issue queue replayed op by op (loom_sim_module_time); its
    * time beyond the device's is the GPU waiting for the CPU, counted in the phase of the

@@ -17,6 +17,7 @@ typedef struct {
                            linears; not the router, the attention core or the LM head) */
   /* compute each expert all-to-all may hide behind (0: none), by sim_a2a_slot */
   double a2a_budget[4];
+  double stretch;       /* ops added next: the busiest rank's work over the mean rank's (1) */
 } sim_ops;
 
 /* the expert all-to-alls of one MoE layer: dispatch and combine, forward and backward */

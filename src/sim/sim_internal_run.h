@@ -49,6 +49,8 @@ typedef struct {
   int *rank_layers, *rank_moe; /* (pp) layers and MoE layers each pipeline rank holds */
   int **last_bwd;          /* (pp)(vpp) index of each chunk's last backward */
   double **slow;           /* (pp)(count) time-sharing slowdown of each instruction */
+  double **waiting;        /* (pp)(count) of each compute instruction, the part the mean rank of
+                              its stage waits for the busiest (unbalanced MoE layers), 0..1 */
   double **t0, **t1;       /* (pp)(count) when the instruction's work starts / ends */
   double **exposed;        /* (pp)(count) communication on the compute stream */
   bool **paired;           /* (pp)(count) a forward or backward of the 1F1B steady state */

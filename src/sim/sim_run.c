@@ -37,6 +37,7 @@ static void chunk_cost(const sim_vstage *x, const loom_sim_cost *layer, const lo
                 (x->embed ? embed->t[p] : 0) + (x->head ? head->t[p] : 0);
     out->comm[p] = nm * layer->comm[p] + nd * dense->comm[p] + (x->embed ? embed->comm[p] : 0) +
                    (x->head ? head->comm[p] : 0);
+    out->unbalanced[p] = nm * layer->unbalanced[p]; /* only MoE layers are unbalanced */
   }
   out->recompute = nm * layer->recompute + nd * dense->recompute;
   out->host_wait = nm * layer->host_wait + nd * dense->host_wait +
@@ -165,6 +166,7 @@ static int setup(sim_run *R, const loom_sim_ctx *c, const loom_schedule *s) {
     }
   }
   R->slow = (double **)grid_alloc(s, sizeof(double));
+  R->waiting = (double **)grid_alloc(s, sizeof(double));
   R->t0 = (double **)grid_alloc(s, sizeof(double));
   R->t1 = (double **)grid_alloc(s, sizeof(double));
   R->exposed = (double **)grid_alloc(s, sizeof(double));
@@ -203,6 +205,7 @@ static void teardown(sim_run *R) {
     for (int r = 0; r < s->pp; r++) free(R->last_bwd[r]);
   free(R->last_bwd);
   grid_free(s, (void **)R->slow);
+  grid_free(s, (void **)R->waiting);
   grid_free(s, (void **)R->t0);
   grid_free(s, (void **)R->t1);
   grid_free(s, (void **)R->exposed);

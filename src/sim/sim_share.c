@@ -2,7 +2,14 @@
  * in time (CPU cores under `mpirun --oversubscribe`): from the last replay's timeline, the
  * number of ranks doing work at each moment gives each one the rate devices/busy (at most 1);
  * an instruction's slowdown becomes the inverse of its average rate over its interval. The
- * replay is repeated until the slowdowns settle (damped fixed point). */
+ * replay is repeated until the slowdowns settle (damped fixed point).
+ *
+ * The replay follows a stage's busiest rank. Where MoE routing is unbalanced, the other ranks
+ * of the stage finish their experts early and wait (asleep between polls) while it works on:
+ * they count as busy for only the mean rank's share of the instruction (1 - waiting), spread
+ * over its interval. Work-conserving sharing then gives the busiest rank max(its own work,
+ * the ranks' total work / devices), where counting every rank busy throughout would give its
+ * work x ranks / devices. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -39,9 +46,10 @@ double sim_share_update(sim_run *R, int ranks_per_stage, int nodes, double devic
   double w = (double)ranks_per_stage / nodes;
   for (int r = 0; r < s->pp; r++)
     for (int i = 0; i < s->count[r]; i++)
-      if (R->t1[r][i] > R->t0[r][i]) {
-        e[k++] = (edge){R->t0[r][i], w};
-        e[k++] = (edge){R->t1[r][i], -w};
+      if (R->t1[r][i] > R->t0[r][i]) { /* the mean rank's work, spread over the interval */
+        double busy = w * (1 - R->waiting[r][i]);
+        e[k++] = (edge){R->t0[r][i], busy};
+        e[k++] = (edge){R->t1[r][i], -busy};
       }
   qsort(e, (size_t)k, sizeof *e, by_time);
   double *bt = loom_malloc((size_t)(k + 1) * sizeof *bt), *G = loom_malloc((size_t)(k + 1) * sizeof *G);

@@ -244,6 +244,7 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
     const loom_sim_cost *k = R->paired[rank][index] ? &v->cost : &v->solo;
     dur = k->t[LOOM_PHASE_FWD];
     exposed = k->comm[LOOM_PHASE_FWD];
+    R->waiting[rank][index] = dur > 0 ? fmin(1, k->unbalanced[LOOM_PHASE_FWD] / dur) : 0;
     count_cost(R, rank, k, LOOM_PHASE_FWD);
     break;
   }
@@ -253,17 +254,21 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
     const sim_vstage *v = &R->vs[loom_sched_vstage(R->s, rank, in->chunk)];
     const loom_sim_cost *k = R->paired[rank][index] ? &v->cost : &v->solo;
     bool whole = in->kind == LOOM_INSTR_BACKWARD || c->loom_cpu; /* the CPU executor runs both halves at backward-input */
+    double unbalanced;
     if (in->kind == LOOM_INSTR_BACKWARD_WEIGHT) {
       dur = c->loom_cpu ? 0 : k->t[LOOM_PHASE_BWD_W];
       exposed = c->loom_cpu ? 0 : k->comm[LOOM_PHASE_BWD_W];
+      unbalanced = c->loom_cpu ? 0 : k->unbalanced[LOOM_PHASE_BWD_W];
       if (!c->loom_cpu) count_cost(R, rank, k, LOOM_PHASE_BWD_W);
     } else {
       dur = k->t[LOOM_PHASE_BWD_IN] + (whole ? k->t[LOOM_PHASE_BWD_W] : 0);
       exposed = k->comm[LOOM_PHASE_BWD_IN] + (whole ? k->comm[LOOM_PHASE_BWD_W] : 0);
+      unbalanced = k->unbalanced[LOOM_PHASE_BWD_IN] + (whole ? k->unbalanced[LOOM_PHASE_BWD_W] : 0);
       count_cost(R, rank, k, LOOM_PHASE_BWD_IN);
       if (whole) count_cost(R, rank, k, LOOM_PHASE_BWD_W);
       R->flops_rec += k->flops_recompute;
     }
+    R->waiting[rank][index] = dur > 0 ? fmin(1, unbalanced / dur) : 0;
     R->hidden[rank] += k->comm_hidden * (in->kind == LOOM_INSTR_BACKWARD_WEIGHT ? 0 : 1);
     /* loom ZeRO-2 without a pipeline: every micro-batch's gradients are reduce-scattered */
     if (c->loom_cpu && st->zero == 2 && st->pp == 1 && in->chunk == 0 &&
