@@ -42,12 +42,13 @@ static void timed_out(const loom_comm *c, const char *what) {
                   what, c->name, c->size);
 }
 
-/* Between polls of a wait (once its first 200 polls found nothing): 20 us where every rank of
- * this node has a core; 200 us where they outnumber the cores. Each poll of a TCP transfer is
- * system calls, and a rank that wakes every 20 us takes that time from the ranks computing on
- * its core: pp2 x dp2 across two nodes of 2 ranks each on 2 cores ran its step in 0.37 s with
- * 20 us naps and 0.33 s with 200 us (docs/MULTINODE.md); 1 ms slowed dp2 x tp2 by 20%, its
- * transfers progressing only when polled. Set by loom_nodes_gather. */
+/* Between polls of a wait (once its first 200 polls found nothing): 20 us where every rank on
+ * this machine has a core of its own; 200 us where they outnumber its cores. Each poll of a TCP
+ * transfer is system calls, and a rank that wakes every 20 us takes that time from the ranks
+ * computing on its core: pp2 x dp2 across two namespaced nodes of 2 ranks each on 2 cores ran
+ * its step in 0.37 s with 20 us naps and 0.33 s with 200 us (docs/SIMULATOR.md, "The polling,
+ * isolated"); 1 ms slowed dp2 x tp2 by 20%, its transfers progressing only when polled. Set by
+ * loom_nodes_gather (loom_dist_machine_ranks). */
 long loom_comm_poll_nap_ns = 20000;
 
 void loom_comm_poll(void *request, const loom_comm *c, const char *what) {

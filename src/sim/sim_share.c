@@ -5,11 +5,15 @@
  * replay is repeated until the slowdowns settle (damped fixed point).
  *
  * The replay follows a stage's busiest rank. Where MoE routing is unbalanced, the other ranks
- * of the stage finish their experts early and wait (asleep between polls) while it works on:
- * they count as busy for only the mean rank's share of the instruction (1 - waiting), spread
- * over its interval. Work-conserving sharing then gives the busiest rank max(its own work,
- * the ranks' total work / devices), where counting every rank busy throughout would give its
- * work x ranks / devices. */
+ * of the stage finish their experts early and wait (asleep between polls) while it works on.
+ * The cores they leave do not go to it: Linux's scheduler does not move a task that ran within
+ * its migration cost (sched_migration_cost_ns, 0.5 ms by default) to another core, and an
+ * instruction's imbalance lasts about that long. So the busiest rank keeps sharing its core with
+ * the k - 1 other ranks placed there (k: ranks per core), and those are busy for the other
+ * ranks' mean share of the instruction, m = (P (1 - waiting) - 1) / (P - 1) of it (P: the
+ * stage's ranks; the mean rank works 1 - waiting of it). The stage's ranks then weigh
+ * w (1/k + (1 - 1/k) m): an instruction of D seconds takes D (1 + (k - 1) m) where counting every
+ * rank busy would give k D, and moving the waiting ranks' cores to it max(D, k D (1 - waiting)). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -43,11 +47,13 @@ double sim_share_update(sim_run *R, int ranks_per_stage, int nodes, double devic
   for (int r = 0; r < s->pp; r++) n += s->count[r];
   edge *e = loom_malloc((size_t)(2 * n + 1) * sizeof *e);
   long k = 0;
-  double w = (double)ranks_per_stage / nodes;
+  double w = (double)ranks_per_stage / nodes, P = ranks_per_stage;
+  double per_core = fmax(1, w * s->pp / devices); /* ranks a core runs */
   for (int r = 0; r < s->pp; r++)
     for (int i = 0; i < s->count[r]; i++)
-      if (R->t1[r][i] > R->t0[r][i]) { /* the mean rank's work, spread over the interval */
-        double busy = w * (1 - R->waiting[r][i]);
+      if (R->t1[r][i] > R->t0[r][i]) { /* the core-mates' work, spread over the interval */
+        double m = P > 1 ? fmin(1, fmax(0, (P * (1 - R->waiting[r][i]) - 1) / (P - 1))) : 1;
+        double busy = w * (1 / per_core + (1 - 1 / per_core) * m);
         e[k++] = (edge){R->t0[r][i], busy};
         e[k++] = (edge){R->t1[r][i], -busy};
       }

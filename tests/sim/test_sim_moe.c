@@ -153,12 +153,16 @@ static void test_imbalance(void) {
 }
 
 /* Unbalanced routing on time-shared devices (more ranks than CPU cores): the other ranks wait
- * while the busiest works on, so its extra work runs on their share of the cores. The ops of the
- * routed rows carry the imbalance as their stretch, the layer's cost sums what the busiest rank
- * works beyond the mean one, and with 4 ranks on 2 devices an imbalance of 1.5 costs at most a
- * quarter of what it costs on 4 devices of their own (the closed form: max(D, 2 (D - U)) for a
- * compute instruction of D seconds of which U unbalanced, where counting every rank busy would
- * give 2 D; 1e-3: the sharing's fixed point stops there). */
+ * while the busiest works on, and the busiest keeps sharing its core with the ranks placed there
+ * (sim_share.c). The ops of the routed rows carry the imbalance as their stretch, the layer's
+ * cost sums what the busiest rank works beyond the mean one, and with 4 ranks on 2 devices an
+ * imbalance costs the step a part of what it costs on 4 devices of their own: a compute
+ * instruction of D seconds, the mean rank waiting f of it, takes D (1 + m) with
+ * m = (4 (1 - f) - 1) / 3, about 2 D (1 - f) + (2/3) D f against 2 D (1 - f) + 2 D f counting
+ * every rank busy: a third of the extra, a little less where the experts' GEMMs run faster on
+ * the busiest rank's larger batches, and more than nothing (moving the waiting ranks' cores to
+ * the busiest, which the scheduler does not do so soon, would absorb it all). Bounds 0.1 and
+ * 0.5 of the dedicated case's extra around that third. */
 static void test_imbalance_timeshare(void) {
   static loom_model_spec s;
   s = preset("qwen3-30b-a3b");
@@ -206,7 +210,9 @@ static void test_imbalance_timeshare(void) {
       loom_sched_free(&sc);
     }
   double own = t[0][1] / t[0][0] - 1, shared = t[1][1] / t[1][0] - 1;
-  CHECK(own > 0.02 && shared < 0.25 * own + 1e-3,
+  printf("imbalance 1.5, 4 ranks: +%.2f%% a step on 4 devices, +%.2f%% on 2 shared\n", 100 * own,
+         100 * shared);
+  CHECK(own > 0.02 && shared > 0.1 * own && shared < 0.5 * own,
         "imbalance 1.5 adds %.1f%% to the step on 4 devices, %.1f%% on 2 shared (%.4f -> %.4f s)",
         100 * own, 100 * shared, t[1][0], t[1][1]);
 }
