@@ -332,6 +332,7 @@ cmd_shape() {
       *) die "shape: '$1' is not rate, delay, loss or off" ;;
     esac
   done
+  [ -z "$loss" ] || loss_probability "$loss" >/dev/null # a bad value before any change
   local netem=0
   [ -z "$delay$loss" ] || ! netem_available || netem=1
   unshape_netfilter "$ns"
