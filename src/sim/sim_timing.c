@@ -268,7 +268,6 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
       if (whole) count_cost(R, rank, k, LOOM_PHASE_BWD_W);
       R->flops_rec += k->flops_recompute;
     }
-    R->waiting[rank][index] = dur > 0 ? fmin(1, unbalanced / dur) : 0;
     R->hidden[rank] += k->comm_hidden * (in->kind == LOOM_INSTR_BACKWARD_WEIGHT ? 0 : 1);
     /* loom ZeRO-2 without a pipeline: every micro-batch's gradients are reduce-scattered */
     if (c->loom_cpu && st->zero == 2 && st->pp == 1 && in->chunk == 0 &&
@@ -282,6 +281,7 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
       d += loom_hw_vop_time(c->hw, st->dtype, LOOM_VOP_COPY, P + Pe, 4, 0);
       dur += d, exposed += d;
     }
+    R->waiting[rank][index] = dur > 0 ? fmin(1, unbalanced / dur) : 0; /* of the whole of it */
     break;
   }
   case LOOM_INSTR_SEND_ACT:
