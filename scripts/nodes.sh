@@ -284,9 +284,8 @@ unshape_netfilter() {
 # percent ("1%", "0.5") -> probability for iptables' statistic match
 loss_probability() {
   local p=${1%\%}
-  [[ "$p" =~ ^[0-9]+([.][0-9]+)?$ ]] && python3 -c "import sys; sys.exit(not 0 < float('$p') < 100)" ||
+  [[ "$p" =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v p="$p" 'BEGIN { if (!(p > 0 && p < 100)) exit 1; print p / 100 }' ||
     die "shape: loss '$1' is not a percentage above 0 and below 100 (e.g. 1%)"
-  python3 -c "print(float('$p') / 100)"
 }
 
 shape_netfilter() { # NS DELAY LOSS

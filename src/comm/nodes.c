@@ -73,6 +73,8 @@ int loom_dist_nodes(void) { return n_nodes > 0 ? n_nodes : 1; }
 
 int loom_dist_machine_ranks(void) { return machine_ranks; }
 
+long loom_dist_poll_nap_us(void) { return loom_comm_poll_nap_ns / 1000; }
+
 int loom_dist_node_of(int world_rank) {
   return n_nodes > 0 && world_rank >= 0 && world_rank < n_ranks ? rank_node[world_rank] : 0;
 }

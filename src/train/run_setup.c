@@ -207,8 +207,8 @@ static void note_layout(loom_run *run) {
   if (cores > 0 && loom_dist_machine_ranks() > cores)
     loom_progress_note(p,
                        "cores: %d ranks share this machine's %ld cores and time-share them; a "
-                       "waiting rank polls every 200 us (20 us with a core each)",
-                       loom_dist_machine_ranks(), cores);
+                       "waiting rank polls every %ld us",
+                       loom_dist_machine_ranks(), cores, loom_dist_poll_nap_us());
   loom_vmod *vm = loom_exec_vision(run->exec);
   if (!vm) return;
   const loom_vmod_plan *vp = loom_vmod_get_plan(vm);

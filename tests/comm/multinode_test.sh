@@ -115,6 +115,19 @@ for _ in range(50):
 print('%.3f' % (sorted(t)[25] * 1e3))"
   wait $srv 2>/dev/null
 }
+# bad shapes are refused with their reason, before the link changes
+refused_shape() { # WANT ARGS...
+  local want=$1 out rc; shift
+  out=$("$NODES" shape "$N1" "$@" 2>&1); rc=$?
+  check "shape $*: refused (rc $rc): $out" test $rc != 0
+  check "shape $*: says '$want'" grep -qF "$want" <<<"$out"
+}
+refused_shape "loss '200%' is not a percentage above 0 and below 100" rate 1gbit loss 200%
+refused_shape "'delay' needs a value" delay
+refused_shape "'jitter' is not rate, delay, loss or off" jitter 1ms
+check "after the refusals node 1's link is unshaped" bash -c \
+  "! tc qdisc show dev '$LOOM_NODES-veth1' | grep -q 'tbf\|netem' &&
+   ! '$NODES' exec '$N1' iptables -t mangle -S | grep -q -- '-A '"
 "$NODES" shape "$N1" delay 2ms loss 1% >"$WORK/shape.log" 2>&1 ||
   { fail "nodes.sh shape delay 2ms loss 1%: $(cat "$WORK/shape.log")"; }
 rtt=$(rtt_ms)

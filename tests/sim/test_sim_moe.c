@@ -66,6 +66,22 @@ static loom_sim_strategy moe_strategy(int dp, int tp, int ep, int etp, int m, in
   return st;
 }
 
+/* the step time of strategy st for model s on profile hw */
+static double sim_step(const loom_model_spec *s, const loom_hw_profile *hw,
+                       const loom_sim_strategy *st) {
+  loom_sim_ctx c;
+  loom_sim_ctx_init(&c, s, hw, st);
+  loom_schedule sc;
+  CHECK(loom_sim_schedule(st, NULL, &sc) == 0, "%s", loom_errmsg());
+  loom_sim_result r;
+  loom_sim_opts o = {NULL, false, 0};
+  CHECK(loom_sim_run(&c, &sc, &o, &r) == 0, "%s", loom_errmsg());
+  double t = r.step_time;
+  loom_sim_result_free(&r);
+  loom_sched_free(&sc);
+  return t;
+}
+
 /* per rank and step: 4 all-to-alls per MoE layer and micro-batch of tokens x k x hidden x 2
  * bytes ((ep-1)/ep of them leave the rank), and the count exchange of E x 8 bytes */
 static void test_a2a_bytes(void) {
@@ -137,16 +153,7 @@ static void test_imbalance(void) {
   for (int i = 0; i < 2; i++) {
     loom_sim_strategy st = moe_strategy(8, 1, 8, 1, 4, 2048);
     st.moe_imbalance = i ? 3.0 : 1.5;
-    loom_sim_ctx c;
-    loom_sim_ctx_init(&c, &s, &hw, &st);
-    loom_schedule sc;
-    CHECK(loom_sim_schedule(&st, NULL, &sc) == 0, "%s", loom_errmsg());
-    loom_sim_result r;
-    loom_sim_opts o = {NULL, false, 0};
-    CHECK(loom_sim_run(&c, &sc, &o, &r) == 0, "%s", loom_errmsg());
-    tc[i] = r.step_time;
-    loom_sim_result_free(&r);
-    loom_sched_free(&sc);
+    tc[i] = sim_step(&s, &hw, &st);
   }
   CHECK(fabs(tc[0] - tc[1]) < 1e-12 && fabs(tc[0] - t[1]) < 1e-9,
         "capacity 1.5: imbalance 1.5 %.6f s, 3 %.6f s, dropless 1.5 %.6f s", tc[0], tc[1], t[1]);
@@ -199,15 +206,7 @@ static void test_imbalance_timeshare(void) {
       hw.devices_per_node = shared ? 2 : 4;
       st = moe_strategy(4, 1, 4, 1, 2, 1024);
       st.moe_imbalance = i ? 1.5 : 1;
-      loom_sim_ctx_init(&c, &s, &hw, &st);
-      loom_schedule sc;
-      CHECK(loom_sim_schedule(&st, NULL, &sc) == 0, "%s", loom_errmsg());
-      loom_sim_result r;
-      loom_sim_opts o = {NULL, false, 0};
-      CHECK(loom_sim_run(&c, &sc, &o, &r) == 0, "%s", loom_errmsg());
-      t[shared][i] = r.step_time;
-      loom_sim_result_free(&r);
-      loom_sched_free(&sc);
+      t[shared][i] = sim_step(&s, &hw, &st);
     }
   double own = t[0][1] / t[0][0] - 1, shared = t[1][1] / t[1][0] - 1;
   printf("imbalance 1.5, 4 ranks: +%.2f%% a step on 4 devices, +%.2f%% on 2 shared\n", 100 * own,
