@@ -51,6 +51,8 @@ const char *loom_dist_node_name(int node);
  * of one machine share it and its cores); 1 without MPI. Where they outnumber the machine's
  * cores, waiting ranks poll every 200 us instead of 20 us (src/comm/comm.c). */
 int loom_dist_machine_ranks(void);
+/* this rank's index among them (world-rank order); 0 without MPI */
+int loom_dist_machine_index(void);
 /* ... and that nap between polls, us */
 long loom_dist_poll_nap_us(void);
 

@@ -22,6 +22,7 @@ static int n_ranks = 0;
 static int *rank_node = NULL;   /* (n_ranks) node of each world rank */
 static char *node_names = NULL; /* (n_nodes, NAME_MAX_LEN) */
 static int machine_ranks = 1;   /* world ranks on this rank's machine (its boot id) */
+static int machine_index = 0;   /* this rank's index among them, in world-rank order */
 
 /* Ranks that outnumber the cores of the machine they run on poll less often
  * (loom_comm_poll_nap_ns). A machine is a kernel, told by its boot id: nodes made of network
@@ -34,12 +35,14 @@ static void set_poll_nap(int world) {
   if (!f || !fgets(mine, ID_LEN, f)) snprintf(mine, ID_LEN, "host:%.30s", loom_dist_node_name(0));
   if (f) fclose(f);
   MPI_Allgather(mine, ID_LEN, MPI_CHAR, all, ID_LEN, MPI_CHAR, MPI_COMM_WORLD);
-  int me, here = 0;
+  int me, here = 0, before = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   for (int r = 0; r < world; r++)
-    here += !strncmp(all + (size_t)r * ID_LEN, all + (size_t)me * ID_LEN, ID_LEN);
+    if (!strncmp(all + (size_t)r * ID_LEN, all + (size_t)me * ID_LEN, ID_LEN))
+      here++, before += r < me;
   free(all);
   machine_ranks = here;
+  machine_index = before;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   loom_comm_poll_nap_ns = here > (cores > 0 ? cores : 1) ? 200000 : 20000;
 }
@@ -72,6 +75,8 @@ void loom_nodes_gather(void) {
 int loom_dist_nodes(void) { return n_nodes > 0 ? n_nodes : 1; }
 
 int loom_dist_machine_ranks(void) { return machine_ranks; }
+
+int loom_dist_machine_index(void) { return machine_index; }
 
 long loom_dist_poll_nap_us(void) { return loom_comm_poll_nap_ns / 1000; }
 

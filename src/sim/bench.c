@@ -97,14 +97,13 @@ static bool selected(const loom_bench_section *s, const char *only) {
 }
 
 /* Whether this rank measures the device sections: every rank with a core of its own (its
- * index among its node's ranks < cores: an oversubscribed bench would time-share them and
- * halve every rate, which the simulator's time sharing then counts again). */
+ * index among its machine's ranks < cores: an oversubscribed bench would time-share them and
+ * halve every rate, which the simulator's time sharing then counts again; a machine, not a
+ * host name, since namespaced nodes of one machine share its cores). */
 static bool measures_devices(const loom_bench_ctx *b) {
   if (b->world < 2) return true;
-  int node = loom_dist_node_of(b->rank), local = 0;
-  for (int r = 0; r < b->rank; r++) local += loom_dist_node_of(r) == node;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return local < (cores > 0 ? cores : 1);
+  return loom_dist_machine_index() < (cores > 0 ? cores : 1);
 }
 
 /* The geometric mean of the rates the device sections measured (FLOP/s, bytes/s, elements/s):

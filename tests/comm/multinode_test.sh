@@ -17,6 +17,7 @@
 #   round trip between the nodes takes at least 4 ms) and packets were dropped;
 # - `loom bench --only mpi` across the nodes writes two network tiers: shared memory over a
 #   node's 2 ranks (domain 2) and the network between nodes (domain 0), both measured;
+#   a bench of the devices across them measures on as many ranks as the machine has cores;
 # - the ranks talk over TCP between the nodes' addresses (ss shows a rank's connection from
 #   node 0's address to node 1's while a run is going), and cannot without TCP: with shared memory
 #   (vader) and self only, Open MPI finds no way between the nodes and the job fails.
@@ -177,6 +178,15 @@ EOF
 else
   fail "bench across the nodes failed"; tail -5 "$WORK/bench.log" >&2
 fi
+
+# the devices are measured by as many ranks as this machine has cores, whatever node (host name)
+# they are on: the two nodes share its cores
+cores=$(getconf _NPROCESSORS_ONLN)
+want=$((cores < 4 ? cores : 4))
+out=$("${MPI_NODES[@]}" $("$NODES" mpirun-args) "$LOOM" bench --only vector --quick \
+  --out "$WORK/dev.yaml" 2>&1)
+check "bench across the nodes: $want of the 4 ranks measure the devices ($cores cores): $(grep 'devices measured' <<<"$out")" \
+  grep -q "devices measured on $want ranks at once" <<<"$out"
 
 echo "without TCP (shared memory and self only) the nodes cannot reach each other"
 no_tcp=$("$NODES" mpirun-args | sed 's/btl tcp,self,vader/btl self,vader/')
