@@ -110,6 +110,10 @@ typedef struct {
   /* optional measured grid (loom bench): efficiency at (m, n, k) per role, interpolated in
    * log2 space; overrides the curve inside its range when present */
   int grid_n[3];                       /* points along m, n, k (0 = no grid) */
+  /* 0: every role at its product's (m, n, k), C (m,n) = A (m,k) B (k,n), as the simulator asks
+   * (gemm_grid.order: gemm); 1: a profile of loom bench before 2026-11-29, which measured dgrad
+   * and wgrad at their linear layer's (tokens, out, in) (no order key) */
+  int grid_layer_order;
   double grid_axis[3][LOOM_HW_GRID];
   double grid_eff[LOOM_GEMM_ROLES][LOOM_HW_GRID * LOOM_HW_GRID * LOOM_HW_GRID];
   /* optional FP8 curve (device.gemm_efficiency_fp8, by the smallest dimension, measured as it

@@ -12,24 +12,27 @@
 #include "loom/kernels.h"
 #include "loom/sim_bench.h"
 
-static const double axis_m[] = {32, 256, 2048}, axis_n[] = {32, 256, 1024},
-                    axis_k[] = {32, 256, 1024};
-enum { NM = 3, NN = 3, NK = 3 };
+static const double axis_m[] = {32, 128, 512, 2048}, axis_n[] = {32, 128, 512, 1024},
+                    axis_k[] = {32, 128, 512, 1024};
+enum { NM = 4, NN = 4, NK = 4 };
 
 typedef struct {
   int role, m, n, k;
   float *a, *b, *c;
 } job;
 
+/* Each role at its product's (m, n, k), C (m,n) = A (m,k) B (k,n), the dimensions the
+ * simulator asks for (src/sim/cost_*.c), in the layout of the linear layer's call
+ * (src/model/decoder_ops.c): fwd y (m,n) = x (m,k) W^T, W (n,k); dgrad dx (m,n) = dy (m,k) W,
+ * W (k,n); wgrad dW (m,n) += dy^T x, dy (k,m), x (k,n). */
 static void run(void *p) {
   job *j = p;
   int m = j->m, n = j->n, k = j->k;
-  /* the linear layer's calls (src/model/decoder_ops.c): x (m,k), w (n,k), y (m,n) */
   if (j->role == LOOM_GEMM_FWD) loom_gemm_f32(0, 1, m, n, k, j->a, k, j->b, k, NULL, 0.0f, j->c, n);
-  else if (j->role == LOOM_GEMM_DGRAD) /* dx (m,k) = dy (m,n) @ w (n,k) */
-    loom_gemm_f32(0, 0, m, k, n, j->c, n, j->b, k, NULL, 0.0f, j->a, k);
-  else /* dw (n,k) += dy^T (n,m) @ x (m,k) */
-    loom_gemm_f32(1, 0, n, k, m, j->c, n, j->a, k, NULL, 1.0f, j->b, k);
+  else if (j->role == LOOM_GEMM_DGRAD)
+    loom_gemm_f32(0, 0, m, n, k, j->a, k, j->b, n, NULL, 0.0f, j->c, n);
+  else
+    loom_gemm_f32(1, 0, m, n, k, j->a, m, j->b, n, NULL, 1.0f, j->c, n);
 }
 
 static void run_bf16(void *p) {
@@ -82,6 +85,7 @@ int loom_bench_gemm(loom_hw_profile *hw, const loom_bench_ctx *b) {
   hw->vector_flops[LOOM_DT_FP32] = hw->vector_flops[LOOM_DT_BF16] = best / 4;
   hw->vector_flops[LOOM_DT_FP16] = 0;
   hw->grid_n[0] = NM, hw->grid_n[1] = NN, hw->grid_n[2] = NK;
+  hw->grid_layer_order = 0;
   for (int i = 0; i < NM; i++) hw->grid_axis[0][i] = axis_m[i];
   for (int i = 0; i < NN; i++) hw->grid_axis[1][i] = axis_n[i];
   for (int i = 0; i < NK; i++) hw->grid_axis[2][i] = axis_k[i];

@@ -84,9 +84,20 @@ static int read_tile(const loom_yaml_node *n, const char *key, double *out) {
 }
 
 static int read_grid(loom_hw_profile *hw, const loom_yaml_node *g) {
-  static const char *const allowed[] = {"m", "n", "k", "fwd", "dgrad", "wgrad", NULL};
+  static const char *const allowed[] = {"m", "n", "k", "fwd", "dgrad", "wgrad", "order", NULL};
   static const char *const axes[] = {"m", "n", "k"}, *const roles[] = {"fwd", "dgrad", "wgrad"};
   if (loom_yaml_only(g, "device.gemm_grid", allowed)) return -1;
+  const loom_yaml_node *o = loom_yaml_get(g, "order");
+  hw->grid_layer_order = 1; /* no order key: written by a loom bench before the key existed */
+  if (o) {
+    char s[16];
+    if (loom_yaml_string(o, "device.gemm_grid.order", s, sizeof s)) return -1;
+    if (strcmp(s, "gemm") && strcmp(s, "layer"))
+      return loom_yaml_err(o, "device.gemm_grid.order must be gemm (each role at its product's "
+                              "m, n, k) or layer (dgrad and wgrad at the layer's tokens, out, "
+                              "in), found '%s'", s);
+    hw->grid_layer_order = !strcmp(s, "layer");
+  }
   for (int a = 0; a < 3; a++) {
     const loom_yaml_node *n = loom_yaml_get(g, axes[a]);
     if (!n) return loom_yaml_err(g, "device.gemm_grid needs '%s'", axes[a]);

@@ -37,6 +37,13 @@ static void axis_pos(const double *ax, int n, double x, int *i0, double *w) {
 static double grid_eff(const loom_hw_profile *hw, loom_gemm_role role, double m, double n,
                        double k) {
   const int *N = hw->grid_n;
+  if (hw->grid_layer_order && role == LOOM_GEMM_DGRAD) { /* (tokens, in, out) -> (tokens, out, in) */
+    double t = n;
+    n = k, k = t;
+  } else if (hw->grid_layer_order && role == LOOM_GEMM_WGRAD) { /* (out, in, tokens) -> (tokens, out, in) */
+    double t = k;
+    k = n, n = m, m = t;
+  }
   int i[3];
   double w[3], x[3] = {m, n, k};
   for (int a = 0; a < 3; a++) axis_pos(hw->grid_axis[a], N[a], x[a], &i[a], &w[a]);

@@ -112,6 +112,9 @@ static void put_device(buf *b, const loom_hw_profile *hw) {
   if (hw->grid_n[0] > 0) {
     static const char *const axes[] = {"m", "n", "k"}, *const roles[] = {"fwd", "dgrad", "wgrad"};
     put(b, "  gemm_grid:   # measured efficiency at (m, n, k), m slowest, k fastest\n");
+    put(b, "    order: %s   # %s\n", hw->grid_layer_order ? "layer" : "gemm",
+        hw->grid_layer_order ? "dgrad and wgrad at the linear layer's (tokens, out, in)"
+                             : "every role at its product's (m, n, k): C (m,n) = A (m,k) B (k,n)");
     for (int a = 0; a < 3; a++) put_list(b, axes[a], hw->grid_axis[a], hw->grid_n[a]);
     int total = hw->grid_n[0] * hw->grid_n[1] * hw->grid_n[2];
     for (int r = 0; r < LOOM_GEMM_ROLES; r++) put_list(b, roles[r], hw->grid_eff[r], total);

@@ -88,6 +88,20 @@ static void test_roundtrip(void) {
             fabs(b.overlap_slowdown - a.overlap_slowdown) < 1e-9,
         "round trip");
   free(text);
+  /* the grid's order: written by bench as gemm, kept both ways; a grid without the key is an
+   * older bench's, measured in the layer's order */
+  for (int layer = 0; layer < 2; layer++) {
+    a.grid_layer_order = layer;
+    text = loom_hw_to_yaml(&a, NULL);
+    CHECK(strstr(text, layer ? "order: layer" : "order: gemm") &&
+              loom_hw_parse(&b, text, "order.yaml") == 0 && b.grid_layer_order == layer,
+          "grid order %d: %s", layer, loom_errmsg());
+    free(text);
+  }
+  CHECK(loom_hw_parse(&b, "name: x\ndevice:\n  gemm_grid: {m: [64], n: [64], k: [32], fwd: [0.5], "
+                          "dgrad: [0.5], wgrad: [0.5]}\n", "old.yaml") == 0 &&
+            b.grid_layer_order == 1,
+        "a grid without order is read in the layer's order: %s", loom_errmsg());
   /* a loom-cpu profile keeps which bf16 path its machine's trainer takes, both ways */
   for (int native = 0; native < 2; native++) {
     a.engine_loom_cpu = true, a.bf16_native = native;
@@ -160,6 +174,20 @@ static void test_interpolation(void) {
   for (int i = 0; i < 8; i++) hw.grid_eff[LOOM_GEMM_WGRAD][i] = (i & 4 ? 0.4 : 0) + (i & 2 ? 0.2 : 0) + (i & 1 ? 0.1 : 0);
   CHECK_CLOSE(loom_hw_gemm_eff(&hw, LOOM_GEMM_WGRAD, 512, 32, 128), 0.4 + 0.1 * 0.5, 1e-12,
               "grid: trilinear in log2");
+  /* a profile of the older loom bench measured dgrad and wgrad at the linear layer's (tokens,
+   * out, in): the product dW (out, in) over tokens and dx (tokens, in) over out are looked up
+   * there, so both readings of one measurement agree */
+  for (int i = 0; i < 8; i++) hw.grid_eff[LOOM_GEMM_DGRAD][i] = hw.grid_eff[LOOM_GEMM_WGRAD][i];
+  double wgrad = loom_hw_gemm_eff(&hw, LOOM_GEMM_WGRAD, 512, 32, 128);
+  double dgrad = loom_hw_gemm_eff(&hw, LOOM_GEMM_DGRAD, 512, 32, 128);
+  hw.grid_layer_order = 1;
+  CHECK_CLOSE(loom_hw_gemm_eff(&hw, LOOM_GEMM_WGRAD, 32, 128, 512), wgrad, 1e-12,
+              "layer order: dW (out 32, in 128) over 512 tokens is the layer (512, 32, 128)");
+  CHECK_CLOSE(loom_hw_gemm_eff(&hw, LOOM_GEMM_DGRAD, 512, 128, 32), dgrad, 1e-12,
+              "layer order: dx (512 tokens, in 128) over out 32 is the layer (512, 32, 128)");
+  CHECK_CLOSE(loom_hw_gemm_eff(&hw, LOOM_GEMM_WGRAD, 512, 32, 128), 0.4 * 0.5 + 0.2, 1e-12,
+              "layer order: dW (512, 32) over 128 tokens reads the layer (128, 512, 32)");
+  hw.grid_layer_order = 0;
   /* tiers: tp (stride 1) of 8 stays in the node; dp across nodes uses the second tier */
   CHECK(load_hw(&hw, "a100-80gb") == 0, "%s", loom_errmsg());
   CHECK(loom_hw_group_tier(&hw, 1, 8) == 0 && loom_hw_group_tier(&hw, 8, 2) == 1 &&
@@ -230,6 +258,10 @@ static void test_fuzz_limits(void) {
   snprintf(text, sizeof text,
            "%s  gemm_grid: {m: [64], n: [64], k: [32], fwd: [0.5], dgrad: [0], wgrad: [0.5]}\n", dev);
   bad(text, "device.gemm_grid.dgrad: efficiency 0", "(0, 1]");
+  snprintf(text, sizeof text,
+           "%s  gemm_grid: {order: sideways, m: [64], n: [64], k: [32], fwd: [0.5], dgrad: [0.5], "
+           "wgrad: [0.5]}\n", dev);
+  bad(text, "device.gemm_grid.order must be gemm", "sideways");
   snprintf(text, sizeof text, "%s  attention: loom\n  attention_gunits_per_s: {fwd: 1, bwd: -1}\n", dev);
   bad(text, "device.attention_gunits_per_s.bwd must be a finite number >= 0", "-1");
 
