@@ -136,6 +136,11 @@ typedef struct {
   loom_attn_kernel attention;
   double attn_eff;                     /* flash: fraction of matrix peak */
   double attn_rate_fwd, attn_rate_bwd; /* loom kernel: (query,key) pairs x head_dim per s */
+  /* loom kernel with attn_tile (loom bench since 2026-11-29): the pairs above are those of the
+   * kernel's tile grid (a causal diagonal tile is computed whole), and each query row a kernel
+   * call processes costs head_dim / attn_row_rate besides (loading and transposing its q, the
+   * per-tile rescales, the final normalisation and store; 0 = no such term) */
+  double attn_row_rate_fwd, attn_row_rate_bwd;
   /* tile quantisation (0 = not modelled): a GEMM computes whole output tiles of
    * gemm_tile[0] x gemm_tile[1]; flash attention processes each (varlen) segment in tiles of
    * attn_tile[0] queries x attn_tile[1] keys and pads the head dimension to a multiple of
@@ -210,6 +215,15 @@ double loom_hw_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_
  * to whole tiles, times the profile's factor by rows per group (grouped_gemm_efficiency). */
 double loom_hw_grouped_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_role role,
                                  double groups, double rows, double n, double k);
+/* loom's flash attention kernel (device.attention: loom): `pairs` (query, key) pairs computed
+ * and `rows` query rows processed, at head dimension D, per (batch, head) summed; the row term
+ * only where the profile measured it (attn_row_rate). */
+double loom_hw_loom_attn_time(const loom_hw_profile *hw, bool backward, double pairs, double rows,
+                              double D);
+/* The (query, key) pairs loom's kernel computes for one causal sequence of T tokens: whole
+ * tiles of attn_tile on and below the diagonal (partial tiles at the end as they are); the
+ * causal T (T + 1) / 2 when the profile has no attn_tile. */
+double loom_hw_causal_tile_pairs(const loom_hw_profile *hw, double T);
 /* One vector kernel over `elements` elements moving `bytes` bytes and doing `flops`. */
 double loom_hw_vop_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_vop v, double elements,
                         double bytes, double flops);

@@ -202,6 +202,9 @@ typedef struct {
  * wants them and, when pos != NULL, pos (B*T) = t - seg_lo (position within the document). */
 void loom_attn_doc_segments(int *seg_lo, int *seg_hi, int *pos, const int32_t *tokens, int B,
                             int T, int32_t eod);
+/* Queries (and keys) per tile of the flash attention kernels: a causal tile on the diagonal
+ * is computed whole (the simulator's tile grid, loom bench) */
+int loom_flash_attention_tile(void);
 /* q (B,T,Hq,D), k, v (B,T,Hkv,D) -> out (B,T,Hq,D), lse (B,Hq,T), scale 1/sqrt(D), GQA as
  * loom_attention_forward_f32. Tiled with an online softmax: nothing of size T x T is stored,
  * key tiles outside the mask are skipped. Writes out and lse. */

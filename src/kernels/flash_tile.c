@@ -14,6 +14,9 @@
 
 /* ---- portable ------------------------------------------------------------------------------ */
 
+_Static_assert(BQ == BK, "square tiles: loom_flash_attention_tile gives one size");
+int loom_flash_attention_tile(void) { return BQ; }
+
 static void mm_generic(float *C, int ldc, const float *A, long ai, long ap, const float *B,
                        long ldb, int m, int n, int k, int acc) {
   for (int i = 0; i < m; i++) {

@@ -207,9 +207,17 @@ void sim_attention(sim_ops *b, bool backward) {
    * cp rank exactly 1/cp of them (src/sim/cost_cp.c) */
   double pairs = B * heads * T * (T + 1) / 2 / sim_cp(st);
   if (hw->attention == LOOM_ATTN_LOOM) {
+    /* what the kernel computes: its tile grid over the causal sequence, or with cp its 2 causal
+     * diagonal blocks and 2cp-1 full ones of c = T/(2cp) tokens (src/sim/cost_cp.c); each
+     * call's query rows once */
+    int cp = sim_cp(st);
+    double computed = loom_hw_causal_tile_pairs(hw, T), rows = T, c = T / (2.0 * cp);
+    if (cp > 1)
+      computed = 2 * loom_hw_causal_tile_pairs(hw, c) + (2.0 * cp - 1) * c * c,
+      rows = (2.0 * cp + 1) * c;
     loom_sim_op *o = add(b, backward ? "attention bwd" : "attention", LOOM_OP_ATTN);
     o->flops = (backward ? 8 : 4) * pairs * D;
-    o->time = pairs * D / (backward ? hw->attn_rate_bwd : hw->attn_rate_fwd);
+    o->time = loom_hw_loom_attn_time(hw, backward, B * heads * computed, B * heads * rows, D);
     return;
   }
   if (hw->attention == LOOM_ATTN_FLASH) {

@@ -86,9 +86,9 @@ static void vattention(sim_ops *b, const vshape *x, double rows, double keys, do
   a->module = b->module;
   a->chained = b->chained;
   if (!c->loom_cpu) a->host = c->hw->host_eager;
-  if (c->hw->attention == LOOM_ATTN_LOOM) { /* loom's kernel, as measured */
+  if (c->hw->attention == LOOM_ATTN_LOOM) { /* loom's kernel, as measured: every pair of a segment */
     a->flops = (backward ? 8 : 4) * pairs * x->D;
-    a->time = pairs * x->D / (backward ? c->hw->attn_rate_bwd : c->hw->attn_rate_fwd);
+    a->time = loom_hw_loom_attn_time(c->hw, backward, pairs, rows * heads, x->D);
     return;
   }
   double peak = c->hw->peak_flops[c->st->dtype] > 0 ? c->hw->peak_flops[c->st->dtype] : c->hw->peak_flops[0];

@@ -118,12 +118,32 @@ static int read_grid(loom_hw_profile *hw, const loom_yaml_node *g) {
   return 0;
 }
 
+/* device.KEY: {fwd: G, bwd: G} in units of 1e9 per second */
+static int read_fwd_bwd(const loom_yaml_node *d, const char *key, double *fwd, double *bwd) {
+  static const char *const fb[] = {"fwd", "bwd", NULL};
+  const loom_yaml_node *n = loom_yaml_get(d, key);
+  if (!n) return 0;
+  char where[80];
+  snprintf(where, sizeof where, "device.%s", key);
+  if (loom_yaml_only(n, where, fb)) return -1;
+  double *out[2] = {fwd, bwd};
+  for (int i = 0; i < 2; i++) {
+    const loom_yaml_node *x = loom_yaml_get(n, fb[i]);
+    double v;
+    snprintf(where, sizeof where, "device.%s.%s", key, fb[i]);
+    if (x && loom_yaml_number(x, where, &v)) return -1;
+    if (x) *out[i] = v * 1e9;
+  }
+  return 0;
+}
+
 static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
   static const char *const allowed[] = {
       "name", "memory_gib", "memory_reserved_gib", "memory_bandwidth_gbs", "memory_efficiency",
       "peak_tflops", "vector_tflops", "gemm_efficiency", "gemm_size_efficiency", "gemm_grid",
       "gemm_overhead_us", "kernel_overhead_us", "vector_melem_per_s", "attention",
-      "attention_efficiency", "attention_gunits_per_s", "gemm_tile", "attention_tile",
+      "attention_efficiency", "attention_gunits_per_s", "attention_row_gunits_per_s",
+      "gemm_tile", "attention_tile",
       "attention_head_dim_step", "memory_fragmentation", "gemm_efficiency_fp8",
       "grouped_gemm_efficiency", NULL};
   if (loom_yaml_only(d, "device", allowed)) return -1;
@@ -198,19 +218,10 @@ static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
     else if (!strcmp(s, "loom")) hw->attention = LOOM_ATTN_LOOM;
     else return loom_yaml_err(n, "device.attention must be flash, unfused or loom, found '%s'", s);
   }
-  if ((n = loom_yaml_get(d, "attention_gunits_per_s"))) {
-    static const char *const fb[] = {"fwd", "bwd", NULL};
-    if (loom_yaml_only(n, "device.attention_gunits_per_s", fb)) return -1;
-    const loom_yaml_node *x;
-    if ((x = loom_yaml_get(n, "fwd")) &&
-        loom_yaml_number(x, "device.attention_gunits_per_s.fwd", &v))
-      return -1;
-    if (x) hw->attn_rate_fwd = v * 1e9;
-    if ((x = loom_yaml_get(n, "bwd")) &&
-        loom_yaml_number(x, "device.attention_gunits_per_s.bwd", &v))
-      return -1;
-    if (x) hw->attn_rate_bwd = v * 1e9;
-  }
+  if (read_fwd_bwd(d, "attention_gunits_per_s", &hw->attn_rate_fwd, &hw->attn_rate_bwd) ||
+      read_fwd_bwd(d, "attention_row_gunits_per_s", &hw->attn_row_rate_fwd,
+                   &hw->attn_row_rate_bwd))
+    return -1;
   return 0;
 }
 
@@ -454,6 +465,8 @@ static int check_numbers(const loom_hw_profile *hw) {
               {"device.attention_efficiency", hw->attn_eff},
               {"device.attention_gunits_per_s.fwd", hw->attn_rate_fwd},
               {"device.attention_gunits_per_s.bwd", hw->attn_rate_bwd},
+              {"device.attention_row_gunits_per_s.fwd", hw->attn_row_rate_fwd},
+              {"device.attention_row_gunits_per_s.bwd", hw->attn_row_rate_bwd},
               {"device.attention_head_dim_step", hw->attn_hdim_step},
               {"device.memory_fragmentation", hw->mem_fragmentation},
               {"device.gemm_tile", hw->gemm_tile[0] + hw->gemm_tile[1]},

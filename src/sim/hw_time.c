@@ -125,6 +125,24 @@ double loom_hw_grouped_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, lo
   return 2 * groups * rows * n * k / (peak_of(hw, dt) * eff) + hw->gemm_overhead;
 }
 
+double loom_hw_loom_attn_time(const loom_hw_profile *hw, bool backward, double pairs, double rows,
+                              double D) {
+  double rate = backward ? hw->attn_rate_bwd : hw->attn_rate_fwd;
+  double row_rate = backward ? hw->attn_row_rate_bwd : hw->attn_row_rate_fwd;
+  return pairs * D / rate + (row_rate > 0 ? rows * D / row_rate : 0);
+}
+
+double loom_hw_causal_tile_pairs(const loom_hw_profile *hw, double T) {
+  double tq = hw->attn_tile[0], tk = hw->attn_tile[1];
+  if (!(tq > 0 && tk > 0)) return T * (T + 1) / 2;
+  double pairs = 0;
+  for (double t0 = 0; t0 < T; t0 += tq) { /* a tile of queries t0..last sees keys 0..last */
+    double nq = fmin(tq, T - t0), last = t0 + nq - 1;
+    pairs += nq * fmin(T, (floor(last / tk) + 1) * tk);
+  }
+  return pairs;
+}
+
 double loom_hw_vop_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_vop v, double elements,
                         double bytes, double flops) {
   if (elements <= 0) return 0;

@@ -132,8 +132,12 @@ static void put_device(buf *b, const loom_hw_profile *hw) {
   put(b, "  attention: %s\n", loom_attn_kernel_name(hw->attention));
   put(b, "  attention_efficiency: %s\n", num(hw->attn_eff, 1));
   if (hw->attn_rate_fwd > 0 || hw->attn_rate_bwd > 0)
-    put(b, "  attention_gunits_per_s: {fwd: %s, bwd: %s}   # (query, key) pairs x head_dim\n",
-        num(hw->attn_rate_fwd, 1e9), num(hw->attn_rate_bwd, 1e9));
+    put(b, "  attention_gunits_per_s: {fwd: %s, bwd: %s}   # (query, key) pairs x head_dim%s\n",
+        num(hw->attn_rate_fwd, 1e9), num(hw->attn_rate_bwd, 1e9),
+        hw->attn_tile[0] > 0 ? ", of the attention_tile grid" : "");
+  if (hw->attn_row_rate_fwd > 0 || hw->attn_row_rate_bwd > 0)
+    put(b, "  attention_row_gunits_per_s: {fwd: %s, bwd: %s}   # query rows x head_dim\n",
+        num(hw->attn_row_rate_fwd, 1e9), num(hw->attn_row_rate_bwd, 1e9));
   if (hw->gemm_tile[0] > 0)
     put(b, "  gemm_tile: [%s, %s]\n", num(hw->gemm_tile[0], 1), num(hw->gemm_tile[1], 1));
   if (hw->attn_tile[0] > 0)

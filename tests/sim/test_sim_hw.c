@@ -264,6 +264,10 @@ static void test_fuzz_limits(void) {
   bad(text, "device.gemm_grid.order must be gemm", "sideways");
   snprintf(text, sizeof text, "%s  attention: loom\n  attention_gunits_per_s: {fwd: 1, bwd: -1}\n", dev);
   bad(text, "device.attention_gunits_per_s.bwd must be a finite number >= 0", "-1");
+  snprintf(text, sizeof text, "%s  attention_row_gunits_per_s: {fwd: -2}\n", dev);
+  bad(text, "device.attention_row_gunits_per_s.fwd must be a finite number >= 0", "-2");
+  snprintf(text, sizeof text, "%s  attention_row_gunits_per_s: {fwd: 1, back: 1}\n", dev);
+  bad(text, "device.attention_row_gunits_per_s", "back");
 
   loom_mkdir_p("sim-hw.tmp/dir.yaml"); /* malloc(INT64_MAX) abort before */
   loom_hw_profile d;
@@ -327,6 +331,34 @@ static void test_seed_profile(void) {
   CHECK(fabs(ea - em * 160.0 / 256) < 1e-12, "efficiency %.6f = %.6f x 160/256", ea, em);
 }
 
+/* loom's flash attention kernel as loom bench measures it: the pairs of its tile grid (a
+ * causal diagonal tile computed whole) plus a term per query row; without attention_tile the
+ * causal pairs alone, as profiles before the tiles were read */
+static void test_loom_attention(void) {
+  loom_hw_profile hw;
+  loom_hw_defaults(&hw);
+  hw.attention = LOOM_ATTN_LOOM;
+  hw.attn_rate_fwd = 10e9, hw.attn_rate_bwd = 5e9;
+  CHECK_CLOSE(loom_hw_causal_tile_pairs(&hw, 100), 100 * 101 / 2.0, 1e-12, "no tiles: causal pairs");
+  CHECK_CLOSE(loom_hw_loom_attn_time(&hw, false, 5050, 100, 64), 5050 * 64 / 10e9, 1e-12,
+              "no row rate: pairs only");
+  hw.attn_tile[0] = hw.attn_tile[1] = 64;
+  /* queries 0..63 compute keys 0..63 (the diagonal tile whole), 64..99 keys 0..99 */
+  CHECK_CLOSE(loom_hw_causal_tile_pairs(&hw, 100), 64 * 64 + 36 * 100, 1e-12, "partial last tile");
+  CHECK_CLOSE(loom_hw_causal_tile_pairs(&hw, 128), 64 * 64 + 64 * 128, 1e-12, "two whole tiles");
+  CHECK_CLOSE(loom_hw_causal_tile_pairs(&hw, 2048), 64 * 64 * 32 * 33 / 2.0, 1e-12, "32 tiles");
+  hw.attn_row_rate_fwd = 0.25e9, hw.attn_row_rate_bwd = 0.125e9;
+  CHECK_CLOSE(loom_hw_loom_attn_time(&hw, true, 12288, 128, 48),
+              12288 * 48 / 5e9 + 128 * 48 / 0.125e9, 1e-12, "backward: pairs and rows");
+  /* the profile keeps the row rates both ways */
+  char *text = loom_hw_to_yaml(&hw, NULL);
+  loom_hw_profile b;
+  CHECK(loom_hw_parse(&b, text, "rows.yaml") == 0 && b.attn_row_rate_fwd == 0.25e9 &&
+            b.attn_row_rate_bwd == 0.125e9 && b.attn_tile[0] == 64,
+        "row rates round trip: %s\n%s", loom_errmsg(), text);
+  free(text);
+}
+
 int main(void) {
   test_moe_keys();
   test_shipped();
@@ -336,5 +368,6 @@ int main(void) {
   test_errors();
   test_interpolation();
   test_allreduce_size_factor();
+  test_loom_attention();
   return harness_finish("test_sim_hw");
 }
