@@ -89,6 +89,11 @@ void loom_comm_iallreduce_f32(const loom_comm *c, float *x, size_t n, loom_comm_
 void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *out, size_t n,
                                    loom_comm_request *r);
 void loom_comm_wait(loom_comm_request *r);
+/* One poll of r, not waiting: 1 when it has completed (then as after loom_comm_wait, which
+ * returns at once on it), else 0. A sender's poll is what moves a large point-to-point message
+ * over TCP: Open MPI has no progress thread, and without the kernel's cross-memory copy (shared
+ * memory within a node uses it) the receiver gets the data only as the sender polls. */
+int loom_comm_test(loom_comm_request *r);
 /* Non-blocking in-place all-gather with uneven blocks (ZeRO-3 parameter prefetch); counts must
  * stay valid until the wait. */
 void loom_comm_iallgather_v_f32(const loom_comm *c, float *inout, const int *counts,

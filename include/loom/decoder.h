@@ -113,6 +113,10 @@ typedef struct {
    * reduction; may be NULL */
   void (*on_layer_grads)(void *ctx, int layer);
   void *on_layer_grads_ctx;
+  /* called after each block's forward and backward (the pipeline executor polls its pending
+   * sends, which over TCP move only when polled); may be NULL */
+  void (*on_block_done)(void *ctx);
+  void *on_block_done_ctx;
 } loom_decoder;
 
 /* Whole model on one process, one activation slot. */

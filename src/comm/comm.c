@@ -190,14 +190,27 @@ void loom_comm_ireduce_scatter_f32(const loom_comm *c, const float *in, float *o
   loom_comm_count(c, LOOM_COLL_REDUCE_SCATTER, r->bytes, LOOM_PEER_RING);
 }
 
-void loom_comm_wait(loom_comm_request *r) {
-  if (!r->req) return;
-  loom_comm_poll((MPI_Request *)r->req, r->comm, r->what);
+/* a completed request: traced, its buffers freed; a later wait or test returns at once */
+static void request_done(loom_comm_request *r) {
   loom_trace_record(LOOM_TRACE_COMM, r->what, r->comm->name, r->t0, loom_now(), r->bytes);
   loom_free(r->req);
   loom_free(r->extra);
   r->extra = NULL;
   r->req = NULL;
+}
+
+void loom_comm_wait(loom_comm_request *r) {
+  if (!r->req) return;
+  loom_comm_poll((MPI_Request *)r->req, r->comm, r->what);
+  request_done(r);
+}
+
+int loom_comm_test(loom_comm_request *r) {
+  if (!r->req) return 1;
+  int done = 0;
+  MPI_Test((MPI_Request *)r->req, &done, MPI_STATUS_IGNORE);
+  if (done) request_done(r);
+  return done;
 }
 
 void loom_comm_isend_f32(const loom_comm *c, const float *x, size_t n, int peer, int tag,

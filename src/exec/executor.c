@@ -195,6 +195,15 @@ static int refuse_layouts(const loom_config *cfg, const loom_model_spec *spec) {
   return 0;
 }
 
+/* After each block: one poll of every pending send (the decoder's on_block_done). Over TCP a
+ * pipeline message beyond Open MPI's eager size moves only while its sender polls: without
+ * these polls the next stage got a micro-batch's activations only when this rank reached its
+ * next wait, one forward later (pp2 x dp2 across two nodes: docs/MULTINODE.md). */
+static void poll_sends(void *ctx) {
+  loom_executor *ex = ctx;
+  for (int i = 0; i < ex->n_reqs; i++) loom_comm_test(&ex->reqs[i]);
+}
+
 int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_model_spec *spec,
                      loom_mesh *m) {
   if (refuse_layouts(cfg, spec)) return LOOM_ERR;
@@ -275,6 +284,8 @@ int loom_exec_create(loom_executor **out, const loom_config *cfg, const loom_mod
     ex->grad_in = ex->act_send + per;
     ex->dx = ex->grad_in + per;
     ex->moe_n = loom_decoder_moe_mb_doubles(ex->d);
+    ex->d->on_block_done = poll_sends;
+    ex->d->on_block_done_ctx = ex;
   }
   if (ex->moe_n) {
     size_t all = (size_t)ex->vpp * ex->A * ex->moe_n;

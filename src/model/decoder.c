@@ -55,7 +55,10 @@ void loom_decoder_forward_chunk(loom_decoder *d, loom_acts *a, const int32_t *to
     dec_embed_forward(d, a, a->resid);
     dec_moe_mb_reset(d, a); /* a new micro-batch's router statistics */
   }
-  for (int i = 0; i < nl; i++) dec_block_forward(d, a, first + i, i);
+  for (int i = 0; i < nl; i++) {
+    dec_block_forward(d, a, first + i, i);
+    if (d->on_block_done) d->on_block_done(d->on_block_done_ctx);
+  }
   if (d->shard.chunk_head[c]) {
     dec_head_forward(d, a, loom_acts_output(d, a), loss_sum, count);
     d->last = a;
@@ -74,7 +77,10 @@ void loom_decoder_backward_chunk(loom_decoder *d, loom_acts *a, const float *dou
   } else {
     memcpy(d->s->dres, dout, rows * sizeof(float));
   }
-  for (int i = nl - 1; i >= 0; i--) dec_block_backward(d, a, first + i, i);
+  for (int i = nl - 1; i >= 0; i--) {
+    dec_block_backward(d, a, first + i, i);
+    if (d->on_block_done) d->on_block_done(d->on_block_done_ctx);
+  }
   if (d->shard.chunk_embed[c]) dec_embed_backward(d, a, d->s->dres);
   else memcpy(dinput, d->s->dres, rows * sizeof(float));
 }

@@ -191,9 +191,9 @@ static void attn(void *p) {
  * tile computed whole) plus one over the query rows each call processes (loading and
  * transposing q, the per-tile rescales, normalising and storing the output): fitted to two
  * shapes far apart in keys per row (96 and 544 computed), timed in turns. One rate over the
- * causal pairs, at one shape, missed 128-token Qwen3 heads by 25-45% on this machine's Zen 3
- * (docs/SIMULATOR.md, "Calibration of this machine"); the two terms hold T = 128..2048,
- * head_dim 32..128, GQA and MHA within 9%. */
+ * causal pairs at T=256 priced 128-token heads 17-30% short and 2048-token ones 40-50% long on
+ * a Zen 3; the two terms hold T = 128..2048, head_dim 32..128, GQA and MHA within 14%
+ * (bench/kernel_models.sh, docs/SIMULATOR.md "GEMMs and attention as a step meets them"). */
 enum { ATT_SHAPES = 2 };
 static const int att_shape[ATT_SHAPES][2] = {{4, 128}, {1, 1024}}; /* (B, T) of 4 heads of 64 */
 

@@ -14,6 +14,15 @@ foreach(np 2 3 4)
   set_tests_properties(comm_ring_attention_cp${np} PROPERTIES TIMEOUT 300
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
 endforeach()
+# Point-to-point requests polled without waiting (loom_comm_test), as the pipeline executor
+# polls its sends after every block: 1 MiB each way between 2 ranks, compared exactly.
+add_executable(comm_p2p_check ${CMAKE_CURRENT_LIST_DIR}/p2p_check.c)
+target_include_directories(comm_p2p_check PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+target_link_libraries(comm_p2p_check PRIVATE loomlib)
+add_test(NAME comm_p2p_poll COMMAND mpirun --oversubscribe --bind-to none -np 2
+         $<TARGET_FILE:comm_p2p_check>)
+set_tests_properties(comm_p2p_poll PROPERTIES TIMEOUT 120
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
 # Multi-node on one machine (root only: scripts/nodes.sh makes network namespaces; elsewhere the
 # tests print "skipped: ..." and exit 77): dp2 x tp2, pp2 x dp2 and ZeRO-3 dp4 over 2 nodes x 2
 # ranks equal one process, comm.json's inter-node bytes only on dp/pp, TCP between the nodes.

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Waiting ranks' polling on shared cores: two loom builds side by side, 4 ranks on this
-# machine's cores, across two nodes of scripts/nodes.sh (network namespaces, TCP between them)
-# and on one node (shared memory). BASE is a build from before waiting ranks that outnumber
-# their machine's cores began polling every 200 us instead of 20 us (e.g. commit 2d5e82b built
-# in a worktree); NEW is this tree's. Each layout runs REPEAT times with each build, alternating;
-# a run's figure is the median of its steps 2-8, a cell the median over the runs, and the ratio
-# NEW / BASE (below 1: faster). Root only (namespaces). ~3 minutes on 2 cores.
+# Two loom builds side by side across nodes: 4 ranks on this machine's cores, across two nodes of
+# scripts/nodes.sh (network namespaces, TCP between them) and on one node (shared memory),
+# pp2 x dp2 and dp2 x tp2. BASE is a build of an earlier commit (in a worktree), NEW this tree's:
+# e.g. 2d5e82b against the polling nap of 200 us where ranks outnumber the cores, 61c77b2
+# against the pipeline's sends polled after every block (docs/PERFORMANCE.md). Each layout runs
+# REPEAT times with each build, alternating; a run's figure is the median of its steps 2-8, a
+# cell the median over the runs, and the ratio NEW / BASE (below 1: faster). Root only
+# (namespaces). ~3 minutes on 2 cores.
 #
-# usage: bench/poll_nap.sh BASE_LOOM [NEW_LOOM] [--repeat R]
+# usage: bench/multinode_ab.sh BASE_LOOM [NEW_LOOM] [--repeat R]
 # env:   QUIET=1  wait for an idle machine before each run (bench/quiet.sh)
 set -u
-BASE=${1:?usage: bench/poll_nap.sh BASE_LOOM [NEW_LOOM] [--repeat R]}
+BASE=${1:?usage: bench/multinode_ab.sh BASE_LOOM [NEW_LOOM] [--repeat R]}
 shift
 NEW=build/loom
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then NEW=$1; shift; fi

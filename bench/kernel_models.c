@@ -1,0 +1,191 @@
+/* The two kernel models loom bench calibrates the simulator with, held against the kernels at
+ * the shapes loom's own small models train with (bench/kernel_models.sh builds and runs it):
+ *  1. GEMMs as a training step meets them: each product hot (the same operands again, as a
+ *     timing loop has them) against its second operand and its output taken from a pool larger
+ *     than the caches (a step's weight or saved activation and its fresh output) with the first
+ *     operand hot (the input just produced), timed in turns; the ratio is what loom bench's
+ *     pool takes off the hot rate.
+ *  2. Flash attention at eight shapes (T = 128..2048, head_dim 32..128, GQA and MHA), timed in
+ *     turns, against two models fitted to all of them by relative least squares: one rate over
+ *     the causal (query, key) pairs x head_dim (loom bench before 2026-11-29), and a rate over
+ *     the pairs of the kernel's tile grid x head_dim plus one over the query rows x head_dim
+ *     (loom bench since). Each shape's error of each model, and the worst.
+ * Medians of R rounds, each round every case once, in this thread's CPU time (other processes
+ * on a shared machine do not stretch it); run with OMP_NUM_THREADS=1 as loom bench's ranks do.
+ *   usage: kernel_models [R] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "loom/core.h"
+#include "loom/kernels.h"
+
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *x, int n) {
+  qsort(x, (size_t)n, sizeof *x, cmp);
+  return x[n / 2];
+}
+
+enum { POOL = 16 << 20, MAXR = 201 }; /* 64 MiB of floats; rounds */
+static float *pool;
+static size_t at;
+
+static float *take(size_t n) {
+  size_t step = (n + 1023) & ~(size_t)1023;
+  if (at + step > POOL) at = 0;
+  float *p = pool + at;
+  at += step;
+  return p;
+}
+
+/* one product C (m,n) = A (m,k) B (k,n) in the layout of the linear layer's call for its role
+ * (0 fwd, 1 dgrad, 2 wgrad), as src/sim/bench_gemm.c times it */
+static void gemm(int role, int m, int n, int k, const float *a, const float *b, float *c) {
+  if (role == 0) loom_gemm_f32(0, 1, m, n, k, a, k, b, k, NULL, 0.0f, c, n);
+  else if (role == 1) loom_gemm_f32(0, 0, m, n, k, a, k, b, n, NULL, 0.0f, c, n);
+  else loom_gemm_f32(1, 0, m, n, k, a, m, b, n, NULL, 1.0f, c, n);
+}
+
+static void gemms(int R) {
+  /* tiny-qwen3-moe (hidden 128, q 192, kv 96, 512 tokens a micro-batch), its experts (128 rows
+   * of 96) and tiny-gpt2 (hidden 256, 1024 inner), as products (m, n, k) */
+  static const int shape[][3] = {{512, 192, 128}, {512, 96, 128}, {512, 128, 192}, {192, 128, 512},
+                                 {128, 96, 128},  {512, 768, 256}, {512, 256, 1024}, {256, 1024, 512}};
+  enum { NS = sizeof shape / sizeof shape[0] };
+  static const char *const role_name[] = {"fwd", "dgrad", "wgrad"};
+  float *hot = loom_alloc(3 * (size_t)1024 * 1024 * sizeof(float));
+  for (size_t i = 0; i < 3 * (size_t)1024 * 1024; i++) hot[i] = (float)(i % 97) * 0.01f - 0.4f;
+  printf("GEMMs: hot operands against B and C out of the caches (A hot), one thread, medians of "
+         "%d rounds\n", R);
+  printf("| (m, n, k) | role | hot GFLOP/s | B, C cold GFLOP/s | cold / hot |\n| --- | --- | --- | --- | --- |\n");
+  static double t[2][MAXR];
+  for (int s = 0; s < NS; s++)
+    for (int role = 0; role < 3; role++) {
+      int m = shape[s][0], n = shape[s][1], k = shape[s][2];
+      float *A = hot, *B = hot + 1024 * 1024, *C = hot + 2 * 1024 * 1024;
+      gemm(role, m, n, k, A, B, C); /* the primitive, created before timing */
+      for (int r = 0; r < R; r++)
+        for (int cold = 0; cold < 2; cold++) {
+          float *b = cold ? take((size_t)k * n) : B, *c = cold ? take((size_t)m * n) : C;
+          double t0 = cpu_now();
+          gemm(role, m, n, k, A, b, c);
+          t[cold][r] = cpu_now() - t0;
+        }
+      double th = median(t[0], R), tc = median(t[1], R), fl = 2.0 * m * n * k;
+      printf("| (%d, %d, %d) | %s | %.1f | %.1f | %.3f |\n", m, n, k, role_name[role], fl / th / 1e9,
+             fl / tc / 1e9, th / tc);
+    }
+  loom_free(hot);
+}
+
+/* the (query, key) pairs the kernel computes for a causal sequence of T: whole tiles on the
+ * diagonal (loom_hw_causal_tile_pairs with the kernel's tile) */
+static double tile_pairs(int T, int tile) {
+  double p = 0;
+  for (int t0 = 0; t0 < T; t0 += tile) {
+    int nq = T - t0 < tile ? T - t0 : tile, last = t0 + nq - 1;
+    int keys = (last / tile + 1) * tile;
+    p += (double)nq * (keys < T ? keys : T);
+  }
+  return p;
+}
+
+/* relative least squares: coefficients c minimising sum_i (sum_j c_j X_ij / y_i - 1)^2 over
+ * ncol <= 2 columns */
+static void fit(const double X[][2], const double *y, int n, int ncol, double *c) {
+  double a00 = 0, a01 = 0, a11 = 0, b0 = 0, b1 = 0;
+  for (int i = 0; i < n; i++) {
+    double u = X[i][0] / y[i], v = ncol > 1 ? X[i][1] / y[i] : 0;
+    a00 += u * u, a01 += u * v, a11 += v * v, b0 += u, b1 += v;
+  }
+  if (ncol == 1) {
+    c[0] = b0 / a00, c[1] = 0;
+    return;
+  }
+  double det = a00 * a11 - a01 * a01;
+  c[0] = (b0 * a11 - b1 * a01) / det;
+  c[1] = (a00 * b1 - a01 * b0) / det;
+}
+
+static void attention(int R) {
+  static const int shape[][5] = {/* B, T, Hq, Hkv, D */
+                                 {2, 256, 4, 4, 64},  {4, 128, 4, 2, 48}, {4, 128, 4, 4, 64},
+                                 {2, 256, 4, 4, 32},  {2, 256, 4, 4, 128}, {4, 128, 4, 4, 48},
+                                 {1, 2048, 4, 2, 32}, {4, 128, 4, 2, 64}};
+  enum { NS = sizeof shape / sizeof shape[0] };
+  const int tile = loom_flash_attention_tile();
+  size_t n = 4u << 20;
+  float *buf = loom_alloc(10 * n * sizeof(float));
+  for (size_t i = 0; i < 10 * n; i++) buf[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+  static double tf[NS][MAXR], tb[NS][MAXR];
+  loom_attn_mask causal = {.causal = 1};
+  for (int r = 0; r < R; r++)
+    for (int s = 0; s < NS; s++) {
+      int B = shape[s][0], T = shape[s][1], Hq = shape[s][2], Hkv = shape[s][3], D = shape[s][4];
+      size_t nq = (size_t)B * T * Hq * D, nk = (size_t)B * T * Hkv * D;
+      float *q = buf, *o = q + nq, *dout = o + nq, *dq = dout + nq, *k = dq + nq, *v = k + nk;
+      float *dk = v + nk, *dv = dk + nk, *lse = dv + nk, *work = lse + (size_t)B * Hq * T;
+      double t0 = cpu_now();
+      loom_flash_attention_forward_f32(o, lse, q, k, v, B, T, Hq, Hkv, D, causal);
+      double t1 = cpu_now();
+      loom_flash_attention_backward_f32(dq, dk, dv, dout, o, lse, q, k, v, B, T, Hq, Hkv, D,
+                                        causal, work);
+      tf[s][r] = t1 - t0, tb[s][r] = cpu_now() - t1;
+    }
+  double y[2][NS], causal_x[NS][2], tile_x[NS][2];
+  for (int s = 0; s < NS; s++) {
+    int B = shape[s][0], T = shape[s][1], Hq = shape[s][2], D = shape[s][4];
+    y[0][s] = median(tf[s], R), y[1][s] = median(tb[s], R);
+    causal_x[s][0] = (double)B * Hq * T * (T + 1) / 2 * D, causal_x[s][1] = 0;
+    tile_x[s][0] = (double)B * Hq * tile_pairs(T, tile) * D;
+    tile_x[s][1] = (double)B * Hq * T * D;
+  }
+  printf("\nflash attention (tiles of %d), one thread, medians of %d rounds; error of each model "
+         "fitted to all eight shapes\n", tile, R);
+  printf("| B | T | heads (kv) | head_dim | forward ms | backward ms | causal pairs: fwd, bwd error "
+         "| tile pairs + rows: fwd, bwd error |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  double cc[2][2], ct[2][2], worst[2][2] = {{0, 0}, {0, 0}};
+  for (int d = 0; d < 2; d++) fit((const double(*)[2])causal_x, y[d], NS, 1, cc[d]);
+  for (int d = 0; d < 2; d++) fit((const double(*)[2])tile_x, y[d], NS, 2, ct[d]);
+  for (int s = 0; s < NS; s++) {
+    double e[2][2];
+    for (int d = 0; d < 2; d++) {
+      e[0][d] = cc[d][0] * causal_x[s][0] / y[d][s] - 1;
+      e[1][d] = (ct[d][0] * tile_x[s][0] + ct[d][1] * tile_x[s][1]) / y[d][s] - 1;
+      for (int m = 0; m < 2; m++) worst[m][d] = fmax(worst[m][d], fabs(e[m][d]));
+    }
+    printf("| %d | %d | %d (%d) | %d | %.3f | %.3f | %+.1f%%, %+.1f%% | %+.1f%%, %+.1f%% |\n",
+           shape[s][0], shape[s][1], shape[s][2], shape[s][3], shape[s][4], y[0][s] * 1e3,
+           y[1][s] * 1e3, 100 * e[0][0], 100 * e[0][1], 100 * e[1][0], 100 * e[1][1]);
+  }
+  printf("worst error: causal pairs %.1f%% / %.1f%%, tile pairs + rows %.1f%% / %.1f%% "
+         "(forward / backward)\n", 100 * worst[0][0], 100 * worst[0][1], 100 * worst[1][0],
+         100 * worst[1][1]);
+  loom_free(buf);
+}
+
+int main(int argc, char **argv) {
+  int R = argc > 1 ? atoi(argv[1]) : 41;
+  if (R < 1 || R > MAXR) {
+    fprintf(stderr, "kernel_models: rounds must be 1..%d, got %s\n", MAXR, argv[1]);
+    return 2;
+  }
+  pool = loom_alloc((size_t)POOL * sizeof(float));
+  for (size_t i = 0; i < POOL; i++) pool[i] = (float)(i % 89) * 0.01f - 0.4f;
+  gemms(R);
+  attention(R);
+  loom_free(pool);
+  return 0;
+}
