@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "loom/core.h"
+#include "loom/hw.h"
 #include "loom/kernels.h"
 
 static double cpu_now(void) {
@@ -90,18 +91,6 @@ static void gemms(int R) {
   loom_free(hot);
 }
 
-/* the (query, key) pairs the kernel computes for a causal sequence of T: whole tiles on the
- * diagonal (loom_hw_causal_tile_pairs with the kernel's tile) */
-static double tile_pairs(int T, int tile) {
-  double p = 0;
-  for (int t0 = 0; t0 < T; t0 += tile) {
-    int nq = T - t0 < tile ? T - t0 : tile, last = t0 + nq - 1;
-    int keys = (last / tile + 1) * tile;
-    p += (double)nq * (keys < T ? keys : T);
-  }
-  return p;
-}
-
 /* relative least squares: coefficients c minimising sum_i (sum_j c_j X_ij / y_i - 1)^2 over
  * ncol <= 2 columns */
 static void fit(const double X[][2], const double *y, int n, int ncol, double *c) {
@@ -126,6 +115,9 @@ static void attention(int R) {
                                  {1, 2048, 4, 2, 32}, {4, 128, 4, 2, 64}};
   enum { NS = sizeof shape / sizeof shape[0] };
   const int tile = loom_flash_attention_tile();
+  loom_hw_profile grid; /* only its tile: the pairs the kernel computes, as the simulator counts */
+  loom_hw_defaults(&grid);
+  grid.attn_tile[0] = grid.attn_tile[1] = tile;
   size_t n = 4u << 20;
   float *buf = loom_alloc(10 * n * sizeof(float));
   for (size_t i = 0; i < 10 * n; i++) buf[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
@@ -149,7 +141,7 @@ static void attention(int R) {
     int B = shape[s][0], T = shape[s][1], Hq = shape[s][2], D = shape[s][4];
     y[0][s] = median(tf[s], R), y[1][s] = median(tb[s], R);
     causal_x[s][0] = (double)B * Hq * T * (T + 1) / 2 * D, causal_x[s][1] = 0;
-    tile_x[s][0] = (double)B * Hq * tile_pairs(T, tile) * D;
+    tile_x[s][0] = (double)B * Hq * loom_hw_causal_tile_pairs(&grid, T) * D;
     tile_x[s][1] = (double)B * Hq * T * D;
   }
   printf("\nflash attention (tiles of %d), one thread, medians of %d rounds; error of each model "
