@@ -135,7 +135,11 @@ double loom_hw_loom_attn_time(const loom_hw_profile *hw, bool backward, double p
 double loom_hw_causal_tile_pairs(const loom_hw_profile *hw, double T) {
   double tq = hw->attn_tile[0], tk = hw->attn_tile[1];
   if (!(tq > 0 && tk > 0)) return T * (T + 1) / 2;
-  double pairs = 0;
+  if (tq == tk) { /* q whole tiles, the i-th seeing (i + 1) tiles of keys, then r queries all T */
+    double q = floor(T / tq), r = T - q * tq;
+    return tq * tq * q * (q + 1) / 2 + r * T;
+  }
+  double pairs = 0; /* the planner's profiles have square tiles; others, tile by tile */
   for (double t0 = 0; t0 < T; t0 += tq) { /* a tile of queries t0..last sees keys 0..last */
     double nq = fmin(tq, T - t0), last = t0 + nq - 1;
     pairs += nq * fmin(T, (floor(last / tk) + 1) * tk);

@@ -347,6 +347,12 @@ static void test_loom_attention(void) {
   CHECK_CLOSE(loom_hw_causal_tile_pairs(&hw, 100), 64 * 64 + 36 * 100, 1e-12, "partial last tile");
   CHECK_CLOSE(loom_hw_causal_tile_pairs(&hw, 128), 64 * 64 + 64 * 128, 1e-12, "two whole tiles");
   CHECK_CLOSE(loom_hw_causal_tile_pairs(&hw, 2048), 64 * 64 * 32 * 33 / 2.0, 1e-12, "32 tiles");
+  hw.attn_tile[1] = 32; /* unequal tiles, counted one query tile at a time: 64 queries see 64 */
+  CHECK_CLOSE(loom_hw_causal_tile_pairs(&hw, 100), 64 * 64 + 36 * 100, 1e-12, "64 x 32 tiles");
+  hw.attn_tile[0] = 32, hw.attn_tile[1] = 64; /* 32 queries of a 64-key tile see all of it */
+  CHECK_CLOSE(loom_hw_causal_tile_pairs(&hw, 100), 32 * 64 * 2 + 32 * 100 + 4 * 100, 1e-12,
+              "32 x 64 tiles");
+  hw.attn_tile[0] = hw.attn_tile[1] = 64;
   hw.attn_row_rate_fwd = 0.25e9, hw.attn_row_rate_bwd = 0.125e9;
   CHECK_CLOSE(loom_hw_loom_attn_time(&hw, true, 12288, 128, 48),
               12288 * 48 / 5e9 + 128 * 48 / 0.125e9, 1e-12, "backward: pairs and rows");
