@@ -118,6 +118,12 @@ double loom_sumsq_f32(const float *x, size_t n);
 const char *loom_kernels_simd(void);
 void loom_kernels_force_generic(int on);
 void loom_kernels_force_avx2(int on);
+/* Whether loom's AMX kernels (tdpbf16ps tiles: the bf16 GEMM of src/kernels/gemm_amx.c) run in
+ * this process: the CPU has AMX-TILE, AMX-BF16 and AVX512-BF16, and Linux granted the tile
+ * state (src/kernels/amx.c asks once). LOOM_AMX=0, or loom_kernels_force_no_amx(1) (tests,
+ * benchmarks), says no and bf16 GEMMs go to oneDNN; (0) back to the answer. */
+int loom_kernels_amx(void);
+void loom_kernels_force_no_amx(int on);
 
 /* ---- GEMM backends (src/kernels/gemm.c, gemm_onednn.c) ----------------------------------- */
 typedef enum { LOOM_GEMM_ONEDNN = 0, LOOM_GEMM_OPENBLAS = 1 } loom_gemm_backend;
@@ -146,7 +152,10 @@ void loom_gemm_f32(int ta, int tb, int M, int N, int K, const float *A, int lda,
  * one per shape (creating a primitive costs ~0.2 ms). */
 void loom_gemm_f32_ragged(int ta, int tb, int M, int N, int K, const float *A, int lda,
                           const float *B, int ldb, float beta, float *C, int ldc);
-/* Same with bf16 operands (uint16 bit patterns) and fp32 C; only when loom_gemm_bf16_native. */
+/* Same with bf16 operands (uint16 bit patterns) and fp32 C; only when loom_gemm_bf16_native.
+ * Where loom_kernels_amx(), loom's AMX kernel computes it (and the _w form below): every
+ * element summed by one thread in a fixed order, so bitwise the same on any thread count and
+ * for a row whatever M is (a cached decode's row equals the prefill's). */
 void loom_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                     const uint16_t *B, int ldb, const float *bias, float beta, float *C,
                     int ldc);

@@ -1,5 +1,6 @@
 /* GEMM backend selection and the OpenBLAS backend. loom_gemm_f32/bf16 dispatch to oneDNN
- * (gemm_onednn.c: cached matmul primitives, bf16 on AMX / AVX512-BF16) or to OpenBLAS's
+ * (gemm_onednn.c: cached matmul primitives, bf16 on AVX512-BF16; bf16 on AMX goes to loom's
+ * own tile kernel, gemm_amx.c, unless LOOM_AMX=0) or to OpenBLAS's
  * cblas_sgemm; the backend is chosen at run time (loom_gemm_set_backend, LOOM_GEMM).
  * Shapes: op(A) (M,K), op(B) (K,N), C (M,N), row-major with leading dimensions. */
 #include <cblas.h>
@@ -102,7 +103,9 @@ static void gemm_bf16(int weights, int ta, int tb, int M, int N, int K, const ui
     loom_gemm_f32(ta, tb, M, N, 0, NULL, 1, NULL, 1, bias, beta, C, ldc);
     return;
   }
-  if (weights) gemm_onednn_w(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
+  if (loom_kernels_amx()) /* loom's own tiles (gemm_amx.c); LOOM_AMX=0 leaves it to oneDNN */
+    gemm_amx_bf16(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
+  else if (weights) gemm_onednn_w(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
   else gemm_onednn(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
 }
 

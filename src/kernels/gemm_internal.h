@@ -2,6 +2,7 @@
 #ifndef LOOM_GEMM_INTERNAL_H
 #define LOOM_GEMM_INTERNAL_H
 #include <stddef.h>
+#include <stdint.h>
 /* C (M,N) = op(A) op(B) (+ bias) + beta C with fp32 (bf16 = 0) or bf16 (bf16 = 1) operands,
  * through a cached oneDNN matmul primitive of this exact shape, strides and beta. */
 void gemm_onednn(int bf16, int ta, int tb, int M, int N, int K, const void *A, int lda,
@@ -22,4 +23,9 @@ void gemm_onednn_weights_changed(const void *base, size_t bytes, int release);
 void gemm_onednn_pack_force(int mode);
 /* 1 when oneDNN can build a bf16 matmul on this CPU (checked once). */
 int gemm_onednn_bf16_ok(void);
+/* loom's AMX bf16 GEMM (gemm_amx.c): C (M,N) = op(A) op(B) (+ bias) + beta C with bf16
+ * operands and fp32 C, any M, N, K > 0 and leading dimensions; only where loom_kernels_amx().
+ * Each element summed by one thread in a fixed order: bitwise the same for any thread count. */
+void gemm_amx_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                   const uint16_t *B, int ldb, const float *bias, float beta, float *C, int ldc);
 #endif

@@ -4,3 +4,6 @@ add_test(NAME bench_roofline
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_roofline_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(bench_roofline PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;OPENBLAS_NUM_THREADS=1" TIMEOUT 300)
+
+# The AMX GEMM's test exits 77 on CPUs without AMX: CTest reports it skipped, not passed.
+set_tests_properties(test_gemm_amx PROPERTIES SKIP_RETURN_CODE 77)

@@ -1,0 +1,290 @@
+/* loom's own bf16 GEMM on AMX tiles: C (M,N) = op(A) (M,K) op(B) (K,N) (+ bias) + beta C, bf16
+ * operands, fp32 accumulation and output, for the shapes training runs (tokens x features).
+ *
+ * Design notes (numbered invariants):
+ *  1. One tile configuration for everything: eight tiles of 16 rows x 64 bytes. Tiles 0-3 hold
+ *     a 32x32 block of C (fp32, 2x2 tiles of 16x16), tiles 4-5 the block's two 16-row halves of
+ *     A (16 rows x 32 bf16), tiles 6-7 two 16-column halves of B in the pair layout tdpbf16ps
+ *     reads (16 rows of K-pairs x 16 columns x 2 bf16). Each k-step of 32 is 4 tile loads and
+ *     4 tdpbf16ps.
+ *  2. Blocking (GotoBLAS): C is cut into units of UNIT_M rows x UNIT_N columns, in an order fixed
+ *     by the shape alone. A unit walks K in blocks of KB: it packs B's (KB x UNIT_N) block and
+ *     then all of A's (32 x KB) panels of its rows into its thread's buffers (256 KiB each: L2;
+ *     one panel, 32 KiB, stays in L1 while the kernel runs over the unit's columns), and only
+ *     then runs the products: a tile load of lines that vector stores wrote a moment before
+ *     waits for them, and packing each panel just before its products halved their rate.
+ *     Packing pads M, N and K with zeros, so partial tiles and odd sizes need no other code
+ *     path, and A is packed (transposed when ta) whatever its layout; the packs read 64 bytes
+ *     at a time (AVX-512): at AMX rates a pass at a cycle per element costs as much as the
+ *     products.
+ *  3. Every element of C is summed by one thread, k-steps in increasing order, each k-step by
+ *     the hardware's fixed tdpbf16ps order: results do not depend on the thread count.
+ *  4. Between K blocks a block's C tiles go to a 32x32 fp32 scratch and come back; after the
+ *     last one the epilogue writes C = acc (+ bias[n]) (+ beta C) for the valid rows/columns
+ *     only. C is read only when beta != 0 and written once.
+ *  5. tdpbf16ps (Intel SDM) treats bf16 denormal inputs as zero and flushes denormal results,
+ *     like oneDNN's AMX kernels; a product of two bf16 values is exact in fp32, and the sums
+ *     are fp32 (round to nearest even), so an element is within (K + 2) 2^-24 sum |a b| of the
+ *     exact sum (tests/kernels/test_gemm_amx.c holds it to that).
+ * Only called where loom_kernels_amx() (the CPU has the tiles and Linux granted them). */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/gemm_internal.h"
+#include "loom/core.h"
+#include "loom/kernels.h"
+
+enum {
+  KB = 512,      /* K per packed block: an A panel 32 x 512 bf16 = 32 KiB (L1) */
+  UNIT_N = 256,  /* columns per unit: B block 512 x 256 bf16 = 256 KiB */
+  UNIT_M = 256,  /* rows per unit: A block 256 x 512 bf16 = 256 KiB */
+  TILE_ELEMS = 512 /* bf16 in one 16 x 32 tile (1 KiB) */
+};
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_config;
+
+/* the one configuration of invariant 1, loaded by every thread that runs a kernel */
+__attribute__((target("amx-tile"))) static void tiles_configure(void) {
+  tile_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  /* not _tile_loadconfig: GCC 12's names only the config's first 8 bytes as read, and the
+   * stores of the row and column sizes were removed as dead (the CPU then faults) */
+  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+}
+
+__attribute__((target("amx-tile"))) static void tiles_release(void) { _tile_release(); }
+
+/* Packing (AVX-512, 64 bytes at a time: on AMX a pass over an operand at a cycle per element
+ * would cost as much as the products). A "pair" is a uint32 of two bf16 of consecutive k (k
+ * even in the low half), the element of tdpbf16ps's B rows and, 16 to a row, of A's rows. */
+
+/* rows r[0..15] of 16 uint32 -> r[i][j] = old r[j][i] (unpack 32 and 64, then 128-bit lanes
+ * twice) */
+AVX512 static void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; i++) {
+      t[h + i] = _mm512_shuffle_i32x4(u[h + i], u[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_i32x4(u[h + i], u[h + i + 4], 0xdd);
+    }
+  for (int i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+/* 16 pairs of rows k, k+1 of a k-major operand (row stride ld), columns c0..c0+15 (the first
+ * `cols` valid, rows at or beyond `krows` zero): out[p][c] = pair (2p, 2p+1) of column c */
+AVX512 static void pairs_kmajor(const uint16_t *X, int ld, int krows, int cols,
+                                __m512i out[16]) {
+  __mmask16 m = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+  for (int p = 0; p < 16; p++) {
+    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+    if (2 * p < krows)
+      lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, X + (size_t)(2 * p) * ld));
+    if (2 * p + 1 < krows)
+      hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, X + (size_t)(2 * p + 1) * ld));
+    out[p] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+  }
+}
+
+/* 16 rows of a row-major operand whose rows run along k (row stride ld): out[c] = the 16 pairs
+ * k 0..31 of row c (the first `rows` rows valid, k at or beyond kc zero) */
+AVX512 static void pairs_rows(const uint16_t *X, int ld, int rows, int kc, __m512i out[16]) {
+  __mmask32 m = kc >= 32 ? 0xffffffffu : (__mmask32)((1u << kc) - 1);
+  for (int c = 0; c < 16; c++)
+    out[c] = c < rows ? _mm512_maskz_loadu_epi16(m, X + (size_t)c * ld) : _mm512_setzero_si512();
+}
+
+AVX512 static void store_tile(uint16_t *t, const __m512i r[16]) {
+  for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(t + 32 * i), r[i]);
+}
+
+/* A's rows m0..m0+31, columns k0..k0+kn-1 into 2 x ks tiles [half][s][16 rows][32]; rows at or
+ * beyond M and columns at or beyond kn are zero. ks = ceil(kn / 32). */
+AVX512 static void pack_a(const uint16_t *A, int lda, int ta, int M, int m0, int k0, int kn,
+                          int ks, uint16_t *P) {
+  __m512i r[16];
+  for (int h = 0; h < 2; h++) {
+    int mh = m0 + 16 * h, rows = M - mh < 16 ? M - mh : 16;
+    for (int s = 0; s < ks; s++) {
+      int kc = kn - 32 * s < 32 ? kn - 32 * s : 32;
+      uint16_t *t = P + ((size_t)h * ks + s) * TILE_ELEMS;
+      if (rows <= 0) {
+        memset(t, 0, TILE_ELEMS * 2);
+        continue;
+      }
+      if (!ta) pairs_rows(A + (size_t)mh * lda + k0 + 32 * s, lda, rows, kc, r);
+      else { /* A stored (K, M): pairs along k, then rows m */
+        pairs_kmajor(A + (size_t)(k0 + 32 * s) * lda + mh, lda, kc, rows, r);
+        transpose16(r);
+      }
+      store_tile(t, r);
+    }
+  }
+}
+
+/* op(B)'s rows k0..k0+kn-1, columns n0..n0+nn-1 into 2 x (nn/32 rounded up) x ks tiles
+ * [j][s][16 pairs][16 columns][2]; columns at or beyond nn and rows at or beyond kn zero. */
+AVX512 static void pack_b(const uint16_t *B, int ldb, int tb, int n0, int nn, int k0, int kn,
+                          int ks, uint16_t *P) {
+  __m512i r[16];
+  int nj = 2 * ((nn + 31) / 32); /* whole 32-column blocks: the kernel reads tiles in twos */
+  for (int j = 0; j < nj; j++) {
+    int cols = nn - 16 * j < 16 ? nn - 16 * j : 16;
+    for (int s = 0; s < ks; s++) {
+      int kc = kn - 32 * s < 32 ? kn - 32 * s : 32;
+      uint16_t *t = P + ((size_t)j * ks + s) * TILE_ELEMS;
+      if (cols <= 0) {
+        memset(t, 0, TILE_ELEMS * 2);
+        continue;
+      }
+      if (!tb) pairs_kmajor(B + (size_t)(k0 + 32 * s) * ldb + n0 + 16 * j, ldb, kc, cols, r);
+      else { /* B stored (N, K): rows n along k, then pairs p */
+        pairs_rows(B + (size_t)(n0 + 16 * j) * ldb + k0 + 32 * s, ldb, cols, kc, r);
+        transpose16(r);
+      }
+      store_tile(t, r);
+    }
+  }
+}
+
+/* One 32x32 block: tiles 0-3 += A panel (2 x ks tiles) x B columns j, j+1 (ks tiles each).
+ * first: start from zero, else from acc (32 x 32 fp32); the sums go to out (may be acc). */
+__attribute__((target("amx-tile,amx-bf16"))) static void block_kernel(
+    const uint16_t *Ap, const uint16_t *Bp0, const uint16_t *Bp1, int ks, int first,
+    const float *acc, float *out) {
+  if (first) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  } else {
+    _tile_loadd(0, acc, 128);
+    _tile_loadd(1, acc + 16, 128);
+    _tile_loadd(2, acc + 16 * 32, 128);
+    _tile_loadd(3, acc + 16 * 32 + 16, 128);
+  }
+  const uint16_t *A0 = Ap, *A1 = Ap + (size_t)ks * TILE_ELEMS;
+  for (int s = 0; s < ks; s++) {
+    _tile_loadd(4, A0 + (size_t)s * TILE_ELEMS, 64);
+    _tile_loadd(6, Bp0 + (size_t)s * TILE_ELEMS, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, Bp1 + (size_t)s * TILE_ELEMS, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, A1 + (size_t)s * TILE_ELEMS, 64);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out, 128);
+  _tile_stored(1, out + 16, 128);
+  _tile_stored(2, out + 16 * 32, 128);
+  _tile_stored(3, out + 16 * 32 + 16, 128);
+}
+
+/* C's rows m0.., columns n0.. (up to 32 each, clipped to M, N) = acc (+ bias) + beta C */
+static void epilogue(const float *acc, int M, int N, int m0, int n0, const float *bias,
+                     float beta, float *C, int ldc) {
+  int mr = M - m0 < 32 ? M - m0 : 32, nr = N - n0 < 32 ? N - n0 : 32;
+  for (int r = 0; r < mr; r++) {
+    float *c = C + (size_t)(m0 + r) * ldc + n0;
+    const float *a = acc + r * 32;
+    if (beta != 0.0f)
+      for (int j = 0; j < nr; j++) c[j] = a[j] + beta * c[j];
+    else if (bias)
+      for (int j = 0; j < nr; j++) c[j] = a[j] + bias[n0 + j];
+    else memcpy(c, a, (size_t)nr * sizeof(float));
+  }
+}
+
+/* this thread's scratch (B block, A panel, C sums), kept for the thread's life: a GEMM call
+ * allocates nothing */
+static uint16_t *thread_buffer(size_t bytes) {
+  static _Thread_local uint16_t *buf;
+  if (!buf) buf = loom_alloc_for(bytes, "AMX GEMM scratch"); /* 64-byte aligned: a tile row is one cache line */
+  return buf;
+}
+
+typedef struct {
+  int ta, tb, M, N, K;
+  const uint16_t *A, *B;
+  int lda, ldb;
+  const float *bias;
+  float beta;
+  float *C;
+  int ldc;
+} gemm_args;
+
+/* one unit of invariant 2: rows m0..m0+UNIT_M-1, columns n0..n0+UNIT_N-1 (clipped) */
+static void run_unit(const gemm_args *g, int m0, int n0, uint16_t *Bbuf, uint16_t *Abuf,
+                     float *accs) {
+  int mn = g->M - m0 < UNIT_M ? g->M - m0 : UNIT_M;
+  int nn = g->N - n0 < UNIT_N ? g->N - n0 : UNIT_N;
+  int mblocks = (mn + 31) / 32, nblocks = (nn + 31) / 32;
+  for (int k0 = 0; k0 < g->K; k0 += KB) {
+    int kn = g->K - k0 < KB ? g->K - k0 : KB, ks = (kn + 31) / 32;
+    int first = k0 == 0, last = k0 + KB >= g->K;
+    /* every operand of the block is packed before the first product reads it: a tile load
+     * of lines that vector stores wrote a moment before waits for those stores, and packing
+     * A's panel between kernels halved their rate */
+    pack_b(g->B, g->ldb, g->tb, n0, nn, k0, kn, ks, Bbuf);
+    for (int mb = 0; mb < mblocks; mb++)
+      pack_a(g->A, g->lda, g->ta, g->M, m0 + 32 * mb, k0, kn, ks,
+             Abuf + (size_t)mb * 2 * ks * TILE_ELEMS);
+    for (int mb = 0; mb < mblocks; mb++) {
+      const uint16_t *ap = Abuf + (size_t)mb * 2 * ks * TILE_ELEMS;
+      for (int nb = 0; nb < nblocks; nb++) {
+        float *acc = accs + ((size_t)mb * (UNIT_N / 32) + nb) * 32 * 32;
+        const uint16_t *b0 = Bbuf + (size_t)(2 * nb) * ks * TILE_ELEMS;
+        /* the last K block's sums go through a 4 KiB scratch that stays in L1 */
+        float *out = last ? accs + (size_t)UNIT_M * UNIT_N : acc;
+        block_kernel(ap, b0, b0 + (size_t)ks * TILE_ELEMS, ks, first, acc, out);
+        if (last)
+          epilogue(out, g->M, g->N, m0 + 32 * mb, n0 + 32 * nb, g->bias, g->beta, g->C, g->ldc);
+      }
+    }
+  }
+}
+
+void gemm_amx_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                   const uint16_t *B, int ldb, const float *bias, float beta, float *C, int ldc) {
+  LOOM_ASSERT(loom_kernels_amx() && M > 0 && N > 0 && K > 0 && !(bias && beta != 0.0f));
+  gemm_args g = {ta, tb, M, N, K, A, B, lda, ldb, bias, beta, C, ldc};
+  int units_m = (M + UNIT_M - 1) / UNIT_M, units_n = (N + UNIT_N - 1) / UNIT_N;
+  int units = units_m * units_n;
+  /* per thread: B block (KB x UNIT_N), A panel (32 x KB), the unit's C sums (UNIT_M x UNIT_N
+   * fp32, 512 KiB: kept between K blocks, invariant 4) */
+  size_t b_elems = (size_t)KB * UNIT_N, a_elems = (size_t)UNIT_M * KB;
+  size_t acc_elems = (size_t)UNIT_M * UNIT_N + 32 * 32;
+#pragma omp parallel if (units > 1)
+  {
+    uint16_t *Bbuf = thread_buffer(b_elems * 2 + a_elems * 2 + acc_elems * 4);
+    uint16_t *Abuf = Bbuf + b_elems;
+    float *accs = (float *)(Abuf + a_elems);
+    tiles_configure();
+#pragma omp for schedule(static)
+    for (int u = 0; u < units; u++) /* m fastest: a thread's consecutive units share B's block */
+      run_unit(&g, (u % units_m) * UNIT_M, (u / units_m) * UNIT_N, Bbuf, Abuf, accs);
+    tiles_release();
+  }
+}
