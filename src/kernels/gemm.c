@@ -103,9 +103,10 @@ static void gemm_bf16(int weights, int ta, int tb, int M, int N, int K, const ui
     loom_gemm_f32(ta, tb, M, N, 0, NULL, 1, NULL, 1, bias, beta, C, ldc);
     return;
   }
-  if (loom_kernels_amx()) /* loom's own tiles (gemm_amx.c); LOOM_AMX=0 leaves it to oneDNN */
-    gemm_amx_bf16(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
-  else if (weights) gemm_onednn_w(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
+  if (loom_kernels_amx()) { /* loom's own tiles (gemm_amx.c); LOOM_AMX=0 leaves it to oneDNN */
+    if (weights) gemm_amx_bf16_w(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
+    else gemm_amx_bf16(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
+  } else if (weights) gemm_onednn_w(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
   else gemm_onednn(1, ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc);
 }
 
@@ -123,10 +124,12 @@ void loom_gemm_bf16_w(int ta, int tb, int M, int N, int K, const uint16_t *A, in
 
 void loom_gemm_weights_changed(const void *base, size_t bytes) {
   gemm_onednn_weights_changed(base, bytes, 0);
+  gemm_amx_weights_changed(base, bytes, 0);
 }
 
 void loom_gemm_pack_force(int mode) { gemm_onednn_pack_force(mode); }
 
 void loom_gemm_weights_release(const void *base, size_t bytes) {
   gemm_onednn_weights_changed(base, bytes, 1);
+  gemm_amx_weights_changed(base, bytes, 1);
 }

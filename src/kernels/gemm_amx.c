@@ -233,6 +233,9 @@ typedef struct {
   float beta;
   float *C;
   int ldc;
+  const uint16_t *Bp; /* all of op(B) packed (a cached weight: 2 x (N/32 up) x KS tiles), or
+                         NULL: each unit packs its blocks */
+  int KS;             /* k-steps of Bp: ceil(K / 32) */
 } gemm_args;
 
 /* one unit of invariant 2: rows m0..m0+UNIT_M-1, columns n0..n0+UNIT_N-1 (clipped) */
@@ -247,7 +250,11 @@ static void run_unit(const gemm_args *g, int m0, int n0, uint16_t *Bbuf, uint16_
     /* every operand of the block is packed before the first product reads it: a tile load
      * of lines that vector stores wrote a moment before waits for those stores, and packing
      * A's panel between kernels halved their rate */
-    pack_b(g->B, g->ldb, g->tb, n0, nn, k0, kn, ks, Bbuf);
+    /* B's tiles (j, s) at Bt + (j * bstep + s) tiles */
+    const uint16_t *Bt = Bbuf;
+    size_t bstep = (size_t)ks;
+    if (g->Bp) Bt = g->Bp + ((size_t)(n0 / 16) * g->KS + k0 / 32) * TILE_ELEMS, bstep = g->KS;
+    else pack_b(g->B, g->ldb, g->tb, n0, nn, k0, kn, ks, Bbuf);
     for (int mb = 0; mb < mblocks; mb++)
       pack_a(g->A, g->lda, g->ta, g->M, m0 + 32 * mb, k0, kn, ks,
              Abuf + (size_t)mb * 2 * ks * TILE_ELEMS);
@@ -255,10 +262,10 @@ static void run_unit(const gemm_args *g, int m0, int n0, uint16_t *Bbuf, uint16_
       const uint16_t *ap = Abuf + (size_t)mb * 2 * ks * TILE_ELEMS;
       for (int nb = 0; nb < nblocks; nb++) {
         float *acc = accs + ((size_t)mb * (UNIT_N / 32) + nb) * 32 * 32;
-        const uint16_t *b0 = Bbuf + (size_t)(2 * nb) * ks * TILE_ELEMS;
+        const uint16_t *b0 = Bt + (size_t)(2 * nb) * bstep * TILE_ELEMS;
         /* the last K block's sums go through a 4 KiB scratch that stays in L1 */
         float *out = last ? accs + (size_t)UNIT_M * UNIT_N : acc;
-        block_kernel(ap, b0, b0 + (size_t)ks * TILE_ELEMS, ks, first, acc, out);
+        block_kernel(ap, b0, b0 + bstep * TILE_ELEMS, ks, first, acc, out);
         if (last)
           epilogue(out, g->M, g->N, m0 + 32 * mb, n0 + 32 * nb, g->bias, g->beta, g->C, g->ldc);
       }
@@ -266,14 +273,11 @@ static void run_unit(const gemm_args *g, int m0, int n0, uint16_t *Bbuf, uint16_
   }
 }
 
-void gemm_amx_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                   const uint16_t *B, int ldb, const float *bias, float beta, float *C, int ldc) {
-  LOOM_ASSERT(loom_kernels_amx() && M > 0 && N > 0 && K > 0 && !(bias && beta != 0.0f));
-  gemm_args g = {ta, tb, M, N, K, A, B, lda, ldb, bias, beta, C, ldc};
-  int units_m = (M + UNIT_M - 1) / UNIT_M, units_n = (N + UNIT_N - 1) / UNIT_N;
+static void run(gemm_args *g) {
+  int units_m = (g->M + UNIT_M - 1) / UNIT_M, units_n = (g->N + UNIT_N - 1) / UNIT_N;
   int units = units_m * units_n;
-  /* per thread: B block (KB x UNIT_N), A panel (32 x KB), the unit's C sums (UNIT_M x UNIT_N
-   * fp32, 512 KiB: kept between K blocks, invariant 4) */
+  /* per thread: B block (KB x UNIT_N), A block (UNIT_M x KB), the unit's C sums (UNIT_M x
+   * UNIT_N fp32: kept between K blocks, invariant 4) and the last block's 32 x 32 scratch */
   size_t b_elems = (size_t)KB * UNIT_N, a_elems = (size_t)UNIT_M * KB;
   size_t acc_elems = (size_t)UNIT_M * UNIT_N + 32 * 32;
 #pragma omp parallel if (units > 1)
@@ -284,7 +288,111 @@ void gemm_amx_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int l
     tiles_configure();
 #pragma omp for schedule(static)
     for (int u = 0; u < units; u++) /* m fastest: a thread's consecutive units share B's block */
-      run_unit(&g, (u % units_m) * UNIT_M, (u / units_m) * UNIT_N, Bbuf, Abuf, accs);
+      run_unit(g, (u % units_m) * UNIT_M, (u / units_m) * UNIT_N, Bbuf, Abuf, accs);
     tiles_release();
   }
+}
+
+static void pack_whole(const uint16_t *B, int ldb, int tb, int N, int K, int KS, uint16_t *P);
+
+void gemm_amx_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                   const uint16_t *B, int ldb, const float *bias, float beta, float *C, int ldc) {
+  LOOM_ASSERT(loom_kernels_amx() && M > 0 && N > 0 && K > 0 && !(bias && beta != 0.0f));
+  int KS = (K + 31) / 32;
+  gemm_args g = {ta, tb, M, N, K, A, B, lda, ldb, bias, beta, C, ldc, NULL, KS};
+  if (M > UNIT_M) {
+    /* several row units would each pack the same B blocks (a weight gradient's 50304 rows:
+     * 197 times): B is packed whole once, into the calling thread's scratch, kept and grown */
+    static _Thread_local uint16_t *whole;
+    static _Thread_local size_t whole_elems;
+    size_t elems = (size_t)2 * ((N + 31) / 32) * KS * TILE_ELEMS;
+    if (elems > whole_elems) {
+      free(whole);
+      whole = loom_alloc_for(elems * 2, "AMX GEMM packed operand");
+      whole_elems = elems;
+    }
+    pack_whole(B, ldb, tb, N, K, KS, whole);
+    g.Bp = whole;
+  }
+  run(&g);
+}
+
+/* ---- packed weights ---------------------------------------------------------------------
+ * A weight's op(B) packed whole, in the tile layout of the products: the forward (tb = 1) and
+ * the data gradient (tb = 0) of a linear layer each keep one, made at the first product after
+ * the weight changed (loom_gemm_weights_changed marks them stale: once per optimizer step), so
+ * a step packs each weight twice instead of once per unit of every product. The cache is used
+ * from one thread at a time, as the decoder calls its GEMMs. */
+enum { WCACHE_MAX = 512 };
+typedef struct {
+  const uint16_t *src;
+  int tb, N, K, ldb, valid;
+  uint16_t *buf;
+  unsigned long used;
+} wpack;
+static struct {
+  wpack e[WCACHE_MAX];
+  int n;
+  unsigned long clock;
+} W;
+
+/* all of op(B) into P: 32-column groups side by side, each 2 x KS tiles (pack_b's layout with
+ * ks = KS), groups in parallel */
+static void pack_whole(const uint16_t *B, int ldb, int tb, int N, int K, int KS, uint16_t *P) {
+  int groups = (N + 31) / 32;
+#pragma omp parallel for schedule(static) if (groups > 1)
+  for (int q = 0; q < groups; q++) {
+    int nn = N - 32 * q < 32 ? N - 32 * q : 32;
+    pack_b(B, ldb, tb, 32 * q, nn, 0, K, KS, P + (size_t)q * 2 * KS * TILE_ELEMS);
+  }
+}
+
+static const uint16_t *packed_weight(const uint16_t *B, int tb, int N, int K, int ldb, int KS) {
+  wpack *w = NULL;
+  for (int i = 0; i < W.n && !w; i++)
+    if (W.e[i].src == B && W.e[i].tb == tb && W.e[i].N == N && W.e[i].K == K &&
+        W.e[i].ldb == ldb)
+      w = &W.e[i];
+  if (!w) {
+    if (W.n < WCACHE_MAX) w = &W.e[W.n++];
+    else { /* evict the least recently used */
+      w = &W.e[0];
+      for (int i = 1; i < W.n; i++)
+        if (W.e[i].used < w->used) w = &W.e[i];
+      free(w->buf);
+    }
+    size_t elems = (size_t)2 * ((N + 31) / 32) * KS * TILE_ELEMS;
+    *w = (wpack){B, tb, N, K, ldb, 0, loom_alloc_for(elems * 2, "packed bf16 weights (AMX)"), 0};
+  }
+  if (!w->valid) pack_whole(B, ldb, tb, N, K, KS, w->buf), w->valid = 1;
+  w->used = ++W.clock;
+  return w->buf;
+}
+
+void gemm_amx_bf16_w(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                     const uint16_t *W_, int ldw, const float *bias, float beta, float *C,
+                     int ldc) {
+  LOOM_ASSERT(loom_kernels_amx() && M > 0 && N > 0 && K > 0 && !(bias && beta != 0.0f));
+  int KS = (K + 31) / 32;
+  gemm_args g = {ta, tb, M, N, K, A, W_, lda, ldw, bias, beta, C, ldc, NULL, KS};
+  g.Bp = packed_weight(W_, tb, N, K, ldw, KS);
+  run(&g);
+}
+
+void gemm_amx_weights_changed(const void *base, size_t bytes, int release) {
+  const char *lo = base, *hi = lo + bytes;
+  int kept = 0;
+  for (int i = 0; i < W.n; i++) {
+    wpack *w = &W.e[i];
+    const char *p = (const char *)w->src;
+    if (p >= lo && p < hi) {
+      if (release) {
+        free(w->buf);
+        continue;
+      }
+      w->valid = 0;
+    }
+    W.e[kept++] = *w;
+  }
+  W.n = kept;
 }

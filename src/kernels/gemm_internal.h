@@ -28,4 +28,13 @@ int gemm_onednn_bf16_ok(void);
  * Each element summed by one thread in a fixed order: bitwise the same for any thread count. */
 void gemm_amx_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                    const uint16_t *B, int ldb, const float *bias, float beta, float *C, int ldc);
+/* The same where B is a weight W unchanged until gemm_amx_weights_changed covers it: op(W) is
+ * packed whole once per change (per transpose and shape) and kept; the same bits as
+ * gemm_amx_bf16. */
+void gemm_amx_bf16_w(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                     const uint16_t *W, int ldw, const float *bias, float beta, float *C,
+                     int ldc);
+/* Packed weights whose source lies in [base, base + bytes): marked stale (release = 0) or
+ * freed. */
+void gemm_amx_weights_changed(const void *base, size_t bytes, int release);
 #endif

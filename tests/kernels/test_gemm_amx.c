@@ -3,8 +3,9 @@
  * tile (16), a block (32), a K block (512) and a unit (256 rows or columns), odd sizes, every
  * transpose, leading dimensions wider than the matrix, beta 0 / 1 / 0.5, bias; operands in
  * exactly-sized buffers (so `make test-asan` sees any read past them). Also: 1, 2 and 3
- * threads bitwise equal, loom_gemm_bf16 takes this kernel where AMX is, and oneDNN's bf16
- * matmul agrees within the same bound. Exit 77 (CTest: skipped) with a plain message on CPUs
+ * threads bitwise equal, loom_gemm_bf16 takes this kernel where AMX is, the packed-weight
+ * form (gemm_amx_bf16_w) gives the same bits and follows changes marked by
+ * gemm_amx_weights_changed, and oneDNN's bf16 matmul agrees within the same bound. Exit 77 (CTest: skipped) with a plain message on CPUs
  * without AMX. */
 #include <omp.h>
 #include <stdint.h>
@@ -119,6 +120,26 @@ static int same_bits(const problem *p, const float *x, const float *y) {
   return 1;
 }
 
+/* A cached weight follows its source only through gemm_amx_weights_changed: a changed W
+ * marked stale gives the new product; released, the next call packs afresh. */
+static void check_weight_cache(void) {
+  problem p = make(0, 1, 40, 70, 90, 0.0f, 0);
+  float *before = run(&p, gemm_amx_bf16_w);
+  for (int i = 0; i < 70 * p.ldb; i += 7) p.B[i] ^= 0x0040; /* change W in place */
+  float *plain = run(&p, gemm_amx_bf16);
+  CHECK(!same_bits(&p, before, plain), "changing W did not change the product");
+  gemm_amx_weights_changed(p.B, 10, 0); /* a range that holds the weight's first element */
+  float *after = run(&p, gemm_amx_bf16_w);
+  CHECK(same_bits(&p, after, plain), "a weight marked changed was not packed again");
+  for (int i = 0; i < 70 * p.ldb; i += 7) p.B[i] ^= 0x0040;
+  gemm_amx_weights_changed(p.B, (size_t)70 * p.ldb * 2, 1); /* released */
+  float *again = run(&p, gemm_amx_bf16_w);
+  CHECK(same_bits(&p, again, before), "a released weight was not packed afresh");
+  free(before), free(plain), free(after), free(again);
+  gemm_amx_weights_changed(p.B, (size_t)70 * p.ldb * 2, 1);
+  drop(&p);
+}
+
 int main(void) {
   if (!loom_kernels_amx()) {
     printf("test_gemm_amx: SKIPPED: this CPU has no AMX tiles (amx_bf16 in /proc/cpuinfo), or "
@@ -152,6 +173,13 @@ int main(void) {
         CHECK(same_bits(&p, c1, c2) && same_bits(&p, c1, c3), "%s: 1, 2, 3 threads differ", what);
         float *cl = run(&p, loom_gemm_bf16); /* the public entry takes this kernel */
         CHECK(same_bits(&p, c1, cl), "%s: loom_gemm_bf16 is not the AMX kernel", what);
+        float *cw = run(&p, gemm_amx_bf16_w); /* B packed whole and cached: the same bits */
+        CHECK(same_bits(&p, c1, cw), "%s: packed weights differ", what);
+        free(cw);
+        /* B is freed below: its packed copy goes first (the cache's contract; a later
+         * allocation at the same address would otherwise find it) */
+        int brows = p.tb ? N : K, bcols = p.tb ? K : N;
+        gemm_amx_weights_changed(p.B, ((size_t)(brows - 1) * p.ldb + bcols) * 2, 1);
         if (gemm_onednn_bf16_ok()) {
           float *cd = run(&p, onednn_bf16);
           check(&p, cd, 1, "oneDNN (the peer, same bound)");
@@ -161,6 +189,7 @@ int main(void) {
         drop(&p);
         cases++;
       }
+  check_weight_cache();
   printf("test_gemm_amx: %d cases, worst error %.3f of its bound\n", cases, worst);
   /* a bound that is never approached would not notice a lost term: the worst case must use
    * a visible part of it (one dropped product of unit normals would be ~1 / (K 2^-24 S) >> 1) */
