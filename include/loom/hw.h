@@ -72,6 +72,16 @@ typedef enum {
 } loom_vop;
 const char *loom_vop_name(loom_vop v);
 
+/* The execution units of a CPU's instruction peaks (device.instruction_peak.bf16_unit; loom
+ * bench's peak section): fused multiply-adds on fp32 vectors (vfmadd231ps on zmm with AVX-512F,
+ * else on ymm with AVX2 + FMA; a bf16 matmul without a native bf16 dot product computes in
+ * them), AVX512_BF16's vdpbf16ps (pairs of bf16 products into fp32 lanes), AMX's tdpbf16ps
+ * (a 16 x 32 by 32 x 16 bf16 tile product into a 16 x 16 fp32 tile). */
+typedef enum { LOOM_UNIT_FMA = 0, LOOM_UNIT_AVX512_BF16, LOOM_UNIT_AMX, LOOM_UNIT_COUNT } loom_hw_unit;
+const char *loom_hw_unit_name(loom_hw_unit u);        /* "fma", "avx512_bf16", "amx" */
+const char *loom_hw_unit_instruction(loom_hw_unit u); /* "FMA vfmadd231ps", ..., "AMX tdpbf16ps" */
+int loom_hw_unit_parse(const char *s, loom_hw_unit *out);
+
 typedef enum { LOOM_ATTN_FLASH = 0, LOOM_ATTN_UNFUSED, LOOM_ATTN_LOOM } loom_attn_kernel;
 const char *loom_attn_kernel_name(loom_attn_kernel k);
 typedef enum { LOOM_ALGO_RING = 0, LOOM_ALGO_TREE } loom_coll_algo;
@@ -103,7 +113,16 @@ typedef struct {
   char description[256];
   char path[512];      /* file it was loaded from */
   /* device */
-  double peak_flops[LOOM_DT_COUNT];    /* matrix unit peak, FLOP/s (0 = dtype unsupported) */
+  double peak_flops[LOOM_DT_COUNT];    /* matrix unit peak, FLOP/s (0 = dtype unsupported);
+                                          loom bench: the library's best GEMM on one core */
+  /* optional instruction peaks (device.instruction_peak; loom bench's peak section): the
+   * FLOP/s of the machine's own instructions kept busy from registers, summed over
+   * ipeak_threads[i] threads running at once (increasing, >= 1): fp32 from FMAs, bf16 from
+   * ipeak_bf16_unit. 0 entries: none (MFU and the roofline then take peak_flops). */
+  int n_ipeak;
+  int ipeak_threads[LOOM_HW_MAX_POINTS];
+  double ipeak_flops[2][LOOM_HW_MAX_POINTS]; /* [LOOM_DT_FP32], [LOOM_DT_BF16]: FLOP/s */
+  loom_hw_unit ipeak_bf16_unit;
   double vector_flops[LOOM_DT_COUNT];  /* non-matrix peak, FLOP/s */
   int n_gemm_eff;
   double gemm_eff_dim[LOOM_HW_MAX_POINTS], gemm_eff[LOOM_HW_MAX_POINTS]; /* by smallest dim */
@@ -181,6 +200,9 @@ typedef struct {
   bool ep_overlap;         /* expert-parallel dispatch/combine all-to-alls overlap the compute
                               of another micro-batch (Megatron's moe_a2a_overlap) */
   loom_hw_recipe recipe;   /* the framework the profile models (runtime.recipe) */
+  char gemm_backend[16];   /* runtime.gemm_backend: the GEMM backend loom bench's gemm section
+                              measured peak_flops through (onednn, openblas; its bf16 path may
+                              run another kernel, e.g. loom's AMX tiles; "": not recorded) */
 } loom_hw_profile;
 
 /* Defaults (every field set; a generic GPU-like device), then a file or a name over them.
@@ -251,13 +273,48 @@ double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double 
 double loom_hw_ring_bytes(loom_coll_kind kind, double bytes, int p);
 
 /* ---- MFU (src/sim/mfu.c) ---- */
-/* The matrix peak (FLOP/s) of dtype ("fp32" or "bf16") in this machine's hardware profile
- * (`loom bench` writes it; see loom_hw_load "this-machine") for one core, or 0 with why[]
- * saying why MFU is not shown. */
+/* The instruction peak (FLOP/s) of dtype (fp32 or bf16; 0 for the others) that `threads`
+ * threads reach at once, from the profile's device.instruction_peak: the entry for that count;
+ * between or beyond entries, the per-thread figure of the nearest smaller entry times threads
+ * (a thread among fewer runs at least as fast: the figure errs high, MFU low); below the first
+ * entry, the first entry's figure (fewer threads never reach more). 0 without the key. basis[]
+ * (may be NULL) gets how it was taken ("2 threads", "3 threads = 3 x the per-thread figure of
+ * 2 threads"). */
+double loom_hw_instruction_peak(const loom_hw_profile *hw, loom_hw_dtype dt, int threads,
+                                char *basis, size_t n);
+
+/* Where a run's MFU peak comes from. */
+typedef struct {
+  double peak;         /* FLOP/s per rank MFU is taken against; 0: none (why says why) */
+  double library_peak; /* the library's GEMM figure for the same threads (peak_flops x threads),
+                          FLOP/s; 0 beside an instruction peak when the profile measured none */
+  bool instruction;    /* peak is the profile's instruction peak (else the library's figure) */
+  const char *kind;    /* "instruction", "library" (a CPU profile's GEMM figure), "device" (an
+                          accelerator's matrix peak); "" when there is no peak */
+  char name[64];       /* the peak in a few words: "AMX tdpbf16ps instruction peak", ... */
+  loom_hw_unit unit;   /* instruction: the unit of the dtype's figure */
+  int threads;         /* the threads the peak counts (a CPU profile's; 1 otherwise) */
+  char profile[512];   /* the profile's file ("" when none) */
+  char why[640];       /* one line: the peak and its source, or why MFU is not shown */
+} loom_mfu_source;
+/* The MFU peak of one rank running `threads` threads (>= 1) of a run in dtype ("fp32" or
+ * "bf16") on the machine of profile hw: a CPU profile (engine loom-cpu) with an instruction
+ * peak gives it (loom_hw_instruction_peak), with the library's GEMM figure beside it in why;
+ * without one, the library's one-core GEMM peak times threads; an accelerator profile's
+ * device peak as it is. Returns src->peak. */
+double loom_mfu_peak_hw(const loom_hw_profile *hw, const char *dtype, int threads,
+                        loom_mfu_source *src);
+/* The same for this machine's profile (loom_hw_load "this-machine"), threads capped at the
+ * online cores; no profile: 0 with why saying to run loom bench. */
+double loom_mfu_source_get(const char *dtype, int threads, loom_mfu_source *src);
+/* The peak (FLOP/s) of dtype ("fp32" or "bf16") in this machine's hardware profile (`loom
+ * bench` writes it; see loom_hw_load "this-machine") for one thread (loom_mfu_peak_from with
+ * 1), or 0 with why[] saying why MFU is not shown. */
 double loom_mfu_peak(const char *dtype, char *why, size_t n);
-/* The peak of one rank that runs `threads` threads: a CPU profile's (whose devices are cores)
- * times min(threads, online cores); an accelerator profile's device peak as it is. The
- * profile's file goes to profile[] ("" when there is none). */
+/* The peak of one rank that runs `threads` threads (loom_mfu_source_get's): the instruction
+ * peak of min(threads, online cores) where the profile has one, else a CPU profile's one-core
+ * GEMM peak times that; an accelerator profile's device peak as it is. The profile's file goes
+ * to profile[] ("" when there is none). */
 double loom_mfu_peak_from(const char *dtype, int threads, char *profile, size_t np, char *why,
                           size_t n);
 /* MFU, the one definition (progress line, summary.json, registry, sweep summary, loom sim):

@@ -1,8 +1,9 @@
 /* The roofline table of one training step (`loom bench model --roofline`): each part of the
  * step profiler's report (loom/prof.h) with its time, its work, its rate and the fraction of
- * its bound — the GEMM peak of the step's dtype for GEMMs and attention, the streaming memory
- * bandwidth for the memory-bound parts — and the time it loses against that bound, so the
- * bottleneck is the part with the most lost time. */
+ * its bound — the compute peak of the step's dtype for GEMMs and attention (`loom bench model`:
+ * the instruction peak of this machine's profile where it has one, else the library's best
+ * GEMM), the streaming memory bandwidth for the memory-bound parts — and the time it loses
+ * against that bound, so the bottleneck is the part with the most lost time. */
 #ifndef LOOM_ROOFLINE_H
 #define LOOM_ROOFLINE_H
 #include <stdio.h>
@@ -28,9 +29,14 @@ typedef struct {
 int loom_roofline_build(const loom_prof_report *r, double gemm_peak, double mem_bw,
                         loom_roofline_row rows[LOOM_PART_N]);
 /* The table, then the bottleneck line: the part losing the most time against its bound (parts
- * without a fraction are not candidates: what they lose is unknown). */
+ * without a fraction are not candidates: what they lose is unknown). The compute bound is
+ * named "<dtype> GEMM peak". */
 void loom_roofline_print(FILE *f, const loom_prof_report *r, const loom_roofline_row *rows,
                          int n, double gemm_peak, double mem_bw, const char *dtype);
+/* The same with the compute bound named by the caller ("bf16 AMX tdpbf16ps instruction peak
+ * of 2 threads"). */
+void loom_roofline_print_bound(FILE *f, const loom_prof_report *r, const loom_roofline_row *rows,
+                               int n, double peak, const char *peak_name, double mem_bw);
 /* The rows as a JSON array (no trailing newline). */
 void loom_roofline_json(FILE *f, const loom_roofline_row *rows, int n);
 #endif

@@ -24,7 +24,8 @@ static void usage(FILE *out) {
           "this-machine'. A rank is one thread: loom bench measures with one, whatever\n"
           "OMP_NUM_THREADS says (as multi-rank training runs); the cores are the profile's\n"
           "devices, and a run's MFU counts its threads' cores ('loom train' on 2 threads is\n"
-          "held to 2 cores' peak).\n\n"
+          "held to 2 cores' peak: the instruction peak of 2 threads where the peak section\n"
+          "measured it, else twice one core's best GEMM).\n\n"
           "  --out FILE       where to write the profile\n"
           "  --nproc N        run under mpirun with N ranks to measure the MPI collectives too\n"
           "                   (same as 'mpirun -np N loom bench ...'; N = the cores is best)\n"
@@ -59,7 +60,7 @@ static void cpu_model(char *out, size_t n) {
 
 static int write_profile(loom_hw_profile *hw, const char *out, int world, double seconds,
                          int threads, int threads_asked) {
-  char cpu[128], notes[1024], date[64];
+  char cpu[128], notes[2048], date[64];
   cpu_model(cpu, sizeof cpu);
   time_t now = time(NULL);
   strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", localtime(&now));
@@ -69,8 +70,9 @@ static int write_profile(loom_hw_profile *hw, const char *out, int world, double
            "Written by 'loom bench' on %s in %.1f s (%s; %d MPI rank%s; measured with %d "
            "thread%s per rank, the process had %d).\n"
            "Every number below is a measurement of this machine through loom's own kernels and\n"
-           "MPI calls: GEMM rates by shape (cblas_sgemm as the linear layers call it), memory\n"
-           "bandwidth, the rate of each vector kernel, the reference attention%s%s.\n"
+           "MPI calls: GEMM rates by shape (cblas_sgemm as the linear layers call it), the\n"
+           "instruction peaks (FMA, AVX512_BF16, AMX from registers; what MFU is taken against),\n"
+           "memory bandwidth, the rate of each vector kernel, the reference attention%s%s.\n"
            "Re-run 'loom bench --nproc %d' after changing the machine or the BLAS.",
            date, seconds, cpu, world, world > 1 ? "s" : "", threads, threads == 1 ? "" : "s",
            threads_asked,

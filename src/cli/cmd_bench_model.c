@@ -1,6 +1,7 @@
 /* `loom bench model`: single-process speed of this machine with every thread — a training step
  * of a model preset (tokens/s, achieved model FLOP/s, MFU against the measured GEMM peak of
- * the step's dtype, peak resident memory), the GEMM peak per dtype and backend at a square
+ * the step's dtype and against the instruction peak of this machine's profile where it has one,
+ * peak resident memory), the GEMM peak per dtype and backend at a square
  * shape and at the step's own linear-layer shapes, and the streaming memory bandwidth; then a
  * hardware profile calibrated as `loom bench` calibrates (one thread per core: the devices of a
  * CPU profile) with this run's figures as its notes, and optionally JSON for
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -59,8 +61,10 @@ static void usage(FILE *f) {
           "  --roofline      one more step, profiled: each part (GEMMs by role and phase,\n"
           "                  attention, norms, activations, cross-entropy, embeddings, AdamW,\n"
           "                  clipping, bf16 conversions, zeroing, unattributed) with its time,\n"
-          "                  work, rate and fraction of its bound (GEMM peak of the dtype or\n"
-          "                  streaming bandwidth, measured here), and the bottleneck\n");
+          "                  work, rate and fraction of its bound (the dtype's instruction\n"
+          "                  peak in this machine's profile, from 'loom bench', else the best\n"
+          "                  GEMM measured here; or the streaming bandwidth measured here),\n"
+          "                  and the bottleneck\n");
 }
 
 /* --batch, --seq, --steps, --warmup: whole numbers (range checked after parsing) */
@@ -245,6 +249,33 @@ typedef struct {
   int M, N, K;
 } shape;
 
+/* The instruction peak of the step's dtype for `threads` threads in this machine's profile
+ * (loom bench's peak section), named in name[] ("bf16 AMX tdpbf16ps instruction peak, 2
+ * threads"); 0 when there is no profile or it has none (why[] says so). */
+static double profile_instruction_peak(bool bf16, int threads, char *name, size_t n, char *why,
+                                       size_t nw) {
+  loom_hw_profile hw;
+  name[0] = why[0] = 0;
+  if (loom_hw_load(&hw, "this-machine")) {
+    snprintf(why, nw, "no profile of this machine (%s)", loom_errmsg());
+    loom_err_clear();
+    return 0;
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int used = cores > 0 && threads > cores ? (int)cores : threads;
+  char basis[160];
+  loom_hw_dtype dt = bf16 ? LOOM_DT_BF16 : LOOM_DT_FP32;
+  double peak = loom_hw_instruction_peak(&hw, dt, used, basis, sizeof basis);
+  if (!(peak > 0)) {
+    snprintf(why, nw, "the profile of this machine (%s) has no instruction peak: 'loom bench "
+             "--only peak' measures it", hw.path);
+    return 0;
+  }
+  snprintf(name, n, "%s %s instruction peak (%s, %s)", bf16 ? "bf16" : "fp32",
+           loom_hw_unit_instruction(bf16 ? hw.ipeak_bf16_unit : LOOM_UNIT_FMA), basis, hw.path);
+  return peak;
+}
+
 /* The model: the preset, changed by the model.KEY=VALUE arguments as `loom train` changes it
  * (the same overrides and resolution, so the errors name the key). */
 static int model_spec(const opts *o, loom_model_spec *spec) {
@@ -311,10 +342,21 @@ int loom_cmd_bench_model(int argc, char **argv) {
   double dt_peak = bf16 ? (native ? peak[2] : peak[0] > peak[1] ? peak[0] : peak[1])
                         : (peak[0] > peak[1] ? peak[0] : peak[1]);
   double mfu = dt_peak > 0 ? r.flops_s / 1e9 / dt_peak : 0;
-  char notes[4096], mfu_s[160] = "";
+  /* the instruction peak of this machine's profile (not with --no-gemm: nothing is held to a
+   * bound then) */
+  char ipeak_name[768] = "", ipeak_why[640] = "";
+  double ipeak = o.no_gemm ? 0 : profile_instruction_peak(bf16, threads, ipeak_name,
+                                                          sizeof ipeak_name, ipeak_why,
+                                                          sizeof ipeak_why);
+  char notes[8192], mfu_s[1024] = "";
   if (dt_peak > 0) /* --no-gemm: no peak measured, no MFU (absent rather than 0%) */
     snprintf(mfu_s, sizeof mfu_s, ", MFU %.1f%% of the measured %s GEMM peak %.1f GFLOP/s",
              100 * mfu, o.dtype, dt_peak);
+  if (ipeak > 0 && dt_peak > 0) {
+    size_t used = strlen(mfu_s);
+    snprintf(mfu_s + used, sizeof mfu_s - used, " (library); MFU %.1f%% of the %s, %.1f GFLOP/s",
+             100 * r.flops_s / ipeak, ipeak_name, ipeak / 1e9);
+  }
   int n = snprintf(notes, sizeof notes,
                    "loom bench model (%d threads): %s B=%d T=%d %s, GEMM %s (%s)\n"
                    "step %.3f s median of %d (min %.3f, max %.3f; CPU %.3f s), %.1f tokens/s, "
@@ -342,10 +384,24 @@ int loom_cmd_bench_model(int argc, char **argv) {
   int nrows = 0;
   if (o.roofline) {
     double bw = o.no_gemm ? 0 : hw.mem_bw; /* --no-gemm: nothing measured, no fractions */
-    nrows = loom_roofline_build(&r.prof, dt_peak * 1e9, bw, rows);
+    /* compute parts against the instruction peak where the profile has one, the library's
+     * best GEMM measured here otherwise */
+    double bound = ipeak > 0 ? ipeak : dt_peak * 1e9;
+    nrows = loom_roofline_build(&r.prof, bound, bw, rows);
     printf("profiled step: %.3f s wall around it (median step %.3f s); data loading: none in "
            "this step (random tokens in memory)\n", r.prof_wall, r.step_s);
-    loom_roofline_print(stdout, &r.prof, rows, nrows, dt_peak * 1e9, bw, o.dtype);
+    char bound_name[832];
+    if (ipeak > 0) {
+      snprintf(bound_name, sizeof bound_name, "%s", ipeak_name);
+      printf("compute bound: the %s, %.1f GFLOP/s; the library's best %s GEMM measured here "
+             "with %d threads: %.1f GFLOP/s = %.1f%% of it\n", ipeak_name, ipeak / 1e9, o.dtype,
+             threads, dt_peak, 100 * dt_peak * 1e9 / ipeak);
+    } else {
+      snprintf(bound_name, sizeof bound_name, "%s library GEMM peak (best measured here)", o.dtype);
+      if (!o.no_gemm) printf("compute bound: the library's best %s GEMM measured here; %s\n",
+                             o.dtype, ipeak_why);
+    }
+    loom_roofline_print_bound(stdout, &r.prof, rows, nrows, bound, bound_name, bw);
   }
   if (!o.no_gemm && o.out) {
     /* the profile's devices are the cores (one thread per rank): calibrate it as `loom bench`
@@ -354,7 +410,7 @@ int loom_cmd_bench_model(int argc, char **argv) {
     loom_bench_profile_defaults(&prof);
     loom_bench_ctx one = {0.5, NULL, 0, 1, NULL};
     omp_set_num_threads(1);
-    int crc = loom_bench_run(&prof, &one, "gemm,memory,vector,attention");
+    int crc = loom_bench_run(&prof, &one, "gemm,peak,memory,vector,attention");
     omp_set_num_threads(threads);
     if (crc) {
       fprintf(stderr, "loom bench model: %s\n", loom_errmsg());
@@ -379,12 +435,22 @@ int loom_cmd_bench_model(int argc, char **argv) {
             r.flops_s);
     if (dt_peak > 0) fprintf(f, "\"mfu\": %.4f, \"gemm_peak_gflops\": %.3f, ", mfu, dt_peak);
     else fprintf(f, "\"mfu\": null, \"gemm_peak_gflops\": null, "); /* --no-gemm */
+    /* the profile's instruction peak and the MFU against it (null without one) */
+    if (ipeak > 0)
+      fprintf(f, "\"instruction_peak_gflops\": %.3f, \"mfu_instruction\": %.4f, ", ipeak / 1e9,
+              r.flops_s / ipeak);
+    else fprintf(f, "\"instruction_peak_gflops\": null, \"mfu_instruction\": null, ");
     fprintf(f, "\"peak_rss_gib\": %.4f, \"loss_first\": %.6f, \"loss_last\": %.6f, "
             "\"fwd_s\": %.6f, \"bwd_s\": %.6f, \"opt_s\": %.6f", r.rss_gib, r.loss_first,
             r.loss_last, r.fwd_s, r.bwd_s, r.opt_s);
     if (o.roofline) {
-      fprintf(f, ", \"roofline_step_s\": %.6f, \"roofline_wall_s\": %.6f, \"roofline\": ",
-              r.prof.total, r.prof_wall);
+      fprintf(f, ", \"roofline_step_s\": %.6f, \"roofline_wall_s\": %.6f, ", r.prof.total,
+              r.prof_wall);
+      if (ipeak > 0 || dt_peak > 0) /* the compute bound of the rows' fractions */
+        fprintf(f, "\"roofline_bound\": \"%s\", \"roofline_bound_gflops\": %.3f, ",
+                ipeak > 0 ? "instruction" : "library", ipeak > 0 ? ipeak / 1e9 : dt_peak);
+      else fprintf(f, "\"roofline_bound\": null, \"roofline_bound_gflops\": null, ");
+      fprintf(f, "\"roofline\": ");
       loom_roofline_json(f, rows, nrows);
     }
     fprintf(f, "}\n");

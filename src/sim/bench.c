@@ -6,11 +6,14 @@
  * whose neighbours are idle, and on shared vCPUs one of two cores ran 1.4-2.3x slower than the
  * other for minutes at a time (memory-bound kernels most: the host's other tenants). A
  * synchronous step waits for its slowest rank, so the profile keeps the measurements of the
- * slowest (the lowest geometric mean of the measured rates), and the log names it. */
+ * slowest (the lowest geometric mean of the measured rates), and the log names it. A section
+ * that measures the whole machine itself (the instruction peaks: a team of threads on every
+ * core) runs after them on rank 0 alone, the others asleep, and every rank takes its figures. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "loom/comm.h"
@@ -21,15 +24,18 @@
 
 static const loom_bench_section sections[] = {
     {"gemm", "cblas_sgemm throughput by shape (m, n, k) in the three roles of a linear layer; "
-             "bf16 path (rounded inputs)", false, loom_bench_gemm},
-    {"memory", "memory bandwidth (copy, triad)", false, loom_bench_memory},
+             "bf16 path (rounded inputs)", false, loom_bench_gemm, false},
+    {"peak", "instruction peaks from registers (FMA vfmadd231ps, AVX512_BF16 vdpbf16ps, AMX "
+             "tdpbf16ps) on 1 thread and on every core at once; the gemm section's figure as a "
+             "share of them", false, loom_bench_peak, true},
+    {"memory", "memory bandwidth (copy, triad)", false, loom_bench_memory, false},
     {"vector", "rate of every vector kernel of the trainer (norms, GELU, SwiGLU, rotary, "
                "cross-entropy, AdamW, bf16 rounding, sum of squares, adds, copies)", false,
-     loom_bench_vector},
+     loom_bench_vector, false},
     {"attention", "the reference causal attention, forward and backward", false,
-     loom_bench_attention},
+     loom_bench_attention, false},
     {"mpi", "MPI collectives between the ranks (all-reduce, reduce-scatter, all-gather, "
-            "all-to-all, send/recv): bandwidth and latency", true, loom_bench_mpi},
+            "all-to-all, send/recv): bandwidth and latency", true, loom_bench_mpi, false},
 };
 
 const loom_bench_section *loom_bench_sections(int *n) {
@@ -150,6 +156,30 @@ static int run_section(loom_hw_profile *hw, const loom_bench_ctx *b, const loom_
   return 0;
 }
 
+/* A machine section under mpirun: rank 0 runs it alone (its own team of threads takes every
+ * core; a rank's busy-polling wait would take one) while the others sleep between polls of a
+ * non-blocking all-reduce of its status, then every rank takes rank 0's profile: the ranks held
+ * the same one (the kept slowest rank's, or the one they update) but for what the section
+ * measured. */
+static int run_machine_section(loom_hw_profile *hw, const loom_bench_ctx *b,
+                               const loom_bench_section *s) {
+  if (b->world < 2) return run_section(hw, b, s);
+  int rc = b->rank == 0 ? run_section(hw, b, s) : 0;
+  float failed = rc ? 1.0f : 0.0f;
+  loom_comm_request req;
+  loom_comm_iallreduce_f32(b->comm, &failed, 1, &req);
+  if (b->rank == 0) loom_comm_wait(&req);
+  else
+    while (!loom_comm_test(&req)) {
+      struct timespec nap = {0, 1000000}; /* 1 ms */
+      nanosleep(&nap, NULL);
+    }
+  if (failed > 0)
+    return rc ? rc : loom_err("bench %s: rank 0 failed (its message is above)", s->name);
+  loom_comm_bcast_bytes(b->comm, hw, sizeof *hw, 0);
+  return 0;
+}
+
 int loom_bench_run(loom_hw_profile *hw, const loom_bench_ctx *b, const char *only) {
   warm_up();
   int n, devices = 0, rc = 0;
@@ -157,13 +187,17 @@ int loom_bench_run(loom_hw_profile *hw, const loom_bench_ctx *b, const char *onl
   bool measures = measures_devices(b);
   /* the device sections: every measuring rank at once, logged by rank 0 */
   for (int i = 0; i < n; i++) {
-    if (s[i].needs_mpi || !selected(&s[i], only)) continue;
+    if (s[i].needs_mpi || s[i].machine || !selected(&s[i], only)) continue;
     devices++;
     if (measures && !rc) rc = run_section(hw, b, &s[i]);
   }
   if (b->world > 1) rc = loom_comm_any_failed(b->comm, rc);
   if (rc) return rc;
   if (devices && b->world > 1) keep_slowest(hw, b, measures);
+  /* the whole machine from one process: rank 0 alone */
+  for (int i = 0; i < n; i++)
+    if (s[i].machine && selected(&s[i], only) && (rc = run_machine_section(hw, b, &s[i])))
+      return rc;
   /* the collectives: every rank */
   for (int i = 0; i < n; i++) {
     if (!s[i].needs_mpi || !selected(&s[i], only)) continue;

@@ -6,6 +6,7 @@
  * layout the backend prefers where that is faster) where the backend runs bf16 natively, else
  * inputs rounded to bf16 values and the fp32 GEMM (fp32's speed). */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "loom/core.h"
@@ -100,6 +101,8 @@ int loom_bench_gemm(loom_hw_profile *hw, const loom_bench_ctx *b) {
   }
   loom_free(A), loom_free(B), loom_free(C), loom_free(pool);
   hw->peak_flops[LOOM_DT_FP32] = best;
+  snprintf(hw->gemm_backend, sizeof hw->gemm_backend, "%s",
+           loom_gemm_backend_name(loom_gemm_get_backend()));
   /* the grid's shape factors apply to both; bf16 scales by the ratio at this shape */
   hw->peak_flops[LOOM_DT_BF16] = best * t_f32 / t_bf16;
   hw->peak_flops[LOOM_DT_FP16] = 0;    /* no fp16 path */

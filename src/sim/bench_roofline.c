@@ -1,9 +1,11 @@
 /* The roofline table of a profiled step (include/loom/roofline.h): rates and fractions of each
- * part against the GEMM peak or the memory bandwidth measured on this machine, the time lost
- * against the bound, the bottleneck. */
+ * part against the compute peak (the instruction peak of the step's dtype, or the library's
+ * GEMM peak) or the memory bandwidth measured on this machine, the time lost against the
+ * bound, the bottleneck. */
 #include "loom/roofline.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static int is_compute(loom_part p) {
@@ -44,7 +46,7 @@ int loom_roofline_build(const loom_prof_report *r, double gemm_peak, double mem_
     }
     double f = w->rate / bound;
     if (f > 1.0) { /* faster than its bound: the bound is wrong, not the part */
-      w->note = w->compute ? "above the measured GEMM peak: peak too low"
+      w->note = w->compute ? "above the measured peak: peak too low"
                            : "above the measured bandwidth: cache-resident or bound too low";
       continue;
     }
@@ -57,12 +59,19 @@ int loom_roofline_build(const loom_prof_report *r, double gemm_peak, double mem_
 
 void loom_roofline_print(FILE *f, const loom_prof_report *r, const loom_roofline_row *rows,
                          int n, double gemm_peak, double mem_bw, const char *dtype) {
+  char name[64];
+  snprintf(name, sizeof name, "%s GEMM peak", dtype);
+  loom_roofline_print_bound(f, r, rows, n, gemm_peak, name, mem_bw);
+}
+
+void loom_roofline_print_bound(FILE *f, const loom_prof_report *r, const loom_roofline_row *rows,
+                               int n, double peak, const char *peak_name, double mem_bw) {
   double sum = 0;
   for (int i = 0; i < n; i++) sum += rows[i].seconds;
   fprintf(f,
-          "roofline of one step: %.3f s (parts sum to %.3f s); bounds: %s GEMM peak %.1f "
-          "GFLOP/s, streaming bandwidth %.2f GB/s\n",
-          r->total, sum, dtype, gemm_peak / 1e9, mem_bw / 1e9);
+          "roofline of one step: %.3f s (parts sum to %.3f s); bounds: %s %.1f GFLOP/s, "
+          "streaming bandwidth %.2f GB/s\n",
+          r->total, sum, peak_name, peak / 1e9, mem_bw / 1e9);
   fprintf(f, "  %-16s %9s %6s %7s %12s %11s %9s %8s  %s\n", "part", "time s", "share", "calls",
           "work", "rate", "of bound", "lost s", "note");
   int worst = -1;

@@ -118,6 +118,57 @@ static int read_grid(loom_hw_profile *hw, const loom_yaml_node *g) {
   return 0;
 }
 
+/* device.instruction_peak: {threads: [T...], fp32_gflops: [...], bf16_gflops: [...],
+ * bf16_unit: amx | avx512_bf16 | fma}, one figure per entry of threads (every thread at
+ * once, summed); every key required. */
+static int read_instruction_peak(loom_hw_profile *hw, const loom_yaml_node *p) {
+  static const char *const allowed[] = {"threads", "fp32_gflops", "bf16_gflops", "bf16_unit",
+                                        NULL};
+  if (p->kind != LOOM_YAML_MAPPING)
+    return loom_yaml_err(p, "device.instruction_peak: expected a mapping {threads: [...], "
+                            "fp32_gflops: [...], bf16_gflops: [...], bf16_unit: amx}");
+  if (loom_yaml_only(p, "device.instruction_peak", allowed)) return -1;
+  for (int k = 0; allowed[k]; k++)
+    if (!loom_yaml_get(p, allowed[k]))
+      return loom_yaml_err(p, "device.instruction_peak needs '%s'", allowed[k]);
+  const loom_yaml_node *t = loom_yaml_get(p, "threads");
+  double v[LOOM_HW_MAX_POINTS];
+  int n, got;
+  if (read_list(t, "device.instruction_peak.threads", v, LOOM_HW_MAX_POINTS, &n)) return -1;
+  for (int i = 0; i < n; i++) {
+    if (!(v[i] >= 1 && v[i] <= 1 << 20 && v[i] == floor(v[i])) || (i && !(v[i] > v[i - 1])))
+      return loom_yaml_err(t, "device.instruction_peak.threads: expected increasing whole "
+                              "numbers >= 1, found %g at entry %d", v[i], i + 1);
+    hw->ipeak_threads[i] = (int)v[i];
+  }
+  static const char *const keys[2] = {"fp32_gflops", "bf16_gflops"};
+  for (int d = 0; d < 2; d++) {
+    const loom_yaml_node *x = loom_yaml_get(p, keys[d]);
+    char where[48];
+    snprintf(where, sizeof where, "device.instruction_peak.%s", keys[d]);
+    if (read_list(x, where, v, LOOM_HW_MAX_POINTS, &got)) return -1;
+    if (got != n)
+      return loom_yaml_err(x, "%s has %d value%s, expected %d (one per entry of threads)", where,
+                           got, got == 1 ? "" : "s", n);
+    for (int i = 0; i < n; i++) {
+      if (!(v[i] > 0) || !isfinite(v[i] * 1e9))
+        return loom_yaml_err(x, "%s: entry %d is %g; GFLOP/s must be finite and > 0", where,
+                             i + 1, v[i]);
+      hw->ipeak_flops[d][i] = v[i] * 1e9;
+    }
+  }
+  const loom_yaml_node *u = loom_yaml_get(p, "bf16_unit");
+  char s[32];
+  if (loom_yaml_string(u, "device.instruction_peak.bf16_unit", s, sizeof s)) return -1;
+  if (loom_hw_unit_parse(s, &hw->ipeak_bf16_unit)) {
+    loom_err_clear();
+    return loom_yaml_err(u, "device.instruction_peak.bf16_unit must be amx, avx512_bf16 or fma "
+                            "(the unit of the bf16 figure), found '%s'", s);
+  }
+  hw->n_ipeak = n;
+  return 0;
+}
+
 /* device.KEY: {fwd: G, bwd: G} in units of 1e9 per second */
 static int read_fwd_bwd(const loom_yaml_node *d, const char *key, double *fwd, double *bwd) {
   static const char *const fb[] = {"fwd", "bwd", NULL};
@@ -145,7 +196,7 @@ static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
       "attention_efficiency", "attention_gunits_per_s", "attention_row_gunits_per_s",
       "gemm_tile", "attention_tile",
       "attention_head_dim_step", "memory_fragmentation", "gemm_efficiency_fp8",
-      "grouped_gemm_efficiency", NULL};
+      "grouped_gemm_efficiency", "instruction_peak", NULL};
   if (loom_yaml_only(d, "device", allowed)) return -1;
   const loom_yaml_node *n;
   double v;
@@ -194,6 +245,7 @@ static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
     for (int i = 0; i < hw->n_gemm_size; i++) hw->gemm_size_flops[i] *= 1e9; /* GFLOP */
   }
   if ((n = loom_yaml_get(d, "gemm_grid")) && read_grid(hw, n)) return -1;
+  if ((n = loom_yaml_get(d, "instruction_peak")) && read_instruction_peak(hw, n)) return -1;
   if ((n = loom_yaml_get(d, "vector_melem_per_s"))) {
     if (n->kind != LOOM_YAML_MAPPING)
       return loom_yaml_err(n, "device.vector_melem_per_s: expected a mapping of kernel: rate");
@@ -287,7 +339,7 @@ static int read_runtime(loom_hw_profile *hw, const loom_yaml_node *r) {
                                         "optimizer_bytes_per_param", "overlap_slowdown",
                                         "p2p_overlap", "tp_style", "vision_sp_local_windows",
                                         "elementwise", "host_dispatch_us", "bf16_gemm",
-                                        "ep_comm_overlap", "recipe", NULL};
+                                        "ep_comm_overlap", "recipe", "gemm_backend", NULL};
   if (loom_yaml_only(r, "runtime", allowed)) return -1;
   const loom_yaml_node *x;
   if ((x = loom_yaml_get(r, "engine"))) {
@@ -320,6 +372,13 @@ static int read_runtime(loom_hw_profile *hw, const loom_yaml_node *r) {
     if (!strcmp(s, "native")) hw->bf16_native = true;
     else if (!strcmp(s, "rounded")) hw->bf16_native = false;
     else return loom_yaml_err(x, "runtime.bf16_gemm must be native or rounded, found '%s'", s);
+  }
+  if ((x = loom_yaml_get(r, "gemm_backend"))) {
+    if (loom_yaml_string(x, "runtime.gemm_backend", hw->gemm_backend, sizeof hw->gemm_backend))
+      return -1;
+    if (strcmp(hw->gemm_backend, "onednn") && strcmp(hw->gemm_backend, "openblas"))
+      return loom_yaml_err(x, "runtime.gemm_backend must be onednn or openblas (the GEMM library "
+                              "loom bench measured), found '%s'", hw->gemm_backend);
   }
   if ((x = loom_yaml_get(r, "tp_comm_overlap")) &&
       loom_yaml_bool(x, "runtime.tp_comm_overlap", &hw->tp_overlap))
@@ -536,8 +595,28 @@ static int check_gemm_tables(const loom_hw_profile *hw) {
   return 0;
 }
 
+/* device.instruction_peak as a profile built in memory may hold it: increasing thread counts
+ * >= 1, finite figures > 0, a known unit. */
+static int check_instruction_peak(const loom_hw_profile *hw) {
+  if (hw->n_ipeak < 0 || hw->n_ipeak > LOOM_HW_MAX_POINTS)
+    return loom_err("device.instruction_peak: %d entries (expected 0..%d)", hw->n_ipeak,
+                    LOOM_HW_MAX_POINTS);
+  if (hw->n_ipeak && !(hw->ipeak_bf16_unit >= 0 && hw->ipeak_bf16_unit < LOOM_UNIT_COUNT))
+    return loom_err("device.instruction_peak.bf16_unit must be amx, avx512_bf16 or fma");
+  for (int i = 0; i < hw->n_ipeak; i++) {
+    if (hw->ipeak_threads[i] < 1 || (i && hw->ipeak_threads[i] <= hw->ipeak_threads[i - 1]))
+      return loom_err("device.instruction_peak.threads: expected increasing whole numbers >= 1, "
+                      "found %d at entry %d", hw->ipeak_threads[i], i + 1);
+    for (int d = 0; d < 2; d++)
+      if (!(hw->ipeak_flops[d][i] > 0) || !isfinite(hw->ipeak_flops[d][i]))
+        return loom_err("device.instruction_peak.%s_gflops: entry %d is %g; GFLOP/s must be "
+                        "finite and > 0", d ? "bf16" : "fp32", i + 1, hw->ipeak_flops[d][i] / 1e9);
+  }
+  return 0;
+}
+
 int loom_hw_check(const loom_hw_profile *hw) {
-  if (check_numbers(hw) || check_gemm_tables(hw)) return LOOM_ERR;
+  if (check_numbers(hw) || check_gemm_tables(hw) || check_instruction_peak(hw)) return LOOM_ERR;
   if (!(hw->peak_flops[LOOM_DT_FP32] > 0))
     return loom_err("device.peak_tflops.fp32 must be > 0 (dtypes without a peak of their own "
                     "use it)");

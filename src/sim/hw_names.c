@@ -14,6 +14,9 @@ static const char *const vop_names[LOOM_VOP_COUNT] = {
     "softmax_bwd",   "dropout",       "xent_fwd",    "xent_bwd",    "adamw",
     "add",           "copy",          "round_bf16",  "sumsq",       "page_fault"};
 static const char *const attn_names[] = {"flash", "unfused", "loom"};
+static const char *const unit_names[LOOM_UNIT_COUNT] = {"fma", "avx512_bf16", "amx"};
+static const char *const unit_instructions[LOOM_UNIT_COUNT] = {
+    "FMA vfmadd231ps", "AVX512_BF16 vdpbf16ps", "AMX tdpbf16ps"};
 
 const char *loom_hw_dtype_name(loom_hw_dtype d) { return d < LOOM_DT_COUNT ? dtype_names[d] : "?"; }
 
@@ -21,6 +24,18 @@ int loom_hw_dtype_parse(const char *s, loom_hw_dtype *out) {
   for (int i = 0; i < LOOM_DT_COUNT; i++)
     if (!strcmp(s, dtype_names[i])) return *out = (loom_hw_dtype)i, 0;
   return loom_err("unknown dtype '%s' (expected fp32, bf16, fp16 or fp8)", s);
+}
+
+const char *loom_hw_unit_name(loom_hw_unit u) { return u < LOOM_UNIT_COUNT ? unit_names[u] : "?"; }
+
+const char *loom_hw_unit_instruction(loom_hw_unit u) {
+  return u < LOOM_UNIT_COUNT ? unit_instructions[u] : "?";
+}
+
+int loom_hw_unit_parse(const char *s, loom_hw_unit *out) {
+  for (int i = 0; i < LOOM_UNIT_COUNT; i++)
+    if (!strcmp(s, unit_names[i])) return *out = (loom_hw_unit)i, 0;
+  return loom_err("unknown unit '%s' (expected amx, avx512_bf16 or fma)", s);
 }
 
 const char *loom_vop_name(loom_vop v) { return v < LOOM_VOP_COUNT ? vop_names[v] : "?"; }

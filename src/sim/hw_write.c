@@ -92,6 +92,24 @@ static void put_pairs(buf *b, const char *key, const double *x, const double *y,
   put(b, "]\n");
 }
 
+/* device.instruction_peak: thread counts and the figure of each (GFLOP/s, every thread at
+ * once) per dtype, and the unit of the bf16 figure */
+static void put_instruction_peak(buf *b, const loom_hw_profile *hw) {
+  put(b, "  instruction_peak:   # GFLOP/s of the instructions from registers, every thread at "
+         "once (loom bench's peak section)\n    threads: [");
+  for (int i = 0; i < hw->n_ipeak; i++) put(b, "%s%d", i ? ", " : "", hw->ipeak_threads[i]);
+  put(b, "]\n");
+  static const char *const keys[2] = {"fp32_gflops", "bf16_gflops"};
+  for (int d = 0; d < 2; d++) {
+    put(b, "    %s: [", keys[d]);
+    for (int i = 0; i < hw->n_ipeak; i++)
+      put(b, "%s%s", i ? ", " : "", num(hw->ipeak_flops[d][i], 1e9));
+    put(b, "]\n");
+  }
+  put(b, "    bf16_unit: %s   # %s\n", loom_hw_unit_name(hw->ipeak_bf16_unit),
+      loom_hw_unit_instruction(hw->ipeak_bf16_unit));
+}
+
 static void put_device(buf *b, const loom_hw_profile *hw) {
   put(b, "device:\n");
   put(b, "  memory_gib: %s\n", num(hw->mem_bytes, 1073741824.0));
@@ -100,6 +118,7 @@ static void put_device(buf *b, const loom_hw_profile *hw) {
   put(b, "  memory_efficiency: %s\n", num(hw->mem_eff, 1));
   put_dtype_map(b, "peak_tflops", hw->peak_flops, 1e12);
   put_dtype_map(b, "vector_tflops", hw->vector_flops, 1e12);
+  if (hw->n_ipeak > 0) put_instruction_peak(b, hw);
   put_pairs(b, "gemm_efficiency", hw->gemm_eff_dim, hw->gemm_eff, hw->n_gemm_eff, 1);
   if (hw->n_gemm_size > 0)
     put_pairs(b, "gemm_size_efficiency", hw->gemm_size_flops, hw->gemm_size_eff, hw->n_gemm_size,
@@ -194,6 +213,7 @@ char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes) {
       hw->dp_overlap ? "true" : "false", hw->p2p_overlap ? "true" : "false",
       num(hw->overlap_slowdown, 1), num(hw->optimizer_bytes_per_param, 1));
   if (hw->engine_loom_cpu) put(&b, "  bf16_gemm: %s\n", hw->bf16_native ? "native" : "rounded");
+  if (hw->gemm_backend[0]) put(&b, "  gemm_backend: %s\n", hw->gemm_backend);
   if (!hw->engine_loom_cpu) put(&b, "  recipe: %s\n", loom_hw_recipe_name(hw->recipe));
   if (hw->ep_overlap) put(&b, "  ep_comm_overlap: true\n");
   if (hw->tp_dtensor) put(&b, "  tp_style: dtensor\n");

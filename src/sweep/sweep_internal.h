@@ -28,8 +28,10 @@ typedef struct {
   char *sweep_name, *sweep_id, *launcher, *log_dir;
   char *hardware;       /* sim launcher: the hardware profile (NULL otherwise) */
   int parallel;
-  double peak_flops[2]; /* one core's fp32 / bf16 matrix peak of this machine's hardware profile
-                         * (loom bench), for the MFU estimate (0 = none: no MFU) */
+  double peak_flops[2]; /* one thread's fp32 / bf16 peak in this machine's hardware profile
+                         * (loom bench; its instruction peak where it has one, else the
+                         * library's GEMM figure: loom_mfu_peak), for the MFU estimate (0 = none:
+                         * no MFU) */
   double wall_s;        /* whole sweep */
 } loom_sweep_info;
 

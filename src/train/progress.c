@@ -60,9 +60,10 @@ void loom_progress_step(loom_progress *p, long step, const loom_step_result *r,
   if (mfu > 1 && !p->mfu_refused) { /* beyond the physical bound: the peak is not this run's */
     p->mfu_refused = true;
     loom_progress_note(p, "MFU not shown: the achieved %.3g GFLOP/s per rank exceed the profile's "
-                       "peak of %.3g (measured with fewer threads or another GEMM backend than "
-                       "this run uses?); run 'loom bench' again as training runs",
-                       tps * p->flops_per_token / 1e9, p->peak_flops / 1e9);
+                       "peak of %.3g (%s; measured with fewer threads or another GEMM backend "
+                       "than this run uses?); run 'loom bench' again as training runs",
+                       tps * p->flops_per_token / 1e9, p->peak_flops / 1e9,
+                       p->peak_name[0] ? p->peak_name : "its matrix peak");
   }
   char mfu_text[32] = "";
   if (isfinite(mfu) && !p->mfu_refused) snprintf(mfu_text, sizeof mfu_text, " | MFU %.1f%%", 100 * mfu);

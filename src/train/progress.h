@@ -24,6 +24,8 @@ typedef struct {
   long log_every;
   double flops_per_token;
   double peak_flops;    /* per rank, the run's dtype, from this machine's profile; 0: no MFU */
+  char peak_name[64];   /* what peak_flops is: "AMX tdpbf16ps instruction peak", "fp32 GEMM
+                           peak (onednn backend)", ... (loom_mfu_source's name; "" without one) */
   bool mfu_refused;     /* an MFU above 100% was computed: the peak is wrong, MFU not shown */
   double win_tokens, win_seconds; /* since the last logged line: the tok/s shown */
   bool has_val;         /* a validation loss was measured: the step line shows the latest */

@@ -14,6 +14,7 @@
 #include "loom/data_source.h"
 #include "loom/eval.h"
 #include "loom/exec.h"
+#include "loom/hw.h"
 #include "loom/mesh.h"
 #include "loom/registry.h"
 #include "loom/train.h"
@@ -50,10 +51,9 @@ typedef struct {
     loom_progress progress;      /* the progress line and train.log (lead; quiet elsewhere) */
     loom_registry_run *registry; /* lead: this run's registry row (NULL if unavailable) */
   } out;
-  struct {
-    char profile[512]; /* lead: the hardware profile MFU's peak comes from ("": none) */
-    char why[512];     /* lead: where the peak comes from, or why there is no MFU */
-  } mfu;
+  /* lead: where MFU's peak comes from: mfu.profile, the hardware profile ("": none); mfu.why,
+   * the peak (instruction peak or library GEMM figure) and its source, or why there is no MFU */
+  loom_mfu_source mfu;
   struct {
     bool agreed;       /* the failure is known to every rank (fail holds it) */
     loom_failure fail; /* the agreed failure: first failing rank, whether all failed alike */

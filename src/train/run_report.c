@@ -44,9 +44,15 @@ static void put_text(char *out, size_t n, size_t *len, const char *key, const ch
 static void put_peak(const loom_run *run, double peak, char *out, size_t n, size_t *len) {
   const loom_config_training *t = &run->cfg->training;
   *len += (size_t)snprintf(out + *len, n - *len, ",\n  \"peak_flops\": %.17g", peak);
-  json_t *src = json_pack("{s:s, s:s, s:s, s:i}", "profile", run->mfu.profile, "dtype", t->dtype,
-                          "backend", loom_gemm_backend_name(loom_gemm_get_backend()),
-                          "threads_per_rank", omp_get_max_threads());
+  const loom_mfu_source *m = &run->mfu;
+  json_t *src = json_pack("{s:s, s:s, s:s, s:i, s:s, s:i}", "profile", m->profile, "dtype",
+                          t->dtype, "backend", loom_gemm_backend_name(loom_gemm_get_backend()),
+                          "threads_per_rank", omp_get_max_threads(), "peak", m->kind ? m->kind : "",
+                          "peak_threads", m->threads);
+  if (src && m->instruction) /* the unit, and the library's figure beside it where measured */
+    json_object_set_new(src, "unit", json_string(loom_hw_unit_name(m->unit)));
+  if (src && m->library_peak > 0 && m->instruction)
+    json_object_set_new(src, "library_peak_flops", json_real(m->library_peak));
   char *obj = src ? json_dumps(src, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
   if (obj && *len < n)
     *len += (size_t)snprintf(out + *len, n - *len, ",\n  \"peak_source\": %s", obj);
@@ -61,9 +67,9 @@ static void mfu_note(const loom_run *run, double mfu, double flops_per_s, double
   if (isfinite(mfu))
     snprintf(note, cap,
              "MFU not recorded: %.3g GFLOP/s per rank over the run exceed the "
-             "profile's peak of %.3g (%s): the peak is not what this run can reach; run "
+             "profile's peak of %.3g (%s, %s): the peak is not what this run can reach; run "
              "'loom bench' again as training runs",
-             flops_per_s / 1e9, peak / 1e9, run->mfu.profile);
+             flops_per_s / 1e9, peak / 1e9, run->out.progress.peak_name, run->mfu.profile);
   else if (peak > 0) snprintf(note, cap, "MFU not recorded: no training step timed");
   else snprintf(note, cap, "%s", run->mfu.why);
 }

@@ -156,10 +156,9 @@ static void configure_progress(loom_run *run, const loom_train_opts *o) {
   p->log_every = t->log_every;
   p->flops_per_token = /* MoE layers: the experts a token uses (a dense model: the same) */
       loom_sim_flops_per_token(&run->spec, (int)t->seq_len) / run->ranks.job.world;
-  p->peak_flops = run->ranks.lead ? loom_mfu_peak_from(t->dtype, omp_get_max_threads(),
-                                                       run->mfu.profile, sizeof run->mfu.profile,
-                                                       run->mfu.why, sizeof run->mfu.why)
-                                  : 0;
+  p->peak_flops =
+      run->ranks.lead ? loom_mfu_source_get(t->dtype, omp_get_max_threads(), &run->mfu) : 0;
+  snprintf(p->peak_name, sizeof p->peak_name, "%s", run->mfu.name);
 }
 
 /* The lines on the model, the batch and the parallel layout of both modules. */

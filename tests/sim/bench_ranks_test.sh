@@ -4,7 +4,9 @@
 # log lists each measuring rank's rates' geometric mean and names the kept rank, which must be
 # the one with the lowest; with more ranks than cores only the first `cores` measure (an
 # oversubscribed bench would time-share the cores); a bench of the collectives alone
-# (--only mpi) measures no device and keeps the profile it updates.
+# (--only mpi) measures no device and keeps the profile it updates. The instruction peaks
+# (--only peak) measure the whole machine from rank 0 alone (a team of threads on every core,
+# the other ranks asleep), and every rank takes them: the profile has the all-core entry.
 # usage: bench_ranks_test.sh LOOM
 . "$(dirname "$0")/../assert.sh"
 LOOM=$1
@@ -79,4 +81,19 @@ check "loom sim loads the profile" "$LOOM" sim model.preset=tiny-gpt2 parallel.d
   --hardware "$WORK/p.yaml" --gpus 2
 check "--only mpi keeps the device rates it updates" \
   test "$(grep layernorm_fwd "$WORK/p.yaml")" = "$(grep layernorm_fwd "$WORK/before.yaml")"
+# the instruction peaks under mpirun: rank 0 alone, 1 thread and every core
+cp "$WORK/p.yaml" "$WORK/before.yaml"
+out=$("$LOOM" bench --nproc 2 --only peak --quick --out "$WORK/p.yaml" 2>&1); rc=$?
+check "--only peak under mpirun exits 0" [ "$rc" = 0 ]
+if grep -q "^peak: no instruction peak measured" <<<"$out"; then
+  echo "  skipped: this CPU has no FMA unit"
+else
+  check "--only peak under mpirun: measured by rank 0 alone" \
+    grep -q "under mpirun: measured by rank 0 alone, the other ranks asleep" <<<"$out"
+  want_threads=$([ "$cores" -gt 1 ] && echo "1, $cores" || echo 1)
+  check "--only peak under mpirun: threads [$want_threads] in the profile" \
+    grep -q "^    threads: \[$want_threads\]" "$WORK/p.yaml"
+  check "--only peak keeps the device rates it updates" \
+    test "$(grep layernorm_fwd "$WORK/p.yaml")" = "$(grep layernorm_fwd "$WORK/before.yaml")"
+fi
 finish

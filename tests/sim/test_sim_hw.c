@@ -1,6 +1,7 @@
 /* Hardware profiles: the shipped ones load and carry their datasheet numbers; a profile
  * survives YAML output and parsing; bad files fail with the file, line and key; GEMM
- * efficiency interpolation (curve and measured grid); network tiers by group placement. */
+ * efficiency interpolation (curve and measured grid); network tiers by group placement; the
+ * instruction peaks of loom bench's peak section (round trip, refusals, threads table). */
 #include <math.h>
 
 #include "sim_test_util.h"
@@ -365,7 +366,147 @@ static void test_loom_attention(void) {
   free(text);
 }
 
+/* device.instruction_peak (loom bench's peak section) and runtime.gemm_backend: a round trip
+ * keeps every figure bitwise; bad tables are refused naming the key; profiles without them
+ * (GPUs, older benches) load as before. */
+static const char *const ipeak_profile =
+    "name: cpu\n"
+    "device:\n"
+    "  peak_tflops: {fp32: 0.1, bf16: 0.08}\n"
+    "  instruction_peak:\n"
+    "    threads: [1, 2, 4]\n"
+    "    fp32_gflops: [175.625, 300.5, 560.25]\n"
+    "    bf16_gflops: [2301.43, 4000, 7500]\n"
+    "    bf16_unit: amx\n"
+    "runtime:\n"
+    "  engine: loom-cpu\n"
+    "  gemm_backend: onednn\n";
+
+static void test_instruction_peak_keys(void) {
+  loom_hw_profile a, b;
+  CHECK(loom_hw_parse(&a, ipeak_profile, "ip.yaml") == 0, "%s", loom_errmsg());
+  CHECK(a.n_ipeak == 3 && a.ipeak_threads[0] == 1 && a.ipeak_threads[2] == 4 &&
+            a.ipeak_flops[LOOM_DT_FP32][0] == 175.625e9 &&
+            a.ipeak_flops[LOOM_DT_BF16][1] == 4000e9 && a.ipeak_bf16_unit == LOOM_UNIT_AMX &&
+            !strcmp(a.gemm_backend, "onednn"),
+        "instruction_peak read: %d entries, unit %d, backend '%s'", a.n_ipeak,
+        (int)a.ipeak_bf16_unit, a.gemm_backend);
+  char *text = loom_hw_to_yaml(&a, NULL);
+  CHECK(loom_hw_parse(&b, text, "rt.yaml") == 0, "round trip: %s\n%s", loom_errmsg(), text);
+  bool same = b.n_ipeak == a.n_ipeak && b.ipeak_bf16_unit == a.ipeak_bf16_unit &&
+              !strcmp(b.gemm_backend, a.gemm_backend);
+  for (int i = 0; same && i < a.n_ipeak; i++)
+    same = b.ipeak_threads[i] == a.ipeak_threads[i] &&
+           b.ipeak_flops[0][i] == a.ipeak_flops[0][i] && b.ipeak_flops[1][i] == a.ipeak_flops[1][i];
+  CHECK(same && strstr(text, "bf16_unit: amx") && strstr(text, "threads: [1, 2, 4]") &&
+            strstr(text, "gemm_backend: onednn"),
+        "instruction_peak round trip, bitwise:\n%s", text);
+  free(text);
+  /* every unit name round-trips */
+  for (int u = 0; u < LOOM_UNIT_COUNT; u++) {
+    a.ipeak_bf16_unit = (loom_hw_unit)u;
+    text = loom_hw_to_yaml(&a, NULL);
+    CHECK(loom_hw_parse(&b, text, "rt.yaml") == 0 && b.ipeak_bf16_unit == (loom_hw_unit)u,
+          "unit %s round trip: %s", loom_hw_unit_name((loom_hw_unit)u), loom_errmsg());
+    free(text);
+  }
+  /* without the keys: nothing written, nothing read (GPU profiles, older loom bench) */
+  CHECK(load_hw(&a, "h100-sxm") == 0 && a.n_ipeak == 0 && !a.gemm_backend[0], "h100: %s",
+        loom_errmsg());
+  text = loom_hw_to_yaml(&a, NULL);
+  CHECK(!strstr(text, "instruction_peak") && !strstr(text, "gemm_backend"),
+        "no instruction_peak written for a profile without one");
+  free(text);
+  CHECK(loom_hw_parse(&a, "name: old\ndevice:\n  peak_tflops: {fp32: 0.1}\nruntime:\n  engine: "
+                          "loom-cpu\n", "old.yaml") == 0 && a.n_ipeak == 0,
+        "an older CPU profile: %s", loom_errmsg());
+  /* a profile built in memory is checked too */
+  CHECK(loom_hw_parse(&a, ipeak_profile, "ip.yaml") == 0, "%s", loom_errmsg());
+  a.ipeak_flops[LOOM_DT_BF16][1] = -1;
+  CHECK(loom_hw_check(&a) != 0 && HAS(loom_errmsg(), "device.instruction_peak.bf16_gflops",
+                                      "entry 2"),
+        "in-memory negative figure refused");
+  a.ipeak_flops[LOOM_DT_BF16][1] = 1e9, a.ipeak_threads[1] = 1;
+  CHECK(loom_hw_check(&a) != 0 && HAS(loom_errmsg(), "device.instruction_peak.threads"),
+        "in-memory thread counts that do not increase refused");
+}
+
+/* "name: x\ndevice:\n  instruction_peak:\n" + the table's lines */
+static void bad_ipeak(const char *table, const char *what1, const char *what2) {
+  char *text = loom_sprintf("name: x\ndevice:\n  instruction_peak:\n%s", table);
+  bad(text, what1, what2);
+  free(text);
+}
+
+static void test_instruction_peak_errors(void) {
+  const char *unit = "    bf16_unit: amx\n";
+  char t[512];
+#define ROWS(th, f, bf) "    threads: " th "\n    fp32_gflops: " f "\n    bf16_gflops: " bf "\n"
+  snprintf(t, sizeof t, "%s%s", ROWS("[1, 2]", "[-1, 2]", "[3, 4]"), unit);
+  bad_ipeak(t, "bad.yaml:5", "device.instruction_peak.fp32_gflops: entry 1 is -1; GFLOP/s must be finite and > 0");
+  snprintf(t, sizeof t, "%s%s", ROWS("[1, 2]", "[1, 2]", "[3, 0]"), unit);
+  bad_ipeak(t, "bad.yaml:6", "device.instruction_peak.bf16_gflops: entry 2 is 0");
+  snprintf(t, sizeof t, "%s%s", ROWS("[1, 2]", "[1]", "[3, 4]"), unit);
+  bad_ipeak(t, "bad.yaml:5", "device.instruction_peak.fp32_gflops has 1 value, expected 2 (one per entry of threads)");
+  snprintf(t, sizeof t, "%s%s", ROWS("[1, 2]", "[1, 2]", "[3, 4, 5]"), unit);
+  bad_ipeak(t, "bad.yaml:6", "device.instruction_peak.bf16_gflops has 3 values, expected 2");
+  snprintf(t, sizeof t, "%s%s", ROWS("[1, 2]", "[1, 2]", "[3, 4]"), "    bf16_unit: tpu\n");
+  bad_ipeak(t, "bad.yaml:7", "device.instruction_peak.bf16_unit must be amx, avx512_bf16 or fma (the unit of the bf16 figure), found 'tpu'");
+  snprintf(t, sizeof t, "%s%s", ROWS("[2, 1]", "[1, 2]", "[3, 4]"), unit);
+  bad_ipeak(t, "bad.yaml:4", "device.instruction_peak.threads: expected increasing whole numbers >= 1, found 1 at entry 2");
+  snprintf(t, sizeof t, "%s%s", ROWS("[0]", "[1]", "[3]"), unit);
+  bad_ipeak(t, "bad.yaml:4", "device.instruction_peak.threads");
+  snprintf(t, sizeof t, "%s%s", ROWS("[1.5]", "[1]", "[3]"), unit);
+  bad_ipeak(t, "bad.yaml:4", "found 1.5 at entry 1");
+  snprintf(t, sizeof t, "%s%s", ROWS("[1]", "[1]", "[1e400]"), unit);
+  bad_ipeak(t, "bad.yaml:6", "device.instruction_peak.bf16_gflops");
+  snprintf(t, sizeof t, "%s", ROWS("[1]", "[1]", "[3]"));
+  bad_ipeak(t, "bad.yaml:4", "device.instruction_peak needs 'bf16_unit'");
+  snprintf(t, sizeof t, "%s%s    fp16_gflops: [1]\n", ROWS("[1]", "[1]", "[3]"), unit);
+  bad_ipeak(t, "bad.yaml", "unknown key 'fp16_gflops'");
+  snprintf(t, sizeof t, "%s%s", ROWS("[]", "[]", "[]"), unit);
+  bad_ipeak(t, "bad.yaml:4", "device.instruction_peak.threads: expected a list of 1..");
+#undef ROWS
+  bad("name: x\ndevice:\n  instruction_peak: 2300\n", "bad.yaml:3",
+      "device.instruction_peak: expected a mapping");
+  bad("name: x\nruntime:\n  gemm_backend: mkl\n", "bad.yaml:3",
+      "runtime.gemm_backend must be onednn or openblas");
+}
+
+/* loom_hw_instruction_peak on the table [1, 2, 4] threads: exact entries; between and beyond
+ * them the per-thread figure of the nearest smaller entry; below the first, the first */
+static void test_instruction_peak_threads(void) {
+  loom_hw_profile hw;
+  CHECK(loom_hw_parse(&hw, ipeak_profile, "ip.yaml") == 0, "%s", loom_errmsg());
+  char basis[160];
+  CHECK(loom_hw_instruction_peak(&hw, LOOM_DT_BF16, 2, basis, sizeof basis) == 4000e9 &&
+            !strcmp(basis, "2 threads"),
+        "exact entry: %s", basis);
+  CHECK(loom_hw_instruction_peak(&hw, LOOM_DT_FP32, 1, basis, sizeof basis) == 175.625e9 &&
+            !strcmp(basis, "1 thread"),
+        "exact entry, one thread: %s", basis);
+  double three = loom_hw_instruction_peak(&hw, LOOM_DT_FP32, 3, basis, sizeof basis);
+  CHECK(three == 300.5e9 / 2 * 3 && HAS(basis, "3 threads = 3 x the per-thread figure of 2 threads"),
+        "between entries: %g (%s)", three, basis);
+  double eight = loom_hw_instruction_peak(&hw, LOOM_DT_BF16, 8, basis, sizeof basis);
+  CHECK(eight == 7500e9 / 4 * 8, "beyond the table: %g (%s)", eight, basis);
+  CHECK(loom_hw_instruction_peak(&hw, LOOM_DT_FP16, 1, NULL, 0) == 0 &&
+            loom_hw_instruction_peak(&hw, LOOM_DT_FP8, 2, NULL, 0) == 0,
+        "no instruction peak of fp16 or fp8");
+  /* a table that starts at 2 threads: 1 thread is held to the 2 threads' figure (never less) */
+  hw.ipeak_threads[0] = 2, hw.ipeak_threads[1] = 4, hw.n_ipeak = 2;
+  CHECK(loom_hw_instruction_peak(&hw, LOOM_DT_FP32, 1, basis, sizeof basis) == 175.625e9 &&
+            HAS(basis, "taken as 2 threads'"),
+        "below the first entry: %s", basis);
+  hw.n_ipeak = 0;
+  CHECK(loom_hw_instruction_peak(&hw, LOOM_DT_FP32, 1, basis, sizeof basis) == 0 && !basis[0],
+        "no table: 0");
+}
+
 int main(void) {
+  test_instruction_peak_keys();
+  test_instruction_peak_errors();
+  test_instruction_peak_threads();
   test_moe_keys();
   test_shipped();
   test_seed_profile();

@@ -12,3 +12,15 @@ set_tests_properties(sim_vs_train_cp PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
 # rank's profile kept
 add_test(NAME sim_bench_ranks COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sim/bench_ranks_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(sim_bench_ranks PROPERTIES TIMEOUT 300 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+# MFU against the instruction peak end to end: `loom bench --only peak` writes it, `loom train`
+# takes the figure of its dtype and threads and names it (train.log, summary.json); without the
+# key the library's figure, named as such. Nothing timed is asserted.
+add_test(NAME sim_mfu_instruction_peak COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sim/mfu_instruction_peak_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(sim_mfu_instruction_peak PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ASAN_OPTIONS=detect_leaks=0")
+# `loom bench model --roofline`: the compute parts against the instruction peak of the profile
+# (named, the library's GEMM beside it), the library's GEMM peak without one (~1 minute: the
+# GEMM peaks are measured twice)
+add_test(NAME sim_roofline_instruction_peak COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sim/roofline_instruction_peak_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(sim_roofline_instruction_peak PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OPENBLAS_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
