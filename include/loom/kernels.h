@@ -161,7 +161,9 @@ void loom_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int 
                     int ldc);
 /* The same where B is a weight W that stays unchanged until loom_gemm_weights_changed covers
  * it: oneDNN may keep W in its blocked layout (packed once per change instead of on every
- * call), chosen per shape by timing both at first use; the bits are the same either way. */
+ * call), chosen per shape by timing both at first use; the bits are the same either way.
+ * loom's AMX kernel always keeps op(W) packed in its tile layout (once per change and
+ * transpose), whatever loom_gemm_pack_force says: the same bits as loom_gemm_bf16. */
 void loom_gemm_bf16_w(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                       const uint16_t *W, int ldw, const float *bias, float beta, float *C,
                       int ldc);

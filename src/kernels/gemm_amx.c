@@ -40,6 +40,8 @@ enum {
   KB = 512,      /* K per packed block: an A panel 32 x 512 bf16 = 32 KiB (L1) */
   UNIT_N = 256,  /* columns per unit: B block 512 x 256 bf16 = 256 KiB */
   UNIT_M = 256,  /* rows per unit: A block 256 x 512 bf16 = 256 KiB */
+  UNIT_N_MAX = 1024, /* a unit as wide as a transposed A's product (see unit_shape) */
+  UNIT_C = UNIT_M * UNIT_N, /* C elements of a unit (its sums stay 256 KiB) */
   TILE_ELEMS = 512 /* bf16 in one 16 x 32 tile (1 KiB) */
 };
 
@@ -236,13 +238,28 @@ typedef struct {
   const uint16_t *Bp; /* all of op(B) packed (a cached weight: 2 x (N/32 up) x KS tiles), or
                          NULL: each unit packs its blocks */
   int KS;             /* k-steps of Bp: ceil(K / 32) */
+  int um, un;         /* rows and columns per unit (unit_shape) */
 } gemm_args;
 
-/* one unit of invariant 2: rows m0..m0+UNIT_M-1, columns n0..n0+UNIT_N-1 (clipped) */
+/* UNIT_M x UNIT_N, except where A is packed transposed (ta: a weight gradient, A = dY stored
+ * tokens x outputs) and N fits in UNIT_N_MAX: then a unit spans all of N, so each of A's
+ * panels is transposed once instead of once per column unit (the LM head's weight gradient,
+ * 50304 x 768 summed over 8192 tokens, transposed its 824 MB of dY three times), with as many
+ * rows as keep the unit's sums at UNIT_C */
+static void unit_shape(gemm_args *g) {
+  g->um = UNIT_M, g->un = UNIT_N;
+  if (g->ta && g->N > UNIT_N && g->N <= UNIT_N_MAX) {
+    g->un = (g->N + 31) / 32 * 32;
+    g->um = UNIT_C / g->un / 32 * 32;
+    if (g->um < 32) g->um = 32;
+  }
+}
+
+/* one unit of invariant 2: rows m0..m0+um-1, columns n0..n0+un-1 (clipped) */
 static void run_unit(const gemm_args *g, int m0, int n0, uint16_t *Bbuf, uint16_t *Abuf,
                      float *accs) {
-  int mn = g->M - m0 < UNIT_M ? g->M - m0 : UNIT_M;
-  int nn = g->N - n0 < UNIT_N ? g->N - n0 : UNIT_N;
+  int mn = g->M - m0 < g->um ? g->M - m0 : g->um;
+  int nn = g->N - n0 < g->un ? g->N - n0 : g->un;
   int mblocks = (mn + 31) / 32, nblocks = (nn + 31) / 32;
   for (int k0 = 0; k0 < g->K; k0 += KB) {
     int kn = g->K - k0 < KB ? g->K - k0 : KB, ks = (kn + 31) / 32;
@@ -261,10 +278,10 @@ static void run_unit(const gemm_args *g, int m0, int n0, uint16_t *Bbuf, uint16_
     for (int mb = 0; mb < mblocks; mb++) {
       const uint16_t *ap = Abuf + (size_t)mb * 2 * ks * TILE_ELEMS;
       for (int nb = 0; nb < nblocks; nb++) {
-        float *acc = accs + ((size_t)mb * (UNIT_N / 32) + nb) * 32 * 32;
+        float *acc = accs + ((size_t)mb * (g->un / 32) + nb) * 32 * 32;
         const uint16_t *b0 = Bt + (size_t)(2 * nb) * bstep * TILE_ELEMS;
         /* the last K block's sums go through a 4 KiB scratch that stays in L1 */
-        float *out = last ? accs + (size_t)UNIT_M * UNIT_N : acc;
+        float *out = last ? accs + (size_t)UNIT_C : acc;
         block_kernel(ap, b0, b0 + bstep * TILE_ELEMS, ks, first, acc, out);
         if (last)
           epilogue(out, g->M, g->N, m0 + 32 * mb, n0 + 32 * nb, g->bias, g->beta, g->C, g->ldc);
@@ -274,12 +291,13 @@ static void run_unit(const gemm_args *g, int m0, int n0, uint16_t *Bbuf, uint16_
 }
 
 static void run(gemm_args *g) {
-  int units_m = (g->M + UNIT_M - 1) / UNIT_M, units_n = (g->N + UNIT_N - 1) / UNIT_N;
+  int units_m = (g->M + g->um - 1) / g->um, units_n = (g->N + g->un - 1) / g->un;
   int units = units_m * units_n;
-  /* per thread: B block (KB x UNIT_N), A block (UNIT_M x KB), the unit's C sums (UNIT_M x
-   * UNIT_N fp32: kept between K blocks, invariant 4) and the last block's 32 x 32 scratch */
-  size_t b_elems = (size_t)KB * UNIT_N, a_elems = (size_t)UNIT_M * KB;
-  size_t acc_elems = (size_t)UNIT_M * UNIT_N + 32 * 32;
+  /* per thread: B block (KB x un), A block (um x KB), the unit's C sums (um x un fp32: kept
+   * between K blocks, invariant 4) and the last block's 32 x 32 scratch; sized for the
+   * largest shape unit_shape gives */
+  size_t b_elems = (size_t)KB * UNIT_N_MAX, a_elems = (size_t)UNIT_M * KB;
+  size_t acc_elems = (size_t)UNIT_C + 32 * 32;
 #pragma omp parallel if (units > 1)
   {
     uint16_t *Bbuf = thread_buffer(b_elems * 2 + a_elems * 2 + acc_elems * 4);
@@ -288,7 +306,7 @@ static void run(gemm_args *g) {
     tiles_configure();
 #pragma omp for schedule(static)
     for (int u = 0; u < units; u++) /* m fastest: a thread's consecutive units share B's block */
-      run_unit(g, (u % units_m) * UNIT_M, (u / units_m) * UNIT_N, Bbuf, Abuf, accs);
+      run_unit(g, (u % units_m) * g->um, (u / units_m) * g->un, Bbuf, Abuf, accs);
     tiles_release();
   }
 }
@@ -299,8 +317,9 @@ void gemm_amx_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int l
                    const uint16_t *B, int ldb, const float *bias, float beta, float *C, int ldc) {
   LOOM_ASSERT(loom_kernels_amx() && M > 0 && N > 0 && K > 0 && !(bias && beta != 0.0f));
   int KS = (K + 31) / 32;
-  gemm_args g = {ta, tb, M, N, K, A, B, lda, ldb, bias, beta, C, ldc, NULL, KS};
-  if (M > UNIT_M) {
+  gemm_args g = {ta, tb, M, N, K, A, B, lda, ldb, bias, beta, C, ldc, NULL, KS, 0, 0};
+  unit_shape(&g);
+  if (M > g.um) {
     /* several row units would each pack the same B blocks (a weight gradient's 50304 rows:
      * 197 times): B is packed whole once, into the calling thread's scratch, kept and grown */
     static _Thread_local uint16_t *whole;
@@ -374,7 +393,8 @@ void gemm_amx_bf16_w(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                      int ldc) {
   LOOM_ASSERT(loom_kernels_amx() && M > 0 && N > 0 && K > 0 && !(bias && beta != 0.0f));
   int KS = (K + 31) / 32;
-  gemm_args g = {ta, tb, M, N, K, A, W_, lda, ldw, bias, beta, C, ldc, NULL, KS};
+  gemm_args g = {ta, tb, M, N, K, A, W_, lda, ldw, bias, beta, C, ldc, NULL, KS, 0, 0};
+  unit_shape(&g);
   g.Bp = packed_weight(W_, tb, N, K, ldw, KS);
   run(&g);
 }
