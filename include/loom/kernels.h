@@ -247,7 +247,8 @@ void loom_flash_attention_backward_bf16(float *dq, float *dk, float *dv, const f
                                         const float *out, const float *lse, const float *q,
                                         const float *k, const float *v, int B, int T, int Hq,
                                         int Hkv, int D, loom_attn_mask mask, float *work);
-/* "avx512_bf16" (vdpbf16ps), "avx512" (emulated on AVX-512F: no AVX512-BF16 on this CPU, or
+/* "amx" (the products of 16-row blocks and 16-pair steps on AMX tiles, the rest on vdpbf16ps:
+ * where loom_kernels_amx()), "avx512_bf16" (vdpbf16ps), "avx512" (emulated on AVX-512F: no AVX512-BF16 on this CPU, or
  * LOOM_SIMD=avx512), "avx2" (no AVX-512) or "generic". loom_kernels_force_no_bf16(1) takes the AVX-512F path even
  * where AVX512-BF16 exists (tests), (0) back to detection. */
 const char *loom_kernels_attn_bf16_path(void);

@@ -82,7 +82,8 @@ void loom_kernels_force_no_bf16(int on) {
 }
 
 const char *loom_kernels_attn_bf16_path(void) {
-  return fast_avx512_bf16() ? "avx512_bf16" : fast_avx512() ? "avx512"
+  return fast_avx512_bf16() ? (loom_kernels_amx() ? "amx" : "avx512_bf16")
+         : fast_avx512()    ? "avx512"
          : fast_avx2_fma()   ? "avx2"
                              : "generic";
 }

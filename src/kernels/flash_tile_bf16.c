@@ -308,7 +308,14 @@ void fb_pack_vnni(int path, uint32_t *dst, int lddst, const float *src, long ld,
 
 void fb_mm(int path, float *C, int ldc, const uint32_t *A, long ai, long ap, const uint32_t *B,
            long ldb, int m, int n, int kp, int acc) {
-  if (path == FB_BF16) mm_bf16(C, ldc, A, ai, ap, B, ldb, m, n, kp, acc);
+  if (path == FB_BF16 && m >= 16 && kp >= 16 && loom_kernels_amx()) {
+    /* whole 16-row blocks and 16-pair steps on tiles, the rest on vdpbf16ps */
+    int m16 = m / 16 * 16, kp16 = kp / 16 * 16;
+    fb_mm_amx(C, ldc, A, ai, ap, B, ldb, m16, n, kp16, acc);
+    if (kp16 < kp)
+      mm_bf16(C, ldc, A + kp16 * ap, ai, ap, B + (size_t)kp16 * ldb, ldb, m16, n, kp - kp16, 1);
+    if (m16 < m) mm_bf16(C + (size_t)m16 * ldc, ldc, A + m16 * ai, ai, ap, B, ldb, m - m16, n, kp, acc);
+  } else if (path == FB_BF16) mm_bf16(C, ldc, A, ai, ap, B, ldb, m, n, kp, acc);
   else if (path == FB_AVX512) mm_emu(C, ldc, A, ai, ap, B, ldb, m, n, kp, acc);
   else if (path == FB_AVX2) fb_mm_avx2(C, ldc, A, ai, ap, B, ldb, m, n, kp, acc);
   else mm_generic(C, ldc, A, ai, ap, B, ldb, m, n, kp, acc);

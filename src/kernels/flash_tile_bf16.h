@@ -40,6 +40,10 @@ void fb_pack_vnni(int path, uint32_t *dst, int lddst, const float *src, long ld,
  * n a multiple of 16 on the AVX-512 paths, of 8 on AVX2. acc = 0 overwrites C. */
 void fb_mm(int path, float *C, int ldc, const uint32_t *A, long ai, long ap, const uint32_t *B,
            long ldb, int m, int n, int kp, int acc);
+/* fb_mm on AMX tiles (flash_tile_amx.c): m and kp multiples of 16, n of 16; fb_mm calls it on
+ * the FB_BF16 path where loom_kernels_amx() (LOOM_AMX=0: vdpbf16ps only). */
+void fb_mm_amx(float *C, int ldc, const uint32_t *A, long ai, long ap, const uint32_t *B,
+               long ldb, int m, int n, int kp, int acc);
 /* The softmax steps fused with the packing of their results, on the FB_BF16 path only (the
  * bf16 values never pass through fp32 tiles; every value and every sum is the same, bit for
  * bit, as the separate steps give):

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/amx_internal.h"
 #include "kernels/gemm_internal.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
@@ -45,55 +46,11 @@ enum {
   TILE_ELEMS = 512 /* bf16 in one 16 x 32 tile (1 KiB) */
 };
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tile_config;
-
-/* the one configuration of invariant 1, loaded by every thread that runs a kernel */
-__attribute__((target("amx-tile"))) static void tiles_configure(void) {
-  tile_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-  /* not _tile_loadconfig: GCC 12's names only the config's first 8 bytes as read, and the
-   * stores of the row and column sizes were removed as dead (the CPU then faults) */
-  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
-}
-
-__attribute__((target("amx-tile"))) static void tiles_release(void) { _tile_release(); }
+#define AVX512 AVX512_FN
 
 /* Packing (AVX-512, 64 bytes at a time: on AMX a pass over an operand at a cycle per element
  * would cost as much as the products). A "pair" is a uint32 of two bf16 of consecutive k (k
  * even in the low half), the element of tdpbf16ps's B rows and, 16 to a row, of A's rows. */
-
-/* rows r[0..15] of 16 uint32 -> r[i][j] = old r[j][i] (unpack 32 and 64, then 128-bit lanes
- * twice) */
-AVX512 static void transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int h = 0; h < 16; h += 8)
-    for (int i = 0; i < 4; i++) {
-      t[h + i] = _mm512_shuffle_i32x4(u[h + i], u[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_i32x4(u[h + i], u[h + i + 4], 0xdd);
-    }
-  for (int i = 0; i < 8; i++) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-  }
-}
 
 /* 16 pairs of rows k, k+1 of a k-major operand (row stride ld), columns c0..c0+15 (the first
  * `cols` valid, rows at or beyond `krows` zero): out[p][c] = pair (2p, 2p+1) of column c */
@@ -139,7 +96,7 @@ AVX512 static void pack_a(const uint16_t *A, int lda, int ta, int M, int m0, int
       if (!ta) pairs_rows(A + (size_t)mh * lda + k0 + 32 * s, lda, rows, kc, r);
       else { /* A stored (K, M): pairs along k, then rows m */
         pairs_kmajor(A + (size_t)(k0 + 32 * s) * lda + mh, lda, kc, rows, r);
-        transpose16(r);
+        amx_transpose16(r);
       }
       store_tile(t, r);
     }
@@ -164,7 +121,7 @@ AVX512 static void pack_b(const uint16_t *B, int ldb, int tb, int n0, int nn, in
       if (!tb) pairs_kmajor(B + (size_t)(k0 + 32 * s) * ldb + n0 + 16 * j, ldb, kc, cols, r);
       else { /* B stored (N, K): rows n along k, then pairs p */
         pairs_rows(B + (size_t)(n0 + 16 * j) * ldb + k0 + 32 * s, ldb, cols, kc, r);
-        transpose16(r);
+        amx_transpose16(r);
       }
       store_tile(t, r);
     }
@@ -173,7 +130,7 @@ AVX512 static void pack_b(const uint16_t *B, int ldb, int tb, int n0, int nn, in
 
 /* One 32x32 block: tiles 0-3 += A panel (2 x ks tiles) x B columns j, j+1 (ks tiles each).
  * first: start from zero, else from acc (32 x 32 fp32); the sums go to out (may be acc). */
-__attribute__((target("amx-tile,amx-bf16"))) static void block_kernel(
+AMX_FN static void block_kernel(
     const uint16_t *Ap, const uint16_t *Bp0, const uint16_t *Bp1, int ks, int first,
     const float *acc, float *out) {
   if (first) {
@@ -303,11 +260,11 @@ static void run(gemm_args *g) {
     uint16_t *Bbuf = thread_buffer(b_elems * 2 + a_elems * 2 + acc_elems * 4);
     uint16_t *Abuf = Bbuf + b_elems;
     float *accs = (float *)(Abuf + a_elems);
-    tiles_configure();
+    amx_tiles_configure();
 #pragma omp for schedule(static)
     for (int u = 0; u < units; u++) /* m fastest: a thread's consecutive units share B's block */
       run_unit(g, (u % units_m) * g->um, (u / units_m) * g->un, Bbuf, Abuf, accs);
-    tiles_release();
+    amx_tiles_release();
   }
 }
 
