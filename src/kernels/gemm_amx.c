@@ -7,9 +7,11 @@
  *     A (16 rows x 32 bf16), tiles 6-7 two 16-column halves of B in the pair layout tdpbf16ps
  *     reads (16 rows of K-pairs x 16 columns x 2 bf16). Each k-step of 32 is 4 tile loads and
  *     4 tdpbf16ps.
- *  2. Blocking (GotoBLAS): C is cut into units of UNIT_M rows x UNIT_N columns, in an order fixed
- *     by the shape alone. A unit walks K in blocks of KB: it packs B's (KB x UNIT_N) block and
- *     then all of A's (32 x KB) panels of its rows into its thread's buffers (256 KiB each: L2;
+ *  2. Blocking (GotoBLAS): C is cut into units of um rows x un columns (UNIT_M x UNIT_N; a
+ *     weight gradient's units span N, unit_shape), in an order fixed by the shape alone. A unit
+ *     walks K in blocks of KB: it packs B's (KB x un) block (or reads it from B packed whole:
+ *     a cached weight, or a B that several row units share) and then all of A's (32 x KB)
+ *     panels of its rows into its thread's buffers (256 KiB each: L2;
  *     one panel, 32 KiB, stays in L1 while the kernel runs over the unit's columns), and only
  *     then runs the products: a tile load of lines that vector stores wrote a moment before
  *     waits for them, and packing each panel just before its products halved their rate.
@@ -18,10 +20,12 @@
  *     at a time (AVX-512): at AMX rates a pass at a cycle per element costs as much as the
  *     products.
  *  3. Every element of C is summed by one thread, k-steps in increasing order, each k-step by
- *     the hardware's fixed tdpbf16ps order: results do not depend on the thread count.
- *  4. Between K blocks a block's C tiles go to a 32x32 fp32 scratch and come back; after the
- *     last one the epilogue writes C = acc (+ bias[n]) (+ beta C) for the valid rows/columns
- *     only. C is read only when beta != 0 and written once.
+ *     the hardware's fixed tdpbf16ps order: results do not depend on the thread count, on M
+ *     (a row's sum is the same in any number of rows), or on whether B came packed whole.
+ *  4. Between K blocks a block's C tiles go to the unit's fp32 sums and come back; the last K
+ *     block's go through a 4 KiB scratch, from which the epilogue writes C = acc (+ bias[n])
+ *     (+ beta C) for the valid rows/columns only. C is read only when beta != 0 and written
+ *     once.
  *  5. tdpbf16ps (Intel SDM) treats bf16 denormal inputs as zero and flushes denormal results,
  *     like oneDNN's AMX kernels; a product of two bf16 values is exact in fp32, and the sums
  *     are fp32 (round to nearest even), so an element is within (K + 2) 2^-24 sum |a b| of the
