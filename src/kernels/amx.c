@@ -4,6 +4,7 @@
  * LOOM_AMX=0 in the environment answers no: loom's own AMX kernels stay unused and bf16 GEMMs
  * go to oneDNN (which picks its own ISA, AMX included). Thread-safe: every thread that asks
  * first gets the same answer, and the grant is per process. */
+#include <cpuid.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,10 +26,11 @@ static int amx_probe(void) {
     exit(2);
   }
   if (e && !strcmp(e, "0")) return 0;
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") ||
-      !__builtin_cpu_supports("avx512bf16"))
-    return 0;
+  /* CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE; subleaf 1 EAX bit 5 AVX512-BF16
+   * (read directly: clang 14's __builtin_cpu_supports knows no AMX feature names) */
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 22 & 1) || !(d >> 24 & 1)) return 0;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a >> 5 & 1)) return 0;
   return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
