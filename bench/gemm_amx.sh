@@ -10,13 +10,7 @@ BUILD=${1:-build}
 ROUNDS=${2:-5}
 THREADS=${3:-1}
 PEAK=${4:-0}
-LINK="$BUILD/CMakeFiles/loom.dir/link.txt"
-[ -f "$BUILD/libloomlib.a" ] && [ -f "$LINK" ] ||
-  { echo "no release build in $BUILD: run 'make' first" >&2; exit 2; }
 OUT=$(mktemp -d /tmp/loom-gemm-amx.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
-# the loom binary's own libraries, after its main object
-LIBS=$(sed 's/.*-o loom *//' "$LINK" | sed "s#libloomlib.a#$BUILD/libloomlib.a#")
-gcc -O2 -fopenmp -Iinclude -Isrc bench/gemm_amx.c $LIBS -lm -o "$OUT/gemm_amx"
-echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') ($(getconf _NPROCESSORS_ONLN) cores, AMX: $(grep -c amx_bf16 /proc/cpuinfo)), $(date -u +%F)"
+bash "$(dirname "$0")/build_c.sh" "$BUILD" bench/gemm_amx.c "$OUT/gemm_amx"
 OMP_NUM_THREADS=$THREADS "$OUT/gemm_amx" "$ROUNDS" "$PEAK"

@@ -6,13 +6,7 @@
 set -eu
 BUILD=${1:-build}
 ROUNDS=${2:-41}
-LINK="$BUILD/CMakeFiles/loom.dir/link.txt"
-[ -f "$BUILD/libloomlib.a" ] && [ -f "$LINK" ] ||
-  { echo "no release build in $BUILD: run 'make' first" >&2; exit 2; }
 OUT=$(mktemp -d /tmp/loom-kernel-models.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
-# the loom binary's own libraries, after its main object
-LIBS=$(sed 's/.*-o loom *//' "$LINK" | sed "s#libloomlib.a#$BUILD/libloomlib.a#")
-gcc -O2 -fopenmp -Iinclude bench/kernel_models.c $LIBS -lm -o "$OUT/kernel_models"
-echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%F)"
+bash "$(dirname "$0")/build_c.sh" "$BUILD" bench/kernel_models.c "$OUT/kernel_models"
 OMP_NUM_THREADS=1 "$OUT/kernel_models" "$ROUNDS"

@@ -7,3 +7,6 @@ set_tests_properties(bench_roofline PROPERTIES
 
 # The AMX GEMM's test exits 77 on CPUs without AMX: CTest reports it skipped, not passed.
 set_tests_properties(test_gemm_amx PROPERTIES SKIP_RETURN_CODE 77)
+# LOOM_AMX given a value that is not 0 or 1: refused with a clear message (every CPU)
+add_test(NAME gemm_amx_env COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/amx_env_test.sh
+  $<TARGET_FILE:test_gemm_amx>)
