@@ -24,9 +24,6 @@ static AVX512_FN void a_transposed(uint32_t *t, const uint32_t *A, long ap, int 
   for (int i = 0; i < 16; i++) _mm512_storeu_si512(t + 16 * i, r[i]);
 }
 
-void fb_mm_amx(float *C, int ldc, const uint32_t *A, long ai, long ap, const uint32_t *B,
-               long ldb, int m, int n, int kp, int acc);
-
 /* C rows i0..i0+15, columns j0..j0+16 nt-1 (nt <= 4 tiles: 0-3), A in tile 4, B in 5 */
 static AMX_FN void rows16(float *C, int ldc, const uint32_t *A, long ai, long ap,
                           const uint32_t *B, long ldb, int i0, int j0, int nt, int kp, int acc,

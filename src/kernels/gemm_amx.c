@@ -50,15 +50,13 @@ enum {
   TILE_ELEMS = 512 /* bf16 in one 16 x 32 tile (1 KiB) */
 };
 
-#define AVX512 AVX512_FN
-
 /* Packing (AVX-512, 64 bytes at a time: on AMX a pass over an operand at a cycle per element
  * would cost as much as the products). A "pair" is a uint32 of two bf16 of consecutive k (k
  * even in the low half), the element of tdpbf16ps's B rows and, 16 to a row, of A's rows. */
 
 /* 16 pairs of rows k, k+1 of a k-major operand (row stride ld), columns c0..c0+15 (the first
  * `cols` valid, rows at or beyond `krows` zero): out[p][c] = pair (2p, 2p+1) of column c */
-AVX512 static void pairs_kmajor(const uint16_t *X, int ld, int krows, int cols,
+AVX512_FN static void pairs_kmajor(const uint16_t *X, int ld, int krows, int cols,
                                 __m512i out[16]) {
   __mmask16 m = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
   for (int p = 0; p < 16; p++) {
@@ -73,19 +71,19 @@ AVX512 static void pairs_kmajor(const uint16_t *X, int ld, int krows, int cols,
 
 /* 16 rows of a row-major operand whose rows run along k (row stride ld): out[c] = the 16 pairs
  * k 0..31 of row c (the first `rows` rows valid, k at or beyond kc zero) */
-AVX512 static void pairs_rows(const uint16_t *X, int ld, int rows, int kc, __m512i out[16]) {
+AVX512_FN static void pairs_rows(const uint16_t *X, int ld, int rows, int kc, __m512i out[16]) {
   __mmask32 m = kc >= 32 ? 0xffffffffu : (__mmask32)((1u << kc) - 1);
   for (int c = 0; c < 16; c++)
     out[c] = c < rows ? _mm512_maskz_loadu_epi16(m, X + (size_t)c * ld) : _mm512_setzero_si512();
 }
 
-AVX512 static void store_tile(uint16_t *t, const __m512i r[16]) {
+AVX512_FN static void store_tile(uint16_t *t, const __m512i r[16]) {
   for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(t + 32 * i), r[i]);
 }
 
 /* A's rows m0..m0+31, columns k0..k0+kn-1 into 2 x ks tiles [half][s][16 rows][32]; rows at or
  * beyond M and columns at or beyond kn are zero. ks = ceil(kn / 32). */
-AVX512 static void pack_a(const uint16_t *A, int lda, int ta, int M, int m0, int k0, int kn,
+AVX512_FN static void pack_a(const uint16_t *A, int lda, int ta, int M, int m0, int k0, int kn,
                           int ks, uint16_t *P) {
   __m512i r[16];
   for (int h = 0; h < 2; h++) {
@@ -109,7 +107,7 @@ AVX512 static void pack_a(const uint16_t *A, int lda, int ta, int M, int m0, int
 
 /* op(B)'s rows k0..k0+kn-1, columns n0..n0+nn-1 into 2 x (nn/32 rounded up) x ks tiles
  * [j][s][16 pairs][16 columns][2]; columns at or beyond nn and rows at or beyond kn zero. */
-AVX512 static void pack_b(const uint16_t *B, int ldb, int tb, int n0, int nn, int k0, int kn,
+AVX512_FN static void pack_b(const uint16_t *B, int ldb, int tb, int n0, int nn, int k0, int kn,
                           int ks, uint16_t *P) {
   __m512i r[16];
   int nj = 2 * ((nn + 31) / 32); /* whole 32-column blocks: the kernel reads tiles in twos */
