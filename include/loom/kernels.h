@@ -50,7 +50,8 @@
                                 size_t n);                                                    \
   /* Rotary embedding, in place, "rotate_half" convention of Llama/Qwen2 in Hugging Face:      \
    * x(B,T,H,D) pairs (i, i+D/2) rotated by angle pos * theta^(-2i/D), pos = t + pos_offset.  \
-   * The backward rotates the gradient by the negative angle, also in place. */               \
+   * The backward rotates the gradient by the negative angle, also in place. Positions >= 0;  \
+   * cos and sin come from a per-thread table of (position, pair), kept across calls. */      \
   void loom_rope_forward_##S(T *x, int B, int Tn, int H, int D, double theta, int pos_offset); \
   void loom_rope_backward_##S(T *dx, int B, int Tn, int H, int D, double theta,                \
                               int pos_offset);                                                \

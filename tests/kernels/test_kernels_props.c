@@ -260,6 +260,58 @@ static void test_rope(void) {
   CHECK_REL(rel_err_dd(a, a0, N), REF_TOL, "rope backward(forward(x)) == x");
 }
 
+/* The rotation the kernels computed per call before they kept a table: cos and sin of the
+ * angle in double, rounded to float, then the pair's float products. */
+static void rope_direct_f32(float *x, int B, int T, int H, int D, double theta, const int *pos,
+                            double sign) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int i = 0; i < D / 2; i++) {
+        double angle = sign * (double)pos[b * T + t] * pow(theta, -2.0 * i / D);
+        float c = (float)cos(angle), s = (float)sin(angle);
+        for (int h = 0; h < H; h++) {
+          float *p = x + (((size_t)b * T + t) * H + h) * D;
+          float x0 = p[i], x1 = p[i + D / 2];
+          p[i] = x0 * c - x1 * s;
+          p[i + D / 2] = x1 * c + x0 * s;
+        }
+      }
+}
+
+/* The kernels' cached cos/sin table gives bitwise what the per-call formula gave: forward and
+ * backward, positions past the table's first size (it grows), a theta and a head size in
+ * between (it is rebuilt), and the per-row positions of loom_rope_pos_*. */
+static void test_rope_table(void) {
+  printf("rope table\n");
+  enum { B = 2, T = 40, H = 3, N = B * T * H * 128 };
+  static float a[N], want[N];
+  static int pos[B * T];
+  const struct { int D, offset; double theta; } cases[] = {
+      {64, 0, 10000.0}, {64, 250, 10000.0}, {128, 100, 10000.0}, {128, 3000, 1e6}, {64, 5, 10000.0},
+      {32, 70000, 5e5}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int D = cases[k].D, n = B * T * H * D;
+    for (int sign = 1; sign >= -1; sign -= 2) {
+      for (int i = 0; i < n; i++) a[i] = (float)loom_rng_normal(&ktest_rng), want[i] = a[i];
+      for (int r = 0; r < B * T; r++) pos[r] = cases[k].offset + r % T;
+      rope_direct_f32(want, B, T, H, D, cases[k].theta, pos, sign);
+      if (sign > 0) loom_rope_forward_f32(a, B, T, H, D, cases[k].theta, cases[k].offset);
+      else loom_rope_backward_f32(a, B, T, H, D, cases[k].theta, cases[k].offset);
+      CHECK(memcmp(a, want, sizeof(float) * n) == 0, "rope %s D=%d offset %d theta %g: not the "
+            "per-call formula's bits", sign > 0 ? "forward" : "backward", D, cases[k].offset,
+            cases[k].theta);
+      /* per-row positions, scattered (rows 1 token each: B*T rows of one position) */
+      for (int i = 0; i < n; i++) a[i] = (float)loom_rng_normal(&ktest_rng), want[i] = a[i];
+      for (int r = 0; r < B * T; r++) pos[r] = cases[k].offset + (r * 37) % (3 * T);
+      rope_direct_f32(want, 1, B * T, H, D, cases[k].theta, pos, sign);
+      if (sign > 0) loom_rope_pos_forward_f32(a, B * T, H, D, cases[k].theta, pos);
+      else loom_rope_pos_backward_f32(a, B * T, H, D, cases[k].theta, pos);
+      CHECK(memcmp(a, want, sizeof(float) * n) == 0, "rope_pos %s D=%d offset %d: not the "
+            "per-call formula's bits", sign > 0 ? "forward" : "backward", D, cases[k].offset);
+    }
+  }
+}
+
 /* ---- cross-entropy ------------------------------------------------------------------------- */
 
 static void test_xent(void) {
@@ -534,6 +586,7 @@ int main(void) {
   test_forward_formulas();
   test_attention();
   test_rope();
+  test_rope_table();
   test_xent();
   test_linear_nulls();
   test_adamw();
