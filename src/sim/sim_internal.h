@@ -117,4 +117,11 @@ double sim_cp_workspace_bytes(const loom_sim_ctx *c);
 
 /* layers of each virtual stage (pp*vpp + 1 entries: first[v], first[K] = layers) */
 int sim_stage_split(const loom_sim_strategy *st, int layers, int *first);
+
+/* The peak MFU and HFU are taken against (FLOP/s, all `devices` together), the trainer's
+ * (loom_mfu_peak_hw): a CPU profile's devices are its cores, one thread each, so `devices`
+ * threads' instruction peak where the profile has one (not `devices` x one thread's: cores
+ * share caches and AMX units), else `devices` x the one-core GEMM figure; an accelerator's
+ * matrix peak x devices. src (may be NULL) gets the peak's name and source. */
+double sim_mfu_peak(const loom_sim_ctx *c, double devices, loom_mfu_source *src);
 #endif

@@ -14,20 +14,22 @@
 
 /* The step's MFU as a fraction, or NAN with why[] saying why it is absent. */
 static double report_mfu(const loom_sim_ctx *c, const loom_sim_result *r, double *fpt,
-                         char *why, size_t n) {
+                         char *why, size_t n, char *peak_name, size_t np) {
   const loom_sim_strategy *st = c->st;
   *fpt = loom_sim_flops_per_token(c->spec, st->seq);
   double tokens = (double)st->dp * st->microbatches * st->micro_batch * st->seq;
   double devices = r->world;
   if (c->hw->timeshare && r->timeshare > 1) devices = r->world / r->timeshare;
-  double peak = c->hw->peak_flops[st->dtype];
+  loom_mfu_source src;
+  double peak = sim_mfu_peak(c, devices, &src);
   why[0] = 0;
-  if (!(peak > 0)) {
+  if (!(peak > 0) || (!c->hw->engine_loom_cpu && !(c->hw->peak_flops[st->dtype] > 0))) {
     snprintf(why, n, "hardware profile '%s' has no %s peak", c->hw->name,
              loom_hw_dtype_name(st->dtype));
     return NAN;
   }
-  double mfu = loom_mfu(tokens, r->step_time, *fpt, devices * peak);
+  if (peak_name) snprintf(peak_name, np, "%s", src.name);
+  double mfu = loom_mfu(tokens, r->step_time, *fpt, peak);
   if (mfu > 1) {
     snprintf(why, n, "%.1f%% is above the profile's peak: the cost model or profile is wrong",
              100 * mfu);
@@ -134,10 +136,11 @@ void loom_sim_print(const loom_sim_ctx *c, const loom_sim_result *r) {
          r->tokens_per_s / r->world, r->model_flops / r->step_time / r->world / 1e12);
   double fpt;
   char why[160];
-  double mfu = report_mfu(c, r, &fpt, why, sizeof why);
+  char peak_name[64];
+  double mfu = report_mfu(c, r, &fpt, why, sizeof why, peak_name, sizeof peak_name);
   if (isfinite(mfu))
-    printf("MFU / HFU      %.1f%% / %.1f%%  (model FLOPs %.3g per step, %.6g per token%s)\n",
-           100 * mfu, 100 * r->hfu, r->model_flops, fpt,
+    printf("MFU / HFU      %.1f%% / %.1f%%  (against the %s; model FLOPs %.3g per step, %.6g "
+           "per token%s)\n", 100 * mfu, 100 * r->hfu, peak_name, r->model_flops, fpt,
            st->fp8 ? "; of the bf16 peak: the GEMMs ran in FP8" : "");
   else
     printf("MFU            not shown: %s  (model FLOPs %.3g per step, %.6g per token)\n", why,
@@ -186,9 +189,10 @@ int loom_sim_write_json(const loom_sim_ctx *c, const loom_sim_result *r, const c
   fprintf(f, "{\n  \"strategy\": \"%s\",\n  \"hardware\": \"%s\",\n  \"world\": %d,\n",
           loom_sim_strategy_str(st), c->hw->name, r->world);
   double fpt;
-  char why[160], mfu_text[224];
-  double mfu = report_mfu(c, r, &fpt, why, sizeof why);
-  if (isfinite(mfu)) snprintf(mfu_text, sizeof mfu_text, "%.17g", mfu);
+  char why[160], mfu_text[224], peak_name[64];
+  double mfu = report_mfu(c, r, &fpt, why, sizeof why, peak_name, sizeof peak_name);
+  if (isfinite(mfu))
+    snprintf(mfu_text, sizeof mfu_text, "%.17g,\n  \"mfu_peak\": \"%s\"", mfu, peak_name);
   else snprintf(mfu_text, sizeof mfu_text, "null,\n  \"mfu_note\": \"%s\"", why);
   fprintf(f, "  \"step_time\": %.9g,\n  \"tokens_per_s\": %.9g,\n  \"flops_per_token\": %.17g,\n"
              "  \"mfu\": %s,\n  \"hfu\": %.6g,\n"

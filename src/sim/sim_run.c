@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "loom/core.h"
 #include "sim/sim_internal_run.h"
@@ -391,13 +392,31 @@ static void metrics(const sim_run *R, double makespan, loom_sim_result *out) {
   double tokens = (double)st->dp * st->microbatches * st->micro_batch * st->seq;
   out->tokens_per_s = makespan > 0 ? tokens / makespan : 0;
   out->model_flops = loom_sim_flops_per_token(c->spec, st->seq) * tokens;
-  double peak = c->hw->peak_flops[st->dtype] > 0 ? c->hw->peak_flops[st->dtype] : c->hw->peak_flops[0];
   double devices = out->world;
   if (c->hw->timeshare && out->timeshare > 1) devices = out->world / out->timeshare;
-  double denom = makespan * devices * peak;
+  double denom = makespan * sim_mfu_peak(c, devices, NULL);
   double rec = R->flops_rec * sim_stage_ranks(st);
   out->mfu = denom > 0 ? out->model_flops / denom : 0;
   out->hfu = denom > 0 ? (out->model_flops + rec) / denom : 0;
+}
+
+double sim_mfu_peak(const loom_sim_ctx *c, double devices, loom_mfu_source *src) {
+  loom_mfu_source own;
+  if (!src) src = &own;
+  const loom_hw_profile *hw = c->hw;
+  loom_hw_dtype dt = c->st->dtype;
+  if (hw->engine_loom_cpu) {
+    /* fp8 and fp16 runs have no CPU path: their GEMMs are priced at the bf16 / fp32 rates */
+    const char *name = dt == LOOM_DT_FP32 ? "fp32" : "bf16";
+    return loom_mfu_peak_hw(hw, name, (int)lround(devices), src);
+  }
+  double peak = hw->peak_flops[dt] > 0 ? hw->peak_flops[dt] : hw->peak_flops[0];
+  memset(src, 0, sizeof *src);
+  src->peak = src->library_peak = peak * devices;
+  src->kind = "device";
+  snprintf(src->name, sizeof src->name, "%s matrix peak of the device",
+           loom_hw_dtype_name(hw->peak_flops[dt] > 0 ? dt : LOOM_DT_FP32));
+  return src->peak;
 }
 
 int loom_sim_run(const loom_sim_ctx *c, const loom_schedule *s, const loom_sim_opts *o,

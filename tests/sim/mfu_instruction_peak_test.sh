@@ -64,6 +64,35 @@ PY
   done
 done
 
+# loom sim on the same profile takes MFU against the same peak: its devices are cores, one
+# thread each, so 2 devices count the profile's 2-thread figure (not twice the 1-thread one:
+# shared cores and AMX units scale less than that); the JSON names it and MFU is tokens/s x
+# FLOPs per token over that figure (1e-8 relative: the JSON prints tokens/s to 9 significant
+# digits), or absent, said so, where that ratio is above 1 (this profile prices the GEMMs at
+# loom bench's default rates, which may be above a slow machine's instruction peak)
+for dt in fp32 bf16; do
+  used=$(( 2 < cores ? 2 : cores ))
+  if ! "$LOOM" sim model.preset=tiny-gpt2 model.vocab_size=300 model.max_seq=64 training.seq_len=32 \
+      training.micro_batch_size=4 parallel.dp=$used --dtype $dt --hardware "$P" --gpus $used \
+      --json "$WORK/sim-$dt.json" >"$WORK/sim-$dt.out" 2>&1; then
+    fail "loom sim $dt: $(tail -2 "$WORK/sim-$dt.out")"; continue
+  fi
+  unit=$([ $dt = fp32 ] && echo fma || echo "$UNIT")
+  check "loom sim $dt: the JSON's MFU is against the profile's $used-thread $dt ${INSTR[$unit]} figure" \
+    /usr/bin/python3 - "$WORK/sim-$dt.json" "$(figure $dt $used)" "${INSTR[$unit]}" "$WORK/sim-$dt.out" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); text = open(sys.argv[4]).read()
+want = s["tokens_per_s"] * s["flops_per_token"] / float(sys.argv[2])
+if want <= 1:
+    ok = (s["mfu_peak"] == sys.argv[3] + " instruction peak" and abs(s["mfu"] - want) <= 1e-8 * want
+          and "(against the %s instruction peak;" % sys.argv[3] in text)
+else:
+    ok = s["mfu"] is None and ("%.1f%% is above the profile's peak" % (100 * want)) in s["mfu_note"]
+if not ok: print(s.get("mfu"), want, s.get("mfu_peak"), s.get("mfu_note"))
+sys.exit(not ok)
+PY
+done
+
 # the profile as if its gemm section had run (it names the backend): the library's figure
 # beside the instruction peak, in train.log and summary.json
 sed 's/^  engine: loom-cpu$/  engine: loom-cpu\n  gemm_backend: onednn/' "$P" >"$WORK/lib.yaml"
