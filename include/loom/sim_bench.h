@@ -80,4 +80,12 @@ int loom_peak_probe(loom_hw_unit u, long iters, int threads, loom_peak_run *r);
 double loom_peak_measure(loom_hw_unit u, int threads, double run_s, int *got, double *worst);
 /* Seconds per call of fn(arg), repeated until `min_s` has passed (at least twice). */
 double loom_bench_time(void (*fn)(void *), void *arg, double min_s);
+/* best[i] (seconds) for each of n items timed by time_one(ctx, i), in passes over all of them:
+ * two passes, then further ones (up to max_passes) over the items whose two best times are
+ * still more than 10% apart. A shared vCPU runs 2-20x slower now and then for tens of
+ * milliseconds, longer than one item's trials (loom_bench_time's three, each a third of
+ * min_s): an item is kept only once two passes, each at another moment, agree on it.
+ * Returns the passes run. */
+int loom_bench_passes(double (*time_one)(void *ctx, int i), void *ctx, int n, int max_passes,
+                      double *best);
 #endif

@@ -87,6 +87,26 @@ double loom_bench_time(void (*fn)(void *), void *arg, double min_s) {
   return best;
 }
 
+int loom_bench_passes(double (*time_one)(void *ctx, int i), void *ctx, int n, int max_passes,
+                      double *best) {
+  double *second = loom_malloc((size_t)(n ? n : 1) * sizeof *second);
+  int pass = 0, most = max_passes > 2 ? max_passes : 2;
+  bool again = true;
+  for (int i = 0; i < n; i++) best[i] = second[i] = 1e300;
+  for (; pass < most && (pass < 2 || again); pass++) {
+    again = false;
+    for (int i = 0; i < n; i++) {
+      if (pass >= 2 && second[i] <= 1.1 * best[i]) continue; /* two passes agree on it */
+      double t = time_one(ctx, i);
+      if (t < best[i]) second[i] = best[i], best[i] = t;
+      else if (t < second[i]) second[i] = t;
+      if (pass >= 1 && second[i] > 1.1 * best[i]) again = true;
+    }
+  }
+  free(second);
+  return pass;
+}
+
 /* a busy tenth of a second first: the core leaves its idle clock before anything is timed */
 static void warm_up(void) {
   volatile double x = 1;

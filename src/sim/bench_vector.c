@@ -81,6 +81,18 @@ static void fill(float *x, size_t n, float scale) {
   }
 }
 
+typedef struct {
+  vjob *j;
+  const int *kinds;
+  double min_s;
+} vpass;
+
+static double time_kind(void *p, int i) {
+  vpass *v = p;
+  v->j->kind = v->kinds[i];
+  return loom_bench_time(run, v->j, v->min_s);
+}
+
 int loom_bench_vector(loom_hw_profile *hw, const loom_bench_ctx *b) {
   float *buf = loom_alloc(6 * (size_t)N * sizeof(float));
   vjob j = {0, buf, buf + N, buf + 2 * (size_t)N, buf + 3 * (size_t)N, buf + 4 * (size_t)N,
@@ -94,19 +106,14 @@ int loom_bench_vector(loom_hw_profile *hw, const loom_bench_ctx *b) {
                               LOOM_VOP_SWIGLU_FWD, LOOM_VOP_SWIGLU_BWD, LOOM_VOP_ROPE,
                               LOOM_VOP_XENT_FWD, LOOM_VOP_XENT_BWD, LOOM_VOP_ADAMW, LOOM_VOP_ADD,
                               LOOM_VOP_COPY, LOOM_VOP_ROUND, LOOM_VOP_SUMSQ};
-  /* VPASSES passes over every kernel, each kernel's best time kept: a kernel's trials in one
-   * pass span a few milliseconds, and a shared vCPU now and then runs 2-7x slower for longer
-   * than that (six `loom bench --nproc 2` in a row on the AMX Xeon: rmsnorm_bwd 287-1968,
-   * sumsq 645-2942 million/s with one pass); the passes are a tenth of a second apart */
-  enum { VPASSES = 3, NK = sizeof kinds / sizeof kinds[0] };
+  /* every kernel in passes (loom_bench_passes): with one, six `loom bench --nproc 2` in a
+   * row on the AMX Xeon spread a kernel's rate up to 6.85x (rmsnorm_bwd 287-1968, sumsq
+   * 645-2942 million/s) */
+  enum { NK = sizeof kinds / sizeof kinds[0] };
   double best[NK];
-  for (int pass = 0; pass < VPASSES; pass++)
-    for (size_t i = 0; i < NK; i++) {
-      j.kind = kinds[i];
-      double t = loom_bench_time(run, &j, 0.02 * b->scale);
-      if (pass == 0 || t < best[i]) best[i] = t;
-    }
-  if (b->log) fprintf(b->log, "vector kernels (million elements/s, best of %d passes):", VPASSES);
+  vpass ctx = {&j, kinds, 0.02 * b->scale};
+  int passes = loom_bench_passes(time_kind, &ctx, NK, 5, best);
+  if (b->log) fprintf(b->log, "vector kernels (million elements/s, best of %d passes):", passes);
   for (size_t i = 0; i < NK; i++) {
     hw->vop_rate[kinds[i]] = N / best[i];
     if (b->log) fprintf(b->log, "%s %s %.0f", i % 6 ? "," : "\n ", loom_vop_name((loom_vop)kinds[i]), N / best[i] / 1e6);
@@ -155,16 +162,25 @@ static void triad(void *p) {
   for (long i = 0; i < n; i++) m->c[i] = m->a[i] + 0.5f * m->b[i];
 }
 
+typedef struct {
+  mjob *m;
+  double min_s;
+} mpass;
+
+static double time_memory(void *p, int i) {
+  mpass *mp = p;
+  void (*const fn[3])(void *) = {copy, triad, refault};
+  return loom_bench_time(fn[i], mp->m, mp->min_s);
+}
+
 int loom_bench_memory(loom_hw_profile *hw, const loom_bench_ctx *b) {
   size_t n = (size_t)16 << 20; /* 64 MiB per array: beyond the caches */
   mjob m = {loom_alloc(n * 4), loom_alloc(n * 4), loom_alloc(n * 4), n};
   fill(m.a, n, 1), fill(m.b, n, 1), fill(m.c, n, 1);
-  double tc = 1e300, tt = 1e300, tf = 1e300;
-  for (int pass = 0; pass < 3; pass++) { /* in turns, the best of 3 passes (as the vector kernels) */
-    tc = fmin(tc, loom_bench_time(copy, &m, 0.05 * b->scale));
-    tt = fmin(tt, loom_bench_time(triad, &m, 0.05 * b->scale));
-    tf = fmin(tf, loom_bench_time(refault, &m, 0.05 * b->scale));
-  }
+  double t[3]; /* copy, triad, refault: in passes (loom_bench_passes), as the vector kernels */
+  mpass mp = {&m, 0.05 * b->scale};
+  loom_bench_passes(time_memory, &mp, 3, 5, t);
+  double tc = t[0], tt = t[1], tf = t[2];
   double touched = (double)(n / (RANGE + 1000)) * RANGE;
   hw->vop_rate[LOOM_VOP_FAULT] = touched / tf;
   double bw_copy = 2.0 * n * 4 / tc, bw_triad = 3.0 * n * 4 / tt;

@@ -3,7 +3,8 @@
  * it) and without it (the library's figure, as before); the probes of loom bench's peak
  * section execute the instructions they count (the FLOPs per call and one output element that
  * every instruction adds to, never a time); the AMX probe says plainly why it is skipped where
- * loom_kernels_amx() is 0; `loom bench --only peak` writes the keys into a profile. Nothing
+ * loom_kernels_amx() is 0; `loom bench --only peak` writes the keys into a profile; the
+ * passes every bench section times its items in (scripted times). Nothing
  * here asserts a rate: the suite runs on busy machines. */
 #include <unistd.h>
 
@@ -231,11 +232,45 @@ static void test_bench_cli(void) {
   run_done(&r);
 }
 
+/* loom_bench_passes on scripted times (seconds by pass, per item): two passes over every
+ * item, then only the items whose two best times are more than 10% apart, up to the limit */
+typedef struct {
+  const double (*script)[5];
+  int calls[4];
+} scripted;
+
+static double scripted_time(void *ctx, int i) {
+  scripted *s = ctx;
+  return s->script[i][s->calls[i]++];
+}
+
+static void test_passes(void) {
+  static const double script[4][5] = {
+      {1.0, 1.05, 9, 9, 9},   /* agree within 10% after two passes: timed twice */
+      {1.0, 6.0, 1.02, 9, 9}, /* a slowed second pass: timed a third time, then agreed */
+      {7.0, 1.0, 1.08, 9, 9}, /* a slowed first pass */
+      {4.0, 1.0, 2.0, 3.0, 0.5}, /* never agrees: timed up to the limit, the best kept */
+  };
+  scripted s = {script, {0}};
+  double best[4];
+  int passes = loom_bench_passes(scripted_time, &s, 4, 5, best);
+  CHECK(passes == 5, "passes %d, want 5 (item 3 never agrees)", passes);
+  CHECK(s.calls[0] == 2 && s.calls[1] == 3 && s.calls[2] == 3 && s.calls[3] == 5,
+        "timed %d, %d, %d, %d times; want 2, 3, 3, 5", s.calls[0], s.calls[1], s.calls[2],
+        s.calls[3]);
+  CHECK(best[0] == 1.0 && best[1] == 1.0 && best[2] == 1.0 && best[3] == 0.5,
+        "best %g %g %g %g", best[0], best[1], best[2], best[3]);
+  scripted t = {script, {0}};
+  passes = loom_bench_passes(scripted_time, &t, 1, 5, best); /* item 0 alone: two passes */
+  CHECK(passes == 2 && t.calls[0] == 2 && best[0] == 1.0, "one agreeing item: %d passes", passes);
+}
+
 int main(void) {
   test_mfu_instruction();
   test_mfu_library();
   test_mfu_this_machine();
   test_probes();
   test_bench_cli();
+  test_passes();
   return harness_finish("test_sim_peak");
 }
