@@ -100,7 +100,7 @@ int loom_bench_gemm(loom_hw_profile *hw, const loom_bench_ctx *b) {
   fill(A, big), fill(B, big), fill(C, big), fill(pool, POOL_FLOATS);
   double rate[LOOM_GEMM_ROLES][NM * NN * NK], best = 0;
   double min_s = 0.004 * b->scale;
-  /* the grid in passes (loom_bench_passes): with one, a point's rate spread up to 18x over six
+  /* the grid in passes (loom_bench_passes): with one, a point's rate spread up to 22x over six
    * `loom bench --nproc 2` on the AMX Xeon, runs of neighbouring points slowed together */
   enum { POINTS = LOOM_GEMM_ROLES * NM * NN * NK };
   double t[POINTS];
@@ -117,7 +117,8 @@ int loom_bench_gemm(loom_hw_profile *hw, const loom_bench_ctx *b) {
    * slowed, and the ratio is bf16's peak) */
   bool native = loom_gemm_bf16_native();
   enum { BM = 2048, BN = 1024, BK = 1024 };
-  float *A16 = loom_alloc((size_t)BM * BK * sizeof(float)), *B16 = loom_alloc((size_t)BN * BK * sizeof(float));
+  float *A16 = loom_alloc((size_t)BM * BK * sizeof(float)),
+        *B16 = loom_alloc((size_t)BN * BK * sizeof(float));
   if (native) {
     loom_f32_to_bf16_n((uint16_t *)A16, A, (size_t)BM * BK);
     loom_f32_to_bf16_n((uint16_t *)B16, B, (size_t)BN * BK);
@@ -125,8 +126,10 @@ int loom_bench_gemm(loom_hw_profile *hw, const loom_bench_ctx *b) {
     loom_round_bf16_f32(A16, A, (size_t)BM * BK);
     loom_round_bf16_f32(B16, B, (size_t)BN * BK);
   }
-  pair pr = {{LOOM_GEMM_FWD, BM, BN, BK, A, B, C, NULL, 0}, {LOOM_GEMM_FWD, BM, BN, BK, A16, B16, C, NULL, 0},
-             native, min_s};
+  pair pr = {{LOOM_GEMM_FWD, BM, BN, BK, A, B, C, NULL, 0},
+             {LOOM_GEMM_FWD, BM, BN, BK, A16, B16, C, NULL, 0},
+             native,
+             min_s};
   double tp[2];
   loom_bench_passes(time_pair, &pr, 2, 5, tp);
   double t_f32 = tp[0], t_bf16 = tp[1];

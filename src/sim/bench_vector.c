@@ -116,7 +116,9 @@ int loom_bench_vector(loom_hw_profile *hw, const loom_bench_ctx *b) {
   if (b->log) fprintf(b->log, "vector kernels (million elements/s, best of %d passes):", passes);
   for (size_t i = 0; i < NK; i++) {
     hw->vop_rate[kinds[i]] = N / best[i];
-    if (b->log) fprintf(b->log, "%s %s %.0f", i % 6 ? "," : "\n ", loom_vop_name((loom_vop)kinds[i]), N / best[i] / 1e6);
+    if (b->log)
+      fprintf(b->log, "%s %s %.0f", i % 6 ? "," : "\n ", loom_vop_name((loom_vop)kinds[i]),
+              N / best[i] / 1e6);
   }
   if (b->log) fprintf(b->log, "\n");
   loom_free(buf);
