@@ -9,7 +9,9 @@
  *     turns, against two models fitted to all of them by relative least squares: one rate over
  *     the causal (query, key) pairs x head_dim (loom bench before 2026-11-29), and a rate over
  *     the pairs of the kernel's tile grid x head_dim plus one over the query rows x head_dim
- *     (loom bench since). Each shape's error of each model, and the worst.
+ *     (loom bench from 2026-11-29), and that plus a time per query row whatever head_dim (loom
+ *     bench since 2026-11-30); each shape's error of each model, and of the profile loom bench's
+ *     attention section writes (fitted to its own six shapes), and the worst.
  * Medians of R rounds, each round every case once, in this thread's CPU time (other processes
  * on a shared machine do not stretch it); run with OMP_NUM_THREADS=1 as loom bench's ranks do.
  *   usage: kernel_models [R] */
@@ -22,6 +24,7 @@
 #include "loom/core.h"
 #include "loom/hw.h"
 #include "loom/kernels.h"
+#include "loom/sim_bench.h"
 
 static double cpu_now(void) {
   struct timespec ts;
@@ -92,20 +95,21 @@ static void gemms(int R) {
 }
 
 /* relative least squares: coefficients c minimising sum_i (sum_j c_j X_ij / y_i - 1)^2 over
- * ncol <= 2 columns */
-static void fit(const double X[][2], const double *y, int n, int ncol, double *c) {
-  double a00 = 0, a01 = 0, a11 = 0, b0 = 0, b1 = 0;
-  for (int i = 0; i < n; i++) {
-    double u = X[i][0] / y[i], v = ncol > 1 ? X[i][1] / y[i] : 0;
-    a00 += u * u, a01 += u * v, a11 += v * v, b0 += u, b1 += v;
-  }
-  if (ncol == 1) {
-    c[0] = b0 / a00, c[1] = 0;
-    return;
-  }
-  double det = a00 * a11 - a01 * a01;
-  c[0] = (b0 * a11 - b1 * a01) / det;
-  c[1] = (a00 * b1 - a01 * b0) / det;
+ * ncol <= 3 columns (Gauss-Jordan on the normal equations) */
+static void fit(const double X[][3], const double *y, int n, int ncol, double *c) {
+  double A[3][4] = {{0}};
+  for (int i = 0; i < n; i++)
+    for (int a = 0; a < ncol; a++) {
+      for (int b = 0; b < ncol; b++) A[a][b] += X[i][a] * X[i][b] / (y[i] * y[i]);
+      A[a][ncol] += X[i][a] / y[i];
+    }
+  for (int a = 0; a < ncol; a++)
+    for (int r = 0; r < ncol; r++) {
+      if (r == a) continue;
+      double f = A[r][a] / A[a][a];
+      for (int b = a; b <= ncol; b++) A[r][b] -= f * A[a][b];
+    }
+  for (int a = 0; a < 3; a++) c[a] = a < ncol ? A[a][ncol] / A[a][a] : 0;
 }
 
 static void attention(int R) {
@@ -136,35 +140,54 @@ static void attention(int R) {
                                         causal, work);
       tf[s][r] = t1 - t0, tb[s][r] = cpu_now() - t1;
     }
-  double y[2][NS], causal_x[NS][2], tile_x[NS][2];
+  double y[2][NS], causal_x[NS][3], tile_x[NS][3];
   for (int s = 0; s < NS; s++) {
     int B = shape[s][0], T = shape[s][1], Hq = shape[s][2], D = shape[s][4];
     y[0][s] = median(tf[s], R), y[1][s] = median(tb[s], R);
-    causal_x[s][0] = (double)B * Hq * T * (T + 1) / 2 * D, causal_x[s][1] = 0;
+    causal_x[s][0] = (double)B * Hq * T * (T + 1) / 2 * D, causal_x[s][1] = causal_x[s][2] = 0;
     tile_x[s][0] = (double)B * Hq * loom_hw_causal_tile_pairs(&grid, T) * D;
     tile_x[s][1] = (double)B * Hq * T * D;
+    tile_x[s][2] = (double)B * Hq * T; /* query rows, whatever head_dim */
   }
+  /* and the profile loom bench's attention section writes (its own six shapes, fitted there),
+   * taken after the rounds above: how the simulator prices these shapes */
+  loom_hw_profile lb;
+  loom_bench_profile_defaults(&lb);
+  loom_bench_ctx ctx = {1, NULL, 0, 1, NULL};
+  loom_bench_attention(&lb, &ctx);
   printf("\nflash attention (tiles of %d), one thread, medians of %d rounds; error of each model "
-         "fitted to all eight shapes\n", tile, R);
+         "fitted to all eight shapes, and of loom bench's profile (fitted to its own six)\n",
+         tile, R);
   printf("| B | T | heads (kv) | head_dim | forward ms | backward ms | causal pairs: fwd, bwd error "
-         "| tile pairs + rows: fwd, bwd error |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  double cc[2][2], ct[2][2], worst[2][2] = {{0, 0}, {0, 0}};
-  for (int d = 0; d < 2; d++) fit((const double(*)[2])causal_x, y[d], NS, 1, cc[d]);
-  for (int d = 0; d < 2; d++) fit((const double(*)[2])tile_x, y[d], NS, 2, ct[d]);
-  for (int s = 0; s < NS; s++) {
-    double e[2][2];
-    for (int d = 0; d < 2; d++) {
-      e[0][d] = cc[d][0] * causal_x[s][0] / y[d][s] - 1;
-      e[1][d] = (ct[d][0] * tile_x[s][0] + ct[d][1] * tile_x[s][1]) / y[d][s] - 1;
-      for (int m = 0; m < 2; m++) worst[m][d] = fmax(worst[m][d], fabs(e[m][d]));
-    }
-    printf("| %d | %d | %d (%d) | %d | %.3f | %.3f | %+.1f%%, %+.1f%% | %+.1f%%, %+.1f%% |\n",
-           shape[s][0], shape[s][1], shape[s][2], shape[s][3], shape[s][4], y[0][s] * 1e3,
-           y[1][s] * 1e3, 100 * e[0][0], 100 * e[0][1], 100 * e[1][0], 100 * e[1][1]);
+         "| tile pairs + rows: fwd, bwd | + a time per row: fwd, bwd | loom bench's profile: fwd, "
+         "bwd |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  enum { M = 4 };
+  double c[M][2][3], worst[M][2] = {{0}};
+  for (int d = 0; d < 2; d++) {
+    fit((const double(*)[3])causal_x, y[d], NS, 1, c[0][d]);
+    fit((const double(*)[3])tile_x, y[d], NS, 2, c[1][d]);
+    fit((const double(*)[3])tile_x, y[d], NS, 3, c[2][d]);
   }
-  printf("worst error: causal pairs %.1f%% / %.1f%%, tile pairs + rows %.1f%% / %.1f%% "
-         "(forward / backward)\n", 100 * worst[0][0], 100 * worst[0][1], 100 * worst[1][0],
-         100 * worst[1][1]);
+  for (int s = 0; s < NS; s++) {
+    double e[M][2];
+    for (int d = 0; d < 2; d++) {
+      e[0][d] = c[0][d][0] * causal_x[s][0] / y[d][s] - 1;
+      for (int m = 1; m < 3; m++)
+        e[m][d] = (c[m][d][0] * tile_x[s][0] + c[m][d][1] * tile_x[s][1] +
+                   c[m][d][2] * tile_x[s][2]) / y[d][s] - 1;
+      double pairs = tile_x[s][0] / shape[s][4], rows = tile_x[s][2];
+      e[3][d] = loom_hw_loom_attn_time(&lb, d, pairs, rows, shape[s][4]) / y[d][s] - 1;
+      for (int m = 0; m < M; m++) worst[m][d] = fmax(worst[m][d], fabs(e[m][d]));
+    }
+    printf("| %d | %d | %d (%d) | %d | %.3f | %.3f |", shape[s][0], shape[s][1], shape[s][2],
+           shape[s][3], shape[s][4], y[0][s] * 1e3, y[1][s] * 1e3);
+    for (int m = 0; m < M; m++) printf(" %+.1f%%, %+.1f%% |", 100 * e[m][0], 100 * e[m][1]);
+    printf("\n");
+  }
+  printf("worst error (forward / backward): causal pairs %.1f%% / %.1f%%, tile pairs + rows %.1f%% "
+         "/ %.1f%%, + a time per row %.1f%% / %.1f%%, loom bench's profile %.1f%% / %.1f%%\n",
+         100 * worst[0][0], 100 * worst[0][1], 100 * worst[1][0], 100 * worst[1][1],
+         100 * worst[2][0], 100 * worst[2][1], 100 * worst[3][0], 100 * worst[3][1]);
   loom_free(buf);
 }
 

@@ -160,6 +160,11 @@ typedef struct {
    * call processes costs head_dim / attn_row_rate besides (loading and transposing its q, the
    * per-tile rescales, the final normalisation and store; 0 = no such term) */
   double attn_row_rate_fwd, attn_row_rate_bwd;
+  /* loom kernel: seconds per query row a call processes whatever head_dim (the online
+   * softmax's running max and sum and their rescales per key tile: a 64-key tile's 64 exps
+   * and compares cost the same at head_dim 16 as at 128; 0 = none, the time all in head_dim):
+   * without it the fwd at head_dim 32 was priced 34% short on the AMX Xeon */
+  double attn_row_s_fwd, attn_row_s_bwd;
   /* tile quantisation (0 = not modelled): a GEMM computes whole output tiles of
    * gemm_tile[0] x gemm_tile[1]; flash attention processes each (varlen) segment in tiles of
    * attn_tile[0] queries x attn_tile[1] keys and pads the head dimension to a multiple of
@@ -238,8 +243,9 @@ double loom_hw_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_
 double loom_hw_grouped_gemm_time(const loom_hw_profile *hw, loom_hw_dtype dt, loom_gemm_role role,
                                  double groups, double rows, double n, double k);
 /* loom's flash attention kernel (device.attention: loom): `pairs` (query, key) pairs computed
- * and `rows` query rows processed, at head dimension D, per (batch, head) summed; the row term
- * only where the profile measured it (attn_row_rate). */
+ * and `rows` query rows processed, at head dimension D, per (batch, head) summed: pairs x D /
+ * attn_rate + rows x (D / attn_row_rate + attn_row_s), the row terms only where the profile
+ * measured them. */
 double loom_hw_loom_attn_time(const loom_hw_profile *hw, bool backward, double pairs, double rows,
                               double D);
 /* The (query, key) pairs loom's kernel computes for one causal sequence of T tokens: whole

@@ -220,58 +220,114 @@ static void attn(void *p) {
 
 /* The kernel's time is a rate over the (query, key) pairs of its tile grid (a causal diagonal
  * tile computed whole) plus one over the query rows each call processes (loading and
- * transposing q, the per-tile rescales, normalising and storing the output): fitted to two
- * shapes far apart in keys per row (96 and 544 computed), timed in turns. One rate over the
- * causal pairs at T=256 priced 128-token heads 17-30% short and 2048-token ones 40-50% long on
- * a Zen 3; the two terms hold T = 128..2048, head_dim 32..128, GQA and MHA within 14%
- * (bench/kernel_models.sh, docs/SIMULATOR.md "GEMMs and attention as a step meets them"). */
-enum { ATT_SHAPES = 2 };
-static const int att_shape[ATT_SHAPES][2] = {{4, 128}, {1, 1024}}; /* (B, T) of 4 heads of 64 */
+ * transposing q, normalising and storing the output), both in units of head_dim, and a time
+ * per query row whatever head_dim (the online softmax's running max and sum and their rescales
+ * per key tile): t = D (pairs x + rows y) + rows w, fitted by relative least squares to six
+ * shapes, 128 and 1024 keys per row at head_dim 32, 64 and 128, timed in turns. One rate over the causal
+ * pairs at T=256 priced 128-token heads 17-30% short and 2048-token ones 40-50% long on a Zen
+ * 3; without w, at 64 dims, the AMX Xeon's forward at head_dim 32 came out 34% short and 128
+ * 34% long (24 shapes, T 128..2048, head_dim 16..128: worst 27% with w, rms 9%, and 72%, rms
+ * 27%, without; docs/SIMULATOR.md "GEMMs and attention as a step meets them"). */
+enum { ATT_SHAPES = 6, ATT_H = 4 };
+static const int att_shape[ATT_SHAPES][3] = {/* B, T, D */
+                                             {4, 128, 64}, {1, 1024, 64}, {4, 128, 32},
+                                             {1, 1024, 32}, {4, 128, 128}, {1, 1024, 128}};
+
+/* Relative least squares of t_s = sum_j X[s][cols[j]] c[cols[j]] over the shapes (each
+ * equation divided by t_s: every shape's error counts alike), for the m columns cols of the
+ * three (the others 0); the sum of squared relative errors, or -1 when the normal equations
+ * are singular or a coefficient comes out not positive. */
+static double fit_rel(const double X[ATT_SHAPES][3], const double *t, const int *cols, int m,
+                      double c[3]) {
+  double A[3][4] = {{0}};
+  for (int s = 0; s < ATT_SHAPES; s++)
+    for (int i = 0; i < m; i++) {
+      for (int j = 0; j < m; j++) A[i][j] += X[s][cols[i]] * X[s][cols[j]] / (t[s] * t[s]);
+      A[i][m] += X[s][cols[i]] / t[s];
+    }
+  for (int i = 0; i < m; i++) { /* Gauss-Jordan with partial pivoting, m <= 3 */
+    int piv = i;
+    for (int r = i + 1; r < m; r++)
+      if (fabs(A[r][i]) > fabs(A[piv][i])) piv = r;
+    if (!(fabs(A[piv][i]) > 0)) return -1;
+    for (int j = 0; j <= m; j++) {
+      double tmp = A[i][j];
+      A[i][j] = A[piv][j], A[piv][j] = tmp;
+    }
+    for (int r = 0; r < m; r++) {
+      if (r == i) continue;
+      double f = A[r][i] / A[i][i];
+      for (int j = i; j <= m; j++) A[r][j] -= f * A[i][j];
+    }
+  }
+  c[0] = c[1] = c[2] = 0;
+  for (int i = 0; i < m; i++)
+    if (!((c[cols[i]] = A[i][m] / A[i][i]) > 0)) return -1;
+  double sse = 0;
+  for (int s = 0; s < ATT_SHAPES; s++) {
+    double e = (X[s][0] * c[0] + X[s][1] * c[1] + X[s][2] * c[2]) / t[s] - 1;
+    sse += e * e;
+  }
+  return sse;
+}
 
 int loom_bench_attention(loom_hw_profile *hw, const loom_bench_ctx *b) {
-  enum { H = 4, D = 64 };
+  const int H = ATT_H;
   size_t n = 0, rows = 0;
   for (int s = 0; s < ATT_SHAPES; s++) {
-    size_t ns = (size_t)att_shape[s][0] * att_shape[s][1] * H * D;
+    size_t ns = (size_t)att_shape[s][0] * att_shape[s][1] * H * att_shape[s][2];
+    size_t rs = (size_t)att_shape[s][0] * att_shape[s][1] * H;
     n = ns > n ? ns : n;
-    rows = ns / D > rows ? ns / D : rows;
+    rows = rs > rows ? rs : rows;
   }
   float *buf = loom_alloc((8 * n + 2 * rows) * sizeof(float));
-  ajob a = {0, 0, H, D, buf, buf + n, buf + 2 * n, buf + 3 * n, buf + 8 * n, buf + 4 * n,
+  ajob a = {0, 0, H, 0, buf, buf + n, buf + 2 * n, buf + 3 * n, buf + 8 * n, buf + 4 * n,
             buf + 5 * n, buf + 6 * n, buf + 7 * n, buf + 8 * n + rows, false, false};
   fill(buf, 8 * n, 0.3f);
   hw->attn_tile[0] = hw->attn_tile[1] = loom_flash_attention_tile();
-  double t[2][ATT_SHAPES], pairs[ATT_SHAPES], qrows[ATT_SHAPES];
+  double t[2][ATT_SHAPES], X[ATT_SHAPES][3];
   for (int s = 0; s < ATT_SHAPES; s++) {
-    a.B = att_shape[s][0], a.T = att_shape[s][1];
-    pairs[s] = (double)a.B * H * loom_hw_causal_tile_pairs(hw, a.T);
-    qrows[s] = (double)a.B * H * a.T;
+    double B = att_shape[s][0], T = att_shape[s][1], D = att_shape[s][2];
+    X[s][0] = D * B * H * loom_hw_causal_tile_pairs(hw, T); /* pair-dims */
+    X[s][1] = D * B * H * T;                                   /* row-dims */
+    X[s][2] = B * H * T;                                       /* rows */
     t[0][s] = t[1][s] = 1e300;
   }
   for (int trial = 0; trial < 5; trial++) /* in turns, the best of 5: the machine's speed drifts */
     for (int dir = 0; dir < 2; dir++)
       for (int s = 0; s < ATT_SHAPES; s++) {
-        a.B = att_shape[s][0], a.T = att_shape[s][1], a.backward = dir;
+        a.B = att_shape[s][0], a.T = att_shape[s][1], a.D = att_shape[s][2], a.backward = dir;
         double ts = loom_bench_time(attn, &a, 0.02 * b->scale);
         if (ts < t[dir][s]) t[dir][s] = ts;
       }
   hw->attention = LOOM_ATTN_LOOM;
   for (int dir = 0; dir < 2; dir++) {
-    /* t_s = D (pairs_s x + rows_s y): x seconds per pair-dim, y per row-dim */
-    double det = pairs[0] * qrows[1] - pairs[1] * qrows[0];
-    double x = (t[dir][0] * qrows[1] - t[dir][1] * qrows[0]) / (D * det);
-    double y = (t[dir][0] - D * pairs[0] * x) / (D * qrows[0]);
-    if (!(x > 0 && y > 0)) /* timing noise: the pairs alone, from the larger shape */
-      x = t[dir][1] / (D * pairs[1]), y = 0;
-    *(dir ? &hw->attn_rate_bwd : &hw->attn_rate_fwd) = 1 / x;
-    *(dir ? &hw->attn_row_rate_bwd : &hw->attn_row_rate_fwd) = y > 0 ? 1 / y : 0;
+    /* all three terms; where timing noise leaves one not positive, the better of the two
+     * pairs with the pair-dims (pair- and row-dims; pair-dims and rows); then the pair-dims
+     * alone */
+    static const int all[3] = {0, 1, 2}, dims[2] = {0, 1}, rows_only[2] = {0, 2}, pairs[1] = {0};
+    double c[3], c2[3];
+    if (fit_rel(X, t[dir], all, 3, c) < 0) {
+      double e1 = fit_rel(X, t[dir], dims, 2, c), e2 = fit_rel(X, t[dir], rows_only, 2, c2);
+      if (e2 >= 0 && (e1 < 0 || e2 < e1)) memcpy(c, c2, sizeof c);
+      else if (e1 < 0) fit_rel(X, t[dir], pairs, 1, c);
+    }
+    *(dir ? &hw->attn_rate_bwd : &hw->attn_rate_fwd) = 1 / c[0];
+    *(dir ? &hw->attn_row_rate_bwd : &hw->attn_row_rate_fwd) = c[1] > 0 ? 1 / c[1] : 0;
+    *(dir ? &hw->attn_row_s_bwd : &hw->attn_row_s_fwd) = c[2];
   }
-  if (b->log)
-    fprintf(b->log, "flash attention (4 heads of 64, causal, tiles of %g): B=4 T=128 forward %.2f "
-            "ms, backward %.2f ms; B=1 T=1024 forward %.2f ms, backward %.2f ms; per tile pair x "
-            "dim %.2f / %.2f G/s, per query row x dim %.2f / %.2f G/s\n", hw->attn_tile[0],
-            t[0][0] * 1e3, t[1][0] * 1e3, t[0][1] * 1e3, t[1][1] * 1e3, hw->attn_rate_fwd / 1e9,
-            hw->attn_rate_bwd / 1e9, hw->attn_row_rate_fwd / 1e9, hw->attn_row_rate_bwd / 1e9);
+  if (b->log) {
+    fprintf(b->log, "flash attention (%d heads, causal, tiles of %g), forward / backward ms:", H,
+            hw->attn_tile[0]);
+    for (int s = 0; s < ATT_SHAPES; s++)
+      fprintf(b->log, "%s B=%d T=%d D=%d %.2f / %.2f", s ? "," : "", att_shape[s][0],
+              att_shape[s][1], att_shape[s][2], t[0][s] * 1e3, t[1][s] * 1e3);
+    fprintf(b->log, "; per tile pair x dim %.2f / %.2f G/s, per query row x dim %.2f / %.2f G/s, "
+            "per query row %.1f / %.1f ns\n", hw->attn_rate_fwd / 1e9, hw->attn_rate_bwd / 1e9,
+            hw->attn_row_rate_fwd / 1e9, hw->attn_row_rate_bwd / 1e9, hw->attn_row_s_fwd * 1e9,
+            hw->attn_row_s_bwd * 1e9);
+  }
+  a.B = 1, a.T = 1024, a.D = 64; /* the bf16 kernels at the second shape */
   /* the bf16 kernels (training.dtype=bf16): logged; the profile keeps the fp32 rates */
   a.bf16 = true, a.backward = false;
   double tf16 = loom_bench_time(attn, &a, 0.05 * b->scale);

@@ -170,7 +170,8 @@ static int read_instruction_peak(loom_hw_profile *hw, const loom_yaml_node *p) {
 }
 
 /* device.KEY: {fwd: G, bwd: G} in units of 1e9 per second */
-static int read_fwd_bwd(const loom_yaml_node *d, const char *key, double *fwd, double *bwd) {
+static int read_fwd_bwd_scaled(const loom_yaml_node *d, const char *key, double scale,
+                               double *fwd, double *bwd) {
   static const char *const fb[] = {"fwd", "bwd", NULL};
   const loom_yaml_node *n = loom_yaml_get(d, key);
   if (!n) return 0;
@@ -183,9 +184,14 @@ static int read_fwd_bwd(const loom_yaml_node *d, const char *key, double *fwd, d
     double v;
     snprintf(where, sizeof where, "device.%s.%s", key, fb[i]);
     if (x && loom_yaml_number(x, where, &v)) return -1;
-    if (x) *out[i] = v * 1e9;
+    if (x) *out[i] = v * scale;
   }
   return 0;
+}
+
+/* {fwd, bwd} in G units per second */
+static int read_fwd_bwd(const loom_yaml_node *d, const char *key, double *fwd, double *bwd) {
+  return read_fwd_bwd_scaled(d, key, 1e9, fwd, bwd);
 }
 
 static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
@@ -194,6 +200,7 @@ static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
       "peak_tflops", "vector_tflops", "gemm_efficiency", "gemm_size_efficiency", "gemm_grid",
       "gemm_overhead_us", "kernel_overhead_us", "vector_melem_per_s", "attention",
       "attention_efficiency", "attention_gunits_per_s", "attention_row_gunits_per_s",
+      "attention_row_ns",
       "gemm_tile", "attention_tile",
       "attention_head_dim_step", "memory_fragmentation", "gemm_efficiency_fp8",
       "grouped_gemm_efficiency", "instruction_peak", NULL};
@@ -272,7 +279,8 @@ static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
   }
   if (read_fwd_bwd(d, "attention_gunits_per_s", &hw->attn_rate_fwd, &hw->attn_rate_bwd) ||
       read_fwd_bwd(d, "attention_row_gunits_per_s", &hw->attn_row_rate_fwd,
-                   &hw->attn_row_rate_bwd))
+                   &hw->attn_row_rate_bwd) ||
+      read_fwd_bwd_scaled(d, "attention_row_ns", 1e-9, &hw->attn_row_s_fwd, &hw->attn_row_s_bwd))
     return -1;
   return 0;
 }
@@ -526,6 +534,8 @@ static int check_numbers(const loom_hw_profile *hw) {
               {"device.attention_gunits_per_s.bwd", hw->attn_rate_bwd},
               {"device.attention_row_gunits_per_s.fwd", hw->attn_row_rate_fwd},
               {"device.attention_row_gunits_per_s.bwd", hw->attn_row_rate_bwd},
+              {"device.attention_row_ns.fwd", hw->attn_row_s_fwd},
+              {"device.attention_row_ns.bwd", hw->attn_row_s_bwd},
               {"device.attention_head_dim_step", hw->attn_hdim_step},
               {"device.memory_fragmentation", hw->mem_fragmentation},
               {"device.gemm_tile", hw->gemm_tile[0] + hw->gemm_tile[1]},

@@ -129,7 +129,8 @@ double loom_hw_loom_attn_time(const loom_hw_profile *hw, bool backward, double p
                               double D) {
   double rate = backward ? hw->attn_rate_bwd : hw->attn_rate_fwd;
   double row_rate = backward ? hw->attn_row_rate_bwd : hw->attn_row_rate_fwd;
-  return pairs * D / rate + (row_rate > 0 ? rows * D / row_rate : 0);
+  double row_s = backward ? hw->attn_row_s_bwd : hw->attn_row_s_fwd;
+  return pairs * D / rate + (row_rate > 0 ? rows * D / row_rate : 0) + rows * row_s;
 }
 
 double loom_hw_causal_tile_pairs(const loom_hw_profile *hw, double T) {

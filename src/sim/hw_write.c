@@ -157,6 +157,9 @@ static void put_device(buf *b, const loom_hw_profile *hw) {
   if (hw->attn_row_rate_fwd > 0 || hw->attn_row_rate_bwd > 0)
     put(b, "  attention_row_gunits_per_s: {fwd: %s, bwd: %s}   # query rows x head_dim\n",
         num(hw->attn_row_rate_fwd, 1e9), num(hw->attn_row_rate_bwd, 1e9));
+  if (hw->attn_row_s_fwd > 0 || hw->attn_row_s_bwd > 0)
+    put(b, "  attention_row_ns: {fwd: %s, bwd: %s}   # per query row, whatever head_dim\n",
+        num(hw->attn_row_s_fwd, 1e-9), num(hw->attn_row_s_bwd, 1e-9));
   if (hw->gemm_tile[0] > 0)
     put(b, "  gemm_tile: [%s, %s]\n", num(hw->gemm_tile[0], 1), num(hw->gemm_tile[1], 1));
   if (hw->attn_tile[0] > 0)

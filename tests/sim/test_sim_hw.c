@@ -269,6 +269,10 @@ static void test_fuzz_limits(void) {
   bad(text, "device.attention_row_gunits_per_s.fwd must be a finite number >= 0", "-2");
   snprintf(text, sizeof text, "%s  attention_row_gunits_per_s: {fwd: 1, back: 1}\n", dev);
   bad(text, "device.attention_row_gunits_per_s", "back");
+  snprintf(text, sizeof text, "%s  attention_row_ns: {bwd: -3}\n", dev);
+  bad(text, "device.attention_row_ns.bwd must be a finite number >= 0", "-3");
+  snprintf(text, sizeof text, "%s  attention_row_ns: {fwd: 1, forward: 1}\n", dev);
+  bad(text, "device.attention_row_ns", "forward");
 
   loom_mkdir_p("sim-hw.tmp/dir.yaml"); /* malloc(INT64_MAX) abort before */
   loom_hw_profile d;
@@ -357,12 +361,22 @@ static void test_loom_attention(void) {
   hw.attn_row_rate_fwd = 0.25e9, hw.attn_row_rate_bwd = 0.125e9;
   CHECK_CLOSE(loom_hw_loom_attn_time(&hw, true, 12288, 128, 48),
               12288 * 48 / 5e9 + 128 * 48 / 0.125e9, 1e-12, "backward: pairs and rows");
-  /* the profile keeps the row rates both ways */
+  /* a time per query row whatever head_dim: the same at 16 dims as at 128 */
+  hw.attn_row_s_fwd = 250e-9, hw.attn_row_s_bwd = 31.25e-9;
+  CHECK_CLOSE(loom_hw_loom_attn_time(&hw, true, 12288, 128, 48),
+              12288 * 48 / 5e9 + 128 * 48 / 0.125e9 + 128 * 31.25e-9, 1e-12,
+              "backward: pairs, rows and the per-row time");
+  CHECK_CLOSE(loom_hw_loom_attn_time(&hw, false, 12288, 128, 128) -
+                  loom_hw_loom_attn_time(&hw, false, 12288, 128, 16),
+              112 * (12288 / 10e9 + 128 / 0.25e9), 1e-12, "the per-row time does not scale with D");
+  /* the profile keeps the row rates and times both ways */
   char *text = loom_hw_to_yaml(&hw, NULL);
   loom_hw_profile b;
   CHECK(loom_hw_parse(&b, text, "rows.yaml") == 0 && b.attn_row_rate_fwd == 0.25e9 &&
-            b.attn_row_rate_bwd == 0.125e9 && b.attn_tile[0] == 64,
-        "row rates round trip: %s\n%s", loom_errmsg(), text);
+            b.attn_row_rate_bwd == 0.125e9 && b.attn_tile[0] == 64 &&
+            fabs(b.attn_row_s_fwd / 250e-9 - 1) < 1e-15 &&
+            fabs(b.attn_row_s_bwd / 31.25e-9 - 1) < 1e-15,
+        "row rates and times round trip: %s\n%s", loom_errmsg(), text);
   free(text);
 }
 
