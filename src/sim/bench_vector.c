@@ -310,7 +310,8 @@ int loom_bench_attention(loom_hw_profile *hw, const loom_bench_ctx *b) {
     if (fit_rel(X, t[dir], all, 3, c) < 0) {
       double e1 = fit_rel(X, t[dir], dims, 2, c), e2 = fit_rel(X, t[dir], rows_only, 2, c2);
       if (e2 >= 0 && (e1 < 0 || e2 < e1)) memcpy(c, c2, sizeof c);
-      else if (e1 < 0) fit_rel(X, t[dir], pairs, 1, c);
+      else if (e1 < 0 && fit_rel(X, t[dir], pairs, 1, c) < 0)
+        c[0] = t[dir][1] / X[1][0], c[1] = c[2] = 0; /* the larger 64-dim shape alone */
     }
     *(dir ? &hw->attn_rate_bwd : &hw->attn_rate_fwd) = 1 / c[0];
     *(dir ? &hw->attn_row_rate_bwd : &hw->attn_row_rate_fwd) = c[1] > 0 ? 1 / c[1] : 0;

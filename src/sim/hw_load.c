@@ -169,7 +169,7 @@ static int read_instruction_peak(loom_hw_profile *hw, const loom_yaml_node *p) {
   return 0;
 }
 
-/* device.KEY: {fwd: G, bwd: G} in units of 1e9 per second */
+/* device.KEY: {fwd: v, bwd: v}, each v times scale (1e9: G units per second; 1e-9: ns) */
 static int read_fwd_bwd_scaled(const loom_yaml_node *d, const char *key, double scale,
                                double *fwd, double *bwd) {
   static const char *const fb[] = {"fwd", "bwd", NULL};
