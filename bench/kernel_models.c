@@ -94,24 +94,6 @@ static void gemms(int R) {
   loom_free(hot);
 }
 
-/* relative least squares: coefficients c minimising sum_i (sum_j c_j X_ij / y_i - 1)^2 over
- * ncol <= 3 columns (Gauss-Jordan on the normal equations) */
-static void fit(const double X[][3], const double *y, int n, int ncol, double *c) {
-  double A[3][4] = {{0}};
-  for (int i = 0; i < n; i++)
-    for (int a = 0; a < ncol; a++) {
-      for (int b = 0; b < ncol; b++) A[a][b] += X[i][a] * X[i][b] / (y[i] * y[i]);
-      A[a][ncol] += X[i][a] / y[i];
-    }
-  for (int a = 0; a < ncol; a++)
-    for (int r = 0; r < ncol; r++) {
-      if (r == a) continue;
-      double f = A[r][a] / A[a][a];
-      for (int b = a; b <= ncol; b++) A[r][b] -= f * A[a][b];
-    }
-  for (int a = 0; a < 3; a++) c[a] = a < ncol ? A[a][ncol] / A[a][a] : 0;
-}
-
 static void attention(int R) {
   static const int shape[][5] = {/* B, T, Hq, Hkv, D */
                                  {2, 256, 4, 4, 64},  {4, 128, 4, 2, 48}, {4, 128, 4, 4, 64},
@@ -163,10 +145,12 @@ static void attention(int R) {
          "bwd |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   enum { M = 4 };
   double c[M][2][3], worst[M][2] = {{0}};
+  static const int cols[3] = {0, 1, 2}; /* the first 1, 2 or 3 terms; shown even if one is not
+                                           positive (the fit's errors are the point here) */
   for (int d = 0; d < 2; d++) {
-    fit((const double(*)[3])causal_x, y[d], NS, 1, c[0][d]);
-    fit((const double(*)[3])tile_x, y[d], NS, 2, c[1][d]);
-    fit((const double(*)[3])tile_x, y[d], NS, 3, c[2][d]);
+    loom_bench_fit_rel((const double(*)[3])causal_x, y[d], NS, cols, 1, c[0][d]);
+    loom_bench_fit_rel((const double(*)[3])tile_x, y[d], NS, cols, 2, c[1][d]);
+    loom_bench_fit_rel((const double(*)[3])tile_x, y[d], NS, cols, 3, c[2][d]);
   }
   for (int s = 0; s < NS; s++) {
     double e[M][2];

@@ -88,4 +88,11 @@ double loom_bench_time(void (*fn)(void *), void *arg, double min_s);
  * Returns the passes run. */
 int loom_bench_passes(double (*time_one)(void *ctx, int i), void *ctx, int n, int max_passes,
                       double *best);
+/* Relative least squares of a model t_i = sum_j X[i][cols[j]] c[cols[j]] over n observations
+ * (each equation divided by t_i: every observation's error counts alike), for the m <= 3
+ * columns cols of X; the other coefficients of c are 0. Returns the sum of squared relative
+ * errors, or -1 when the normal equations are singular (c all 0) or a coefficient comes out
+ * not positive (c as solved). */
+double loom_bench_fit_rel(const double (*X)[3], const double *t, int n, const int *cols, int m,
+                          double c[3]);
 #endif

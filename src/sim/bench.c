@@ -107,6 +107,41 @@ int loom_bench_passes(double (*time_one)(void *ctx, int i), void *ctx, int n, in
   return pass;
 }
 
+double loom_bench_fit_rel(const double (*X)[3], const double *t, int n, const int *cols, int m,
+                          double c[3]) {
+  double A[3][4] = {{0}};
+  c[0] = c[1] = c[2] = 0;
+  for (int s = 0; s < n; s++)
+    for (int i = 0; i < m; i++) {
+      for (int j = 0; j < m; j++) A[i][j] += X[s][cols[i]] * X[s][cols[j]] / (t[s] * t[s]);
+      A[i][m] += X[s][cols[i]] / t[s];
+    }
+  for (int i = 0; i < m; i++) { /* Gauss-Jordan with partial pivoting */
+    int piv = i;
+    for (int r = i + 1; r < m; r++)
+      if (fabs(A[r][i]) > fabs(A[piv][i])) piv = r;
+    if (!(fabs(A[piv][i]) > 0)) return -1;
+    for (int j = 0; j <= m; j++) {
+      double tmp = A[i][j];
+      A[i][j] = A[piv][j], A[piv][j] = tmp;
+    }
+    for (int r = 0; r < m; r++) {
+      if (r == i) continue;
+      double f = A[r][i] / A[i][i];
+      for (int j = i; j <= m; j++) A[r][j] -= f * A[i][j];
+    }
+  }
+  bool positive = true;
+  for (int i = 0; i < m; i++) positive &= (c[cols[i]] = A[i][m] / A[i][i]) > 0;
+  if (!positive) return -1;
+  double sse = 0;
+  for (int s = 0; s < n; s++) {
+    double e = (X[s][0] * c[0] + X[s][1] * c[1] + X[s][2] * c[2]) / t[s] - 1;
+    sse += e * e;
+  }
+  return sse;
+}
+
 /* a busy tenth of a second first: the core leaves its idle clock before anything is timed */
 static void warm_up(void) {
   volatile double x = 1;

@@ -71,12 +71,21 @@ typedef struct {
   double min_s;
 } grid;
 
-/* point p of the grid: role p / (NM NN NK), then m, n, k (k fastest) */
+/* point p of the grid: role p / (NM NN NK), then m, n, k (k fastest); *i its index in the
+ * role's table */
+static job point_job(int p, int *i) {
+  int r = p / (NM * NN * NK);
+  *i = p % (NM * NN * NK);
+  job j = {.role = r, .m = (int)axis_m[*i / (NN * NK)], .n = (int)axis_n[*i / NK % NN],
+           .k = (int)axis_k[*i % NK]};
+  return j;
+}
+
 static double time_point(void *ctx, int p) {
   grid *g = ctx;
-  int r = p / (NM * NN * NK), i = p % (NM * NN * NK);
-  job j = {r, (int)axis_m[i / (NN * NK)], (int)axis_n[i / NK % NN], (int)axis_k[i % NK],
-           g->A, g->B, g->C, g->pool, 0};
+  int i;
+  job j = point_job(p, &i);
+  j.a = g->A, j.b = g->B, j.c = g->C, j.pool = g->pool;
   return loom_bench_time(run, &j, g->min_s);
 }
 
@@ -107,10 +116,10 @@ int loom_bench_gemm(loom_hw_profile *hw, const loom_bench_ctx *b) {
   grid g = {A, B, C, pool, min_s};
   int passes = loom_bench_passes(time_point, &g, POINTS, 5, t);
   for (int p = 0; p < POINTS; p++) {
-    int r = p / (NM * NN * NK), i = p % (NM * NN * NK);
-    int im = i / (NN * NK), in = i / NK % NN, ik = i % NK;
-    rate[r][i] = 2.0 * axis_m[im] * axis_n[in] * axis_k[ik] / t[p];
-    if (rate[r][i] > best) best = rate[r][i];
+    int i;
+    job j = point_job(p, &i);
+    rate[j.role][i] = 2.0 * j.m * j.n * j.k / t[p];
+    if (rate[j.role][i] > best) best = rate[j.role][i];
   }
   /* the bf16 path at the shape of the best fp32 rate's neighbourhood: native bf16 operands,
    * or rounded inputs and the fp32 GEMM; the two in passes as the grid (each alone could be

@@ -233,44 +233,6 @@ static const int att_shape[ATT_SHAPES][3] = {/* B, T, D */
                                              {4, 128, 64}, {1, 1024, 64}, {4, 128, 32},
                                              {1, 1024, 32}, {4, 128, 128}, {1, 1024, 128}};
 
-/* Relative least squares of t_s = sum_j X[s][cols[j]] c[cols[j]] over the shapes (each
- * equation divided by t_s: every shape's error counts alike), for the m columns cols of the
- * three (the others 0); the sum of squared relative errors, or -1 when the normal equations
- * are singular or a coefficient comes out not positive. */
-static double fit_rel(const double X[ATT_SHAPES][3], const double *t, const int *cols, int m,
-                      double c[3]) {
-  double A[3][4] = {{0}};
-  for (int s = 0; s < ATT_SHAPES; s++)
-    for (int i = 0; i < m; i++) {
-      for (int j = 0; j < m; j++) A[i][j] += X[s][cols[i]] * X[s][cols[j]] / (t[s] * t[s]);
-      A[i][m] += X[s][cols[i]] / t[s];
-    }
-  for (int i = 0; i < m; i++) { /* Gauss-Jordan with partial pivoting, m <= 3 */
-    int piv = i;
-    for (int r = i + 1; r < m; r++)
-      if (fabs(A[r][i]) > fabs(A[piv][i])) piv = r;
-    if (!(fabs(A[piv][i]) > 0)) return -1;
-    for (int j = 0; j <= m; j++) {
-      double tmp = A[i][j];
-      A[i][j] = A[piv][j], A[piv][j] = tmp;
-    }
-    for (int r = 0; r < m; r++) {
-      if (r == i) continue;
-      double f = A[r][i] / A[i][i];
-      for (int j = i; j <= m; j++) A[r][j] -= f * A[i][j];
-    }
-  }
-  c[0] = c[1] = c[2] = 0;
-  for (int i = 0; i < m; i++)
-    if (!((c[cols[i]] = A[i][m] / A[i][i]) > 0)) return -1;
-  double sse = 0;
-  for (int s = 0; s < ATT_SHAPES; s++) {
-    double e = (X[s][0] * c[0] + X[s][1] * c[1] + X[s][2] * c[2]) / t[s] - 1;
-    sse += e * e;
-  }
-  return sse;
-}
-
 int loom_bench_attention(loom_hw_profile *hw, const loom_bench_ctx *b) {
   const int H = ATT_H;
   size_t n = 0, rows = 0;
@@ -307,10 +269,11 @@ int loom_bench_attention(loom_hw_profile *hw, const loom_bench_ctx *b) {
      * alone */
     static const int all[3] = {0, 1, 2}, dims[2] = {0, 1}, rows_only[2] = {0, 2}, pairs[1] = {0};
     double c[3], c2[3];
-    if (fit_rel(X, t[dir], all, 3, c) < 0) {
-      double e1 = fit_rel(X, t[dir], dims, 2, c), e2 = fit_rel(X, t[dir], rows_only, 2, c2);
+    if (loom_bench_fit_rel(X, t[dir], ATT_SHAPES, all, 3, c) < 0) {
+      double e1 = loom_bench_fit_rel(X, t[dir], ATT_SHAPES, dims, 2, c);
+      double e2 = loom_bench_fit_rel(X, t[dir], ATT_SHAPES, rows_only, 2, c2);
       if (e2 >= 0 && (e1 < 0 || e2 < e1)) memcpy(c, c2, sizeof c);
-      else if (e1 < 0 && fit_rel(X, t[dir], pairs, 1, c) < 0)
+      else if (e1 < 0 && loom_bench_fit_rel(X, t[dir], ATT_SHAPES, pairs, 1, c) < 0)
         c[0] = t[dir][1] / X[1][0], c[1] = c[2] = 0; /* the larger 64-dim shape alone */
     }
     *(dir ? &hw->attn_rate_bwd : &hw->attn_rate_fwd) = 1 / c[0];

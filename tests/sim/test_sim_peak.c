@@ -6,6 +6,7 @@
  * loom_kernels_amx() is 0; `loom bench --only peak` writes the keys into a profile; the
  * passes every bench section times its items in (scripted times). Nothing
  * here asserts a rate: the suite runs on busy machines. */
+#include <math.h>
 #include <unistd.h>
 
 #include "loom/kernels.h"
@@ -265,6 +266,28 @@ static void test_passes(void) {
   CHECK(passes == 2 && t.calls[0] == 2 && best[0] == 1.0, "one agreeing item: %d passes", passes);
 }
 
+/* loom_bench_fit_rel recovers exact coefficients, reports a term that comes out negative, and
+ * refuses singular equations */
+static void test_fit_rel(void) {
+  static const double X[4][3] = {{1, 2, 3}, {4, 1, 1}, {2, 5, 1}, {3, 3, 7}};
+  const double want[3] = {0.5, 2, 0.25};
+  double t[4], c[3];
+  for (int i = 0; i < 4; i++) t[i] = X[i][0] * want[0] + X[i][1] * want[1] + X[i][2] * want[2];
+  static const int all[3] = {0, 1, 2}, ends[2] = {0, 2};
+  double sse = loom_bench_fit_rel(X, t, 4, all, 3, c);
+  CHECK(sse >= 0 && sse < 1e-24 && fabs(c[0] / 0.5 - 1) < 1e-12 && fabs(c[1] / 2 - 1) < 1e-12 &&
+            fabs(c[2] / 0.25 - 1) < 1e-12,
+        "exact data: sse %g, c %g %g %g", sse, c[0], c[1], c[2]);
+  sse = loom_bench_fit_rel(X, t, 4, ends, 2, c); /* two of the three terms: c[1] stays 0 */
+  CHECK(sse > 0 && c[1] == 0 && c[0] > 0 && c[2] > 0, "columns 0 and 2: sse %g, c %g %g %g", sse,
+        c[0], c[1], c[2]);
+  double tn[4];
+  for (int i = 0; i < 4; i++) tn[i] = X[i][0] * 1 - X[i][1] * 0.1 + X[i][2] * 1; /* c[1] < 0 */
+  CHECK(loom_bench_fit_rel(X, tn, 4, all, 3, c) == -1 && c[1] < 0, "a negative term: c[1] %g", c[1]);
+  static const double same[2][3] = {{1, 1, 0}, {2, 2, 0}};
+  CHECK(loom_bench_fit_rel(same, t, 2, all, 3, c) == -1 && c[0] == 0, "singular equations");
+}
+
 int main(void) {
   test_mfu_instruction();
   test_mfu_library();
@@ -272,5 +295,6 @@ int main(void) {
   test_probes();
   test_bench_cli();
   test_passes();
+  test_fit_rel();
   return harness_finish("test_sim_peak");
 }
