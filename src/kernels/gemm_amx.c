@@ -8,7 +8,8 @@
  *     reads (16 rows of K-pairs x 16 columns x 2 bf16). Each k-step of 32 is 4 tile loads and
  *     4 tdpbf16ps.
  *  2. Blocking (GotoBLAS): C is cut into units of um rows x un columns (UNIT_M x UNIT_N; a
- *     weight gradient's units span N, unit_shape), in an order fixed by the shape alone. A unit
+ *     weight gradient's units span N, and units that read B packed whole are WIDE_N wide:
+ *     unit_shape), in an order fixed by the shape alone. A unit
  *     walks K in blocks of KB: it packs B's (KB x un) block (or reads it from B packed whole:
  *     a cached weight, or a B that several row units share) and then all of A's (32 x KB)
  *     panels of its rows into its thread's buffers (256 KiB each: L2;
@@ -16,7 +17,9 @@
  *     then runs the products: a tile load of lines that vector stores wrote a moment before
  *     waits for them, and packing each panel just before its products halved their rate.
  *     Packing pads M, N and K with zeros, so partial tiles and odd sizes need no other code
- *     path, and A is packed (transposed when ta) whatever its layout; the packs read 64 bytes
+ *     path, and A is packed (transposed when ta) whatever its layout (tile loads from A where
+ *     it lies, at its row stride, ran the forward shapes 0.65-0.87x as fast as from the packed
+ *     panel: Xeon with AMX, one thread, 2026-11-30); the packs read 64 bytes
  *     at a time (AVX-512): at AMX rates a pass at a cycle per element costs as much as the
  *     products.
  *  3. Every element of C is summed by one thread, k-steps in increasing order, each k-step by
@@ -46,6 +49,7 @@ enum {
   UNIT_N = 256,  /* columns per unit: B block 512 x 256 bf16 = 256 KiB */
   UNIT_M = 256,  /* rows per unit: A block 256 x 512 bf16 = 256 KiB */
   UNIT_N_MAX = 1024, /* a unit as wide as a transposed A's product (see unit_shape) */
+  WIDE_N = 512,  /* columns per unit where op(B) is packed whole (see unit_shape) */
   UNIT_C = UNIT_M * UNIT_N, /* C elements of a unit (its sums stay 256 KiB) */
   TILE_ELEMS = 512 /* bf16 in one 16 x 32 tile (1 KiB) */
 };
@@ -54,18 +58,25 @@ enum {
  * would cost as much as the products). A "pair" is a uint32 of two bf16 of consecutive k (k
  * even in the low half), the element of tdpbf16ps's B rows and, 16 to a row, of A's rows. */
 
-/* 16 pairs of rows k, k+1 of a k-major operand (row stride ld), columns c0..c0+15 (the first
- * `cols` valid, rows at or beyond `krows` zero): out[p][c] = pair (2p, 2p+1) of column c */
+/* 16 pairs of rows k, k+1 of a k-major operand (row stride ld), columns c0..c0+31 (the first
+ * `cols` valid, rows at or beyond `krows` zero): lo[p][c] = pair (2p, 2p+1) of column c,
+ * hi[p][c] of column 16 + c. Rows k and k+1 are read 32 columns at a time and interleaved by
+ * unpacklo/hi_epi16 (pairs of columns 0-3, 8-11, ... and 4-7, 12-15, ... in the 128-bit
+ * lanes), whose lanes one permute puts in column order: per 64 bytes of pairs a load and two
+ * shuffles, where widening 16 columns of each row (vpmovzxwd) took two loads and four
+ * (the weight gradient's packs were a quarter of its time, Xeon with AMX). */
 AVX512_FN static void pairs_kmajor(const uint16_t *X, int ld, int krows, int cols,
-                                __m512i out[16]) {
-  __mmask16 m = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+                                __m512i lo[16], __m512i hi[16]) {
+  __mmask32 m = cols >= 32 ? 0xffffffffu : cols <= 0 ? 0 : (__mmask32)((1u << cols) - 1);
+  const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0); /* lanes a0 b0 a1 b1 */
+  const __m512i second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4); /* a2 b2 a3 b3 */
   for (int p = 0; p < 16; p++) {
-    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-    if (2 * p < krows)
-      lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, X + (size_t)(2 * p) * ld));
-    if (2 * p + 1 < krows)
-      hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, X + (size_t)(2 * p + 1) * ld));
-    out[p] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+    __m512i r0 = _mm512_setzero_si512(), r1 = _mm512_setzero_si512();
+    if (2 * p < krows) r0 = _mm512_maskz_loadu_epi16(m, X + (size_t)(2 * p) * ld);
+    if (2 * p + 1 < krows) r1 = _mm512_maskz_loadu_epi16(m, X + (size_t)(2 * p + 1) * ld);
+    __m512i a = _mm512_unpacklo_epi16(r0, r1), b = _mm512_unpackhi_epi16(r0, r1);
+    lo[p] = _mm512_permutex2var_epi64(a, first, b);
+    hi[p] = _mm512_permutex2var_epi64(a, second, b);
   }
 }
 
@@ -85,7 +96,18 @@ AVX512_FN static void store_tile(uint16_t *t, const __m512i r[16]) {
  * beyond M and columns at or beyond kn are zero. ks = ceil(kn / 32). */
 AVX512_FN static void pack_a(const uint16_t *A, int lda, int ta, int M, int m0, int k0, int kn,
                           int ks, uint16_t *P) {
-  __m512i r[16];
+  __m512i r[16], r1[16];
+  if (ta) { /* A stored (K, M): pairs along k of both halves' rows m, then transposed */
+    for (int s = 0; s < ks; s++) {
+      int kc = kn - 32 * s < 32 ? kn - 32 * s : 32;
+      pairs_kmajor(A + (size_t)(k0 + 32 * s) * lda + m0, lda, kc, M - m0, r, r1);
+      amx_transpose16(r);
+      amx_transpose16(r1);
+      store_tile(P + (size_t)s * TILE_ELEMS, r);
+      store_tile(P + ((size_t)ks + s) * TILE_ELEMS, r1);
+    }
+    return;
+  }
   for (int h = 0; h < 2; h++) {
     int mh = m0 + 16 * h, rows = M - mh < 16 ? M - mh : 16;
     for (int s = 0; s < ks; s++) {
@@ -95,11 +117,7 @@ AVX512_FN static void pack_a(const uint16_t *A, int lda, int ta, int M, int m0, 
         memset(t, 0, TILE_ELEMS * 2);
         continue;
       }
-      if (!ta) pairs_rows(A + (size_t)mh * lda + k0 + 32 * s, lda, rows, kc, r);
-      else { /* A stored (K, M): pairs along k, then rows m */
-        pairs_kmajor(A + (size_t)(k0 + 32 * s) * lda + mh, lda, kc, rows, r);
-        amx_transpose16(r);
-      }
+      pairs_rows(A + (size_t)mh * lda + k0 + 32 * s, lda, rows, kc, r);
       store_tile(t, r);
     }
   }
@@ -109,8 +127,18 @@ AVX512_FN static void pack_a(const uint16_t *A, int lda, int ta, int M, int m0, 
  * [j][s][16 pairs][16 columns][2]; columns at or beyond nn and rows at or beyond kn zero. */
 AVX512_FN static void pack_b(const uint16_t *B, int ldb, int tb, int n0, int nn, int k0, int kn,
                           int ks, uint16_t *P) {
-  __m512i r[16];
+  __m512i r[16], r1[16];
   int nj = 2 * ((nn + 31) / 32); /* whole 32-column blocks: the kernel reads tiles in twos */
+  if (!tb) { /* B stored (K, N): pairs along k of 32 columns, tiles j and j + 1 at once */
+    for (int j = 0; j < nj; j += 2)
+      for (int s = 0; s < ks; s++) {
+        int kc = kn - 32 * s < 32 ? kn - 32 * s : 32;
+        pairs_kmajor(B + (size_t)(k0 + 32 * s) * ldb + n0 + 16 * j, ldb, kc, nn - 16 * j, r, r1);
+        store_tile(P + ((size_t)j * ks + s) * TILE_ELEMS, r);
+        store_tile(P + ((size_t)(j + 1) * ks + s) * TILE_ELEMS, r1);
+      }
+    return;
+  }
   for (int j = 0; j < nj; j++) {
     int cols = nn - 16 * j < 16 ? nn - 16 * j : 16;
     for (int s = 0; s < ks; s++) {
@@ -120,11 +148,9 @@ AVX512_FN static void pack_b(const uint16_t *B, int ldb, int tb, int n0, int nn,
         memset(t, 0, TILE_ELEMS * 2);
         continue;
       }
-      if (!tb) pairs_kmajor(B + (size_t)(k0 + 32 * s) * ldb + n0 + 16 * j, ldb, kc, cols, r);
-      else { /* B stored (N, K): rows n along k, then pairs p */
-        pairs_rows(B + (size_t)(n0 + 16 * j) * ldb + k0 + 32 * s, ldb, cols, kc, r);
-        amx_transpose16(r);
-      }
+      /* B stored (N, K): rows n along k, then pairs p */
+      pairs_rows(B + (size_t)(n0 + 16 * j) * ldb + k0 + 32 * s, ldb, cols, kc, r);
+      amx_transpose16(r);
       store_tile(t, r);
     }
   }
@@ -200,17 +226,27 @@ typedef struct {
   int um, un;         /* rows and columns per unit (unit_shape) */
 } gemm_args;
 
-/* UNIT_M x UNIT_N, except where A is packed transposed (ta: a weight gradient, A = dY stored
- * tokens x outputs) and N fits in UNIT_N_MAX: then a unit spans all of N, so each of A's
- * panels is transposed once instead of once per column unit (the LM head's weight gradient,
- * 50304 x 768 summed over 8192 tokens, transposed its 824 MB of dY three times), with as many
- * rows as keep the unit's sums at UNIT_C */
+/* UNIT_M x UNIT_N, except
+ *  - where A is packed transposed (ta: a weight gradient, A = dY stored tokens x outputs) and N
+ *    fits in UNIT_N_MAX: then a unit spans all of N, so each of A's panels is transposed once
+ *    instead of once per column unit (the LM head's weight gradient, 50304 x 768 summed over
+ *    8192 tokens, transposed its 824 MB of dY three times), with as many rows as keep the
+ *    unit's sums at UNIT_C;
+ *  - where op(B) is read packed whole (Bp: a cached weight, or a B that several row units
+ *    share), so no unit packs a B block: units of WIDE_N columns and UNIT_C / WIDE_N rows,
+ *    which pack each of A's panels half as often. At GPT-2's and Qwen2.5-0.5B's forward and
+ *    data-gradient shapes (one thread, Xeon with AMX) that took 12-15% of the time out of
+ *    pack_a and made the products 1.15-1.24x faster in three interleaved runs
+ *    (docs/PERFORMANCE.md, "bf16 on AMX"). */
 static void unit_shape(gemm_args *g) {
   g->um = UNIT_M, g->un = UNIT_N;
   if (g->ta && g->N > UNIT_N && g->N <= UNIT_N_MAX) {
     g->un = (g->N + 31) / 32 * 32;
     g->um = UNIT_C / g->un / 32 * 32;
     if (g->um < 32) g->um = 32;
+  } else if (!g->ta && g->Bp && g->N > UNIT_N) {
+    g->un = WIDE_N;
+    g->um = UNIT_C / WIDE_N;
   }
 }
 
@@ -291,6 +327,7 @@ void gemm_amx_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int l
     }
     pack_whole(B, ldb, tb, N, K, KS, whole);
     g.Bp = whole;
+    unit_shape(&g); /* B packed whole: maybe wider units */
   }
   run(&g);
 }
@@ -353,8 +390,8 @@ void gemm_amx_bf16_w(int ta, int tb, int M, int N, int K, const uint16_t *A, int
   LOOM_ASSERT(loom_kernels_amx() && M > 0 && N > 0 && K > 0 && !(bias && beta != 0.0f));
   int KS = (K + 31) / 32;
   gemm_args g = {ta, tb, M, N, K, A, W_, lda, ldw, bias, beta, C, ldc, NULL, KS, 0, 0};
-  unit_shape(&g);
   g.Bp = packed_weight(W_, tb, N, K, ldw, KS);
+  unit_shape(&g);
   run(&g);
 }
 
