@@ -18,8 +18,9 @@
  *     waits for them, and packing each panel just before its products halved their rate.
  *     Packing pads M, N and K with zeros, so partial tiles and odd sizes need no other code
  *     path, and A is packed (transposed when ta) whatever its layout (tile loads from A where
- *     it lies, at its row stride, ran the forward shapes 0.65-0.87x as fast as from the packed
- *     panel: Xeon with AMX, one thread, 2026-11-30); the packs read 64 bytes
+ *     it lies, at its row stride, ran 6 of 8 forward and data-gradient shapes 0.65-0.87x as
+ *     fast as from the packed panel, the other two 1.03-1.05x: Xeon with AMX, one thread,
+ *     2026-11-30); the packs read 64 bytes
  *     at a time (AVX-512): at AMX rates a pass at a cycle per element costs as much as the
  *     products.
  *  3. Every element of C is summed by one thread, k-steps in increasing order, each k-step by
@@ -234,10 +235,10 @@ typedef struct {
  *    unit's sums at UNIT_C;
  *  - where op(B) is read packed whole (Bp: a cached weight, or a B that several row units
  *    share), so no unit packs a B block: units of WIDE_N columns and UNIT_C / WIDE_N rows,
- *    which pack each of A's panels half as often. At GPT-2's and Qwen2.5-0.5B's forward and
- *    data-gradient shapes (one thread, Xeon with AMX) that took 12-15% of the time out of
- *    pack_a and made the products 1.15-1.24x faster in three interleaved runs
- *    (docs/PERFORMANCE.md, "bf16 on AMX"). */
+ *    which pack each of A's panels half as often: pack_a's share of GPT-2's fc forward went
+ *    from 14% to 7% of its time (perf, one thread, Xeon with AMX), and with the faster k-major
+ *    packs the forward and data-gradient shapes ran 1.04-1.15x as fast
+ *    (bench/gemm_amx_ab.sh; docs/PERFORMANCE.md, "bf16 on AMX"). */
 static void unit_shape(gemm_args *g) {
   g->um = UNIT_M, g->un = UNIT_N;
   if (g->ta && g->N > UNIT_N && g->N <= UNIT_N_MAX) {
