@@ -174,15 +174,17 @@ AMX_FN static void block_kernel(
     _tile_loadd(3, acc + 16 * 32 + 16, 128);
   }
   const uint16_t *A0 = Ap, *A1 = Ap + (size_t)ks * TILE_ELEMS;
+  _tile_loadd(4, A0, 64);
+  _tile_loadd(6, Bp0, 64);
   for (int s = 0; s < ks; s++) {
-    _tile_loadd(4, A0 + (size_t)s * TILE_ELEMS, 64);
-    _tile_loadd(6, Bp0 + (size_t)s * TILE_ELEMS, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_loadd(7, Bp1 + (size_t)s * TILE_ELEMS, 64);
     _tile_dpbf16ps(1, 4, 7);
     _tile_loadd(5, A1 + (size_t)s * TILE_ELEMS, 64);
     _tile_dpbf16ps(2, 5, 6);
+    if (s + 1 < ks) _tile_loadd(4, A0 + (size_t)(s + 1) * TILE_ELEMS, 64);
     _tile_dpbf16ps(3, 5, 7);
+    if (s + 1 < ks) _tile_loadd(6, Bp0 + (size_t)(s + 1) * TILE_ELEMS, 64);
   }
   _tile_stored(0, out, 128);
   _tile_stored(1, out + 16, 128);
