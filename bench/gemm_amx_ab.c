@@ -1,6 +1,6 @@
 /* loom's AMX bf16 GEMM (src/kernels/gemm_amx.c) of two revisions in one process: "base" (the
  * file at a git revision) against "this" (the working tree), each compiled with its public
- * names prefixed (bench/gemm_amx_ab.sh), at the GEMM shapes of a GPT-2 124M 8x1024 and a
+ * names prefixed (bench/amx_ab.sh gemm), at the GEMM shapes of a GPT-2 124M 8x1024 and a
  * Qwen2.5-0.5B 4x512 step in the roles where the kernels differ most (forward and data
  * gradient through the weights path, the weight marked changed before each call as an
  * optimizer step does; the weight gradient on plain operands). The two alternate call by call,
