@@ -6,7 +6,7 @@
  *     a 32x32 block of C (fp32, 2x2 tiles of 16x16), tiles 4-5 the block's two 16-row halves of
  *     A (16 rows x 32 bf16), tiles 6-7 two 16-column halves of B in the pair layout tdpbf16ps
  *     reads (16 rows of K-pairs x 16 columns x 2 bf16). Each k-step of 32 is 4 tile loads and
- *     4 tdpbf16ps.
+ *     4 tdpbf16ps (block_kernel: the next step's loads overlap this step's products).
  *  2. Blocking (GotoBLAS): C is cut into units of um rows x un columns (UNIT_M x UNIT_N; a
  *     weight gradient's units span N, and units that read B packed whole are WIDE_N wide:
  *     unit_shape), in an order fixed by the shape alone. A unit
@@ -158,7 +158,11 @@ AVX512_FN static void pack_b(const uint16_t *B, int ldb, int tb, int n0, int nn,
 }
 
 /* One 32x32 block: tiles 0-3 += A panel (2 x ks tiles) x B columns j, j+1 (ks tiles each).
- * first: start from zero, else from acc (32 x 32 fp32); the sums go to out (may be acc). */
+ * first: start from zero, else from acc (32 x 32 fp32); the sums go to out (may be acc).
+ * Software-pipelined: the next k-step's first A tile (4) is loaded once this step's two
+ * products that read it are issued, and its first B tile (6) after the third, so the loads run
+ * beside this step's last products instead of after them (1.05-1.16x at GPT-2's and
+ * Qwen2.5-0.5B's shapes, bench/amx_ab.sh gemm). Each C tile still takes its k-steps in order. */
 AMX_FN static void block_kernel(
     const uint16_t *Ap, const uint16_t *Bp0, const uint16_t *Bp1, int ks, int first,
     const float *acc, float *out) {
@@ -240,7 +244,7 @@ typedef struct {
  *    which pack each of A's panels half as often: pack_a's share of GPT-2's fc forward went
  *    from 14% to 7% of its time (perf, one thread, Xeon with AMX), and with the faster k-major
  *    packs the forward and data-gradient shapes ran 1.04-1.15x as fast
- *    (bench/gemm_amx_ab.sh; docs/PERFORMANCE.md, "bf16 on AMX"). */
+ *    (bench/amx_ab.sh gemm; docs/PERFORMANCE.md, "bf16 on AMX"). */
 static void unit_shape(gemm_args *g) {
   g->um = UNIT_M, g->un = UNIT_N;
   if (g->ta && g->N > UNIT_N && g->N <= UNIT_N_MAX) {
