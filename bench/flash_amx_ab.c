@@ -14,6 +14,7 @@
 
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "amx_ab.h"
 
 typedef void (*mm_fn)(float *, int, const uint32_t *, long, long, const uint32_t *, long, int,
                       int, int, int);
@@ -33,21 +34,9 @@ static const struct {
     {64, 64, 64, 0, 0, "St = K Q^T, D 128"},     {128, 64, 32, 1, 1, "O += V^T P^T, D 128"},
 };
 
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv) {
-  int rounds = argc > 1 ? atoi(argv[1]) : 15;
-  if (rounds < 3 || rounds > 1001) {
-    fprintf(stderr, "flash_amx_ab: rounds %s is not in 3..1001\n", argc > 1 ? argv[1] : "");
-    return 2;
-  }
-  if (!loom_kernels_amx()) {
-    printf("flash_amx_ab: this CPU has no AMX tiles (or Linux refused them): nothing to measure\n");
-    return 0;
-  }
+  int rounds = ab_rounds(argc, argv, "flash_amx_ab");
+  if (rounds <= 0) return rounds < 0 ? 2 : 0;
   printf("one batch of %d products each in turns, %d rounds; GFLOP/s median (best)\n", TILES,
          rounds);
   printf("| product | m x n x pairs | base | this | this/base (medians) | bitwise equal |\n"
@@ -79,8 +68,7 @@ int main(int argc, char **argv) {
       }
     double flops = 2.0 * 2 * m * n * kp * TILES; /* two products per pair */
     for (int v = 0; v < 2; v++) {
-      qsort(t[v], (size_t)rounds, sizeof(double), by_value);
-      med[v] = t[v][rounds / 2], best[v] = t[v][0];
+      ab_median_best(t[v], rounds, &med[v], &best[v]);
       med_sum[v] += med[v];
     }
     int equal = !memcmp(C[0], C[1], nc * TILES * 4);

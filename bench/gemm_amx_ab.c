@@ -15,6 +15,7 @@
 
 #include "loom/core.h"
 #include "loom/kernels.h"
+#include "amx_ab.h"
 
 typedef void (*gemm_fn)(int, int, int, int, int, const uint16_t *, int, const uint16_t *, int,
                         const float *, float, float *, int);
@@ -46,21 +47,9 @@ static const struct {
     {1, 0, 896, 4864, 2048, "qwen down wgrad"},
 };
 
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv) {
-  int rounds = argc > 1 ? atoi(argv[1]) : 15;
-  if (rounds < 3 || rounds > 1001) {
-    fprintf(stderr, "gemm_amx_ab: rounds %s is not in 3..1001\n", argc > 1 ? argv[1] : "");
-    return 2;
-  }
-  if (!loom_kernels_amx()) {
-    printf("gemm_amx_ab: this CPU has no AMX tiles (or Linux refused them): nothing to measure\n");
-    return 0;
-  }
+  int rounds = ab_rounds(argc, argv, "gemm_amx_ab");
+  if (rounds <= 0) return rounds < 0 ? 2 : 0;
   printf("one call each in turns, %d rounds; GFLOP/s median (best)\n", rounds);
   printf("| GEMM | M x N x K | base | this | this/base (medians) | bitwise equal |\n"
          "|---|---|---|---|---|---|\n");
@@ -88,8 +77,7 @@ int main(int argc, char **argv) {
       }
     double flops = 2.0 * M * N * K;
     for (int v = 0; v < 2; v++) {
-      qsort(t[v], (size_t)rounds, sizeof(double), by_value);
-      med[v] = t[v][rounds / 2], best[v] = t[v][0];
+      ab_median_best(t[v], rounds, &med[v], &best[v]);
       med_sum[v] += med[v];
     }
     int equal = !memcmp(C[0], C[1], nc * 4);
