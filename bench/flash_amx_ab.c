@@ -24,7 +24,7 @@ void this_fb_mm_amx(float *, int, const uint32_t *, long, long, const uint32_t *
                     int, int);
 static const mm_fn rev[2] = {base_fb_mm_amx, this_fb_mm_amx};
 
-enum { TILES = 256 };
+enum { TILES = 4, REPEAT = 64 }; /* 4 tiles' operands (in L2, as the kernel's), 64 passes */
 
 static const struct {
   int m, n, kp, a_down, acc;
@@ -37,8 +37,8 @@ static const struct {
 int main(int argc, char **argv) {
   int rounds = ab_rounds(argc, argv, "flash_amx_ab");
   if (rounds <= 0) return rounds < 0 ? 2 : 0;
-  printf("one batch of %d products each in turns, %d rounds; GFLOP/s median (best)\n", TILES,
-         rounds);
+  printf("one batch of %d products each in turns, %d rounds; GFLOP/s median (best)\n",
+         TILES * REPEAT, rounds);
   printf("| product | m x n x pairs | base | this | this/base (medians) | bitwise equal |\n"
          "|---|---|---|---|---|---|\n");
   double med_sum[2] = {0, 0};
@@ -62,11 +62,12 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++)
       for (int v = 0; v < 2; v++) {
         double t0 = loom_now();
-        for (int k = 0; k < TILES; k++)
-          rev[v](C[v] + nc * k, n, A + na * k, ai, ap, B + nb * k, n, m, n, kp, shapes[s].acc);
+        for (int k = 0; k < TILES * REPEAT; k++)
+          rev[v](C[v] + nc * (k % TILES), n, A + na * (k % TILES), ai, ap, B + nb * (k % TILES), n, m,
+                 n, kp, shapes[s].acc);
         t[v][r] = loom_now() - t0;
       }
-    double flops = 2.0 * 2 * m * n * kp * TILES; /* two products per pair */
+    double flops = 2.0 * 2 * m * n * kp * TILES * REPEAT; /* two products per pair */
     for (int v = 0; v < 2; v++) {
       ab_median_best(t[v], rounds, &med[v], &best[v]);
       med_sum[v] += med[v];

@@ -2,10 +2,12 @@
  * every GEMM shape of a GPT-2 124M 8x1024 step and a Qwen2.5-0.5B 4x512 step, in the three
  * roles of a linear layer: forward y = x W^T, data gradient dx = dy W, weight gradient
  * dW = dy^T x (the first two through the weights path, the weight marked changed before each
- * call as an optimizer step does: its packing is in the time). The two run in turns (best of `rounds` each), so a change of the machine's speed
- * moves both. Prints GFLOP/s, the ratio, and the share of the instruction peak given on the
- * command line (loom bench's `peak` section measures it). Also checks the two agree (max
- * difference relative to the largest |C|) so a fast wrong kernel cannot pass unnoticed.
+ * call as an optimizer step does: its packing is in the time; the third as the decoder runs
+ * it, from a transposed copy of dy, the LM head's from dy in place). The two run in turns
+ * (best of `rounds` each), so a change of the machine's speed moves both. Prints GFLOP/s,
+ * the ratio, and the share of the instruction peak given on the command line (loom bench's
+ * `peak` section measures it). Also checks the two agree (max difference relative to the
+ * largest |C|) so a fast wrong kernel cannot pass unnoticed.
  * usage: gemm_amx [rounds] [bf16 instruction peak GFLOP/s] */
 #include <math.h>
 #include <omp.h>
@@ -36,6 +38,7 @@ typedef struct {
   int ta, tb, M, N, K, lda, ldb;
   const uint16_t *A, *B;
   float *C;
+  int plain; /* a weight gradient: plain operands, not the weights path */
 } call;
 
 static void fill(uint16_t *x, size_t n, unsigned seed) {
@@ -61,7 +64,7 @@ static double time_best(void (*fn)(const call *), const call *c) {
  * marked changed before each call, as a training step with one micro-batch meets it (packed
  * once per optimizer step, used once); weight gradient: plain operands */
 static void run_amx(const call *c) {
-  if (c->ta) {
+  if (c->plain) {
     gemm_amx_bf16(c->ta, c->tb, c->M, c->N, c->K, c->A, c->lda, c->B, c->ldb, NULL, 0, c->C, c->N);
     return;
   }
@@ -69,7 +72,7 @@ static void run_amx(const call *c) {
   gemm_amx_bf16_w(c->ta, c->tb, c->M, c->N, c->K, c->A, c->lda, c->B, c->ldb, NULL, 0, c->C, c->N);
 }
 static void run_dnnl(const call *c) {
-  if (c->ta) {
+  if (c->plain) {
     gemm_onednn(1, c->ta, c->tb, c->M, c->N, c->K, c->A, c->lda, c->B, c->ldb, NULL, 0, c->C, c->N);
     return;
   }
@@ -103,10 +106,16 @@ int main(int argc, char **argv) {
     if (ny > cmax) cmax = ny;
     float *c1 = loom_malloc(cmax * 4), *c2 = loom_malloc(cmax * 4);
     const char *roles[3] = {"fwd", "dgrad", "wgrad"};
+    /* dW = dy^T x as the decoder runs it: the LM head reads dy in place (ta = 1), the other
+     * linears a transposed copy (decoder_ops.c, dec_linear_bwd16: A stored as read) */
+    int head = !strcmp(L->name, "lm_head");
+    uint16_t *dyT = head ? NULL : loom_malloc(ny * 2);
+    if (dyT) loom_bf16_transpose(dyT, dy, L->tokens, L->out);
     call calls[3] = {
-        {0, 1, L->tokens, L->out, L->in, L->in, L->in, x, w, NULL},   /* y = x W^T */
-        {0, 0, L->tokens, L->in, L->out, L->out, L->in, dy, w, NULL}, /* dx = dy W */
-        {1, 0, L->out, L->in, L->tokens, L->out, L->in, dy, x, NULL}, /* dW = dy^T x */
+        {0, 1, L->tokens, L->out, L->in, L->in, L->in, x, w, NULL, 0},   /* y = x W^T */
+        {0, 0, L->tokens, L->in, L->out, L->out, L->in, dy, w, NULL, 0}, /* dx = dy W */
+        head ? (call){1, 0, L->out, L->in, L->tokens, L->out, L->in, dy, x, NULL, 1}
+             : (call){0, 0, L->out, L->in, L->tokens, L->tokens, L->in, dyT, x, NULL, 1},
     };
     for (int r = 0; r < 3; r++) {
       call a = calls[r], d = calls[r];
@@ -133,7 +142,7 @@ int main(int argc, char **argv) {
     }
     gemm_amx_weights_changed(w, nw * 2, 1);
     gemm_onednn_weights_changed(w, nw * 2, 1);
-    free(x), free(w), free(dy), free(c1), free(c2);
+    free(x), free(w), free(dy), free(dyT), free(c1), free(c2);
   }
   printf("all GEMMs: loom %.0f GFLOP/s, oneDNN %.0f GFLOP/s, loom/oneDNN %.2f\n",
          flops_all / t_amx_all / 1e9, flops_all / t_dnnl_all / 1e9, t_dnnl_all / t_amx_all);

@@ -3,8 +3,8 @@
  * names prefixed (bench/amx_ab.sh gemm), at the GEMM shapes of a GPT-2 124M 8x1024 and a
  * Qwen2.5-0.5B 4x512 step in the roles where the kernels differ most (forward and data
  * gradient through the weights path, the weight marked changed before each call as an
- * optimizer step does; the weight gradient on plain operands). The two alternate call by call,
- * so the machine's speed, which moves by 2x within seconds on shared vCPUs, moves both alike;
+ * optimizer step does; the weight gradient on plain operands, in the decoder's two forms).
+ * The two alternate call by call, so the machine's speed, which moves by 2x within seconds on shared vCPUs, moves both alike;
  * the table gives each one's median and best GFLOP/s over the rounds and the ratio of the
  * medians, and says whether the two results are bitwise equal (a change of blocking or packing
  * must not change one bit: invariant 3 of gemm_amx.c).
@@ -36,15 +36,20 @@ static const struct {
 } rev[2] = {{base_gemm_amx_bf16, base_gemm_amx_bf16_w, base_gemm_amx_weights_changed, "base"},
             {this_gemm_amx_bf16, this_gemm_amx_bf16_w, this_gemm_amx_weights_changed, "this"}};
 
+/* role: 'w' forward and data gradient, B the weight through the weights path; 'g' the weight
+ * gradient as the decoder's linears run it (dW += dY^T X from a transposed copy of dY: A stored
+ * as read, ta = 0, B = X k-major, plain entry); 'h' the LM head's (ta = 1, dY read in place) */
 static const struct {
+  char role;
   int ta, tb, M, N, K;
   const char *name;
 } shapes[] = {
-    {0, 1, 8192, 2304, 768, "gpt2 qkv fwd"},     {0, 0, 8192, 768, 2304, "gpt2 qkv dgrad"},
-    {1, 0, 2304, 768, 8192, "gpt2 qkv wgrad"},   {0, 1, 8192, 3072, 768, "gpt2 fc fwd"},
-    {0, 1, 8192, 768, 3072, "gpt2 fc_proj fwd"}, {1, 0, 768, 3072, 8192, "gpt2 fc_proj wgrad"},
-    {0, 1, 2048, 1152, 896, "qwen qkv fwd"},     {0, 0, 2048, 896, 9728, "qwen gate_up dgrad"},
-    {1, 0, 896, 4864, 2048, "qwen down wgrad"},
+    {'w', 0, 1, 8192, 2304, 768, "gpt2 qkv fwd"},     {'w', 0, 0, 8192, 768, 2304, "gpt2 qkv dgrad"},
+    {'g', 0, 0, 2304, 768, 8192, "gpt2 qkv wgrad"},   {'w', 0, 1, 8192, 3072, 768, "gpt2 fc fwd"},
+    {'w', 0, 1, 8192, 768, 3072, "gpt2 fc_proj fwd"}, {'g', 0, 0, 768, 3072, 8192, "gpt2 fc_proj wgrad"},
+    {'h', 1, 0, 50304, 768, 2048, "gpt2 lm_head wgrad (2048 rows)"},
+    {'w', 0, 1, 2048, 1152, 896, "qwen qkv fwd"},     {'w', 0, 0, 2048, 896, 9728, "qwen gate_up dgrad"},
+    {'g', 0, 0, 896, 4864, 2048, "qwen down wgrad"},
 };
 
 int main(int argc, char **argv) {
@@ -68,7 +73,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++)
       for (int v = 0; v < 2; v++) {
         double t0 = loom_now();
-        if (ta) rev[v].plain(ta, tb, M, N, K, A, lda, B, ldb, NULL, 0, C[v], N);
+        if (shapes[s].role != 'w') rev[v].plain(ta, tb, M, N, K, A, lda, B, ldb, NULL, 0, C[v], N);
         else {
           rev[v].changed(B, 2, 0);
           rev[v].weights(ta, tb, M, N, K, A, lda, B, ldb, NULL, 0, C[v], N);
