@@ -16,8 +16,8 @@
 #include "loom/kernels.h"
 #include "amx_ab.h"
 
-typedef void (*mm_fn)(float *, int, const uint32_t *, long, long, const uint32_t *, long, int,
-                      int, int, int);
+typedef void (*mm_fn)(float *, int, const uint32_t *, long, long, const uint32_t *, long, int, int,
+                      int, int);
 void base_fb_mm_amx(float *, int, const uint32_t *, long, long, const uint32_t *, long, int, int,
                     int, int);
 void this_fb_mm_amx(float *, int, const uint32_t *, long, long, const uint32_t *, long, int, int,
@@ -30,8 +30,10 @@ static const struct {
   int m, n, kp, a_down, acc;
   const char *name;
 } shapes[] = {
-    {64, 64, 32, 0, 0, "St = K Q^T, D 64"},      {64, 64, 32, 1, 1, "O += V^T P^T, D 64"},
-    {64, 64, 64, 0, 0, "St = K Q^T, D 128"},     {128, 64, 32, 1, 1, "O += V^T P^T, D 128"},
+    {64, 64, 32, 0, 0, "St = K Q^T, D 64"},
+    {64, 64, 32, 1, 1, "O += V^T P^T, D 64"},
+    {64, 64, 64, 0, 0, "St = K Q^T, D 128"},
+    {128, 64, 32, 1, 1, "O += V^T P^T, D 128"},
 };
 
 int main(int argc, char **argv) {
@@ -63,8 +65,8 @@ int main(int argc, char **argv) {
       for (int v = 0; v < 2; v++) {
         double t0 = loom_now();
         for (int k = 0; k < TILES * REPEAT; k++)
-          rev[v](C[v] + nc * (k % TILES), n, A + na * (k % TILES), ai, ap, B + nb * (k % TILES), n, m,
-                 n, kp, shapes[s].acc);
+          rev[v](C[v] + nc * (k % TILES), n, A + na * (k % TILES), ai, ap, B + nb * (k % TILES), n,
+                 m, n, kp, shapes[s].acc);
         t[v][r] = loom_now() - t0;
       }
     double flops = 2.0 * 2 * m * n * kp * TILES * REPEAT; /* two products per pair */
@@ -74,8 +76,8 @@ int main(int argc, char **argv) {
     }
     int equal = !memcmp(C[0], C[1], nc * TILES * 4);
     all_equal &= equal;
-    printf("| %s | %d x %d x %d | %.0f (%.0f) | %.0f (%.0f) | %.2f | %s |\n", shapes[s].name, m,
-           n, kp, flops / med[0] / 1e9, flops / best[0] / 1e9, flops / med[1] / 1e9,
+    printf("| %s | %d x %d x %d | %.0f (%.0f) | %.0f (%.0f) | %.2f | %s |\n", shapes[s].name, m, n,
+           kp, flops / med[0] / 1e9, flops / best[0] / 1e9, flops / med[1] / 1e9,
            flops / best[1] / 1e9, med[0] / med[1], equal ? "yes" : "NO");
     for (int v = 0; v < 2; v++) free(C[v]), free(t[v]);
     free(A), free(B);

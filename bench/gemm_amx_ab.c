@@ -4,10 +4,10 @@
  * Qwen2.5-0.5B 4x512 step in the roles where the kernels differ most (forward and data
  * gradient through the weights path, the weight marked changed before each call as an
  * optimizer step does; the weight gradient on plain operands, in the decoder's two forms).
- * The two alternate call by call, so the machine's speed, which moves by 2x within seconds on shared vCPUs, moves both alike;
- * the table gives each one's median and best GFLOP/s over the rounds and the ratio of the
- * medians, and says whether the two results are bitwise equal (a change of blocking or packing
- * must not change one bit: invariant 3 of gemm_amx.c).
+ * The two alternate call by call, so the machine's speed, which moves by 2x within seconds on
+ * shared vCPUs, moves both alike; the table gives each one's median and best GFLOP/s over the
+ * rounds and the ratio of the medians, and says whether the two results are bitwise equal (a
+ * change of blocking or packing must not change one bit: invariant 3 of gemm_amx.c).
  * usage: gemm_amx_ab [rounds] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,11 +20,11 @@
 typedef void (*gemm_fn)(int, int, int, int, int, const uint16_t *, int, const uint16_t *, int,
                         const float *, float, float *, int);
 typedef void (*changed_fn)(const void *, size_t, int);
-#define DECLARE(v)                                                                             \
-  void v##_gemm_amx_bf16(int, int, int, int, int, const uint16_t *, int, const uint16_t *,     \
-                         int, const float *, float, float *, int);                             \
-  void v##_gemm_amx_bf16_w(int, int, int, int, int, const uint16_t *, int, const uint16_t *,   \
-                           int, const float *, float, float *, int);                           \
+#define DECLARE(v)                                                                                 \
+  void v##_gemm_amx_bf16(int, int, int, int, int, const uint16_t *, int, const uint16_t *, int,    \
+                         const float *, float, float *, int);                                      \
+  void v##_gemm_amx_bf16_w(int, int, int, int, int, const uint16_t *, int, const uint16_t *, int,  \
+                           const float *, float, float *, int);                                    \
   void v##_gemm_amx_weights_changed(const void *, size_t, int);
 DECLARE(base)
 DECLARE(this)
@@ -44,11 +44,15 @@ static const struct {
   int ta, tb, M, N, K;
   const char *name;
 } shapes[] = {
-    {'w', 0, 1, 8192, 2304, 768, "gpt2 qkv fwd"},     {'w', 0, 0, 8192, 768, 2304, "gpt2 qkv dgrad"},
-    {'g', 0, 0, 2304, 768, 8192, "gpt2 qkv wgrad"},   {'w', 0, 1, 8192, 3072, 768, "gpt2 fc fwd"},
-    {'w', 0, 1, 8192, 768, 3072, "gpt2 fc_proj fwd"}, {'g', 0, 0, 768, 3072, 8192, "gpt2 fc_proj wgrad"},
+    {'w', 0, 1, 8192, 2304, 768, "gpt2 qkv fwd"},
+    {'w', 0, 0, 8192, 768, 2304, "gpt2 qkv dgrad"},
+    {'g', 0, 0, 2304, 768, 8192, "gpt2 qkv wgrad"},
+    {'w', 0, 1, 8192, 3072, 768, "gpt2 fc fwd"},
+    {'w', 0, 1, 8192, 768, 3072, "gpt2 fc_proj fwd"},
+    {'g', 0, 0, 768, 3072, 8192, "gpt2 fc_proj wgrad"},
     {'h', 1, 0, 50304, 768, 2048, "gpt2 lm_head wgrad (2048 rows)"},
-    {'w', 0, 1, 2048, 1152, 896, "qwen qkv fwd"},     {'w', 0, 0, 2048, 896, 9728, "qwen gate_up dgrad"},
+    {'w', 0, 1, 2048, 1152, 896, "qwen qkv fwd"},
+    {'w', 0, 0, 2048, 896, 9728, "qwen gate_up dgrad"},
     {'g', 0, 0, 896, 4864, 2048, "qwen down wgrad"},
 };
 
@@ -65,11 +69,12 @@ int main(int argc, char **argv) {
     int lda = ta ? M : K, ldb = tb ? K : N;
     size_t na = (size_t)M * K, nb = (size_t)N * K, nc = (size_t)M * N;
     uint16_t *A = loom_malloc(na * 2), *B = loom_malloc(nb * 2);
-    for (size_t i = 0; i < na; i++) A[i] = (uint16_t)(0x3f80 + i * 7919 % 127); /* 1..2 */
+    for (size_t i = 0; i < na; i++) A[i] = (uint16_t)(0x3f80 + i * 7919 % 127);   /* 1..2 */
     for (size_t i = 0; i < nb; i++) B[i] = (uint16_t)(0xbf80 + i * 104729 % 113); /* -1..-2 */
     float *C[2];
     double *t[2], med[2], best[2];
-    for (int v = 0; v < 2; v++) C[v] = loom_malloc(nc * 4), t[v] = loom_malloc(rounds * sizeof(double));
+    for (int v = 0; v < 2; v++)
+      C[v] = loom_malloc(nc * 4), t[v] = loom_malloc(rounds * sizeof(double));
     for (int r = 0; r < rounds; r++)
       for (int v = 0; v < 2; v++) {
         double t0 = loom_now();

@@ -9,20 +9,19 @@
  *     4 tdpbf16ps (block_kernel: the next step's loads overlap this step's products).
  *  2. Blocking (GotoBLAS): C is cut into units of um rows x un columns (UNIT_M x UNIT_N; a
  *     weight gradient's units span N, and units that read B packed whole are WIDE_N wide:
- *     unit_shape), in an order fixed by the shape alone. A unit
- *     walks K in blocks of KB: it packs B's (KB x un) block (or reads it from B packed whole:
- *     a cached weight, or a B that several row units share) and then all of A's (32 x KB)
- *     panels of its rows into its thread's buffers (256 KiB each: L2;
- *     one panel, 32 KiB, stays in L1 while the kernel runs over the unit's columns), and only
- *     then runs the products: a tile load of lines that vector stores wrote a moment before
- *     waits for them, and packing each panel just before its products halved their rate.
+ *     unit_shape), in an order fixed by the shape alone. A unit walks K in blocks of KB: it
+ *     packs B's (KB x un) block (or reads it from B packed whole: a cached weight, or a B that
+ *     several row units share) and then all of A's (32 x KB) panels of its rows into its
+ *     thread's buffers (256 KiB each: L2; one panel, 32 KiB, stays in L1 while the kernel
+ *     runs over the unit's columns), and only then runs the products: a tile load of lines
+ *     that vector stores wrote a moment before waits for them, and packing each panel just
+ *     before its products halved their rate.
  *     Packing pads M, N and K with zeros, so partial tiles and odd sizes need no other code
  *     path, and A is packed (transposed when ta) whatever its layout (tile loads from A where
  *     it lies, at its row stride, ran 6 of 8 forward and data-gradient shapes 0.65-0.87x as
  *     fast as from the packed panel, the other two 1.03-1.05x: Xeon with AMX, one thread,
- *     2026-11-30); the packs read 64 bytes
- *     at a time (AVX-512): at AMX rates a pass at a cycle per element costs as much as the
- *     products.
+ *     2026-11-30); the packs read 64 bytes at a time (AVX-512): at AMX rates a pass at a cycle
+ *     per element costs as much as the products.
  *  3. Every element of C is summed by one thread, k-steps in increasing order, each k-step by
  *     the hardware's fixed tdpbf16ps order: results do not depend on the thread count, on M
  *     (a row's sum is the same in any number of rows), or on whether B came packed whole.

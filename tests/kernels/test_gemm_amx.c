@@ -1,9 +1,9 @@
 /* loom's AMX bf16 GEMM (gemm_amx_bf16) against a double-precision reference of the same bf16
  * inputs, on every shape class the packing and blocking have: sizes below, at and across a
  * tile (16), a block (32), a K block (512) and a unit (256 rows or columns; 128 x 512 where B
- * is packed whole), odd sizes, every
- * transpose, leading dimensions wider than the matrix, beta 0 / 1 / 0.5, bias; operands in
- * exactly-sized buffers (so `make test-asan` sees any read past them). Also: 1, 2 and 3
+ * is packed whole), odd sizes, every transpose, leading dimensions wider than the matrix,
+ * beta 0 / 1 / 0.5, bias; operands in exactly-sized buffers (so `make test-asan` sees any
+ * read past them). Also: 1, 2 and 3
  * threads bitwise equal, loom_gemm_bf16 takes this kernel where AMX is, the packed-weight
  * form (gemm_amx_bf16_w) gives the same bits and follows changes marked by
  * gemm_amx_weights_changed, and oneDNN's bf16 matmul agrees within the same bound. Exit 77 (CTest: skipped) with a plain message on CPUs
@@ -151,7 +151,7 @@ int main(void) {
   const int shapes[][3] = {
       {1, 1, 1},     {16, 16, 32},  {17, 33, 31},  {32, 32, 32},   {33, 65, 97},
       {2, 300, 64},  {300, 2, 64},  {100, 70, 513}, {257, 300, 40}, {64, 48, 1100},
-      {130, 530, 600}, /* B packed whole: units of 512 columns and 128 rows, cut short; 2 K blocks */
+      {130, 530, 600}, /* B packed whole: 512-column, 128-row units cut short; 2 K blocks */
   };
   const float betas[] = {0.0f, 1.0f, 0.5f};
   double worst = 0;
