@@ -19,9 +19,7 @@ case $KERNEL in
   flash) FILE=src/kernels/flash_tile_amx.c NAMES="fb_mm_amx" ;;
   *) echo "usage: bench/amx_ab.sh gemm|flash [build] [revision] [rounds] [threads]" >&2; exit 2 ;;
 esac
-LINK="$BUILD/CMakeFiles/loom.dir/link.txt"
-[ -f "$BUILD/libloomlib.a" ] && [ -f "$LINK" ] ||
-  { echo "no release build in $BUILD: run 'make' first" >&2; exit 2; }
+[ -f "$BUILD/libloomlib.a" ] || { echo "no release build in $BUILD: run 'make' first" >&2; exit 2; }
 OUT=$(mktemp -d /tmp/loom-amx-ab.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 git show "$REV:$FILE" >"$OUT/base.c" || { echo "no $FILE at revision $REV" >&2; exit 2; }
@@ -31,8 +29,7 @@ for v in base this; do
   for n in $NAMES; do DEFS+=("-D$n=${v}_$n"); done
   gcc -O2 -fopenmp -Iinclude -Isrc "${DEFS[@]}" -c "$OUT/$v.c" -o "$OUT/$v.o"
 done
-LIBS=$(sed 's/.*-o loom *//' "$LINK" | sed "s#libloomlib.a#$BUILD/libloomlib.a#")
-gcc -O2 -fopenmp -Iinclude -Isrc "bench/${KERNEL}_amx_ab.c" "$OUT/base.o" "$OUT/this.o" $LIBS -lm \
-  -o "$OUT/ab"
-echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') ($(getconf _NPROCESSORS_ONLN) cores, AMX: $(grep -c amx_bf16 /proc/cpuinfo || true)), $(date -u +%F); $FILE: base $(git rev-parse --short "$REV"), this: the working tree"
+CPU=$(bash "$(dirname "$0")/build_c.sh" "$BUILD" "bench/${KERNEL}_amx_ab.c" "$OUT/ab" \
+  "$OUT/base.o" "$OUT/this.o")
+echo "$CPU; $FILE: base $(git rev-parse --short "$REV"), this: the working tree"
 OMP_NUM_THREADS=$THREADS "$OUT/ab" "$ROUNDS"

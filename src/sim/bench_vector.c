@@ -223,11 +223,11 @@ static void attn(void *p) {
  * transposing q, normalising and storing the output), both in units of head_dim, and a time
  * per query row whatever head_dim (the online softmax's running max and sum and their rescales
  * per key tile): t = D (pairs x + rows y) + rows w, fitted by relative least squares to six
- * shapes, 128 and 1024 keys per row at head_dim 32, 64 and 128, timed in turns. One rate over the causal
- * pairs at T=256 priced 128-token heads 17-30% short and 2048-token ones 40-50% long on a Zen
- * 3; without w, at 64 dims, the AMX Xeon's forward at head_dim 32 came out 34% short and 128
- * 34% long (24 shapes, T 128..2048, head_dim 16..128: worst 27% with w, rms 9%, and 72%, rms
- * 27%, without; docs/SIMULATOR.md "GEMMs and attention as a step meets them"). */
+ * shapes, 128 and 1024 keys per row at head_dim 32, 64 and 128, timed in turns. One rate over
+ * the causal pairs at T=256 priced 128-token heads 17-30% short and 2048-token ones 40-50%
+ * long on a Zen 3; without w, at 64 dims, the AMX Xeon's forward at head_dim 32 came out 34%
+ * short and 128 34% long (24 shapes, T 128..2048, head_dim 16..128: worst 27% with w, rms 9%,
+ * and 72%, rms 27%, without; docs/SIMULATOR.md "GEMMs and attention as a step meets them"). */
 enum { ATT_SHAPES = 6, ATT_H = 4 };
 static const int att_shape[ATT_SHAPES][3] = {/* B, T, D */
                                              {4, 128, 64}, {1, 1024, 64}, {4, 128, 32},
@@ -267,13 +267,14 @@ int loom_bench_attention(loom_hw_profile *hw, const loom_bench_ctx *b) {
     /* all three terms; where timing noise leaves one not positive, the better of the two
      * pairs with the pair-dims (pair- and row-dims; pair-dims and rows); then the pair-dims
      * alone */
-    static const int all[3] = {0, 1, 2}, dims[2] = {0, 1}, rows_only[2] = {0, 2}, pairs[1] = {0};
+    static const int all[3] = {0, 1, 2}, pair_row_dims[2] = {0, 1}, pair_dims_rows[2] = {0, 2},
+                     pair_dims[1] = {0};
     double c[3], c2[3];
     if (loom_bench_fit_rel(X, t[dir], ATT_SHAPES, all, 3, c) < 0) {
-      double e1 = loom_bench_fit_rel(X, t[dir], ATT_SHAPES, dims, 2, c);
-      double e2 = loom_bench_fit_rel(X, t[dir], ATT_SHAPES, rows_only, 2, c2);
+      double e1 = loom_bench_fit_rel(X, t[dir], ATT_SHAPES, pair_row_dims, 2, c);
+      double e2 = loom_bench_fit_rel(X, t[dir], ATT_SHAPES, pair_dims_rows, 2, c2);
       if (e2 >= 0 && (e1 < 0 || e2 < e1)) memcpy(c, c2, sizeof c);
-      else if (e1 < 0 && loom_bench_fit_rel(X, t[dir], ATT_SHAPES, pairs, 1, c) < 0)
+      else if (e1 < 0 && loom_bench_fit_rel(X, t[dir], ATT_SHAPES, pair_dims, 1, c) < 0)
         c[0] = t[dir][1] / X[1][0], c[1] = c[2] = 0; /* the larger 64-dim shape alone */
     }
     *(dir ? &hw->attn_rate_bwd : &hw->attn_rate_fwd) = 1 / c[0];
