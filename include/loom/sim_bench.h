@@ -22,6 +22,8 @@ typedef struct {
   FILE *log;     /* progress and the measured tables (NULL: quiet) */
   int rank, world; /* MPI rank and size (world 1: no MPI section) */
   void *comm;    /* const loom_comm * of every rank, when world > 1 */
+  void *lockstep; /* const loom_comm * of the ranks that time the device sections at once
+                     (set by loom_bench_run; NULL: this rank times alone) */
 } loom_bench_ctx;
 
 typedef struct {
@@ -80,14 +82,20 @@ int loom_peak_probe(loom_hw_unit u, long iters, int threads, loom_peak_run *r);
 double loom_peak_measure(loom_hw_unit u, int threads, double run_s, int *got, double *worst);
 /* Seconds per call of fn(arg), repeated until `min_s` has passed (at least twice). */
 double loom_bench_time(void (*fn)(void *), void *arg, double min_s);
+/* t on one rank timing alone; under b->lockstep, the longest of the t the ranks measured for
+ * the same item at the same moment (every rank of it calls this for every item, in order):
+ * a synchronous step runs at its slowest rank's pace of that moment. */
+double loom_bench_slowest(const loom_bench_ctx *b, double t);
 /* best[i] (seconds) for each of n items timed by time_one(ctx, i), in passes over all of them:
  * two passes, then further ones (up to max_passes) over the items whose two best times are
  * still more than 10% apart. A shared vCPU runs 2-20x slower now and then for tens of
  * milliseconds, longer than one item's trials (loom_bench_time's three, each a third of
  * min_s): an item is kept only once two passes, each at another moment, agree on it.
- * Returns the passes run. */
-int loom_bench_passes(double (*time_one)(void *ctx, int i), void *ctx, int n, int max_passes,
-                      double *best);
+ * Each time is loom_bench_slowest(b, ...) of the item (b may be NULL: this process alone), so
+ * the ranks in lockstep keep the same best[]: the fastest pass of the slowest rank of each
+ * moment, not each rank's own fastest moment. Returns the passes run. */
+int loom_bench_passes(const loom_bench_ctx *b, double (*time_one)(void *ctx, int i), void *ctx,
+                      int n, int max_passes, double *best);
 /* Relative least squares of a model t_i = sum_j X[i][cols[j]] c[cols[j]] over n observations
  * (each equation divided by t_i: every observation's error counts alike), for the m <= 3
  * columns cols of X; the other coefficients of c are 0. Returns the sum of squared relative

@@ -132,7 +132,8 @@ int loom_cmd_bench(int argc, char **argv) {
   loom_bench_profile_defaults(&hw);
   if (only && loom_path_exists(out) && loom_hw_load_file(&hw, out)) /* update a profile */
     loom_bench_profile_defaults(&hw);
-  loom_bench_ctx b = {quick ? 0.3 : 1.0, quiet || rank ? NULL : stdout, rank, world, &mesh.world_comm};
+  loom_bench_ctx b = {quick ? 0.3 : 1.0, quiet || rank ? NULL : stdout, rank, world, &mesh.world_comm,
+                      NULL};
   /* the profile's devices are cores: one thread per rank, whatever OMP_NUM_THREADS says (a
    * plain `loom bench` in a shell used every thread and wrote that as one core's peak, which
    * the trainer's MFU then multiplied by its threads) */

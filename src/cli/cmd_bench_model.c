@@ -324,7 +324,7 @@ int loom_cmd_bench_model(int argc, char **argv) {
   double rate[3][NS] = {{0}}, peak[3] = {0}; /* fp32 onednn, fp32 openblas, bf16 native */
   loom_hw_profile hw;
   loom_bench_profile_defaults(&hw);
-  loom_bench_ctx bctx = {1.0, NULL, 0, 1, NULL};
+  loom_bench_ctx bctx = {1.0, NULL, 0, 1, NULL, NULL};
   int native = loom_gemm_bf16_native();
   if (!o.no_gemm) {
     loom_gemm_backend keep = loom_gemm_get_backend();
@@ -408,7 +408,7 @@ int loom_cmd_bench_model(int argc, char **argv) {
      * does, one thread, and keep this run's figures as its notes */
     loom_hw_profile prof;
     loom_bench_profile_defaults(&prof);
-    loom_bench_ctx one = {0.5, NULL, 0, 1, NULL};
+    loom_bench_ctx one = {0.5, NULL, 0, 1, NULL, NULL};
     omp_set_num_threads(1);
     int crc = loom_bench_run(&prof, &one, "gemm,peak,memory,vector,attention");
     omp_set_num_threads(threads);

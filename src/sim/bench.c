@@ -5,8 +5,14 @@
  * the ranks of a training job run at once: a rank alone on the machine would measure a core
  * whose neighbours are idle, and on shared vCPUs one of two cores ran 1.4-2.3x slower than the
  * other for minutes at a time (memory-bound kernels most: the host's other tenants). A
- * synchronous step waits for its slowest rank, so the profile keeps the measurements of the
- * slowest (the lowest geometric mean of the measured rates), and the log names it. A section
+ * synchronous step waits for its slowest rank, so the measuring ranks time each item in
+ * lockstep and keep the slowest rank's time of that moment (loom_bench_slowest): a pass is
+ * priced as a step meets it, and the fastest pass of those maxima is kept. Before, each rank
+ * kept its own fastest moment of every item and the profile the slowest rank's set; where the
+ * vCPUs' speeds trade places from second to second, that paired each kernel with whichever
+ * rank was fast at its moment, faster than any step (docs/SIMULATOR.md, "Ranks in lockstep").
+ * The profile still takes the slowest rank's (the lowest geometric mean of the measured
+ * rates) for what is timed outside the lockstep, and the log names it. A section
  * that measures the whole machine itself (the instruction peaks: a team of threads on every
  * core) runs after them on rank 0 alone, the others asleep, and every rank takes its figures. */
 #include <math.h>
@@ -17,6 +23,7 @@
 #include <unistd.h>
 
 #include "loom/comm.h"
+#include "loom/comm_ep.h"
 #include "loom/core.h"
 #include "loom/kernels.h"
 #include "loom/mesh.h"
@@ -87,8 +94,13 @@ double loom_bench_time(void (*fn)(void *), void *arg, double min_s) {
   return best;
 }
 
-int loom_bench_passes(double (*time_one)(void *ctx, int i), void *ctx, int n, int max_passes,
-                      double *best) {
+double loom_bench_slowest(const loom_bench_ctx *b, double t) {
+  if (b && b->lockstep) loom_comm_allreduce_f64(b->lockstep, &t, 1, LOOM_OP_MAX);
+  return t;
+}
+
+int loom_bench_passes(const loom_bench_ctx *b, double (*time_one)(void *ctx, int i), void *ctx,
+                      int n, int max_passes, double *best) {
   double *second = loom_malloc((size_t)(n ? n : 1) * sizeof *second);
   int pass = 0, most = max_passes > 2 ? max_passes : 2;
   bool again = true;
@@ -97,7 +109,7 @@ int loom_bench_passes(double (*time_one)(void *ctx, int i), void *ctx, int n, in
     again = false;
     for (int i = 0; i < n; i++) {
       if (pass >= 2 && second[i] <= 1.1 * best[i]) continue; /* two passes agree on it */
-      double t = time_one(ctx, i);
+      double t = loom_bench_slowest(b, time_one(ctx, i)); /* the same t on every rank */
       if (t < best[i]) second[i] = best[i], best[i] = t;
       else if (t < second[i]) second[i] = t;
       if (pass >= 1 && second[i] > 1.1 * best[i]) again = true;
@@ -181,8 +193,9 @@ static double speed_index(const loom_hw_profile *hw) {
   return n ? exp(logs / n) : 0;
 }
 
-/* Every rank takes the profile of the slowest measuring rank; rank 0 logs each measuring
- * rank's index (the rates' geometric mean) and the one kept. */
+/* Every rank takes the profile of the slowest measuring rank (in lockstep the ranks hold the
+ * same times, and this settles what was timed outside it); rank 0 logs each measuring rank's
+ * index (the rates' geometric mean) and the one kept. */
 static void keep_slowest(loom_hw_profile *hw, const loom_bench_ctx *b, bool measured) {
   const loom_comm *c = b->comm;
   double *speed = loom_calloc((size_t)b->world, sizeof *speed); /* 0: did not measure */
@@ -196,7 +209,8 @@ static void keep_slowest(loom_hw_profile *hw, const loom_bench_ctx *b, bool meas
     }
   loom_comm_bcast_bytes(c, hw, sizeof *hw, root);
   if (b->log) {
-    fprintf(b->log, "devices measured on %d ranks at once, rates' geometric mean by rank:", n);
+    fprintf(b->log, "devices measured on %d ranks at once%s, rates' geometric mean by rank:", n,
+            b->lockstep ? " (in lockstep: each time the slowest rank's of its moment)" : "");
     for (int r = 0; r < b->world; r++)
       if (speed[r] > 0) fprintf(b->log, " %d: %.6g", r, speed[r]);
     fprintf(b->log, "; the profile keeps rank %d's, the slowest\n", root);
@@ -235,11 +249,19 @@ static int run_machine_section(loom_hw_profile *hw, const loom_bench_ctx *b,
   return 0;
 }
 
-int loom_bench_run(loom_hw_profile *hw, const loom_bench_ctx *b, const char *only) {
+int loom_bench_run(loom_hw_profile *hw, const loom_bench_ctx *given, const char *only) {
   warm_up();
   int n, devices = 0, rc = 0;
   const loom_bench_section *s = loom_bench_sections(&n);
+  loom_bench_ctx ctx = *given, *b = &ctx;
   bool measures = measures_devices(b);
+  /* the measuring ranks time in lockstep, on a communicator of their own */
+  loom_comm lockstep = {0};
+  if (b->world > 1) {
+    loom_comm_split(&lockstep, b->comm, measures ? 0 : 1, b->rank, "bench");
+    if (measures && lockstep.size > 1) ctx.lockstep = &lockstep;
+    loom_comm_barrier(&lockstep);
+  }
   /* the device sections: every measuring rank at once, logged by rank 0 */
   for (int i = 0; i < n; i++) {
     if (s[i].needs_mpi || s[i].machine || !selected(&s[i], only)) continue;
@@ -247,8 +269,10 @@ int loom_bench_run(loom_hw_profile *hw, const loom_bench_ctx *b, const char *onl
     if (measures && !rc) rc = run_section(hw, b, &s[i]);
   }
   if (b->world > 1) rc = loom_comm_any_failed(b->comm, rc);
+  if (!rc && devices && b->world > 1) keep_slowest(hw, b, measures);
+  if (b->world > 1) loom_comm_split_free(&lockstep);
+  ctx.lockstep = NULL;
   if (rc) return rc;
-  if (devices && b->world > 1) keep_slowest(hw, b, measures);
   /* the whole machine from one process: rank 0 alone */
   for (int i = 0; i < n; i++)
     if (s[i].machine && selected(&s[i], only) && (rc = run_machine_section(hw, b, &s[i])))

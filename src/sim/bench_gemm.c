@@ -114,7 +114,7 @@ int loom_bench_gemm(loom_hw_profile *hw, const loom_bench_ctx *b) {
   enum { POINTS = LOOM_GEMM_ROLES * NM * NN * NK };
   double t[POINTS];
   grid g = {A, B, C, pool, min_s};
-  int passes = loom_bench_passes(time_point, &g, POINTS, 5, t);
+  int passes = loom_bench_passes(b, time_point, &g, POINTS, 5, t);
   for (int p = 0; p < POINTS; p++) {
     int i;
     job j = point_job(p, &i);
@@ -140,7 +140,7 @@ int loom_bench_gemm(loom_hw_profile *hw, const loom_bench_ctx *b) {
              native,
              min_s};
   double tp[2];
-  loom_bench_passes(time_pair, &pr, 2, 5, tp);
+  loom_bench_passes(b, time_pair, &pr, 2, 5, tp);
   double t_f32 = tp[0], t_bf16 = tp[1];
   if (native) loom_gemm_weights_release(B16, (size_t)BN * BK * sizeof(uint16_t));
   loom_free(A16), loom_free(B16);

@@ -112,7 +112,7 @@ int loom_bench_vector(loom_hw_profile *hw, const loom_bench_ctx *b) {
   enum { NK = sizeof kinds / sizeof kinds[0] };
   double best[NK];
   vpass ctx = {&j, kinds, 0.02 * b->scale};
-  int passes = loom_bench_passes(time_kind, &ctx, NK, 5, best);
+  int passes = loom_bench_passes(b, time_kind, &ctx, NK, 5, best);
   if (b->log) fprintf(b->log, "vector kernels (million elements/s, best of %d passes):", passes);
   for (size_t i = 0; i < NK; i++) {
     hw->vop_rate[kinds[i]] = N / best[i];
@@ -181,7 +181,7 @@ int loom_bench_memory(loom_hw_profile *hw, const loom_bench_ctx *b) {
   fill(m.a, n, 1), fill(m.b, n, 1), fill(m.c, n, 1);
   double t[3]; /* copy, triad, refault: in passes (loom_bench_passes), as the vector kernels */
   mpass mp = {&m, 0.05 * b->scale};
-  loom_bench_passes(time_memory, &mp, 3, 5, t);
+  loom_bench_passes(b, time_memory, &mp, 3, 5, t);
   double tc = t[0], tt = t[1], tf = t[2];
   double touched = (double)(n / (RANGE + 1000)) * RANGE;
   hw->vop_rate[LOOM_VOP_FAULT] = touched / tf;
@@ -255,11 +255,12 @@ int loom_bench_attention(loom_hw_profile *hw, const loom_bench_ctx *b) {
     X[s][2] = B * H * T;                                       /* rows */
     t[0][s] = t[1][s] = 1e300;
   }
-  for (int trial = 0; trial < 5; trial++) /* in turns, the best of 5: the machine's speed drifts */
+  /* in turns, the best of 5 (the machine's speed drifts), each the slowest rank's in lockstep */
+  for (int trial = 0; trial < 5; trial++)
     for (int dir = 0; dir < 2; dir++)
       for (int s = 0; s < ATT_SHAPES; s++) {
         a.B = att_shape[s][0], a.T = att_shape[s][1], a.D = att_shape[s][2], a.backward = dir;
-        double ts = loom_bench_time(attn, &a, 0.02 * b->scale);
+        double ts = loom_bench_slowest(b, loom_bench_time(attn, &a, 0.02 * b->scale));
         if (ts < t[dir][s]) t[dir][s] = ts;
       }
   hw->attention = LOOM_ATTN_LOOM;

@@ -254,7 +254,7 @@ static void test_passes(void) {
   };
   scripted s = {script, {0}};
   double best[4];
-  int passes = loom_bench_passes(scripted_time, &s, 4, 5, best);
+  int passes = loom_bench_passes(NULL, scripted_time, &s, 4, 5, best);
   CHECK(passes == 5, "passes %d, want 5 (item 3 never agrees)", passes);
   CHECK(s.calls[0] == 2 && s.calls[1] == 3 && s.calls[2] == 3 && s.calls[3] == 5,
         "timed %d, %d, %d, %d times; want 2, 3, 3, 5", s.calls[0], s.calls[1], s.calls[2],
@@ -262,7 +262,7 @@ static void test_passes(void) {
   CHECK(best[0] == 1.0 && best[1] == 1.0 && best[2] == 1.0 && best[3] == 0.5,
         "best %g %g %g %g", best[0], best[1], best[2], best[3]);
   scripted t = {script, {0}};
-  passes = loom_bench_passes(scripted_time, &t, 1, 5, best); /* item 0 alone: two passes */
+  passes = loom_bench_passes(NULL, scripted_time, &t, 1, 5, best); /* item 0 alone: two passes */
   CHECK(passes == 2 && t.calls[0] == 2 && best[0] == 1.0, "one agreeing item: %d passes", passes);
 }
 
