@@ -174,6 +174,9 @@ typedef struct {
   /* node */
   int devices_per_node;
   bool timeshare;      /* more ranks than devices on a node share them in time (CPU cores) */
+  double coll_ranks_per_core; /* ranks per core while `loom bench` timed the collectives (1: a
+                                 core each; 2: the 4 ranks of two namespaced nodes on 2 cores):
+                                 their times hold that much time-sharing already */
   /* network */
   int n_tiers;
   loom_hw_tier tier[LOOM_HW_MAX_TIERS];

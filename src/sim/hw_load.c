@@ -19,6 +19,7 @@ void loom_hw_defaults(loom_hw_profile *hw) {
   hw->gemm_eff_dim[0] = 1;
   hw->gemm_eff[0] = 0.7;
   hw->mem_bytes = 16e9;
+  hw->coll_ranks_per_core = 1;
   hw->mem_bw = 100e9;
   hw->mem_eff = 0.8;
   hw->attention = LOOM_ATTN_FLASH;
@@ -453,7 +454,8 @@ static int read_root(loom_hw_profile *hw, const loom_yaml_node *root) {
     return -1;
   if ((n = loom_yaml_get(root, "device")) && read_device(hw, n)) return -1;
   if ((n = loom_yaml_get(root, "node"))) {
-    static const char *const allowed_node[] = {"devices", "oversubscribe", NULL};
+    static const char *const allowed_node[] = {"devices", "oversubscribe",
+                                               "collective_ranks_per_core", NULL};
     if (loom_yaml_only(n, "node", allowed_node)) return -1;
     const loom_yaml_node *x;
     if ((x = loom_yaml_get(n, "devices")) &&
@@ -466,6 +468,9 @@ static int read_root(loom_hw_profile *hw, const loom_yaml_node *root) {
         return loom_yaml_err(x, "node.oversubscribe must be timeshare or error");
       hw->timeshare = !strcmp(s, "timeshare");
     }
+    if ((x = loom_yaml_get(n, "collective_ranks_per_core")) &&
+        loom_yaml_number(x, "node.collective_ranks_per_core", &hw->coll_ranks_per_core))
+      return -1;
   }
   if ((n = loom_yaml_get(root, "network"))) {
     if (n->kind != LOOM_YAML_SEQUENCE || n->n < 1 || n->n > LOOM_HW_MAX_TIERS)
@@ -651,6 +656,10 @@ int loom_hw_check(const loom_hw_profile *hw) {
   if (hw->attention == LOOM_ATTN_FLASH && !(hw->attn_eff > 0 && hw->attn_eff <= 1))
     return loom_err("device.attention_efficiency must be in (0, 1] for flash attention");
   if (hw->devices_per_node < 1) return loom_err("node.devices must be >= 1");
+  if (!(hw->coll_ranks_per_core >= 1 && hw->coll_ranks_per_core <= 1024))
+    return loom_err("node.collective_ranks_per_core must be in [1, 1024] (the ranks per core while "
+                    "the collectives were measured; 1: a core each), found %g",
+                    hw->coll_ranks_per_core);
   if (hw->overlap_slowdown < 0 || hw->overlap_slowdown > 1)
     return loom_err("runtime.overlap_slowdown must be in [0, 1]");
   if (hw->attn_hdim_step > 4096)

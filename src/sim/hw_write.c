@@ -209,6 +209,8 @@ char *loom_hw_to_yaml(const loom_hw_profile *hw, const char *notes) {
   put_device(&b, hw);
   put(&b, "node:\n  devices: %d\n  oversubscribe: %s\n", hw->devices_per_node,
       hw->timeshare ? "timeshare" : "error");
+  if (hw->coll_ranks_per_core > 1)
+    put(&b, "  collective_ranks_per_core: %s\n", num(hw->coll_ranks_per_core, 1));
   put_network(&b, hw);
   put(&b, "runtime:\n  engine: %s\n  tp_comm_overlap: %s\n  dp_comm_overlap: %s\n"
           "  p2p_overlap: %s\n  overlap_slowdown: %s\n  optimizer_bytes_per_param: %s\n",

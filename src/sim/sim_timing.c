@@ -306,12 +306,12 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
   case LOOM_INSTR_RECV_ACT:
   case LOOM_INSTR_RECV_GRAD: {
     double arrive = fmax(start, t->arrival);
-    double copy = (c->loom_cpu ? R->t_p2p : 0) + R->t_recv_gather;
+    double copy = (c->loom_cpu ? R->t_p2p * sim_comm_slow(c, slow) : 0) + R->t_recv_gather * slow;
     R->t0[rank][index] = arrive;
-    R->t1[rank][index] = arrive + copy * slow;
-    R->exposed[rank][index] = copy * slow + (c->loom_cpu ? 0 : fmin(arrive - start, R->t_p2p));
-    if (copy > 0) sim_event_add(R, rank, 1, index, NULL, arrive, arrive + copy * slow, R->msg_bytes);
-    t->end = arrive + copy * slow;
+    R->t1[rank][index] = arrive + copy;
+    R->exposed[rank][index] = copy + (c->loom_cpu ? 0 : fmin(arrive - start, R->t_p2p));
+    if (copy > 0) sim_event_add(R, rank, 1, index, NULL, arrive, arrive + copy, R->msg_bytes);
+    t->end = arrive + copy;
     sim_event_add(R, rank, 0, index, NULL, start, t->end, -1);
     return;
   }
@@ -324,10 +324,14 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
   default: /* load, gather-params (ZeRO-3 gathers are costed inside the layers) */
     break;
   }
-  dur *= slow;
+  /* time-sharing slows the compute by `slow`, and the collectives only by what it exceeds the
+   * sharing their times were measured under */
+  double cslow = sim_comm_slow(c, slow);
+  exposed = fmin(exposed, dur);
+  dur = (dur - exposed) * slow + exposed * cslow;
   R->t0[rank][index] = start;
   R->t1[rank][index] = start + dur;
-  R->exposed[rank][index] = exposed * slow;
+  R->exposed[rank][index] = exposed * cslow;
   t->end = start + dur;
   if (sim_is_compute(in->kind)) {
     if (in->kind != LOOM_INSTR_FORWARD && index == R->last_bwd[rank][in->chunk]) {

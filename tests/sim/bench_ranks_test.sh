@@ -4,7 +4,8 @@
 # log lists each measuring rank's rates' geometric mean and names the kept rank, which must be
 # the one with the lowest; with more ranks than cores only the first `cores` measure (an
 # oversubscribed bench would time-share the cores); a bench of the collectives alone
-# (--only mpi) measures no device and keeps the profile it updates. The instruction peaks
+# (--only mpi) measures no device and keeps the profile it updates, and says how many ranks
+# shared a core while it timed them. The instruction peaks
 # (--only peak) measure the whole machine from rank 0 alone (a team of threads on every core,
 # the other ranks asleep), and every rank takes them: the profile has the all-core entry.
 # usage: bench_ranks_test.sh LOOM
@@ -76,6 +77,19 @@ PY
 )
 check "the profile's all-reduce meets the logged times (excess, sizes: $worst)" \
   python3 -c "import sys; w, n = sys.argv[1].split(); sys.exit(not (float(w) <= 0 and n == '6'))" "$worst"
+# the collectives timed with every rank in them at once: a profile says how many ranks shared a
+# core meanwhile (the simulator does not slow those times again for as much time-sharing);
+# with a core each the key is left out
+check "--nproc 2 on $cores cores writes no collective_ranks_per_core" \
+  test -z "$([ "$cores" -ge 2 ] && grep collective_ranks_per_core "$WORK/p.yaml")"
+cp "$WORK/p.yaml" "$WORK/shared.yaml"
+out=$("$LOOM" bench --nproc $np --only mpi --quick --out "$WORK/shared.yaml" 2>&1); rc=$?
+check "--only mpi on $np ranks exits 0" [ "$rc" = 0 ]
+got=$(sed -n 's/^  collective_ranks_per_core: //p' "$WORK/shared.yaml")
+check "$np ranks on $cores cores: collective_ranks_per_core ${got:-absent}" python3 -c "
+import sys; n, c, g = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+want = n / c if n > c else 1
+sys.exit(not ((g == '' and want == 1) or (g != '' and abs(float(g) - want) < 1e-12)))" "$np" "$cores" "$got"
 # the profile as a user then uses it
 check "loom sim loads the profile" "$LOOM" sim model.preset=tiny-gpt2 parallel.dp=2 \
   --hardware "$WORK/p.yaml" --gpus 2

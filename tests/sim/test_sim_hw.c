@@ -273,6 +273,11 @@ static void test_fuzz_limits(void) {
   bad(text, "device.attention_row_ns.bwd must be a finite number >= 0", "-3");
   snprintf(text, sizeof text, "%s  attention_row_ns: {fwd: 1, forward: 1}\n", dev);
   bad(text, "device.attention_row_ns", "forward");
+  /* the time-sharing the collectives were timed under: >= 1 (a core each), refused below */
+  bad("name: x\nnode:\n  collective_ranks_per_core: 0.5\n",
+      "node.collective_ranks_per_core must be in [1, 1024]", "found 0.5");
+  bad("name: x\nnode:\n  collective_ranks_per_core: two\n", "node.collective_ranks_per_core",
+      "two");
 
   loom_mkdir_p("sim-hw.tmp/dir.yaml"); /* malloc(INT64_MAX) abort before */
   loom_hw_profile d;
@@ -286,6 +291,7 @@ static void test_fuzz_limits(void) {
                     "description: \"tab\\there \\\"q\\\" \\x85 NEL, caf\xc3\xa9, \\x01\"\n"
                     "device:\n  memory_gib: 79.123456789\n  memory_bandwidth_gbs: 2039.000001\n"
                     "  gemm_overhead_us: 3.3333333333333335\n"
+                    "node:\n  devices: 2\n  collective_ranks_per_core: 2\n"
                     "network:\n  - {name: \"a: b # c\", domain: 8, bandwidth_gbs: 300.0000001}\n"
                     "  - {name: \"\\u2028\", domain: 0, bandwidth_gbs: 25, latency_us: 1e-9}\n";
   CHECK(loom_hw_parse(&a, src, "quoted.yaml") == 0, "%s", loom_errmsg());
@@ -296,6 +302,8 @@ static void test_fuzz_limits(void) {
   CHECK(loom_hw_parse(&b, w, "quoted.yaml") == 0, "written profile does not load: %s\n%s",
         loom_errmsg(), w);
   CHECK(memcmp(&a, &b, sizeof a) == 0, "written profile loads back different:\n%s", w);
+  CHECK(a.coll_ranks_per_core == 2 && strstr(w, "  collective_ranks_per_core: 2\n"),
+        "node.collective_ranks_per_core read and written:\n%s", w);
   CHECK(strstr(w, "memory_gib: 79.123456789\n") && strstr(w, "latency_us: 1e-09\n") &&
             strstr(w, "bandwidth_gbs: 300.0000001\n") && strstr(w, "latency_us: 6\n") == NULL,
         "numbers in their shortest exact form:\n%s", w);

@@ -11,12 +11,14 @@
  *   - host dispatch: a module's issue queue replayed op by op (hand-computed on small lists,
  *     and between max(device, host) and device + host on random ones); the DTensor and eager
  *     ops the encoder and a text layer issue, counted by hand from the linears' aten ops; the
- *     host synchronisations of the seed's vision blocks. */
+ *     host synchronisations of the seed's vision blocks;
+ *   - collectives timed under time-sharing (node.collective_ranks_per_core): not slowed again. */
 #include <math.h>
 
 #include "sim_test_util.h"
 #include "loom/config.h"
 #include "loom/model.h"
+#include "loom/sim_bench.h"
 
 static void test_state_bytes(void) {
   const struct {
@@ -379,6 +381,62 @@ static void test_host_optimizer(void) {
   CHECK(loom_sim_opt_host(&h100, &one) == 0, "h100-sxm optimizer host");
 }
 
+/* 4 ranks of dp2 x tp2 on a CPU profile of 2 cores, every rank busy at every moment, so time-
+ * sharing runs each instruction 2x slower (sim_share.c). Collectives the profile timed with 2
+ * ranks per core (`loom bench` across two namespaced nodes of one 2-core machine) hold that
+ * slowdown already: only the compute is slowed, so the exposed communication (tp all-reduces
+ * inside the layers, the dp reduction across the network tier) halves and the compute stays. */
+static void test_timeshared_collectives(void) {
+  loom_model_spec s = megatron_gpt(256, 4, 4, 512, 64);
+  loom_hw_profile hw;
+  loom_bench_profile_defaults(&hw);
+  hw.devices_per_node = 2;
+  hw.n_tiers = 2;
+  const char *names[2] = {"shared-memory-mpi", "network"};
+  for (int i = 0; i < 2; i++) {
+    loom_hw_tier *t = &hw.tier[i];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", names[i]);
+    t->domain = i ? 0 : 2;
+    t->algo = LOOM_ALGO_RING;
+    t->bandwidth = i ? 0.2e9 : 4e9;
+    t->latency = i ? 100e-6 : 6e-6;
+    for (int k = 0; k < LOOM_COLL_COUNT; k++) t->efficiency[k] = 0.5;
+  }
+  loom_sim_strategy st = strategy(2, 2, 1, 1, 4, 1, 64);
+  st.dtype = LOOM_DT_FP32;
+  double exposed[2], compute[2], step[2], share[2];
+  for (int i = 0; i < 2; i++) {
+    hw.coll_ranks_per_core = i ? 2 : 1;
+    loom_sim_ctx c;
+    loom_sim_ctx_init(&c, &s, &hw, &st);
+    loom_schedule sc;
+    CHECK(loom_sim_schedule(&st, NULL, &sc) == 0, "%s", loom_errmsg());
+    loom_sim_result r;
+    loom_sim_opts o = {NULL, false, 0};
+    CHECK(loom_sim_run(&c, &sc, &o, &r) == 0, "%s", loom_errmsg());
+    exposed[i] = r.exposed_comm, compute[i] = r.compute_time, step[i] = r.step_time;
+    share[i] = r.timeshare;
+    loom_sim_result_free(&r);
+    loom_sched_free(&sc);
+  }
+  printf("dp2 x tp2 on 2 cores: exposed communication %.3f -> %.3f ms, compute %.3f -> %.3f ms, "
+         "step %.3f -> %.3f ms\n", exposed[0] * 1e3, exposed[1] * 1e3, compute[0] * 1e3,
+         compute[1] * 1e3, step[0] * 1e3, step[1] * 1e3);
+  CHECK(share[0] == 2 && share[1] == 2, "4 ranks on 2 cores: %g, %g ranks a core", share[0],
+        share[1]);
+  /* 5e-3: the replay's fixed point stops once no slowdown moves by 0.1% a round, damped by
+   * half, so each instruction's slowdown of 2 is met to within about 0.2% */
+  CHECK(exposed[0] > 0 && fabs(exposed[1] - exposed[0] / 2) <= 5e-3 * exposed[1],
+        "exposed communication %.6e s timed unshared, %.6e s timed at 2 a core (want half)",
+        exposed[0], exposed[1]);
+  CHECK(fabs(compute[1] - compute[0]) <= 5e-3 * compute[0], "compute %.6e s and %.6e s",
+        compute[0], compute[1]);
+  CHECK(fabs(step[0] - step[1] - exposed[1]) <= 5e-3 * exposed[1],
+        "the step is shorter by the communication's half: %.6e -> %.6e s, exposed %.6e s",
+        step[0], step[1], exposed[1]);
+}
+
 int main(void) {
   test_state_bytes();
   test_memory();
@@ -388,5 +446,6 @@ int main(void) {
   test_host_counts();
   test_host_syncs();
   test_host_optimizer();
+  test_timeshared_collectives();
   return harness_finish("test_sim_mechanisms");
 }
