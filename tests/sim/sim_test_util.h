@@ -69,6 +69,19 @@ static inline int contains_all(const char *msg, ...) {
 /* Run `loom ARGS` (shell text) in the build directory, capturing stdout and stderr. */
 static inline run_result run_loom(const char *args) { return loom_run_in("sim-cli.tmp", args); }
 
+/* The simulated step of strategy st (its schedule generated as the executor does) into *r,
+ * which the caller frees with loom_sim_result_free; fails the test on an error. */
+static inline void sim_result_of(const loom_model_spec *s, const loom_hw_profile *hw,
+                                 const loom_sim_strategy *st, loom_sim_result *r) {
+  loom_sim_ctx c;
+  loom_sim_ctx_init(&c, s, hw, st);
+  loom_schedule sc;
+  CHECK(loom_sim_schedule(st, NULL, &sc) == 0, "%s", loom_errmsg());
+  loom_sim_opts o = {NULL, false, 0};
+  CHECK(loom_sim_run(&c, &sc, &o, r) == 0, "%s", loom_errmsg());
+  loom_sched_free(&sc);
+}
+
 static inline int load_hw(loom_hw_profile *hw, const char *name) {
   char *path = loom_sprintf("%s/configs/hardware/%s.yaml", source_dir(), name);
   int rc = loom_hw_load_file(hw, path);

@@ -408,17 +408,11 @@ static void test_timeshared_collectives(void) {
   double exposed[2], compute[2], step[2], share[2];
   for (int i = 0; i < 2; i++) {
     hw.coll_ranks_per_core = i ? 2 : 1;
-    loom_sim_ctx c;
-    loom_sim_ctx_init(&c, &s, &hw, &st);
-    loom_schedule sc;
-    CHECK(loom_sim_schedule(&st, NULL, &sc) == 0, "%s", loom_errmsg());
     loom_sim_result r;
-    loom_sim_opts o = {NULL, false, 0};
-    CHECK(loom_sim_run(&c, &sc, &o, &r) == 0, "%s", loom_errmsg());
+    sim_result_of(&s, &hw, &st, &r);
     exposed[i] = r.exposed_comm, compute[i] = r.compute_time, step[i] = r.step_time;
     share[i] = r.timeshare;
     loom_sim_result_free(&r);
-    loom_sched_free(&sc);
   }
   printf("dp2 x tp2 on 2 cores: exposed communication %.3f -> %.3f ms, compute %.3f -> %.3f ms, "
          "step %.3f -> %.3f ms\n", exposed[0] * 1e3, exposed[1] * 1e3, compute[0] * 1e3,

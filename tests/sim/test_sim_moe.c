@@ -69,16 +69,10 @@ static loom_sim_strategy moe_strategy(int dp, int tp, int ep, int etp, int m, in
 /* the step time of strategy st for model s on profile hw */
 static double sim_step(const loom_model_spec *s, const loom_hw_profile *hw,
                        const loom_sim_strategy *st) {
-  loom_sim_ctx c;
-  loom_sim_ctx_init(&c, s, hw, st);
-  loom_schedule sc;
-  CHECK(loom_sim_schedule(st, NULL, &sc) == 0, "%s", loom_errmsg());
   loom_sim_result r;
-  loom_sim_opts o = {NULL, false, 0};
-  CHECK(loom_sim_run(&c, &sc, &o, &r) == 0, "%s", loom_errmsg());
+  sim_result_of(s, hw, st, &r);
   double t = r.step_time;
   loom_sim_result_free(&r);
-  loom_sched_free(&sc);
   return t;
 }
 
