@@ -271,6 +271,10 @@ int loom_hw_group_tier(const loom_hw_profile *hw, int stride, int size);
  * as NCCL's double binary tree reaches the ring's bus bandwidth). */
 double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double bytes,
                          int stride, int size);
+/* The slowdown of a collective's time where time-sharing slows the compute by `slow`: what
+ * `slow` exceeds the sharing the profile's collectives were timed under
+ * (node.collective_ranks_per_core: every rank of the machine in them at once), never below 1. */
+double loom_hw_coll_slow(const loom_hw_profile *hw, double slow);
 /* An all-to-all whose group spans several domains of the tier below the one that holds it (an
  * expert-parallel group over nodes) sends each member's share for the peers of its own domain
  * over the inner tier and the rest over the outer one, at the same time: the longer of the two

@@ -11,8 +11,8 @@
  * kept its own fastest moment of every item and the profile the slowest rank's set; where the
  * vCPUs' speeds trade places from second to second, that paired each kernel with whichever
  * rank was fast at its moment, faster than any step (docs/SIMULATOR.md, "Ranks in lockstep").
- * The profile still takes the slowest rank's (the lowest geometric mean of the measured
- * rates) for what is timed outside the lockstep, and the log names it. A section
+ * The ranks that did not measure take the slowest measuring rank's profile (the lowest
+ * geometric mean of the measured rates), and the log names it. A section
  * that measures the whole machine itself (the instruction peaks: a team of threads on every
  * core) runs after them on rank 0 alone, the others asleep, and every rank takes its figures. */
 #include <math.h>
@@ -193,9 +193,9 @@ static double speed_index(const loom_hw_profile *hw) {
   return n ? exp(logs / n) : 0;
 }
 
-/* Every rank takes the profile of the slowest measuring rank (in lockstep the ranks hold the
- * same times, and this settles what was timed outside it); rank 0 logs each measuring rank's
- * index (the rates' geometric mean) and the one kept. */
+/* Every rank takes the profile of the slowest measuring rank (in lockstep the measuring ranks
+ * hold the same times already; this hands them to the ranks that did not measure); rank 0 logs
+ * each measuring rank's index (the rates' geometric mean) and the one kept. */
 static void keep_slowest(loom_hw_profile *hw, const loom_bench_ctx *b, bool measured) {
   const loom_comm *c = b->comm;
   double *speed = loom_calloc((size_t)b->world, sizeof *speed); /* 0: did not measure */

@@ -195,6 +195,11 @@ static double split_alltoall(const loom_hw_profile *hw, int ti, double bytes, in
   return fmax(t_in, t_out);
 }
 
+double loom_hw_coll_slow(const loom_hw_profile *hw, double slow) {
+  double timed = hw->coll_ranks_per_core > 1 ? hw->coll_ranks_per_core : 1;
+  return slow / timed > 1 ? slow / timed : 1;
+}
+
 double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double bytes,
                          int stride, int size) {
   if (bytes <= 0 || (size <= 1 && kind != LOOM_COLL_SENDRECV)) return 0;

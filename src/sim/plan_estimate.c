@@ -96,9 +96,8 @@ double plan_estimate(const loom_sim_ctx *c, const plan_costs *k, plan_eval *out)
   double total = pipe + z3 + dp + opt;
   if (c->hw->timeshare) { /* ranks beyond the cores share them */
     int world = loom_sim_world(st);
-    double share = (double)world / hw->devices_per_node; /* the reductions: sim_comm_slow */
-    double done = hw->coll_ranks_per_core > 1 ? hw->coll_ranks_per_core : 1;
-    if (share > 1) total = (total - dp) * share + dp * fmax(1, share / done);
+    double share = (double)world / hw->devices_per_node; /* the reductions: loom_hw_coll_slow */
+    if (share > 1) total = (total - dp) * share + dp * loom_hw_coll_slow(hw, share);
   }
   /* memory of pipeline rank 0 */
   loom_sim_memory mem;

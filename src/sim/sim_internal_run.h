@@ -74,13 +74,6 @@ static inline bool sim_is_compute(loom_instr_kind k) {
   return k == LOOM_INSTR_FORWARD || k == LOOM_INSTR_BACKWARD ||
          k == LOOM_INSTR_BACKWARD_INPUT || k == LOOM_INSTR_BACKWARD_WEIGHT;
 }
-/* The slowdown of a collective's time in an instruction that time-sharing slows by `slow`:
- * what `slow` exceeds the sharing the profile's collectives were timed under (every rank of
- * the machine in the collective at once: node.collective_ranks_per_core), never below 1. */
-static inline double sim_comm_slow(const loom_sim_ctx *c, double slow) {
-  double done = c->hw->coll_ranks_per_core > 1 ? c->hw->coll_ranks_per_core : 1;
-  return slow / done > 1 ? slow / done : 1;
-}
 void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched_timing *t);
 void sim_event_add(sim_run *R, int rank, int tid, int instr, const char *name, double t0,
                    double t1, double bytes);

@@ -306,7 +306,7 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
   case LOOM_INSTR_RECV_ACT:
   case LOOM_INSTR_RECV_GRAD: {
     double arrive = fmax(start, t->arrival);
-    double copy = (c->loom_cpu ? R->t_p2p * sim_comm_slow(c, slow) : 0) + R->t_recv_gather * slow;
+    double copy = (c->loom_cpu ? R->t_p2p * loom_hw_coll_slow(c->hw, slow) : 0) + R->t_recv_gather * slow;
     R->t0[rank][index] = arrive;
     R->t1[rank][index] = arrive + copy;
     R->exposed[rank][index] = copy + (c->loom_cpu ? 0 : fmin(arrive - start, R->t_p2p));
@@ -326,7 +326,7 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
   }
   /* time-sharing slows the compute by `slow`, and the collectives only by what it exceeds the
    * sharing their times were measured under */
-  double cslow = sim_comm_slow(c, slow);
+  double cslow = loom_hw_coll_slow(c->hw, slow);
   exposed = fmin(exposed, dur);
   dur = (dur - exposed) * slow + exposed * cslow;
   R->t0[rank][index] = start;
