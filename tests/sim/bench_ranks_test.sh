@@ -90,6 +90,8 @@ check "$np ranks on $cores cores: collective_ranks_per_core ${got:-absent}" pyth
 import sys; n, c, g = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 want = n / c if n > c else 1
 sys.exit(not ((g == '' and want == 1) or (g != '' and abs(float(g) - want) < 1e-12)))" "$np" "$cores" "$got"
+check "loom sim loads it and runs 4 time-shared ranks on it" "$LOOM" sim model.preset=tiny-gpt2 \
+  parallel.dp=2 parallel.tp=2 --hardware "$WORK/shared.yaml" --gpus 4
 # the profile as a user then uses it
 check "loom sim loads the profile" "$LOOM" sim model.preset=tiny-gpt2 parallel.dp=2 \
   --hardware "$WORK/p.yaml" --gpus 2
