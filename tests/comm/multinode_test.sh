@@ -69,6 +69,16 @@ case_nodes dp2_tp2 "nodes: $N0: ranks 0-1 (tp), $N1: ranks 2-3 (tp)" 1 \
 case_nodes pp2_dp2 "nodes: $N0: ranks 0-1 (dp), $N1: ranks 2-3 (dp)" 0 \
   training.micro_batch_size=2 parallel.pp=2 parallel.dp=2 parallel.schedule=1f1b
 
+# The two nodes' 4 slots share this machine's CPUs: where they exceed them, a rank waiting in
+# MPI yields its CPU, as Open MPI does for ranks oversubscribing one host (scripts/nodes.sh)
+yield_args() { "$NODES" mpirun-args | grep -qw mpi_yield_when_idle; }
+no_yield_args() { ! yield_args; }
+if [ 4 -gt "$(nproc)" ]; then
+  check "mpirun-args: the ranks yield when idle (4 slots on $(nproc) CPUs)" yield_args
+else
+  check "mpirun-args: no yield (4 slots on $(nproc) CPUs)" no_yield_args
+fi
+
 # dropped_packets: what node 1's loss dropped so far (iptables' statistic rules, or netem's
 # qdiscs on both ends of its link where the kernel has netem)
 dropped_packets() {
