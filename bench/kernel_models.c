@@ -4,7 +4,9 @@
  *     timing loop has them) against its second operand and its output taken from a pool larger
  *     than the caches (a step's weight or saved activation and its fresh output) with the first
  *     operand hot (the input just produced), timed in turns; the ratio is what loom bench's
- *     pool takes off the hot rate.
+ *     pool takes off the hot rate. And the same cold product after other work, as a step calls
+ *     it (loom bench times its calls back to back): after the next shape's product (untimed),
+ *     and after that and a 4 MB sweep (a layer's other kernels' footprint in the caches).
  *  2. Flash attention at eight shapes (T = 128..2048, head_dim 32..128, GQA and MHA), timed in
  *     turns, against two models fitted to all of them by relative least squares: one rate over
  *     the causal (query, key) pairs x head_dim (loom bench before 2026-11-29), and a rate over
@@ -73,25 +75,38 @@ static void gemms(int R) {
   for (size_t i = 0; i < 3 * (size_t)1024 * 1024; i++) hot[i] = (float)(i % 97) * 0.01f - 0.4f;
   printf("GEMMs: hot operands against B and C out of the caches (A hot), one thread, medians of "
          "%d rounds\n", R);
-  printf("| (m, n, k) | role | hot GFLOP/s | B, C cold GFLOP/s | cold / hot |\n| --- | --- | --- | --- | --- |\n");
-  static double t[2][MAXR];
+  printf("| (m, n, k) | role | hot GFLOP/s | B, C cold GFLOP/s | cold / hot | cold after a GEMM | "
+         "after a GEMM and 4 MB | after both / cold |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  enum { SWEEP = 1 << 20 }; /* floats: 4 MB */
+  float *sweep = loom_alloc((size_t)SWEEP * sizeof(float)), *other = loom_alloc((size_t)3 << 20 << 2);
+  memset(sweep, 0, (size_t)SWEEP * sizeof(float));
+  memcpy(other, hot, ((size_t)3 << 20) * sizeof(float));
+  static double t[4][MAXR];
   for (int s = 0; s < NS; s++)
     for (int role = 0; role < 3; role++) {
       int m = shape[s][0], n = shape[s][1], k = shape[s][2];
+      const int *o = shape[(s + 1) % NS]; /* the other work's product */
       float *A = hot, *B = hot + 1024 * 1024, *C = hot + 2 * 1024 * 1024;
-      gemm(role, m, n, k, A, B, C); /* the primitive, created before timing */
+      float *oA = other, *oB = other + 1024 * 1024, *oC = other + 2 * 1024 * 1024;
+      gemm(role, m, n, k, A, B, C); /* the primitives, created before timing */
+      gemm(role, o[0], o[1], o[2], oA, oB, oC);
       for (int r = 0; r < R; r++)
-        for (int cold = 0; cold < 2; cold++) {
-          float *b = cold ? take((size_t)k * n) : B, *c = cold ? take((size_t)m * n) : C;
+        for (int mode = 0; mode < 4; mode++) { /* hot, cold, cold after a GEMM, after both */
+          float *b = mode ? take((size_t)k * n) : B, *c = mode ? take((size_t)m * n) : C;
+          if (mode >= 2) gemm(role, o[0], o[1], o[2], oA, oB, oC);
+          if (mode == 3)
+            for (int i = 0; i < SWEEP; i++) sweep[i] += 1.0f;
           double t0 = cpu_now();
           gemm(role, m, n, k, A, b, c);
-          t[cold][r] = cpu_now() - t0;
+          t[mode][r] = cpu_now() - t0;
         }
-      double th = median(t[0], R), tc = median(t[1], R), fl = 2.0 * m * n * k;
-      printf("| (%d, %d, %d) | %s | %.1f | %.1f | %.3f |\n", m, n, k, role_name[role], fl / th / 1e9,
-             fl / tc / 1e9, th / tc);
+      double th = median(t[0], R), tc = median(t[1], R), tg = median(t[2], R), tw = median(t[3], R);
+      double fl = 2.0 * m * n * k;
+      printf("| (%d, %d, %d) | %s | %.1f | %.1f | %.3f | %.1f | %.1f | %.3f |\n", m, n, k,
+             role_name[role], fl / th / 1e9, fl / tc / 1e9, th / tc, fl / tg / 1e9, fl / tw / 1e9,
+             tc / tw);
     }
-  loom_free(hot);
+  loom_free(hot), loom_free(sweep), loom_free(other);
 }
 
 static void attention(int R) {
