@@ -40,6 +40,10 @@ out=$("$LOOM" bench --nproc 2 --only mpi --quick --out "$WORK/p.yaml" 2>&1); rc=
 check "--only mpi exits 0" [ "$rc" = 0 ]
 check "--only mpi measures no device" test -z "$(grep 'devices measured' <<<"$out")"
 check "--only mpi measures the all-reduce by size" grep -q "all_reduce_size_factor: \[\[" "$WORK/p.yaml"
+# a step's gradient reduction runs once, on an idle link: the sizes from 4 MB timed one at a time
+check "--only mpi times the all-reduce's 4, 8 and 16 MB one at a time" grep -Eq \
+  "all-reduce +\(2 ranks\): 4194304 B [0-9.]+ us, 8388608 B [0-9.]+ us, 16777216 B [0-9.]+ us one at a time" \
+  <<<"$out"
 # the profile's all-reduce time (SIMULATOR.md: ring bytes at bandwidth x efficiency x the
 # size's factor, plus 2 (p-1) latencies) meets every time the bench logged, to its 0.1 us;
 # where the factor is clamped (a time below the latencies' floor, or 20x slower than the
