@@ -59,52 +59,43 @@ static void run(void *p) {
   }
 }
 
-/* the same number of repetitions on every rank of every group (decided by the slowest rank's
- * first timing); the best of three trials, each the slowest rank's mean. The groups start each
- * trial together (a barrier of all the ranks): groups that each timed alone drifted apart, and
- * the best trial of each was the one the others left the link to (between nodes at 1 Gbit/s,
- * an 8 MB all-reduce timed at 146 ms that took 210-230 ms in a step, with the other group's) */
-static double timed(mjob *j, double min_s) {
-  const loom_comm *all = j->all;
-  run(j);
-  loom_comm_barrier(all);
-  double t0 = loom_now();
-  run(j);
-  double once[1] = {loom_now() - t0};
-  loom_comm_allreduce_f64(all, once, 1, LOOM_OP_MAX);
-  int reps = (int)ceil(min_s / 3 / fmax(once[0], 1e-7));
-  if (reps < 2) reps = 2;
-  if (reps > 1000) reps = 1000;
+/* The best of `trials` trials of `reps` runs each, every trial the slowest rank's mean. The
+ * groups start each trial together (a barrier of all the ranks): groups that each timed alone
+ * drifted apart, and the best trial of each was the one the others left the link to (between
+ * nodes at 1 Gbit/s, an 8 MB all-reduce timed at 146 ms that took 210-230 ms in a step, with
+ * the other group's). */
+static double best_of(mjob *j, int reps, int trials) {
   double best = 1e300;
-  for (int trial = 0; trial < 3; trial++) {
-    loom_comm_barrier(all);
-    t0 = loom_now();
-    for (int i = 0; i < reps; i++) run(j);
-    double t[1] = {(loom_now() - t0) / reps};
-    loom_comm_allreduce_f64(all, t, 1, LOOM_OP_MAX);
-    if (t[0] < best) best = t[0];
-  }
-  return j->kind == LOOM_COLL_SENDRECV ? best / 2 : best;
-}
-
-/* One run at a time, as a step meets its gradient reduction: the link idle (a barrier of all
- * the ranks), until the last rank has the result; the best of five. Back to back, a run's last
- * bytes, still queued in the link (a shaped one buffers up to 50 ms of them), travel while the
- * next run's first are sent, and TCP keeps its window open; a step's reduction pays them whole.
- * Between nodes at 1 Gbit/s a 4 MB all-reduce took 95-100 ms a run back to back, 115-116 alone
- * (2026-11-30). */
-static double timed_alone(mjob *j) {
-  run(j);
-  double best = 1e300;
-  for (int trial = 0; trial < 5; trial++) {
+  for (int trial = 0; trial < trials; trial++) {
     loom_comm_barrier(j->all);
     double t0 = loom_now();
-    run(j);
-    double t[1] = {loom_now() - t0};
+    for (int i = 0; i < reps; i++) run(j);
+    double t[1] = {(loom_now() - t0) / reps};
     loom_comm_allreduce_f64(j->all, t, 1, LOOM_OP_MAX);
     if (t[0] < best) best = t[0];
   }
   return best;
+}
+
+/* Back to back: the same number of repetitions on every rank of every group (decided by the
+ * slowest rank's first timing), the best of three trials. */
+static double timed(mjob *j, double min_s) {
+  run(j);
+  int reps = (int)ceil(min_s / 3 / fmax(best_of(j, 1, 1), 1e-7));
+  if (reps < 2) reps = 2;
+  if (reps > 1000) reps = 1000;
+  double best = best_of(j, reps, 3);
+  return j->kind == LOOM_COLL_SENDRECV ? best / 2 : best;
+}
+
+/* One run at a time, as a step meets its gradient reduction: the link idle, until the last
+ * rank has the result; the best of five. Back to back, a run's last bytes, still queued in the
+ * link (a shaped one buffers up to 50 ms of them), travel while the next run's first are sent,
+ * and TCP keeps its window open; a step's reduction pays them whole. Between nodes at 1 Gbit/s
+ * a 4 MB all-reduce took 95-100 ms a run back to back, 115-116 alone (2026-11-30). */
+static double timed_alone(mjob *j) {
+  run(j);
+  return best_of(j, 1, 5);
 }
 
 static double steps(loom_coll_kind k, int p) {

@@ -306,7 +306,8 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
   case LOOM_INSTR_RECV_ACT:
   case LOOM_INSTR_RECV_GRAD: {
     double arrive = fmax(start, t->arrival);
-    double copy = (c->loom_cpu ? R->t_p2p * loom_hw_coll_slow(c->hw, slow) : 0) + R->t_recv_gather * slow;
+    double copy = (c->loom_cpu ? R->t_p2p * loom_hw_coll_slow(c->hw, slow) : 0) +
+                  R->t_recv_gather * slow;
     R->t0[rank][index] = arrive;
     R->t1[rank][index] = arrive + copy;
     R->exposed[rank][index] = copy + (c->loom_cpu ? 0 : fmin(arrive - start, R->t_p2p));

@@ -5,24 +5,14 @@
 add_test(NAME comm_volume COMMAND ${LOOM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/comm/comm_volume_test.py $<TARGET_FILE:loom>)
 set_tests_properties(comm_volume PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE
   ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
-add_executable(comm_ring_attention_check ${CMAKE_CURRENT_LIST_DIR}/ring_attention_check.c)
-target_include_directories(comm_ring_attention_check PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-target_link_libraries(comm_ring_attention_check PRIVATE loomlib)
+loom_mpi_executable(comm_ring_attention_check ${CMAKE_CURRENT_LIST_DIR}/ring_attention_check.c)
 foreach(np 2 3 4)
-  add_test(NAME comm_ring_attention_cp${np} COMMAND mpirun --oversubscribe --bind-to none -np ${np}
-           $<TARGET_FILE:comm_ring_attention_check>)
-  set_tests_properties(comm_ring_attention_cp${np} PROPERTIES TIMEOUT 300
-    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+  loom_mpi_test(comm_ring_attention_cp${np} comm_ring_attention_check ${np} 300)
 endforeach()
 # Point-to-point requests polled without waiting (loom_comm_test), as the pipeline executor
 # polls its sends after every block: 1 MiB each way between 2 ranks, compared exactly.
-add_executable(comm_p2p_check ${CMAKE_CURRENT_LIST_DIR}/p2p_check.c)
-target_include_directories(comm_p2p_check PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-target_link_libraries(comm_p2p_check PRIVATE loomlib)
-add_test(NAME comm_p2p_poll COMMAND mpirun --oversubscribe --bind-to none -np 2
-         $<TARGET_FILE:comm_p2p_check>)
-set_tests_properties(comm_p2p_poll PROPERTIES TIMEOUT 120
-  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+loom_mpi_executable(comm_p2p_check ${CMAKE_CURRENT_LIST_DIR}/p2p_check.c)
+loom_mpi_test(comm_p2p_poll comm_p2p_check 2 120)
 # Multi-node on one machine (root only: scripts/nodes.sh makes network namespaces; elsewhere the
 # tests print "skipped: ..." and exit 77): dp2 x tp2, pp2 x dp2 and ZeRO-3 dp4 over 2 nodes x 2
 # ranks equal one process, comm.json's inter-node bytes only on dp/pp, TCP between the nodes.

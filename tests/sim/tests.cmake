@@ -14,13 +14,8 @@ add_test(NAME sim_bench_ranks COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sim/bench_r
 set_tests_properties(sim_bench_ranks PROPERTIES TIMEOUT 300 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
 # The measuring ranks time in lockstep: scripted times on 2 ranks that trade places as the slow
 # one; both keep the fastest pass of the slower rank's times, and run the same passes.
-add_executable(sim_bench_lockstep_check ${CMAKE_CURRENT_LIST_DIR}/bench_lockstep_check.c)
-target_include_directories(sim_bench_lockstep_check PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-target_link_libraries(sim_bench_lockstep_check PRIVATE loomlib)
-add_test(NAME sim_bench_lockstep COMMAND mpirun --oversubscribe --bind-to none -np 2
-         $<TARGET_FILE:sim_bench_lockstep_check>)
-set_tests_properties(sim_bench_lockstep PROPERTIES TIMEOUT 120
-  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+loom_mpi_executable(sim_bench_lockstep_check ${CMAKE_CURRENT_LIST_DIR}/bench_lockstep_check.c)
+loom_mpi_test(sim_bench_lockstep sim_bench_lockstep_check 2 120)
 # MFU against the instruction peak end to end: `loom bench --only peak` writes it, `loom train`
 # takes the figure of its dtype and threads and names it (train.log, summary.json); without the
 # key the library's figure, named as such. Nothing timed is asserted.
