@@ -355,6 +355,7 @@ bool loom_config_is_section_prefix(const char *name) {
 }
 
 const char *loom_config_first_key_of(const char *section) {
+  if (!strcmp(section, "text.parallel")) section = "parallel"; /* its alias, as in key_find */
   size_t len = strlen(section);
   for (size_t i = 0; i < loom_config_nkeys; i++) {
     const char *k = loom_config_keys[i].name;

@@ -170,6 +170,10 @@ static void test_type_errors(void) {
 static void test_shape_errors(void) {
   CHECK(load_fails("s1.yaml", "run: 5\n"), "section scalar");
   CHECK_MSG("s1.yaml:1: 'run' is a section and takes a mapping of keys", "not a scalar");
+  /* the alias section names parallel's keys (a fuzzed input once crashed here) */
+  CHECK(load_fails("s1b.yaml", "text.parallel: 256\n"), "alias section scalar");
+  CHECK_MSG("s1b.yaml:1: 'text.parallel' is a section and takes a mapping of keys", "(e.g. '",
+            "not a scalar");
   CHECK(load_fails("s2.yaml", "model:\n  - a\n"), "section list");
   CHECK_MSG("s2.yaml:2:", "'model' is a section", "not a list");
   CHECK(load_fails("s3.yaml", "training:\n  lr:\n    value: 1\n"), "key mapping");
