@@ -106,6 +106,9 @@ typedef struct {
    * measured against its fitted line; on CPUs it halves once the buffers leave the caches) */
   int n_ar_size;
   double ar_size_bytes[LOOM_HW_MAX_POINTS], ar_size_factor[LOOM_HW_MAX_POINTS];
+  /* the time-sharing its times hold: ranks per core while `loom bench` timed them (key
+   * ranks_per_core; 0 = node.collective_ranks_per_core) */
+  double ranks_per_core;
 } loom_hw_tier;
 
 typedef struct {
@@ -176,7 +179,8 @@ typedef struct {
   bool timeshare;      /* more ranks than devices on a node share them in time (CPU cores) */
   double coll_ranks_per_core; /* ranks per core while `loom bench` timed the collectives (1: a
                                  core each; 2: the 4 ranks of two namespaced nodes on 2 cores):
-                                 their times hold that much time-sharing already */
+                                 their times hold that much time-sharing already; a tier's own
+                                 ranks_per_core overrides it */
   /* network */
   int n_tiers;
   loom_hw_tier tier[LOOM_HW_MAX_TIERS];
@@ -271,10 +275,15 @@ int loom_hw_group_tier(const loom_hw_profile *hw, int stride, int size);
  * as NCCL's double binary tree reaches the ring's bus bandwidth). */
 double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double bytes,
                          int stride, int size);
-/* The slowdown of a collective's time where time-sharing slows the compute by `slow`: what
- * `slow` exceeds the sharing the profile's collectives were timed under
- * (node.collective_ranks_per_core: every rank of the machine in them at once), never below 1. */
-double loom_hw_coll_slow(const loom_hw_profile *hw, double slow);
+/* The time-sharing a group's collectives were timed under: its tier's ranks_per_core, else
+ * node.collective_ranks_per_core; never below 1. */
+double loom_hw_coll_sharing(const loom_hw_profile *hw, int stride, int size);
+/* Collectives under time-sharing. `as_timed`: their times as the profile gives them; `alone`:
+ * the same, each over the sharing its tier was timed under (loom_hw_coll_sharing). Where
+ * time-sharing slows the compute by `slow`, each is slowed by what `slow` exceeds its tier's
+ * sharing, never below its time: max(as_timed, slow x alone) (exact when every tier's sharing
+ * lies on the same side of `slow`). */
+double loom_hw_coll_priced(double as_timed, double alone, double slow);
 /* An all-to-all whose group spans several domains of the tier below the one that holds it (an
  * expert-parallel group over nodes) sends each member's share for the peers of its own domain
  * over the inner tier and the rest over the outer one, at the same time: the longer of the two

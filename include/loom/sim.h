@@ -114,6 +114,7 @@ typedef struct {
                             synchronisation between them (a stage's text layers) */
   double stretch;        /* the busiest rank's work over the mean rank's (an unbalanced MoE
                             layer's routed rows: the imbalance factor); 1: balanced */
+  double sharing;        /* comm: the time-sharing its time holds (loom_hw_coll_sharing) */
 } loom_sim_op;
 #define LOOM_SIM_MAX_OPS 320
 
@@ -127,6 +128,8 @@ typedef struct {
   double t[LOOM_PHASE_COUNT];     /* compute-stream seconds (incl. exposed communication) */
   double recompute;               /* of t[BWD_IN]: recomputation */
   double comm[LOOM_PHASE_COUNT];  /* of t: communication on the compute stream */
+  double comm_alone[LOOM_PHASE_COUNT]; /* the same, each op over its sharing
+                                          (loom_hw_coll_priced) */
   double comm_hidden;             /* communication overlapped with compute */
   double flops;                   /* FLOPs executed, recomputation included */
   double flops_recompute;

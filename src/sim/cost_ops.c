@@ -172,6 +172,7 @@ double sim_comm_stretched(sim_ops *b, const char *name, loom_coll_kind kind, dou
   o->size = size;
   o->bytes = bytes;
   o->time = loom_hw_coll_time(b->c->hw, kind, bytes * stretch, stride, size);
+  o->sharing = loom_hw_coll_sharing(b->c->hw, stride, size);
   if (stretch > o->stretch) o->stretch = stretch;
   if (budget > 0) {
     /* overlapped: split into the hidden part and what sticks out of the compute (plus the

@@ -34,6 +34,7 @@ void loom_sim_cost_of(const loom_sim_op *ops, int n, loom_sim_cost *out) {
       } else {
         out->t[o->phase] += o->time;
         out->comm[o->phase] += o->time;
+        out->comm_alone[o->phase] += o->time / (o->sharing > 1 ? o->sharing : 1);
       }
     } else {
       out->t[o->phase] += o->time;

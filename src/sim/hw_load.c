@@ -289,7 +289,7 @@ static int read_device(loom_hw_profile *hw, const loom_yaml_node *d) {
 static int read_tier(loom_hw_tier *t, const loom_yaml_node *n) {
   static const char *const allowed[] = {
       "name", "domain", "bandwidth_gbs", "latency_us", "algorithm", "efficiency",
-      "all_reduce_size_factor", NULL};
+      "all_reduce_size_factor", "ranks_per_core", NULL};
   static const char *const colls[] = {"all_reduce", "reduce_scatter", "all_gather",
                                       "all_to_all", "send", NULL};
   if (loom_yaml_only(n, "a network tier", allowed)) return -1;
@@ -314,6 +314,13 @@ static int read_tier(loom_hw_tier *t, const loom_yaml_node *n) {
     if (!strcmp(s, "ring")) t->algo = LOOM_ALGO_RING;
     else if (!strcmp(s, "tree")) t->algo = LOOM_ALGO_TREE;
     else return loom_yaml_err(x, "network.algorithm must be ring or tree, found '%s'", s);
+  }
+  if ((x = loom_yaml_get(n, "ranks_per_core"))) {
+    if (loom_yaml_number(x, "network.ranks_per_core", &t->ranks_per_core)) return -1;
+    if (!(t->ranks_per_core >= 1 && t->ranks_per_core <= 1024))
+      return loom_yaml_err(x, "network tier '%s': ranks_per_core must be in [1, 1024] (the ranks "
+                              "per core while its collectives were timed; 1: a core each), found %g",
+                           t->name, t->ranks_per_core);
   }
   if ((x = loom_yaml_get(n, "all_reduce_size_factor"))) { /* [[MB per rank, factor], ...] */
     if (read_pairs(x, "network.all_reduce_size_factor", t->ar_size_bytes, t->ar_size_factor,

@@ -195,9 +195,14 @@ static double split_alltoall(const loom_hw_profile *hw, int ti, double bytes, in
   return fmax(t_in, t_out);
 }
 
-double loom_hw_coll_slow(const loom_hw_profile *hw, double slow) {
-  double timed = hw->coll_ranks_per_core > 1 ? hw->coll_ranks_per_core : 1;
-  return slow / timed > 1 ? slow / timed : 1;
+double loom_hw_coll_sharing(const loom_hw_profile *hw, int stride, int size) {
+  double r = hw->tier[loom_hw_group_tier(hw, stride, size < 2 ? 2 : size)].ranks_per_core;
+  if (!(r > 0)) r = hw->coll_ranks_per_core;
+  return r > 1 ? r : 1;
+}
+
+double loom_hw_coll_priced(double as_timed, double alone, double slow) {
+  return fmax(as_timed, slow * alone);
 }
 
 double loom_hw_coll_time(const loom_hw_profile *hw, loom_coll_kind kind, double bytes,

@@ -188,6 +188,7 @@ static void put_network(buf *b, const loom_hw_profile *hw) {
             num(t->ar_size_factor[i], 1));
       put(b, "]\n");
     }
+    if (t->ranks_per_core > 0) put(b, "    ranks_per_core: %s\n", num(t->ranks_per_core, 1));
   }
 }
 

@@ -96,8 +96,10 @@ double plan_estimate(const loom_sim_ctx *c, const plan_costs *k, plan_eval *out)
   double total = pipe + z3 + dp + opt;
   if (c->hw->timeshare) { /* ranks beyond the cores share them */
     int world = loom_sim_world(st);
-    double share = (double)world / hw->devices_per_node; /* the reductions: loom_hw_coll_slow */
-    if (share > 1) total = (total - dp) * share + dp * loom_hw_coll_slow(hw, share);
+    double share = (double)world / hw->devices_per_node; /* the reductions: loom_hw_coll_priced */
+    if (share > 1)
+      total = (total - dp) * share +
+              loom_hw_coll_priced(dp, dp / loom_hw_coll_sharing(hw, st->tp, Nd), share);
   }
   /* memory of pipeline rank 0 */
   loom_sim_memory mem;

@@ -38,6 +38,8 @@ static void chunk_cost(const sim_vstage *x, const loom_sim_cost *layer, const lo
                 (x->embed ? embed->t[p] : 0) + (x->head ? head->t[p] : 0);
     out->comm[p] = nm * layer->comm[p] + nd * dense->comm[p] + (x->embed ? embed->comm[p] : 0) +
                    (x->head ? head->comm[p] : 0);
+    out->comm_alone[p] = nm * layer->comm_alone[p] + nd * dense->comm_alone[p] +
+                         (x->embed ? embed->comm_alone[p] : 0) + (x->head ? head->comm_alone[p] : 0);
     out->unbalanced[p] = nm * layer->unbalanced[p]; /* only MoE layers are unbalanced */
   }
   out->recompute = nm * layer->recompute + nd * dense->recompute;

@@ -20,6 +20,19 @@ static double coll_e(const sim_run *R, loom_coll_kind k, double bytes) {
   return loom_hw_coll_time(R->c->hw, k, bytes, sim_ep(st) * sim_etp(st), sim_edp(st));
 }
 
+/* the time-sharing the data-parallel (and expert-data-parallel) groups' collectives were timed
+ * under, and the pipeline link's (loom_hw_coll_sharing) */
+static double share_dp(const sim_run *R) {
+  return loom_hw_coll_sharing(R->c->hw, sim_grad_stride(R->c->st), sim_grad_size(R->c->st));
+}
+static double share_edp(const sim_run *R) {
+  const loom_sim_strategy *st = R->c->st;
+  return loom_hw_coll_sharing(R->c->hw, sim_ep(st) * sim_etp(st), sim_edp(st));
+}
+static double share_pp(const sim_run *R) {
+  return loom_hw_coll_sharing(R->c->hw, sim_pp_stride(R->c->st), 2);
+}
+
 /* bytes a rank sends for a collective, as the trainer counts them (comm.json) */
 static void count(sim_run *R, int rank, loom_coll_kind k, double bytes, int p) {
   R->bytes[rank][k] += loom_hw_ring_bytes(k, bytes, p);
@@ -102,13 +115,14 @@ static double issue_buckets(sim_run *R, int rank, int chunk, double t0, double t
  * everything at every reduce-grads instruction (the chunk field is informative); a GPU stack
  * reduces the named chunk. */
 static double reduce_grads(sim_run *R, int rank, double start, const loom_instr *in_,
-                           double *exposed) {
+                           double *exposed, double *alone) {
   const loom_sim_ctx *c = R->c;
   const loom_sim_strategy *st = c->st;
   loom_instr all = *in_;
   if (c->loom_cpu) all.chunk = -1;
   const loom_instr *in = &all;
-  double gb = grad_elem_bytes(c), t = start, comm = 0;
+  double gb = grad_elem_bytes(c), t = start, comm = 0, solo = 0; /* solo: comm's alone part */
+  double sd = share_dp(R), se = share_edp(R);
   int Nd = sim_grad_size(st);
   double P = R->rank_params[rank], layer_bytes = 0;
   for (int ch = 0; ch < R->s->vpp; ch++)
@@ -122,25 +136,26 @@ static double reduce_grads(sim_run *R, int rank, double start, const loom_instr 
         double d = coll(R, k, layer_bytes);
         count(R, rank, k, layer_bytes, Nd);
         sim_event_add(R, rank, 1, -1, "dp reduction (buckets)", t, t + d, layer_bytes);
-        t += d, comm += d;
+        t += d, comm += d, solo += d / sd;
       } else if (R->dp_free[rank] > t) {
         comm += R->dp_free[rank] - t;
+        solo += (R->dp_free[rank] - t) / sd;
         t = R->dp_free[rank];
       }
       double d = coll(R, k, ends_bytes);
       count(R, rank, k, ends_bytes, Nd);
       if (d > 0) sim_event_add(R, rank, 1, -1, "dp reduction (embedding, head)", t, t + d, ends_bytes);
-      t += d, comm += d;
+      t += d, comm += d, solo += d / sd;
     } else if (st->zero == 3) {
       double d = coll(R, LOOM_COLL_REDUCE_SCATTER, ends_bytes);
       count(R, rank, LOOM_COLL_REDUCE_SCATTER, ends_bytes, Nd);
       if (d > 0) sim_event_add(R, rank, 1, -1, "zero-3 reduce-scatter (ends)", t, t + d, ends_bytes);
-      t += d, comm += d;
+      t += d, comm += d, solo += d / sd;
     } else if (!(st->zero == 2 && st->pp == 1)) { /* loom ZeRO-1/2: one reduce-scatter */
       double d = coll(R, LOOM_COLL_REDUCE_SCATTER, P * gb) + shard_update(R, P, 0);
       count(R, rank, LOOM_COLL_REDUCE_SCATTER, P * gb, Nd);
       sim_event_add(R, rank, 1, -1, "zero reduce-scatter", t, t + d, P * gb);
-      t += d, comm += d;
+      t += d, comm += d, solo += d / sd;
     }
   }
   /* the routed experts' gradients over their own replicas (edp) */
@@ -152,20 +167,21 @@ static double reduce_grads(sim_run *R, int rank, double start, const loom_instr 
   if (sim_edp(st) > 1 && eb > 0 && st->zero != 3 && !per_mb) {
     loom_coll_kind k = st->zero == 0 ? LOOM_COLL_ALLREDUCE : LOOM_COLL_REDUCE_SCATTER;
     if (!c->loom_cpu && c->hw->dp_overlap) { /* issued with the buckets */
-      if (R->dp_free[rank] > t) comm += R->dp_free[rank] - t, t = R->dp_free[rank];
+      if (R->dp_free[rank] > t)
+        comm += R->dp_free[rank] - t, solo += (R->dp_free[rank] - t) / se, t = R->dp_free[rank];
     } else {
       bool shard = c->loom_cpu && st->zero > 0;
       double d = coll_e(R, k, eb) + (shard ? shard_update(R, 0, eb / gb) : 0);
       count(R, rank, k, eb, sim_edp(st));
       sim_event_add(R, rank, 1, -1, "edp reduction (experts)", t, t + d, eb);
-      t += d, comm += d;
+      t += d, comm += d, solo += d / se;
     }
   }
   double sq = seqpar_bytes(R, rank, in->chunk);
   if (sq > 0) {
     double d = loom_hw_coll_time(c->hw, LOOM_COLL_ALLREDUCE, sq, sim_tp_stride(st), st->tp);
     count(R, rank, LOOM_COLL_ALLREDUCE, sq, st->tp);
-    t += d, comm += d;
+    t += d, comm += d, solo += d / loom_hw_coll_sharing(c->hw, sim_tp_stride(st), st->tp);
   }
   /* tied embedding shared by the first and last stage */
   if (st->pp > 1 && c->spec->tied_embeddings && (rank == 0 || rank == st->pp - 1) && in->chunk < 0) {
@@ -173,13 +189,15 @@ static double reduce_grads(sim_run *R, int rank, double start, const loom_instr 
     double d = loom_hw_coll_time(c->hw, LOOM_COLL_ALLREDUCE, bytes, sim_pp_stride(st) * (st->pp - 1), 2);
     count(R, rank, LOOM_COLL_ALLREDUCE, bytes, 2);
     sim_event_add(R, rank, 1, -1, "tied embedding all-reduce", t, t + d, bytes);
-    t += d, comm += d;
+    t += d, comm += d, solo += d / share_pp(R);
   }
   *exposed = comm;
+  *alone = solo;
   return t - start;
 }
 
-static double optimizer_step(sim_run *R, int rank, double start, double *exposed) {
+static double optimizer_step(sim_run *R, int rank, double start, double *exposed,
+                             double *alone) {
   const loom_sim_ctx *c = R->c;
   const loom_sim_strategy *st = c->st;
   double P = R->rank_params[rank], Pe = R->rank_experts[rank];
@@ -197,6 +215,7 @@ static double optimizer_step(sim_run *R, int rank, double start, double *exposed
   const loom_hw_tier *last = &c->hw->tier[c->hw->n_tiers - 1];
   double norm = loom_sim_world(st) > 1 ? 2 * ceil(log2(loom_sim_world(st))) * last->latency : 0;
   *exposed = norm;
+  *alone = norm / loom_hw_coll_sharing(c->hw, 1, loom_sim_world(st));
   if ((st->zero == 1 || st->zero == 2) && (Nd > 1 || (Ne > 1 && Pe > 0))) {
     double pb = c->loom_cpu ? 4 : (st->dtype == LOOM_DT_FP32 ? 4 : 2);
     double d = coll(R, LOOM_COLL_ALLGATHER, P * pb) + coll_e(R, LOOM_COLL_ALLGATHER, Pe * pb);
@@ -205,6 +224,7 @@ static double optimizer_step(sim_run *R, int rank, double start, double *exposed
     if (c->loom_cpu || !c->hw->dp_overlap) {
       sim_event_add(R, rank, 1, -1, "zero all-gather (params)", start + t + norm, start + t + norm + d, P * pb);
       *exposed += d;
+      *alone += d / share_dp(R); /* the experts' part (over edp) taken at the dp group's */
       return t + norm + d;
     }
     R->hidden[rank] += d; /* overlapped with the next step's forward */
@@ -237,13 +257,16 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
   sim_run *R = ctx;
   const loom_sim_ctx *c = R->c;
   const loom_sim_strategy *st = c->st;
-  double slow = R->slow[rank][index], start = t->start, exposed = 0, dur = 0;
+  /* exposed: the collectives' seconds on the compute stream as the profile times them; alone:
+   * each over the time-sharing it was timed under (loom_hw_coll_priced) */
+  double slow = R->slow[rank][index], start = t->start, exposed = 0, alone = 0, dur = 0;
   switch (in->kind) {
   case LOOM_INSTR_FORWARD: {
     const sim_vstage *v = &R->vs[loom_sched_vstage(R->s, rank, in->chunk)];
     const loom_sim_cost *k = R->paired[rank][index] ? &v->cost : &v->solo;
     dur = k->t[LOOM_PHASE_FWD];
     exposed = k->comm[LOOM_PHASE_FWD];
+    alone = k->comm_alone[LOOM_PHASE_FWD];
     R->waiting[rank][index] = dur > 0 ? fmin(1, k->unbalanced[LOOM_PHASE_FWD] / dur) : 0;
     count_cost(R, rank, k, LOOM_PHASE_FWD);
     break;
@@ -258,11 +281,13 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
     if (in->kind == LOOM_INSTR_BACKWARD_WEIGHT) {
       dur = c->loom_cpu ? 0 : k->t[LOOM_PHASE_BWD_W];
       exposed = c->loom_cpu ? 0 : k->comm[LOOM_PHASE_BWD_W];
+      alone = c->loom_cpu ? 0 : k->comm_alone[LOOM_PHASE_BWD_W];
       unbalanced = c->loom_cpu ? 0 : k->unbalanced[LOOM_PHASE_BWD_W];
       if (!c->loom_cpu) count_cost(R, rank, k, LOOM_PHASE_BWD_W);
     } else {
       dur = k->t[LOOM_PHASE_BWD_IN] + (whole ? k->t[LOOM_PHASE_BWD_W] : 0);
       exposed = k->comm[LOOM_PHASE_BWD_IN] + (whole ? k->comm[LOOM_PHASE_BWD_W] : 0);
+      alone = k->comm_alone[LOOM_PHASE_BWD_IN] + (whole ? k->comm_alone[LOOM_PHASE_BWD_W] : 0);
       unbalanced = k->unbalanced[LOOM_PHASE_BWD_IN] + (whole ? k->unbalanced[LOOM_PHASE_BWD_W] : 0);
       count_cost(R, rank, k, LOOM_PHASE_BWD_IN);
       if (whole) count_cost(R, rank, k, LOOM_PHASE_BWD_W);
@@ -279,7 +304,7 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
       if (Pe > 0 && sim_edp(st) > 1) count(R, rank, LOOM_COLL_REDUCE_SCATTER, Pe * 4, sim_edp(st));
       d += shard_update(R, P, Pe);
       d += loom_hw_vop_time(c->hw, st->dtype, LOOM_VOP_COPY, P + Pe, 4, 0);
-      dur += d, exposed += d;
+      dur += d, exposed += d, alone += d / share_dp(R);
     }
     R->waiting[rank][index] = dur > 0 ? fmin(1, unbalanced / dur) : 0; /* of the whole of it */
     break;
@@ -292,6 +317,7 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
     } else if (!c->hw->p2p_overlap) { /* blocking send: the rank waits for the transfer */
       dur = R->t_p2p;
       exposed = R->t_p2p;
+      alone = R->t_p2p / share_pp(R);
       t->ready = start + R->t_p2p * slow;
       sim_event_add(R, rank, 1, index, NULL, start, start + R->t_p2p * slow, R->msg_bytes);
     } else {
@@ -306,7 +332,7 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
   case LOOM_INSTR_RECV_ACT:
   case LOOM_INSTR_RECV_GRAD: {
     double arrive = fmax(start, t->arrival);
-    double copy = (c->loom_cpu ? R->t_p2p * loom_hw_coll_slow(c->hw, slow) : 0) +
+    double copy = (c->loom_cpu ? loom_hw_coll_priced(R->t_p2p, R->t_p2p / share_pp(R), slow) : 0) +
                   R->t_recv_gather * slow;
     R->t0[rank][index] = arrive;
     R->t1[rank][index] = arrive + copy;
@@ -317,22 +343,22 @@ void sim_timing(void *ctx, int rank, int index, const loom_instr *in, loom_sched
     return;
   }
   case LOOM_INSTR_REDUCE_GRADS:
-    dur = reduce_grads(R, rank, start, in, &exposed);
+    dur = reduce_grads(R, rank, start, in, &exposed, &alone);
     break;
   case LOOM_INSTR_OPTIMIZER_STEP:
-    dur = optimizer_step(R, rank, start, &exposed);
+    dur = optimizer_step(R, rank, start, &exposed, &alone);
     break;
   default: /* load, gather-params (ZeRO-3 gathers are costed inside the layers) */
     break;
   }
-  /* time-sharing slows the compute by `slow`, and the collectives only by what it exceeds the
-   * sharing their times were measured under */
-  double cslow = loom_hw_coll_slow(c->hw, slow);
-  exposed = fmin(exposed, dur);
-  dur = (dur - exposed) * slow + exposed * cslow;
+  /* time-sharing slows the compute by `slow`, and each collective only by what it exceeds the
+   * sharing its time was measured under */
+  if (exposed > dur) alone *= dur / exposed, exposed = dur;
+  double priced = loom_hw_coll_priced(exposed, alone, slow);
+  dur = (dur - exposed) * slow + priced;
   R->t0[rank][index] = start;
   R->t1[rank][index] = start + dur;
-  R->exposed[rank][index] = exposed * cslow;
+  R->exposed[rank][index] = priced;
   t->end = start + dur;
   if (sim_is_compute(in->kind)) {
     if (in->kind != LOOM_INSTR_FORWARD && index == R->last_bwd[rank][in->chunk]) {

@@ -16,7 +16,8 @@
 #   timing, never the order of a sum), and a longer average step; the delay is there (a TCP
 #   round trip between the nodes takes at least 4 ms) and packets were dropped;
 # - `loom bench --only mpi` across the nodes writes two network tiers: shared memory over a
-#   node's 2 ranks (domain 2) and the network between nodes (domain 0), both measured;
+#   node's 2 ranks (domain 2) and the network between nodes (domain 0), both measured, each
+#   with the time-sharing it was timed under (node 0's 2 ranks alone, all 4 at once);
 #   a bench of the devices across them measures on as many ranks as the machine has cores;
 # - the ranks talk over TCP between the nodes' addresses (ss shows a rank's connection from
 #   node 0's address to node 1's while a run is going), and cannot without TCP: with shared memory
@@ -183,6 +184,17 @@ EOF
 )
   check "bench: tiers shared-memory-mpi (domain 2) and network (domain 0): $tiers" \
     test "$tiers" = "shared-memory-mpi:2:True network:0:True"
+  # the time-sharing each tier's times hold: inside a node timed with node 0's 2 ranks alone
+  # (2 over the cores, at least 1), the network with all 4 at once (4 over the cores)
+  sharing=$(python3 - "$WORK/hw.yaml" "$(getconf _NPROCESSORS_ONLN)" <<'EOF'
+import re, sys
+t, cores = open(sys.argv[1]).read(), int(sys.argv[2])
+got = [float(x) for x in re.findall(r"\n    ranks_per_core: ([0-9.e+-]+)", t.split("\nnetwork:")[1])]
+want = [max(1, 2 / cores), max(1, 4 / cores)]
+print(got, want, "ok" if got == want else "differ")
+EOF
+)
+  check "bench: each tier's ranks_per_core (got, want): $sharing" test "${sharing##* }" = ok
   link=$(grep -A3 'name: network' "$WORK/hw.yaml" | grep -E 'bandwidth|latency' | tr -s ' \n' ' ')
   echo "  the link:$link"
 else

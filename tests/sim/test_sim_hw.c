@@ -278,6 +278,8 @@ static void test_fuzz_limits(void) {
       "node.collective_ranks_per_core must be in [1, 1024]", "found 0.5");
   bad("name: x\nnode:\n  collective_ranks_per_core: two\n", "node.collective_ranks_per_core",
       "two");
+  bad("name: x\nnetwork:\n  - {name: shm, domain: 0, bandwidth_gbs: 1, ranks_per_core: 0}\n",
+      "network tier 'shm': ranks_per_core must be in [1, 1024]", "found 0");
 
   loom_mkdir_p("sim-hw.tmp/dir.yaml"); /* malloc(INT64_MAX) abort before */
   loom_hw_profile d;
@@ -292,7 +294,8 @@ static void test_fuzz_limits(void) {
                     "device:\n  memory_gib: 79.123456789\n  memory_bandwidth_gbs: 2039.000001\n"
                     "  gemm_overhead_us: 3.3333333333333335\n"
                     "node:\n  devices: 2\n  collective_ranks_per_core: 2\n"
-                    "network:\n  - {name: \"a: b # c\", domain: 8, bandwidth_gbs: 300.0000001}\n"
+                    "network:\n  - {name: \"a: b # c\", domain: 8, bandwidth_gbs: 300.0000001,"
+                    " ranks_per_core: 1}\n"
                     "  - {name: \"\\u2028\", domain: 0, bandwidth_gbs: 25, latency_us: 1e-9}\n";
   CHECK(loom_hw_parse(&a, src, "quoted.yaml") == 0, "%s", loom_errmsg());
   CHECK(!strcmp(a.name, "h\"x") && !strcmp(a.tier[0].name, "a: b # c") &&
@@ -304,6 +307,13 @@ static void test_fuzz_limits(void) {
   CHECK(memcmp(&a, &b, sizeof a) == 0, "written profile loads back different:\n%s", w);
   CHECK(a.coll_ranks_per_core == 2 && strstr(w, "  collective_ranks_per_core: 2\n"),
         "node.collective_ranks_per_core read and written:\n%s", w);
+  /* a tier's own: the first tier's 1 over the node's 2; the second inherits (0, not written) */
+  CHECK(a.tier[0].ranks_per_core == 1 && a.tier[1].ranks_per_core == 0 &&
+            strstr(w, "    ranks_per_core: 1\n") && !strstr(strstr(w, "ranks_per_core: 1\n") + 1,
+                                                        "ranks_per_core"),
+        "network tiers' ranks_per_core read and written:\n%s", w);
+  CHECK(loom_hw_coll_sharing(&a, 1, 8) == 1 && loom_hw_coll_sharing(&a, 8, 2) == 2,
+        "the tier's sharing (1) inside a domain of 8, the node's (2) across");
   CHECK(strstr(w, "memory_gib: 79.123456789\n") && strstr(w, "latency_us: 1e-09\n") &&
             strstr(w, "bandwidth_gbs: 300.0000001\n") && strstr(w, "latency_us: 6\n") == NULL,
         "numbers in their shortest exact form:\n%s", w);

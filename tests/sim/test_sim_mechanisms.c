@@ -385,7 +385,11 @@ static void test_host_optimizer(void) {
  * sharing runs each instruction 2x slower (sim_share.c). Collectives the profile timed with 2
  * ranks per core (`loom bench` across two namespaced nodes of one 2-core machine) hold that
  * slowdown already: only the compute is slowed, so the exposed communication (tp all-reduces
- * inside the layers, the dp reduction across the network tier) halves and the compute stays. */
+ * inside the layers, the dp reduction across the network tier) halves and the compute stays.
+ * A tier's own ranks_per_core overrides the node's, for its collectives only: with the shared
+ * memory's (tp: T) timed alone and the network's (dp: D) at 2 a core the exposed communication
+ * is 2T + D, the other way round T + 2D; together 3 (T + D), three times the case timed at 2 a
+ * core, and each above it. */
 static void test_timeshared_collectives(void) {
   loom_model_spec s = megatron_gpt(256, 4, 4, 512, 64);
   loom_hw_profile hw;
@@ -405,9 +409,11 @@ static void test_timeshared_collectives(void) {
   }
   loom_sim_strategy st = strategy(2, 2, 1, 1, 4, 1, 64);
   st.dtype = LOOM_DT_FP32;
-  double exposed[2], compute[2], step[2], share[2];
-  for (int i = 0; i < 2; i++) {
+  double exposed[4], compute[4], step[4], share[4];
+  for (int i = 0; i < 4; i++) {
     hw.coll_ranks_per_core = i ? 2 : 1;
+    hw.tier[0].ranks_per_core = i == 2 ? 1 : i == 3 ? 2 : 0; /* 0: the node's */
+    hw.tier[1].ranks_per_core = i == 3 ? 1 : 0;
     loom_sim_result r;
     sim_result_of(&s, &hw, &st, &r);
     exposed[i] = r.exposed_comm, compute[i] = r.compute_time, step[i] = r.step_time;
@@ -429,6 +435,18 @@ static void test_timeshared_collectives(void) {
   CHECK(fabs(step[0] - step[1] - exposed[1]) <= 5e-3 * exposed[1],
         "the step is shorter by the communication's half: %.6e -> %.6e s, exposed %.6e s",
         step[0], step[1], exposed[1]);
+  printf("  per tier: shared memory alone %.3f ms, the network alone %.3f ms\n", exposed[2] * 1e3,
+         exposed[3] * 1e3);
+  /* the same 5e-3 for the fixed point's slowdown of 2 */
+  CHECK(fabs(exposed[2] + exposed[3] - 3 * exposed[1]) <= 5e-3 * exposed[1],
+        "2T + D (%.6e s) and T + 2D (%.6e s) add to 3 (T + D) = 3 x %.6e s", exposed[2],
+        exposed[3], exposed[1]);
+  CHECK(exposed[2] > exposed[1] * (1 + 1e-2) && exposed[3] > exposed[1] * (1 + 1e-2),
+        "a tier timed alone is slowed: %.6e and %.6e s over %.6e s", exposed[2], exposed[3],
+        exposed[1]);
+  CHECK(fabs(compute[2] - compute[0]) <= 5e-3 * compute[0] &&
+            fabs(compute[3] - compute[0]) <= 5e-3 * compute[0],
+        "compute %.6e, %.6e s against %.6e s", compute[2], compute[3], compute[0]);
 }
 
 int main(void) {
