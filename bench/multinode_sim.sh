@@ -4,7 +4,10 @@
 # For each link: `loom bench --only mpi` across the nodes measures it (two tiers: shared memory
 # inside a node, the network between nodes) into a profile; `loom sim` predicts dp2 x tp2 and
 # pp2 x dp2 on 2 nodes of that profile; `loom train` across the nodes measures them (fastest
-# step of REPEAT runs but each run's first step, as bench/sim_vs_train.sh does). The reference
+# step of REPEAT runs but each run's first step, as bench/sim_vs_train.sh does). Every profile
+# is taken once a round and every row run once a round, in REPEAT rounds (default 3): a row's
+# "measured" is its fastest step over the rounds, "(rounds)" the range of the rounds' fastest,
+# and "predicted" the median of the rounds' profiles' simulations. The reference
 # "one node" row runs all 4 ranks in node 0 (shared memory only) against the profile of
 # `loom bench --nproc 2`. "link share" is the part of the step the network adds over one node:
 # (T - T_one_node) / T, measured and predicted.
@@ -12,7 +15,7 @@
 # Both nodes share this machine's cores, so the simulation keeps the calibrated node (its cores
 # as devices, the 4 ranks time-sharing them: `--gpus 4`) and only the network differs: the
 # profile's tiers put a node's 2 ranks (domain 2) on shared memory and anything wider on the
-# measured link. Root only. Takes ~7 minutes on 2 cores; timings on a shared machine are noisy
+# measured link. Root only. Takes ~8 minutes on 2 cores; timings on a shared machine are noisy
 # (the load average is printed: other work only ever adds time).
 #
 # usage: bench/multinode_sim.sh [path/to/loom] [--repeat R] [--steps S] [--rates "1gbit 5gbit"]
@@ -20,15 +23,10 @@
 #        measures that link: the "link" column says what loom bench read)
 # env:   QUIET=1  before each calibration and run, wait (up to 30 min) until the machine is idle
 #                 (>= 90% idle over 2 s), as bench/sim_vs_train.sh does
-#        CALS=N   calibrations (default 3; bench/sim_vs_train.sh says why): every profile (the
-#                 node's, then each link's over it) is taken N times and a prediction is the
-#                 median of the N simulations
 set -u
-CALS=${CALS:-3}
-[[ $CALS =~ ^[1-9][0-9]*$ ]] || { echo "CALS=$CALS: give a number of calibrations >= 1" >&2; exit 2; }
 LOOM=${1:-build/loom}
 shift || true
-REPEAT=2 STEPS=6 RATES="1gbit 5gbit 20gbit native"
+REPEAT=3 STEPS=6 RATES="1gbit 5gbit 20gbit native"
 while [ $# -gt 0 ]; do
   case $1 in
     --repeat) REPEAT=$2; shift 2 ;;
@@ -66,73 +64,112 @@ COMMON=(training.steps=$STEPS training.warmup_steps=1 data.train_shards=$WORK/tr
 LAYOUTS=("dp2 x tp2|parallel.dp=2 parallel.tp=2 training.grad_accum=1"
   "pp2 x dp2|parallel.pp=2 parallel.dp=2 parallel.schedule=1f1b training.grad_accum=2")
 
-echo "calibrating $CALS times: loom bench --nproc 2 (compute, shared memory)"
-for i in $(seq "$CALS"); do
-  wait_quiet
-  "$LOOM" bench --nproc 2 --quiet --out "$WORK/base-$i.yaml" >/dev/null || exit 1
-done
-
-# measure LAUNCHER... -- overrides: the fastest timed step of REPEAT runs
-measure() {
-  local launcher=() steps=""
+# run_once LAUNCHER... -- overrides: one run; prints its timed steps (each but the first)
+run_once() {
+  local launcher=()
   while [ "$1" != -- ]; do launcher+=("$1"); shift; done
   shift
-  for _ in $(seq "$REPEAT"); do
-    wait_quiet
-    rm -rf "$WORK/runs"
-    timeout 900 "${launcher[@]}" "$LOOM" train "${GPT[@]}" "${COMMON[@]}" "$@" run.name=bench \
-      --quiet >"$WORK/train.log" 2>&1 || { tail -3 "$WORK/train.log" >&2; echo nan; return; }
-    steps="$steps $(sed -n '2,$s/.*"step_time": \([0-9.e+-]*\),.*/\1/p' "$WORK"/runs/bench_*/metrics.jsonl)"
-  done
-  python3 -c "import sys; print(min(float(x) for x in sys.argv[1:]))" $steps
+  wait_quiet
+  rm -rf "$WORK/runs"
+  timeout 900 "${launcher[@]}" "$LOOM" train "${GPT[@]}" "${COMMON[@]}" "$@" run.name=bench \
+    --quiet >"$WORK/train.log" 2>&1 || { tail -3 "$WORK/train.log" >&2; return 1; }
+  sed -n '2,$s/.*"step_time": \([0-9.e+-]*\),.*/\1/p' "$WORK"/runs/bench_*/metrics.jsonl
 }
-predict() { # PROFILE-PREFIX overrides...: the median over PREFIX-1.yaml ... PREFIX-CALS.yaml
+predict() { # PROFILE-PREFIX overrides...: the median over PREFIX-1.yaml ... PREFIX-REPEAT.yaml
   local hw=$1 preds="" i; shift
-  for i in $(seq "$CALS"); do
+  for i in $(seq "$REPEAT"); do
     preds="$preds $("$LOOM" sim "${GPT[@]}" "${COMMON[@]}" "$@" --hardware "$hw-$i.yaml" --gpus 4 |
                    sed -n 's/^step time *\([0-9.]*\) s/\1/p')"
   done
   python3 -c "import sys, statistics as s; print(s.median(float(x) for x in sys.argv[1:]))" $preds
 }
+shape() { # RATE: node 1's link at RATE (native: unshaped)
+  if [ "$1" = native ]; then "$NODES" shape "$N1" off; else "$NODES" shape "$N1" rate "$1"; fi
+}
 
-declare -A T_ONE P_ONE
-printf "%-10s %-22s %10s %10s %8s %10s %10s\n" layout link "measured s" "predicted" error \
-  "link share" "(predicted)"
-for l in "${LAYOUTS[@]}"; do
-  IFS='|' read -r name over <<<"$l"
-  read -r -a O <<<"$over"
-  T_ONE[$name]=$(measure "${ONE[@]}" -- "${O[@]}")
-  P_ONE[$name]=$(predict "$WORK/base" "${O[@]}")
-  printf "%-10s %-22s %10.4f %10.4f %8s\n" "$name" "one node (shared mem.)" "${T_ONE[$name]}" \
-    "${P_ONE[$name]}" "$(python3 -c "print('%+.1f%%' % (100 * (${P_ONE[$name]} / ${T_ONE[$name]} - 1)))")"
+# REPEAT rounds, each taking every profile once and visiting every row once in turn: the node's
+# profile and the one-node rows, then for each link its profile over the node's and its rows.
+# This VM's speed drifts by 10-30% over minutes, so each row's runs and each profile are spread
+# over the same minutes as every other's: rows measured one after the other would differ by the
+# minute they ran in, and the link share, a difference of two rows, by the drift between them.
+ROWS=()
+for rate in one $RATES; do
+  for l in "${LAYOUTS[@]}"; do ROWS+=("$rate|$l"); done
 done
-for rate in $RATES; do
-  if [ "$rate" = native ]; then "$NODES" shape "$N1" off; else "$NODES" shape "$N1" rate "$rate"; fi
-  for i in $(seq "$CALS"); do
-    cp "$WORK/base-$i.yaml" "$WORK/$rate-$i.yaml"
-    wait_quiet
-    "${ACROSS[@]}" $("$NODES" mpirun-args) "$LOOM" bench --only mpi --quick --quiet \
-      --out "$WORK/$rate-$i.yaml" >/dev/null || { echo "bench across the nodes failed" >&2; exit 1; }
-  done
-  link=$(python3 - "$WORK/$rate-1.yaml" <<'EOF'
+declare -A LINK
+echo "$REPEAT rounds: loom bench --nproc 2 (compute, shared memory) and the one-node rows, then for each link loom bench --only mpi across the nodes and its rows"
+for round in $(seq "$REPEAT"); do
+  for i in "${!ROWS[@]}"; do
+    IFS='|' read -r rate name over <<<"${ROWS[$i]}"
+    read -r -a O <<<"$over"
+    if [ "$rate" = one ]; then
+      "$NODES" shape "$N1" off
+      if [ ! -f "$WORK/one-$round.yaml" ]; then
+        wait_quiet
+        "$LOOM" bench --nproc 2 --quiet --out "$WORK/one-$round.yaml" >/dev/null || exit 1
+      fi
+      run_once "${ONE[@]}" -- "${O[@]}" >>"$WORK/steps-$i" || echo nan >>"$WORK/steps-$i"
+    else
+      shape "$rate"
+      if [ ! -f "$WORK/$rate-$round.yaml" ]; then # the link over this round's node profile
+        cp "$WORK/one-$round.yaml" "$WORK/$rate-$round.yaml"
+        wait_quiet
+        "${ACROSS[@]}" $("$NODES" mpirun-args) "$LOOM" bench --only mpi --quick --quiet \
+          --out "$WORK/$rate-$round.yaml" >/dev/null || { echo "bench across the nodes failed" >&2; exit 1; }
+        [ "$round" = 1 ] && LINK[$rate]=$(python3 - "$WORK/$rate-1.yaml" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
 bw = re.findall(r"name: network\s+domain: 0\s+bandwidth_gbs: ([0-9.e+-]+)\s+latency_us: ([0-9.e+-]+)", t)
 print(f"{float(bw[0][0]) * 8:.2f} Gbit/s {float(bw[0][1]):.0f} us" if bw else "?")
-EOF
+PY
 )
-  for l in "${LAYOUTS[@]}"; do
-    IFS='|' read -r name over <<<"$l"
-    read -r -a O <<<"$over"
-    t=$(measure "${ACROSS[@]}" $("$NODES" mpirun-args) -- "${O[@]}")
-    p=$(predict "$WORK/$rate" "${O[@]}")
-    python3 - "$name" "$rate: $link" "$t" "$p" "${T_ONE[$name]}" "${P_ONE[$name]}" <<'EOF'
-import sys
-name, link, t, p, t1, p1 = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:])
-print(f"{name:<10s} {link:<22s} {t:10.4f} {p:10.4f} {100 * (p / t - 1):+7.1f}% "
-      f"{100 * (t - t1) / t:9.1f}% {100 * (p - p1) / p:9.1f}%")
-EOF
+      fi
+      run_once "${ACROSS[@]}" $("$NODES" mpirun-args) -- "${O[@]}" >>"$WORK/steps-$i" ||
+        echo nan >>"$WORK/steps-$i"
+    fi
+    echo "round $round" >>"$WORK/steps-$i"
   done
 done
+
+# the table: a row's fastest step over all rounds, and the spread of the rounds' fastest steps
+fastest() { # ROW: "fastest lowest-round-fastest highest-round-fastest"
+  python3 - "$WORK/steps-$1" <<'PY'
+import math, sys
+rounds, cur = [], []
+for line in open(sys.argv[1]):
+    if line.startswith("round"):
+        rounds.append(min(cur) if cur else math.nan); cur = []
+    elif line.strip() != "nan": # a failed run (its error went to stderr)
+        cur.append(float(line))
+ok = [r for r in rounds if not math.isnan(r)]
+print(*(f"{x:.4f}" for x in ((min(ok), min(ok), max(ok)) if ok else (math.nan,) * 3)))
+PY
+}
+declare -A T_ONE P_ONE
+printf "%-10s %-22s %10s %15s %10s %8s %10s %10s\n" layout link "measured s" "(rounds)" "predicted" \
+  error "link share" "(predicted)"
+for i in "${!ROWS[@]}"; do
+  IFS='|' read -r rate name over <<<"${ROWS[$i]}"
+  read -r -a O <<<"$over"
+  read -r t lo hi <<<"$(fastest "$i")"
+  if [ "$rate" = one ]; then
+    T_ONE[$name]=$t
+    P_ONE[$name]=$(predict "$WORK/one" "${O[@]}")
+    python3 - "$name" "one node (shared mem.)" "$t" "$lo-$hi" "${P_ONE[$name]}" <<'PY'
+import sys
+name, link, t, spread, p = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+print(f"{name:<10s} {link:<22s} {t:10.4f} {spread:>15s} {p:10.4f} {100 * (p / t - 1):+7.1f}%")
+PY
+  else
+    p=$(predict "$WORK/$rate" "${O[@]}")
+    python3 - "$name" "$rate: ${LINK[$rate]}" "$t" "$lo-$hi" "$p" "${T_ONE[$name]}" "${P_ONE[$name]}" <<'PY'
+import sys
+name, link, t, spread = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+p, t1, p1 = map(float, sys.argv[5:])
+print(f"{name:<10s} {link:<22s} {t:10.4f} {spread:>15s} {p:10.4f} {100 * (p / t - 1):+7.1f}% "
+      f"{100 * (t - t1) / t:9.1f}% {100 * (p - p1) / p:9.1f}%")
+PY
+  fi
+done
 "$NODES" shape "$N1" off
-echo "(fastest of $REPEAT runs x $((STEPS - 1)) timed steps; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "(fastest of $REPEAT rounds x $((STEPS - 1)) timed steps, the rounds visiting every row in turn; load average $(cut -d' ' -f1-3 /proc/loadavg))"
