@@ -19,9 +19,10 @@
  * at other moments: priced as timed alone and slowed as the compute is. Its gradient reduction
  * over the network is a moment every rank reaches together: priced as timed all at once. Where
  * nodes share this machine's cores (the namespaced nodes of scripts/nodes.sh), inside-a-node
- * timed with every node at once held the other nodes' collectives overlapping its own: dp2 x tp2
- * across two such nodes was predicted 5 ms (8%) faster a step than the same 4 ranks on one node,
- * whose shared memory `loom bench --nproc 2` times alone, where the two measure the same. */
+ * timed with every node at once held the other nodes' collectives overlapping its own: the
+ * forward and backward of dp2 x tp2 across two such nodes were simulated 5 ms (10%) shorter
+ * than those of the same 4 ranks on one node, whose shared memory `loom bench --nproc 2` times
+ * alone, where the two measured the same (docs/SIMULATOR.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
