@@ -78,7 +78,7 @@ static void gemms(int R) {
   printf("| (m, n, k) | role | hot GFLOP/s | B, C cold GFLOP/s | cold / hot | cold after a GEMM | "
          "after a GEMM and 4 MB | after both / cold |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   enum { SWEEP = 1 << 20 }; /* floats: 4 MB */
-  float *sweep = loom_alloc((size_t)SWEEP * sizeof(float)), *other = loom_alloc((size_t)3 << 20 << 2);
+  float *sweep = loom_alloc((size_t)SWEEP * sizeof(float)), *other = loom_alloc(((size_t)3 << 20) * sizeof(float));
   memset(sweep, 0, (size_t)SWEEP * sizeof(float));
   memcpy(other, hot, ((size_t)3 << 20) * sizeof(float));
   static double t[4][MAXR];

@@ -83,8 +83,11 @@ predict() { # PROFILE-PREFIX overrides...: the median over PREFIX-1.yaml ... PRE
   done
   python3 -c "import sys, statistics as s; print(s.median(float(x) for x in sys.argv[1:]))" $preds
 }
-shape() { # RATE: node 1's link at RATE (native: unshaped)
+SHAPED=""
+shape() { # RATE: node 1's link at RATE (native: unshaped), where it is not so already
+  [ "$1" = "$SHAPED" ] && return
   if [ "$1" = native ]; then "$NODES" shape "$N1" off; else "$NODES" shape "$N1" rate "$1"; fi
+  SHAPED=$1
 }
 
 # REPEAT rounds, each taking every profile once and visiting every row once in turn: the node's
@@ -102,8 +105,7 @@ for round in $(seq "$REPEAT"); do
   for i in "${!ROWS[@]}"; do
     IFS='|' read -r rate name over <<<"${ROWS[$i]}"
     read -r -a O <<<"$over"
-    if [ "$rate" = one ]; then
-      "$NODES" shape "$N1" off
+    if [ "$rate" = one ]; then # all in node 0: node 1's link carries nothing
       if [ ! -f "$WORK/one-$round.yaml" ]; then
         wait_quiet
         "$LOOM" bench --nproc 2 --quiet --out "$WORK/one-$round.yaml" >/dev/null || exit 1
@@ -132,7 +134,7 @@ PY
 done
 
 # the table: a row's fastest step over all rounds, and the spread of the rounds' fastest steps
-fastest() { # ROW: "fastest lowest-round-fastest highest-round-fastest"
+fastest() { # ROW: "fastest highest-round-fastest" (the fastest is the lowest round's)
   python3 - "$WORK/steps-$1" <<'PY'
 import math, sys
 rounds, cur = [], []
@@ -142,7 +144,7 @@ for line in open(sys.argv[1]):
     elif line.strip() != "nan": # a failed run (its error went to stderr)
         cur.append(float(line))
 ok = [r for r in rounds if not math.isnan(r)]
-print(*(f"{x:.4f}" for x in ((min(ok), min(ok), max(ok)) if ok else (math.nan,) * 3)))
+print(*(f"{x:.4f}" for x in ((min(ok), max(ok)) if ok else (math.nan,) * 2)))
 PY
 }
 declare -A T_ONE P_ONE
@@ -151,18 +153,18 @@ printf "%-10s %-22s %10s %15s %10s %8s %10s %10s\n" layout link "measured s" "(r
 for i in "${!ROWS[@]}"; do
   IFS='|' read -r rate name over <<<"${ROWS[$i]}"
   read -r -a O <<<"$over"
-  read -r t lo hi <<<"$(fastest "$i")"
+  read -r t hi <<<"$(fastest "$i")"
   if [ "$rate" = one ]; then
     T_ONE[$name]=$t
     P_ONE[$name]=$(predict "$WORK/one" "${O[@]}")
-    python3 - "$name" "one node (shared mem.)" "$t" "$lo-$hi" "${P_ONE[$name]}" <<'PY'
+    python3 - "$name" "one node (shared mem.)" "$t" "$t-$hi" "${P_ONE[$name]}" <<'PY'
 import sys
 name, link, t, spread, p = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], float(sys.argv[5])
 print(f"{name:<10s} {link:<22s} {t:10.4f} {spread:>15s} {p:10.4f} {100 * (p / t - 1):+7.1f}%")
 PY
   else
     p=$(predict "$WORK/$rate" "${O[@]}")
-    python3 - "$name" "$rate: ${LINK[$rate]}" "$t" "$lo-$hi" "$p" "${T_ONE[$name]}" "${P_ONE[$name]}" <<'PY'
+    python3 - "$name" "$rate: ${LINK[$rate]}" "$t" "$t-$hi" "$p" "${T_ONE[$name]}" "${P_ONE[$name]}" <<'PY'
 import sys
 name, link, t, spread = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 p, t1, p1 = map(float, sys.argv[5:])

@@ -217,8 +217,9 @@ int loom_bench_mpi(loom_hw_profile *hw, const loom_bench_ctx *b) {
   int r = ranks_per_node(c->size);
   /* the time-sharing the times below hold: this machine's ranks, every one in the collective,
    * over its cores (the simulator does not slow them again for as much sharing) */
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  double per_core = (double)loom_dist_machine_ranks() / (double)(cores > 0 ? cores : 1);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  double cores = online > 0 ? (double)online : 1;
+  double per_core = loom_dist_machine_ranks() / cores;
   hw->coll_ranks_per_core = per_core > 1 ? per_core : 1;
   if (r == 0 || r == 1) {
     measure(c, false, b, "", bw, lat, arb, art);
@@ -232,8 +233,7 @@ int loom_bench_mpi(loom_hw_profile *hw, const loom_bench_ctx *b) {
   /* inside node 0 alone: its r ranks work, on this machine's cores with the idle ranks of the
    * nodes that share them */
   measure(&m.tp_comm, c->rank >= r, b, "inside node 0 (the others wait): ", bw, lat, arb, art);
-  fill_tier(&hw->tier[0], "shared-memory-mpi", r, (double)r / (double)(cores > 0 ? cores : 1),
-            m.tp_comm.size, bw, lat, arb, art);
+  fill_tier(&hw->tier[0], "shared-memory-mpi", r, r / cores, m.tp_comm.size, bw, lat, arb, art);
   measure(&m.dp_comm, false, b, "between nodes: ", bw, lat, arb, art);
   fill_tier(&hw->tier[1], "network", 0, per_core, m.dp_comm.size, bw, lat, arb, art);
   hw->n_tiers = 2;

@@ -195,6 +195,9 @@ print(got, want, "ok" if got == want else "differ")
 EOF
 )
   check "bench: each tier's ranks_per_core (got, want): $sharing" test "${sharing##* }" = ok
+  # as a user then uses it: dp2 x tp2 on its 2 nodes of 2 ranks
+  check "loom sim of dp2 x tp2 on the profile" "$LOOM" sim model.preset=tiny-gpt2 parallel.dp=2 \
+    parallel.tp=2 --hardware "$WORK/hw.yaml" --gpus 4
   link=$(grep -A3 'name: network' "$WORK/hw.yaml" | grep -E 'bandwidth|latency' | tr -s ' \n' ' ')
   echo "  the link:$link"
 else
