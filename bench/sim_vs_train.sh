@@ -28,6 +28,12 @@
 #        RECAL=1       calibrate again before each case (into the same profiles): where the
 #                      machine's speed drifts over the minutes a run of cases takes (shared
 #                      vCPUs), each case is predicted from a profile of the minutes it runs in
+#        ROUNDS=N      N rounds, each one `loom bench --nproc 2` and then one run of every case in
+#                      turn (--repeat is not used): a case's "measured" is its fastest step over the
+#                      rounds, "predicted" the median of the N rounds' profiles. The VM's speed
+#                      drifts by 10-40% over minutes; the rounds spread every case's runs and every
+#                      profile over the same minutes, so a case run at a slow minute is not held
+#                      against the calibrations of a fast one (as bench/multinode_sim.sh does)
 #        QUIET=1       before calibrating and before each run, wait (up to 30 min) until the
 #                      machine is idle (>= 90% idle over 2 s): on a shared machine other
 #                      work otherwise inflates the measured times (the "load" column shows
@@ -69,7 +75,10 @@ calibrate() {
     "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$p" --quiet || exit 1
   done
 }
-if [ -n "${PAIRED:-}" ]; then
+if [ -n "${ROUNDS:-}" ]; then
+  [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS=$ROUNDS: give a number of rounds >= 1" >&2; exit 2; }
+  [ -n "${PAIRED:-}${RECAL:-}${PROFILE:-}" ] && { echo "ROUNDS takes its own profiles: unset PAIRED, RECAL and PROFILE" >&2; exit 2; }
+elif [ -n "${PAIRED:-}" ]; then
   PROFILE="one per run"
 elif [ -z "$PROFILE" ]; then
   for i in $(seq "$CALS"); do PROFILES+=("$WORK/this-machine-$i.yaml"); done
@@ -152,12 +161,11 @@ predict() {
   "$LOOM" sim "${M[@]}" "${COMMON[@]}" "${O[@]}" --hardware "$hw" --gpus "$np" $(imbalance "$@") |
     sed -n 's/^step time *\([0-9.]*\) s/\1/p'
 }
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-26s %5s %12s %12s %12s %13s %8s %6s %s\n" "strategy" "ranks" "measured s" "(median)" "predicted s" "(range)" "error" "load" "ep load"
-n=0 within=0
-for c in "${CASES[@]}"; do
-  IFS='|' read -r name np model over <<<"$c"
-  echo "$name" | grep -Eq "$ONLY" || continue
+# pick_case CASE: sets name, np, M (the model) and O (the overrides); fails where --only skips it
+pick_case() {
+  local model over
+  IFS='|' read -r name np model over <<<"$1"
+  echo "$name" | grep -Eq "$ONLY" || return 1
   case $model in
     GPT) M=("${GPT[@]}") ;;
     LLAMA) M=("${LLAMA[@]}") ;;
@@ -165,38 +173,31 @@ for c in "${CASES[@]}"; do
     MOE) M=("${MOE[@]}") ;;
   esac
   read -r -a O <<<"$over"
-  [ -n "${RECAL:-}" ] && calibrate >/dev/null
-  steps="" loads="" preds="" ratios=""
-  for r in $(seq "$REPEAT"); do
-    if [ -n "${PAIRED:-}" ]; then
-      wait_quiet
-      "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$WORK/paired.yaml" --quiet >/dev/null || exit 1
-    fi
-    wait_quiet
-    rm -rf "$WORK/runs"
-    if ! timeout 900 "${PRIO[@]}" "${MPIRUN[@]}" -np "$np" "$LOOM" train "${M[@]}" "${COMMON[@]}" "${O[@]}" \
-        run.name=bench --quiet >"$WORK/train.log" 2>&1; then
-      echo "$name: training failed:" >&2; tail -3 "$WORK/train.log" >&2; continue 2
-    fi
-    run_steps=$(sed -n '2,$s/.*"step_time": \([0-9.e+-]*\),.*/\1/p' "$WORK"/runs/bench_*/metrics.jsonl)
-    # experts split over ranks: the busiest rank's routed pairs over the mean rank's, per MoE
-    # layer and timed step (metrics.jsonl's moe_ep_load)
-    run_loads=$(python3 -c "import json, sys
+}
+# train_once: one `loom train` of the selected case; sets run_steps (its timed steps, each but
+# the first) and run_loads (with the experts split over ranks: the busiest rank's routed pairs
+# over the mean rank's, per MoE layer and timed step, metrics.jsonl's moe_ep_load)
+train_once() {
+  wait_quiet
+  rm -rf "$WORK/runs"
+  if ! timeout 900 "${PRIO[@]}" "${MPIRUN[@]}" -np "$np" "$LOOM" train "${M[@]}" "${COMMON[@]}" "${O[@]}" \
+      run.name=bench --quiet >"$WORK/train.log" 2>&1; then
+    echo "$name: training failed:" >&2; tail -3 "$WORK/train.log" >&2; return 1
+  fi
+  run_steps=$(sed -n '2,$s/.*"step_time": \([0-9.e+-]*\),.*/\1/p' "$WORK"/runs/bench_*/metrics.jsonl)
+  run_loads=$(python3 -c "import json, sys
 for line in list(open(sys.argv[1]))[1:]:
     print(*json.loads(line).get('moe_ep_load', []))" "$WORK"/runs/bench_*/metrics.jsonl)
-    steps="$steps $run_steps" loads="$loads $run_loads"
-    if [ -n "${PAIRED:-}" ]; then # this run against the profile taken just before it
-      p=$(predict "$WORK/paired.yaml" $run_loads)
-      preds="$preds $p"
-      ratios="$ratios $(python3 -c "import sys; print(float(sys.argv[1]) / min(float(x) for x in sys.argv[2:]))" "$p" $run_steps)"
-    fi
-  done
+}
+# row STEPS LOADS PREDS RATIOS: the case's line of the table (each argument a list in one word);
+# RATIOS empty: the error is the median prediction over the fastest step
+n=0 within=0
+row() {
+  local steps=$1 loads=$2 preds=$3 ratios=$4 imb best median pred spread ratio err ok
   imb=($(imbalance $loads))
   read -r best median <<<"$(python3 -c "import sys, statistics as s; a=[float(x) for x in sys.argv[1:]]; print(min(a), s.median(a))" $steps)"
-  if [ -z "${PAIRED:-}" ]; then
-    for p in "${PROFILES[@]}"; do preds="$preds $(predict "$p" $loads)"; done
+  [ -n "$ratios" ] ||
     ratios=$(python3 -c "import sys, statistics as s; print(s.median(float(x) for x in sys.argv[2:]) / float(sys.argv[1]))" "$best" $preds)
-  fi
   read -r pred spread <<<"$(python3 -c "import sys, statistics as s; a=[float(x) for x in sys.argv[1:]]
 print(s.median(a), '%.3f-%.3f' % (min(a), max(a)) if len(a) > 1 else '')" $preds)"
   ratio=$(python3 -c "import sys, statistics as s; print(s.median(float(x) for x in sys.argv[1:]))" $ratios)
@@ -205,6 +206,67 @@ print(s.median(a), '%.3f-%.3f' % (min(a), max(a)) if len(a) > 1 else '')" $preds
   n=$((n + 1)) within=$((within + ok))
   printf "%-26s %5s %12.4f %12.4f %12.4f %13s %8s %6s %s\n" "$name" "$np" "$best" "$median" "$pred" "$spread" "$err" \
     "$(cut -d' ' -f1 /proc/loadavg)" "${imb[1]:-}"
+}
+header() {
+  echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  printf "%-26s %5s %12s %12s %12s %13s %8s %6s %s\n" "strategy" "ranks" "measured s" "(median)" "predicted s" "(range)" "error" "load" "ep load"
+}
+
+if [ -n "${ROUNDS:-}" ]; then
+  # ROUNDS rounds, each one calibration and then one run of every case in turn: every case's runs
+  # and every profile are spread over the same minutes, as bench/multinode_sim.sh's rounds
+  for round in $(seq "$ROUNDS"); do
+    wait_quiet
+    "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$WORK/round-$round.yaml" --quiet >/dev/null || exit 1
+    i=0
+    for c in "${CASES[@]}"; do
+      i=$((i + 1))
+      pick_case "$c" || continue
+      [ -e "$WORK/failed-$i" ] && continue
+      if train_once; then
+        echo $run_steps >>"$WORK/steps-$i"
+        echo $run_loads >>"$WORK/loads-$i"
+      else
+        touch "$WORK/failed-$i"
+      fi
+    done
+  done
+  header
+  i=0
+  for c in "${CASES[@]}"; do
+    i=$((i + 1))
+    pick_case "$c" || continue
+    [ -e "$WORK/failed-$i" ] && continue
+    loads=$(cat "$WORK/loads-$i") preds=""
+    for round in $(seq "$ROUNDS"); do preds="$preds $(predict "$WORK/round-$round.yaml" $loads)"; done
+    row "$(cat "$WORK/steps-$i")" "$loads" "$preds" ""
+  done
+  echo "$within of $n strategies within 15% (profiles: one loom bench --nproc 2 a round, median; fastest of $ROUNDS rounds x $((STEPS - 1)) timed steps, each round running every case once in turn)"
+  exit 0
+fi
+
+header
+for c in "${CASES[@]}"; do
+  pick_case "$c" || continue
+  [ -n "${RECAL:-}" ] && calibrate >/dev/null
+  steps="" loads="" preds="" ratios=""
+  for r in $(seq "$REPEAT"); do
+    if [ -n "${PAIRED:-}" ]; then
+      wait_quiet
+      "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$WORK/paired.yaml" --quiet >/dev/null || exit 1
+    fi
+    train_once || continue 2
+    steps="$steps $run_steps" loads="$loads $run_loads"
+    if [ -n "${PAIRED:-}" ]; then # this run against the profile taken just before it
+      p=$(predict "$WORK/paired.yaml" $run_loads)
+      preds="$preds $p"
+      ratios="$ratios $(python3 -c "import sys; print(float(sys.argv[1]) / min(float(x) for x in sys.argv[2:]))" "$p" $run_steps)"
+    fi
+  done
+  if [ -z "${PAIRED:-}" ]; then
+    for p in "${PROFILES[@]}"; do preds="$preds $(predict "$p" $loads)"; done
+  fi
+  row "$steps" "$loads" "$preds" "$ratios"
 done
 if [ -n "${PAIRED:-}" ]; then
   echo "$within of $n strategies within 15% (each run against a loom bench --nproc 2 taken just before it; error: the median over $REPEAT runs of predicted / the run's fastest of $((STEPS - 1)) timed steps)"
