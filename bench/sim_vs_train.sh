@@ -34,6 +34,7 @@
 #                      drifts by 10-40% over minutes; the rounds spread every case's runs and every
 #                      profile over the same minutes, so a case run at a slow minute is not held
 #                      against the calibrations of a fast one (as bench/multinode_sim.sh does)
+#        KEEP=DIR      (with ROUNDS) keep each case's timed steps in DIR/steps-N, a line a round
 #        QUIET=1       before calibrating and before each run, wait (up to 30 min) until the
 #                      machine is idle (>= 90% idle over 2 s): on a shared machine other
 #                      work otherwise inflates the measured times (the "load" column shows
@@ -241,6 +242,7 @@ if [ -n "${ROUNDS:-}" ]; then
     for round in $(seq "$ROUNDS"); do preds="$preds $(predict "$WORK/round-$round.yaml" $loads)"; done
     row "$(cat "$WORK/steps-$i")" "$loads" "$preds" ""
   done
+  [ -n "${KEEP:-}" ] && { mkdir -p "$KEEP" && cp "$WORK"/steps-* "$WORK"/round-*.yaml "$KEEP"/; }
   echo "$within of $n strategies within 15% (profiles: one loom bench --nproc 2 a round, median; fastest of $ROUNDS rounds x $((STEPS - 1)) timed steps, each round running every case once in turn)"
   exit 0
 fi

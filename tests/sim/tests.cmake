@@ -28,3 +28,7 @@ set_tests_properties(sim_mfu_instruction_peak PROPERTIES TIMEOUT 300
 add_test(NAME sim_roofline_instruction_peak COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sim/roofline_instruction_peak_test.sh $<TARGET_FILE:loom>)
 set_tests_properties(sim_roofline_instruction_peak PROPERTIES TIMEOUT 300
   ENVIRONMENT "OPENBLAS_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+# bench/sim_vs_train.sh in rounds: the table's row and the kept steps agree, refusals (~40 s: two
+# calibrations). Nothing timed is asserted.
+add_test(NAME sim_bench_rounds COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sim/bench_rounds_test.sh $<TARGET_FILE:loom>)
+set_tests_properties(sim_bench_rounds PROPERTIES TIMEOUT 300 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
