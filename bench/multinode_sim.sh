@@ -5,7 +5,7 @@
 # inside a node, the network between nodes) into a profile; `loom sim` predicts dp2 x tp2 and
 # pp2 x dp2 on 2 nodes of that profile; `loom train` across the nodes measures them (fastest
 # step of REPEAT runs but each run's first step, as bench/sim_vs_train.sh does). Every profile
-# is taken once a round and every row run once a round, in REPEAT rounds (default 3): a row's
+# is taken once a round and every row run once a round, in REPEAT rounds (default 5): a row's
 # "measured" is its fastest step over the rounds, "(rounds)" the range of the rounds' fastest,
 # and "predicted" the median of the rounds' profiles' simulations. The reference
 # "one node" row runs all 4 ranks in node 0 (shared memory only) against the profile of
@@ -26,7 +26,7 @@
 set -u
 LOOM=${1:-build/loom}
 shift || true
-REPEAT=3 STEPS=6 RATES="1gbit 5gbit 20gbit native"
+REPEAT=5 STEPS=6 RATES="1gbit 5gbit 20gbit native"
 while [ $# -gt 0 ]; do
   case $1 in
     --repeat) REPEAT=$2; shift 2 ;;
