@@ -192,7 +192,16 @@ for line in list(open(sys.argv[1]))[1:]:
 }
 # row STEPS LOADS PREDS RATIOS: the case's line of the table (each argument a list in one word);
 # RATIOS empty: the error is the median prediction over the fastest step
-n=0 within=0
+n=0 within=0 failed=0
+# failed_row: the line of a case whose training failed (its message went to stderr)
+failed_row() {
+  failed=$((failed + 1))
+  printf "%-26s %5s %s\n" "$name" "$np" "training failed (its message above)"
+}
+# the summary's note of the cases that failed, where any did
+failed_note() {
+  [ "$failed" = 0 ] || echo "; $failed more failed to train"
+}
 row() {
   local steps=$1 loads=$2 preds=$3 ratios=$4 imb best median pred spread ratio err ok
   imb=($(imbalance $loads))
@@ -237,13 +246,13 @@ if [ -n "${ROUNDS:-}" ]; then
   for c in "${CASES[@]}"; do
     i=$((i + 1))
     pick_case "$c" || continue
-    [ -e "$WORK/failed-$i" ] && continue
+    [ -e "$WORK/failed-$i" ] && { failed_row; continue; }
     loads=$(cat "$WORK/loads-$i") preds=""
     for round in $(seq "$ROUNDS"); do preds="$preds $(predict "$WORK/round-$round.yaml" $loads)"; done
     row "$(cat "$WORK/steps-$i")" "$loads" "$preds" ""
   done
   [ -n "${KEEP:-}" ] && { mkdir -p "$KEEP" && cp "$WORK"/steps-* "$WORK"/round-*.yaml "$KEEP"/; }
-  echo "$within of $n strategies within 15% (profiles: one loom bench --nproc 2 a round, median; fastest of $ROUNDS rounds x $((STEPS - 1)) timed steps, each round running every case once in turn)"
+  echo "$within of $n strategies within 15% (profiles: one loom bench --nproc 2 a round, median; fastest of $ROUNDS rounds x $((STEPS - 1)) timed steps, each round running every case once in turn)$(failed_note)"
   exit 0
 fi
 
@@ -257,7 +266,7 @@ for c in "${CASES[@]}"; do
       wait_quiet
       "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$WORK/paired.yaml" --quiet >/dev/null || exit 1
     fi
-    train_once || continue 2
+    train_once || { failed_row; continue 2; }
     steps="$steps $run_steps" loads="$loads $run_loads"
     if [ -n "${PAIRED:-}" ]; then # this run against the profile taken just before it
       p=$(predict "$WORK/paired.yaml" $run_loads)
@@ -271,7 +280,7 @@ for c in "${CASES[@]}"; do
   row "$steps" "$loads" "$preds" "$ratios"
 done
 if [ -n "${PAIRED:-}" ]; then
-  echo "$within of $n strategies within 15% (each run against a loom bench --nproc 2 taken just before it; error: the median over $REPEAT runs of predicted / the run's fastest of $((STEPS - 1)) timed steps)"
+  echo "$within of $n strategies within 15% (each run against a loom bench --nproc 2 taken just before it; error: the median over $REPEAT runs of predicted / the run's fastest of $((STEPS - 1)) timed steps)$(failed_note)"
 else
-  echo "$within of $n strategies within 15% (profile: $PROFILE; fastest of $REPEAT runs x $((STEPS - 1)) timed steps)"
+  echo "$within of $n strategies within 15% (profile: $PROFILE; fastest of $REPEAT runs x $((STEPS - 1)) timed steps)$(failed_note)"
 fi

@@ -3,7 +3,8 @@
 # every selected case; the table's row has the fastest step over the rounds, the median of the
 # rounds' predictions and its range, and KEEP=DIR holds a line of timed steps a round and each
 # round's profile. Nothing timed is asserted: the figures are the benchmark's. Refusals: a
-# ROUNDS that is not a count, and ROUNDS with a mode that takes other profiles.
+# ROUNDS that is not a count, and ROUNDS with a mode that takes other profiles; a case that
+# fails to train is listed and counted.
 # usage: bench_rounds_test.sh LOOM
 . "$(dirname "$0")/../assert.sh"
 LOOM=$1
@@ -37,6 +38,20 @@ sys.exit(not (len(rows) == 2 and all(len(r) == 2 for r in rows)))"
 check "the fastest of the kept steps is the row's" python3 -c "
 import sys; sys.exit(not abs(min(float(x) for x in open('$steps').read().split()) - $best) < 5e-5)"
 check "each round's profile kept" [ -s "$WORK/keep/round-1.yaml" -a -s "$WORK/keep/round-2.yaml" ]
+
+# a case whose training fails is listed as failed and counted, not dropped: a loom whose `train`
+# refuses
+cat >"$WORK/loom" <<EOS
+#!/bin/sh
+[ "\$1" = train ] && { echo "loom train: refused for the test" >&2; exit 1; }
+exec "$LOOM" "\$@"
+EOS
+chmod +x "$WORK/loom"
+out=$(ROUNDS=1 bash "$BENCH" "$WORK/loom" --only 'moe tp2$' --steps 2 2>&1); rc=$?
+check "a failed case: exits 0" [ "$rc" = 0 ]
+check "a failed case: its message" grep -q "moe tp2: training failed:" <<<"$out"
+check "a failed case: its row" grep -q "^moe tp2 .*training failed (its message above)" <<<"$out"
+check "a failed case: counted in the summary" grep -q "^0 of 0 strategies within 15% .*; 1 more failed to train$" <<<"$out"
 
 out=$(ROUNDS=x bash "$BENCH" "$LOOM" 2>&1); rc=$?
 check "ROUNDS=x exits 2" [ "$rc" = 2 ]
