@@ -53,6 +53,11 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
+if [ -n "${ROUNDS:-}" ]; then
+  [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS=$ROUNDS: give a number of rounds >= 1" >&2; exit 2; }
+  [ -n "${PAIRED:-}${RECAL:-}${PROFILE:-}" ] && { echo "ROUNDS takes its own profiles: unset PAIRED, RECAL and PROFILE" >&2; exit 2; }
+  [ -z "${KEEP:-}" ] || mkdir -p "$KEEP" || { echo "KEEP=$KEEP: cannot make that directory" >&2; exit 2; }
+fi
 LOOM=$(cd "$(dirname "$LOOM")" && pwd)/$(basename "$LOOM")
 WORK=$(mktemp -d /tmp/loom-simbench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -77,8 +82,7 @@ calibrate() {
   done
 }
 if [ -n "${ROUNDS:-}" ]; then
-  [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS=$ROUNDS: give a number of rounds >= 1" >&2; exit 2; }
-  [ -n "${PAIRED:-}${RECAL:-}${PROFILE:-}" ] && { echo "ROUNDS takes its own profiles: unset PAIRED, RECAL and PROFILE" >&2; exit 2; }
+  : # each round takes its own profile
 elif [ -n "${PAIRED:-}" ]; then
   PROFILE="one per run"
 elif [ -z "$PROFILE" ]; then
@@ -203,16 +207,19 @@ failed_note() {
   [ "$failed" = 0 ] || echo "; $failed more failed to train"
 }
 row() {
-  local steps=$1 loads=$2 preds=$3 ratios=$4 imb best median pred spread ratio err ok
+  local steps=$1 loads=$2 preds=$3 ratios=$4 imb best median pred spread err ok
   imb=($(imbalance $loads))
-  read -r best median <<<"$(python3 -c "import sys, statistics as s; a=[float(x) for x in sys.argv[1:]]; print(min(a), s.median(a))" $steps)"
-  [ -n "$ratios" ] ||
-    ratios=$(python3 -c "import sys, statistics as s; print(s.median(float(x) for x in sys.argv[2:]) / float(sys.argv[1]))" "$best" $preds)
-  read -r pred spread <<<"$(python3 -c "import sys, statistics as s; a=[float(x) for x in sys.argv[1:]]
-print(s.median(a), '%.3f-%.3f' % (min(a), max(a)) if len(a) > 1 else '')" $preds)"
-  ratio=$(python3 -c "import sys, statistics as s; print(s.median(float(x) for x in sys.argv[1:]))" $ratios)
-  err=$(python3 -c "print('%+.1f%%' % (100 * ($ratio - 1)))")
-  ok=$(python3 -c "print(int(abs($ratio - 1) <= 0.15))")
+  # the fastest and median step; the median prediction and its range; the error: the median of
+  # RATIOS, or without them the median prediction over the fastest step; within 15% or not
+  read -r best median pred spread err ok <<<"$(python3 - "$steps" "$preds" "$ratios" <<'PY'
+import statistics as s, sys
+steps, preds, ratios = ([float(x) for x in a.split()] for a in sys.argv[1:4])
+best, pred = min(steps), s.median(preds)
+ratio = s.median(ratios) if ratios else pred / best
+spread = "%.3f-%.3f" % (min(preds), max(preds)) if len(preds) > 1 else "-"
+print(best, s.median(steps), pred, spread, "%+.1f%%" % (100 * (ratio - 1)), int(abs(ratio - 1) <= 0.15))
+PY
+)"
   n=$((n + 1)) within=$((within + ok))
   printf "%-26s %5s %12.4f %12.4f %12.4f %13s %8s %6s %s\n" "$name" "$np" "$best" "$median" "$pred" "$spread" "$err" \
     "$(cut -d' ' -f1 /proc/loadavg)" "${imb[1]:-}"
@@ -225,6 +232,7 @@ header() {
 if [ -n "${ROUNDS:-}" ]; then
   # ROUNDS rounds, each one calibration and then one run of every case in turn: every case's runs
   # and every profile are spread over the same minutes, as bench/multinode_sim.sh's rounds
+  declare -A FAILED # cases whose training failed: not run again
   for round in $(seq "$ROUNDS"); do
     wait_quiet
     "${PRIO[@]}" "$LOOM" bench --nproc 2 --out "$WORK/round-$round.yaml" --quiet >/dev/null || exit 1
@@ -232,12 +240,12 @@ if [ -n "${ROUNDS:-}" ]; then
     for c in "${CASES[@]}"; do
       i=$((i + 1))
       pick_case "$c" || continue
-      [ -e "$WORK/failed-$i" ] && continue
+      [ -n "${FAILED[$i]:-}" ] && continue
       if train_once; then
         echo $run_steps >>"$WORK/steps-$i"
         echo $run_loads >>"$WORK/loads-$i"
       else
-        touch "$WORK/failed-$i"
+        FAILED[$i]=1
       fi
     done
   done
@@ -246,12 +254,13 @@ if [ -n "${ROUNDS:-}" ]; then
   for c in "${CASES[@]}"; do
     i=$((i + 1))
     pick_case "$c" || continue
-    [ -e "$WORK/failed-$i" ] && { failed_row; continue; }
+    [ -n "${FAILED[$i]:-}" ] && { failed_row; continue; }
     loads=$(cat "$WORK/loads-$i") preds=""
     for round in $(seq "$ROUNDS"); do preds="$preds $(predict "$WORK/round-$round.yaml" $loads)"; done
     row "$(cat "$WORK/steps-$i")" "$loads" "$preds" ""
   done
-  [ -n "${KEEP:-}" ] && { mkdir -p "$KEEP" && cp "$WORK"/steps-* "$WORK"/round-*.yaml "$KEEP"/; }
+  [ -z "${KEEP:-}" ] || cp "$WORK"/round-*.yaml $(ls "$WORK"/steps-* 2>/dev/null) "$KEEP"/ ||
+    echo "KEEP=$KEEP: could not keep the steps there" >&2
   echo "$within of $n strategies within 15% (profiles: one loom bench --nproc 2 a round, median; fastest of $ROUNDS rounds x $((STEPS - 1)) timed steps, each round running every case once in turn)$(failed_note)"
   exit 0
 fi

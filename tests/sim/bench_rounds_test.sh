@@ -3,7 +3,8 @@
 # every selected case; the table's row has the fastest step over the rounds, the median of the
 # rounds' predictions and its range, and KEEP=DIR holds a line of timed steps a round and each
 # round's profile. Nothing timed is asserted: the figures are the benchmark's. Refusals: a
-# ROUNDS that is not a count, and ROUNDS with a mode that takes other profiles; a case that
+# ROUNDS that is not a count, ROUNDS with a mode that takes other profiles, a KEEP directory
+# that cannot be made; a case that
 # fails to train is listed and counted.
 # usage: bench_rounds_test.sh LOOM
 . "$(dirname "$0")/../assert.sh"
@@ -59,4 +60,7 @@ check "ROUNDS=x says what to give" grep -q "ROUNDS=x: give a number of rounds >=
 out=$(ROUNDS=2 RECAL=1 bash "$BENCH" "$LOOM" 2>&1); rc=$?
 check "ROUNDS with RECAL exits 2" [ "$rc" = 2 ]
 check "ROUNDS with RECAL says why" grep -q "ROUNDS takes its own profiles" <<<"$out"
+out=$(ROUNDS=2 KEEP=/proc/loom-keep bash "$BENCH" "$LOOM" 2>&1); rc=$?
+check "KEEP that cannot be made exits 2" [ "$rc" = 2 ]
+check "KEEP that cannot be made says so" grep -q "KEEP=/proc/loom-keep: cannot make that directory" <<<"$out"
 finish
