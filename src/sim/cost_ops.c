@@ -158,6 +158,30 @@ double sim_vec(sim_ops *b, const char *name, loom_vop v, double elements, double
   return o->time;
 }
 
+/* The time-sharing a layer's collective meets no more than as timed: where ranks outnumber a
+ * node's devices and share them in time (CPU cores under `mpirun --oversubscribe`), a collective
+ * of a group holding only some of the node's ranks (tp, cp, sp or ep beside other replicas or
+ * stages) waits asleep between its polls (loom_comm_poll naps 200 us when ranks outnumber the
+ * cores), and its core-mates outside the group compute meanwhile. It costs the step about its
+ * time alone, not that time stretched by the sharing as the compute is: a program of two pairs
+ * of ranks on 2 cores, each computing 0.25-2 ms and then all-reducing 0.26 MB in its pair as
+ * loom polls, took 0.4-1.5x the all-reduce's time alone (0.19-0.24 ms) per iteration beyond the
+ * compute, not 2x (docs/SIMULATOR.md, "A layer's collectives beside other ranks' compute"). A
+ * group of every rank of its node has no such compute beside it and keeps the stretch. Returns
+ * the ranks per device it is priced as timed under (1: stretched as the compute). */
+static double sharing_beside(const loom_sim_ctx *c, int stride, int size) {
+  const loom_hw_profile *hw = c->hw;
+  int world = loom_sim_world(c->st);
+  if (!hw->timeshare || hw->devices_per_node < 1) return 1;
+  /* the ranks of a node: the first tier's domain across namespaced nodes, else every rank */
+  int per_node = hw->n_tiers > 1 && hw->tier[0].domain > 0 && hw->tier[0].domain < world
+                     ? hw->tier[0].domain : world;
+  if (per_node <= hw->devices_per_node) return 1;
+  long span = (long)stride * size;
+  int here = span <= per_node ? size : stride < per_node ? per_node / stride : 1;
+  return here < per_node ? (double)per_node / hw->devices_per_node : 1;
+}
+
 double sim_comm(sim_ops *b, const char *name, loom_coll_kind kind, double bytes, int stride,
                 int size, double budget) {
   return sim_comm_stretched(b, name, kind, bytes, stride, size, budget, 1);
@@ -172,7 +196,7 @@ double sim_comm_stretched(sim_ops *b, const char *name, loom_coll_kind kind, dou
   o->size = size;
   o->bytes = bytes;
   o->time = loom_hw_coll_time(b->c->hw, kind, bytes * stretch, stride, size);
-  o->sharing = loom_hw_coll_sharing(b->c->hw, stride, size);
+  o->sharing = fmax(loom_hw_coll_sharing(b->c->hw, stride, size), sharing_beside(b->c, stride, size));
   if (stretch > o->stretch) o->stretch = stretch;
   if (budget > 0) {
     /* overlapped: split into the hidden part and what sticks out of the compute (plus the

@@ -12,7 +12,9 @@
  *     and between max(device, host) and device + host on random ones); the DTensor and eager
  *     ops the encoder and a text layer issue, counted by hand from the linears' aten ops; the
  *     host synchronisations of the seed's vision blocks;
- *   - collectives timed under time-sharing (node.collective_ranks_per_core): not slowed again. */
+ *   - collectives timed under time-sharing (node.collective_ranks_per_core): not slowed again;
+ *   - a layer's collectives of a group holding only some of a time-shared node's ranks: priced
+ *     as timed (the other ranks compute beside them), a group of every rank stretched. */
 #include <math.h>
 
 #include "sim_test_util.h"
@@ -449,6 +451,82 @@ static void test_timeshared_collectives(void) {
         "compute %.6e, %.6e s against %.6e s", compute[2], compute[3], compute[0]);
 }
 
+/* A layer's collectives on a CPU profile of 2 cores (sharing_beside in cost_ops.c). Its cost
+ * (loom_sim_layer_cost) keeps each collective's time as timed (comm) and the part the replay
+ * slows by the sharing (comm_alone: the time over the ranks per core it is priced as timed at).
+ * Checked by hand: the tp all-reduces of dp2 x tp2 on 4 ranks of 2 cores leave 2 ranks beside
+ * each group, so comm_alone = comm / 2; tp4 on the same 4 ranks has no rank beside it, so
+ * comm_alone = comm; on 4 cores (no sharing) and on two namespaced nodes of 2 ranks of 2 cores
+ * each (the node's tier of domain 2: tp holds every rank of its node), comm_alone = comm. The
+ * step follows: dp2 x tp2's exposed communication is its tp part as timed and its dp reduction
+ * slowed 2x (T + 2D), where counting the tp part slowed too gave 2T + 2D. */
+static void test_collectives_beside_compute(void) {
+  loom_model_spec s = megatron_gpt(256, 4, 4, 512, 64);
+  loom_hw_profile hw;
+  loom_bench_profile_defaults(&hw);
+  hw.devices_per_node = 2;
+  hw.n_tiers = 1;
+  loom_hw_tier *t = &hw.tier[0];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "shared-memory-mpi");
+  t->algo = LOOM_ALGO_RING;
+  t->bandwidth = 4e9;
+  t->latency = 6e-6;
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) t->efficiency[k] = 0.5;
+  const struct {
+    int dp, tp, devices, domain;
+    double want; /* comm_alone / comm */
+    const char *what;
+  } k[] = {
+      {2, 2, 2, 0, 0.5, "dp2 x tp2 on 2 cores: 2 ranks beside each tp pair"},
+      {1, 4, 2, 0, 1, "tp4 on 2 cores: every rank in the all-reduce"},
+      {2, 2, 4, 0, 1, "dp2 x tp2 on 4 cores: no sharing"},
+      {2, 2, 2, 2, 1, "dp2 x tp2 over two nodes of 2 ranks: tp holds its node"},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    hw.devices_per_node = k[i].devices;
+    hw.n_tiers = k[i].domain ? 2 : 1;
+    t->domain = k[i].domain;
+    if (k[i].domain) hw.tier[1] = *t, hw.tier[1].domain = 0;
+    loom_sim_strategy st = strategy(k[i].dp, k[i].tp, 1, 1, 4, 1, 64);
+    st.dtype = LOOM_DT_FP32;
+    loom_sim_ctx c;
+    loom_sim_ctx_init(&c, &s, &hw, &st);
+    loom_sim_cost cost;
+    loom_sim_layer_cost(&c, &cost);
+    for (int ph = 0; ph < 2; ph++) /* forward, backward-input: the tp all-reduces */
+      CHECK(cost.comm[ph] > 0 && fabs(cost.comm_alone[ph] - k[i].want * cost.comm[ph]) <=
+                                     1e-12 * cost.comm[ph],
+            "%s: phase %d comm_alone %.6e s of comm %.6e s (want x%g)", k[i].what, ph,
+            cost.comm_alone[ph], cost.comm[ph], k[i].want);
+  }
+  /* the step: T + 2D against 2T + 2D (D from dp2 alone on the same cores: no tp) */
+  hw.devices_per_node = 2, hw.n_tiers = 1, t->domain = 0;
+  loom_sim_strategy st = strategy(2, 2, 1, 1, 4, 1, 64);
+  st.dtype = LOOM_DT_FP32;
+  loom_sim_ctx c;
+  loom_sim_ctx_init(&c, &s, &hw, &st);
+  loom_sim_cost cost, ends[2];
+  loom_sim_layer_cost(&c, &cost);
+  loom_sim_embed_cost(&c, &ends[0]);
+  loom_sim_head_cost(&c, &ends[1]);
+  double T = 0; /* the tp collectives of one micro-batch: the layers', the embedding's, the head's */
+  for (int ph = 0; ph < LOOM_PHASE_COUNT; ph++)
+    T += cost.comm[ph] * s.layers + ends[0].comm[ph] + ends[1].comm[ph];
+  loom_sim_result r, r2;
+  sim_result_of(&s, &hw, &st, &r);
+  hw.coll_ranks_per_core = 2; /* every collective priced as timed: T + D */
+  sim_result_of(&s, &hw, &st, &r2);
+  double D = r2.exposed_comm - T;
+  printf("dp2 x tp2 on 2 cores: tp all-reduces %.3f ms as timed, dp reduction %.3f ms: exposed "
+         "%.3f ms (T + 2D %.3f)\n", T * 1e3, D * 1e3, r.exposed_comm * 1e3, (T + 2 * D) * 1e3);
+  /* 5e-3 of the step: the fixed point's slowdown of 2 met to within about 0.2% (above) */
+  CHECK(D > 0 && fabs(r.exposed_comm - (T + 2 * D)) <= 5e-3 * r.step_time,
+        "exposed %.6e s, want T + 2D = %.6e s (T %.6e, D %.6e)", r.exposed_comm, T + 2 * D, T, D);
+  loom_sim_result_free(&r);
+  loom_sim_result_free(&r2);
+}
+
 int main(void) {
   test_state_bytes();
   test_memory();
@@ -459,5 +537,6 @@ int main(void) {
   test_host_syncs();
   test_host_optimizer();
   test_timeshared_collectives();
+  test_collectives_beside_compute();
   return harness_finish("test_sim_mechanisms");
 }
