@@ -127,7 +127,9 @@ int loom_sched_peak_inflight(const loom_schedule *s, int rank);
  * run) and `fn` times each instruction. It gets `start` (when the rank reaches it) and, for a
  * recv, `arrival` (the `ready` its matched send reported), and sets `end` (when the rank may
  * run its next instruction, >= start) and, for a send, `ready` (when its data is available
- * to the recv). A rank's instructions are timed in list order. Returns 0, or -1 with loom_err
+ * to the recv). A rank's instructions are timed in list order. The optimizer steps are a
+ * barrier (the executor all-reduces the global gradient norm over every rank first): they all
+ * start at the latest time any rank reaches its own. Returns 0, or -1 with loom_err
  * when sends and recvs do not match or the lists deadlock (validate first for the full
  * diagnosis). makespan: the latest end over all ranks. */
 typedef struct {

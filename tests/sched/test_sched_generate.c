@@ -221,6 +221,35 @@ static void test_grid_text(void) {
   loom_sched_free(&s);
 }
 
+/* Timed replay: forward, backward, reduce-grads and the optimizer step take 1 each, the rest
+ * nothing; a recv ends when its data arrives. 1F1B on 2 ranks, one micro-batch, by hand: rank 1
+ * runs F 1-2, B 2-3 and reduce-grads 3-4; rank 0 runs F 0-1, waits for the gradient until 3,
+ * then B 3-4 and reduce-grads 4-5. The optimizer steps are a barrier (the executor all-reduces
+ * the gradient norm over every rank first): both start at 5, where rank 1 alone would start
+ * at 4, and the step ends at 6. */
+static double opt_start[2];
+static void unit_cost(void *ctx, int r, int i, const loom_instr *in, loom_sched_timing *t) {
+  (void)ctx, (void)i;
+  bool unit = in->kind == LOOM_INSTR_FORWARD || in->kind == LOOM_INSTR_BACKWARD ||
+              in->kind == LOOM_INSTR_REDUCE_GRADS || in->kind == LOOM_INSTR_OPTIMIZER_STEP;
+  bool recv = in->kind == LOOM_INSTR_RECV_ACT || in->kind == LOOM_INSTR_RECV_GRAD;
+  double start = recv && t->arrival > t->start ? t->arrival : t->start;
+  if (in->kind == LOOM_INSTR_OPTIMIZER_STEP && r < 2) opt_start[r] = start;
+  t->end = t->ready = start + (unit ? 1 : 0);
+}
+
+static void test_optimizer_barrier(void) {
+  loom_schedule s;
+  CHECK(loom_sched_generate(&s, "1f1b", 2, 1, 1) == 0, "%s", loom_errmsg());
+  double makespan = -1;
+  opt_start[0] = opt_start[1] = -1;
+  CHECK(loom_sched_replay_timed(&s, unit_cost, NULL, &makespan) == 0, "%s", loom_errmsg());
+  CHECK(opt_start[0] == 5 && opt_start[1] == 5 && makespan == 6,
+        "optimizer steps start at %g and %g (want 5 and 5), makespan %g (want 6)", opt_start[0],
+        opt_start[1], makespan);
+  loom_sched_free(&s);
+}
+
 int main(void) {
   test_grid();
   test_known_orders();
@@ -229,5 +258,6 @@ int main(void) {
   test_interleaved_remainders();
   test_bubble_costs();
   test_grid_text();
+  test_optimizer_barrier();
   return harness_finish("test_sched_generate");
 }
