@@ -500,7 +500,8 @@ static void test_collectives_beside_compute(void) {
             "%s: phase %d comm_alone %.6e s of comm %.6e s (want x%g)", k[i].what, ph,
             cost.comm_alone[ph], cost.comm[ph], k[i].want);
   }
-  /* the step: T + 2D against 2T + 2D (D from dp2 alone on the same cores: no tp) */
+  /* the step: T + 2D against 2T + 2D (D, the dp reduction as timed, from the same step with
+   * every collective priced as timed: T + D) */
   hw.devices_per_node = 2, hw.n_tiers = 1, t->domain = 0;
   loom_sim_strategy st = strategy(2, 2, 1, 1, 4, 1, 64);
   st.dtype = LOOM_DT_FP32;
