@@ -383,6 +383,18 @@ static void test_host_optimizer(void) {
   CHECK(loom_sim_opt_host(&h100, &one) == 0, "h100-sxm optimizer host");
 }
 
+/* a ring tier of this machine's kind: every collective at half its bandwidth */
+static void ring_tier(loom_hw_tier *t, const char *name, int domain, double bandwidth,
+                      double latency) {
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->domain = domain;
+  t->algo = LOOM_ALGO_RING;
+  t->bandwidth = bandwidth;
+  t->latency = latency;
+  for (int k = 0; k < LOOM_COLL_COUNT; k++) t->efficiency[k] = 0.5;
+}
+
 /* 4 ranks of dp2 x tp2 on a CPU profile of 2 cores, every rank busy at every moment, so time-
  * sharing runs each instruction 2x slower (sim_share.c). Collectives the profile timed with 2
  * ranks per core (`loom bench` across two namespaced nodes of one 2-core machine) hold that
@@ -398,17 +410,8 @@ static void test_timeshared_collectives(void) {
   loom_bench_profile_defaults(&hw);
   hw.devices_per_node = 2;
   hw.n_tiers = 2;
-  const char *names[2] = {"shared-memory-mpi", "network"};
-  for (int i = 0; i < 2; i++) {
-    loom_hw_tier *t = &hw.tier[i];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", names[i]);
-    t->domain = i ? 0 : 2;
-    t->algo = LOOM_ALGO_RING;
-    t->bandwidth = i ? 0.2e9 : 4e9;
-    t->latency = i ? 100e-6 : 6e-6;
-    for (int k = 0; k < LOOM_COLL_COUNT; k++) t->efficiency[k] = 0.5;
-  }
+  ring_tier(&hw.tier[0], "shared-memory-mpi", 2, 4e9, 6e-6);
+  ring_tier(&hw.tier[1], "network", 0, 0.2e9, 100e-6);
   loom_sim_strategy st = strategy(2, 2, 1, 1, 4, 1, 64);
   st.dtype = LOOM_DT_FP32;
   double exposed[4], compute[4], step[4], share[4];
@@ -467,12 +470,7 @@ static void test_collectives_beside_compute(void) {
   hw.devices_per_node = 2;
   hw.n_tiers = 1;
   loom_hw_tier *t = &hw.tier[0];
-  memset(t, 0, sizeof *t);
-  snprintf(t->name, sizeof t->name, "shared-memory-mpi");
-  t->algo = LOOM_ALGO_RING;
-  t->bandwidth = 4e9;
-  t->latency = 6e-6;
-  for (int k = 0; k < LOOM_COLL_COUNT; k++) t->efficiency[k] = 0.5;
+  ring_tier(t, "shared-memory-mpi", 0, 4e9, 6e-6);
   const struct {
     int dp, tp, devices, domain;
     double want; /* comm_alone / comm */
