@@ -13,7 +13,17 @@
  * ranks' mean share of the instruction, m = (P (1 - waiting) - 1) / (P - 1) of it (P: the
  * stage's ranks; the mean rank works 1 - waiting of it). The stage's ranks then weigh
  * w (1/k + (1 - 1/k) m): an instruction of D seconds takes D (1 + (k - 1) m) where counting every
- * rank busy would give k D, and moving the waiting ranks' cores to it max(D, k D (1 - waiting)). */
+ * rank busy would give k D, and moving the waiting ranks' cores to it max(D, k D (1 - waiting)).
+ *
+ * In a pipeline (pp > 1) the ranks sharing a core belong to different stages (the placement the
+ * scheduler meets when it does well: each core one rank of each stage). A stage's waiting ranks
+ * then leave their cores to the other stage's ranks placed there, but a stage advances at its
+ * slowest rank's pace (its ranks meet at every all-to-all), and the other stage's slowest rank
+ * is the one sharing a core with this stage's busiest: the time handed over goes to ranks that
+ * then wait. So no other rank gains it, and a pipeline stage counts all its ranks busy (m = 1).
+ * Measured: pp2 x ep2 on 2 cores ran its step 4% longer than ep2 on the same cores (the same
+ * work), where counting the waiting ranks' share gave it 5% less (docs/SIMULATOR.md, "In
+ * rounds"). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -52,7 +62,8 @@ double sim_share_update(sim_run *R, int ranks_per_stage, int nodes, double devic
   for (int r = 0; r < s->pp; r++)
     for (int i = 0; i < s->count[r]; i++)
       if (R->t1[r][i] > R->t0[r][i]) { /* the core-mates' work, spread over the interval */
-        double m = P > 1 ? fmin(1, fmax(0, (P * (1 - R->waiting[r][i]) - 1) / (P - 1))) : 1;
+        double m = P > 1 && s->pp == 1
+                       ? fmin(1, fmax(0, (P * (1 - R->waiting[r][i]) - 1) / (P - 1))) : 1;
         double busy = w * (1 / per_core + (1 - 1 / per_core) * m);
         e[k++] = (edge){R->t0[r][i], busy};
         e[k++] = (edge){R->t1[r][i], -busy};

@@ -210,6 +210,37 @@ static void test_imbalance_timeshare(void) {
         100 * own, 100 * shared, t[1][0], t[1][1]);
 }
 
+/* The same in a pipeline: pp2 x ep2, 4 ranks on 2 shared devices, each core one rank of each
+ * stage. A stage's waiting ranks leave their cores to the other stage's ranks there, which then
+ * wait for their own stage's slowest (sim_share.c): nobody gains that time, and a pipeline stage
+ * counts all its ranks busy. The imbalance's extra time is then never cheaper than on 4 devices
+ * of their own (each instruction's extra is slowed by the sharing, at least 1): at least the
+ * dedicated case's extra, where counting the waiting ranks' share made it cheaper. */
+static void test_imbalance_timeshare_pipeline(void) {
+  static loom_model_spec s;
+  s = preset("qwen3-30b-a3b");
+  s.layers = 4;
+  loom_hw_profile hw;
+  CHECK(load_hw(&hw, "h100-sxm") == 0, "%s", loom_errmsg());
+  hw.timeshare = true;
+  double t[2][2];
+  for (int shared = 0; shared < 2; shared++)
+    for (int i = 0; i < 2; i++) {
+      hw.devices_per_node = shared ? 2 : 4;
+      loom_sim_strategy st = moe_strategy(2, 1, 2, 1, 2, 1024);
+      st.pp = 2;
+      snprintf(st.schedule, sizeof st.schedule, "1f1b");
+      st.moe_imbalance = i ? 1.5 : 1;
+      t[shared][i] = sim_step(&s, &hw, &st);
+    }
+  double own = t[0][1] - t[0][0], shared = t[1][1] - t[1][0];
+  printf("imbalance 1.5, pp2 x ep2: +%.3f ms a step on 4 devices, +%.3f ms on 2 shared\n",
+         own * 1e3, shared * 1e3);
+  /* 1e-9 s: rounding of the replay's sums */
+  CHECK(own > 0 && shared >= own - 1e-9, "imbalance 1.5 adds %.6e s on 4 devices, %.6e s on 2 shared",
+        own, shared);
+}
+
 static void test_errors(void) {
   loom_model_spec moe = preset("qwen3-30b-a3b"), dense = preset("llama3-8b");
   loom_sim_strategy st = moe_strategy(6, 1, 3, 1, 1, 1024);
@@ -355,6 +386,7 @@ int main(void) {
   test_memory();
   test_imbalance();
   test_imbalance_timeshare();
+  test_imbalance_timeshare_pipeline();
   test_errors();
   test_trace();
   test_megatron_bridge();
