@@ -163,10 +163,11 @@ double sim_vec(sim_ops *b, const char *name, loom_vop v, double elements, double
  * of a group holding only some of the node's ranks (tp, cp, sp or ep beside other replicas or
  * stages) waits asleep between its polls (loom_comm_poll naps 200 us when ranks outnumber the
  * cores), and its core-mates outside the group compute meanwhile. It costs the step about its
- * time alone, not that time stretched by the sharing as the compute is: a program of two pairs
- * of ranks on 2 cores, each computing 0.25-2 ms and then all-reducing 0.26 MB in its pair as
- * loom polls, took 0.4-1.5x the all-reduce's time alone (0.19-0.24 ms) per iteration beyond the
- * compute, not 2x (docs/SIMULATOR.md, "A layer's collectives beside other ranks' compute"). A
+ * time alone, not that time stretched by the sharing as the compute is: two pairs of ranks on
+ * 2 cores, each computing 0.5-2 ms and then all-reducing 0.26 or 1 MB in its pair through
+ * loom's calls, added 0.44-1.29x (median 1.07) what one pair alone added per iteration, not 2x
+ * (bench/coll_beside_compute.sh; docs/SIMULATOR.md, "A layer's collectives beside other
+ * ranks' compute"). A
  * group of every rank of its node has no such compute beside it and keeps the stretch. Returns
  * the ranks per device it is priced as timed under (1: stretched as the compute). */
 static double sharing_beside(const loom_sim_ctx *c, int stride, int size) {
