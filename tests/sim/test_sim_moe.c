@@ -153,6 +153,18 @@ static void test_imbalance(void) {
         "capacity 1.5: imbalance 1.5 %.6f s, 3 %.6f s, dropless 1.5 %.6f s", tc[0], tc[1], t[1]);
 }
 
+/* t[shared][unbalanced]: the step of st on 4 devices of their own (shared 0) and on 2 shared ones
+ * (1), with balanced routing (0) and an imbalance of 1.5 (1) */
+static void imbalance_steps(const loom_model_spec *s, loom_hw_profile *hw, loom_sim_strategy st,
+                            double t[2][2]) {
+  for (int shared = 0; shared < 2; shared++)
+    for (int i = 0; i < 2; i++) {
+      hw->devices_per_node = shared ? 2 : 4;
+      st.moe_imbalance = i ? 1.5 : 1;
+      t[shared][i] = sim_step(s, hw, &st);
+    }
+}
+
 /* Unbalanced routing on time-shared devices (more ranks than CPU cores): the other ranks wait
  * while the busiest works on, and the busiest keeps sharing its core with the ranks placed there
  * (sim_share.c). The ops of the routed rows carry the imbalance as their stretch, the layer's
@@ -195,13 +207,7 @@ static void test_imbalance_timeshare(void) {
   CHECK(unb > 0 && fabs(sum - unb) <= 1e-12 * unb, "unbalanced %.6e s, ops' sum %.6e s", sum, unb);
   /* the step: 4 ranks on 4 devices, then on 2 shared ones */
   double t[2][2];
-  for (int shared = 0; shared < 2; shared++)
-    for (int i = 0; i < 2; i++) {
-      hw.devices_per_node = shared ? 2 : 4;
-      st = moe_strategy(4, 1, 4, 1, 2, 1024);
-      st.moe_imbalance = i ? 1.5 : 1;
-      t[shared][i] = sim_step(&s, &hw, &st);
-    }
+  imbalance_steps(&s, &hw, moe_strategy(4, 1, 4, 1, 2, 1024), t);
   double own = t[0][1] / t[0][0] - 1, shared = t[1][1] / t[1][0] - 1;
   printf("imbalance 1.5, 4 ranks: +%.2f%% a step on 4 devices, +%.2f%% on 2 shared\n", 100 * own,
          100 * shared);
@@ -217,22 +223,16 @@ static void test_imbalance_timeshare(void) {
  * of their own (each instruction's extra is slowed by the sharing, at least 1): at least the
  * dedicated case's extra, where counting the waiting ranks' share made it cheaper. */
 static void test_imbalance_timeshare_pipeline(void) {
-  static loom_model_spec s;
-  s = preset("qwen3-30b-a3b");
+  loom_model_spec s = preset("qwen3-30b-a3b");
   s.layers = 4;
   loom_hw_profile hw;
   CHECK(load_hw(&hw, "h100-sxm") == 0, "%s", loom_errmsg());
   hw.timeshare = true;
+  loom_sim_strategy st = moe_strategy(2, 1, 2, 1, 2, 1024);
+  st.pp = 2;
+  snprintf(st.schedule, sizeof st.schedule, "1f1b");
   double t[2][2];
-  for (int shared = 0; shared < 2; shared++)
-    for (int i = 0; i < 2; i++) {
-      hw.devices_per_node = shared ? 2 : 4;
-      loom_sim_strategy st = moe_strategy(2, 1, 2, 1, 2, 1024);
-      st.pp = 2;
-      snprintf(st.schedule, sizeof st.schedule, "1f1b");
-      st.moe_imbalance = i ? 1.5 : 1;
-      t[shared][i] = sim_step(&s, &hw, &st);
-    }
+  imbalance_steps(&s, &hw, st, t);
   double own = t[0][1] - t[0][0], shared = t[1][1] - t[1][0];
   printf("imbalance 1.5, pp2 x ep2: +%.3f ms a step on 4 devices, +%.3f ms on 2 shared\n",
          own * 1e3, shared * 1e3);
